@@ -1,0 +1,39 @@
+// ONNX <-> IR. Import: ModelProto -> Graph (initializers become params, Constant nodes and shape
+// subgraphs fold into constants, static shapes everywhere). Export: Graph -> ModelProto that
+// passes onnx::checker.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace onnx {
+class ModelProto;
+}
+
+namespace ampc {
+
+struct ImportOptions {
+  // --input-shape NAME=2x3x32x32: fixes (symbolic) dims of graph inputs.
+  std::map<std::string, std::vector<int64_t>> inputShapes;
+};
+
+// Reads and imports an .onnx file. Every failure is an Error whose message starts with the file
+// name and names the node (and op) where there is one.
+std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptions& opts = {});
+// Imports a parsed model; `modelDir` resolves external data, `file` names the model in errors.
+std::unique_ptr<Graph> importOnnxModel(const onnx::ModelProto& model, const std::string& modelDir,
+                                       const std::string& file, const ImportOptions& opts = {});
+
+// Exports; runs onnx::checker::check_model on the result (Error if it fails).
+onnx::ModelProto exportOnnx(const Graph& g);
+// Exports and writes atomically (temp file + rename).
+void exportOnnxFile(const Graph& g, const std::string& path);
+
+// Parses "2x3x32x32" (Error on anything else).
+std::vector<int64_t> parseShapeSpec(const std::string& s);
+
+}  // namespace ampc

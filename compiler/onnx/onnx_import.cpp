@@ -1,0 +1,367 @@
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/onnx/onnx.h"
+#include "compiler/ops/registry.h"
+#include "passes/pass.h"
+
+namespace fs = std::filesystem;
+
+namespace ampc {
+namespace {
+
+std::string nodeLabel(const onnx::NodeProto& n) {
+  return "node '" + n.name() + "' (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") + n.op_type() + ")";
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& m, std::string dir, std::string file, const ImportOptions& o)
+      : m_(m), dir_(std::move(dir)), file_(std::move(file)), opts_(o) {}
+
+  std::unique_ptr<Graph> run() {
+    if (!m_.has_graph()) fail("has no graph (not an ONNX model?)");
+    if (m_.ir_version() <= 0) fail("has no ir_version (not an ONNX model?)");
+    auto g = std::make_unique<Graph>();
+    g_ = g.get();
+    const auto& gp = m_.graph();
+    g->name = gp.name().empty() ? "main" : gp.name();
+    readOpsets();
+    checkOps();
+
+    std::unordered_set<std::string> initNames;
+    for (const auto& t : gp.initializer()) initNames.insert(t.name());
+    std::set<std::string> inputNames;
+    for (const auto& vi : gp.input()) inputNames.insert(vi.name());
+    for (const auto& [name, shape] : opts_.inputShapes)
+      if (!inputNames.count(name) || initNames.count(name)) fail("--input-shape names '" + name + "', which is not a graph input");
+    for (const auto& vi : gp.input()) {
+      if (initNames.count(vi.name())) continue;  // older exporters list initializers as inputs too
+      g->addInput(vi.name(), inputType(vi));
+    }
+    for (const auto& t : gp.initializer()) {
+      if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
+      g->addParam(t.name(), tensorFromProto(t, "initializer '" + t.name() + "'"));
+    }
+    for (int i : topoOrder()) addNode(gp.node(i));
+    for (const auto& vi : gp.output()) {
+      Value* v = g->lookup(vi.name());
+      if (!v) fail("graph output '" + vi.name() + "' is not produced by any node, input or initializer");
+      g->addOutput(v);
+    }
+    if (g->outputs().empty()) fail("graph has no outputs");
+
+    try {
+      PassManager pm(false);
+      pm.add(createFoldConstantsPass());
+      pm.add(createDcePass());  // the folded shape subgraphs leave dead constants
+      pm.run(*g);
+      verify(*g);
+    } catch (const Error& e) {
+      fail(e.what());
+    }
+    // Declared output dtypes must agree with what the graph computes.
+    for (int i = 0; i < gp.output_size(); ++i) {
+      const auto& vi = gp.output(i);
+      if (!vi.type().has_tensor_type() || vi.type().tensor_type().elem_type() == 0) continue;
+      auto dt = dtypeFromOnnx(vi.type().tensor_type().elem_type());
+      const Value* v = g->outputs()[i];
+      if (!dt || *dt != v->type().dtype)
+        fail("graph output '" + vi.name() + "' is declared as ONNX type " + std::to_string(vi.type().tensor_type().elem_type()) +
+             " but computes " + v->type().str() + " (wrong dtype)");
+    }
+    return g;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(file_ + ": " + msg); }
+
+  void readOpsets() {
+    bool found = false;
+    for (const auto& o : m_.opset_import()) {
+      if (o.domain().empty() || o.domain() == "ai.onnx") {
+        g_->opset = static_cast<int>(o.version());
+        found = true;
+      } else {
+        g_->domainOpsets[o.domain()] = static_cast<int>(o.version());
+      }
+    }
+    if (!found) fail("does not import the default ONNX opset");
+    if (g_->opset < kMinOpset || g_->opset > kMaxOpset)
+      fail("uses opset " + std::to_string(g_->opset) + "; ampc supports opsets " + std::to_string(kMinOpset) + " to " +
+           std::to_string(kMaxOpset) + " (convert the model with onnx.version_converter)");
+  }
+
+  int domainVersion(const std::string& d) const {
+    if (d.empty() || d == "ai.onnx") return g_->opset;
+    auto it = g_->domainOpsets.find(d);
+    return it == g_->domainOpsets.end() ? 1 : it->second;
+  }
+
+  // Every unsupported op, in one error.
+  void checkOps() {
+    std::string bad;
+    int count = 0;
+    for (const auto& n : m_.graph().node()) {
+      if (lookupOp(n.domain(), n.op_type(), domainVersion(n.domain()))) continue;
+      ++count;
+      bad += "\n  " + nodeLabel(n) + " domain '" + (n.domain().empty() ? "ai.onnx" : n.domain()) + "'";
+    }
+    if (count) fail(std::to_string(count) + " node(s) use ops ampc does not support at opset " + std::to_string(g_->opset) + ":" + bad);
+  }
+
+  TensorType inputType(const onnx::ValueInfoProto& vi) {
+    if (!vi.type().has_tensor_type()) fail("input '" + vi.name() + "' is not a tensor");
+    const auto& tt = vi.type().tensor_type();
+    auto dt = dtypeFromOnnx(tt.elem_type());
+    if (!dt) fail("input '" + vi.name() + "' has ONNX element type " + std::to_string(tt.elem_type()) + ", which ampc does not support");
+    TensorType t{*dt, {}};
+    auto over = opts_.inputShapes.find(vi.name());
+    if (!tt.has_shape()) {
+      if (over == opts_.inputShapes.end()) fail("input '" + vi.name() + "' has no shape; give one with --input-shape " + vi.name() + "=...");
+      t.shape = over->second;
+      return t;
+    }
+    const auto& dims = tt.shape().dim();
+    if (over != opts_.inputShapes.end() && static_cast<int>(over->second.size()) != dims.size())
+      fail("--input-shape " + vi.name() + " has rank " + std::to_string(over->second.size()) + ", the input has rank " + std::to_string(dims.size()));
+    for (int i = 0; i < dims.size(); ++i) {
+      const auto& d = dims[i];
+      if (over != opts_.inputShapes.end()) {
+        if (d.has_dim_value() && d.dim_value() != over->second[i])
+          fail("--input-shape " + vi.name() + " sets dim " + std::to_string(i) + " to " + std::to_string(over->second[i]) +
+               ", but the model fixes it to " + std::to_string(d.dim_value()));
+        t.shape.push_back(over->second[i]);
+      } else if (d.has_dim_value() && d.dim_value() >= 0) {
+        t.shape.push_back(d.dim_value());
+      } else {
+        fail("input '" + vi.name() + "' dim " + std::to_string(i) + " is symbolic ('" + d.dim_param() +
+             "'); fix it with --input-shape " + vi.name() + "=AxBx...");
+      }
+    }
+    return t;
+  }
+
+  // ---- tensors
+
+  Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what) {
+    auto dt = dtypeFromOnnx(p.data_type());
+    if (!dt) fail(what + " has ONNX element type " + std::to_string(p.data_type()) + ", which ampc does not support");
+    TensorType type{*dt, {}};
+    for (int64_t d : p.dims()) {
+      if (d < 0) fail(what + " has a negative dimension");
+      type.shape.push_back(d);
+    }
+    Tensor t(type);
+    const size_t bytes = type.bytes();
+    auto sizeError = [&](size_t got) {
+      fail(what + " holds " + std::to_string(got) + " bytes of data; " + type.str() + " needs " + std::to_string(bytes));
+    };
+    if (p.data_location() == onnx::TensorProto::EXTERNAL) {
+      readExternal(p, what, t);
+    } else if (p.has_raw_data()) {
+      if (p.raw_data().size() != bytes) sizeError(p.raw_data().size());
+      std::memcpy(t.data.data(), p.raw_data().data(), bytes);
+    } else {
+      const int64_t n = t.numel();
+      auto count = [&](int64_t got) {
+        if (got != n) fail(what + " holds " + std::to_string(got) + " elements; " + type.str() + " needs " + std::to_string(n));
+      };
+      switch (*dt) {
+        case DType::f32:
+          count(p.float_data_size());
+          for (int64_t i = 0; i < n; ++i) t.setDouble(i, p.float_data(i));
+          break;
+        case DType::f64:
+          count(p.double_data_size());
+          for (int64_t i = 0; i < n; ++i) t.setDouble(i, p.double_data(i));
+          break;
+        case DType::i64:
+          count(p.int64_data_size());
+          for (int64_t i = 0; i < n; ++i) t.setInt(i, p.int64_data(i));
+          break;
+        case DType::f16:
+        case DType::bf16:  // bit patterns in int32_data
+          count(p.int32_data_size());
+          for (int64_t i = 0; i < n; ++i) {
+            uint16_t bits = static_cast<uint16_t>(p.int32_data(i));
+            std::memcpy(t.data.data() + 2 * i, &bits, 2);
+          }
+          break;
+        default:  // i32 i8 u8 bool in int32_data
+          count(p.int32_data_size());
+          for (int64_t i = 0; i < n; ++i) t.setInt(i, p.int32_data(i));
+          break;
+      }
+    }
+    return t;
+  }
+
+  // External data: the location must be relative and stay inside the model's folder.
+  void readExternal(const onnx::TensorProto& p, const std::string& what, Tensor& t) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : p.external_data()) {
+      try {
+        if (kv.key() == "location") location = kv.value();
+        else if (kv.key() == "offset") offset = std::stoll(kv.value());
+        else if (kv.key() == "length") length = std::stoll(kv.value());
+      } catch (const std::exception&) {
+        fail(what + ": external data '" + kv.key() + "' is not a number: '" + kv.value() + "'");
+      }
+    }
+    if (location.empty()) fail(what + ": external data has no location");
+    fs::path loc(location);
+    if (loc.is_absolute()) fail(what + ": external data location '" + location + "' is absolute; it must be relative to the model's folder");
+    std::error_code ec;
+    fs::path base = fs::weakly_canonical(fs::path(dir_.empty() ? "." : dir_), ec);
+    fs::path full = fs::weakly_canonical(base / loc, ec);
+    auto rel = full.lexically_relative(base);
+    if (ec || rel.empty() || *rel.begin() == "..")
+      fail(what + ": external data location '" + location + "' escapes the model's folder");
+    if (!fs::is_regular_file(full, ec)) fail(what + ": external data file '" + location + "' is missing");
+    const size_t bytes = t.type.bytes();
+    if (length >= 0 && static_cast<size_t>(length) != bytes)
+      fail(what + ": external data length " + std::to_string(length) + " does not match " + t.type.str() + " (" + std::to_string(bytes) + " bytes)");
+    if (offset < 0) fail(what + ": negative external data offset");
+    auto fileSize = fs::file_size(full, ec);
+    if (ec || fileSize < static_cast<uintmax_t>(offset) + bytes)
+      fail(what + ": external data file '" + location + "' is too short (" + std::to_string(fileSize) + " bytes; need " +
+           std::to_string(offset + bytes) + ")");
+    std::ifstream in(full, std::ios::binary);
+    in.seekg(offset);
+    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
+    if (!in) fail(what + ": could not read external data file '" + location + "'");
+  }
+
+  // ---- nodes
+
+  // Node indices in a topological order; cycles and dangling inputs are errors naming the node.
+  std::vector<int> topoOrder() {
+    const auto& gp = m_.graph();
+    std::unordered_map<std::string, int> producer;
+    for (int i = 0; i < gp.node_size(); ++i)
+      for (const auto& o : gp.node(i).output()) {
+        if (o.empty()) continue;
+        if (g_->lookup(o) || !producer.emplace(o, i).second)
+          fail(nodeLabel(gp.node(i)) + ": output '" + o + "' is defined twice");
+      }
+    std::vector<int> pending(gp.node_size(), 0);
+    std::vector<std::vector<int>> users(gp.node_size());
+    for (int i = 0; i < gp.node_size(); ++i)
+      for (const auto& in : gp.node(i).input()) {
+        if (in.empty() || g_->lookup(in)) continue;
+        auto it = producer.find(in);
+        if (it == producer.end())
+          fail(nodeLabel(gp.node(i)) + ": input '" + in + "' is not produced by any node, graph input or initializer (dangling input)");
+        ++pending[i];
+        users[it->second].push_back(i);
+      }
+    std::vector<int> order, ready;
+    for (int i = gp.node_size() - 1; i >= 0; --i)
+      if (!pending[i]) ready.push_back(i);
+    while (!ready.empty()) {
+      int i = ready.back();
+      ready.pop_back();
+      order.push_back(i);
+      std::vector<int> next;
+      for (int u : users[i])
+        if (--pending[u] == 0) next.push_back(u);
+      std::sort(next.rbegin(), next.rend());  // keep file order among ready nodes
+      ready.insert(ready.end(), next.begin(), next.end());
+      std::sort(ready.rbegin(), ready.rend());
+    }
+    if (static_cast<int>(order.size()) != gp.node_size()) {
+      for (int i = 0; i < gp.node_size(); ++i)
+        if (pending[i]) fail(nodeLabel(gp.node(i)) + " is part of a cycle: the graph is not a DAG");
+    }
+    return order;
+  }
+
+  Attribute attrFromProto(const onnx::AttributeProto& a, const onnx::NodeProto& n) {
+    const std::string what = nodeLabel(n) + " attribute '" + a.name() + "'";
+    switch (a.type()) {
+      case onnx::AttributeProto::INT: return static_cast<int64_t>(a.i());
+      case onnx::AttributeProto::FLOAT: return a.f();
+      case onnx::AttributeProto::STRING: return a.s();
+      case onnx::AttributeProto::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+      case onnx::AttributeProto::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
+      case onnx::AttributeProto::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
+      case onnx::AttributeProto::TENSOR: return tensorFromProto(a.t(), what);
+      default: fail(what + " has a kind ampc does not support (graphs, sparse tensors, type protos)");
+    }
+  }
+
+  void addNode(const onnx::NodeProto& np) {
+    std::vector<Value*> ins;
+    for (const auto& in : np.input()) ins.push_back(in.empty() ? nullptr : g_->lookup(in));
+    // Trailing omitted optional inputs carry no meaning.
+    while (!ins.empty() && !ins.back()) ins.pop_back();
+    std::vector<std::pair<std::string, TensorType>> results;
+    int trailing = np.output_size();
+    while (trailing > 0 && np.output(trailing - 1).empty()) --trailing;
+    for (int i = 0; i < trailing; ++i) {
+      std::string name = np.output(i);
+      if (name.empty()) name = g_->uniqueName(np.name() + ".unused" + std::to_string(i));
+      results.emplace_back(name, TensorType{});
+    }
+    Node* n = g_->createNode(np.op_type(), np.domain() == "ai.onnx" ? "" : np.domain(), ins, results);
+    n->setName(np.name());
+    for (const auto& a : np.attribute()) {
+      if (!a.ref_attr_name().empty()) fail(nodeLabel(np) + " attribute '" + a.name() + "' refers to a function attribute");
+      n->setAttr(a.name(), attrFromProto(a, np));
+    }
+  }
+
+  const onnx::ModelProto& m_;
+  std::string dir_, file_;
+  const ImportOptions& opts_;
+  Graph* g_ = nullptr;
+};
+
+}  // namespace
+
+std::vector<int64_t> parseShapeSpec(const std::string& s) {
+  std::vector<int64_t> r;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t x = s.find('x', pos);
+    std::string part = s.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
+      throw Error("bad shape '" + s + "': expected dims like 2x3x32x32");
+    r.push_back(std::stoll(part));
+    if (x == std::string::npos) break;
+    pos = x + 1;
+  }
+  return r;
+}
+
+std::unique_ptr<Graph> importOnnxModel(const onnx::ModelProto& model, const std::string& modelDir, const std::string& file,
+                                       const ImportOptions& opts) {
+  return Importer(model, modelDir, file, opts).run();
+}
+
+std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptions& opts) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw Error(path + ": no such file");
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw Error(path + ": could not read the file");
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw Error(path + ": larger than 2 GiB; store the weights as external data");
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw Error(path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");
+  std::string dir = fs::path(path).parent_path().string();
+  return importOnnxModel(model, dir, path, opts);
+}
+
+}  // namespace ampc

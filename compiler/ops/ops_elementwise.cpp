@@ -1,0 +1,226 @@
+// Elementwise ops: unary math and activations, broadcasting binary ops, comparisons and logic,
+// Where, Clip, Dropout.
+#include <cmath>
+
+#include "compiler/ops/families.h"
+
+namespace ampc {
+
+int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& out, const std::vector<int64_t>& in) {
+  int64_t idx = 0, stride = 1;
+  size_t off = out.size() - in.size();
+  for (size_t k = out.size(); k-- > 0;) {
+    int64_t coord = i % out[k];
+    i /= out[k];
+    if (k >= off) {
+      int64_t d = in[k - off];
+      if (d != 1) idx += coord * stride;
+      stride *= d;
+    }
+  }
+  return idx;
+}
+
+namespace {
+
+void requireFloat(InferContext& c, size_t i) {
+  if (!isFloat(c.in(i).dtype)) c.fail("input " + std::to_string(i) + " must be a float tensor, got " + c.in(i).str());
+}
+
+void requireSameDType(InferContext& c, size_t a, size_t b) {
+  if (c.in(a).dtype != c.in(b).dtype)
+    c.fail("inputs " + std::to_string(a) + " and " + std::to_string(b) + " must have the same dtype, got " +
+           c.in(a).str() + " and " + c.in(b).str());
+}
+
+// Float unary ops: Y has X's type.
+void inferUnaryFloat(InferContext& c) {
+  requireFloat(c, 0);
+  c.setOut(0, c.in(0));
+}
+
+// Unary ops over any numeric type (Neg, Abs, Relu, Identity).
+void inferUnaryAny(InferContext& c) { c.setOut(0, c.in(0)); }
+
+void inferSoftmax(InferContext& c) {
+  requireFloat(c, 0);
+  c.axis(c.node().getInt("axis", -1), c.in(0).rank());
+  c.setOut(0, c.in(0));
+}
+
+void inferClip(InferContext& c) {
+  for (size_t i = 1; i < 3; ++i) {
+    if (!c.hasInput(i)) continue;
+    requireSameDType(c, 0, i);
+    if (c.in(i).rank() != 0) c.fail("min and max must be scalars");
+  }
+  c.setOut(0, c.in(0));
+}
+
+// Binary numpy-broadcasting ops whose operands share a dtype; result dtype `out` or the operands'.
+void inferBinary(InferContext& c, std::optional<DType> out) {
+  requireSameDType(c, 0, 1);
+  c.setOut(0, TensorType{out.value_or(c.in(0).dtype), broadcastShapes(c, c.in(0).shape, c.in(1).shape)});
+}
+void inferArith(InferContext& c) { inferBinary(c, std::nullopt); }
+void inferCompare(InferContext& c) { inferBinary(c, DType::boolean); }
+void inferLogic(InferContext& c) {
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.in(i).dtype != DType::boolean) c.fail("input " + std::to_string(i) + " must be bool, got " + c.in(i).str());
+  if (c.numInputs() == 1) c.setOut(0, c.in(0));
+  else inferBinary(c, DType::boolean);
+}
+void inferPow(InferContext& c) {
+  if (!isFloat(c.in(0).dtype) && !isInteger(c.in(0).dtype)) c.fail("base must be numeric");
+  c.setOut(0, TensorType{c.in(0).dtype, broadcastShapes(c, c.in(0).shape, c.in(1).shape)});
+}
+void inferVariadic(InferContext& c) {  // Max, Min
+  std::vector<int64_t> s = c.in(0).shape;
+  for (size_t i = 1; i < c.numInputs(); ++i) {
+    requireSameDType(c, 0, i);
+    s = broadcastShapes(c, s, c.in(i).shape);
+  }
+  c.setOut(0, TensorType{c.in(0).dtype, s});
+}
+void inferIsNaN(InferContext& c) {
+  requireFloat(c, 0);
+  c.setOut(0, TensorType{DType::boolean, c.in(0).shape});
+}
+void inferWhere(InferContext& c) {
+  if (c.in(0).dtype != DType::boolean) c.fail("condition must be bool, got " + c.in(0).str());
+  requireSameDType(c, 1, 2);
+  auto s = broadcastShapes(c, c.in(0).shape, broadcastShapes(c, c.in(1).shape, c.in(2).shape));
+  c.setOut(0, TensorType{c.in(1).dtype, s});
+}
+void inferDropout(InferContext& c) {
+  requireFloat(c, 0);
+  if (c.hasInput(1) && !isFloat(c.in(1).dtype)) c.fail("ratio must be a float scalar");
+  if (c.hasInput(2) && c.in(2).dtype != DType::boolean) c.fail("training_mode must be a bool scalar");
+  c.setOut(0, c.in(0));
+  if (c.numOutputs() > 1) c.setOut(1, TensorType{DType::boolean, c.in(0).shape});
+}
+
+// ---- folding (small constant tensors of shape subgraphs)
+
+using Fold = std::optional<std::vector<Tensor>>;
+
+Fold foldBinary(const Node& n, const std::vector<const Tensor*>& in, const std::vector<TensorType>& out) {
+  const std::string& op = n.op();
+  Tensor r(out[0]);
+  const Tensor& a = *in[0];
+  const Tensor& b = *in[1];
+  const bool ints = isInteger(a.type.dtype) || a.type.dtype == DType::boolean;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    int64_t ia = broadcastIndex(i, out[0].shape, a.type.shape), ib = broadcastIndex(i, out[0].shape, b.type.shape);
+    if (ints) {
+      int64_t x = a.getInt(ia), y = b.getInt(ib), v;
+      if (op == "Add") v = x + y;
+      else if (op == "Sub") v = x - y;
+      else if (op == "Mul") v = x * y;
+      else if (op == "Div") {
+        if (y == 0) return std::nullopt;  // leave it to the runtime
+        v = x / y;
+      } else if (op == "Equal") v = x == y;
+      else if (op == "Less") v = x < y;
+      else if (op == "Greater") v = x > y;
+      else if (op == "LessOrEqual") v = x <= y;
+      else if (op == "GreaterOrEqual") v = x >= y;
+      else if (op == "And") v = x && y;
+      else if (op == "Or") v = x || y;
+      else return std::nullopt;
+      r.setInt(i, v);
+    } else {
+      double x = a.getDouble(ia), y = b.getDouble(ib), v;
+      if (op == "Add") v = x + y;
+      else if (op == "Sub") v = x - y;
+      else if (op == "Mul") v = x * y;
+      else if (op == "Div") v = x / y;
+      else if (op == "Equal") v = x == y;
+      else if (op == "Less") v = x < y;
+      else if (op == "Greater") v = x > y;
+      else if (op == "LessOrEqual") v = x <= y;
+      else if (op == "GreaterOrEqual") v = x >= y;
+      else return std::nullopt;
+      r.setDouble(i, v);
+    }
+  }
+  return std::vector<Tensor>{std::move(r)};
+}
+
+Fold foldWhere(const Node&, const std::vector<const Tensor*>& in, const std::vector<TensorType>& out) {
+  Tensor r(out[0]);
+  const auto& s = out[0].shape;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    bool cond = in[0]->getInt(broadcastIndex(i, s, in[0]->type.shape)) != 0;
+    const Tensor& src = cond ? *in[1] : *in[2];
+    int64_t j = broadcastIndex(i, s, src.type.shape);
+    if (isFloat(r.type.dtype)) r.setDouble(i, src.getDouble(j));
+    else r.setInt(i, src.getInt(j));
+  }
+  return std::vector<Tensor>{std::move(r)};
+}
+
+Fold foldNot(const Node&, const std::vector<const Tensor*>& in, const std::vector<TensorType>& out) {
+  Tensor r(out[0]);
+  for (int64_t i = 0; i < r.numel(); ++i) r.setInt(i, !in[0]->getInt(i));
+  return std::vector<Tensor>{std::move(r)};
+}
+
+Fold foldIdentity(const Node&, const std::vector<const Tensor*>& in, const std::vector<TensorType>&) {
+  return std::vector<Tensor>{*in[0]};
+}
+
+constexpr auto A = AmpCategory::Allow;
+constexpr auto D = AmpCategory::Deny;
+constexpr auto I = AmpCategory::Infer;
+constexpr auto C = AmpCategory::Clear;
+constexpr int L = kMinOpset, H = kMaxOpset;
+
+}  // namespace
+
+void registerElementwiseOps(std::vector<OpDef>& t) {
+  (void)A;
+  auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, AmpCategory amp,
+                 bool diff, ShapeFn f, FoldFn fold = nullptr) {
+    t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, amp, diff, f, fold});
+  };
+  // name            since  in    out   amp diff  shape rule
+  row("Sqrt", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Reciprocal", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Exp", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Log", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Tanh", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Sigmoid", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Erf", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Gelu", 20, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Softplus", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("LeakyRelu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Relu", L, 1, 1, 1, 1, I, true, inferUnaryAny);
+  row("Neg", L, 1, 1, 1, 1, I, true, inferUnaryAny);
+  row("Abs", L, 1, 1, 1, 1, I, true, inferUnaryAny);
+  row("Identity", L, 1, 1, 1, 1, C, true, inferUnaryAny, foldIdentity);
+  row("Softmax", L, 1, 1, 1, 1, D, true, inferSoftmax);
+  row("LogSoftmax", L, 1, 1, 1, 1, D, true, inferSoftmax);
+  row("Clip", L, 1, 3, 1, 1, I, true, inferClip);
+  row("Add", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
+  row("Sub", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
+  row("Mul", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
+  row("Div", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
+  row("Pow", L, 2, 2, 1, 1, D, true, inferPow);
+  row("Max", L, 1, -1, 1, 1, I, true, inferVariadic);
+  row("Min", L, 1, -1, 1, 1, I, true, inferVariadic);
+  row("Where", L, 3, 3, 1, 1, I, true, inferWhere, foldWhere);
+  row("Equal", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
+  row("Less", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
+  row("LessOrEqual", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
+  row("Greater", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
+  row("GreaterOrEqual", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
+  row("Not", L, 1, 1, 1, 1, C, false, inferLogic, foldNot);
+  row("And", L, 2, 2, 1, 1, C, false, inferLogic, foldBinary);
+  row("Or", L, 2, 2, 1, 1, C, false, inferLogic, foldBinary);
+  row("IsNaN", L, 1, 1, 1, 1, I, false, inferIsNaN);
+  row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
+  row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
+}
+
+}  // namespace ampc

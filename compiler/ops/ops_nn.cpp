@@ -1,0 +1,253 @@
+// Neural-network ops: GEMMs, convolution and pooling, normalisation, reductions and losses.
+#include <algorithm>
+
+#include "compiler/ops/families.h"
+
+namespace ampc {
+namespace {
+
+void requireFloat(InferContext& c, size_t i) {
+  if (!isFloat(c.in(i).dtype)) c.fail("input " + std::to_string(i) + " must be a float tensor, got " + c.in(i).str());
+}
+void requireSameDType(InferContext& c, size_t a, size_t b) {
+  if (c.in(a).dtype != c.in(b).dtype)
+    c.fail("inputs " + std::to_string(a) + " and " + std::to_string(b) + " must have the same dtype, got " +
+           c.in(a).str() + " and " + c.in(b).str());
+}
+
+void inferMatMul(InferContext& c) {
+  requireSameDType(c, 0, 1);
+  auto a = c.in(0).shape, b = c.in(1).shape;
+  c.check(!a.empty() && !b.empty(), "MatMul operands must have rank >= 1");
+  bool va = a.size() == 1, vb = b.size() == 1;
+  if (va) a.insert(a.begin(), 1);
+  if (vb) b.push_back(1);
+  int64_t k1 = a.back(), k2 = b[b.size() - 2];
+  if (k1 != k2) c.fail("inner dimensions differ: " + c.in(0).str() + " x " + c.in(1).str());
+  std::vector<int64_t> ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  auto out = broadcastShapes(c, ba, bb);
+  if (!va) out.push_back(a[a.size() - 2]);
+  if (!vb) out.push_back(b.back());
+  c.setOut(0, TensorType{c.in(0).dtype, out});
+}
+
+void inferGemm(InferContext& c) {
+  requireSameDType(c, 0, 1);
+  const auto &a = c.in(0).shape, &b = c.in(1).shape;
+  c.check(a.size() == 2 && b.size() == 2, "A and B must be 2-D");
+  bool ta = c.node().getInt("transA", 0), tb = c.node().getInt("transB", 0);
+  int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  int64_t k2 = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+  if (k != k2) c.fail("inner dimensions differ: " + c.in(0).str() + " x " + c.in(1).str());
+  if (c.hasInput(2)) {
+    requireSameDType(c, 0, 2);
+    auto s = broadcastShapes(c, {m, n}, c.in(2).shape);
+    c.check(s == std::vector<int64_t>{m, n}, "C " + c.in(2).str() + " does not broadcast to the output");
+  }
+  c.setOut(0, TensorType{c.in(0).dtype, {m, n}});
+}
+
+// Output length of one spatial dim of a sliding window (Conv, pooling).
+int64_t windowOut(InferContext& c, int64_t in, int64_t k, int64_t s, int64_t d, int64_t& padBegin, int64_t& padEnd,
+                  const std::string& autoPad, bool ceilMode) {
+  c.check(s > 0 && d > 0 && k > 0, "strides, dilations and kernel must be positive");
+  int64_t ext = (k - 1) * d + 1;
+  if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    int64_t out = (in + s - 1) / s;
+    int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
+    padBegin = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    padEnd = total - padBegin;
+    return out;
+  }
+  if (autoPad == "VALID") padBegin = padEnd = 0;
+  else if (autoPad != "NOTSET") c.fail("unknown auto_pad '" + autoPad + "'");
+  int64_t span = in + padBegin + padEnd - ext;
+  if (span < 0) c.fail("the window (" + std::to_string(ext) + ") is larger than the padded input (" +
+                       std::to_string(in + padBegin + padEnd) + ")");
+  int64_t out = (ceilMode ? (span + s - 1) / s : span / s) + 1;
+  if (ceilMode && (out - 1) * s >= in + padBegin) --out;  // last window would start in the padding
+  return out;
+}
+
+// Shared by Conv and the pools: spatial output dims from kernel_shape / strides / pads / dilations.
+std::vector<int64_t> spatialOut(InferContext& c, const std::vector<int64_t>& x, const std::vector<int64_t>& kernel,
+                                bool ceilMode) {
+  size_t sp = x.size() - 2;
+  c.check(kernel.size() == sp, "kernel rank " + std::to_string(kernel.size()) + " does not match input rank " +
+                                   std::to_string(x.size()));
+  const Node& n = c.node();
+  auto strides = n.getInts("strides", std::vector<int64_t>(sp, 1));
+  auto dil = n.getInts("dilations", std::vector<int64_t>(sp, 1));
+  auto pads = n.getInts("pads", std::vector<int64_t>(2 * sp, 0));
+  c.check(strides.size() == sp && dil.size() == sp && pads.size() == 2 * sp,
+          "strides/dilations/pads lengths do not match the spatial rank " + std::to_string(sp));
+  std::string autoPad = n.getString("auto_pad", "NOTSET");
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < sp; ++i) {
+    c.check(pads[i] >= 0 && pads[i + sp] >= 0, "pads must be non-negative");
+    out.push_back(windowOut(c, x[i + 2], kernel[i], strides[i], dil[i], pads[i], pads[i + sp], autoPad, ceilMode));
+  }
+  return out;
+}
+
+void inferConv(InferContext& c) {
+  requireFloat(c, 0);
+  requireSameDType(c, 0, 1);
+  const auto &x = c.in(0).shape, &w = c.in(1).shape;
+  c.check(x.size() >= 3 && x.size() <= 5, "X must be N x C x spatial (1-D to 3-D), got " + c.in(0).str());
+  c.check(w.size() == x.size(), "W rank must equal X rank, got " + c.in(1).str());
+  int64_t group = c.node().getInt("group", 1);
+  c.check(group >= 1 && x[1] % group == 0 && w[0] % group == 0, "group does not divide the channels");
+  if (w[1] * group != x[1])
+    c.fail("W " + c.in(1).str() + " expects " + std::to_string(w[1] * group) + " input channels, X has " +
+           std::to_string(x[1]));
+  std::vector<int64_t> kernel(w.begin() + 2, w.end());
+  auto ks = c.node().getInts("kernel_shape", kernel);
+  c.check(ks == kernel, "kernel_shape does not match W");
+  if (c.hasInput(2)) {
+    requireSameDType(c, 0, 2);
+    c.check(c.in(2).shape == std::vector<int64_t>{w[0]}, "B must have shape [M]");
+  }
+  std::vector<int64_t> out{x[0], w[0]};
+  for (int64_t d : spatialOut(c, x, kernel, false)) out.push_back(d);
+  c.setOut(0, TensorType{c.in(0).dtype, out});
+}
+
+void inferPool(InferContext& c) {
+  requireFloat(c, 0);
+  const auto& x = c.in(0).shape;
+  c.check(x.size() >= 3, "X must be N x C x spatial, got " + c.in(0).str());
+  auto kernel = c.node().getInts("kernel_shape");
+  c.check(!kernel.empty(), "kernel_shape is required");
+  std::vector<int64_t> out{x[0], x[1]};
+  for (int64_t d : spatialOut(c, x, kernel, c.node().getInt("ceil_mode", 0) != 0)) out.push_back(d);
+  c.setOut(0, TensorType{c.in(0).dtype, out});
+  if (c.numOutputs() > 1) c.setOut(1, TensorType{DType::i64, out});
+}
+
+void inferGlobalPool(InferContext& c) {
+  requireFloat(c, 0);
+  auto s = c.in(0).shape;
+  c.check(s.size() >= 3, "X must be N x C x spatial, got " + c.in(0).str());
+  std::fill(s.begin() + 2, s.end(), 1);
+  c.setOut(0, TensorType{c.in(0).dtype, s});
+}
+
+void inferBatchNorm(InferContext& c) {
+  requireFloat(c, 0);
+  const auto& x = c.in(0).shape;
+  c.check(x.size() >= 2, "X must be N x C x ..., got " + c.in(0).str());
+  for (size_t i = 1; i < 5; ++i) {
+    requireFloat(c, i);
+    if (c.in(i).shape != std::vector<int64_t>{x[1]})
+      c.fail("input " + std::to_string(i) + " must have shape [" + std::to_string(x[1]) + "], got " + c.in(i).str());
+  }
+  bool training = c.node().getInt("training_mode", 0) != 0;
+  c.check(training || c.numOutputs() == 1, "running_mean/running_var outputs need training_mode=1");
+  c.setOut(0, c.in(0));
+  if (c.numOutputs() > 1) c.setOut(1, c.in(3));
+  if (c.numOutputs() > 2) c.setOut(2, c.in(4));
+}
+
+void inferLayerNorm(InferContext& c) {
+  requireFloat(c, 0);
+  const auto& x = c.in(0).shape;
+  int64_t axis = c.axis(c.node().getInt("axis", -1), c.in(0).rank());
+  std::vector<int64_t> norm(x.begin() + axis, x.end());
+  auto bcast = [&](size_t i) {
+    auto s = broadcastShapes(c, norm, c.in(i).shape);
+    c.check(s == norm, "input " + std::to_string(i) + " " + c.in(i).str() + " does not broadcast to the normalised dims");
+  };
+  bcast(1);
+  if (c.hasInput(2)) bcast(2);
+  c.setOut(0, c.in(0));
+  auto stash = dtypeFromOnnx(static_cast<int>(c.node().getInt("stash_type", 1)));
+  c.check(stash && isFloat(*stash), "stash_type must be a float type");
+  std::vector<int64_t> stat(x);
+  std::fill(stat.begin() + axis, stat.end(), 1);
+  for (size_t i = 1; i < c.numOutputs(); ++i) c.setOut(i, TensorType{*stash, stat});
+}
+
+// Reduce*: axes from the attribute (older opsets) or from input 1 (ReduceSum >= 13, others >= 18).
+void inferReduce(InferContext& c) {
+  const auto& x = c.in(0).shape;
+  std::vector<int64_t> axes = c.node().getInts("axes");
+  if (c.hasInput(1)) {
+    c.check(!c.node().hasAttr("axes"), "axes given both as attribute and input");
+    axes = c.constInts(1);
+  }
+  bool keep = c.node().getInt("keepdims", 1) != 0;
+  if (axes.empty() && c.node().getInt("noop_with_empty_axes", 0)) {
+    c.setOut(0, c.in(0));
+    return;
+  }
+  std::vector<bool> red(x.size(), axes.empty());
+  for (int64_t a : axes) {
+    int64_t ax = c.axis(a, c.in(0).rank());
+    c.check(!red[ax] || axes.empty(), "axis " + std::to_string(a) + " is repeated");
+    red[ax] = true;
+  }
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!red[i]) out.push_back(x[i]);
+    else if (keep) out.push_back(1);
+  }
+  c.setOut(0, TensorType{c.in(0).dtype, out});
+}
+
+void inferArgMax(InferContext& c) {
+  auto s = c.in(0).shape;
+  int64_t ax = c.axis(c.node().getInt("axis", 0), c.in(0).rank());
+  if (c.node().getInt("keepdims", 1)) s[ax] = 1;
+  else s.erase(s.begin() + ax);
+  c.setOut(0, TensorType{DType::i64, s});
+}
+
+// SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss: scores (N, C, d...), labels (N, d...).
+void inferLoss(InferContext& c) {
+  requireFloat(c, 0);
+  const auto &x = c.in(0).shape, &y = c.in(1).shape;
+  c.check(x.size() >= 2, "scores must be N x C x ..., got " + c.in(0).str());
+  if (c.in(1).dtype != DType::i64 && c.in(1).dtype != DType::i32) c.fail("labels must be i32 or i64, got " + c.in(1).str());
+  std::vector<int64_t> expect(x);
+  expect.erase(expect.begin() + 1);
+  if (y != expect) c.fail("labels " + c.in(1).str() + " do not match scores " + c.in(0).str());
+  if (c.hasInput(2)) {
+    requireSameDType(c, 0, 2);
+    c.check(c.in(2).shape == std::vector<int64_t>{x[1]}, "weights must have shape [C]");
+  }
+  std::string red = c.node().getString("reduction", "mean");
+  if (red != "mean" && red != "sum" && red != "none") c.fail("unknown reduction '" + red + "'");
+  c.setOut(0, TensorType{c.in(0).dtype, red == "none" ? expect : std::vector<int64_t>{}});
+  if (c.numOutputs() > 1) c.setOut(1, c.in(0));
+}
+
+constexpr auto A = AmpCategory::Allow;
+constexpr auto D = AmpCategory::Deny;
+constexpr auto I = AmpCategory::Infer;
+constexpr auto C = AmpCategory::Clear;
+constexpr int L = kMinOpset, H = kMaxOpset;
+
+}  // namespace
+
+void registerNNOps(std::vector<OpDef>& t) {
+  auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, AmpCategory amp,
+                 bool diff, ShapeFn f) { t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, amp, diff, f}); };
+  row("MatMul", L, 2, 2, 1, 1, A, true, inferMatMul);
+  row("Gemm", L, 2, 3, 1, 1, A, true, inferGemm);
+  row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
+  row("MaxPool", L, 1, 1, 1, 2, C, true, inferPool);
+  row("AveragePool", L, 1, 1, 1, 1, I, true, inferPool);
+  row("GlobalAveragePool", L, 1, 1, 1, 1, I, true, inferGlobalPool);
+  row("BatchNormalization", L, 5, 5, 1, 3, I, true, inferBatchNorm);
+  row("LayerNormalization", 17, 2, 3, 1, 3, D, true, inferLayerNorm);
+  row("ReduceSum", L, 1, 2, 1, 1, D, true, inferReduce);
+  row("ReduceMean", L, 1, 2, 1, 1, D, true, inferReduce);
+  row("ReduceMax", L, 1, 2, 1, 1, I, true, inferReduce);
+  row("ReduceMin", L, 1, 2, 1, 1, I, true, inferReduce);
+  row("ArgMax", L, 1, 1, 1, 1, C, false, inferArgMax);
+  row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
+  row("NegativeLogLikelihoodLoss", L, 2, 3, 1, 1, D, true, inferLoss);
+}
+
+}  // namespace ampc

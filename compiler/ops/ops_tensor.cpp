@@ -1,0 +1,464 @@
+// Data movement and shape ops: Reshape, Transpose, Concat, Split, Slice, Gather, Squeeze,
+// Unsqueeze, Expand, Flatten, Pad, Tile, Trilu, Cast, CastLike, and the shape-subgraph ops
+// Shape, ConstantOfShape, Constant, Range. Most rows carry a fold so exporter shape chains
+// (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) become constants once shapes are static.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "compiler/ops/families.h"
+
+namespace ampc {
+namespace {
+
+using Fold = std::optional<std::vector<Tensor>>;
+using Ins = std::vector<const Tensor*>;
+using Outs = std::vector<TensorType>;
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+// Copies element `from` of `src` to element `to` of `dst` (same dtype).
+void copyElem(Tensor& dst, int64_t to, const Tensor& src, int64_t from) {
+  size_t e = dtypeSize(dst.type.dtype);
+  std::memcpy(dst.data.data() + to * e, src.data.data() + from * e, e);
+}
+
+// Reshape-like ops (Reshape, Squeeze, Unsqueeze, Flatten) keep the bytes and change the type.
+Fold foldSameData(const Node&, const Ins& in, const Outs& out) {
+  Tensor r = *in[0];
+  r.type = out[0];
+  return std::vector<Tensor>{std::move(r)};
+}
+
+// ---- Reshape
+void inferReshape(InferContext& c) {
+  auto target = c.constInts(1);
+  const auto& x = c.in(0).shape;
+  bool allowZero = c.node().getInt("allowzero", 0) != 0;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allowZero) {
+      c.check(i < x.size(), "shape entry 0 at position " + std::to_string(i) + " has no input dim to copy");
+      target[i] = x[i];
+    }
+    if (target[i] == -1) {
+      c.check(infer < 0, "more than one -1 in the target shape");
+      infer = static_cast<int64_t>(i);
+    } else {
+      c.check(target[i] >= 0, "negative dim in the target shape");
+      known *= target[i];
+    }
+  }
+  int64_t n = c.in(0).numel();
+  if (infer >= 0) {
+    c.check(known != 0 && n % known == 0, "cannot infer -1: " + std::to_string(n) + " elements into " + std::to_string(known));
+    target[infer] = n / known;
+  } else if (known != n) {
+    c.fail("cannot reshape " + c.in(0).str() + " (" + std::to_string(n) + " elements) to " + std::to_string(known) + " elements");
+  }
+  c.setOut(0, TensorType{c.in(0).dtype, target});
+}
+
+// ---- Transpose
+std::vector<int64_t> permOf(const InferContext& c) {
+  int64_t r = c.in(0).rank();
+  std::vector<int64_t> dflt(r);
+  for (int64_t i = 0; i < r; ++i) dflt[i] = r - 1 - i;
+  auto p = c.node().getInts("perm", dflt);
+  std::vector<int64_t> sorted(p);
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> iota(r);
+  std::iota(iota.begin(), iota.end(), 0);
+  c.check(sorted == iota, "perm is not a permutation of 0.." + std::to_string(r - 1));
+  return p;
+}
+void inferTranspose(InferContext& c) {
+  auto p = permOf(c);
+  std::vector<int64_t> s;
+  for (int64_t a : p) s.push_back(c.in(0).shape[a]);
+  c.setOut(0, TensorType{c.in(0).dtype, s});
+}
+
+// ---- Concat
+void inferConcat(InferContext& c) {
+  const auto& first = c.in(0);
+  int64_t ax = c.axis(c.node().getInt("axis", 0), first.rank());
+  auto s = first.shape;
+  for (size_t i = 1; i < c.numInputs(); ++i) {
+    const auto& t = c.in(i);
+    c.check(t.dtype == first.dtype, "input " + std::to_string(i) + " dtype differs: " + t.str() + " vs " + first.str());
+    c.check(t.rank() == first.rank(), "input " + std::to_string(i) + " rank differs: " + t.str() + " vs " + first.str());
+    for (int64_t d = 0; d < first.rank(); ++d)
+      if (d != ax) c.check(t.shape[d] == s[d], "input " + std::to_string(i) + " " + t.str() + " differs off the concat axis");
+    s[ax] += t.shape[ax];
+  }
+  c.setOut(0, TensorType{first.dtype, s});
+}
+Fold foldConcat(const Node& n, const Ins& in, const Outs& out) {
+  Tensor r(out[0]);
+  int64_t ax = n.getInt("axis", 0);
+  if (ax < 0) ax += out[0].rank();
+  auto os = stridesOf(out[0].shape);
+  int64_t offset = 0;
+  for (const Tensor* t : in) {
+    auto is = stridesOf(t->type.shape);
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      int64_t rem = i, o = 0;
+      for (size_t d = 0; d < is.size(); ++d) {
+        int64_t coord = rem / is[d];
+        rem %= is[d];
+        o += (static_cast<int64_t>(d) == ax ? coord + offset : coord) * os[d];
+      }
+      copyElem(r, o, *t, i);
+    }
+    offset += t->type.shape[ax];
+  }
+  return std::vector<Tensor>{std::move(r)};
+}
+
+// ---- Split: sizes from input 1 (13+), num_outputs (18+) or equal parts.
+void inferSplit(InferContext& c) {
+  const auto& x = c.in(0);
+  int64_t ax = c.axis(c.node().getInt("axis", 0), x.rank());
+  int64_t dim = x.shape[ax], n = static_cast<int64_t>(c.numOutputs());
+  std::vector<int64_t> sizes;
+  if (c.hasInput(1)) {
+    sizes = c.constInts(1);
+    c.check(static_cast<int64_t>(sizes.size()) == n, "split has " + std::to_string(sizes.size()) + " entries for " + std::to_string(n) + " outputs");
+    c.check(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == dim, "split sizes do not sum to the axis length " + std::to_string(dim));
+  } else {
+    if (c.node().hasAttr("num_outputs")) c.check(c.node().getInt("num_outputs", 0) == n, "num_outputs differs from the number of outputs");
+    int64_t chunk = (dim + n - 1) / n;
+    c.check(c.node().hasAttr("num_outputs") || dim % n == 0, "axis length " + std::to_string(dim) + " does not split evenly into " + std::to_string(n));
+    for (int64_t i = 0; i < n; ++i) sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    auto s = x.shape;
+    s[ax] = sizes[i];
+    c.setOut(i, TensorType{x.dtype, s});
+  }
+}
+
+// ---- Slice
+struct SliceSpec {
+  std::vector<int64_t> start, step;  // per dim of the input
+};
+SliceSpec sliceSpec(InferContext* c, const std::vector<int64_t>& x, std::vector<int64_t> starts, std::vector<int64_t> ends,
+                    std::vector<int64_t> axes, std::vector<int64_t> steps, std::vector<int64_t>& outShape) {
+  int64_t r = static_cast<int64_t>(x.size());
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (c) c->check(starts.size() == ends.size() && axes.size() == starts.size() && steps.size() == starts.size(),
+                  "starts, ends, axes and steps must have equal lengths");
+  SliceSpec s{std::vector<int64_t>(r, 0), std::vector<int64_t>(r, 1)};
+  outShape = x;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    int64_t ax = c ? c->axis(axes[i], r) : (axes[i] < 0 ? axes[i] + r : axes[i]);
+    int64_t dim = x[ax], st = steps[i];
+    if (c) c->check(st != 0, "step must not be 0");
+    auto clampIdx = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0) v += dim;
+      return std::clamp(v, lo, hi);
+    };
+    int64_t b, e;
+    if (st > 0) {
+      b = clampIdx(starts[i], 0, dim);
+      e = clampIdx(ends[i], 0, dim);
+    } else {
+      b = clampIdx(starts[i], 0, dim - 1);
+      e = ends[i] < -dim ? -1 : clampIdx(ends[i], -1, dim - 1);
+    }
+    int64_t len = st > 0 ? (e - b + st - 1) / st : (b - e + (-st) - 1) / (-st);
+    outShape[ax] = std::max<int64_t>(0, len);
+    s.start[ax] = b;
+    s.step[ax] = st;
+  }
+  return s;
+}
+void inferSlice(InferContext& c) {
+  std::vector<int64_t> out;
+  sliceSpec(&c, c.in(0).shape, c.constInts(1), c.constInts(2), c.hasInput(3) ? c.constInts(3) : std::vector<int64_t>{},
+            c.hasInput(4) ? c.constInts(4) : std::vector<int64_t>{}, out);
+  c.setOut(0, TensorType{c.in(0).dtype, out});
+}
+Fold foldSlice(const Node&, const Ins& in, const Outs& out) {
+  std::vector<int64_t> os;
+  auto spec = sliceSpec(nullptr, in[0]->type.shape, in[1]->toInts(), in[2]->toInts(),
+                        in.size() > 3 && in[3] ? in[3]->toInts() : std::vector<int64_t>{},
+                        in.size() > 4 && in[4] ? in[4]->toInts() : std::vector<int64_t>{}, os);
+  Tensor r(out[0]);
+  auto ist = stridesOf(in[0]->type.shape), ost = stridesOf(out[0].shape);
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    int64_t rem = i, src = 0;
+    for (size_t d = 0; d < ost.size(); ++d) {
+      int64_t coord = rem / ost[d];
+      rem %= ost[d];
+      src += (spec.start[d] + coord * spec.step[d]) * ist[d];
+    }
+    copyElem(r, i, *in[0], src);
+  }
+  return std::vector<Tensor>{std::move(r)};
+}
+
+// ---- Gather
+void inferGather(InferContext& c) {
+  const auto& x = c.in(0);
+  c.check(x.rank() >= 1, "data must have rank >= 1");
+  c.check(c.in(1).dtype == DType::i64 || c.in(1).dtype == DType::i32, "indices must be i32 or i64, got " + c.in(1).str());
+  int64_t ax = c.axis(c.node().getInt("axis", 0), x.rank());
+  std::vector<int64_t> s(x.shape.begin(), x.shape.begin() + ax);
+  for (int64_t d : c.in(1).shape) s.push_back(d);
+  s.insert(s.end(), x.shape.begin() + ax + 1, x.shape.end());
+  if (const Tensor* idx = c.constIn(1))
+    for (int64_t i = 0; i < idx->numel(); ++i) {
+      int64_t v = idx->getInt(i);
+      c.check(v >= -x.shape[ax] && v < x.shape[ax], "index " + std::to_string(v) + " is out of range for axis length " + std::to_string(x.shape[ax]));
+    }
+  c.setOut(0, TensorType{x.dtype, s});
+}
+Fold foldGather(const Node& n, const Ins& in, const Outs& out) {
+  const auto& xs = in[0]->type.shape;
+  int64_t ax = n.getInt("axis", 0);
+  if (ax < 0) ax += static_cast<int64_t>(xs.size());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= xs[d];
+  for (size_t d = ax + 1; d < xs.size(); ++d) inner *= xs[d];
+  int64_t nidx = in[1]->numel(), dim = xs[ax];
+  Tensor r(out[0]);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < nidx; ++j) {
+      int64_t k = in[1]->getInt(j);
+      if (k < 0) k += dim;
+      for (int64_t i = 0; i < inner; ++i) copyElem(r, (o * nidx + j) * inner + i, *in[0], (o * dim + k) * inner + i);
+    }
+  return std::vector<Tensor>{std::move(r)};
+}
+
+// ---- Squeeze / Unsqueeze: axes from input 1 (13+).
+void inferSqueeze(InferContext& c) {
+  const auto& x = c.in(0);
+  std::vector<bool> drop(x.shape.size(), false);
+  if (c.hasInput(1)) {
+    for (int64_t a : c.constInts(1)) {
+      int64_t ax = c.axis(a, x.rank());
+      c.check(x.shape[ax] == 1, "cannot squeeze axis " + std::to_string(a) + " of length " + std::to_string(x.shape[ax]));
+      drop[ax] = true;
+    }
+  } else {
+    for (size_t i = 0; i < drop.size(); ++i) drop[i] = x.shape[i] == 1;
+  }
+  std::vector<int64_t> s;
+  for (size_t i = 0; i < drop.size(); ++i)
+    if (!drop[i]) s.push_back(x.shape[i]);
+  c.setOut(0, TensorType{x.dtype, s});
+}
+void inferUnsqueeze(InferContext& c) {
+  const auto& x = c.in(0);
+  auto axes = c.constInts(1);
+  int64_t r = x.rank() + static_cast<int64_t>(axes.size());
+  std::vector<bool> ins(r, false);
+  for (int64_t a : axes) {
+    int64_t ax = c.axis(a, r);
+    c.check(!ins[ax], "axis " + std::to_string(a) + " is repeated");
+    ins[ax] = true;
+  }
+  std::vector<int64_t> s;
+  size_t k = 0;
+  for (int64_t i = 0; i < r; ++i) s.push_back(ins[i] ? 1 : x.shape[k++]);
+  c.setOut(0, TensorType{x.dtype, s});
+}
+
+// ---- Expand / Tile
+void inferExpand(InferContext& c) {
+  c.setOut(0, TensorType{c.in(0).dtype, broadcastShapes(c, c.in(0).shape, c.constInts(1))});
+}
+Fold foldExpand(const Node&, const Ins& in, const Outs& out) {
+  Tensor r(out[0]);
+  for (int64_t i = 0; i < r.numel(); ++i) copyElem(r, i, *in[0], broadcastIndex(i, out[0].shape, in[0]->type.shape));
+  return std::vector<Tensor>{std::move(r)};
+}
+void inferTile(InferContext& c) {
+  auto rep = c.constInts(1);
+  c.check(static_cast<int64_t>(rep.size()) == c.in(0).rank(), "repeats must have one entry per input dim");
+  auto s = c.in(0).shape;
+  for (size_t i = 0; i < s.size(); ++i) {
+    c.check(rep[i] >= 0, "repeats must be non-negative");
+    s[i] *= rep[i];
+  }
+  c.setOut(0, TensorType{c.in(0).dtype, s});
+}
+
+// ---- Flatten
+void inferFlatten(InferContext& c) {
+  const auto& x = c.in(0);
+  int64_t a = c.node().getInt("axis", 1);
+  c.check(a >= -x.rank() && a <= x.rank(), "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(x.rank()));
+  if (a < 0) a += x.rank();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < a ? outer : inner) *= x.shape[i];
+  c.setOut(0, TensorType{x.dtype, {outer, inner}});
+}
+
+// ---- Pad: pads from input 1, constant value input 2, axes input 3 (18+).
+void inferPad(InferContext& c) {
+  const auto& x = c.in(0);
+  auto pads = c.constInts(1);
+  std::vector<int64_t> axes;
+  if (c.hasInput(3)) axes = c.constInts(3);
+  else for (int64_t i = 0; i < x.rank(); ++i) axes.push_back(i);
+  c.check(pads.size() == 2 * axes.size(), "pads must have 2 entries per padded axis");
+  std::string mode = c.node().getString("mode", "constant");
+  c.check(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap", "unknown mode '" + mode + "'");
+  if (c.hasInput(2)) c.check(c.in(2).dtype == x.dtype, "constant_value dtype must match the data");
+  auto s = x.shape;
+  size_t n = axes.size();
+  for (size_t i = 0; i < n; ++i) {
+    int64_t ax = c.axis(axes[i], x.rank());
+    s[ax] += pads[i] + pads[i + n];
+    c.check(s[ax] >= 0, "pads shrink axis " + std::to_string(ax) + " below zero");
+  }
+  c.setOut(0, TensorType{x.dtype, s});
+}
+
+// ---- Shape (start/end since 15)
+void shapeRange(const Node& n, int64_t r, int64_t& b, int64_t& e) {
+  b = n.getInt("start", 0);
+  e = n.getInt("end", r);
+  if (b < 0) b += r;
+  if (e < 0) e += r;
+  b = std::clamp<int64_t>(b, 0, r);
+  e = std::clamp<int64_t>(e, 0, r);
+}
+void inferShape(InferContext& c) {
+  int64_t b, e;
+  shapeRange(c.node(), c.in(0).rank(), b, e);
+  c.setOut(0, TensorType{DType::i64, {std::max<int64_t>(0, e - b)}});
+}
+Fold foldShape(const Node& n, const Ins&, const Outs& out) {
+  const auto& s = n.input(0)->type().shape;
+  int64_t b, e;
+  shapeRange(n, static_cast<int64_t>(s.size()), b, e);
+  return std::vector<Tensor>{Tensor::fromInts(DType::i64, out[0].shape, std::vector<int64_t>(s.begin() + b, s.begin() + std::max(b, e)))};
+}
+
+// ---- ConstantOfShape / Constant / Range
+Tensor constantOfShapeValue(const Node& n) {
+  if (const Attribute* a = n.attr("value")) {
+    if (const Tensor* t = std::get_if<Tensor>(a)) return *t;
+  }
+  return Tensor::fromDoubles(DType::f32, {1}, {0.0});
+}
+void inferConstantOfShape(InferContext& c) {
+  auto s = c.constInts(0);
+  Tensor v = constantOfShapeValue(c.node());
+  c.check(v.numel() == 1, "value must hold one element");
+  for (int64_t d : s) c.check(d >= 0, "negative dim in the shape");
+  c.setOut(0, TensorType{v.type.dtype, s});
+}
+Fold foldConstantOfShape(const Node& n, const Ins&, const Outs& out) {
+  Tensor v = constantOfShapeValue(n);
+  Tensor r(out[0]);
+  for (int64_t i = 0; i < r.numel(); ++i) copyElem(r, i, v, 0);
+  return std::vector<Tensor>{std::move(r)};
+}
+
+// The tensor a Constant node holds, from whichever value* attribute it has.
+Tensor constantValue(const Node& n) {
+  if (const Attribute* a = n.attr("value"))
+    if (const Tensor* t = std::get_if<Tensor>(a)) return *t;
+  if (n.hasAttr("value_float")) return Tensor::fromDoubles(DType::f32, {}, {n.getFloat("value_float", 0)});
+  if (n.hasAttr("value_int")) return Tensor::fromInts(DType::i64, {}, {n.getInt("value_int", 0)});
+  if (n.hasAttr("value_ints")) {
+    auto v = n.getInts("value_ints");
+    return Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v);
+  }
+  if (const Attribute* a = n.attr("value_floats"))
+    if (const auto* v = std::get_if<std::vector<float>>(a))
+      return Tensor::fromDoubles(DType::f32, {static_cast<int64_t>(v->size())}, std::vector<double>(v->begin(), v->end()));
+  throw Error(n.describe() + ": needs a value, value_float, value_int, value_ints or value_floats attribute (tensor)");
+}
+void inferConstant(InferContext& c) { c.setOut(0, constantValue(c.node()).type); }
+Fold foldConstant(const Node& n, const Ins&, const Outs&) { return std::vector<Tensor>{constantValue(n)}; }
+
+void inferRange(InferContext& c) {
+  for (size_t i = 0; i < 3; ++i) {
+    c.check(c.in(i).rank() == 0, "start, limit and delta must be scalars");
+    c.check(c.in(i).dtype == c.in(0).dtype, "start, limit and delta must share a dtype");
+    if (!c.constIn(i)) c.fail("input " + std::to_string(i) + " must be a compile-time constant (static shapes)");
+  }
+  double s = c.constIn(0)->getDouble(0), l = c.constIn(1)->getDouble(0), d = c.constIn(2)->getDouble(0);
+  c.check(d != 0, "delta must not be 0");
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d)));
+  c.setOut(0, TensorType{c.in(0).dtype, {n}});
+}
+Fold foldRange(const Node&, const Ins& in, const Outs& out) {
+  Tensor r(out[0]);
+  double s = in[0]->getDouble(0), d = in[2]->getDouble(0);
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    if (isFloat(r.type.dtype)) r.setDouble(i, s + d * static_cast<double>(i));
+    else r.setInt(i, in[0]->getInt(0) + in[2]->getInt(0) * i);
+  }
+  return std::vector<Tensor>{std::move(r)};
+}
+
+// ---- Cast / CastLike / Trilu
+void inferCast(InferContext& c) {
+  auto to = dtypeFromOnnx(static_cast<int>(c.node().getInt("to", 0)));
+  c.check(to.has_value(), "'to' names a dtype ampc does not support (ONNX type " + std::to_string(c.node().getInt("to", 0)) + ")");
+  c.setOut(0, TensorType{*to, c.in(0).shape});
+}
+void inferCastLike(InferContext& c) { c.setOut(0, TensorType{c.in(1).dtype, c.in(0).shape}); }
+Fold foldCast(const Node&, const Ins& in, const Outs& out) {
+  Tensor r(out[0]);
+  bool toFloat = isFloat(out[0].dtype), fromFloat = isFloat(in[0]->type.dtype);
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    if (toFloat || fromFloat) r.setDouble(i, in[0]->getDouble(i));
+    else r.setInt(i, in[0]->getInt(i));
+  }
+  return std::vector<Tensor>{std::move(r)};
+}
+void inferTrilu(InferContext& c) {
+  c.check(c.in(0).rank() >= 2, "input must have rank >= 2");
+  if (c.hasInput(1)) c.check(c.in(1).rank() == 0 && c.in(1).dtype == DType::i64, "k must be an i64 scalar");
+  c.setOut(0, c.in(0));
+}
+
+constexpr auto C = AmpCategory::Clear;
+constexpr int L = kMinOpset, H = kMaxOpset;
+
+}  // namespace
+
+void registerTensorOps(std::vector<OpDef>& t) {
+  auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, bool diff, ShapeFn f,
+                 FoldFn fold) { t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, C, diff, f, fold}); };
+  row("Reshape", L, 2, 2, 1, 1, true, inferReshape, foldSameData);
+  row("Transpose", L, 1, 1, 1, 1, true, inferTranspose, nullptr);
+  row("Concat", L, 1, -1, 1, 1, true, inferConcat, foldConcat);
+  row("Split", L, 1, 2, 1, 1 << 16, true, inferSplit, nullptr);
+  row("Slice", L, 3, 5, 1, 1, true, inferSlice, foldSlice);
+  row("Gather", L, 2, 2, 1, 1, true, inferGather, foldGather);
+  row("Squeeze", L, 1, 2, 1, 1, true, inferSqueeze, foldSameData);
+  row("Unsqueeze", L, 2, 2, 1, 1, true, inferUnsqueeze, foldSameData);
+  row("Expand", L, 2, 2, 1, 1, true, inferExpand, foldExpand);
+  row("Tile", L, 2, 2, 1, 1, true, inferTile, nullptr);
+  row("Flatten", L, 1, 1, 1, 1, true, inferFlatten, foldSameData);
+  row("Pad", L, 2, 4, 1, 1, true, inferPad, nullptr);
+  row("Trilu", L, 1, 2, 1, 1, true, inferTrilu, nullptr);
+  row("Cast", L, 1, 1, 1, 1, true, inferCast, foldCast);
+  row("CastLike", L, 2, 2, 1, 1, true, inferCastLike, foldCast);
+  row("Shape", L, 1, 1, 1, 1, false, inferShape, foldShape);
+  t.back().foldFromTypes = true;
+  row("ConstantOfShape", L, 1, 1, 1, 1, false, inferConstantOfShape, foldConstantOfShape);
+  row("Constant", L, 0, 0, 1, 1, false, inferConstant, foldConstant);
+  row("Range", L, 3, 3, 1, 1, false, inferRange, foldRange);
+}
+
+}  // namespace ampc

@@ -1,0 +1,117 @@
+#include "compiler/ops/registry.h"
+
+#include <algorithm>
+
+#include "compiler/ops/families.h"
+
+namespace ampc {
+
+std::string_view ampCategoryName(AmpCategory c) {
+  switch (c) {
+    case AmpCategory::Allow: return "allow";
+    case AmpCategory::Deny: return "deny";
+    case AmpCategory::Infer: return "infer";
+    case AmpCategory::Clear: return "clear";
+  }
+  return "?";
+}
+
+InferContext::InferContext(const Node& node, int opset) : node_(node), opset_(opset) {}
+
+const TensorType& InferContext::in(size_t i) const {
+  const Value* v = node_.input(i);
+  if (!v) fail("input " + std::to_string(i) + " is required");
+  return v->type();
+}
+
+const Tensor* InferContext::constIn(size_t i) const {
+  const Value* v = node_.input(i);
+  return v ? v->constData() : nullptr;
+}
+
+std::vector<int64_t> InferContext::constInts(size_t i) const {
+  const Tensor* t = constIn(i);
+  if (!t) {
+    const Value* v = node_.input(i);
+    fail("input " + std::to_string(i) + (v ? " ('" + v->name() + "')" : std::string()) +
+         " must be a compile-time constant (static shapes); fix the shape with --input-shape");
+  }
+  if (!isInteger(t->type.dtype)) fail("input " + std::to_string(i) + " must be an integer tensor");
+  return t->toInts();
+}
+
+void InferContext::setOut(size_t i, TensorType t) {
+  if (outputs.size() <= i) outputs.resize(i + 1);
+  outputs[i] = std::move(t);
+}
+
+void InferContext::fail(const std::string& msg) const { throw Error(node_.describe() + ": " + msg); }
+
+int64_t InferContext::axis(int64_t a, int64_t r) const {
+  if (a < -r || a >= std::max<int64_t>(r, 1))
+    fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
+  return a < 0 ? a + r : a;
+}
+
+std::vector<int64_t> broadcastShapes(const InferContext& c, const std::vector<int64_t>& a,
+                                     const std::vector<int64_t>& b) {
+  size_t r = std::max(a.size(), b.size());
+  std::vector<int64_t> out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      auto str = [](const std::vector<int64_t>& s) {
+        std::string t = "[";
+        for (size_t k = 0; k < s.size(); ++k) t += (k ? "," : "") + std::to_string(s[k]);
+        return t + "]";
+      };
+      c.fail("shapes " + str(a) + " and " + str(b) + " do not broadcast");
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+const std::vector<OpDef>& allOps() {
+  static const std::vector<OpDef> table = [] {
+    std::vector<OpDef> t;
+    registerElementwiseOps(t);
+    registerNNOps(t);
+    registerTensorOps(t);
+    return t;
+  }();
+  return table;
+}
+
+const OpDef* lookupOp(std::string_view domain, std::string_view op, int opset) {
+  if (domain == "ai.onnx") domain = "";
+  for (const OpDef& d : allOps())
+    if (d.name == op && d.domain == domain && opset >= d.sinceOpset && opset <= d.lastOpset) return &d;
+  return nullptr;
+}
+
+std::vector<TensorType> inferTypes(const Node& n) {
+  const OpDef* d = n.def();
+  if (!d) throw Error(n.describe() + ": op is not in the registry (domain '" + n.domain() + "')");
+  InferContext c(n, n.graph() ? n.graph()->opset : kMaxOpset);
+  int ni = static_cast<int>(n.numInputs());
+  if (ni < d->minInputs || (d->maxInputs >= 0 && ni > d->maxInputs))
+    c.fail("takes " + std::to_string(d->minInputs) + (d->maxInputs == d->minInputs ? "" : " to " + (d->maxInputs < 0 ? std::string("any") : std::to_string(d->maxInputs))) +
+           " inputs, got " + std::to_string(ni));
+  for (int i = 0; i < d->minInputs; ++i)
+    if (!n.input(i)) c.fail("input " + std::to_string(i) + " is required");
+  int no = static_cast<int>(n.numResults());
+  if (no < d->minOutputs || no > d->maxOutputs)
+    c.fail("has " + std::to_string(no) + " outputs; the op has " + std::to_string(d->minOutputs) +
+           (d->maxOutputs == d->minOutputs ? "" : " to " + std::to_string(d->maxOutputs)));
+  d->infer(c);
+  if (c.outputs.size() < n.numResults()) c.fail("internal: shape rule left outputs untyped");
+  c.outputs.resize(n.numResults());
+  for (const auto& t : c.outputs)
+    for (int64_t dim : t.shape)
+      if (dim < 0) c.fail("inferred a negative dimension in " + t.str());
+  return c.outputs;
+}
+
+}  // namespace ampc

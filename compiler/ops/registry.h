@@ -1,0 +1,83 @@
+// The op registry: one declarative row per op. Passes ask the registry; none switches over op names.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+// Autocast categories (DESIGN.md): allow runs low with FP32 accumulation, deny stays FP32,
+// infer follows its float inputs, clear moves data and is precision-neutral.
+enum class AmpCategory : uint8_t { Allow, Deny, Infer, Clear };
+std::string_view ampCategoryName(AmpCategory c);
+
+// What a node's shape rule sees: its input types, the data of inputs that are compile-time
+// constants, and its attributes. It fills `outputs` (one type per result).
+class InferContext {
+ public:
+  InferContext(const Node& node, int opset);
+
+  const Node& node() const { return node_; }
+  int opset() const { return opset_; }
+  size_t numInputs() const { return node_.numInputs(); }
+  bool hasInput(size_t i) const { return node_.input(i) != nullptr; }
+  const TensorType& in(size_t i) const;               // Error if absent
+  const Tensor* constIn(size_t i) const;              // null if absent or not constant
+  std::vector<int64_t> constInts(size_t i) const;     // Error if not constant
+  size_t numOutputs() const { return node_.numResults(); }
+
+  std::vector<TensorType> outputs;
+  void setOut(size_t i, TensorType t);
+
+  // Throws Error("node 'x' (Op): msg").
+  [[noreturn]] void fail(const std::string& msg) const;
+  void check(bool ok, const std::string& msg) const {
+    if (!ok) fail(msg);
+  }
+  // Normalises a possibly negative axis against rank r, failing if out of range.
+  int64_t axis(int64_t a, int64_t r) const;
+
+ private:
+  const Node& node_;
+  int opset_;
+};
+
+using ShapeFn = void (*)(InferContext&);
+// Evaluates a node whose inputs are all constant (shape subgraphs); null result when it cannot.
+using FoldFn = std::optional<std::vector<Tensor>> (*)(const Node&, const std::vector<const Tensor*>&,
+                                                      const std::vector<TensorType>&);
+
+struct OpDef {
+  std::string_view name;
+  std::string_view domain;  // "" = ai.onnx
+  int sinceOpset;           // the registry accepts this op at opsets [sinceOpset, lastOpset]
+  int lastOpset;
+  int minInputs, maxInputs;    // maxInputs -1: variadic
+  int minOutputs, maxOutputs;
+  AmpCategory amp;
+  bool differentiable;      // false: comparisons, Shape, ArgMax, integer/bool paths
+  ShapeFn infer;
+  FoldFn fold = nullptr;    // set for the ops shape subgraphs use
+  bool foldFromTypes = false;  // the fold reads only input types (Shape), not input data
+};
+
+// The newest opset the registry covers, and the oldest.
+inline constexpr int kMinOpset = 13;
+inline constexpr int kMaxOpset = 21;
+
+// The row for (domain, op) at `opset`, or null (unknown op, or outside its opset range).
+const OpDef* lookupOp(std::string_view domain, std::string_view op, int opset);
+// Every row.
+const std::vector<OpDef>& allOps();
+
+// Runs the node's shape rule and returns the result types. Error for unknown ops and bad shapes.
+std::vector<TensorType> inferTypes(const Node& n);
+
+// Shared shape helpers.
+std::vector<int64_t> broadcastShapes(const InferContext& c, const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
+}  // namespace ampc

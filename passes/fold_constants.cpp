@@ -1,0 +1,67 @@
+// fold-constants: in topological order, infers each node's types and replaces nodes whose inputs
+// are all compile-time constants (and whose op has a fold rule in the registry) by constants.
+// This is what turns exporters' shape subgraphs (Shape -> Gather -> Unsqueeze -> Concat ->
+// Reshape) into constant shapes, and ONNX Constant nodes into graph constants.
+#include "compiler/ops/registry.h"
+#include "passes/pass.h"
+
+namespace ampc {
+namespace {
+
+// Results larger than this stay computed at run time (folding is for shapes and scalars).
+constexpr int64_t kMaxFoldElements = 4096;
+
+class FoldConstantsPass : public Pass {
+ public:
+  std::string name() const override { return "fold-constants"; }
+  bool run(Graph& g) override {
+    bool changed = false;
+    std::vector<Node*> order;
+    for (const auto& n : g.nodes()) order.push_back(n.get());
+    for (Node* n : order) {
+      auto types = inferTypes(*n);
+      for (size_t i = 0; i < n->numResults(); ++i) {
+        changed |= n->result(i)->type() != types[i];
+        n->result(i)->setType(types[i]);
+      }
+      if (tryFold(g, n, types)) changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  static bool tryFold(Graph& g, Node* n, const std::vector<TensorType>& types) {
+    const OpDef* d = n->def();
+    if (!d || !d->fold) return false;
+    std::vector<const Tensor*> ins;
+    for (size_t i = 0; i < n->numInputs(); ++i) {
+      const Value* v = n->input(i);
+      const Tensor* t = v ? v->constData() : nullptr;
+      if (v && !t && !d->foldFromTypes) return false;
+      ins.push_back(t);
+    }
+    if (n->op() != "Constant")
+      for (const auto& t : types)
+        if (t.numel() > kMaxFoldElements) return false;
+    auto folded = d->fold(*n, ins, types);
+    if (!folded) return false;
+    std::vector<std::string> names;
+    std::vector<Value*> consts;
+    for (size_t i = 0; i < n->numResults(); ++i) {
+      Value* r = n->result(i);
+      names.push_back(r->name());
+      Value* c = g.addConst(g.uniqueName(r->name() + ".folded"), std::move((*folded)[i]));
+      r->replaceAllUsesWith(c);
+      consts.push_back(c);
+    }
+    g.eraseNode(n);
+    for (size_t i = 0; i < consts.size(); ++i) g.renameValue(consts[i], names[i]);
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFoldConstantsPass() { return std::make_unique<FoldConstantsPass>(); }
+
+}  // namespace ampc

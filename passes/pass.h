@@ -1,0 +1,44 @@
+// Passes: one per file, one small interface (run(Graph&) -> changed), and a manager that runs
+// a named pipeline and verifies the graph between passes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  // Returns true if the graph changed. Throws Error on bad input.
+  virtual bool run(Graph& g) = 0;
+};
+
+// Every pass, by the name pipelines use ("fold-constants", "dce", ...).
+std::unique_ptr<Pass> createPass(const std::string& name);
+std::vector<std::string> passNames();
+
+class PassManager {
+ public:
+  explicit PassManager(bool verifyEach = true) : verifyEach_(verifyEach) {}
+  void add(std::unique_ptr<Pass> p) { passes_.push_back(std::move(p)); }
+  // "fold-constants,dce": Error for an unknown pass name.
+  void addPipeline(const std::string& commaSeparated);
+  bool run(Graph& g);
+
+ private:
+  bool verifyEach_;
+  std::vector<std::unique_ptr<Pass>> passes_;
+};
+
+// The passes (one file each under passes/).
+std::unique_ptr<Pass> createInferShapesPass();    // infer_shapes.cpp
+std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
+std::unique_ptr<Pass> createDcePass();            // dce.cpp
+
+}  // namespace ampc

@@ -1,0 +1,58 @@
+#include <sstream>
+
+#include "passes/pass.h"
+
+namespace ampc {
+
+namespace {
+struct PassEntry {
+  const char* name;
+  std::unique_ptr<Pass> (*create)();
+};
+const PassEntry kPasses[] = {
+    {"infer-shapes", createInferShapesPass},
+    {"fold-constants", createFoldConstantsPass},
+    {"dce", createDcePass},
+};
+}  // namespace
+
+std::unique_ptr<Pass> createPass(const std::string& name) {
+  for (const auto& p : kPasses)
+    if (name == p.name) return p.create();
+  std::string known;
+  for (const auto& p : kPasses) known += std::string(known.empty() ? "" : ", ") + p.name;
+  throw Error("unknown pass '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> passNames() {
+  std::vector<std::string> r;
+  for (const auto& p : kPasses) r.push_back(p.name);
+  return r;
+}
+
+void PassManager::addPipeline(const std::string& s) {
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(item.begin());
+    if (!item.empty()) add(createPass(item));
+  }
+}
+
+bool PassManager::run(Graph& g) {
+  bool changed = false;
+  for (auto& p : passes_) {
+    changed |= p->run(g);
+    if (verifyEach_) {
+      try {
+        verify(g);
+      } catch (const Error& e) {
+        throw Error("after pass " + p->name() + ": " + e.what());
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace ampc

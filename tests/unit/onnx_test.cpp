@@ -1,0 +1,280 @@
+// ONNX import and export: bad inputs each give one clear error naming the file and the node,
+// external data stays inside the model's folder, shape subgraphs fold, and export round-trips.
+#include <gtest/gtest.h>
+#include <onnx/checker.h>
+
+#include "compiler/ir/text.h"
+#include "compiler/onnx/onnx.h"
+#include "tests/unit/test_util.h"
+
+using namespace ampc;
+using namespace ampc::test;
+
+namespace {
+
+// Imports and expects an Error whose message contains every string in `want`.
+void expectImportError(const std::string& path, const std::vector<std::string>& want, const ImportOptions& opts = {}) {
+  try {
+    importOnnxFile(path, opts);
+    FAIL() << "import of " << path << " succeeded";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path, 0), 0u) << "message does not start with the file: " << msg;
+    for (const auto& w : want) EXPECT_NE(msg.find(w), std::string::npos) << "missing '" << w << "' in: " << msg;
+  }
+}
+
+onnx::ModelProto reluModel() {
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 3});
+  addNode(g, "Relu", {"x"}, {"y"}, "relu0");
+  addOutput(g, "y");
+  return m;
+}
+
+}  // namespace
+
+TEST(OnnxImport, MissingFile) {
+  TempDir d;
+  expectImportError(d.file("nope.onnx"), {"no such file"});
+}
+
+TEST(OnnxImport, TruncatedFilesNeverCrash) {
+  TempDir d;
+  std::string bytes = readBytes(std::string(AMPC_SOURCE_DIR) + "/models/cnn.onnx");
+  ASSERT_GT(bytes.size(), 1000u);
+  int errors = 0;
+  for (size_t cut : {bytes.size() / 7, bytes.size() / 3, bytes.size() / 2, bytes.size() - 100, bytes.size() - 1}) {
+    std::string p = d.file("cut" + std::to_string(cut) + ".onnx");
+    writeBytes(p, bytes.substr(0, cut));
+    try {
+      importOnnxFile(p);
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(p, 0), 0u) << e.what();
+      ++errors;
+    }
+  }
+  EXPECT_EQ(errors, 5);
+  expectImportError(d.file("cut" + std::to_string(bytes.size() / 2) + ".onnx"), {"truncated or not ONNX"});
+}
+
+TEST(OnnxImport, RandomBytesNeverCrash) {
+  TempDir d;
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < 200; ++i) {
+    std::string b(1 + rng() % 4096, '\0');
+    for (auto& c : b) c = static_cast<char>(rng());
+    std::string p = d.file("r.onnx");
+    writeBytes(p, b);
+    EXPECT_THROW(importOnnxFile(p), Error);
+  }
+  writeBytes(d.file("empty.onnx"), "");
+  expectImportError(d.file("empty.onnx"), {"has no graph"});
+}
+
+TEST(OnnxImport, CycleNamesTheNode) {
+  TempDir d;
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2});
+  addNode(g, "Add", {"x", "b"}, {"a"}, "first");
+  addNode(g, "Relu", {"a"}, {"b"}, "second");
+  addOutput(g, "b");
+  writeModel(d.file("cycle.onnx"), m);
+  expectImportError(d.file("cycle.onnx"), {"node 'first' (Add)", "cycle"});
+}
+
+TEST(OnnxImport, DanglingInputNamesTheNode) {
+  TempDir d;
+  auto m = reluModel();
+  addNode(m.mutable_graph(), "Add", {"y", "ghost"}, {"z"}, "adder");
+  writeModel(d.file("dangling.onnx"), m);
+  expectImportError(d.file("dangling.onnx"), {"node 'adder' (Add)", "'ghost'", "dangling"});
+}
+
+TEST(OnnxImport, WrongDTypeNamesTheNode) {
+  TempDir d;
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2});
+  addTensorInput(g, "k", onnx::TensorProto::INT64, {2});
+  addNode(g, "Add", {"x", "k"}, {"y"}, "mixed");
+  addOutput(g, "y");
+  writeModel(d.file("dtype.onnx"), m);
+  expectImportError(d.file("dtype.onnx"), {"node 'mixed' (Add)", "same dtype", "f32[2]", "i64[2]"});
+
+  // A declared output dtype that the graph does not compute.
+  auto m2 = reluModel();
+  m2.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  writeModel(d.file("outdtype.onnx"), m2);
+  expectImportError(d.file("outdtype.onnx"), {"graph output 'y'", "wrong dtype"});
+
+  // An input of a dtype the IR does not have.
+  auto m3 = reluModel();
+  m3.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::STRING);
+  writeModel(d.file("strin.onnx"), m3);
+  expectImportError(d.file("strin.onnx"), {"input 'x'", "does not support"});
+}
+
+TEST(OnnxImport, UnsupportedOpsAreListedTogether) {
+  TempDir d;
+  auto m = reluModel();
+  auto* g = m.mutable_graph();
+  addNode(g, "Foo", {"y"}, {"f"}, "foo_node");
+  addNode(g, "Bar", {"f"}, {"b"}, "bar_node", "com.example");
+  addNode(g, "LSTM", {"b"}, {"l"}, "lstm_node");
+  auto* o = m.add_opset_import();
+  o->set_domain("com.example");
+  o->set_version(1);
+  writeModel(d.file("unsup.onnx"), m);
+  expectImportError(d.file("unsup.onnx"), {"3 node(s)", "node 'foo_node' (Foo) domain 'ai.onnx'",
+                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'lstm_node' (LSTM)"});
+}
+
+TEST(OnnxImport, OpsetOutOfRange) {
+  TempDir d;
+  auto m = reluModel();
+  m.mutable_opset_import(0)->set_version(11);
+  writeModel(d.file("old.onnx"), m);
+  expectImportError(d.file("old.onnx"), {"opset 11", "13 to 21"});
+}
+
+TEST(OnnxImport, ExternalDataStaysInTheModelFolder) {
+  TempDir d;
+  std::filesystem::create_directories(d.path / "m");
+  std::vector<float> w = {1.5f, -2.0f, 3.25f, 4.0f};
+  {
+    std::string bytes(8, 'x');  // offset 8
+    bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+    writeBytes(d.file("m/w.bin"), bytes);
+    writeBytes(d.file("m/short.bin"), std::string(10, 'x'));
+    writeBytes(d.file("outside.bin"), bytes);
+  }
+  auto model = [&](const std::string& location, const std::string& length) {
+    auto m = newModel();
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4});
+    auto* t = g->add_initializer();
+    t->set_name("w");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(4);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto kv = [&](const char* k, const std::string& v) {
+      auto* e = t->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    kv("location", location);
+    kv("offset", "8");
+    if (!length.empty()) kv("length", length);
+    addNode(g, "Mul", {"x", "w"}, {"y"}, "scale");
+    addOutput(g, "y");
+    writeModel(d.file("m/model.onnx"), m);
+    return d.file("m/model.onnx");
+  };
+  auto g = importOnnxFile(model("w.bin", "16"));
+  const Tensor* t = g->lookup("w")->data();
+  ASSERT_NE(t, nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t->getDouble(i), w[i]);
+
+  expectImportError(model("../outside.bin", ""), {"initializer 'w'", "'../outside.bin' escapes the model's folder"});
+  expectImportError(model("sub/../../outside.bin", ""), {"escapes the model's folder"});
+  expectImportError(model((d.path / "m/w.bin").string(), ""), {"is absolute"});
+  expectImportError(model("missing.bin", ""), {"'missing.bin' is missing"});
+  expectImportError(model("short.bin", ""), {"'short.bin' is too short"});
+  expectImportError(model("w.bin", "12"), {"length 12 does not match"});
+  std::filesystem::create_symlink(d.path / "outside.bin", d.path / "m" / "link.bin");
+  expectImportError(model("link.bin", ""), {"escapes the model's folder"});
+}
+
+TEST(OnnxImport, SymbolicDimsAndShapeSubgraphFolding) {
+  TempDir d;
+  // x: [N, 4, 6] -> Reshape to [N, 24] through Shape -> Gather -> Unsqueeze -> Concat, as exporters emit.
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {0, 4, 6}, {"N"});
+  addInt64Init(g, "zero", {0});
+  addInt64Init(g, "minus1", {-1});
+  auto* c = addNode(g, "Constant", {}, {"idx"}, "const_idx");
+  auto* a = c->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  a->mutable_t()->add_int64_data(0);  // scalar 0
+  addNode(g, "Shape", {"x"}, {"s"}, "shape");
+  addNode(g, "Gather", {"s", "idx"}, {"n"}, "gather");
+  addNode(g, "Unsqueeze", {"n", "zero"}, {"n1"}, "unsq");
+  addNode(g, "Concat", {"n1", "minus1"}, {"target"}, "concat")->add_attribute()->CopyFrom([] {
+    onnx::AttributeProto p;
+    p.set_name("axis");
+    p.set_type(onnx::AttributeProto::INT);
+    p.set_i(0);
+    return p;
+  }());
+  addNode(g, "Reshape", {"x", "target"}, {"y"}, "reshape");
+  addOutput(g, "y", onnx::TensorProto::FLOAT);
+  writeModel(d.file("sym.onnx"), m);
+
+  expectImportError(d.file("sym.onnx"), {"input 'x' dim 0 is symbolic ('N')", "--input-shape x="});
+  ImportOptions opts;
+  opts.inputShapes["x"] = {5, 4, 6};
+  auto graph = importOnnxFile(d.file("sym.onnx"), opts);
+  ASSERT_EQ(graph->numNodes(), 1u);
+  const Node& r = *graph->nodes().front();
+  EXPECT_EQ(r.op(), "Reshape");
+  EXPECT_EQ(r.input(1)->constData()->toInts(), (std::vector<int64_t>{5, -1}));
+  EXPECT_EQ(graph->outputs()[0]->type().str(), "f32[5,24]");
+
+  opts.inputShapes["x"] = {5, 4, 7};
+  expectImportError(d.file("sym.onnx"), {"sets dim 2 to 7", "fixes it to 6"}, opts);
+  opts.inputShapes = {{"nosuch", {1}}};
+  expectImportError(d.file("sym.onnx"), {"'nosuch', which is not a graph input"}, opts);
+}
+
+TEST(OnnxExport, PassesCheckerAndReimportsIdentically) {
+  TempDir d;
+  auto g = parseGraph(R"(graph "g" opset 17 {
+  input %x : f32[4,3]
+  input %t : i64[4]
+  input %xh : f16[2]
+  param %w : f32[5,3]
+  param %b : f32[5]
+  const %s : i64[2] = [2, -1]
+  const %h : f16[2] = [0.5, -2.0]
+  %y : f32[4,5] = Gemm(%x, %w, %b) {transB = 1} @fc
+  %r : f32[4,5] = Relu(%y) @relu
+  %l : f32[], %lp : f32[4,5] = SoftmaxCrossEntropyLoss(%r, %t) {reduction = "mean"} @loss
+  %z : f32[2,10] = Reshape(%r, %s) @reshape
+  %m : f16[2] = Mul(%xh, %h) @mul
+  output %l
+  output %z
+  output %m
+}
+)");
+  verify(*g);
+  for (Value* p : g->params()) {
+    Tensor t(p->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, 0.25 * static_cast<double>(i));
+    p->setData(std::move(t));
+  }
+  onnx::ModelProto m = exportOnnx(*g);
+  EXPECT_NO_THROW(onnx::checker::check_model(m));
+  writeModel(d.file("out.onnx"), m);
+  auto back = importOnnxFile(d.file("out.onnx"));
+  EXPECT_EQ(printGraph(*back), printGraph(*g));
+  EXPECT_EQ(back->lookup("w")->data()->getDouble(7), 1.75);
+
+  // exportOnnxFile writes atomically: no temp file is left behind.
+  exportOnnxFile(*g, d.file("atomic.onnx"));
+  EXPECT_TRUE(std::filesystem::exists(d.file("atomic.onnx")));
+  EXPECT_FALSE(std::filesystem::exists(d.file("atomic.onnx.tmp")));
+}
+
+TEST(OnnxImport, ParseShapeSpec) {
+  EXPECT_EQ(parseShapeSpec("2x3x32x32"), (std::vector<int64_t>{2, 3, 32, 32}));
+  EXPECT_EQ(parseShapeSpec("7"), (std::vector<int64_t>{7}));
+  EXPECT_THROW(parseShapeSpec("2x"), Error);
+  EXPECT_THROW(parseShapeSpec("2,3"), Error);
+  EXPECT_THROW(parseShapeSpec(""), Error);
+}

@@ -1,0 +1,144 @@
+// ampc: the compiler's front end.
+//
+//   ampc MODEL.onnx --emit text            print the IR after import
+//   ampc MODEL.onnx --emit onnx -o OUT.onnx write the imported graph back as ONNX
+//   ampc MODEL.onnx --summary              node counts, parameters, inputs and outputs
+//   ampc MODEL.ir --passes dce --emit text run passes over the text form
+//
+// Exit codes: 0 ok, 1 bad input, 2 bad usage.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "compiler/ir/text.h"
+#include "compiler/onnx/onnx.h"
+#include "passes/pass.h"
+
+namespace fs = std::filesystem;
+using namespace ampc;
+
+namespace {
+
+std::unique_ptr<Graph> load(const std::string& path, const ImportOptions& opts) {
+  if (fs::path(path).extension() == ".ir") {
+    std::ifstream in(path);
+    if (!in) throw Error(path + ": no such file");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto g = parseGraph(ss.str(), path);
+    try {
+      verify(*g);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+    return g;
+  }
+  return importOnnxFile(path, opts);
+}
+
+void writeAtomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !(out << text) || !out.flush()) {
+      std::remove(tmp.c_str());
+      throw Error(path + ": cannot write");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(path + ": rename failed: " + ec.message());
+}
+
+void printSummary(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const auto& n : g.nodes()) counts[n->qualifiedOp()]++;
+  fmt::print("graph '{}' opset {}: {} nodes\n", g.name, g.opset, g.numNodes());
+  for (const auto& [op, c] : counts) fmt::print("  {:<28} {}\n", op, c);
+  int64_t elems = 0, bytes = 0;
+  for (const Value* p : g.params()) {
+    elems += p->type().numel();
+    bytes += static_cast<int64_t>(p->type().bytes());
+  }
+  fmt::print("params: {} tensors, {} elements, {} bytes\n", g.params().size(), elems, bytes);
+  for (const Value* v : g.inputs()) fmt::print("input  {} : {}\n", v->name(), v->type().str());
+  for (const Value* v : g.outputs()) fmt::print("output {} : {}\n", v->name(), v->type().str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ampc: ahead-of-time mixed-precision training compiler for ONNX"};
+  std::string model, emit, out, passes;
+  std::vector<std::string> shapes;
+  bool summary = false;
+  app.add_option("model", model, "ONNX model (.onnx) or IR text (.ir)")->required();
+  app.add_option("--emit", emit, "write the graph: text (IR) or onnx")->check(CLI::IsMember({"text", "onnx"}));
+  app.add_option("-o,--output", out, "output file (--emit onnx needs it; text goes to stdout without it)");
+  app.add_flag("--summary", summary, "print node counts per op, parameters, inputs and outputs");
+  app.add_option("--input-shape", shapes, "fix an input's dims: NAME=2x3x32x32 (repeatable)");
+  app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (emit == "onnx" && out.empty()) {
+    std::cerr << "ampc: --emit onnx needs -o OUT.onnx\n";
+    return 2;
+  }
+  try {
+    ImportOptions opts;
+    for (const auto& s : shapes) {
+      auto eq = s.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "ampc: --input-shape wants NAME=2x3x32x32, got '" << s << "'\n";
+        return 2;
+      }
+      try {
+        opts.inputShapes[s.substr(0, eq)] = parseShapeSpec(s.substr(eq + 1));
+      } catch (const Error& e) {
+        std::cerr << "ampc: --input-shape: " << e.what() << "\n";
+        return 2;
+      }
+    }
+    PassManager pm;
+    try {
+      pm.addPipeline(passes);
+    } catch (const Error& e) {
+      std::cerr << "ampc: --passes: " << e.what() << "\n";
+      return 2;
+    }
+    auto g = load(model, opts);
+    try {
+      pm.run(*g);
+    } catch (const Error& e) {
+      throw Error(model + ": " + e.what());
+    }
+    if (summary) printSummary(*g);
+    if (emit == "text") {
+      std::string text = printGraph(*g);
+      if (out.empty()) std::cout << text;
+      else writeAtomically(out, text);
+    } else if (emit == "onnx") {
+      exportOnnxFile(*g, out);
+    } else if (!summary) {
+      fmt::print("{}: ok, {} nodes, {} params, opset {}\n", model, g->numNodes(), g->params().size(), g->opset);
+    }
+  } catch (const Error& e) {
+    std::cerr << "ampc: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ampc: error: " << model << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
