@@ -13,6 +13,16 @@ int64_t TensorType::numel() const {
   return n;
 }
 
+bool TensorType::sizeFits() const {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (d > 0 && n > kMaxElements / d) return false;
+    n *= d;
+  }
+  return true;
+}
+
 std::string TensorType::str() const {
   std::string s(dtypeName(dtype));
   s += '[';

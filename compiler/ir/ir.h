@@ -28,6 +28,10 @@ struct TensorType {
 
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
   int64_t numel() const;
+  // False if a dim is negative or the element count exceeds kMaxElements (it cannot be allocated,
+  // and numel() could overflow): callers reject such types before using numel().
+  bool sizeFits() const;
+  static constexpr int64_t kMaxElements = int64_t{1} << 40;
   size_t bytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype); }
   std::string str() const;  // "f32[2,3]", "i64[]"
   bool operator==(const TensorType&) const = default;

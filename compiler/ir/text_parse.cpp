@@ -142,6 +142,7 @@ class Parser {
       } while (tryChar(','));
       expect(']');
     }
+    if (!t.sizeFits()) fail("type " + t.str() + " has too many elements");
     return t;
   }
   Tensor parseTensorData(const TensorType& t) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <queue>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -128,6 +129,7 @@ class Importer {
     if (!tt.has_shape()) {
       if (over == opts_.inputShapes.end()) fail("input '" + vi.name() + "' has no shape; give one with --input-shape " + vi.name() + "=...");
       t.shape = over->second;
+      if (!t.sizeFits()) fail("input '" + vi.name() + "' has shape " + t.str() + ", which is too large");
       return t;
     }
     const auto& dims = tt.shape().dim();
@@ -147,6 +149,7 @@ class Importer {
              "'); fix it with --input-shape " + vi.name() + "=AxBx...");
       }
     }
+    if (!t.sizeFits()) fail("input '" + vi.name() + "' has shape " + t.str() + ", which is too large");
     return t;
   }
 
@@ -160,53 +163,49 @@ class Importer {
       if (d < 0) fail(what + " has a negative dimension");
       type.shape.push_back(d);
     }
-    Tensor t(type);
+    if (!type.sizeFits()) fail(what + " has shape " + type.str() + ", which is too large");
     const size_t bytes = type.bytes();
+    const int64_t n = type.numel();
     auto sizeError = [&](size_t got) {
       fail(what + " holds " + std::to_string(got) + " bytes of data; " + type.str() + " needs " + std::to_string(bytes));
     };
-    if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-      readExternal(p, what, t);
-    } else if (p.has_raw_data()) {
+    auto count = [&](int64_t got) {
+      if (got != n) fail(what + " holds " + std::to_string(got) + " elements; " + type.str() + " needs " + std::to_string(n));
+    };
+    // Sizes are checked against the data before anything is allocated.
+    if (p.data_location() == onnx::TensorProto::EXTERNAL) return readExternal(p, what, type);
+    if (p.has_raw_data()) {
       if (p.raw_data().size() != bytes) sizeError(p.raw_data().size());
+      Tensor t(type);
       std::memcpy(t.data.data(), p.raw_data().data(), bytes);
-    } else {
-      const int64_t n = t.numel();
-      auto count = [&](int64_t got) {
-        if (got != n) fail(what + " holds " + std::to_string(got) + " elements; " + type.str() + " needs " + std::to_string(n));
-      };
+      return t;
+    }
+    switch (*dt) {
+      case DType::f32: count(p.float_data_size()); break;
+      case DType::f64: count(p.double_data_size()); break;
+      case DType::i64: count(p.int64_data_size()); break;
+      default: count(p.int32_data_size()); break;  // f16/bf16 bit patterns, i32 i8 u8 bool
+    }
+    Tensor t(type);
+    for (int64_t i = 0; i < n; ++i) {
       switch (*dt) {
-        case DType::f32:
-          count(p.float_data_size());
-          for (int64_t i = 0; i < n; ++i) t.setDouble(i, p.float_data(i));
-          break;
-        case DType::f64:
-          count(p.double_data_size());
-          for (int64_t i = 0; i < n; ++i) t.setDouble(i, p.double_data(i));
-          break;
-        case DType::i64:
-          count(p.int64_data_size());
-          for (int64_t i = 0; i < n; ++i) t.setInt(i, p.int64_data(i));
-          break;
+        case DType::f32: t.setDouble(i, p.float_data(i)); break;
+        case DType::f64: t.setDouble(i, p.double_data(i)); break;
+        case DType::i64: t.setInt(i, p.int64_data(i)); break;
         case DType::f16:
-        case DType::bf16:  // bit patterns in int32_data
-          count(p.int32_data_size());
-          for (int64_t i = 0; i < n; ++i) {
-            uint16_t bits = static_cast<uint16_t>(p.int32_data(i));
-            std::memcpy(t.data.data() + 2 * i, &bits, 2);
-          }
+        case DType::bf16: {
+          uint16_t bits = static_cast<uint16_t>(p.int32_data(i));
+          std::memcpy(t.data.data() + 2 * i, &bits, 2);
           break;
-        default:  // i32 i8 u8 bool in int32_data
-          count(p.int32_data_size());
-          for (int64_t i = 0; i < n; ++i) t.setInt(i, p.int32_data(i));
-          break;
+        }
+        default: t.setInt(i, p.int32_data(i)); break;
       }
     }
     return t;
   }
 
   // External data: the location must be relative and stay inside the model's folder.
-  void readExternal(const onnx::TensorProto& p, const std::string& what, Tensor& t) {
+  Tensor readExternal(const onnx::TensorProto& p, const std::string& what, const TensorType& type) {
     std::string location;
     int64_t offset = 0, length = -1;
     for (const auto& kv : p.external_data()) {
@@ -228,18 +227,20 @@ class Importer {
     if (ec || rel.empty() || *rel.begin() == "..")
       fail(what + ": external data location '" + location + "' escapes the model's folder");
     if (!fs::is_regular_file(full, ec)) fail(what + ": external data file '" + location + "' is missing");
-    const size_t bytes = t.type.bytes();
+    const size_t bytes = type.bytes();
     if (length >= 0 && static_cast<size_t>(length) != bytes)
-      fail(what + ": external data length " + std::to_string(length) + " does not match " + t.type.str() + " (" + std::to_string(bytes) + " bytes)");
+      fail(what + ": external data length " + std::to_string(length) + " does not match " + type.str() + " (" + std::to_string(bytes) + " bytes)");
     if (offset < 0) fail(what + ": negative external data offset");
     auto fileSize = fs::file_size(full, ec);
     if (ec || fileSize < static_cast<uintmax_t>(offset) + bytes)
       fail(what + ": external data file '" + location + "' is too short (" + std::to_string(fileSize) + " bytes; need " +
            std::to_string(offset + bytes) + ")");
+    Tensor t(type);
     std::ifstream in(full, std::ios::binary);
     in.seekg(offset);
     in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
     if (!in) fail(what + ": could not read external data file '" + location + "'");
+    return t;
   }
 
   // ---- nodes
@@ -265,19 +266,18 @@ class Importer {
         ++pending[i];
         users[it->second].push_back(i);
       }
-    std::vector<int> order, ready;
-    for (int i = gp.node_size() - 1; i >= 0; --i)
-      if (!pending[i]) ready.push_back(i);
+    // Kahn's algorithm; among ready nodes the earliest in the file goes first, so an already
+    // sorted graph keeps its order.
+    std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+    for (int i = 0; i < gp.node_size(); ++i)
+      if (!pending[i]) ready.push(i);
+    std::vector<int> order;
     while (!ready.empty()) {
-      int i = ready.back();
-      ready.pop_back();
+      int i = ready.top();
+      ready.pop();
       order.push_back(i);
-      std::vector<int> next;
       for (int u : users[i])
-        if (--pending[u] == 0) next.push_back(u);
-      std::sort(next.rbegin(), next.rend());  // keep file order among ready nodes
-      ready.insert(ready.end(), next.begin(), next.end());
-      std::sort(ready.rbegin(), ready.rend());
+        if (--pending[u] == 0) ready.push(u);
     }
     if (static_cast<int>(order.size()) != gp.node_size()) {
       for (int i = 0; i < gp.node_size(); ++i)
@@ -335,7 +335,7 @@ std::vector<int64_t> parseShapeSpec(const std::string& s) {
   while (pos <= s.size()) {
     size_t x = s.find('x', pos);
     std::string part = s.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos)
+    if (part.empty() || part.size() > 15 || part.find_first_not_of("0123456789") != std::string::npos)
       throw Error("bad shape '" + s + "': expected dims like 2x3x32x32");
     r.push_back(std::stoll(part));
     if (x == std::string::npos) break;

@@ -108,9 +108,11 @@ std::vector<TensorType> inferTypes(const Node& n) {
   d->infer(c);
   if (c.outputs.size() < n.numResults()) c.fail("internal: shape rule left outputs untyped");
   c.outputs.resize(n.numResults());
-  for (const auto& t : c.outputs)
+  for (const auto& t : c.outputs) {
     for (int64_t dim : t.shape)
       if (dim < 0) c.fail("inferred a negative dimension in " + t.str());
+    if (!t.sizeFits()) c.fail("inferred " + t.str() + ", which has too many elements");
+  }
   return c.outputs;
 }
 

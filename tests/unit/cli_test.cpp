@@ -98,6 +98,28 @@ TEST(Cli, BadInputsExitOneWithoutPartialOutput) {
   expectBad(d.file("unsupported.onnx"), {"node 'act' (Mish)", "node 'custom_loss' (com.seeds.Loss) domain 'com.seeds'"});
 }
 
+TEST(Cli, ExternalDataOutsideTheModelFolderExitsOne) {
+  TempDir d;
+  std::filesystem::create_directories(d.path / "model");
+  writeBytes(d.file("secret.bin"), std::string(64, 'x'));
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4});
+  auto* kv = addExternalInit(g, "w", {4}, "../secret.bin")->mutable_external_data(0);
+  addNode(g, "Add", {"x", "w"}, {"y"}, "add");
+  addOutput(g, "y");
+  writeModel(d.file("model/m.onnx"), m);
+  auto r = run(kAmpc + " " + d.file("model/m.onnx") + " --emit onnx -o " + d.file("out.onnx"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("initializer 'w': external data location '../secret.bin' escapes the model's folder"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(d.file("out.onnx")));
+  kv->set_value((d.path / "secret.bin").string());
+  writeModel(d.file("model/m.onnx"), m);
+  r = run(kAmpc + " " + d.file("model/m.onnx"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is absolute"), std::string::npos) << r.out;
+}
+
 TEST(Cli, EmitTextAndOnnxRoundTrip) {
   TempDir d;
   for (const char* name : {"mlp", "cnn", "transformer"}) {

@@ -64,6 +64,27 @@ inline onnx::TensorProto* addInt64Init(onnx::GraphProto* g, const std::string& n
   return t;
 }
 
+// A float initializer whose data lives in an external file; empty offset/length are left out.
+inline onnx::TensorProto* addExternalInit(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& dims,
+                                          const std::string& location, const std::string& offset = "",
+                                          const std::string& length = "") {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (auto d : dims) t->add_dims(d);
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto kv = [&](const char* k, const std::string& v) {
+    if (v.empty()) return;
+    auto* e = t->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  };
+  kv("location", location);
+  kv("offset", offset);
+  kv("length", length);
+  return t;
+}
+
 inline onnx::ModelProto newModel(int opset = 17) {
   onnx::ModelProto m;
   m.set_ir_version(8);
