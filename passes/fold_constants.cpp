@@ -1,8 +1,9 @@
 // fold-constants: in topological order, infers each node's types and replaces nodes whose inputs
-// are all compile-time constants (and whose op has a fold rule in the registry) by constants.
+// are all compile-time constants by constants, evaluated with the CPU reference kernels.
 // This is what turns exporters' shape subgraphs (Shape -> Gather -> Unsqueeze -> Concat ->
 // Reshape) into constant shapes, and ONNX Constant nodes into graph constants.
 #include "compiler/ops/registry.h"
+#include "kernels/cpu/kernel.h"
 #include "passes/pass.h"
 
 namespace ampc {
@@ -32,19 +33,19 @@ class FoldConstantsPass : public Pass {
  private:
   static bool tryFold(Graph& g, Node* n, const std::vector<TensorType>& types) {
     const OpDef* d = n->def();
-    if (!d || !d->fold) return false;
+    if (!d || !n->domain().empty() || !cpu::findKernel(n->op())) return false;
     std::vector<const Tensor*> ins;
     for (size_t i = 0; i < n->numInputs(); ++i) {
       const Value* v = n->input(i);
       const Tensor* t = v ? v->constData() : nullptr;
-      if (v && !t && !d->foldFromTypes) return false;
+      if (v && !t && !d->readsOnlyTypes) return false;
       ins.push_back(t);
     }
-    if (n->op() != "Constant")
+    if (d->random) return false;  // a random op is not a constant, whatever its inputs
+    if (n->numInputs() > 0)         // a source op (Constant) already holds its data
       for (const auto& t : types)
         if (t.numel() > kMaxFoldElements) return false;
-    auto folded = d->fold(*n, ins, types);
-    if (!folded) return false;
+    auto folded = std::optional<std::vector<Tensor>>(cpu::runNode(*n, ins));
     std::vector<std::string> names;
     std::vector<Value*> consts;
     for (size_t i = 0; i < n->numResults(); ++i) {

@@ -1,25 +1,8 @@
 // Elementwise ops: unary math and activations, broadcasting binary ops, comparisons and logic,
 // Where, Clip, Dropout.
-#include <cmath>
-
 #include "compiler/ops/families.h"
 
 namespace ampc {
-
-int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& out, const std::vector<int64_t>& in) {
-  int64_t idx = 0, stride = 1;
-  size_t off = out.size() - in.size();
-  for (size_t k = out.size(); k-- > 0;) {
-    int64_t coord = i % out[k];
-    i /= out[k];
-    if (k >= off) {
-      int64_t d = in[k - off];
-      if (d != 1) idx += coord * stride;
-      stride *= d;
-    }
-  }
-  return idx;
-}
 
 namespace {
 
@@ -100,76 +83,6 @@ void inferDropout(InferContext& c) {
   if (c.numOutputs() > 1) c.setOut(1, TensorType{DType::boolean, c.in(0).shape});
 }
 
-// ---- folding (small constant tensors of shape subgraphs)
-
-using Fold = std::optional<std::vector<Tensor>>;
-
-Fold foldBinary(const Node& n, const std::vector<const Tensor*>& in, const std::vector<TensorType>& out) {
-  const std::string& op = n.op();
-  Tensor r(out[0]);
-  const Tensor& a = *in[0];
-  const Tensor& b = *in[1];
-  const bool ints = isInteger(a.type.dtype) || a.type.dtype == DType::boolean;
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    int64_t ia = broadcastIndex(i, out[0].shape, a.type.shape), ib = broadcastIndex(i, out[0].shape, b.type.shape);
-    if (ints) {
-      int64_t x = a.getInt(ia), y = b.getInt(ib), v;
-      if (op == "Add") v = x + y;
-      else if (op == "Sub") v = x - y;
-      else if (op == "Mul") v = x * y;
-      else if (op == "Div") {
-        if (y == 0) return std::nullopt;  // leave it to the runtime
-        v = x / y;
-      } else if (op == "Equal") v = x == y;
-      else if (op == "Less") v = x < y;
-      else if (op == "Greater") v = x > y;
-      else if (op == "LessOrEqual") v = x <= y;
-      else if (op == "GreaterOrEqual") v = x >= y;
-      else if (op == "And") v = x && y;
-      else if (op == "Or") v = x || y;
-      else return std::nullopt;
-      r.setInt(i, v);
-    } else {
-      double x = a.getDouble(ia), y = b.getDouble(ib), v;
-      if (op == "Add") v = x + y;
-      else if (op == "Sub") v = x - y;
-      else if (op == "Mul") v = x * y;
-      else if (op == "Div") v = x / y;
-      else if (op == "Equal") v = x == y;
-      else if (op == "Less") v = x < y;
-      else if (op == "Greater") v = x > y;
-      else if (op == "LessOrEqual") v = x <= y;
-      else if (op == "GreaterOrEqual") v = x >= y;
-      else return std::nullopt;
-      r.setDouble(i, v);
-    }
-  }
-  return std::vector<Tensor>{std::move(r)};
-}
-
-Fold foldWhere(const Node&, const std::vector<const Tensor*>& in, const std::vector<TensorType>& out) {
-  Tensor r(out[0]);
-  const auto& s = out[0].shape;
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    bool cond = in[0]->getInt(broadcastIndex(i, s, in[0]->type.shape)) != 0;
-    const Tensor& src = cond ? *in[1] : *in[2];
-    int64_t j = broadcastIndex(i, s, src.type.shape);
-    if (isFloat(r.type.dtype)) r.setDouble(i, src.getDouble(j));
-    else r.setInt(i, src.getInt(j));
-  }
-  return std::vector<Tensor>{std::move(r)};
-}
-
-Fold foldNot(const Node&, const std::vector<const Tensor*>& in, const std::vector<TensorType>& out) {
-  Tensor r(out[0]);
-  for (int64_t i = 0; i < r.numel(); ++i) r.setInt(i, !in[0]->getInt(i));
-  return std::vector<Tensor>{std::move(r)};
-}
-
-Fold foldIdentity(const Node&, const std::vector<const Tensor*>& in, const std::vector<TensorType>&) {
-  return std::vector<Tensor>{*in[0]};
-}
-
 constexpr auto A = AmpCategory::Allow;
 constexpr auto D = AmpCategory::Deny;
 constexpr auto I = AmpCategory::Infer;
@@ -181,9 +94,7 @@ constexpr int L = kMinOpset, H = kMaxOpset;
 void registerElementwiseOps(std::vector<OpDef>& t) {
   (void)A;
   auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, AmpCategory amp,
-                 bool diff, ShapeFn f, FoldFn fold = nullptr) {
-    t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, amp, diff, f, fold});
-  };
+                 bool diff, ShapeFn f) { t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, amp, diff, f}); };
   // name            since  in    out   amp diff  shape rule
   row("Sqrt", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Reciprocal", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
@@ -198,29 +109,30 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Relu", L, 1, 1, 1, 1, I, true, inferUnaryAny);
   row("Neg", L, 1, 1, 1, 1, I, true, inferUnaryAny);
   row("Abs", L, 1, 1, 1, 1, I, true, inferUnaryAny);
-  row("Identity", L, 1, 1, 1, 1, C, true, inferUnaryAny, foldIdentity);
+  row("Identity", L, 1, 1, 1, 1, C, true, inferUnaryAny);
   row("Softmax", L, 1, 1, 1, 1, D, true, inferSoftmax);
   row("LogSoftmax", L, 1, 1, 1, 1, D, true, inferSoftmax);
   row("Clip", L, 1, 3, 1, 1, I, true, inferClip);
-  row("Add", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
-  row("Sub", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
-  row("Mul", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
-  row("Div", L, 2, 2, 1, 1, I, true, inferArith, foldBinary);
+  row("Add", L, 2, 2, 1, 1, I, true, inferArith);
+  row("Sub", L, 2, 2, 1, 1, I, true, inferArith);
+  row("Mul", L, 2, 2, 1, 1, I, true, inferArith);
+  row("Div", L, 2, 2, 1, 1, I, true, inferArith);
   row("Pow", L, 2, 2, 1, 1, D, true, inferPow);
   row("Max", L, 1, -1, 1, 1, I, true, inferVariadic);
   row("Min", L, 1, -1, 1, 1, I, true, inferVariadic);
-  row("Where", L, 3, 3, 1, 1, I, true, inferWhere, foldWhere);
-  row("Equal", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
-  row("Less", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
-  row("LessOrEqual", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
-  row("Greater", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
-  row("GreaterOrEqual", L, 2, 2, 1, 1, I, false, inferCompare, foldBinary);
-  row("Not", L, 1, 1, 1, 1, C, false, inferLogic, foldNot);
-  row("And", L, 2, 2, 1, 1, C, false, inferLogic, foldBinary);
-  row("Or", L, 2, 2, 1, 1, C, false, inferLogic, foldBinary);
+  row("Where", L, 3, 3, 1, 1, I, true, inferWhere);
+  row("Equal", L, 2, 2, 1, 1, I, false, inferCompare);
+  row("Less", L, 2, 2, 1, 1, I, false, inferCompare);
+  row("LessOrEqual", L, 2, 2, 1, 1, I, false, inferCompare);
+  row("Greater", L, 2, 2, 1, 1, I, false, inferCompare);
+  row("GreaterOrEqual", L, 2, 2, 1, 1, I, false, inferCompare);
+  row("Not", L, 1, 1, 1, 1, C, false, inferLogic);
+  row("And", L, 2, 2, 1, 1, C, false, inferLogic);
+  row("Or", L, 2, 2, 1, 1, C, false, inferLogic);
   row("IsNaN", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
+  t.back().random = true;
 }
 
 }  // namespace ampc

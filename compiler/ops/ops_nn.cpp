@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "compiler/ops/families.h"
+#include "compiler/ops/geometry.h"
 
 namespace ampc {
 namespace {
@@ -47,47 +48,14 @@ void inferGemm(InferContext& c) {
   c.setOut(0, TensorType{c.in(0).dtype, {m, n}});
 }
 
-// Output length of one spatial dim of a sliding window (Conv, pooling).
-int64_t windowOut(InferContext& c, int64_t in, int64_t k, int64_t s, int64_t d, int64_t& padBegin, int64_t& padEnd,
-                  const std::string& autoPad, bool ceilMode) {
-  c.check(s > 0 && d > 0 && k > 0, "strides, dilations and kernel must be positive");
-  int64_t ext = (k - 1) * d + 1;
-  if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-    int64_t out = (in + s - 1) / s;
-    int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
-    padBegin = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-    padEnd = total - padBegin;
-    return out;
-  }
-  if (autoPad == "VALID") padBegin = padEnd = 0;
-  else if (autoPad != "NOTSET") c.fail("unknown auto_pad '" + autoPad + "'");
-  int64_t span = in + padBegin + padEnd - ext;
-  if (span < 0) c.fail("the window (" + std::to_string(ext) + ") is larger than the padded input (" +
-                       std::to_string(in + padBegin + padEnd) + ")");
-  int64_t out = (ceilMode ? (span + s - 1) / s : span / s) + 1;
-  if (ceilMode && (out - 1) * s >= in + padBegin) --out;  // last window would start in the padding
-  return out;
-}
-
-// Shared by Conv and the pools: spatial output dims from kernel_shape / strides / pads / dilations.
+// Spatial output dims of Conv and the pools, from the shared window geometry.
 std::vector<int64_t> spatialOut(InferContext& c, const std::vector<int64_t>& x, const std::vector<int64_t>& kernel,
                                 bool ceilMode) {
-  size_t sp = x.size() - 2;
-  c.check(kernel.size() == sp, "kernel rank " + std::to_string(kernel.size()) + " does not match input rank " +
-                                   std::to_string(x.size()));
-  const Node& n = c.node();
-  auto strides = n.getInts("strides", std::vector<int64_t>(sp, 1));
-  auto dil = n.getInts("dilations", std::vector<int64_t>(sp, 1));
-  auto pads = n.getInts("pads", std::vector<int64_t>(2 * sp, 0));
-  c.check(strides.size() == sp && dil.size() == sp && pads.size() == 2 * sp,
-          "strides/dilations/pads lengths do not match the spatial rank " + std::to_string(sp));
-  std::string autoPad = n.getString("auto_pad", "NOTSET");
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < sp; ++i) {
-    c.check(pads[i] >= 0 && pads[i + sp] >= 0, "pads must be non-negative");
-    out.push_back(windowOut(c, x[i + 2], kernel[i], strides[i], dil[i], pads[i], pads[i + sp], autoPad, ceilMode));
+  try {
+    return windowOf(c.node(), std::vector<int64_t>(x.begin() + 2, x.end()), kernel, ceilMode).out;
+  } catch (const Error& e) {
+    c.fail(e.what());
   }
-  return out;
 }
 
 void inferConv(InferContext& c) {
@@ -113,8 +81,8 @@ void inferConv(InferContext& c) {
   c.setOut(0, TensorType{c.in(0).dtype, out});
 }
 
-void inferPool(InferContext& c) {
-  requireFloat(c, 0);
+// Pool output shape (and MaxPool's optional Indices).
+void inferPoolShape(InferContext& c) {
   const auto& x = c.in(0).shape;
   c.check(x.size() >= 3, "X must be N x C x spatial, got " + c.in(0).str());
   auto kernel = c.node().getInts("kernel_shape");
@@ -123,6 +91,14 @@ void inferPool(InferContext& c) {
   for (int64_t d : spatialOut(c, x, kernel, c.node().getInt("ceil_mode", 0) != 0)) out.push_back(d);
   c.setOut(0, TensorType{c.in(0).dtype, out});
   if (c.numOutputs() > 1) c.setOut(1, TensorType{DType::i64, out});
+}
+void inferAveragePool(InferContext& c) {
+  requireFloat(c, 0);
+  inferPoolShape(c);
+}
+void inferMaxPool(InferContext& c) {  // MaxPool also takes i8/u8 data
+  if (c.in(0).dtype != DType::i8 && c.in(0).dtype != DType::u8) requireFloat(c, 0);
+  inferPoolShape(c);
 }
 
 void inferGlobalPool(InferContext& c) {
@@ -236,8 +212,8 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("MatMul", L, 2, 2, 1, 1, A, true, inferMatMul);
   row("Gemm", L, 2, 3, 1, 1, A, true, inferGemm);
   row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
-  row("MaxPool", L, 1, 1, 1, 2, C, true, inferPool);
-  row("AveragePool", L, 1, 1, 1, 1, I, true, inferPool);
+  row("MaxPool", L, 1, 1, 1, 2, C, true, inferMaxPool);
+  row("AveragePool", L, 1, 1, 1, 1, I, true, inferAveragePool);
   row("GlobalAveragePool", L, 1, 1, 1, 1, I, true, inferGlobalPool);
   row("BatchNormalization", L, 5, 5, 1, 3, I, true, inferBatchNorm);
   row("LayerNormalization", 17, 2, 3, 1, 3, D, true, inferLayerNorm);

@@ -1,39 +1,16 @@
 // Data movement and shape ops: Reshape, Transpose, Concat, Split, Slice, Gather, Squeeze,
 // Unsqueeze, Expand, Flatten, Pad, Tile, Trilu, Cast, CastLike, and the shape-subgraph ops
-// Shape, ConstantOfShape, Constant, Range. Most rows carry a fold so exporter shape chains
-// (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) become constants once shapes are static.
+// Shape, ConstantOfShape, Constant, Range.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
 #include "compiler/ops/families.h"
+#include "compiler/ops/geometry.h"
 
 namespace ampc {
 namespace {
-
-using Fold = std::optional<std::vector<Tensor>>;
-using Ins = std::vector<const Tensor*>;
-using Outs = std::vector<TensorType>;
-
-std::vector<int64_t> stridesOf(const std::vector<int64_t>& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-  return st;
-}
-
-// Copies element `from` of `src` to element `to` of `dst` (same dtype).
-void copyElem(Tensor& dst, int64_t to, const Tensor& src, int64_t from) {
-  size_t e = dtypeSize(dst.type.dtype);
-  std::memcpy(dst.data.data() + to * e, src.data.data() + from * e, e);
-}
-
-// Reshape-like ops (Reshape, Squeeze, Unsqueeze, Flatten) keep the bytes and change the type.
-Fold foldSameData(const Node&, const Ins& in, const Outs& out) {
-  Tensor r = *in[0];
-  r.type = out[0];
-  return std::vector<Tensor>{std::move(r)};
-}
 
 // ---- Reshape
 void inferReshape(InferContext& c) {
@@ -99,27 +76,6 @@ void inferConcat(InferContext& c) {
   }
   c.setOut(0, TensorType{first.dtype, s});
 }
-Fold foldConcat(const Node& n, const Ins& in, const Outs& out) {
-  Tensor r(out[0]);
-  int64_t ax = n.getInt("axis", 0);
-  if (ax < 0) ax += out[0].rank();
-  auto os = stridesOf(out[0].shape);
-  int64_t offset = 0;
-  for (const Tensor* t : in) {
-    auto is = stridesOf(t->type.shape);
-    for (int64_t i = 0; i < t->numel(); ++i) {
-      int64_t rem = i, o = 0;
-      for (size_t d = 0; d < is.size(); ++d) {
-        int64_t coord = rem / is[d];
-        rem %= is[d];
-        o += (static_cast<int64_t>(d) == ax ? coord + offset : coord) * os[d];
-      }
-      copyElem(r, o, *t, i);
-    }
-    offset += t->type.shape[ax];
-  }
-  return std::vector<Tensor>{std::move(r)};
-}
 
 // ---- Split: sizes from input 1 (13+), num_outputs (18+) or equal parts.
 void inferSplit(InferContext& c) {
@@ -145,67 +101,15 @@ void inferSplit(InferContext& c) {
 }
 
 // ---- Slice
-struct SliceSpec {
-  std::vector<int64_t> start, step;  // per dim of the input
-};
-SliceSpec sliceSpec(InferContext* c, const std::vector<int64_t>& x, std::vector<int64_t> starts, std::vector<int64_t> ends,
-                    std::vector<int64_t> axes, std::vector<int64_t> steps, std::vector<int64_t>& outShape) {
-  int64_t r = static_cast<int64_t>(x.size());
-  if (axes.empty()) {
-    axes.resize(starts.size());
-    std::iota(axes.begin(), axes.end(), 0);
-  }
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (c) c->check(starts.size() == ends.size() && axes.size() == starts.size() && steps.size() == starts.size(),
-                  "starts, ends, axes and steps must have equal lengths");
-  SliceSpec s{std::vector<int64_t>(r, 0), std::vector<int64_t>(r, 1)};
-  outShape = x;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    int64_t ax = c ? c->axis(axes[i], r) : (axes[i] < 0 ? axes[i] + r : axes[i]);
-    int64_t dim = x[ax], st = steps[i];
-    if (c) c->check(st != 0, "step must not be 0");
-    auto clampIdx = [&](int64_t v, int64_t lo, int64_t hi) {
-      if (v < 0) v += dim;
-      return std::clamp(v, lo, hi);
-    };
-    int64_t b, e;
-    if (st > 0) {
-      b = clampIdx(starts[i], 0, dim);
-      e = clampIdx(ends[i], 0, dim);
-    } else {
-      b = clampIdx(starts[i], 0, dim - 1);
-      e = ends[i] < -dim ? -1 : clampIdx(ends[i], -1, dim - 1);
-    }
-    int64_t len = st > 0 ? (e - b + st - 1) / st : (b - e + (-st) - 1) / (-st);
-    outShape[ax] = std::max<int64_t>(0, len);
-    s.start[ax] = b;
-    s.step[ax] = st;
-  }
-  return s;
-}
 void inferSlice(InferContext& c) {
-  std::vector<int64_t> out;
-  sliceSpec(&c, c.in(0).shape, c.constInts(1), c.constInts(2), c.hasInput(3) ? c.constInts(3) : std::vector<int64_t>{},
-            c.hasInput(4) ? c.constInts(4) : std::vector<int64_t>{}, out);
-  c.setOut(0, TensorType{c.in(0).dtype, out});
-}
-Fold foldSlice(const Node&, const Ins& in, const Outs& out) {
-  std::vector<int64_t> os;
-  auto spec = sliceSpec(nullptr, in[0]->type.shape, in[1]->toInts(), in[2]->toInts(),
-                        in.size() > 3 && in[3] ? in[3]->toInts() : std::vector<int64_t>{},
-                        in.size() > 4 && in[4] ? in[4]->toInts() : std::vector<int64_t>{}, os);
-  Tensor r(out[0]);
-  auto ist = stridesOf(in[0]->type.shape), ost = stridesOf(out[0].shape);
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    int64_t rem = i, src = 0;
-    for (size_t d = 0; d < ost.size(); ++d) {
-      int64_t coord = rem / ost[d];
-      rem %= ost[d];
-      src += (spec.start[d] + coord * spec.step[d]) * ist[d];
-    }
-    copyElem(r, i, *in[0], src);
+  auto starts = c.constInts(1), ends = c.constInts(2);
+  auto axes = c.hasInput(3) ? c.constInts(3) : std::vector<int64_t>{};
+  auto steps = c.hasInput(4) ? c.constInts(4) : std::vector<int64_t>{};
+  try {
+    c.setOut(0, TensorType{c.in(0).dtype, sliceSpecOf(c.in(0).shape, starts, ends, axes, steps).out});
+  } catch (const Error& e) {
+    c.fail(e.what());
   }
-  return std::vector<Tensor>{std::move(r)};
 }
 
 // ---- Gather
@@ -223,23 +127,6 @@ void inferGather(InferContext& c) {
       c.check(v >= -x.shape[ax] && v < x.shape[ax], "index " + std::to_string(v) + " is out of range for axis length " + std::to_string(x.shape[ax]));
     }
   c.setOut(0, TensorType{x.dtype, s});
-}
-Fold foldGather(const Node& n, const Ins& in, const Outs& out) {
-  const auto& xs = in[0]->type.shape;
-  int64_t ax = n.getInt("axis", 0);
-  if (ax < 0) ax += static_cast<int64_t>(xs.size());
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < ax; ++d) outer *= xs[d];
-  for (size_t d = ax + 1; d < xs.size(); ++d) inner *= xs[d];
-  int64_t nidx = in[1]->numel(), dim = xs[ax];
-  Tensor r(out[0]);
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < nidx; ++j) {
-      int64_t k = in[1]->getInt(j);
-      if (k < 0) k += dim;
-      for (int64_t i = 0; i < inner; ++i) copyElem(r, (o * nidx + j) * inner + i, *in[0], (o * dim + k) * inner + i);
-    }
-  return std::vector<Tensor>{std::move(r)};
 }
 
 // ---- Squeeze / Unsqueeze: axes from input 1 (13+).
@@ -279,11 +166,6 @@ void inferUnsqueeze(InferContext& c) {
 // ---- Expand / Tile
 void inferExpand(InferContext& c) {
   c.setOut(0, TensorType{c.in(0).dtype, broadcastShapes(c, c.in(0).shape, c.constInts(1))});
-}
-Fold foldExpand(const Node&, const Ins& in, const Outs& out) {
-  Tensor r(out[0]);
-  for (int64_t i = 0; i < r.numel(); ++i) copyElem(r, i, *in[0], broadcastIndex(i, out[0].shape, in[0]->type.shape));
-  return std::vector<Tensor>{std::move(r)};
 }
 void inferTile(InferContext& c) {
   auto rep = c.constInts(1);
@@ -329,33 +211,13 @@ void inferPad(InferContext& c) {
 }
 
 // ---- Shape (start/end since 15)
-void shapeRange(const Node& n, int64_t r, int64_t& b, int64_t& e) {
-  b = n.getInt("start", 0);
-  e = n.getInt("end", r);
-  if (b < 0) b += r;
-  if (e < 0) e += r;
-  b = std::clamp<int64_t>(b, 0, r);
-  e = std::clamp<int64_t>(e, 0, r);
-}
 void inferShape(InferContext& c) {
   int64_t b, e;
-  shapeRange(c.node(), c.in(0).rank(), b, e);
+  shapeRangeOf(c.node(), c.in(0).rank(), b, e);
   c.setOut(0, TensorType{DType::i64, {std::max<int64_t>(0, e - b)}});
-}
-Fold foldShape(const Node& n, const Ins&, const Outs& out) {
-  const auto& s = n.input(0)->type().shape;
-  int64_t b, e;
-  shapeRange(n, static_cast<int64_t>(s.size()), b, e);
-  return std::vector<Tensor>{Tensor::fromInts(DType::i64, out[0].shape, std::vector<int64_t>(s.begin() + b, s.begin() + std::max(b, e)))};
 }
 
 // ---- ConstantOfShape / Constant / Range
-Tensor constantOfShapeValue(const Node& n) {
-  if (const Attribute* a = n.attr("value")) {
-    if (const Tensor* t = std::get_if<Tensor>(a)) return *t;
-  }
-  return Tensor::fromDoubles(DType::f32, {1}, {0.0});
-}
 void inferConstantOfShape(InferContext& c) {
   auto s = c.constInts(0);
   Tensor v = constantOfShapeValue(c.node());
@@ -363,30 +225,8 @@ void inferConstantOfShape(InferContext& c) {
   for (int64_t d : s) c.check(d >= 0, "negative dim in the shape");
   c.setOut(0, TensorType{v.type.dtype, s});
 }
-Fold foldConstantOfShape(const Node& n, const Ins&, const Outs& out) {
-  Tensor v = constantOfShapeValue(n);
-  Tensor r(out[0]);
-  for (int64_t i = 0; i < r.numel(); ++i) copyElem(r, i, v, 0);
-  return std::vector<Tensor>{std::move(r)};
-}
 
-// The tensor a Constant node holds, from whichever value* attribute it has.
-Tensor constantValue(const Node& n) {
-  if (const Attribute* a = n.attr("value"))
-    if (const Tensor* t = std::get_if<Tensor>(a)) return *t;
-  if (n.hasAttr("value_float")) return Tensor::fromDoubles(DType::f32, {}, {n.getFloat("value_float", 0)});
-  if (n.hasAttr("value_int")) return Tensor::fromInts(DType::i64, {}, {n.getInt("value_int", 0)});
-  if (n.hasAttr("value_ints")) {
-    auto v = n.getInts("value_ints");
-    return Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v);
-  }
-  if (const Attribute* a = n.attr("value_floats"))
-    if (const auto* v = std::get_if<std::vector<float>>(a))
-      return Tensor::fromDoubles(DType::f32, {static_cast<int64_t>(v->size())}, std::vector<double>(v->begin(), v->end()));
-  throw Error(n.describe() + ": needs a value, value_float, value_int, value_ints or value_floats attribute (tensor)");
-}
-void inferConstant(InferContext& c) { c.setOut(0, constantValue(c.node()).type); }
-Fold foldConstant(const Node& n, const Ins&, const Outs&) { return std::vector<Tensor>{constantValue(n)}; }
+void inferConstant(InferContext& c) { c.setOut(0, constantNodeValue(c.node()).type); }
 
 void inferRange(InferContext& c) {
   for (size_t i = 0; i < 3; ++i) {
@@ -399,15 +239,6 @@ void inferRange(InferContext& c) {
   int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d)));
   c.setOut(0, TensorType{c.in(0).dtype, {n}});
 }
-Fold foldRange(const Node&, const Ins& in, const Outs& out) {
-  Tensor r(out[0]);
-  double s = in[0]->getDouble(0), d = in[2]->getDouble(0);
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    if (isFloat(r.type.dtype)) r.setDouble(i, s + d * static_cast<double>(i));
-    else r.setInt(i, in[0]->getInt(0) + in[2]->getInt(0) * i);
-  }
-  return std::vector<Tensor>{std::move(r)};
-}
 
 // ---- Cast / CastLike / Trilu
 void inferCast(InferContext& c) {
@@ -416,15 +247,6 @@ void inferCast(InferContext& c) {
   c.setOut(0, TensorType{*to, c.in(0).shape});
 }
 void inferCastLike(InferContext& c) { c.setOut(0, TensorType{c.in(1).dtype, c.in(0).shape}); }
-Fold foldCast(const Node&, const Ins& in, const Outs& out) {
-  Tensor r(out[0]);
-  bool toFloat = isFloat(out[0].dtype), fromFloat = isFloat(in[0]->type.dtype);
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    if (toFloat || fromFloat) r.setDouble(i, in[0]->getDouble(i));
-    else r.setInt(i, in[0]->getInt(i));
-  }
-  return std::vector<Tensor>{std::move(r)};
-}
 void inferTrilu(InferContext& c) {
   c.check(c.in(0).rank() >= 2, "input must have rank >= 2");
   if (c.hasInput(1)) c.check(c.in(1).rank() == 0 && c.in(1).dtype == DType::i64, "k must be an i64 scalar");
@@ -437,28 +259,29 @@ constexpr int L = kMinOpset, H = kMaxOpset;
 }  // namespace
 
 void registerTensorOps(std::vector<OpDef>& t) {
-  auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, bool diff, ShapeFn f,
-                 FoldFn fold) { t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, C, diff, f, fold}); };
-  row("Reshape", L, 2, 2, 1, 1, true, inferReshape, foldSameData);
-  row("Transpose", L, 1, 1, 1, 1, true, inferTranspose, nullptr);
-  row("Concat", L, 1, -1, 1, 1, true, inferConcat, foldConcat);
-  row("Split", L, 1, 2, 1, 1 << 16, true, inferSplit, nullptr);
-  row("Slice", L, 3, 5, 1, 1, true, inferSlice, foldSlice);
-  row("Gather", L, 2, 2, 1, 1, true, inferGather, foldGather);
-  row("Squeeze", L, 1, 2, 1, 1, true, inferSqueeze, foldSameData);
-  row("Unsqueeze", L, 2, 2, 1, 1, true, inferUnsqueeze, foldSameData);
-  row("Expand", L, 2, 2, 1, 1, true, inferExpand, foldExpand);
-  row("Tile", L, 2, 2, 1, 1, true, inferTile, nullptr);
-  row("Flatten", L, 1, 1, 1, 1, true, inferFlatten, foldSameData);
-  row("Pad", L, 2, 4, 1, 1, true, inferPad, nullptr);
-  row("Trilu", L, 1, 2, 1, 1, true, inferTrilu, nullptr);
-  row("Cast", L, 1, 1, 1, 1, true, inferCast, foldCast);
-  row("CastLike", L, 2, 2, 1, 1, true, inferCastLike, foldCast);
-  row("Shape", L, 1, 1, 1, 1, false, inferShape, foldShape);
-  t.back().foldFromTypes = true;
-  row("ConstantOfShape", L, 1, 1, 1, 1, false, inferConstantOfShape, foldConstantOfShape);
-  row("Constant", L, 0, 0, 1, 1, false, inferConstant, foldConstant);
-  row("Range", L, 3, 3, 1, 1, false, inferRange, foldRange);
+  auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, bool diff, ShapeFn f) {
+    t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, C, diff, f});
+  };
+  row("Reshape", L, 2, 2, 1, 1, true, inferReshape);
+  row("Transpose", L, 1, 1, 1, 1, true, inferTranspose);
+  row("Concat", L, 1, -1, 1, 1, true, inferConcat);
+  row("Split", L, 1, 2, 1, 1 << 16, true, inferSplit);
+  row("Slice", L, 3, 5, 1, 1, true, inferSlice);
+  row("Gather", L, 2, 2, 1, 1, true, inferGather);
+  row("Squeeze", L, 1, 2, 1, 1, true, inferSqueeze);
+  row("Unsqueeze", L, 2, 2, 1, 1, true, inferUnsqueeze);
+  row("Expand", L, 2, 2, 1, 1, true, inferExpand);
+  row("Tile", L, 2, 2, 1, 1, true, inferTile);
+  row("Flatten", L, 1, 1, 1, 1, true, inferFlatten);
+  row("Pad", L, 2, 4, 1, 1, true, inferPad);
+  row("Trilu", L, 1, 2, 1, 1, true, inferTrilu);
+  row("Cast", L, 1, 1, 1, 1, true, inferCast);
+  row("CastLike", L, 2, 2, 1, 1, true, inferCastLike);
+  row("Shape", L, 1, 1, 1, 1, false, inferShape);
+  t.back().readsOnlyTypes = true;
+  row("ConstantOfShape", L, 1, 1, 1, 1, false, inferConstantOfShape);
+  row("Constant", L, 0, 0, 1, 1, false, inferConstant);
+  row("Range", L, 3, 3, 1, 1, false, inferRange);
 }
 
 }  // namespace ampc

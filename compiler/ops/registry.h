@@ -47,9 +47,6 @@ class InferContext {
 };
 
 using ShapeFn = void (*)(InferContext&);
-// Evaluates a node whose inputs are all constant (shape subgraphs); null result when it cannot.
-using FoldFn = std::optional<std::vector<Tensor>> (*)(const Node&, const std::vector<const Tensor*>&,
-                                                      const std::vector<TensorType>&);
 
 struct OpDef {
   std::string_view name;
@@ -61,8 +58,9 @@ struct OpDef {
   AmpCategory amp;
   bool differentiable;      // false: comparisons, Shape, ArgMax, integer/bool paths
   ShapeFn infer;
-  FoldFn fold = nullptr;    // set for the ops shape subgraphs use
-  bool foldFromTypes = false;  // the fold reads only input types (Shape), not input data
+  bool random = false;          // draws random numbers (Dropout): never folded
+  bool readsOnlyTypes = false;  // the result depends on input types alone (Shape): it folds even
+                                // when its input is not a constant
 };
 
 // The newest opset the registry covers, and the oldest.

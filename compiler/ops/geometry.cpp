@@ -1,0 +1,165 @@
+#include "compiler/ops/geometry.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace ampc {
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& out, const std::vector<int64_t>& in) {
+  int64_t idx = 0, stride = 1;
+  size_t off = out.size() - in.size();
+  for (size_t k = out.size(); k-- > 0;) {
+    int64_t coord = i % out[k];
+    i /= out[k];
+    if (k >= off) {
+      int64_t d = in[k - off];
+      if (d != 1) idx += coord * stride;
+      stride *= d;
+    }
+  }
+  return idx;
+}
+
+BroadcastIter::BroadcastIter(const std::vector<int64_t>& out, const std::vector<int64_t>& in)
+    : dims_(out), strides_(out.size(), 0), coord_(out.size(), 0) {
+  size_t off = out.size() - in.size();
+  auto inStrides = stridesOf(in);
+  for (size_t k = off; k < out.size(); ++k) strides_[k] = in[k - off] == 1 ? 0 : inStrides[k - off];
+}
+
+void BroadcastIter::next() {
+  for (size_t k = dims_.size(); k-- > 0;) {
+    offset_ += strides_[k];
+    if (++coord_[k] < dims_[k]) return;
+    offset_ -= strides_[k] * coord_[k];
+    coord_[k] = 0;
+  }
+}
+
+int64_t normalizeAxis(int64_t a, int64_t r) {
+  if (a < -r || a >= std::max<int64_t>(r, 1))
+    throw Error("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
+  return a < 0 ? a + r : a;
+}
+
+Window windowOf(const Node& n, const std::vector<int64_t>& in, const std::vector<int64_t>& kernel, bool ceilMode) {
+  size_t sp = in.size();
+  if (kernel.size() != sp)
+    throw Error("kernel rank " + std::to_string(kernel.size()) + " does not match the spatial rank " + std::to_string(sp));
+  Window w;
+  w.kernel = kernel;
+  w.strides = n.getInts("strides", std::vector<int64_t>(sp, 1));
+  w.dilations = n.getInts("dilations", std::vector<int64_t>(sp, 1));
+  auto pads = n.getInts("pads", std::vector<int64_t>(2 * sp, 0));
+  if (w.strides.size() != sp || w.dilations.size() != sp || pads.size() != 2 * sp)
+    throw Error("strides/dilations/pads lengths do not match the spatial rank " + std::to_string(sp));
+  std::string autoPad = n.getString("auto_pad", "NOTSET");
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t k = kernel[i], s = w.strides[i], d = w.dilations[i];
+    if (s <= 0 || d <= 0 || k <= 0) throw Error("strides, dilations and kernel must be positive");
+    int64_t pb = pads[i], pe = pads[i + sp];
+    if (pb < 0 || pe < 0) throw Error("pads must be non-negative");
+    int64_t ext = (k - 1) * d + 1, out;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      out = (in[i] + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in[i]);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else {
+      if (autoPad == "VALID") pb = pe = 0;
+      else if (autoPad != "NOTSET") throw Error("unknown auto_pad '" + autoPad + "'");
+      int64_t span = in[i] + pb + pe - ext;
+      if (span < 0)
+        throw Error("the window (" + std::to_string(ext) + ") is larger than the padded input (" + std::to_string(in[i] + pb + pe) + ")");
+      out = (ceilMode ? (span + s - 1) / s : span / s) + 1;
+      if (ceilMode && (out - 1) * s >= in[i] + pb) --out;  // the last window would start in the padding
+    }
+    w.padBegin.push_back(pb);
+    w.padEnd.push_back(pe);
+    w.out.push_back(out);
+  }
+  return w;
+}
+
+SliceSpec sliceSpecOf(const std::vector<int64_t>& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                      std::vector<int64_t> axes, std::vector<int64_t> steps) {
+  int64_t r = static_cast<int64_t>(x.size());
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (starts.size() != ends.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    throw Error("starts, ends, axes and steps must have equal lengths");
+  SliceSpec s{std::vector<int64_t>(r, 0), std::vector<int64_t>(r, 1), x};
+  std::vector<bool> seen(r, false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    int64_t ax = normalizeAxis(axes[i], r);
+    if (seen[ax]) throw Error("axis " + std::to_string(axes[i]) + " is repeated");
+    seen[ax] = true;
+    int64_t dim = x[ax], st = steps[i];
+    if (st == 0) throw Error("step must not be 0");
+    s.step[ax] = st;
+    if (dim == 0) {
+      s.out[ax] = 0;
+      continue;
+    }
+    auto clampIdx = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0) v += dim;
+      return std::clamp(v, lo, hi);
+    };
+    int64_t b, e;
+    if (st > 0) {
+      b = clampIdx(starts[i], 0, dim);
+      e = clampIdx(ends[i], 0, dim);
+    } else {
+      b = clampIdx(starts[i], 0, dim - 1);
+      e = ends[i] < -dim ? -1 : clampIdx(ends[i], -1, dim - 1);
+    }
+    int64_t len = st > 0 ? (e - b + st - 1) / st : (b - e + (-st) - 1) / (-st);
+    s.out[ax] = std::max<int64_t>(0, len);
+    s.start[ax] = b;
+    s.step[ax] = st;
+  }
+  return s;
+}
+
+// The tensor a Constant node holds, from whichever value* attribute it has.
+Tensor constantNodeValue(const Node& n) {
+  if (const Attribute* a = n.attr("value"))
+    if (const Tensor* t = std::get_if<Tensor>(a)) return *t;
+  if (n.hasAttr("value_float")) return Tensor::fromDoubles(DType::f32, {}, {n.getFloat("value_float", 0)});
+  if (n.hasAttr("value_int")) return Tensor::fromInts(DType::i64, {}, {n.getInt("value_int", 0)});
+  if (n.hasAttr("value_ints")) {
+    auto v = n.getInts("value_ints");
+    return Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v);
+  }
+  if (const Attribute* a = n.attr("value_floats"))
+    if (const auto* v = std::get_if<std::vector<float>>(a))
+      return Tensor::fromDoubles(DType::f32, {static_cast<int64_t>(v->size())}, std::vector<double>(v->begin(), v->end()));
+  throw Error(n.describe() + ": needs a value, value_float, value_int, value_ints or value_floats attribute (tensor)");
+}
+
+void shapeRangeOf(const Node& n, int64_t r, int64_t& b, int64_t& e) {
+  b = n.getInt("start", 0);
+  e = n.getInt("end", r);
+  if (b < 0) b += r;
+  if (e < 0) e += r;
+  b = std::clamp<int64_t>(b, 0, r);
+  e = std::clamp<int64_t>(e, 0, r);
+}
+
+Tensor constantOfShapeValue(const Node& n) {
+  if (const Attribute* a = n.attr("value")) {
+    if (const Tensor* t = std::get_if<Tensor>(a)) return *t;
+  }
+  return Tensor::fromDoubles(DType::f32, {1}, {0.0});
+}
+
+}  // namespace ampc

@@ -1,0 +1,55 @@
+// Index geometry that shape rules and kernels share: strides, numpy broadcasting, sliding
+// windows (Conv and pooling), and Slice. Functions throw Error with a message that names no node;
+// callers add the node.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& shape);  // row-major, in elements
+
+// Index of the input element that output element `i` reads under numpy broadcasting.
+int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& outShape, const std::vector<int64_t>& inShape);
+
+// Walks the elements of `outShape` in order and yields the offset into a broadcast input, in
+// O(1) amortised per step.
+class BroadcastIter {
+ public:
+  BroadcastIter(const std::vector<int64_t>& outShape, const std::vector<int64_t>& inShape);
+  int64_t offset() const { return offset_; }
+  void next();
+
+ private:
+  std::vector<int64_t> dims_, strides_, coord_;
+  int64_t offset_ = 0;
+};
+
+// Sliding-window geometry of Conv / MaxPool / AveragePool over the spatial dims.
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, padBegin, padEnd, out;
+};
+// From the node's kernel_shape/strides/dilations/pads/auto_pad attributes; `spatialIn` is the
+// input's spatial dims, `kernel` the window size per spatial dim.
+Window windowOf(const Node& n, const std::vector<int64_t>& spatialIn, const std::vector<int64_t>& kernel, bool ceilMode);
+
+// Slice: per input dim, the first index and the step; `out` gets the output shape.
+struct SliceSpec {
+  std::vector<int64_t> start, step, out;
+};
+SliceSpec sliceSpecOf(const std::vector<int64_t>& shape, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                      std::vector<int64_t> axes, std::vector<int64_t> steps);
+
+// Normalises a possibly negative axis against rank r; Error if out of range.
+int64_t normalizeAxis(int64_t a, int64_t r);
+
+// Attribute-derived values that shape rules and kernels share.
+Tensor constantNodeValue(const Node& n);     // a Constant node's value (value, value_float, value_ints, ...)
+Tensor constantOfShapeValue(const Node& n);  // ConstantOfShape's fill value (default f32 0)
+void shapeRangeOf(const Node& n, int64_t rank, int64_t& begin, int64_t& end);  // Shape's start/end
+
+}  // namespace ampc

@@ -1,0 +1,17 @@
+// Each kernel family file adds its (op, kernel) rows to the CPU kernel table.
+#pragma once
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/kernel.h"
+
+namespace ampc::cpu {
+struct KernelRow {
+  std::string_view op;
+  Kernel kernel;
+};
+void registerElementwiseKernels(std::vector<KernelRow>& t);  // k_elementwise.cpp
+void registerLinearKernels(std::vector<KernelRow>& t);       // k_linear.cpp: MatMul, Gemm, Conv, pools
+void registerNormKernels(std::vector<KernelRow>& t);         // k_norm.cpp: norms, softmax, reductions, losses
+void registerTensorKernels(std::vector<KernelRow>& t);       // k_tensor.cpp: data movement, casts, shape ops
+}  // namespace ampc::cpu

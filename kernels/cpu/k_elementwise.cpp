@@ -1,0 +1,242 @@
+// Elementwise kernels: unary math and activations, broadcasting binary ops, comparisons and logic,
+// Where, Clip, Dropout.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/compute.h"
+#include "kernels/cpu/families.h"
+
+namespace ampc::cpu {
+namespace {
+
+template <typename C, typename F>
+void unaryMap(KernelCtx& c, F f) {
+  auto x = widen<C>(c.in(0));
+  for (auto& v : x) v = f(v);
+  narrow(x, c.out(0));
+}
+
+template <typename C, typename F>
+void binaryMap(KernelCtx& c, F f) {
+  const Tensor &ta = c.in(0), &tb = c.in(1);
+  Tensor& out = c.out(0);
+  auto a = widen<C>(ta), b = widen<C>(tb);
+  std::vector<C> r(static_cast<size_t>(out.numel()));
+  if (ta.type.shape == out.type.shape && tb.type.shape == out.type.shape) {
+    for (size_t i = 0; i < r.size(); ++i) r[i] = f(a[i], b[i]);
+  } else {
+    BroadcastIter ia(out.type.shape, ta.type.shape), ib(out.type.shape, tb.type.shape);
+    for (size_t i = 0; i < r.size(); ++i, ia.next(), ib.next()) r[i] = f(a[ia.offset()], b[ib.offset()]);
+  }
+  narrow(r, out);
+}
+
+// Unary float ops.
+#define AMPC_UNARY_FLOAT(NAME, EXPR)                                    \
+  template <typename C>                                                 \
+  struct NAME {                                                         \
+    static void run(KernelCtx& c) {                                     \
+      unaryMap<C>(c, [](C x) -> C { return EXPR; });                    \
+    }                                                                   \
+  };
+AMPC_UNARY_FLOAT(SqrtK, std::sqrt(x))
+AMPC_UNARY_FLOAT(ReciprocalK, C(1) / x)
+AMPC_UNARY_FLOAT(ExpK, std::exp(x))
+AMPC_UNARY_FLOAT(LogK, std::log(x))
+AMPC_UNARY_FLOAT(TanhK, std::tanh(x))
+AMPC_UNARY_FLOAT(SigmoidK, x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
+AMPC_UNARY_FLOAT(ErfK, std::erf(x))
+AMPC_UNARY_FLOAT(SoftplusK, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
+#undef AMPC_UNARY_FLOAT
+
+// Unary numeric ops (floats and integers).
+template <typename C>
+struct NegK {
+  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return -x; }); }
+};
+template <typename C>
+struct AbsK {
+  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x < 0 ? -x : x; }); }
+};
+template <typename C>
+struct ReluK {
+  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x > 0 ? x : (x != x ? x : C(0)); }); }
+};
+template <typename C>
+struct LeakyReluK {
+  static void run(KernelCtx& c) {
+    const C alpha = static_cast<C>(c.node.getFloat("alpha", 0.01f));
+    unaryMap<C>(c, [alpha](C x) -> C { return x >= 0 ? x : alpha * x; });
+  }
+};
+template <typename C>
+struct GeluK {
+  static void run(KernelCtx& c) {
+    std::string approx = c.node.getString("approximate", "none");
+    if (approx == "tanh") {
+      const C k = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
+      unaryMap<C>(c, [k](C x) -> C { return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x))); });
+    } else if (approx == "none") {
+      unaryMap<C>(c, [](C x) -> C { return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476))); });
+    } else {
+      c.fail("unknown approximate '" + approx + "'");
+    }
+  }
+};
+template <typename C>
+struct IsNaNK {
+  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x != x; }); }
+};
+template <typename C>
+struct IsInfK {
+  static void run(KernelCtx& c) {
+    bool pos = c.node.getInt("detect_positive", 1) != 0, neg = c.node.getInt("detect_negative", 1) != 0;
+    unaryMap<C>(c, [pos, neg](C x) -> C { return std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg)); });
+  }
+};
+template <typename C>
+struct ClipK {
+  static void run(KernelCtx& c) {
+    C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
+    if (std::numeric_limits<C>::has_infinity) lo = -std::numeric_limits<C>::infinity(), hi = std::numeric_limits<C>::infinity();
+    if (c.has(1)) lo = widen<C>(c.in(1))[0];
+    if (c.has(2)) hi = widen<C>(c.in(2))[0];
+    unaryMap<C>(c, [lo, hi](C x) -> C { return x < lo ? lo : (x > hi ? hi : x); });
+  }
+};
+
+// Binary ops.
+template <typename C>
+struct AddK {
+  static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a + b; }); }
+};
+template <typename C>
+struct SubK {
+  static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a - b; }); }
+};
+template <typename C>
+struct MulK {
+  static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a * b; }); }
+};
+template <typename C>
+struct DivK {
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>) {
+      // Integer division truncates; x/0 and INT64_MIN/-1 (undefined in C++) give 0.
+      binaryMap<C>(c, [](C a, C b) -> C { return (b == 0 || (b == -1 && a == std::numeric_limits<C>::min())) ? 0 : a / b; });
+    } else {
+      binaryMap<C>(c, [](C a, C b) -> C { return a / b; });
+    }
+  }
+};
+template <typename C>
+struct PowK {
+  static void run(KernelCtx& c) {
+    binaryMap<C>(c, [](C a, C b) -> C { return static_cast<C>(std::pow(static_cast<double>(a), static_cast<double>(b))); });
+  }
+};
+template <typename C>
+struct MaxK {
+  static void run(KernelCtx& c) { variadic(c, [](C a, C b) -> C { return (a != a || a > b) ? a : b; }); }
+  template <typename F>
+  static void variadic(KernelCtx& c, F f) {
+    Tensor& out = c.out(0);
+    std::vector<C> r(static_cast<size_t>(out.numel()));
+    for (size_t k = 0; k < c.numInputs(); ++k) {
+      auto v = widen<C>(c.in(k));
+      BroadcastIter it(out.type.shape, c.in(k).type.shape);
+      for (size_t i = 0; i < r.size(); ++i, it.next()) r[i] = k == 0 ? v[it.offset()] : f(r[i], v[it.offset()]);
+    }
+    narrow(r, out);
+  }
+};
+template <typename C>
+struct MinK {
+  static void run(KernelCtx& c) { MaxK<C>::variadic(c, [](C a, C b) -> C { return (a != a || a < b) ? a : b; }); }
+};
+
+// Comparisons and logic: computed in the inputs' compute type, stored as bool.
+#define AMPC_COMPARE(NAME, OP)                                                   \
+  template <typename C>                                                          \
+  struct NAME {                                                                  \
+    static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a OP b; }); } \
+  };
+AMPC_COMPARE(EqualK, ==)
+AMPC_COMPARE(LessK, <)
+AMPC_COMPARE(LessOrEqualK, <=)
+AMPC_COMPARE(GreaterK, >)
+AMPC_COMPARE(GreaterOrEqualK, >=)
+AMPC_COMPARE(AndK, &&)
+AMPC_COMPARE(OrK, ||)
+#undef AMPC_COMPARE
+
+void notKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  Tensor& y = c.out(0);
+  for (int64_t i = 0; i < x.numel(); ++i) y.data[i] = x.data[i] == 0;
+}
+
+// Where selects bytes, so it serves every dtype.
+void whereKernel(KernelCtx& c) {
+  const Tensor &cond = c.in(0), &a = c.in(1), &b = c.in(2);
+  Tensor& out = c.out(0);
+  const size_t e = dtypeSize(out.type.dtype);
+  BroadcastIter ic(out.type.shape, cond.type.shape), ia(out.type.shape, a.type.shape), ib(out.type.shape, b.type.shape);
+  for (int64_t i = 0; i < out.numel(); ++i, ic.next(), ia.next(), ib.next()) {
+    const Tensor& src = cond.data[ic.offset()] ? a : b;
+    const int64_t j = cond.data[ic.offset()] ? ia.offset() : ib.offset();
+    std::memcpy(out.data.data() + i * e, src.data.data() + j * e, e);
+  }
+}
+
+// Dropout: Y = X * mask / (1 - ratio) in training mode, with the Philox mask keyed by (seed, step,
+// node); the identity (and an all-true mask) otherwise.
+template <typename C>
+struct DropoutK {
+  static void run(KernelCtx& c) {
+    const float ratio = c.has(1) ? static_cast<float>(c.in(1).getDouble(0)) : 0.5f;
+    const bool training = c.has(2) && c.in(2).getInt(0) != 0;
+    if (ratio < 0.0f || ratio >= 1.0f) {
+      if (training) c.fail("ratio must be in [0, 1), got " + std::to_string(ratio));
+    }
+    auto x = widen<C>(c.in(0));
+    std::vector<uint8_t> keep(x.size(), 1);
+    if (training && c.opts.dropout && ratio > 0.0f) {
+      const uint64_t seed = c.node.hasAttr("seed") ? static_cast<uint64_t>(c.node.getInt("seed", 0)) : c.opts.seed;
+      const uint32_t key = dropoutNodeKey(c.node);
+      const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(ratio)));
+      for (size_t i = 0; i < x.size(); ++i) {
+        keep[i] = dropoutUniform(seed, c.opts.step, key, i) >= ratio;
+        x[i] = keep[i] ? x[i] * scale : C(0);
+      }
+    }
+    narrow(x, c.out(0));
+    if (c.numOutputs() > 1) std::memcpy(c.out(1).data.data(), keep.data(), keep.size());
+  }
+};
+
+template <template <typename> class F>
+void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
+template <template <typename> class F>
+void numericOp(KernelCtx& c) { dispatchNumeric<F>(c, c.in(0).type.dtype); }
+
+}  // namespace
+
+void registerElementwiseKernels(std::vector<KernelRow>& t) {
+  t.insert(t.end(), {
+      {"Sqrt", floatOp<SqrtK>}, {"Reciprocal", floatOp<ReciprocalK>}, {"Exp", floatOp<ExpK>},
+      {"Log", floatOp<LogK>}, {"Tanh", floatOp<TanhK>}, {"Sigmoid", floatOp<SigmoidK>},
+      {"Erf", floatOp<ErfK>}, {"Gelu", floatOp<GeluK>}, {"Softplus", floatOp<SoftplusK>},
+      {"LeakyRelu", floatOp<LeakyReluK>}, {"Relu", numericOp<ReluK>}, {"Neg", numericOp<NegK>},
+      {"Abs", numericOp<AbsK>}, {"Clip", numericOp<ClipK>}, {"IsNaN", floatOp<IsNaNK>}, {"IsInf", floatOp<IsInfK>},
+      {"Add", numericOp<AddK>}, {"Sub", numericOp<SubK>}, {"Mul", numericOp<MulK>}, {"Div", numericOp<DivK>},
+      {"Pow", numericOp<PowK>}, {"Max", numericOp<MaxK>}, {"Min", numericOp<MinK>},
+      {"Equal", numericOp<EqualK>}, {"Less", numericOp<LessK>}, {"LessOrEqual", numericOp<LessOrEqualK>},
+      {"Greater", numericOp<GreaterK>}, {"GreaterOrEqual", numericOp<GreaterOrEqualK>},
+      {"And", numericOp<AndK>}, {"Or", numericOp<OrK>}, {"Not", notKernel}, {"Where", whereKernel},
+      {"Dropout", floatOp<DropoutK>},
+  });
+}
+
+}  // namespace ampc::cpu

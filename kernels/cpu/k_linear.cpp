@@ -1,0 +1,275 @@
+// GEMM-shaped kernels: MatMul, Gemm, Conv (im2col + GEMM, any spatial rank, groups, strides, pads,
+// dilations), and the pools. Accumulation is in the compute type (f32 for f16/bf16 operands).
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/compute.h"
+#include "kernels/cpu/families.h"
+
+namespace ampc::cpu {
+namespace {
+
+// out[M,N] += A[M,K] * B[K,N], all row-major and contiguous. Blocked over K so a panel of B stays
+// in cache; rows of the output are split across threads.
+template <typename C>
+void gemmAcc(int64_t M, int64_t N, int64_t K, const C* A, const C* B, C* out) {
+  constexpr int64_t kBlock = 256;
+  const bool parallel = M * N * K > (1 << 16);
+  for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
+    const int64_t k1 = std::min(K, k0 + kBlock);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < M; ++i) {
+      C* o = out + i * N;
+      for (int64_t k = k0; k < k1; ++k) {
+        const C a = A[i * K + k];
+        if (a == C(0)) continue;
+        const C* b = B + k * N;
+        for (int64_t j = 0; j < N; ++j) o[j] += a * b[j];
+      }
+    }
+  }
+}
+
+// Copies a row-major [R, S] matrix to [S, R].
+template <typename C>
+std::vector<C> transposed(const C* a, int64_t r, int64_t s) {
+  std::vector<C> t(static_cast<size_t>(r * s));
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < s; ++j) t[j * r + i] = a[i * s + j];
+  return t;
+}
+
+template <typename C>
+struct MatMulK {
+  static void run(KernelCtx& c) {
+    auto as = c.in(0).type.shape, bs = c.in(1).type.shape;
+    if (as.size() == 1) as.insert(as.begin(), 1);
+    if (bs.size() == 1) bs.push_back(1);
+    const int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+    std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+    const size_t r = std::max(ab.size(), bb.size());
+    std::vector<int64_t> ob(r);
+    for (size_t i = 0; i < r; ++i) {
+      int64_t da = i < r - ab.size() ? 1 : ab[i - (r - ab.size())], db = i < r - bb.size() ? 1 : bb[i - (r - bb.size())];
+      ob[i] = std::max(da, db);
+    }
+    int64_t batches = 1;
+    for (int64_t d : ob) batches *= d;
+    auto a = widen<C>(c.in(0)), b = widen<C>(c.in(1));
+    std::vector<C> out(static_cast<size_t>(batches * M * N), C(0));
+    BroadcastIter ia(ob, ab), ib(ob, bb);
+    for (int64_t t = 0; t < batches; ++t, ia.next(), ib.next())
+      gemmAcc<C>(M, N, K, a.data() + ia.offset() * M * K, b.data() + ib.offset() * K * N, out.data() + t * M * N);
+    narrow(out, c.out(0));
+  }
+};
+
+template <typename C>
+struct GemmK {
+  static void run(KernelCtx& c) {
+    const auto &as = c.in(0).type.shape, &bs = c.in(1).type.shape;
+    const bool ta = c.node.getInt("transA", 0) != 0, tb = c.node.getInt("transB", 0) != 0;
+    const C alpha = static_cast<C>(c.node.getFloat("alpha", 1.0f)), beta = static_cast<C>(c.node.getFloat("beta", 1.0f));
+    const int64_t M = ta ? as[1] : as[0], K = ta ? as[0] : as[1], N = tb ? bs[0] : bs[1];
+    auto a = widen<C>(c.in(0)), b = widen<C>(c.in(1));
+    if (ta) a = transposed(a.data(), as[0], as[1]);
+    if (tb) b = transposed(b.data(), bs[0], bs[1]);
+    std::vector<C> out(static_cast<size_t>(M * N), C(0));
+    gemmAcc<C>(M, N, K, a.data(), b.data(), out.data());
+    for (auto& v : out) v *= alpha;
+    if (c.has(2)) {
+      auto bias = widen<C>(c.in(2));
+      BroadcastIter it({M, N}, c.in(2).type.shape);
+      for (size_t i = 0; i < out.size(); ++i, it.next()) out[i] += beta * bias[it.offset()];
+    }
+    narrow(out, c.out(0));
+  }
+};
+
+// Odometer over a multi-index.
+struct Odometer {
+  std::vector<int64_t> dims, idx;
+  explicit Odometer(std::vector<int64_t> d) : dims(std::move(d)), idx(dims.size(), 0) {}
+  void next() {
+    for (size_t k = dims.size(); k-- > 0;) {
+      if (++idx[k] < dims[k]) return;
+      idx[k] = 0;
+    }
+  }
+};
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t d : v) p *= d;
+  return p;
+}
+
+template <typename C>
+struct ConvK {
+  static void run(KernelCtx& c) {
+    const auto &xs = c.in(0).type.shape, &ws = c.in(1).type.shape;
+    const size_t sp = xs.size() - 2;
+    const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
+    Window w;
+    try {
+      w = windowOf(c.node, spatialIn, kernel, false);
+    } catch (const Error& e) {
+      c.fail(e.what());
+    }
+    const int64_t N = xs[0], Cin = xs[1], M = ws[0], G = c.node.getInt("group", 1);
+    const int64_t Cg = Cin / G, Mg = M / G, KK = product(kernel), P = product(w.out), IS = product(spatialIn);
+    const int64_t R = Cg * KK;
+    auto x = widen<C>(c.in(0)), wt = widen<C>(c.in(1));
+    std::vector<C> out(static_cast<size_t>(N * M * P), C(0));
+    std::vector<C> col(static_cast<size_t>(R * P));
+    const auto inStrides = stridesOf(spatialIn);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g) {
+        // im2col: row r = (channel, kernel position), column p = output position.
+#pragma omp parallel for schedule(static) if (R * P > (1 << 14))
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t ci = r / KK;
+          int64_t krem = r % KK;
+          std::vector<int64_t> kpos(sp);
+          for (size_t d = sp; d-- > 0;) {
+            kpos[d] = krem % kernel[d];
+            krem /= kernel[d];
+          }
+          const C* plane = x.data() + (n * Cin + g * Cg + ci) * IS;
+          Odometer o(w.out);
+          for (int64_t p = 0; p < P; ++p, o.next()) {
+            int64_t off = 0;
+            bool inside = true;
+            for (size_t d = 0; d < sp && inside; ++d) {
+              int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + kpos[d] * w.dilations[d];
+              inside = coord >= 0 && coord < spatialIn[d];
+              off += coord * inStrides[d];
+            }
+            col[r * P + p] = inside ? plane[off] : C(0);
+          }
+        }
+        gemmAcc<C>(Mg, P, R, wt.data() + g * Mg * R, col.data(), out.data() + (n * M + g * Mg) * P);
+      }
+    if (c.has(2)) {
+      auto bias = widen<C>(c.in(2));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t p = 0; p < P; ++p) out[(n * M + m) * P + p] += bias[m];
+    }
+    narrow(out, c.out(0));
+  }
+};
+
+// MaxPool and AveragePool over any spatial rank.
+template <typename C, bool kMax>
+void pool(KernelCtx& c) {
+  const auto& xs = c.in(0).type.shape;
+  const size_t sp = xs.size() - 2;
+  const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
+  Window w;
+  try {
+    w = windowOf(c.node, spatialIn, c.node.getInts("kernel_shape"), c.node.getInt("ceil_mode", 0) != 0);
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+  const bool includePad = c.node.getInt("count_include_pad", 0) != 0;
+  const int64_t planes = xs[0] * xs[1], IS = product(spatialIn), P = product(w.out);
+  const auto inStrides = stridesOf(spatialIn);
+  auto x = widen<C>(c.in(0));
+  std::vector<C> out(static_cast<size_t>(planes * P));
+  std::vector<int64_t> indices(kMax ? out.size() : 0);
+#pragma omp parallel for schedule(static) if (planes * P > 4096)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const C* plane = x.data() + pl * IS;
+    Odometer o(w.out);
+    for (int64_t p = 0; p < P; ++p, o.next()) {
+      C acc = kMax ? -std::numeric_limits<C>::infinity() : C(0);
+      int64_t best = -1, count = 0, padded = 0;
+      Odometer k(w.kernel);
+      for (int64_t kk = 0; kk < product(w.kernel); ++kk, k.next()) {
+        int64_t off = 0;
+        bool inside = true, inPadded = true;
+        for (size_t d = 0; d < sp; ++d) {
+          int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + k.idx[d] * w.dilations[d];
+          inside = inside && coord >= 0 && coord < spatialIn[d];
+          inPadded = inPadded && coord >= -w.padBegin[d] && coord < spatialIn[d] + w.padEnd[d];
+          off += coord * inStrides[d];
+        }
+        padded += inPadded;
+        if (!inside) continue;
+        const C v = plane[off];
+        ++count;
+        if constexpr (kMax) {
+          if (best < 0 || v > acc || v != v) {
+            acc = v;
+            best = off;
+          }
+        } else {
+          acc += v;
+        }
+      }
+      if constexpr (kMax) {
+        out[pl * P + p] = acc;
+        indices[pl * P + p] = best < 0 ? -1 : pl * IS + best;
+      } else {
+        const int64_t div = includePad ? padded : count;
+        out[pl * P + p] = div > 0 ? acc / static_cast<C>(div) : C(0);
+      }
+    }
+  }
+  narrow(out, c.out(0));
+  if (kMax && c.numOutputs() > 1) narrow(indices, c.out(1));
+}
+
+template <typename C>
+struct MaxPoolK {
+  static void run(KernelCtx& c) { pool<C, true>(c); }
+};
+template <typename C>
+struct AveragePoolK {
+  static void run(KernelCtx& c) { pool<C, false>(c); }
+};
+template <typename C>
+struct GlobalAveragePoolK {
+  static void run(KernelCtx& c) {
+    const auto& xs = c.in(0).type.shape;
+    const int64_t planes = xs[0] * xs[1], IS = product(std::vector<int64_t>(xs.begin() + 2, xs.end()));
+    auto x = widen<C>(c.in(0));
+    std::vector<C> out(static_cast<size_t>(planes));
+    for (int64_t p = 0; p < planes; ++p) {
+      C s = 0;
+      for (int64_t i = 0; i < IS; ++i) s += x[p * IS + i];
+      out[p] = s / static_cast<C>(IS);
+    }
+    narrow(out, c.out(0));
+  }
+};
+
+template <template <typename> class F>
+void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
+// MaxPool also takes u8/i8 (ONNX allows them).
+template <typename C>
+struct MaxPoolAnyK {
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>) {
+      MaxPoolK<double>::run(c);  // exact for 8-bit values
+    } else {
+      MaxPoolK<C>::run(c);
+    }
+  }
+};
+
+}  // namespace
+
+void registerLinearKernels(std::vector<KernelRow>& t) {
+  t.insert(t.end(), {
+      {"MatMul", [](KernelCtx& c) { dispatchNumeric<MatMulK>(c, c.in(0).type.dtype); }},
+      {"Gemm", [](KernelCtx& c) { dispatchNumeric<GemmK>(c, c.in(0).type.dtype); }},
+      {"Conv", floatOp<ConvK>},
+      {"MaxPool", [](KernelCtx& c) { dispatchNumeric<MaxPoolAnyK>(c, c.in(0).type.dtype); }},
+      {"AveragePool", floatOp<AveragePoolK>},
+      {"GlobalAveragePool", floatOp<GlobalAveragePoolK>},
+  });
+}
+
+}  // namespace ampc::cpu

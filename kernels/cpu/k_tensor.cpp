@@ -1,0 +1,277 @@
+// Data movement (byte copies, so every dtype), casts, and the shape ops.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/compute.h"
+#include "kernels/cpu/families.h"
+
+namespace ampc::cpu {
+namespace {
+
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: same bytes, new type.
+void copyKernel(KernelCtx& c) { std::memcpy(c.out(0).data.data(), c.in(0).data.data(), c.in(0).data.size()); }
+
+// Multi-index walk over a shape.
+struct Odometer {
+  std::vector<int64_t> dims, idx;
+  explicit Odometer(std::vector<int64_t> d) : dims(std::move(d)), idx(dims.size(), 0) {}
+  void next() {
+    for (size_t k = dims.size(); k-- > 0;) {
+      if (++idx[k] < dims[k]) return;
+      idx[k] = 0;
+    }
+  }
+};
+
+// Output element i takes input element src(idx) for each output multi-index.
+template <typename F>
+void gatherElements(KernelCtx& c, const Tensor& in, F src) {
+  Tensor& out = c.out(0);
+  const size_t e = dtypeSize(out.type.dtype);
+  Odometer o(out.type.shape);
+  for (int64_t i = 0; i < out.numel(); ++i, o.next()) {
+    const int64_t j = src(o.idx);
+    if (j >= 0) std::memcpy(out.data.data() + i * e, in.data.data() + j * e, e);
+  }
+}
+
+void transposeKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  const int64_t r = x.type.rank();
+  std::vector<int64_t> dflt(r);
+  for (int64_t i = 0; i < r; ++i) dflt[i] = r - 1 - i;
+  const auto perm = c.node.getInts("perm", dflt);
+  const auto st = stridesOf(x.type.shape);
+  gatherElements(c, x, [&](const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < r; ++d) off += idx[d] * st[perm[d]];
+    return off;
+  });
+}
+
+void concatKernel(KernelCtx& c) {
+  Tensor& out = c.out(0);
+  const int64_t ax = normalizeAxis(c.node.getInt("axis", 0), out.type.rank());
+  const size_t e = dtypeSize(out.type.dtype);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= out.type.shape[d];
+  const int64_t outRow = out.numel() / std::max<int64_t>(outer, 1);
+  int64_t offset = 0;
+  for (size_t k = 0; k < c.numInputs(); ++k) {
+    const Tensor& t = c.in(k);
+    const int64_t row = outer ? t.numel() / outer : 0;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out.data.data() + (o * outRow + offset) * e, t.data.data() + o * row * e, static_cast<size_t>(row) * e);
+    offset += row;
+  }
+}
+
+void splitKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  const int64_t ax = normalizeAxis(c.node.getInt("axis", 0), x.type.rank());
+  const size_t e = dtypeSize(x.type.dtype);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= x.type.shape[d];
+  const int64_t inRow = outer ? x.numel() / outer : 0;
+  int64_t offset = 0;
+  for (size_t k = 0; k < c.numOutputs(); ++k) {
+    Tensor& t = c.out(k);
+    const int64_t row = outer ? t.numel() / outer : 0;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(t.data.data() + o * row * e, x.data.data() + (o * inRow + offset) * e, static_cast<size_t>(row) * e);
+    offset += row;
+  }
+}
+
+void sliceKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  auto ints = [&](size_t i) { return c.has(i) ? c.in(i).toInts() : std::vector<int64_t>{}; };
+  SliceSpec s;
+  try {
+    s = sliceSpecOf(x.type.shape, ints(1), ints(2), ints(3), ints(4));
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+  const auto st = stridesOf(x.type.shape);
+  gatherElements(c, x, [&](const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off += (s.start[d] + idx[d] * s.step[d]) * st[d];
+    return off;
+  });
+}
+
+void gatherKernel(KernelCtx& c) {
+  const Tensor &x = c.in(0), &ind = c.in(1);
+  const auto& xs = x.type.shape;
+  const int64_t ax = normalizeAxis(c.node.getInt("axis", 0), x.type.rank());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= xs[d];
+  for (size_t d = ax + 1; d < xs.size(); ++d) inner *= xs[d];
+  const int64_t n = ind.numel(), dim = xs[ax];
+  const size_t e = dtypeSize(x.type.dtype);
+  auto idx = ind.toInts();
+  for (auto& k : idx) {
+    if (k < -dim || k >= dim) c.fail("index " + std::to_string(k) + " is out of range for axis length " + std::to_string(dim));
+    if (k < 0) k += dim;
+  }
+  Tensor& out = c.out(0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < n; ++j)
+      std::memcpy(out.data.data() + (o * n + j) * inner * e, x.data.data() + (o * dim + idx[j]) * inner * e,
+                  static_cast<size_t>(inner) * e);
+}
+
+void expandKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  Tensor& out = c.out(0);
+  const size_t e = dtypeSize(x.type.dtype);
+  BroadcastIter it(out.type.shape, x.type.shape);
+  for (int64_t i = 0; i < out.numel(); ++i, it.next())
+    std::memcpy(out.data.data() + i * e, x.data.data() + it.offset() * e, e);
+}
+
+void tileKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  const auto st = stridesOf(x.type.shape);
+  gatherElements(c, x, [&](const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off += (idx[d] % x.type.shape[d]) * st[d];
+    return off;
+  });
+}
+
+void padKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  Tensor& out = c.out(0);
+  const auto& xs = x.type.shape;
+  const int64_t r = x.type.rank();
+  const auto pads = c.in(1).toInts();
+  std::vector<int64_t> axes;
+  if (c.has(3)) axes = c.in(3).toInts();
+  else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  std::vector<int64_t> begin(r, 0);
+  for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+  const std::string mode = c.node.getString("mode", "constant");
+  const size_t e = dtypeSize(x.type.dtype);
+  std::vector<uint8_t> fill(e, 0);
+  if (c.has(2)) std::memcpy(fill.data(), c.in(2).data.data(), e);
+  const auto st = stridesOf(xs);
+  Odometer o(out.type.shape);
+  for (int64_t i = 0; i < out.numel(); ++i, o.next()) {
+    int64_t off = 0;
+    bool constant = false;
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t k = o.idx[d] - begin[d];
+      const int64_t n = xs[d];
+      if (k < 0 || k >= n) {
+        if (mode == "constant" || n == 0) {
+          constant = true;
+          break;
+        } else if (mode == "edge") {
+          k = std::clamp<int64_t>(k, 0, n - 1);
+        } else if (mode == "wrap") {
+          k = ((k % n) + n) % n;
+        } else if (n == 1) {  // reflect
+          k = 0;
+        } else {
+          const int64_t period = 2 * (n - 1);
+          k = ((k % period) + period) % period;
+          if (k >= n) k = period - k;
+        }
+      }
+      off += k * st[d];
+    }
+    std::memcpy(out.data.data() + i * e, constant ? fill.data() : x.data.data() + off * e, e);
+  }
+}
+
+void triluKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  Tensor& out = c.out(0);
+  const bool upper = c.node.getInt("upper", 1) != 0;
+  const int64_t k = c.has(1) ? c.in(1).getInt(0) : 0;
+  const auto& s = x.type.shape;
+  const int64_t R = s[s.size() - 2], Cc = s.back();
+  const size_t e = dtypeSize(x.type.dtype);
+  std::memcpy(out.data.data(), x.data.data(), x.data.size());
+  for (int64_t m = 0; m < (R * Cc ? x.numel() / (R * Cc) : 0); ++m)
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < Cc; ++j) {
+        const bool keep = upper ? (j - i >= k) : (j - i <= k);
+        if (!keep) std::memset(out.data.data() + ((m * R + i) * Cc + j) * e, 0, e);
+      }
+}
+
+// Cast: float->float rounds once (RNE); float->int truncates toward zero (NaN -> 0, saturating
+// at the i64 range first); ->bool is x != 0; int->int wraps.
+void castTo(const Tensor& x, Tensor& out) {
+  const DType from = x.type.dtype, to = out.type.dtype;
+  if (from == to) {
+    out.data = x.data;
+  } else if (isFloat(from) && isFloat(to)) {
+    convert(x.data.data(), from, out.data.data(), to, static_cast<size_t>(x.numel()));
+  } else if (isFloat(to)) {
+    narrow(widen<double>(x), out);
+  } else if (isFloat(from)) {
+    auto v = widen<double>(x);
+    if (to == DType::boolean) {
+      narrow(v, out);
+      return;
+    }
+    std::vector<int64_t> iv(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double d = std::trunc(v[i]);
+      iv[i] = d != d ? 0 : d >= 9.2233720368547758e18 ? std::numeric_limits<int64_t>::max()
+                                : d <= -9.2233720368547758e18 ? std::numeric_limits<int64_t>::min()
+                                                               : static_cast<int64_t>(d);
+    }
+    narrow(iv, out);
+  } else {
+    narrow(widen<int64_t>(x), out);
+  }
+}
+void castKernel(KernelCtx& c) { castTo(c.in(0), c.out(0)); }
+
+void shapeKernel(KernelCtx& c) {
+  // Reads only the input's type (the node's), so it also runs when the data is not at hand.
+  const auto& s = c.node.input(0)->type().shape;
+  int64_t b, e;
+  shapeRangeOf(c.node, static_cast<int64_t>(s.size()), b, e);
+  for (int64_t i = b; i < e; ++i) c.out(0).setInt(i - b, s[i]);
+}
+
+void constantOfShapeKernel(KernelCtx& c) {
+  const Tensor v = constantOfShapeValue(c.node);
+  Tensor& out = c.out(0);
+  const size_t e = dtypeSize(out.type.dtype);
+  for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(out.data.data() + i * e, v.data.data(), e);
+}
+
+void constantKernel(KernelCtx& c) { c.out(0) = constantNodeValue(c.node); }
+
+void rangeKernel(KernelCtx& c) {
+  Tensor& out = c.out(0);
+  if (isFloat(out.type.dtype)) {
+    const double s = c.in(0).getDouble(0), d = c.in(2).getDouble(0);
+    for (int64_t i = 0; i < out.numel(); ++i) out.setDouble(i, s + d * static_cast<double>(i));
+  } else {
+    const int64_t s = c.in(0).getInt(0), d = c.in(2).getInt(0);
+    for (int64_t i = 0; i < out.numel(); ++i) out.setInt(i, s + d * i);
+  }
+}
+
+}  // namespace
+
+void registerTensorKernels(std::vector<KernelRow>& t) {
+  t.insert(t.end(), {
+      {"Reshape", copyKernel}, {"Flatten", copyKernel}, {"Squeeze", copyKernel}, {"Unsqueeze", copyKernel},
+      {"Identity", copyKernel}, {"Transpose", transposeKernel}, {"Concat", concatKernel}, {"Split", splitKernel},
+      {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
+      {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel},
+      {"Shape", shapeKernel}, {"ConstantOfShape", constantOfShapeKernel}, {"Constant", constantKernel},
+      {"Range", rangeKernel},
+  });
+}
+
+}  // namespace ampc::cpu

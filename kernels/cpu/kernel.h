@@ -1,0 +1,61 @@
+// The CPU reference backend's kernels: one function per registry op, for every dtype the op
+// accepts. f16/bf16 are computed the way a GPU computes them: inputs widened to f32, arithmetic in
+// f32 (GEMM and convolution accumulate in f32), the result rounded once to the storage type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc::cpu {
+
+struct ExecOptions {
+  uint64_t seed = 0;     // Dropout's Philox key
+  uint64_t step = 0;     // training step: part of Dropout's Philox counter
+  bool dropout = true;   // false: Dropout is the identity even in training mode (comparisons)
+};
+
+class KernelCtx {
+ public:
+  KernelCtx(const Node& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, const ExecOptions& opts)
+      : node(node), in_(in), out_(out), opts(opts) {}
+
+  const Node& node;
+  const ExecOptions& opts;
+
+  size_t numInputs() const { return in_.size(); }
+  bool has(size_t i) const { return i < in_.size() && in_[i]; }
+  const Tensor& in(size_t i) const;  // Error if absent
+  size_t numOutputs() const { return out_.size(); }
+  Tensor& out(size_t i) { return out_.at(i); }
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(node.describe() + ": " + msg); }
+
+ private:
+  const std::vector<const Tensor*>& in_;
+  std::vector<Tensor>& out_;
+};
+
+using Kernel = void (*)(KernelCtx&);
+
+// The kernel for a default-domain op, or null.
+Kernel findKernel(std::string_view op);
+// Every op name that has a kernel.
+std::vector<std::string> kernelOps();
+
+// Runs one node: allocates its results from the node's result types and calls the kernel.
+// Error (naming the node) if the op has no kernel or the inputs are wrong.
+std::vector<Tensor> runNode(const Node& n, const std::vector<const Tensor*>& in, const ExecOptions& opts = {});
+
+// Philox 4x32-10 (Salmon et al., SC'11): the counter-based generator behind Dropout's masks.
+struct Philox {
+  static void block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+};
+// Dropout keep/drop for element i: the same stream on every backend, keyed by (seed, step, node).
+uint32_t dropoutNodeKey(const Node& n);  // stable hash of the node's first result name
+// Uniform in [0, 1) with 24 bits, for element `i` of the stream (seed, step, nodeKey).
+float dropoutUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i);
+
+}  // namespace ampc::cpu
