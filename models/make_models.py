@@ -4,7 +4,8 @@
 Uses Debian's python3-torch / python3-torchvision and PyTorch's TorchScript exporter
 (opset 17, TrainingMode.TRAINING, no constant folding), so that the graphs stay trainable.
 
-    models/make_models.py OUTDIR [NAME...]     # NAME in mlp cnn transformer resnet18
+    models/make_models.py OUTDIR [NAME...]          # NAME in mlp cnn transformer resnet18
+    models/make_models.py --refs OUTDIR [NAME...]   # PyTorch reference outputs, see make_refs
 
 mlp, cnn and transformer are small and committed under models/; resnet18 (45 MB of weights)
 is made on demand (the test suite makes it into the build folder).
@@ -110,13 +111,74 @@ def make(name, out):
         sys.exit(f"make_models: unknown model {name!r}")
 
 
+MODELS = {
+    # name: (constructor, inputs maker)
+    "mlp": (MLP, lambda g: {"x": torch.randn(100, 10, generator=g),
+                            "target": torch.randint(0, 10, (100,), generator=g)}),
+    "cnn": (SmallCNN, lambda g: {"x": torch.randn(4, 3, 16, 16, generator=g),
+                                 "target": torch.randint(0, 10, (4,), generator=g)}),
+    "transformer": (TinyGPT, lambda g: {"idx": torch.randint(0, 64, (2, 16), generator=g),
+                                        "target": torch.randint(0, 64, (2, 16), generator=g)}),
+}
+
+
+def make_refs(name, model_dir, out):
+    """PyTorch's forward on the committed model's own weights, for `ampc --eval` to match.
+
+    Writes OUT/NAME/inputs/*.npy (seeded random inputs), OUT/NAME/loss.npy and OUT/NAME/logits.npy
+    (the scores the loss reads, flattened to (N*, C)). The model runs in training mode (BatchNorm
+    uses batch statistics, as the exported graph does) with every dropout probability set to 0,
+    since dropout masks cannot match across frameworks: compare with `ampc --eval --no-dropout`.
+    """
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    ctor, make_inputs = MODELS[name]
+    model = WithLoss(ctor())
+    proto = onnx.load(os.path.join(model_dir, name + ".onnx"))
+    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
+    state = model.state_dict()
+    missing = [k for k in weights if k not in state]
+    if missing:
+        sys.exit(f"make_refs: {name}: initializers with no PyTorch parameter: {missing}")
+    model.load_state_dict(weights, strict=False)
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        if isinstance(m, nn.MultiheadAttention):
+            m.dropout = 0.0
+    g = torch.Generator().manual_seed(1234)
+    inputs = make_inputs(g)
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    for k, v in inputs.items():
+        np.save(os.path.join(d, "inputs", k + ".npy"), v.numpy())
+    with torch.no_grad():
+        args = list(inputs.values())
+        logits = model.model(args[0])
+        loss = model(*args)
+    np.save(os.path.join(d, "loss.npy"), loss.numpy().astype(np.float32))
+    np.save(os.path.join(d, "logits.npy"), logits.reshape(-1, logits.shape[-1]).numpy().astype(np.float32))
+    print(f"wrote {d}: loss {loss.item():.6f}")
+
+
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    refs = bool(args) and args[0] == "--refs"
+    if refs:
+        args = args[1:]
+    if not args:
         sys.exit(__doc__)
-    out = sys.argv[1]
+    out = args[0]
     os.makedirs(out, exist_ok=True)
-    for name in sys.argv[2:] or ["mlp", "cnn", "transformer", "resnet18"]:
-        make(name, out)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in args[1:] or (list(MODELS) if refs else ["mlp", "cnn", "transformer", "resnet18"]):
+        if refs:
+            make_refs(name, here, out)
+        else:
+            make(name, out)
 
 
 if __name__ == "__main__":

@@ -40,5 +40,6 @@ class PassManager {
 std::unique_ptr<Pass> createInferShapesPass();    // infer_shapes.cpp
 std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
+std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
 
 }  // namespace ampc

@@ -13,6 +13,10 @@ const PassEntry kPasses[] = {
     {"infer-shapes", createInferShapesPass},
     {"fold-constants", createFoldConstantsPass},
     {"dce", createDcePass},
+    {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
+    {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},
+    {"convert-f16", [] { return createConvertPrecisionPass(DType::f16); }},
+    {"convert-bf16", [] { return createConvertPrecisionPass(DType::bf16); }},
 };
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 namespace onnx {
 class ModelProto;
+class TensorProto;
 }
 
 namespace ampc {
@@ -19,6 +20,9 @@ namespace ampc {
 struct ImportOptions {
   // --input-shape NAME=2x3x32x32: fixes (symbolic) dims of graph inputs.
   std::map<std::string, std::vector<int64_t>> inputShapes;
+  // --bind NAME=FILE.npy: a graph input whose value is known at compile time (a shape or an index
+  // that a static-shape graph needs) becomes a constant.
+  std::map<std::string, Tensor> constInputs;
 };
 
 // Reads and imports an .onnx file. Every failure is an Error whose message starts with the file
@@ -32,6 +36,9 @@ std::unique_ptr<Graph> importOnnxModel(const onnx::ModelProto& model, const std:
 onnx::ModelProto exportOnnx(const Graph& g);
 // Exports and writes atomically (temp file + rename).
 void exportOnnxFile(const Graph& g, const std::string& path);
+
+// One TensorProto (inline or external data under modelDir); Errors start with `file` and name `what`.
+Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what);
 
 // Parses "2x3x32x32" (Error on anything else).
 std::vector<int64_t> parseShapeSpec(const std::string& s);

@@ -1,3 +1,4 @@
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -23,137 +24,11 @@ std::string nodeLabel(const onnx::NodeProto& n) {
   return "node '" + n.name() + "' (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") + n.op_type() + ")";
 }
 
-class Importer {
+// Reads TensorProtos (inline or external data) for one model file.
+class TensorReader {
  public:
-  Importer(const onnx::ModelProto& m, std::string dir, std::string file, const ImportOptions& o)
-      : m_(m), dir_(std::move(dir)), file_(std::move(file)), opts_(o) {}
+  TensorReader(std::string dir, std::string file) : dir_(std::move(dir)), file_(std::move(file)) {}
 
-  std::unique_ptr<Graph> run() {
-    if (!m_.has_graph()) fail("has no graph (not an ONNX model?)");
-    if (m_.ir_version() <= 0) fail("has no ir_version (not an ONNX model?)");
-    auto g = std::make_unique<Graph>();
-    g_ = g.get();
-    const auto& gp = m_.graph();
-    g->name = gp.name().empty() ? "main" : gp.name();
-    readOpsets();
-    checkOps();
-
-    std::unordered_set<std::string> initNames;
-    for (const auto& t : gp.initializer()) initNames.insert(t.name());
-    std::set<std::string> inputNames;
-    for (const auto& vi : gp.input()) inputNames.insert(vi.name());
-    for (const auto& [name, shape] : opts_.inputShapes)
-      if (!inputNames.count(name) || initNames.count(name)) fail("--input-shape names '" + name + "', which is not a graph input");
-    for (const auto& vi : gp.input()) {
-      if (initNames.count(vi.name())) continue;  // older exporters list initializers as inputs too
-      g->addInput(vi.name(), inputType(vi));
-    }
-    for (const auto& t : gp.initializer()) {
-      if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
-      g->addParam(t.name(), tensorFromProto(t, "initializer '" + t.name() + "'"));
-    }
-    for (int i : topoOrder()) addNode(gp.node(i));
-    for (const auto& vi : gp.output()) {
-      Value* v = g->lookup(vi.name());
-      if (!v) fail("graph output '" + vi.name() + "' is not produced by any node, input or initializer");
-      g->addOutput(v);
-    }
-    if (g->outputs().empty()) fail("graph has no outputs");
-
-    try {
-      PassManager pm(false);
-      pm.add(createFoldConstantsPass());
-      pm.add(createDcePass());  // the folded shape subgraphs leave dead constants
-      pm.run(*g);
-      verify(*g);
-    } catch (const Error& e) {
-      fail(e.what());
-    }
-    // Declared output dtypes must agree with what the graph computes.
-    for (int i = 0; i < gp.output_size(); ++i) {
-      const auto& vi = gp.output(i);
-      if (!vi.type().has_tensor_type() || vi.type().tensor_type().elem_type() == 0) continue;
-      auto dt = dtypeFromOnnx(vi.type().tensor_type().elem_type());
-      const Value* v = g->outputs()[i];
-      if (!dt || *dt != v->type().dtype)
-        fail("graph output '" + vi.name() + "' is declared as ONNX type " + std::to_string(vi.type().tensor_type().elem_type()) +
-             " but computes " + v->type().str() + " (wrong dtype)");
-    }
-    return g;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& msg) const { throw Error(file_ + ": " + msg); }
-
-  void readOpsets() {
-    bool found = false;
-    for (const auto& o : m_.opset_import()) {
-      if (o.domain().empty() || o.domain() == "ai.onnx") {
-        g_->opset = static_cast<int>(o.version());
-        found = true;
-      } else {
-        g_->domainOpsets[o.domain()] = static_cast<int>(o.version());
-      }
-    }
-    if (!found) fail("does not import the default ONNX opset");
-    if (g_->opset < kMinOpset || g_->opset > kMaxOpset)
-      fail("uses opset " + std::to_string(g_->opset) + "; ampc supports opsets " + std::to_string(kMinOpset) + " to " +
-           std::to_string(kMaxOpset) + " (convert the model with onnx.version_converter)");
-  }
-
-  int domainVersion(const std::string& d) const {
-    if (d.empty() || d == "ai.onnx") return g_->opset;
-    auto it = g_->domainOpsets.find(d);
-    return it == g_->domainOpsets.end() ? 1 : it->second;
-  }
-
-  // Every unsupported op, in one error.
-  void checkOps() {
-    std::string bad;
-    int count = 0;
-    for (const auto& n : m_.graph().node()) {
-      if (lookupOp(n.domain(), n.op_type(), domainVersion(n.domain()))) continue;
-      ++count;
-      bad += "\n  " + nodeLabel(n) + " domain '" + (n.domain().empty() ? "ai.onnx" : n.domain()) + "'";
-    }
-    if (count) fail(std::to_string(count) + " node(s) use ops ampc does not support at opset " + std::to_string(g_->opset) + ":" + bad);
-  }
-
-  TensorType inputType(const onnx::ValueInfoProto& vi) {
-    if (!vi.type().has_tensor_type()) fail("input '" + vi.name() + "' is not a tensor");
-    const auto& tt = vi.type().tensor_type();
-    auto dt = dtypeFromOnnx(tt.elem_type());
-    if (!dt) fail("input '" + vi.name() + "' has ONNX element type " + std::to_string(tt.elem_type()) + ", which ampc does not support");
-    TensorType t{*dt, {}};
-    auto over = opts_.inputShapes.find(vi.name());
-    if (!tt.has_shape()) {
-      if (over == opts_.inputShapes.end()) fail("input '" + vi.name() + "' has no shape; give one with --input-shape " + vi.name() + "=...");
-      t.shape = over->second;
-      if (!t.sizeFits()) fail("input '" + vi.name() + "' has shape " + t.str() + ", which is too large");
-      return t;
-    }
-    const auto& dims = tt.shape().dim();
-    if (over != opts_.inputShapes.end() && static_cast<int>(over->second.size()) != dims.size())
-      fail("--input-shape " + vi.name() + " has rank " + std::to_string(over->second.size()) + ", the input has rank " + std::to_string(dims.size()));
-    for (int i = 0; i < dims.size(); ++i) {
-      const auto& d = dims[i];
-      if (over != opts_.inputShapes.end()) {
-        if (d.has_dim_value() && d.dim_value() != over->second[i])
-          fail("--input-shape " + vi.name() + " sets dim " + std::to_string(i) + " to " + std::to_string(over->second[i]) +
-               ", but the model fixes it to " + std::to_string(d.dim_value()));
-        t.shape.push_back(over->second[i]);
-      } else if (d.has_dim_value() && d.dim_value() >= 0) {
-        t.shape.push_back(d.dim_value());
-      } else {
-        fail("input '" + vi.name() + "' dim " + std::to_string(i) + " is symbolic ('" + d.dim_param() +
-             "'); fix it with --input-shape " + vi.name() + "=AxBx...");
-      }
-    }
-    if (!t.sizeFits()) fail("input '" + vi.name() + "' has shape " + t.str() + ", which is too large");
-    return t;
-  }
-
-  // ---- tensors
 
   Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what) {
     auto dt = dtypeFromOnnx(p.data_type());
@@ -243,6 +118,179 @@ class Importer {
     return t;
   }
 
+ private:
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(file_ + ": " + msg); }
+  std::string dir_, file_;
+};
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& m, std::string dir, std::string file, const ImportOptions& o)
+      : m_(m), file_(file), opts_(o), tensors_(std::move(dir), std::move(file)) {}
+
+  std::unique_ptr<Graph> run() {
+    if (!m_.has_graph()) fail("has no graph (not an ONNX model?)");
+    if (m_.ir_version() <= 0) fail("has no ir_version (not an ONNX model?)");
+    auto g = std::make_unique<Graph>();
+    g_ = g.get();
+    const auto& gp = m_.graph();
+    g->name = gp.name().empty() ? "main" : gp.name();
+    readOpsets();
+    checkOps();
+
+    std::unordered_set<std::string> initNames;
+    for (const auto& t : gp.initializer()) initNames.insert(t.name());
+    std::set<std::string> inputNames;
+    for (const auto& vi : gp.input()) inputNames.insert(vi.name());
+    for (const auto& [name, shape] : opts_.inputShapes)
+      if (!inputNames.count(name) || initNames.count(name)) fail("--input-shape names '" + name + "', which is not a graph input");
+    for (const auto& [name, t] : opts_.constInputs)
+      if (!inputNames.count(name) || initNames.count(name)) fail("--bind names '" + name + "', which is not a graph input");
+    for (const auto& vi : gp.input()) {
+      if (initNames.count(vi.name())) continue;  // older exporters list initializers as inputs too
+      auto bound = opts_.constInputs.find(vi.name());
+      if (bound == opts_.constInputs.end()) {
+        g->addInput(vi.name(), inputType(vi));
+        continue;
+      }
+      // A bound input is a compile-time constant: its dtype must match and its dims must fit.
+      const TensorType& t = bound->second.type;
+      auto declared = vi.type().has_tensor_type() ? dtypeFromOnnx(vi.type().tensor_type().elem_type()) : std::nullopt;
+      if (!declared || *declared != t.dtype) fail("--bind " + vi.name() + ": the value is " + t.str() + ", the input's dtype differs");
+      if (vi.type().tensor_type().has_shape()) {
+        const auto& dims = vi.type().tensor_type().shape().dim();
+        bool ok = dims.size() == static_cast<int>(t.shape.size());
+        for (int i = 0; ok && i < dims.size(); ++i) ok = !dims[i].has_dim_value() || dims[i].dim_value() == t.shape[i];
+        if (!ok) fail("--bind " + vi.name() + ": the value is " + t.str() + ", which does not fit the input's shape");
+      }
+      g->addConst(vi.name(), bound->second);
+    }
+    for (const auto& t : gp.initializer()) {
+      if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
+      g->addParam(t.name(), tensorFromProto(t, "initializer '" + t.name() + "'"));
+    }
+    for (int i : topoOrder()) addNode(gp.node(i));
+    for (const auto& vi : gp.output()) {
+      Value* v = g->lookup(vi.name());
+      if (!v) fail("graph output '" + vi.name() + "' is not produced by any node, input or initializer");
+      g->addOutput(v);
+    }
+    if (g->outputs().empty()) fail("graph has no outputs");
+
+    try {
+      PassManager pm(false);
+      pm.add(createFoldConstantsPass());
+      pm.add(createDcePass());  // the folded shape subgraphs leave dead constants
+      pm.run(*g);
+      verify(*g);
+    } catch (const Error& e) {
+      fail(e.what());
+    }
+    // Declared output dtypes must agree with what the graph computes.
+    for (int i = 0; i < gp.output_size(); ++i) {
+      const auto& vi = gp.output(i);
+      if (!vi.type().has_tensor_type() || vi.type().tensor_type().elem_type() == 0) continue;
+      auto dt = dtypeFromOnnx(vi.type().tensor_type().elem_type());
+      const Value* v = g->outputs()[i];
+      if (!dt || *dt != v->type().dtype)
+        fail("graph output '" + vi.name() + "' is declared as ONNX type " + std::to_string(vi.type().tensor_type().elem_type()) +
+             " but computes " + v->type().str() + " (wrong dtype)");
+    }
+    return g;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(file_ + ": " + msg); }
+
+  void readOpsets() {
+    bool found = false;
+    for (const auto& o : m_.opset_import()) {
+      if (o.domain().empty() || o.domain() == "ai.onnx") {
+        g_->opset = static_cast<int>(o.version());
+        found = true;
+      } else {
+        g_->domainOpsets[o.domain()] = static_cast<int>(o.version());
+      }
+    }
+    if (!found) fail("does not import the default ONNX opset");
+    if (g_->opset > kMaxOpset)
+      fail("uses opset " + std::to_string(g_->opset) + "; ampc supports opsets " + std::to_string(kMinOpset) + " to " +
+           std::to_string(kMaxOpset));
+    if (g_->opset < kMinOpset) upgradeOpset();
+  }
+
+  // An older model is read at opset kMinOpset when none of its ops changed in between (ONNX's
+  // schema registry knows each op's versions); otherwise it is an error naming the ops.
+  void upgradeOpset() {
+    std::set<std::string> changed;
+    for (const auto& n : m_.graph().node()) {
+      if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+      const auto* old = onnx::OpSchemaRegistry::Schema(n.op_type(), g_->opset, "");
+      const auto* cur = onnx::OpSchemaRegistry::Schema(n.op_type(), kMinOpset, "");
+      if (!old || !cur || old->SinceVersion() != cur->SinceVersion()) changed.insert(n.op_type());
+    }
+    if (!changed.empty()) {
+      std::string list;
+      for (const auto& op : changed) list += (list.empty() ? "" : ", ") + op;
+      fail("uses opset " + std::to_string(g_->opset) + "; ampc supports opsets " + std::to_string(kMinOpset) + " to " +
+           std::to_string(kMaxOpset) + ", and these ops changed since opset " + std::to_string(g_->opset) + ": " + list +
+           " (convert the model with onnx.version_converter)");
+    }
+    g_->opset = kMinOpset;
+  }
+
+  int domainVersion(const std::string& d) const {
+    if (d.empty() || d == "ai.onnx") return g_->opset;
+    auto it = g_->domainOpsets.find(d);
+    return it == g_->domainOpsets.end() ? 1 : it->second;
+  }
+
+  // Every unsupported op, in one error.
+  void checkOps() {
+    std::string bad;
+    int count = 0;
+    for (const auto& n : m_.graph().node()) {
+      if (lookupOp(n.domain(), n.op_type(), domainVersion(n.domain()))) continue;
+      ++count;
+      bad += "\n  " + nodeLabel(n) + " domain '" + (n.domain().empty() ? "ai.onnx" : n.domain()) + "'";
+    }
+    if (count) fail(std::to_string(count) + " node(s) use ops ampc does not support at opset " + std::to_string(g_->opset) + ":" + bad);
+  }
+
+  TensorType inputType(const onnx::ValueInfoProto& vi) {
+    if (!vi.type().has_tensor_type()) fail("input '" + vi.name() + "' is not a tensor");
+    const auto& tt = vi.type().tensor_type();
+    auto dt = dtypeFromOnnx(tt.elem_type());
+    if (!dt) fail("input '" + vi.name() + "' has ONNX element type " + std::to_string(tt.elem_type()) + ", which ampc does not support");
+    TensorType t{*dt, {}};
+    auto over = opts_.inputShapes.find(vi.name());
+    if (!tt.has_shape()) {
+      if (over == opts_.inputShapes.end()) fail("input '" + vi.name() + "' has no shape; give one with --input-shape " + vi.name() + "=...");
+      t.shape = over->second;
+      if (!t.sizeFits()) fail("input '" + vi.name() + "' has shape " + t.str() + ", which is too large");
+      return t;
+    }
+    const auto& dims = tt.shape().dim();
+    if (over != opts_.inputShapes.end() && static_cast<int>(over->second.size()) != dims.size())
+      fail("--input-shape " + vi.name() + " has rank " + std::to_string(over->second.size()) + ", the input has rank " + std::to_string(dims.size()));
+    for (int i = 0; i < dims.size(); ++i) {
+      const auto& d = dims[i];
+      if (over != opts_.inputShapes.end()) {
+        if (d.has_dim_value() && d.dim_value() != over->second[i])
+          fail("--input-shape " + vi.name() + " sets dim " + std::to_string(i) + " to " + std::to_string(over->second[i]) +
+               ", but the model fixes it to " + std::to_string(d.dim_value()));
+        t.shape.push_back(over->second[i]);
+      } else if (d.has_dim_value() && d.dim_value() >= 0) {
+        t.shape.push_back(d.dim_value());
+      } else {
+        fail("input '" + vi.name() + "' dim " + std::to_string(i) + " is symbolic ('" + d.dim_param() +
+             "'); fix it with --input-shape " + vi.name() + "=AxBx...");
+      }
+    }
+    if (!t.sizeFits()) fail("input '" + vi.name() + "' has shape " + t.str() + ", which is too large");
+    return t;
+  }
+
   // ---- nodes
 
   // Node indices in a topological order; cycles and dangling inputs are errors naming the node.
@@ -321,13 +369,20 @@ class Importer {
     }
   }
 
+  Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what) { return tensors_.tensorFromProto(p, what); }
+
   const onnx::ModelProto& m_;
-  std::string dir_, file_;
+  std::string file_;
   const ImportOptions& opts_;
+  TensorReader tensors_;
   Graph* g_ = nullptr;
 };
 
 }  // namespace
+
+Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what) {
+  return TensorReader(modelDir, file).tensorFromProto(p, what);
+}
 
 std::vector<int64_t> parseShapeSpec(const std::string& s) {
   std::vector<int64_t> r;

@@ -276,6 +276,7 @@ void registerTensorOps(std::vector<OpDef>& t) {
   row("Pad", L, 2, 4, 1, 1, true, inferPad);
   row("Trilu", L, 1, 2, 1, 1, true, inferTrilu);
   row("Cast", L, 1, 1, 1, 1, true, inferCast);
+  t.back().dtypeAttr = "to";
   row("CastLike", L, 2, 2, 1, 1, true, inferCastLike);
   row("Shape", L, 1, 1, 1, 1, false, inferShape);
   t.back().readsOnlyTypes = true;

@@ -58,6 +58,7 @@ struct OpDef {
   AmpCategory amp;
   bool differentiable;      // false: comparisons, Shape, ArgMax, integer/bool paths
   ShapeFn infer;
+  std::string_view dtypeAttr = {};  // the attribute that names the result dtype (Cast's "to")
   bool random = false;          // draws random numbers (Dropout): never folded
   bool readsOnlyTypes = false;  // the result depends on input types alone (Shape): it folds even
                                 // when its input is not a constant

@@ -173,6 +173,7 @@ void pool(KernelCtx& c) {
     c.fail(e.what());
   }
   const bool includePad = c.node.getInt("count_include_pad", 0) != 0;
+  const bool columnMajor = c.node.getInt("storage_order", 0) != 0;  // MaxPool's Indices layout
   const int64_t planes = xs[0] * xs[1], IS = product(spatialIn), P = product(w.out);
   const auto inStrides = stridesOf(spatialIn);
   auto x = widen<C>(c.in(0));
@@ -187,13 +188,15 @@ void pool(KernelCtx& c) {
       int64_t best = -1, count = 0, padded = 0;
       Odometer k(w.kernel);
       for (int64_t kk = 0; kk < product(w.kernel); ++kk, k.next()) {
-        int64_t off = 0;
+        int64_t off = 0, colOff = 0, colStride = 1;
         bool inside = true, inPadded = true;
         for (size_t d = 0; d < sp; ++d) {
           int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + k.idx[d] * w.dilations[d];
           inside = inside && coord >= 0 && coord < spatialIn[d];
           inPadded = inPadded && coord >= -w.padBegin[d] && coord < spatialIn[d] + w.padEnd[d];
           off += coord * inStrides[d];
+          colOff += coord * colStride;
+          colStride *= spatialIn[d];
         }
         padded += inPadded;
         if (!inside) continue;
@@ -202,7 +205,7 @@ void pool(KernelCtx& c) {
         if constexpr (kMax) {
           if (best < 0 || v > acc || v != v) {
             acc = v;
-            best = off;
+            best = columnMajor ? colOff : off;
           }
         } else {
           acc += v;

@@ -263,6 +263,12 @@ void rangeKernel(KernelCtx& c) {
 
 }  // namespace
 
+Tensor castTensor(const Tensor& x, DType to) {
+  Tensor out(TensorType{to, x.type.shape});
+  castTo(x, out);
+  return out;
+}
+
 void registerTensorKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Reshape", copyKernel}, {"Flatten", copyKernel}, {"Squeeze", copyKernel}, {"Unsqueeze", copyKernel},

@@ -10,13 +10,18 @@
 
 #include "compiler/ir/ir.h"
 
-namespace ampc::cpu {
+namespace ampc {
 
+// What a backend needs besides the graph: the random stream's position and switches.
 struct ExecOptions {
   uint64_t seed = 0;     // Dropout's Philox key
   uint64_t step = 0;     // training step: part of Dropout's Philox counter
   bool dropout = true;   // false: Dropout is the identity even in training mode (comparisons)
 };
+
+}  // namespace ampc
+
+namespace ampc::cpu {
 
 class KernelCtx {
  public:
@@ -48,6 +53,10 @@ std::vector<std::string> kernelOps();
 // Runs one node: allocates its results from the node's result types and calls the kernel.
 // Error (naming the node) if the op has no kernel or the inputs are wrong.
 std::vector<Tensor> runNode(const Node& n, const std::vector<const Tensor*>& in, const ExecOptions& opts = {});
+
+// x converted to dtype `to` with Cast's semantics (float->float rounds once to nearest even,
+// float->int truncates, ->bool is x != 0).
+Tensor castTensor(const Tensor& x, DType to);
 
 // Philox 4x32-10 (Salmon et al., SC'11): the counter-based generator behind Dropout's masks.
 struct Philox {

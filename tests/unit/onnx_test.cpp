@@ -189,9 +189,23 @@ TEST(OnnxImport, UnsupportedOpsAreListedTogether) {
 TEST(OnnxImport, OpsetOutOfRange) {
   TempDir d;
   auto m = reluModel();
-  m.mutable_opset_import(0)->set_version(11);
+  m.mutable_opset_import(0)->set_version(11);  // Relu changed at opset 13 (bf16)
   writeModel(d.file("old.onnx"), m);
-  expectImportError(d.file("old.onnx"), {"opset 11", "13 to 21"});
+  expectImportError(d.file("old.onnx"), {"uses opset 11", "13 to 21", "changed since opset 11: Relu"});
+  m.mutable_opset_import(0)->set_version(22);
+  writeModel(d.file("new.onnx"), m);
+  expectImportError(d.file("new.onnx"), {"uses opset 22", "13 to 21"});
+  // An opset-11 model whose ops did not change since (Conv) is read at opset 13.
+  auto conv = newModel(11);
+  auto* g = conv.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {1, 1, 4, 4});
+  addFloatInit(g, "w", {1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+  addNode(g, "Conv", {"x", "w"}, {"y"}, "conv");
+  addOutput(g, "y");
+  writeModel(d.file("conv11.onnx"), conv);
+  auto graph = importOnnxFile(d.file("conv11.onnx"));
+  EXPECT_EQ(graph->opset, 13);
+  EXPECT_EQ(graph->outputs()[0]->type().str(), "f32[1,1,2,2]");
 }
 
 TEST(OnnxImport, ExternalDataStaysInTheModelFolder) {

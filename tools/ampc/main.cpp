@@ -4,6 +4,7 @@
 //   ampc MODEL.onnx --emit onnx -o OUT.onnx write the imported graph back as ONNX
 //   ampc MODEL.onnx --summary              node counts, parameters, inputs and outputs
 //   ampc MODEL.ir --passes dce --emit text run passes over the text form
+//   ampc MODEL.onnx --eval --inputs DIR    evaluate on the CPU backend; writes OUTPUT.npy files
 //
 // Exit codes: 0 ok, 1 bad input, 2 bad usage.
 #include <CLI/CLI.hpp>
@@ -18,6 +19,8 @@
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
 #include "passes/pass.h"
+#include "runtime/evaluator.h"
+#include "runtime/npy.h"
 
 namespace fs = std::filesystem;
 using namespace ampc;
@@ -70,6 +73,52 @@ void printSummary(const Graph& g) {
   for (const Value* v : g.outputs()) fmt::print("output {} : {}\n", v->name(), v->type().str());
 }
 
+// A file name for a value name: characters a path cannot hold become '_'.
+std::string fileNameFor(const std::string& name) {
+  std::string s = name;
+  for (char& ch : s)
+    if (ch == '/' || ch == '\\' || ch == ':' || ch == '\0') ch = '_';
+  if (s.empty() || s == "." || s == "..") s = "_" + s;
+  return s;
+}
+
+struct EvalArgs {
+  std::string inputs, outputs = ".";
+  bool noDropout = false;
+  uint64_t seed = 0;
+};
+
+// --eval: reads DIR/NAME.npy for each graph input, runs the CPU backend, writes OUTPUT.npy files.
+void runEval(const Graph& g, const EvalArgs& a) {
+  std::map<std::string, Tensor> feeds;
+  for (const Value* v : g.inputs()) {
+    const std::string path = (fs::path(a.inputs) / (fileNameFor(v->name()) + ".npy")).string();
+    if (!fs::exists(path)) throw Error(path + ": missing: graph input '" + v->name() + "' (" + v->type().str() + ") is read from it");
+    Tensor t = readNpy(path);
+    if (t.type.shape != v->type().shape)
+      throw Error(path + ": shape " + t.type.str() + " does not match graph input '" + v->name() + "' " + v->type().str());
+    if (t.type.dtype != v->type().dtype) {
+      if (isFloat(t.type.dtype) != isFloat(v->type().dtype))
+        throw Error(path + ": dtype " + std::string(dtypeName(t.type.dtype)) + " does not match graph input '" + v->name() + "' " + v->type().str());
+      t = cpu::castTensor(t, v->type().dtype);
+    }
+    feeds.emplace(v->name(), std::move(t));
+  }
+  auto backend = createCpuBackend();
+  ExecOptions opts;
+  opts.seed = a.seed;
+  opts.dropout = !a.noDropout;
+  auto outs = evaluate(g, feeds, *backend, opts);
+  fs::create_directories(a.outputs);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Value* v = g.outputs()[i];
+    const std::string path = (fs::path(a.outputs) / (fileNameFor(v->name()) + ".npy")).string();
+    writeNpy(path, outs[i]);
+    if (outs[i].numel() == 1) fmt::print("{} : {} = {:.9g} -> {}\n", v->name(), v->type().str(), outs[i].getDouble(0), path);
+    else fmt::print("{} : {} -> {}\n", v->name(), v->type().str(), path);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,12 +132,26 @@ int main(int argc, char** argv) {
   app.add_flag("--summary", summary, "print node counts per op, parameters, inputs and outputs");
   app.add_option("--input-shape", shapes, "fix an input's dims: NAME=2x3x32x32 (repeatable)");
   app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce)");
+  bool eval = false;
+  EvalArgs evalArgs;
+  std::string precisionRun;
+  app.add_flag("--eval", eval, "evaluate the graph on the CPU backend and write each output as NAME.npy");
+  app.add_option("--inputs", evalArgs.inputs, "--eval: folder with one NAME.npy per graph input");
+  app.add_option("--outputs", evalArgs.outputs, "--eval: folder for the outputs (default: .)");
+  app.add_option("--precision-run", precisionRun, "--eval: run the whole graph in this dtype")
+      ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));
+  app.add_flag("--no-dropout", evalArgs.noDropout, "--eval: Dropout is the identity (to compare with a framework)");
+  app.add_option("--seed", evalArgs.seed, "--eval: Dropout's random seed (default 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
+    return 2;
+  }
+  if (eval && evalArgs.inputs.empty()) {
+    std::cerr << "ampc: --eval needs --inputs DIR\n";
     return 2;
   }
   if (emit == "onnx" && out.empty()) {
@@ -113,6 +176,7 @@ int main(int argc, char** argv) {
     PassManager pm;
     try {
       pm.addPipeline(passes);
+      if (!precisionRun.empty()) pm.addPipeline("convert-" + precisionRun);
     } catch (const Error& e) {
       std::cerr << "ampc: --passes: " << e.what() << "\n";
       return 2;
@@ -124,13 +188,14 @@ int main(int argc, char** argv) {
       throw Error(model + ": " + e.what());
     }
     if (summary) printSummary(*g);
+    if (eval) runEval(*g, evalArgs);
     if (emit == "text") {
       std::string text = printGraph(*g);
       if (out.empty()) std::cout << text;
       else writeAtomically(out, text);
     } else if (emit == "onnx") {
       exportOnnxFile(*g, out);
-    } else if (!summary) {
+    } else if (!summary && !eval) {
       fmt::print("{}: ok, {} nodes, {} params, opset {}\n", model, g->numNodes(), g->params().size(), g->opset);
     }
   } catch (const Error& e) {
