@@ -38,9 +38,12 @@ std::string field(const std::string& h, const std::string& key, const std::strin
 }  // namespace
 
 Tensor readNpy(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(path + ": no such file");
+  std::string bytes(static_cast<size_t>(size), '\0');
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": no such file");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) throw Error(path + ": could not read the file");
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) throw Error(path + ": not a .npy file");
   const int major = static_cast<uint8_t>(bytes[6]);
   size_t hlen, off;

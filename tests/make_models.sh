@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes the generated test models (resnet18) into DIR with Debian's python3-torch; if torch is
-# missing it writes nothing and the model tests that need the file skip themselves.
+# Makes the generated test models (resnet18) and PyTorch's reference outputs for the committed
+# models into DIR with Debian's python3-torch; if torch is missing it writes nothing: the tests
+# that need resnet18 skip themselves and the reference checks read the committed models/ref.
 set -euo pipefail
 dir=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,3 +12,6 @@ if ! /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then
 fi
 [ -f "$dir/resnet18.onnx" ] || /usr/bin/python3 "$here/models/make_models.py" "$dir" resnet18 2>&1 | grep -v -i warn || true
 test -f "$dir/resnet18.onnx"
+# PyTorch's reference outputs for the committed models, made fresh with the torch installed here.
+/usr/bin/python3 "$here/models/make_models.py" --refs "$dir/refs" 2>&1 | grep -v -i warn || true
+test -f "$dir/refs/transformer/loss.npy"

@@ -407,11 +407,13 @@ std::unique_ptr<Graph> importOnnxModel(const onnx::ModelProto& model, const std:
 std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptions& opts) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw Error(path + ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) throw Error(path + ": could not read the file");
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw Error(path + ": could not read the file");
+  if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max()))
     throw Error(path + ": larger than 2 GiB; store the weights as external data");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  std::ifstream in(path, std::ios::binary);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) throw Error(path + ": could not read the file");
   onnx::ModelProto model;
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw Error(path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");

@@ -139,3 +139,38 @@ TEST(Cli, EmitTextAndOnnxRoundTrip) {
     EXPECT_EQ(c.out, a.out) << name;
   }
 }
+
+TEST(Cli, EvalErrorsAndBind) {
+  TempDir d;
+  const std::string mlp = kModels + "/mlp.onnx";
+  auto r = run(kAmpc + " " + mlp + " --eval");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--eval needs --inputs"), std::string::npos) << r.out;
+  r = run(kAmpc + " " + mlp + " --eval --inputs " + d.path.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(d.file("x.npy") + ": missing: graph input 'x' (f32[100,10])"), std::string::npos) << r.out;
+  // A wrong shape names the file and the input; nothing is written.
+  std::filesystem::copy(kModels + "/ref/mlp/inputs", d.file("in"));
+  auto x = run("/usr/bin/python3 -c \"import numpy as np; np.save('" + d.file("in/x.npy") + "', np.zeros((100, 9), np.float32))\"");
+  if (x.code != 0) GTEST_SKIP() << "python3-numpy missing";
+  r = run(kAmpc + " " + mlp + " --eval --inputs " + d.file("in") + " --outputs " + d.file("out"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("shape f32[100,9] does not match graph input 'x' f32[100,10]"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(d.file("out/loss.npy")));
+
+  // --bind: a shape input becomes a constant, so the Reshape's output shape is static.
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 6});
+  addTensorInput(g, "shape", onnx::TensorProto::INT64, {2});
+  addNode(g, "Reshape", {"x", "shape"}, {"y"}, "reshape");
+  addOutput(g, "y");
+  writeModel(d.file("reshape.onnx"), m);
+  r = run(kAmpc + " " + d.file("reshape.onnx"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("must be a compile-time constant"), std::string::npos) << r.out;
+  ASSERT_EQ(run("/usr/bin/python3 -c \"import numpy as np; np.save('" + d.file("s.npy") + "', np.array([3, -1]))\"").code, 0);
+  r = run(kAmpc + " " + d.file("reshape.onnx") + " --bind shape=" + d.file("s.npy") + " --summary");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("output y : f32[3,4]"), std::string::npos) << r.out;
+}

@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", out, "output file (--emit onnx needs it; text goes to stdout without it)");
   app.add_flag("--summary", summary, "print node counts per op, parameters, inputs and outputs");
   app.add_option("--input-shape", shapes, "fix an input's dims: NAME=2x3x32x32 (repeatable)");
+  std::vector<std::string> binds;
+  app.add_option("--bind", binds, "make a graph input a compile-time constant: NAME=FILE.npy (repeatable)");
   app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce)");
   bool eval = false;
   EvalArgs evalArgs;
@@ -172,6 +174,14 @@ int main(int argc, char** argv) {
         std::cerr << "ampc: --input-shape: " << e.what() << "\n";
         return 2;
       }
+    }
+    for (const auto& b : binds) {
+      auto eq = b.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "ampc: --bind wants NAME=FILE.npy, got '" << b << "'\n";
+        return 2;
+      }
+      opts.constInputs[b.substr(0, eq)] = readNpy(b.substr(eq + 1));
     }
     PassManager pm;
     try {

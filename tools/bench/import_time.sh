@@ -11,7 +11,7 @@ for _ in $(seq "$n"); do
   s=$(date +%s.%N)
   build/tools/ampc "$model" >/dev/null
   e=$(date +%s.%N)
-  t=$(echo "$e - $s" | bc -l)
-  if [ -z "$best" ] || [ "$(echo "$t < $best" | bc -l)" = 1 ]; then best=$t; fi
+  t=$(awk "BEGIN {print $e - $s}")
+  if [ -z "$best" ] || awk "BEGIN {exit !($t < $best)}"; then best=$t; fi
 done
 printf 'import %s: best of %d = %.3f s\n' "$model" "$n" "$best"

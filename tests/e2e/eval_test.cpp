@@ -1,0 +1,91 @@
+// `ampc --eval` on the committed models: the f32 loss matches PyTorch's forward on the same inputs
+// and weights (reference made now with python3-torch when installed, else the committed
+// models/ref), and f16 / bf16 evaluation stays close to f64 on the logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "compiler/onnx/onnx.h"
+#include "compiler/ops/registry.h"
+#include "passes/pass.h"
+#include "runtime/evaluator.h"
+#include "runtime/npy.h"
+#include "tests/unit/test_util.h"
+
+using namespace ampc;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path refDir(const std::string& model) {
+  fs::path fresh = fs::path(AMPC_BINARY_DIR) / "models" / "refs" / model;
+  if (fs::exists(fresh / "loss.npy")) return fresh;
+  return fs::path(AMPC_SOURCE_DIR) / "models" / "ref" / model;
+}
+
+std::string modelPath(const std::string& model) { return (fs::path(AMPC_SOURCE_DIR) / "models" / (model + ".onnx")).string(); }
+
+double relL2(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double x = a.getDouble(i), y = b.getDouble(i);
+    if (std::isnan(x)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / den);
+}
+
+class EvalTest : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(EvalTest, LossMatchesPyTorch) {
+  const fs::path ref = refDir(GetParam());
+  std::printf("reference: %s\n", ref.c_str());
+  test::TempDir d;
+  auto r = test::run(std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " +
+                     (ref / "inputs").string() + " --outputs " + d.path.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  Tensor got = readNpy(d.file("loss.npy")), want = readNpy((ref / "loss.npy").string());
+  ASSERT_EQ(got.type.str(), "f32[]");
+  const double g = got.getDouble(0), w = want.getDouble(0);
+  std::printf("%s loss: ampc %.9g, PyTorch %.9g, relative %.3g\n", GetParam().c_str(), g, w, std::fabs(g - w) / std::fabs(w));
+  EXPECT_LE(std::fabs(g - w), 1e-5 * std::fabs(w));
+}
+
+TEST_P(EvalTest, LowPrecisionLogitsNearF64) {
+  const fs::path ref = refDir(GetParam());
+  std::map<std::string, Tensor> inputs;
+  for (const auto& e : fs::directory_iterator(ref / "inputs")) inputs.emplace(e.path().stem().string(), readNpy(e.path().string()));
+  auto logitsAt = [&](DType dt) {
+    auto g = importOnnxFile(modelPath(GetParam()));
+    PassManager pm;
+    pm.add(createConvertPrecisionPass(dt));
+    pm.run(*g);
+    // The logits are what the loss reads.
+    const Value* logits = nullptr;
+    for (const auto& n : g->nodes())
+      if (n->def() && n->def()->name == "SoftmaxCrossEntropyLoss") logits = n->input(0);
+    EXPECT_NE(logits, nullptr);
+    std::map<std::string, Tensor> feeds;
+    for (const Value* v : g->inputs()) feeds.emplace(v->name(), isFloat(v->type().dtype) ? cpu::castTensor(inputs.at(v->name()), dt) : inputs.at(v->name()));
+    auto backend = createCpuBackend();
+    ExecOptions opts;
+    opts.dropout = false;
+    auto outs = evaluate(*g, feeds, *backend, opts, {logits});
+    return cpu::castTensor(outs.back(), DType::f64);
+  };
+  const Tensor ref64 = logitsAt(DType::f64);
+  // The f32 logits also match PyTorch's.
+  const Tensor torchLogits = readNpy((ref / "logits.npy").string());
+  EXPECT_LE(relL2(logitsAt(DType::f32), cpu::castTensor(torchLogits, DType::f64)), 1e-5);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    const double err = relL2(logitsAt(dt), ref64);
+    std::printf("%s logits %s vs f64: relative L2 %.3g\n", GetParam().c_str(), std::string(dtypeName(dt)).c_str(), err);
+    EXPECT_LE(err, 1e-2) << dtypeName(dt);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EvalTest, ::testing::Values("mlp", "cnn", "transformer"));

@@ -1,0 +1,445 @@
+// CPU kernels on random data (fresh every run), two ways:
+//  1. Every registry op in f32, f16 and bf16 against the same graph evaluated in f64, within the
+//     tolerances of METHOD.md (relative L2: f32 1e-5, f16 2e-3, bf16 1.6e-2; NaN never passes).
+//  2. The numerically central kernels against naive f64 references written here, independently
+//     of the kernels: broadcasting, negative axes, empty dims, Transpose feeding MatMul.
+// (ONNX's own node tests check every kernel against NumPy too: tests/conformance.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "compiler/ir/text.h"
+#include "compiler/ops/registry.h"
+#include "passes/pass.h"
+#include "runtime/evaluator.h"
+
+using namespace ampc;
+
+namespace {
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r([] {
+    uint64_t seed = std::random_device{}();
+    std::printf("kernel_test seed %llu\n", static_cast<unsigned long long>(seed));
+    return seed;
+  }());
+  return r;
+}
+
+struct Range {
+  double lo = -2, hi = 2;
+};
+
+Tensor randomTensor(const TensorType& t, Range fr, int64_t ilo, int64_t ihi) {
+  Tensor x(t);
+  std::uniform_real_distribution<double> u(fr.lo, fr.hi);
+  std::uniform_int_distribution<int64_t> ui(ilo, ihi);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (isFloat(t.dtype)) x.setDouble(i, u(rng()));
+    else if (t.dtype == DType::boolean) x.setInt(i, ui(rng()) & 1);
+    else x.setInt(i, ui(rng()));
+  }
+  return x;
+}
+
+// Parses `text`, converts the graph's floats to `dt`, evaluates on the CPU backend, and returns
+// the outputs widened to f64.
+std::vector<Tensor> runAt(const std::string& text, const std::map<std::string, Tensor>& feeds, DType dt) {
+  auto g = parseGraph(text, "case");
+  PassManager pm;
+  pm.add(createFoldConstantsPass());  // Shape -> ConstantOfShape needs its shape folded first
+  pm.add(createConvertPrecisionPass(dt));
+  pm.run(*g);
+  std::map<std::string, Tensor> f;
+  for (const auto& [k, v] : feeds) f.emplace(k, isFloat(v.type.dtype) ? cpu::castTensor(v, dt) : v);
+  auto backend = createCpuBackend();
+  ExecOptions opts;
+  opts.seed = 7;
+  auto outs = evaluate(*g, f, *backend, opts);
+  for (auto& o : outs)
+    if (isFloat(o.type.dtype)) o = cpu::castTensor(o, DType::f64);
+  return outs;
+}
+
+double relL2(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.getDouble(i), w = want.getDouble(i);
+    if (std::isnan(g) != std::isnan(w)) return INFINITY;
+    if (std::isnan(w)) continue;
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  if (den == 0) return std::sqrt(num);
+  return std::sqrt(num / den);
+}
+
+struct Case {
+  const char* text;     // a graph; its float inputs get random data
+  Range range = {};     // for float inputs
+  int64_t ilo = 0, ihi = 3;  // for integer inputs
+};
+
+std::string graph(const std::string& body) { return "graph \"k\" opset 20 {\n" + body + "\n}\n"; }
+
+const Case kCases[] = {
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Sqrt(%x)\n output %y", {0.1, 4}},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Reciprocal(%x)\n output %y", {0.5, 3}},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Exp(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Log(%x)\n output %y", {0.1, 5}},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Tanh(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Sigmoid(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Erf(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Softplus(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Gelu(%x)\n %z : f32[3,5] = Gelu(%x) {approximate = \"tanh\"}\n output %y\n output %z"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = LeakyRelu(%x) {alpha = 0.2}\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Relu(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Neg(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Abs(%x)\n output %y"},
+    {"input %x : f32[3,5]\n %y : f32[3,5] = Identity(%x)\n output %y"},
+    {"input %x : f32[2,3,5]\n %y : f32[2,3,5] = Softmax(%x) {axis = -2}\n output %y"},
+    {"input %x : f32[2,3,5]\n %y : f32[2,3,5] = LogSoftmax(%x) {axis = 1}\n output %y"},
+    {"input %x : f32[3,5]\n const %lo : f32[] = [-0.5]\n const %hi : f32[] = [0.7]\n %y : f32[3,5] = Clip(%x, %lo, %hi)\n output %y"},
+    {"input %a : f32[2,1,4]\n input %b : f32[3,1]\n %y : f32[2,3,4] = Add(%a, %b)\n output %y"},
+    {"input %a : f32[2,3,4]\n input %b : f32[4]\n %y : f32[2,3,4] = Sub(%a, %b)\n output %y"},
+    {"input %a : f32[1,3,1]\n input %b : f32[2,1,4]\n %y : f32[2,3,4] = Mul(%a, %b)\n output %y"},
+    {"input %a : f32[2,3]\n input %b : f32[3]\n %y : f32[2,3] = Div(%a, %b)\n output %y", {0.5, 2}},
+    {"input %a : f32[2,3]\n input %b : f32[]\n %y : f32[2,3] = Pow(%a, %b)\n output %y", {0.5, 2}},
+    {"input %a : f32[2,3]\n input %b : f32[3]\n input %c : f32[2,1]\n %y : f32[2,3] = Max(%a, %b, %c)\n output %y"},
+    {"input %a : f32[2,3]\n input %b : f32[3]\n %y : f32[2,3] = Min(%a, %b)\n output %y"},
+    {"input %c : bool[2,1]\n input %a : f32[3]\n input %b : f32[2,3]\n %y : f32[2,3] = Where(%c, %a, %b)\n output %y"},
+    {"input %a : f32[4,5]\n input %b : f32[5]\n %y : bool[4,5] = Greater(%a, %b)\n %z : f32[4,5] = Cast(%y) {to = 1}\n output %z"},
+    {"input %a : f32[4,5]\n %y : bool[4,5] = IsNaN(%a)\n %z : f32[4,5] = Cast(%y) {to = 1}\n output %z"},
+    {"input %x : f32[6,8]\n const %p : f32[] = [0.25]\n const %t : bool[] = [1]\n %y : f32[6,8], %m : bool[6,8] = Dropout(%x, %p, %t)\n output %y"},
+    {"input %a : f32[2,1,3,4]\n input %b : f32[5,4,6]\n %y : f32[2,5,3,6] = MatMul(%a, %b)\n output %y"},
+    {"input %a : f32[4]\n input %b : f32[3,4,2]\n %y : f32[3,2] = MatMul(%a, %b)\n output %y"},
+    {"input %a : f32[4,3]\n input %b : f32[5,4]\n input %c : f32[5]\n %y : f32[3,5] = Gemm(%a, %b, %c) {alpha = 0.5, beta = 2.0, transA = 1, transB = 1}\n output %y"},
+    {"input %x : f32[2,4,7,7]\n input %w : f32[6,2,3,3]\n input %b : f32[6]\n %y : f32[2,6,4,4] = Conv(%x, %w, %b) {group = 2, pads = [1, 1, 1, 1], strides = [2, 2]}\n output %y"},
+    {"input %x : f32[1,2,9]\n input %w : f32[3,2,3]\n %y : f32[1,3,5] = Conv(%x, %w) {dilations = [2], pads = [1, 0]}\n output %y"},
+    {"input %x : f32[2,3,7,7]\n %y : f32[2,3,4,4], %i : i64[2,3,4,4] = MaxPool(%x) {ceil_mode = 1, kernel_shape = [3, 3], pads = [1, 1, 0, 0], strides = [2, 2]}\n output %y"},
+    {"input %x : f32[2,3,7,7]\n %y : f32[2,3,4,4] = AveragePool(%x) {count_include_pad = 1, kernel_shape = [2, 2], pads = [1, 1, 1, 1], strides = [2, 2]}\n output %y"},
+    {"input %x : f32[2,3,5,5]\n %y : f32[2,3,1,1] = GlobalAveragePool(%x)\n output %y"},
+    {"input %x : f32[4,3,5]\n input %s : f32[3]\n input %b : f32[3]\n input %m : f32[3]\n input %v : f32[3]\n %y : f32[4,3,5], %rm : f32[3], %rv : f32[3] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n output %y\n output %rm\n output %rv", {0.2, 2}},
+    {"input %x : f32[4,3,5]\n input %s : f32[3]\n input %b : f32[3]\n input %m : f32[3]\n input %v : f32[3]\n %y : f32[4,3,5] = BatchNormalization(%x, %s, %b, %m, %v)\n output %y", {0.2, 2}},
+    {"input %x : f32[2,3,8]\n input %s : f32[8]\n input %b : f32[8]\n %y : f32[2,3,8], %mu : f32[2,3,1], %r : f32[2,3,1] = LayerNormalization(%x, %s, %b) {axis = -1}\n output %y"},
+    {"input %x : f32[2,3,4]\n const %ax : i64[2] = [0, -1]\n %y : f32[3] = ReduceSum(%x, %ax) {keepdims = 0}\n output %y"},
+    {"input %x : f32[2,3,4]\n const %ax : i64[1] = [-2]\n %y : f32[2,1,4] = ReduceMean(%x, %ax)\n output %y"},
+    {"input %x : f32[2,3,4]\n %y : f32[] = ReduceMax(%x) {keepdims = 0}\n output %y"},
+    {"input %x : f32[2,3,4]\n const %ax : i64[1] = [1]\n %y : f32[2,1,4] = ReduceMin(%x, %ax)\n output %y"},
+    {"input %x : f32[2,3,4]\n %y : i64[2,4] = ArgMax(%x) {axis = -2, keepdims = 0}\n %z : f32[2,4] = Cast(%y) {to = 1}\n output %z"},
+    {"input %x : f32[6,5,2]\n input %t : i64[6,2]\n input %w : f32[5]\n %l : f32[], %lp : f32[6,5,2] = SoftmaxCrossEntropyLoss(%x, %t, %w) {ignore_index = 1}\n output %l\n output %lp", {0.1, 2}, 0, 4},
+    {"input %x : f32[6,5]\n input %t : i64[6]\n %l : f32[6] = NegativeLogLikelihoodLoss(%x, %t) {reduction = \"none\"}\n output %l", {-3, 0}, 0, 4},
+    {"input %x : f32[2,3,4]\n const %s : i64[2] = [4, -1]\n %y : f32[4,6] = Reshape(%x, %s)\n output %y"},
+    {"input %a : f32[2,3,4]\n input %b : f32[4,5]\n %t : f32[2,4,3] = Transpose(%a) {perm = [0, 2, 1]}\n %tb : f32[5,4] = Transpose(%b)\n %y : f32[2,3,5] = MatMul(%a, %b)\n %z : f32[2,5,3] = MatMul(%tb, %t)\n output %y\n output %z"},
+    {"input %a : f32[2,3]\n input %b : f32[2,0]\n input %c : f32[2,2]\n %y : f32[2,5] = Concat(%a, %b, %c) {axis = -1}\n output %y"},
+    {"input %x : f32[7,2]\n const %sp : i64[3] = [2, 0, 5]\n %a : f32[2,2], %b : f32[0,2], %c : f32[5,2] = Split(%x, %sp)\n output %a\n output %c"},
+    {"input %x : f32[10,8]\n const %st : i64[2] = [-1, 1]\n const %en : i64[2] = [-100, 7]\n const %ax : i64[2] = [0, -1]\n const %sp : i64[2] = [-3, 2]\n %y : f32[4,3] = Slice(%x, %st, %en, %ax, %sp)\n output %y"},
+    {"input %x : f32[5,4]\n const %i : i64[2,2] = [0, -1, 3, 2]\n %y : f32[5,2,2] = Gather(%x, %i) {axis = -1}\n output %y"},
+    {"input %x : f32[1,3,1,2]\n const %a : i64[1] = [-2]\n %y : f32[1,3,2] = Squeeze(%x, %a)\n output %y"},
+    {"input %x : f32[3,2]\n const %a : i64[2] = [0, -1]\n %y : f32[1,3,2,1] = Unsqueeze(%x, %a)\n output %y"},
+    {"input %x : f32[3,1]\n const %s : i64[3] = [2, 1, 4]\n %y : f32[2,3,4] = Expand(%x, %s)\n output %y"},
+    {"input %x : f32[2,3,4]\n %y : f32[6,4] = Flatten(%x) {axis = -1}\n output %y"},
+    {"input %x : f32[3,4]\n const %p : i64[4] = [1, 2, 2, 3]\n %y : f32[6,9] = Pad(%x, %p) {mode = \"reflect\"}\n output %y"},
+    {"input %x : f32[3,4]\n const %p : i64[4] = [0, 1, 2, -1]\n const %v : f32[] = [1.5]\n %y : f32[5,4] = Pad(%x, %p, %v)\n output %y"},
+    {"input %x : f32[3,4]\n const %p : i64[4] = [2, 0, 1, 3]\n %y : f32[6,7] = Pad(%x, %p) {mode = \"edge\"}\n output %y"},
+    {"input %x : f32[2,3]\n const %r : i64[2] = [2, 3]\n %y : f32[4,9] = Tile(%x, %r)\n output %y"},
+    {"input %x : f32[2,4,4]\n const %k : i64[] = [-1]\n %y : f32[2,4,4] = Trilu(%x, %k) {upper = 0}\n output %y"},
+    {"input %x : f32[3,4]\n %y : f64[3,4] = Cast(%x) {to = 11}\n %z : i32[3,4] = Cast(%x) {to = 6}\n %w : f32[3,4] = Cast(%z) {to = 1}\n output %y\n output %w"},
+    {"input %x : f32[3,4]\n input %l : bf16[]\n %y : bf16[3,4] = CastLike(%x, %l)\n output %y"},
+    {"input %x : f32[3,4]\n %s : i64[2] = Shape(%x)\n %c : f32[3,4] = ConstantOfShape(%s) {value = f32[1] [0.5]}\n %y : f32[3,4] = Add(%x, %c)\n output %y"},
+    {"input %x : f32[5]\n %c : f32[5] = Constant() {value = f32[5] [1.0, 2.0, 3.0, 4.0, 5.0]}\n const %a : f32[] = [0.5]\n const %b : f32[] = [3.0]\n const %d : f32[] = [0.5]\n %r : f32[5] = Range(%a, %b, %d)\n %y : f32[5] = Mul(%x, %c)\n %z : f32[5] = Add(%y, %r)\n output %z"},
+    {"input %x : bool[4]\n input %y : bool[4]\n %a : bool[4] = And(%x, %y)\n %o : bool[4] = Or(%a, %y)\n %n : bool[4] = Not(%o)\n %e : bool[4] = Equal(%n, %x)\n %f : f32[4] = Cast(%e) {to = 1}\n output %f"},
+    {"input %x : f32[3,4]\n input %z : f32[4]\n %y : bool[3,4] = Less(%x, %z)\n %f : f32[3,4] = Cast(%y) {to = 1}\n output %f"},
+    {"input %a : f32[3,4]\n input %b : f32[3,4]\n %l : bool[3,4] = LessOrEqual(%a, %b)\n %g : bool[3,4] = GreaterOrEqual(%a, %b)\n %o : bool[3,4] = Or(%l, %g)\n %f : f32[3,4] = Cast(%o) {to = 1}\n output %f"},
+    {"input %x : f32[3,4]\n %y : bool[3,4] = IsInf(%x)\n %f : f32[3,4] = Cast(%y) {to = 1}\n output %f"},
+    {"input %x : f32[3,0]\n input %b : f32[0]\n %y : f32[3,0] = Add(%x, %b)\n const %ax : i64[1] = [1]\n %s : f32[3] = ReduceSum(%y, %ax) {keepdims = 0}\n output %s"},
+    {"input %a : f32[3,0]\n input %b : f32[0,4]\n %y : f32[3,4] = MatMul(%a, %b)\n output %y"},
+};
+
+}  // namespace
+
+TEST(Kernels, EveryOpInLowPrecisionAgainstF64) {
+  std::set<std::string> covered;
+  for (const Case& c : kCases) {
+    const std::string text = graph(c.text);
+    SCOPED_TRACE(c.text);
+    auto g = parseGraph(text, "case");
+    for (const auto& n : g->nodes()) covered.insert(n->op());
+    std::map<std::string, Tensor> feeds;
+    for (const Value* v : g->inputs()) feeds.emplace(v->name(), randomTensor(v->type(), c.range, c.ilo, c.ihi));
+    for (const auto& [dt, tol] : {std::pair{DType::f32, 1e-5}, {DType::f16, 2e-3}, {DType::bf16, 1.6e-2}}) {
+      // Data exactly representable in the low type, so only the arithmetic's rounding is measured.
+      std::map<std::string, Tensor> low;
+      for (const auto& [k, v] : feeds) low.emplace(k, isFloat(v.type.dtype) ? cpu::castTensor(cpu::castTensor(v, dt), DType::f64) : v);
+      auto want = runAt(text, low, DType::f64);
+      auto got = runAt(text, low, dt);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].type.shape, want[i].type.shape);
+        EXPECT_LE(relL2(got[i], want[i]), tol) << dtypeName(dt) << " output " << i;
+      }
+    }
+  }
+  for (const OpDef& d : allOps()) EXPECT_TRUE(covered.count(std::string(d.name))) << "no kernel case for " << d.name;
+}
+
+// ---- independent f64 references
+
+namespace {
+
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.getDouble(i);
+  return v;
+}
+
+// Runs an f64 graph on random inputs; returns inputs (as doubles) and outputs.
+struct Run {
+  std::map<std::string, std::vector<double>> in;
+  std::map<std::string, std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> out;
+};
+Run runF64(const std::string& body, Range r = {}, int64_t ilo = 0, int64_t ihi = 3) {
+  const std::string text = graph(body);
+  auto g = parseGraph(text, "ref");
+  std::map<std::string, Tensor> feeds;
+  Run run;
+  for (const Value* v : g->inputs()) {
+    Tensor t = randomTensor(v->type(), r, ilo, ihi);
+    if (isFloat(v->type().dtype)) run.in[v->name()] = values(t);
+    else run.ints[v->name()] = t.toInts();
+    feeds.emplace(v->name(), std::move(t));
+  }
+  for (auto& o : runAt(text, feeds, DType::f64)) run.out.push_back(values(o));
+  return run;
+}
+
+void expectClose(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-12) {
+  ASSERT_EQ(got.size(), want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_FALSE(std::isnan(got[i])) << i;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  EXPECT_LE(std::sqrt(num / std::max(den, 1e-300)), tol);
+}
+
+}  // namespace
+
+TEST(KernelReference, BatchedMatMulWithBroadcastAndTransposedOperand) {
+  // y[b, i, j] = sum_k a[0, i, k] * bt[b, j, k] with bt fed through a Transpose (non-contiguous).
+  auto r = runF64("input %a : f64[1,3,4]\n input %bt : f64[2,5,4]\n %b : f64[2,4,5] = Transpose(%bt) {perm = [0, 2, 1]}\n"
+                  " %y : f64[2,3,5] = MatMul(%a, %b)\n output %y");
+  const auto &a = r.in["a"], &bt = r.in["bt"];
+  std::vector<double> want;
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j) {
+        double s = 0;
+        for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * bt[(b * 5 + j) * 4 + k];
+        want.push_back(s);
+      }
+  expectClose(r.out[0], want);
+}
+
+TEST(KernelReference, GemmTransposedWithBroadcastBias) {
+  auto r = runF64("input %a : f64[4,3]\n input %b : f64[5,4]\n input %c : f64[1,5]\n"
+                  " %y : f64[3,5] = Gemm(%a, %b, %c) {alpha = 0.5, beta = -1.5, transA = 1, transB = 1}\n output %y");
+  std::vector<double> want;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double s = 0;
+      for (int k = 0; k < 4; ++k) s += r.in["a"][k * 3 + i] * r.in["b"][j * 4 + k];
+      want.push_back(0.5 * s - 1.5 * r.in["c"][j]);
+    }
+  expectClose(r.out[0], want);
+}
+
+TEST(KernelReference, ConvGroupedStridedPaddedDilated) {
+  // N=2, C=4, H=W=8, M=6, groups=2, k=3x2, stride (2,1), dilation (1,2), pads (1,0,2,1).
+  auto r = runF64("input %x : f64[2,4,8,8]\n input %w : f64[6,2,3,2]\n input %b : f64[6]\n"
+                  " %y : f64[2,6,5,7] = Conv(%x, %w, %b) {dilations = [1, 2], group = 2, pads = [1, 0, 2, 1], strides = [2, 1]}\n output %y");
+  const auto &x = r.in["x"], &w = r.in["w"], &b = r.in["b"];
+  std::vector<double> want;
+  for (int n = 0; n < 2; ++n)
+    for (int m = 0; m < 6; ++m)
+      for (int oh = 0; oh < 5; ++oh)
+        for (int ow = 0; ow < 7; ++ow) {
+          double s = b[m];
+          const int g = m / 3;
+          for (int ci = 0; ci < 2; ++ci)
+            for (int kh = 0; kh < 3; ++kh)
+              for (int kw = 0; kw < 2; ++kw) {
+                const int ih = oh * 2 - 1 + kh, iw = ow - 0 + kw * 2;
+                if (ih < 0 || ih >= 8 || iw < 0 || iw >= 8) continue;
+                s += x[((n * 4 + g * 2 + ci) * 8 + ih) * 8 + iw] * w[((m * 2 + ci) * 3 + kh) * 2 + kw];
+              }
+          want.push_back(s);
+        }
+  expectClose(r.out[0], want);
+}
+
+TEST(KernelReference, PoolsWithPadding) {
+  auto r = runF64("input %x : f64[1,2,5,5]\n %m : f64[1,2,3,3] = MaxPool(%x) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
+                  " %a : f64[1,2,3,3] = AveragePool(%x) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n output %m\n output %a");
+  const auto& x = r.in["x"];
+  std::vector<double> wantMax, wantAvg;
+  for (int c = 0; c < 2; ++c)
+    for (int oh = 0; oh < 3; ++oh)
+      for (int ow = 0; ow < 3; ++ow) {
+        double mx = -INFINITY, sum = 0;
+        int count = 0;
+        for (int kh = 0; kh < 3; ++kh)
+          for (int kw = 0; kw < 3; ++kw) {
+            const int ih = oh * 2 - 1 + kh, iw = ow * 2 - 1 + kw;
+            if (ih < 0 || ih >= 5 || iw < 0 || iw >= 5) continue;
+            const double v = x[(c * 5 + ih) * 5 + iw];
+            mx = std::max(mx, v);
+            sum += v;
+            ++count;
+          }
+        wantMax.push_back(mx);
+        wantAvg.push_back(sum / count);  // count_include_pad = 0
+      }
+  expectClose(r.out[0], wantMax);
+  expectClose(r.out[1], wantAvg);
+}
+
+TEST(KernelReference, SoftmaxNegativeAxisAndLayerNorm) {
+  auto r = runF64("input %x : f64[2,3,4]\n input %s : f64[4]\n input %b : f64[4]\n"
+                  " %y : f64[2,3,4] = Softmax(%x) {axis = -2}\n"
+                  " %z : f64[2,3,4] = LayerNormalization(%x, %s, %b) {axis = -1, epsilon = 0.001}\n output %y\n output %z");
+  const auto& x = r.in["x"];
+  std::vector<double> sm(24), ln(24);
+  for (int a = 0; a < 2; ++a)
+    for (int k = 0; k < 4; ++k) {
+      double sum = 0;
+      for (int j = 0; j < 3; ++j) sum += std::exp(x[(a * 3 + j) * 4 + k]);
+      for (int j = 0; j < 3; ++j) sm[(a * 3 + j) * 4 + k] = std::exp(x[(a * 3 + j) * 4 + k]) / sum;
+    }
+  for (int row = 0; row < 6; ++row) {
+    double mean = 0, var = 0;
+    for (int k = 0; k < 4; ++k) mean += x[row * 4 + k] / 4;
+    for (int k = 0; k < 4; ++k) var += (x[row * 4 + k] - mean) * (x[row * 4 + k] - mean) / 4;
+    const double eps = 0.001f;  // attributes are f32
+    for (int k = 0; k < 4; ++k) ln[row * 4 + k] = (x[row * 4 + k] - mean) / std::sqrt(var + eps) * r.in["s"][k] + r.in["b"][k];
+  }
+  expectClose(r.out[0], sm);
+  expectClose(r.out[1], ln);
+}
+
+TEST(KernelReference, BatchNormTrainingStatistics) {
+  auto r = runF64("input %x : f64[3,2,4]\n input %s : f64[2]\n input %b : f64[2]\n input %m : f64[2]\n input %v : f64[2]\n"
+                  " %y : f64[3,2,4], %rm : f64[2], %rv : f64[2] = BatchNormalization(%x, %s, %b, %m, %v) {epsilon = 0.01, momentum = 0.8, training_mode = 1}\n"
+                  " output %y\n output %rm\n output %rv", {0.1, 2});
+  const auto& x = r.in["x"];
+  std::vector<double> y(24), rm(2), rv(2);
+  const double eps = 0.01f;  // attributes are f32
+  for (int c = 0; c < 2; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < 3; ++n)
+      for (int i = 0; i < 4; ++i) mean += x[(n * 2 + c) * 4 + i] / 12;
+    for (int n = 0; n < 3; ++n)
+      for (int i = 0; i < 4; ++i) var += std::pow(x[(n * 2 + c) * 4 + i] - mean, 2) / 12;
+    for (int n = 0; n < 3; ++n)
+      for (int i = 0; i < 4; ++i)
+        y[(n * 2 + c) * 4 + i] = (x[(n * 2 + c) * 4 + i] - mean) / std::sqrt(var + eps) * r.in["s"][c] + r.in["b"][c];
+    const double mom = 0.8f;
+    rm[c] = r.in["m"][c] * mom + mean * (1 - mom);
+    rv[c] = r.in["v"][c] * mom + var * (1 - mom);
+  }
+  expectClose(r.out[0], y);
+  expectClose(r.out[1], rm);
+  expectClose(r.out[2], rv);
+}
+
+TEST(KernelReference, CrossEntropyWithWeightsAndIgnoreIndex) {
+  auto r = runF64("input %x : f64[5,4]\n input %t : i64[5]\n input %w : f64[4]\n"
+                  " %l : f64[] = SoftmaxCrossEntropyLoss(%x, %t, %w) {ignore_index = 2}\n output %l", {0.1, 2}, 0, 3);
+  const auto &x = r.in["x"], &w = r.in["w"];
+  const auto& t = r.ints["t"];
+  double sum = 0, wsum = 0;
+  for (int n = 0; n < 5; ++n) {
+    if (t[n] == 2) continue;
+    double lse = 0;
+    for (int c = 0; c < 4; ++c) lse += std::exp(x[n * 4 + c]);
+    sum += -(x[n * 4 + t[n]] - std::log(lse)) * w[t[n]];
+    wsum += w[t[n]];
+  }
+  expectClose(r.out[0], {sum / wsum});
+}
+
+TEST(KernelReference, ReduceGatherSliceWithNegativeAxes) {
+  auto r = runF64("input %x : f64[3,4,5]\n const %ax : i64[2] = [-1, 0]\n %s : f64[4] = ReduceSum(%x, %ax) {keepdims = 0}\n"
+                  " const %i : i64[3] = [-1, 0, -4]\n %g : f64[3,3,5] = Gather(%x, %i) {axis = -2}\n"
+                  " const %st : i64[1] = [-1]\n const %en : i64[1] = [-6]\n const %sa : i64[1] = [-1]\n const %sp : i64[1] = [-2]\n"
+                  " %sl : f64[3,4,3] = Slice(%x, %st, %en, %sa, %sp)\n output %s\n output %g\n output %sl");
+  const auto& x = r.in["x"];
+  auto at = [&](int a, int b, int c) { return x[(a * 4 + b) * 5 + c]; };
+  std::vector<double> s(4, 0), g, sl;
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 4; ++b)
+      for (int c = 0; c < 5; ++c) s[b] += at(a, b, c);
+  const int idx[3] = {3, 0, 0};
+  for (int a = 0; a < 3; ++a)
+    for (int j = 0; j < 3; ++j)
+      for (int c = 0; c < 5; ++c) g.push_back(at(a, idx[j], c));
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 4; ++b)
+      for (int c = 4; c >= 0; c -= 2) sl.push_back(at(a, b, c));
+  expectClose(r.out[0], s);
+  expectClose(r.out[1], g, 0);
+  expectClose(r.out[2], sl, 0);
+}
+
+TEST(KernelReference, Gelu) {
+  auto r = runF64("input %x : f64[20]\n %y : f64[20] = Gelu(%x)\n %z : f64[20] = Gelu(%x) {approximate = \"tanh\"}\n output %y\n output %z", {-4, 4});
+  std::vector<double> exact, approx;
+  for (double x : r.in["x"]) {
+    exact.push_back(0.5 * x * (1 + std::erf(x / std::sqrt(2.0))));
+    approx.push_back(0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))));
+  }
+  expectClose(r.out[0], exact);
+  expectClose(r.out[1], approx);
+}
+
+TEST(KernelReference, PhiloxKnownAnswers) {
+  // Random123's published known-answer vectors for Philox4x32-10.
+  const uint32_t zero[4] = {0, 0, 0, 0}, zkey[2] = {0, 0};
+  const uint32_t ones[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, okey[2] = {0xffffffffu, 0xffffffffu};
+  const uint32_t pi[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, pkey[2] = {0xa4093822u, 0x299f31d0u};
+  uint32_t out[4];
+  cpu::Philox::block(zero, zkey, out);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 4), (std::vector<uint32_t>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  cpu::Philox::block(ones, okey, out);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 4), (std::vector<uint32_t>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  cpu::Philox::block(pi, pkey, out);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 4), (std::vector<uint32_t>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(KernelReference, DropoutMaskIsKeyedAndScaled) {
+  const std::string text = graph("input %x : f32[64,64]\n const %p : f32[] = [0.3]\n const %t : bool[] = [1]\n"
+                                 " %y : f32[64,64], %m : bool[64,64] = Dropout(%x, %p, %t)\n output %y\n output %m");
+  auto g = parseGraph(text);
+  Tensor x = randomTensor(g->inputs()[0]->type(), {0.5, 1.5}, 0, 0);
+  auto backend = createCpuBackend();
+  ExecOptions o;
+  o.seed = 42;
+  auto a = evaluate(*g, {{"x", x}}, *backend, o);
+  auto b = evaluate(*g, {{"x", x}}, *backend, o);
+  EXPECT_EQ(a[1].data, b[1].data);  // same (seed, step, node): same mask
+  int64_t kept = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const bool keep = a[1].data[i] != 0;
+    kept += keep;
+    EXPECT_FLOAT_EQ(static_cast<float>(a[0].getDouble(i)), keep ? static_cast<float>(x.getDouble(i) / 0.7) : 0.0f);
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / x.numel(), 0.7, 0.03);  // 4096 draws: 4.5 sigma
+  o.step = 1;
+  EXPECT_NE(evaluate(*g, {{"x", x}}, *backend, o)[1].data, a[1].data);  // a new step draws a new mask
+  o.dropout = false;
+  EXPECT_EQ(evaluate(*g, {{"x", x}}, *backend, o)[0].data, x.data);  // --no-dropout: identity
+}
