@@ -9,3 +9,5 @@ build/tools/ampc models/mlp.onnx --summary
 build/tools/ampc models/mlp.onnx --emit text
 build/tools/ampc models/transformer.onnx --emit onnx -o build/transformer.roundtrip.onnx
 build/tools/ampc build/transformer.roundtrip.onnx
+echo "== example: evaluate the MLP on the CPU backend (inputs from models/ref/mlp)"
+build/tools/ampc models/mlp.onnx --eval --no-dropout --inputs models/ref/mlp/inputs --outputs build/example
