@@ -40,6 +40,7 @@ class ConvertPrecisionPass : public Pass {
           changed = true;
         }
       }
+      if (!n->def()) continue;  // a custom op keeps its declared types
       auto types = inferTypes(*n);
       for (size_t i = 0; i < n->numResults(); ++i) n->result(i)->setType(types[i]);
     }

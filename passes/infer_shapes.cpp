@@ -11,6 +11,7 @@ class InferShapesPass : public Pass {
   bool run(Graph& g) override {
     bool changed = false;
     for (const auto& n : g.nodes()) {
+      if (!n->def()) continue;  // a custom op keeps the types its model declared
       auto types = inferTypes(*n);
       for (size_t i = 0; i < n->numResults(); ++i) {
         if (n->result(i)->type() != types[i]) {

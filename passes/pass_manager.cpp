@@ -1,5 +1,6 @@
 #include <sstream>
 
+#include "passes/autocast.h"
 #include "passes/pass.h"
 
 namespace ampc {
@@ -17,6 +18,9 @@ const PassEntry kPasses[] = {
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},
     {"convert-f16", [] { return createConvertPrecisionPass(DType::f16); }},
     {"convert-bf16", [] { return createConvertPrecisionPass(DType::bf16); }},
+    {"autocast", [] { return createAutocastPass(AutocastOptions{}); }},
+    {"autocast-bf16", [] { return createAutocastPass(AutocastOptions{DType::bf16, {}, {}}); }},
+    {"cast-cleanup", createCastCleanupPass},
 };
 }  // namespace
 

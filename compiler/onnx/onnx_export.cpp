@@ -98,6 +98,8 @@ onnx::ModelProto exportOnnx(const Graph& g) {
     for (const Value* in : node->inputs()) n->add_input(in ? in->name() : "");
     for (size_t i = 0; i < node->numResults(); ++i) n->add_output(node->result(i)->name());
     for (const auto& [k, a] : node->attrs()) attrToProto(k, a, n->add_attribute());
+    if (!node->def())  // a custom op's result types travel as value_info
+      for (size_t i = 0; i < node->numResults(); ++i) valueInfo(node->result(i), gp->add_value_info());
   }
   for (const Value* v : g.outputs()) valueInfo(v, gp->add_output());
   // The checker knows opsets up to the ONNX library's own; newer graphs are exported unchecked.

@@ -245,16 +245,40 @@ class Importer {
     return it == g_->domainOpsets.end() ? 1 : it->second;
   }
 
-  // Every unsupported op, in one error.
+  // Every unsupported op, in one error. Ops of other (custom) domains are accepted when the model
+  // gives the type and static shape of each of their outputs (value_info or graph outputs): the
+  // compiler then treats them as opaque FP32 ops.
   void checkOps() {
+    for (const auto* list : {&m_.graph().value_info(), &m_.graph().output()})
+      for (const auto& vi : *list) declared_[vi.name()] = &vi;
     std::string bad;
     int count = 0;
     for (const auto& n : m_.graph().node()) {
       if (lookupOp(n.domain(), n.op_type(), domainVersion(n.domain()))) continue;
+      const bool custom = !n.domain().empty() && n.domain() != "ai.onnx";
+      if (custom && std::all_of(n.output().begin(), n.output().end(), [&](const std::string& o) { return o.empty() || declaredType(o); }))
+        continue;
       ++count;
-      bad += "\n  " + nodeLabel(n) + " domain '" + (n.domain().empty() ? "ai.onnx" : n.domain()) + "'";
+      bad += "\n  " + nodeLabel(n) + " domain '" + (n.domain().empty() ? "ai.onnx" : n.domain()) + "'" +
+             (custom ? " (a custom op needs its outputs' types and shapes in value_info)" : "");
     }
     if (count) fail(std::to_string(count) + " node(s) use ops ampc does not support at opset " + std::to_string(g_->opset) + ":" + bad);
+  }
+
+  // The static type the model declares for a value, if complete.
+  std::optional<TensorType> declaredType(const std::string& name) const {
+    auto it = declared_.find(name);
+    if (it == declared_.end() || !it->second->type().has_tensor_type()) return std::nullopt;
+    const auto& tt = it->second->type().tensor_type();
+    auto dt = dtypeFromOnnx(tt.elem_type());
+    if (!dt || !tt.has_shape()) return std::nullopt;
+    TensorType t{*dt, {}};
+    for (const auto& d : tt.shape().dim()) {
+      if (!d.has_dim_value() || d.dim_value() < 0) return std::nullopt;
+      t.shape.push_back(d.dim_value());
+    }
+    if (!t.sizeFits()) return std::nullopt;
+    return t;
   }
 
   TensorType inputType(const onnx::ValueInfoProto& vi) {
@@ -359,7 +383,8 @@ class Importer {
     for (int i = 0; i < trailing; ++i) {
       std::string name = np.output(i);
       if (name.empty()) name = g_->uniqueName(np.name() + ".unused" + std::to_string(i));
-      results.emplace_back(name, TensorType{});
+      // Registry ops get their types from shape inference; custom ops keep the declared ones.
+      results.emplace_back(name, declaredType(name).value_or(TensorType{}));
     }
     Node* n = g_->createNode(np.op_type(), np.domain() == "ai.onnx" ? "" : np.domain(), ins, results);
     n->setName(np.name());
@@ -375,6 +400,7 @@ class Importer {
   std::string file_;
   const ImportOptions& opts_;
   TensorReader tensors_;
+  std::unordered_map<std::string, const onnx::ValueInfoProto*> declared_;
   Graph* g_ = nullptr;
 };
 

@@ -118,6 +118,7 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Mul", L, 2, 2, 1, 1, I, true, inferArith);
   row("Div", L, 2, 2, 1, 1, I, true, inferArith);
   row("Pow", L, 2, 2, 1, 1, D, true, inferPow);
+  t.back().fp32Operands = 0b10;  // exponent
   row("Max", L, 1, -1, 1, 1, I, true, inferVariadic);
   row("Min", L, 1, -1, 1, 1, I, true, inferVariadic);
   row("Where", L, 3, 3, 1, 1, I, true, inferWhere);
@@ -133,6 +134,7 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   t.back().random = true;
+  t.back().fp32Operands = 0b10;  // ratio
 }
 
 }  // namespace ampc

@@ -198,6 +198,23 @@ void inferLoss(InferContext& c) {
   if (c.numOutputs() > 1) c.setOut(1, c.in(0));
 }
 
+// FLOPs: 2 per multiply-add.
+double matmulFlops(const Node& n) {
+  const auto& a = n.input(0)->type().shape;
+  return 2.0 * static_cast<double>(n.result(0)->type().numel()) * static_cast<double>(a.empty() ? 1 : a.back());
+}
+double gemmFlops(const Node& n) {
+  const auto& a = n.input(0)->type().shape;
+  const int64_t k = n.getInt("transA", 0) ? a[0] : a[1];
+  return 2.0 * static_cast<double>(n.result(0)->type().numel()) * static_cast<double>(k);
+}
+double convFlops(const Node& n) {
+  const auto& w = n.input(1)->type().shape;  // M x C/group x k...
+  double perOut = 1;
+  for (size_t i = 1; i < w.size(); ++i) perOut *= static_cast<double>(w[i]);
+  return 2.0 * static_cast<double>(n.result(0)->type().numel()) * perOut;
+}
+
 constexpr auto A = AmpCategory::Allow;
 constexpr auto D = AmpCategory::Deny;
 constexpr auto I = AmpCategory::Infer;
@@ -210,12 +227,16 @@ void registerNNOps(std::vector<OpDef>& t) {
   auto row = [&](std::string_view name, int since, int minIn, int maxIn, int minOut, int maxOut, AmpCategory amp,
                  bool diff, ShapeFn f) { t.push_back(OpDef{name, "", since, H, minIn, maxIn, minOut, maxOut, amp, diff, f}); };
   row("MatMul", L, 2, 2, 1, 1, A, true, inferMatMul);
+  t.back().flops = matmulFlops;
   row("Gemm", L, 2, 3, 1, 1, A, true, inferGemm);
+  t.back().flops = gemmFlops;
   row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
+  t.back().flops = convFlops;
   row("MaxPool", L, 1, 1, 1, 2, C, true, inferMaxPool);
   row("AveragePool", L, 1, 1, 1, 1, I, true, inferAveragePool);
   row("GlobalAveragePool", L, 1, 1, 1, 1, I, true, inferGlobalPool);
   row("BatchNormalization", L, 5, 5, 1, 3, I, true, inferBatchNorm);
+  t.back().fp32Operands = 0b11110;  // scale, bias, mean, var
   row("LayerNormalization", 17, 2, 3, 1, 3, D, true, inferLayerNorm);
   row("ReduceSum", L, 1, 2, 1, 1, D, true, inferReduce);
   row("ReduceMean", L, 1, 2, 1, 1, D, true, inferReduce);
@@ -223,7 +244,9 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("ReduceMin", L, 1, 2, 1, 1, I, true, inferReduce);
   row("ArgMax", L, 1, 1, 1, 1, C, false, inferArgMax);
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
+  t.back().loss = true;
   row("NegativeLogLikelihoodLoss", L, 2, 3, 1, 1, D, true, inferLoss);
+  t.back().loss = true;
 }
 
 }  // namespace ampc

@@ -277,7 +277,9 @@ void registerTensorOps(std::vector<OpDef>& t) {
   row("Trilu", L, 1, 2, 1, 1, true, inferTrilu);
   row("Cast", L, 1, 1, 1, 1, true, inferCast);
   t.back().dtypeAttr = "to";
+  t.back().explicitCast = true;
   row("CastLike", L, 2, 2, 1, 1, true, inferCastLike);
+  t.back().explicitCast = true;
   row("Shape", L, 1, 1, 1, 1, false, inferShape);
   t.back().readsOnlyTypes = true;
   row("ConstantOfShape", L, 1, 1, 1, 1, false, inferConstantOfShape);

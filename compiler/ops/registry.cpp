@@ -84,6 +84,13 @@ const std::vector<OpDef>& allOps() {
   return table;
 }
 
+double nodeFlops(const Node& n) {
+  if (n.def() && n.def()->flops) return n.def()->flops(n);
+  double f = 0;
+  for (size_t i = 0; i < n.numResults(); ++i) f += static_cast<double>(n.result(i)->type().numel());
+  return f;
+}
+
 const OpDef* lookupOp(std::string_view domain, std::string_view op, int opset) {
   if (domain == "ai.onnx") domain = "";
   for (const OpDef& d : allOps())

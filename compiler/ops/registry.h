@@ -59,10 +59,21 @@ struct OpDef {
   bool differentiable;      // false: comparisons, Shape, ArgMax, integer/bool paths
   ShapeFn infer;
   std::string_view dtypeAttr = {};  // the attribute that names the result dtype (Cast's "to")
+  bool explicitCast = false;        // Cast, CastLike: the model chose the dtype; autocast keeps it
   bool random = false;          // draws random numbers (Dropout): never folded
   bool readsOnlyTypes = false;  // the result depends on input types alone (Shape): it folds even
                                 // when its input is not a constant
+  // Autocast: float operands that stay FP32 when the op runs low (bit i = input i): BatchNorm's
+  // scale, bias and statistics, Dropout's ratio, Pow's exponent.
+  uint32_t fp32Operands = 0;
+  bool loss = false;            // a loss: FP32, and so is its value
+  // Floating-point operations of one execution (for the report's FLOP share); null: one per
+  // output element.
+  double (*flops)(const Node&) = nullptr;
 };
+
+// FLOPs of a node: its row's estimate, else one per output element.
+double nodeFlops(const Node& n);
 
 // The newest opset the registry covers, and the oldest.
 inline constexpr int kMinOpset = 13;

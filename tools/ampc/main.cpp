@@ -14,10 +14,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <regex>
+#include <algorithm>
 #include <sstream>
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "compiler/ops/registry.h"
+#include "passes/autocast.h"
 #include "passes/pass.h"
 #include "runtime/evaluator.h"
 #include "runtime/npy.h"
@@ -134,6 +138,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> binds;
   app.add_option("--bind", binds, "make a graph input a compile-time constant: NAME=FILE.npy (repeatable)");
   app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce)");
+  std::string precision, ampConfig, fp32Ops, fp32Nodes, reportJsonPath;
+  bool report = false;
+  app.add_option("--precision", precision, "autocast to this low precision: fp16, bf16, or fp32 (autocast off)")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
+  app.add_option("--amp-config", ampConfig, "autocast policy overrides (JSON; see the README)");
+  app.add_option("--fp32-ops", fp32Ops, "comma-separated ops that always run FP32 (moved to the deny list)");
+  app.add_option("--fp32-nodes", fp32Nodes, "a regex: nodes whose name matches run FP32");
+  app.add_flag("--report", report, "print one row per node: precision and the rule that decided it, then totals");
+  app.add_option("--report-json", reportJsonPath, "write the report as JSON to this file");
   bool eval = false;
   EvalArgs evalArgs;
   std::string precisionRun;
@@ -191,11 +204,54 @@ int main(int argc, char** argv) {
       std::cerr << "ampc: --passes: " << e.what() << "\n";
       return 2;
     }
+    // Autocast runs when a precision, a policy or a report is asked for (default fp16).
+    const bool amp = !precision.empty() || !ampConfig.empty() || !fp32Ops.empty() || !fp32Nodes.empty() || report ||
+                     !reportJsonPath.empty();
+    AutocastOptions ampOpts;
+    try {
+      if (!ampConfig.empty()) {
+        std::ifstream in(ampConfig);
+        if (!in) throw Error(ampConfig + ": no such file");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        ampOpts = parseAmpConfig(ss.str(), ampConfig);
+      }
+      if (!precision.empty()) ampOpts.low = parsePrecision(precision);
+      std::stringstream ops(fp32Ops);
+      for (std::string op; std::getline(ops, op, ',');) {
+        if (op.empty()) continue;
+        if (!std::any_of(allOps().begin(), allOps().end(), [&](const OpDef& d) { return d.name == op; }))
+          throw Error("--fp32-ops: unknown op '" + op + "' (not in the op registry)");
+        ampOpts.opCategories[op] = AmpCategory::Deny;
+      }
+      if (!fp32Nodes.empty()) {
+        try {
+          std::regex check(fp32Nodes);
+        } catch (const std::regex_error& e) {
+          throw Error("--fp32-nodes: bad regex '" + fp32Nodes + "': " + e.what());
+        }
+        ampOpts.pins.push_back({"", fp32Nodes, DType::f32});
+      }
+    } catch (const Error& e) {
+      std::cerr << "ampc: " << e.what() << "\n";
+      return 2;
+    }
+    AutocastReport ampReport;
+    if (amp) {
+      pm.add(createAutocastPass(ampOpts, &ampReport));
+      pm.add(createCastCleanupPass());
+    }
     auto g = load(model, opts);
+    const int castsBefore = countCasts(*g);
     try {
       pm.run(*g);
     } catch (const Error& e) {
       throw Error(model + ": " + e.what());
+    }
+    if (amp) {
+      finalizeReport(ampReport, *g, castsBefore);
+      if (report) std::cout << formatReport(ampReport);
+      if (!reportJsonPath.empty()) writeAtomically(reportJsonPath, reportJson(ampReport));
     }
     if (summary) printSummary(*g);
     if (eval) runEval(*g, evalArgs);
@@ -205,7 +261,7 @@ int main(int argc, char** argv) {
       else writeAtomically(out, text);
     } else if (emit == "onnx") {
       exportOnnxFile(*g, out);
-    } else if (!summary && !eval) {
+    } else if (!summary && !eval && !report) {
       fmt::print("{}: ok, {} nodes, {} params, opset {}\n", model, g->numNodes(), g->params().size(), g->opset);
     }
   } catch (const Error& e) {
