@@ -64,6 +64,7 @@ class AutocastPass : public Pass {
     for (const Value* v : g.outputs()) outTypes.push_back(v->type().dtype);
     std::vector<Node*> order;
     for (const auto& n : g.nodes()) order.push_back(n.get());
+    firstNode_ = order.empty() ? nullptr : order.front();
     int inserted = 0;
     for (Node* n : order) inserted += paint(g, n);
     // Outputs keep their dtype: a low result gets a cast back, under the output's own name.
@@ -136,8 +137,8 @@ class AutocastPass : public Pass {
       auto it = std::find_if(g.nodes().begin(), g.nodes().end(), [p](const auto& n) { return n.get() == p; });
       ++it;
       before = it == g.nodes().end() ? nullptr : it->get();
-    } else if (!g.nodes().empty()) {
-      before = g.nodes().front().get();
+    } else {
+      before = firstNode_;  // casts of inputs and params go first, in the order they are made
     }
     const std::string suffix(dtypeName(dt));
     Node* c = g.createNode("Cast", "", {v}, {{g.uniqueName(v->name() + "." + suffix), TensorType{dt, v->type().shape}}}, before);
@@ -186,6 +187,7 @@ class AutocastPass : public Pass {
   AutocastReport* report_;
   std::vector<std::pair<std::regex, DType>> regexes_;
   std::map<std::pair<Value*, DType>, Value*> casts_;
+  Node* firstNode_ = nullptr;
 };
 
 }  // namespace

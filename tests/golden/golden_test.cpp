@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "compiler/ir/text.h"
+#include "passes/autocast.h"
 #include "passes/pass.h"
 
 using namespace ampc;
@@ -36,8 +37,21 @@ TEST(Golden, AllCases) {
     std::string pipeline = text.substr(tag.size(), text.find('\n') - tag.size());
     auto g = parseGraph(text, name);
     verify(*g, /*checkTypes=*/false);  // inputs may be unfolded: a Reshape target not yet constant
+    // An optional `# AMP-CONFIG: {json}` line configures the autocast pass of the pipeline.
+    const std::string cfgTag = "\n# AMP-CONFIG:";
+    std::string config;
+    if (auto at = text.find(cfgTag); at != std::string::npos) {
+      auto b = at + cfgTag.size();
+      config = text.substr(b, text.find('\n', b) - b);
+    }
     PassManager pm;
-    pm.addPipeline(pipeline);
+    std::stringstream names(pipeline);
+    for (std::string p; std::getline(names, p, ',');) {
+      p.erase(0, p.find_first_not_of(' '));
+      p.erase(p.find_last_not_of(' ') + 1);
+      if (p == "autocast" && !config.empty()) pm.add(createAutocastPass(parseAmpConfig(config, name)));
+      else pm.addPipeline(p);
+    }
     pm.run(*g);
     std::string got = printGraph(*g);
     fs::path expectedPath = dir / (e.path().stem().string() + ".expected.ir");
@@ -48,5 +62,5 @@ TEST(Golden, AllCases) {
     EXPECT_EQ(printGraph(*parseGraph(got)), got);
     ++cases;
   }
-  EXPECT_GE(cases, 4);
+  EXPECT_GE(cases, 20);
 }
