@@ -26,7 +26,7 @@ namespace ampc::cpu {
 class KernelCtx {
  public:
   KernelCtx(const Node& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, const ExecOptions& opts)
-      : node(node), in_(in), out_(out), opts(opts) {}
+      : node(node), opts(opts), in_(in), out_(out) {}
 
   const Node& node;
   const ExecOptions& opts;
