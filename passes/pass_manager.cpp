@@ -1,6 +1,7 @@
 #include <sstream>
 
 #include "passes/autocast.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 
 namespace ampc {
@@ -21,6 +22,7 @@ const PassEntry kPasses[] = {
     {"autocast", [] { return createAutocastPass(AutocastOptions{}); }},
     {"autocast-bf16", [] { return createAutocastPass(AutocastOptions{DType::bf16, {}, {}}); }},
     {"cast-cleanup", createCastCleanupPass},
+    {"autodiff", [] { return createAutodiffPass(); }},
 };
 }  // namespace
 

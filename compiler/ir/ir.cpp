@@ -245,6 +245,15 @@ Node* Graph::createNode(const std::string& op, const std::string& domain, const 
   return n;
 }
 
+Value* Graph::addResult(Node* n, const std::string& name, TensorType type) {
+  auto v = std::unique_ptr<Value>(new Value(name, std::move(type), ValueKind::Result));
+  v->producer_ = n;
+  v->resultIndex_ = static_cast<int>(n->results_.size());
+  registerName(v.get());
+  n->results_.push_back(std::move(v));
+  return n->results_.back().get();
+}
+
 void Graph::eraseNode(Node* n) {
   for (auto& r : n->results_) {
     if (!r->uses().empty() || std::count(outputs_.begin(), outputs_.end(), r.get()))

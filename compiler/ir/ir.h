@@ -187,6 +187,8 @@ class Graph {
                    const std::vector<std::pair<std::string, TensorType>>& results, Node* before = nullptr);
   // Removes a node whose results have no uses.
   void eraseNode(Node* n);
+  // Appends a result to a node (an optional output the model left out, e.g. Dropout's mask).
+  Value* addResult(Node* n, const std::string& name, TensorType type);
 
   // Nodes in topological order.
   const std::list<std::unique_ptr<Node>>& nodes() const { return nodes_; }
@@ -194,6 +196,7 @@ class Graph {
 
   const std::vector<Value*>& outputs() const { return outputs_; }
   void addOutput(Value* v) { outputs_.push_back(v); }
+  void clearOutputs() { outputs_.clear(); }
   void setOutput(size_t i, Value* v) { outputs_[i] = v; }
 
   Value* lookup(const std::string& name) const;

@@ -8,5 +8,7 @@ namespace ampc {
 void registerElementwiseOps(std::vector<OpDef>& t);  // ops_elementwise.cpp
 void registerNNOps(std::vector<OpDef>& t);           // ops_nn.cpp
 void registerTensorOps(std::vector<OpDef>& t);       // ops_tensor.cpp
+void registerGradOps(std::vector<OpDef>& t);         // grad_rules.cpp: the "ampc" backward ops
+void attachGradRules(std::vector<OpDef>& t);         // grad_rules.cpp: GradFn of each row
 
 }  // namespace ampc

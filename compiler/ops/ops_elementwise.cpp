@@ -135,6 +135,7 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   t.back().random = true;
   t.back().fp32Operands = 0b10;  // ratio
+  t.back().gradResults = 2;      // the mask
 }
 
 }  // namespace ampc

@@ -233,10 +233,12 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
   t.back().flops = convFlops;
   row("MaxPool", L, 1, 1, 1, 2, C, true, inferMaxPool);
+  t.back().gradResults = 2;  // Indices
   row("AveragePool", L, 1, 1, 1, 1, I, true, inferAveragePool);
   row("GlobalAveragePool", L, 1, 1, 1, 1, I, true, inferGlobalPool);
   row("BatchNormalization", L, 5, 5, 1, 3, I, true, inferBatchNorm);
   t.back().fp32Operands = 0b11110;  // scale, bias, mean, var
+  t.back().stateOperands = 0b11000;  // running mean, running var
   row("LayerNormalization", 17, 2, 3, 1, 3, D, true, inferLayerNorm);
   row("ReduceSum", L, 1, 2, 1, 1, D, true, inferReduce);
   row("ReduceMean", L, 1, 2, 1, 1, D, true, inferReduce);
@@ -245,8 +247,10 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("ArgMax", L, 1, 1, 1, 1, C, false, inferArgMax);
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
   t.back().loss = true;
+  t.back().noGradOperands = 0b100;  // class weights
   row("NegativeLogLikelihoodLoss", L, 2, 3, 1, 1, D, true, inferLoss);
   t.back().loss = true;
+  t.back().noGradOperands = 0b100;
 }
 
 }  // namespace ampc

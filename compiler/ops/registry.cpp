@@ -79,6 +79,8 @@ const std::vector<OpDef>& allOps() {
     registerElementwiseOps(t);
     registerNNOps(t);
     registerTensorOps(t);
+    registerGradOps(t);
+    attachGradRules(t);
     return t;
   }();
   return table;

@@ -47,6 +47,8 @@ class InferContext {
 };
 
 using ShapeFn = void (*)(InferContext&);
+class GradBuilder;  // compiler/ops/grad.h
+using GradFn = void (*)(GradBuilder&);
 
 struct OpDef {
   std::string_view name;
@@ -66,10 +68,19 @@ struct OpDef {
   // Autocast: float operands that stay FP32 when the op runs low (bit i = input i): BatchNorm's
   // scale, bias and statistics, Dropout's ratio, Pow's exponent.
   uint32_t fp32Operands = 0;
+  // Operands that are state the op updates, not trained (BatchNorm's running statistics).
+  uint32_t stateOperands = 0;
+  // Float operands no gradient flows into (the losses' class weights, as in PyTorch).
+  uint32_t noGradOperands = 0;
+  // Optional results the gradient rule reads (Dropout's mask, MaxPool's Indices): autodiff
+  // adds them when the model left them out.
+  int gradResults = 0;
   bool loss = false;            // a loss: FP32, and so is its value
   // Floating-point operations of one execution (for the report's FLOP share); null: one per
   // output element.
   double (*flops)(const Node&) = nullptr;
+  // The gradient rule of a differentiable op (compiler/ops/grad_*.cpp).
+  GradFn grad = nullptr;
 };
 
 // FLOPs of a node: its row's estimate, else one per output element.

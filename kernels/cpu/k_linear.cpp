@@ -248,6 +248,112 @@ struct GlobalAveragePoolK {
   }
 };
 
+// ConvGrad(dY, X, W) -> (dX, dW): per image and group, dW += dY col^T and dX = col2im(W^T dY).
+template <typename C>
+struct ConvGradK {
+  static void run(KernelCtx& c) {
+    const auto &xs = c.in(1).type.shape, &ws = c.in(2).type.shape;
+    const size_t sp = xs.size() - 2;
+    const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
+    Window w;
+    try {
+      w = windowOf(c.node, spatialIn, kernel, false);
+    } catch (const Error& e) {
+      c.fail(e.what());
+    }
+    const int64_t N = xs[0], Cin = xs[1], M = ws[0], G = c.node.getInt("group", 1);
+    const int64_t Cg = Cin / G, Mg = M / G, KK = product(kernel), P = product(w.out), IS = product(spatialIn), R = Cg * KK;
+    auto dy = widen<C>(c.in(0)), x = widen<C>(c.in(1)), wt = widen<C>(c.in(2));
+    std::vector<C> dx(x.size(), C(0)), dw(wt.size(), C(0)), col(static_cast<size_t>(R * P)), dcol(static_cast<size_t>(R * P));
+    const auto inStrides = stridesOf(spatialIn);
+    // Input offset of (row r, output position p), or -1 in the padding.
+    std::vector<int64_t> where(static_cast<size_t>(R * P));
+    for (int64_t r = 0; r < R; ++r) {
+      int64_t krem = r % KK;
+      std::vector<int64_t> kpos(sp);
+      for (size_t d = sp; d-- > 0;) {
+        kpos[d] = krem % kernel[d];
+        krem /= kernel[d];
+      }
+      Odometer o(w.out);
+      for (int64_t p = 0; p < P; ++p, o.next()) {
+        int64_t off = (r / KK) * IS;
+        bool inside = true;
+        for (size_t d = 0; d < sp && inside; ++d) {
+          const int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + kpos[d] * w.dilations[d];
+          inside = coord >= 0 && coord < spatialIn[d];
+          off += coord * inStrides[d];
+        }
+        where[r * P + p] = inside ? off : -1;
+      }
+    }
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g) {
+        const C* xg = x.data() + (n * Cin + g * Cg) * IS;
+        for (int64_t i = 0; i < R * P; ++i) col[i] = where[i] >= 0 ? xg[where[i]] : C(0);
+        const C* dyg = dy.data() + (n * M + g * Mg) * P;
+        // dW_g [Mg, R] += dY_g [Mg, P] * col^T [P, R]
+        auto colT = transposed(col.data(), R, P);
+        gemmAcc<C>(Mg, R, P, dyg, colT.data(), dw.data() + g * Mg * R);
+        // dcol [R, P] = W_g^T [R, Mg] * dY_g [Mg, P]
+        auto wT = transposed(wt.data() + g * Mg * R, Mg, R);
+        std::fill(dcol.begin(), dcol.end(), C(0));
+        gemmAcc<C>(R, P, Mg, wT.data(), dyg, dcol.data());
+        C* dxg = dx.data() + (n * Cin + g * Cg) * IS;
+        for (int64_t i = 0; i < R * P; ++i)
+          if (where[i] >= 0) dxg[where[i]] += dcol[i];
+      }
+    narrow(dx, c.out(0));
+    narrow(dw, c.out(1));
+  }
+};
+
+// AveragePoolGrad(dY, X): each output's gradient spread evenly over its window.
+template <typename C>
+struct AveragePoolGradK {
+  static void run(KernelCtx& c) {
+    const auto& xs = c.in(1).type.shape;
+    const size_t sp = xs.size() - 2;
+    const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
+    Window w;
+    try {
+      w = windowOf(c.node, spatialIn, c.node.getInts("kernel_shape"), c.node.getInt("ceil_mode", 0) != 0);
+    } catch (const Error& e) {
+      c.fail(e.what());
+    }
+    const bool includePad = c.node.getInt("count_include_pad", 0) != 0;
+    const int64_t planes = xs[0] * xs[1], IS = product(spatialIn), P = product(w.out), KK = product(w.kernel);
+    const auto inStrides = stridesOf(spatialIn);
+    auto dy = widen<C>(c.in(0));
+    std::vector<C> dx(static_cast<size_t>(planes * IS), C(0));
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      Odometer o(w.out);
+      for (int64_t p = 0; p < P; ++p, o.next()) {
+        std::vector<int64_t> offs;
+        int64_t padded = 0;
+        Odometer k(w.kernel);
+        for (int64_t kk = 0; kk < KK; ++kk, k.next()) {
+          int64_t off = 0;
+          bool inside = true, inPadded = true;
+          for (size_t d = 0; d < sp; ++d) {
+            const int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + k.idx[d] * w.dilations[d];
+            inside = inside && coord >= 0 && coord < spatialIn[d];
+            inPadded = inPadded && coord >= -w.padBegin[d] && coord < spatialIn[d] + w.padEnd[d];
+            off += coord * inStrides[d];
+          }
+          padded += inPadded;
+          if (inside) offs.push_back(off);
+        }
+        const int64_t div = includePad ? padded : static_cast<int64_t>(offs.size());
+        if (div == 0) continue;
+        const C g = dy[pl * P + p] / static_cast<C>(div);
+        for (int64_t off : offs) dx[pl * IS + off] += g;
+      }
+    }
+    narrow(dx, c.out(0));
+  }
+};
+
 template <template <typename> class F>
 void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
 // MaxPool also takes u8/i8 (ONNX allows them).
@@ -263,6 +369,11 @@ struct MaxPoolAnyK {
 };
 
 }  // namespace
+
+void registerLinearGradKernels(std::vector<KernelRow>& t) {
+  t.push_back({"ConvGrad", floatOp<ConvGradK>, "ampc"});
+  t.push_back({"AveragePoolGrad", floatOp<AveragePoolGradK>, "ampc"});
+}
 
 void registerLinearKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {

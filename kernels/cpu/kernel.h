@@ -45,8 +45,8 @@ class KernelCtx {
 
 using Kernel = void (*)(KernelCtx&);
 
-// The kernel for a default-domain op, or null.
-Kernel findKernel(std::string_view op);
+// The kernel for an op of the default domain (or of `domain`), or null.
+Kernel findKernel(std::string_view op, std::string_view domain = {});
 // Every op name that has a kernel.
 std::vector<std::string> kernelOps();
 

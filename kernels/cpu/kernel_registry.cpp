@@ -19,26 +19,28 @@ const std::vector<KernelRow>& table() {
     registerLinearKernels(r);
     registerNormKernels(r);
     registerTensorKernels(r);
+    registerGradKernels(r);
     return r;
   }();
   return t;
 }
 }  // namespace
 
-Kernel findKernel(std::string_view op) {
+Kernel findKernel(std::string_view op, std::string_view domain) {
   for (const auto& r : table())
-    if (r.op == op) return r.kernel;
+    if (r.op == op && r.domain == domain) return r.kernel;
   return nullptr;
 }
 
 std::vector<std::string> kernelOps() {
   std::vector<std::string> r;
-  for (const auto& k : table()) r.emplace_back(k.op);
+  for (const auto& k : table())
+    if (k.domain.empty()) r.emplace_back(k.op);
   return r;
 }
 
 std::vector<Tensor> runNode(const Node& n, const std::vector<const Tensor*>& in, const ExecOptions& opts) {
-  Kernel k = n.domain().empty() ? findKernel(n.op()) : nullptr;
+  Kernel k = findKernel(n.op(), n.domain());
   if (!k) throw Error(n.describe() + ": the CPU backend has no kernel for this op");
   std::vector<Tensor> out;
   out.reserve(n.numResults());

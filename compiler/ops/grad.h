@@ -1,0 +1,60 @@
+// Gradient rules: each differentiable registry row has a GradFn that, given the gradients of the
+// node's results, adds the nodes computing the gradients of its inputs. The rules build with
+// GradBuilder; ops ONNX lacks (convolution and pooling backward, scatter-adds) are registry ops
+// of the "ampc" domain with CPU kernels.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+inline constexpr const char* kGradDomain = "ampc";
+
+class GradBuilder {
+ public:
+  GradBuilder(Graph& g, Node& fwd, std::vector<Value*> dOut, std::vector<bool> needs)
+      : g(g), node(fwd), dOut_(std::move(dOut)), needs_(std::move(needs)), dIn_(fwd.numInputs(), nullptr) {}
+
+  Graph& g;
+  Node& node;
+
+  Value* x(size_t i) const { return node.input(i); }
+  Value* y(size_t i) const { return node.result(i); }
+  Value* dy(size_t i) const { return i < dOut_.size() ? dOut_[i] : nullptr; }
+  bool needs(size_t i) const { return i < needs_.size() && needs_[i]; }
+  void setGrad(size_t i, Value* v);  // Error if shape or dtype differ from the input's
+  const std::vector<Value*>& grads() const { return dIn_; }
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(node.describe() + ": gradient: " + msg); }
+
+  // A node of the registry (default domain, or kGradDomain), typed by its shape rule.
+  Value* op(const std::string& op, const std::vector<Value*>& ins, const std::map<std::string, Attribute>& attrs = {},
+            const std::string& domain = "");
+  std::vector<Value*> opN(const std::string& op, const std::vector<Value*>& ins, const std::map<std::string, Attribute>& attrs,
+                          const std::string& domain, size_t results);
+  Value* scalar(double v, DType t);                   // constant of rank 0
+  Value* ints(const std::vector<int64_t>& v);         // i64 constant of rank 1
+  Value* cast(Value* v, DType t);                     // v itself when already t
+  Value* zerosLike(Value* v);
+  // Sums a broadcast gradient back to `shape` (numpy broadcasting in reverse).
+  Value* reduceTo(Value* grad, const std::vector<int64_t>& shape);
+  // Elementwise helpers.
+  Value* mul(Value* a, Value* b) { return op("Mul", {a, b}); }
+  Value* add(Value* a, Value* b) { return op("Add", {a, b}); }
+  Value* sub(Value* a, Value* b) { return op("Sub", {a, b}); }
+  Value* div(Value* a, Value* b) { return op("Div", {a, b}); }
+  Value* neg(Value* a) { return op("Neg", {a}); }
+  Value* where(Value* c, Value* a, Value* b) { return op("Where", {c, a, b}); }
+  Value* reshape(Value* v, const std::vector<int64_t>& shape) { return op("Reshape", {v, ints(shape)}); }
+
+ private:
+  std::string base() const;
+  std::vector<Value*> dOut_;
+  std::vector<bool> needs_;
+  std::vector<Value*> dIn_;
+};
+
+}  // namespace ampc

@@ -1,0 +1,417 @@
+// Gradient rules, one per differentiable op, and the "ampc" domain's backward ops (the ones ONNX
+// lacks). Every rule gives each input that needs a gradient a tensor of the input's own shape and
+// dtype; broadcast inputs are reduced back with reduceTo.
+#include <cmath>
+#include <numeric>
+
+#include "compiler/ops/families.h"
+#include "compiler/ops/geometry.h"
+#include "compiler/ops/grad.h"
+
+namespace ampc {
+namespace {
+
+using GB = GradBuilder;
+using Attrs = std::map<std::string, Attribute>;
+
+DType dt(const Value* v) { return v->type().dtype; }
+const std::vector<int64_t>& shapeOf(const Value* v) { return v->type().shape; }
+
+// ---- elementwise
+
+void gradAdd(GB& b) {
+  for (size_t i = 0; i < 2; ++i)
+    if (b.needs(i)) b.setGrad(i, b.reduceTo(b.dy(0), shapeOf(b.x(i))));
+}
+void gradSub(GB& b) {
+  if (b.needs(0)) b.setGrad(0, b.reduceTo(b.dy(0), shapeOf(b.x(0))));
+  if (b.needs(1)) b.setGrad(1, b.reduceTo(b.neg(b.dy(0)), shapeOf(b.x(1))));
+}
+void gradMul(GB& b) {
+  if (b.needs(0)) b.setGrad(0, b.reduceTo(b.mul(b.dy(0), b.x(1)), shapeOf(b.x(0))));
+  if (b.needs(1)) b.setGrad(1, b.reduceTo(b.mul(b.dy(0), b.x(0)), shapeOf(b.x(1))));
+}
+void gradDiv(GB& b) {
+  if (b.needs(0)) b.setGrad(0, b.reduceTo(b.div(b.dy(0), b.x(1)), shapeOf(b.x(0))));
+  if (b.needs(1)) b.setGrad(1, b.reduceTo(b.neg(b.div(b.mul(b.dy(0), b.y(0)), b.x(1))), shapeOf(b.x(1))));
+}
+void gradPow(GB& b) {
+  Value* e = b.cast(b.x(1), dt(b.x(0)));
+  if (b.needs(0)) {  // e * x^(e-1)
+    Value* d = b.mul(e, b.op("Pow", {b.x(0), b.sub(e, b.scalar(1, dt(e)))}));
+    b.setGrad(0, b.reduceTo(b.mul(b.dy(0), d), shapeOf(b.x(0))));
+  }
+  if (b.needs(1)) {  // y * log(x)
+    Value* d = b.mul(b.dy(0), b.mul(b.y(0), b.op("Log", {b.x(0)})));
+    b.setGrad(1, b.cast(b.reduceTo(d, shapeOf(b.x(1))), dt(b.x(1))));
+  }
+}
+void gradSqrt(GB& b) { b.setGrad(0, b.div(b.mul(b.dy(0), b.scalar(0.5, dt(b.x(0)))), b.y(0))); }
+void gradReciprocal(GB& b) { b.setGrad(0, b.neg(b.mul(b.dy(0), b.mul(b.y(0), b.y(0))))); }
+void gradNeg(GB& b) { b.setGrad(0, b.neg(b.dy(0))); }
+void gradAbs(GB& b) {
+  Value* z = b.scalar(0, dt(b.x(0)));
+  Value* pos = b.where(b.op("Greater", {b.x(0), z}), b.dy(0), b.zerosLike(b.dy(0)));
+  b.setGrad(0, b.where(b.op("Less", {b.x(0), z}), b.neg(b.dy(0)), pos));
+}
+void gradExp(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.y(0))); }
+void gradLog(GB& b) { b.setGrad(0, b.div(b.dy(0), b.x(0))); }
+void gradTanh(GB& b) {
+  Value* one = b.scalar(1, dt(b.x(0)));
+  b.setGrad(0, b.mul(b.dy(0), b.sub(one, b.mul(b.y(0), b.y(0)))));
+}
+void gradSigmoid(GB& b) {
+  Value* one = b.scalar(1, dt(b.x(0)));
+  b.setGrad(0, b.mul(b.dy(0), b.mul(b.y(0), b.sub(one, b.y(0)))));
+}
+void gradRelu(GB& b) {
+  b.setGrad(0, b.where(b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))}), b.dy(0), b.zerosLike(b.dy(0))));
+}
+void gradLeakyRelu(GB& b) {
+  const double alpha = b.node.getFloat("alpha", 0.01f);
+  Value* pos = b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))});
+  b.setGrad(0, b.where(pos, b.dy(0), b.mul(b.dy(0), b.scalar(alpha, dt(b.x(0))))));
+}
+void gradErf(GB& b) {  // 2/sqrt(pi) exp(-x^2)
+  const DType t = dt(b.x(0));
+  Value* e = b.op("Exp", {b.neg(b.mul(b.x(0), b.x(0)))});
+  b.setGrad(0, b.mul(b.dy(0), b.mul(e, b.scalar(1.1283791670955126, t))));
+}
+void gradSoftplus(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.op("Sigmoid", {b.x(0)}))); }
+void gradGelu(GB& b) {
+  const DType t = dt(b.x(0));
+  Value* x = b.x(0);
+  if (b.node.getString("approximate", "none") == "tanh") {
+    // u = k (x + c x^3); d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2)
+    const double k = 0.7978845608028654, c = 0.044715;
+    Value* x2 = b.mul(x, x);
+    Value* u = b.mul(b.scalar(k, t), b.add(x, b.mul(b.scalar(c, t), b.mul(x2, x))));
+    Value* th = b.op("Tanh", {u});
+    Value* one = b.scalar(1, t);
+    Value* left = b.mul(b.scalar(0.5, t), b.add(one, th));
+    Value* du = b.mul(b.scalar(k, t), b.add(one, b.mul(b.scalar(3 * c, t), x2)));
+    Value* right = b.mul(b.mul(b.scalar(0.5, t), x), b.mul(b.sub(one, b.mul(th, th)), du));
+    b.setGrad(0, b.mul(b.dy(0), b.add(left, right)));
+  } else {
+    // Phi(x) + x phi(x)
+    Value* cdf = b.mul(b.scalar(0.5, t), b.add(b.scalar(1, t), b.op("Erf", {b.mul(x, b.scalar(0.7071067811865476, t))})));
+    Value* pdf = b.mul(b.scalar(0.3989422804014327, t), b.op("Exp", {b.mul(b.scalar(-0.5, t), b.mul(x, x))}));
+    b.setGrad(0, b.mul(b.dy(0), b.add(cdf, b.mul(x, pdf))));
+  }
+}
+void gradClip(GB& b) {
+  Value* x = b.x(0);
+  Value* inside = nullptr;
+  if (b.x(1)) inside = b.op("GreaterOrEqual", {x, b.x(1)});
+  if (b.x(2)) {
+    Value* le = b.op("LessOrEqual", {x, b.x(2)});
+    inside = inside ? b.op("And", {inside, le}) : le;
+  }
+  b.setGrad(0, inside ? b.where(inside, b.dy(0), b.zerosLike(b.dy(0))) : b.dy(0));
+}
+// Max / Min: the inputs equal to the result take the gradient.
+void gradMaxMin(GB& b) {
+  for (size_t i = 0; i < b.node.numInputs(); ++i) {
+    if (!b.needs(i)) continue;
+    Value* hit = b.op("Equal", {b.x(i), b.y(0)});
+    b.setGrad(i, b.reduceTo(b.where(hit, b.dy(0), b.zerosLike(b.dy(0))), shapeOf(b.x(i))));
+  }
+}
+void gradWhere(GB& b) {
+  Value* z = b.zerosLike(b.dy(0));
+  if (b.needs(1)) b.setGrad(1, b.reduceTo(b.where(b.x(0), b.dy(0), z), shapeOf(b.x(1))));
+  if (b.needs(2)) b.setGrad(2, b.reduceTo(b.where(b.x(0), z, b.dy(0)), shapeOf(b.x(2))));
+}
+void gradIdentity(GB& b) { b.setGrad(0, b.dy(0)); }
+void gradCast(GB& b) {
+  if (isFloat(dt(b.x(0)))) b.setGrad(0, b.cast(b.dy(0), dt(b.x(0))));
+}
+// Dropout reuses its forward mask (the pass gives the node a mask result); the backward op
+// applies the same scale, and is the identity wherever the forward was (inference, ratio 0,
+// dropout switched off for a run).
+void gradDropout(GB& b) {
+  if (b.node.numResults() < 2) b.fail("needs the mask result");
+  std::vector<Value*> ins{b.dy(0), b.y(1)};
+  if (b.x(1)) ins.push_back(b.x(1));
+  if (b.x(2)) {
+    if (!b.x(1)) b.fail("training_mode without ratio");
+    ins.push_back(b.x(2));
+  }
+  b.setGrad(0, b.op("DropoutGrad", ins, {}, kGradDomain));
+}
+
+// ---- GEMMs
+
+// Swaps the last two axes.
+Value* transposeLast2(GB& b, Value* v) {
+  const int64_t r = v->type().rank();
+  std::vector<int64_t> perm(r);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[r - 1], perm[r - 2]);
+  return b.op("Transpose", {v}, {{"perm", perm}});
+}
+void gradMatMul(GB& b) {
+  Value *a = b.x(0), *w = b.x(1), *d = b.dy(0);
+  // 1-D operands become matrices: a [K] -> [1,K], w [K] -> [K,1]; the gradient follows.
+  if (a->type().rank() == 1) a = b.reshape(a, {1, shapeOf(a)[0]});
+  if (w->type().rank() == 1) w = b.reshape(w, {shapeOf(w)[0], 1});
+  std::vector<int64_t> ds(shapeOf(a).begin(), shapeOf(a).end() - 2);
+  {
+    std::vector<int64_t> wb(shapeOf(w).begin(), shapeOf(w).end() - 2);
+    const size_t r = std::max(ds.size(), wb.size());
+    std::vector<int64_t> o(r);
+    for (size_t i = 0; i < r; ++i) {
+      int64_t x = i < r - ds.size() ? 1 : ds[i - (r - ds.size())], y = i < r - wb.size() ? 1 : wb[i - (r - wb.size())];
+      o[i] = std::max(x, y);
+    }
+    ds = o;
+  }
+  ds.push_back(shapeOf(a)[shapeOf(a).size() - 2]);
+  ds.push_back(shapeOf(w).back());
+  d = b.reshape(d, ds);
+  if (b.needs(0)) b.setGrad(0, b.reshape(b.reduceTo(b.op("MatMul", {d, transposeLast2(b, w)}), shapeOf(a)), shapeOf(b.x(0))));
+  if (b.needs(1)) b.setGrad(1, b.reshape(b.reduceTo(b.op("MatMul", {transposeLast2(b, a), d}), shapeOf(w)), shapeOf(b.x(1))));
+}
+void gradGemm(GB& b) {
+  const bool ta = b.node.getInt("transA", 0), tb = b.node.getInt("transB", 0);
+  const float alpha = b.node.getFloat("alpha", 1.0f), beta = b.node.getFloat("beta", 1.0f);
+  Value *A = b.x(0), *B = b.x(1), *D = b.dy(0);
+  auto gemm = [&](Value* p, Value* q, int64_t tp, int64_t tq) {
+    return b.op("Gemm", {p, q}, {{"alpha", alpha}, {"transA", tp}, {"transB", tq}});
+  };
+  if (b.needs(0)) b.setGrad(0, ta ? gemm(B, D, tb ? 1 : 0, 1) : gemm(D, B, 0, tb ? 0 : 1));
+  if (b.needs(1)) b.setGrad(1, tb ? gemm(D, A, 1, ta ? 1 : 0) : gemm(A, D, ta ? 0 : 1, 0));
+  if (b.x(2) && b.needs(2)) {
+    Value* g = beta == 1.0f ? D : b.mul(D, b.scalar(beta, dt(D)));
+    b.setGrad(2, b.reduceTo(g, shapeOf(b.x(2))));
+  }
+}
+
+// ---- convolution, pooling, normalisation, losses: "ampc" backward ops
+
+Attrs copyAttrs(const Node& n) {
+  Attrs a(n.attrs().begin(), n.attrs().end());
+  return a;
+}
+void gradConv(GB& b) {
+  Attrs a = copyAttrs(b.node);
+  auto r = b.opN("ConvGrad", {b.dy(0), b.x(0), b.x(1)}, a, kGradDomain, 2);
+  if (b.needs(0)) b.setGrad(0, r[0]);
+  if (b.needs(1)) b.setGrad(1, r[1]);
+  if (b.x(2) && b.needs(2)) {
+    std::vector<int64_t> axes{0};
+    for (int64_t i = 2; i < b.dy(0)->type().rank(); ++i) axes.push_back(i);
+    b.setGrad(2, b.op("ReduceSum", {b.dy(0), b.ints(axes)}, {{"keepdims", int64_t{0}}}));
+  }
+}
+void gradMaxPool(GB& b) {
+  if (b.node.numResults() < 2) b.fail("needs the Indices result");
+  Attrs a{{"shape", shapeOf(b.x(0))}};
+  b.setGrad(0, b.op("ScatterAddFlat", {b.dy(0), b.y(1)}, a, kGradDomain));
+}
+void gradAveragePool(GB& b) {
+  Attrs a = copyAttrs(b.node);
+  b.setGrad(0, b.op("AveragePoolGrad", {b.dy(0), b.x(0)}, a, kGradDomain));
+}
+void gradGlobalAveragePool(GB& b) {
+  const auto& s = shapeOf(b.x(0));
+  double n = 1;
+  for (size_t i = 2; i < s.size(); ++i) n *= static_cast<double>(s[i]);
+  Value* e = b.op("Expand", {b.dy(0), b.ints(s)});
+  b.setGrad(0, b.mul(e, b.scalar(1.0 / n, dt(b.x(0)))));
+}
+void gradBatchNorm(GB& b) {
+  Attrs a = copyAttrs(b.node);
+  auto r = b.opN("BatchNormGrad", {b.dy(0), b.x(0), b.x(1), b.x(3), b.x(4)}, a, kGradDomain, 3);
+  for (size_t i = 0; i < 3; ++i)
+    if (b.needs(i)) b.setGrad(i, r[i]);
+}
+void gradLayerNorm(GB& b) {
+  Attrs a = copyAttrs(b.node);
+  auto r = b.opN("LayerNormGrad", {b.dy(0), b.x(0), b.x(1)}, a, kGradDomain, 3);
+  for (size_t i = 0; i < 3; ++i)
+    if (b.x(i) && b.needs(i)) b.setGrad(i, i == 2 ? b.reduceTo(r[2], shapeOf(b.x(2))) : i == 1 ? b.reduceTo(r[1], shapeOf(b.x(1))) : r[0]);
+}
+void gradSoftmax(GB& b) {  // y * (dy - sum(dy * y))
+  const int64_t axis = b.node.getInt("axis", -1);
+  Value* s = b.op("ReduceSum", {b.mul(b.dy(0), b.y(0)), b.ints({axis})}, {{"keepdims", int64_t{1}}});
+  b.setGrad(0, b.mul(b.y(0), b.sub(b.dy(0), s)));
+}
+void gradLogSoftmax(GB& b) {  // dy - exp(y) * sum(dy)
+  const int64_t axis = b.node.getInt("axis", -1);
+  Value* s = b.op("ReduceSum", {b.dy(0), b.ints({axis})}, {{"keepdims", int64_t{1}}});
+  b.setGrad(0, b.sub(b.dy(0), b.mul(b.op("Exp", {b.y(0)}), s)));
+}
+std::vector<int64_t> reduceAxes(GB& b) {
+  std::vector<int64_t> axes = b.node.getInts("axes");
+  if (b.x(1)) axes = b.x(1)->constData()->toInts();
+  const int64_t r = b.x(0)->type().rank();
+  if (axes.empty()) {
+    if (b.node.getInt("noop_with_empty_axes", 0)) return {};
+    axes.resize(r);
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  for (auto& a : axes) a = normalizeAxis(a, r);
+  return axes;
+}
+// dy reshaped to keepdims form and broadcast back to x's shape.
+Value* expandBack(GB& b, Value* d, const std::vector<int64_t>& axes) {
+  std::vector<int64_t> keep = shapeOf(b.x(0));
+  for (int64_t a : axes) keep[a] = 1;
+  return b.op("Expand", {b.reshape(d, keep), b.ints(shapeOf(b.x(0)))});
+}
+void gradReduceSum(GB& b) { b.setGrad(0, expandBack(b, b.dy(0), reduceAxes(b))); }
+void gradReduceMean(GB& b) {
+  auto axes = reduceAxes(b);
+  double n = 1;
+  for (int64_t a : axes) n *= static_cast<double>(shapeOf(b.x(0))[a]);
+  b.setGrad(0, b.mul(expandBack(b, b.dy(0), axes), b.scalar(1.0 / n, dt(b.x(0)))));
+}
+void gradReduceMaxMin(GB& b) {
+  auto axes = reduceAxes(b);
+  Value* hit = b.op("Equal", {b.x(0), expandBack(b, b.y(0), axes)});
+  Value* d = expandBack(b, b.dy(0), axes);
+  b.setGrad(0, b.where(hit, d, b.zerosLike(d)));
+}
+void gradLoss(GB& b, const char* op) {
+  if (b.dy(1)) b.fail("a gradient through log_prob is not supported");
+  std::vector<Value*> ins{b.dy(0), b.x(0), b.x(1)};
+  if (b.x(2)) ins.push_back(b.x(2));
+  Attrs a = copyAttrs(b.node);
+  b.setGrad(0, b.op(op, ins, a, kGradDomain));
+}
+void gradSce(GB& b) { gradLoss(b, "SoftmaxCrossEntropyLossGrad"); }
+void gradNll(GB& b) { gradLoss(b, "NegativeLogLikelihoodLossGrad"); }
+
+// ---- data movement
+
+void gradReshapeLike(GB& b) { b.setGrad(0, b.reshape(b.dy(0), shapeOf(b.x(0)))); }
+void gradTranspose(GB& b) {
+  const int64_t r = b.x(0)->type().rank();
+  std::vector<int64_t> dflt(r);
+  for (int64_t i = 0; i < r; ++i) dflt[i] = r - 1 - i;
+  auto perm = b.node.getInts("perm", dflt);
+  std::vector<int64_t> inv(r);
+  for (int64_t i = 0; i < r; ++i) inv[perm[i]] = i;
+  b.setGrad(0, b.op("Transpose", {b.dy(0)}, {{"perm", inv}}));
+}
+void gradConcat(GB& b) {
+  const int64_t r = b.y(0)->type().rank();
+  const int64_t axis = normalizeAxis(b.node.getInt("axis", 0), r);
+  int64_t off = 0;
+  for (size_t i = 0; i < b.node.numInputs(); ++i) {
+    const int64_t len = shapeOf(b.x(i))[axis];
+    if (b.needs(i)) b.setGrad(i, b.op("Slice", {b.dy(0), b.ints({off}), b.ints({off + len}), b.ints({axis})}));
+    off += len;
+  }
+}
+void gradSplit(GB& b) {
+  std::vector<Value*> parts;
+  for (size_t i = 0; i < b.node.numResults(); ++i) parts.push_back(b.dy(i) ? b.dy(i) : b.zerosLike(b.y(i)));
+  b.setGrad(0, b.op("Concat", parts, {{"axis", b.node.getInt("axis", 0)}}));
+}
+void gradSlice(GB& b) {
+  std::vector<Value*> ins{b.dy(0)};
+  for (size_t i = 1; i < b.node.numInputs(); ++i) ins.push_back(b.x(i));
+  b.setGrad(0, b.op("SliceGrad", ins, {{"shape", shapeOf(b.x(0))}}, kGradDomain));
+}
+void gradGather(GB& b) {
+  b.setGrad(0, b.op("GatherGrad", {b.dy(0), b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
+}
+void gradExpand(GB& b) { b.setGrad(0, b.reduceTo(b.dy(0), shapeOf(b.x(0)))); }
+void gradTile(GB& b) {
+  // dy viewed as [r0, d0, r1, d1, ...] summed over the repeat axes.
+  const auto& s = shapeOf(b.x(0));
+  const auto reps = b.x(1)->constData()->toInts();
+  std::vector<int64_t> view, axes;
+  for (size_t i = 0; i < s.size(); ++i) {
+    axes.push_back(static_cast<int64_t>(view.size()));
+    view.push_back(reps[i]);
+    view.push_back(s[i]);
+  }
+  Value* r = b.op("ReduceSum", {b.reshape(b.dy(0), view), b.ints(axes)}, {{"keepdims", int64_t{0}}});
+  b.setGrad(0, r);
+}
+void gradPad(GB& b) {
+  std::vector<Value*> ins{b.dy(0), b.x(1)};
+  if (b.x(3)) {
+    ins.push_back(b.x(3));
+  }
+  b.setGrad(0, b.op("PadGrad", ins, {{"mode", b.node.getString("mode", "constant")}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
+  if (b.x(2) && b.needs(2)) b.fail("a gradient for Pad's constant_value is not supported");
+}
+void gradTrilu(GB& b) {
+  std::vector<Value*> ins{b.dy(0)};
+  if (b.x(1)) ins.push_back(b.x(1));
+  b.setGrad(0, b.op("Trilu", ins, {{"upper", b.node.getInt("upper", 1)}}));
+}
+
+// ---- shape rules of the "ampc" backward ops
+
+void inferLike(InferContext& c, size_t from) { c.setOut(0, c.in(from)); }
+void inferConvGrad(InferContext& c) {  // (dY, X, W) -> dX, dW
+  c.setOut(0, c.in(1));
+  c.setOut(1, c.in(2));
+}
+void inferWithShapeAttr(InferContext& c) {  // gradient of an input whose shape is the "shape" attribute
+  c.setOut(0, TensorType{c.in(0).dtype, c.node().getInts("shape")});
+}
+void inferAvgPoolGrad(InferContext& c) { inferLike(c, 1); }
+void inferBatchNormGrad(InferContext& c) {  // (dY, X, scale, mean, var) -> dX, dScale, dBias
+  c.setOut(0, c.in(1));
+  c.setOut(1, c.in(2));
+  c.setOut(2, c.in(2));
+}
+void inferLayerNormGrad(InferContext& c) {  // (dY, X, scale) -> dX, dScale, dBias (normalised dims)
+  c.setOut(0, c.in(1));
+  const auto& s = c.in(1).shape;
+  const int64_t axis = c.axis(c.node().getInt("axis", -1), c.in(1).rank());
+  TensorType t{c.in(2).dtype, std::vector<int64_t>(s.begin() + axis, s.end())};
+  c.setOut(1, t);
+  c.setOut(2, t);
+}
+void inferLossGrad(InferContext& c) { c.setOut(0, c.in(1)); }
+void inferDropoutGrad(InferContext& c) { c.setOut(0, c.in(0)); }
+
+}  // namespace
+
+void registerGradOps(std::vector<OpDef>& t) {
+  auto row = [&](std::string_view name, int minIn, int maxIn, int outs, ShapeFn f) {
+    t.push_back(OpDef{name, kGradDomain, 1, 1, minIn, maxIn, outs, outs, AmpCategory::Infer, false, f});
+  };
+  row("ConvGrad", 3, 3, 2, inferConvGrad);
+  row("ScatterAddFlat", 2, 2, 1, inferWithShapeAttr);
+  row("AveragePoolGrad", 2, 2, 1, inferAvgPoolGrad);
+  row("BatchNormGrad", 5, 5, 3, inferBatchNormGrad);
+  row("LayerNormGrad", 3, 3, 3, inferLayerNormGrad);
+  row("SoftmaxCrossEntropyLossGrad", 3, 4, 1, inferLossGrad);
+  row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);
+  row("SliceGrad", 3, 5, 1, inferWithShapeAttr);
+  row("GatherGrad", 2, 2, 1, inferWithShapeAttr);
+  row("PadGrad", 2, 3, 1, inferWithShapeAttr);
+  row("DropoutGrad", 2, 4, 1, inferDropoutGrad);
+}
+
+void attachGradRules(std::vector<OpDef>& t) {
+  const std::pair<std::string_view, GradFn> rules[] = {
+      {"Add", gradAdd}, {"Sub", gradSub}, {"Mul", gradMul}, {"Div", gradDiv}, {"Pow", gradPow},
+      {"Sqrt", gradSqrt}, {"Reciprocal", gradReciprocal}, {"Neg", gradNeg}, {"Abs", gradAbs}, {"Exp", gradExp},
+      {"Log", gradLog}, {"Tanh", gradTanh}, {"Sigmoid", gradSigmoid}, {"Relu", gradRelu}, {"LeakyRelu", gradLeakyRelu},
+      {"Erf", gradErf}, {"Gelu", gradGelu}, {"Softplus", gradSoftplus}, {"Clip", gradClip}, {"Max", gradMaxMin},
+      {"Min", gradMaxMin}, {"Where", gradWhere}, {"Identity", gradIdentity}, {"Cast", gradCast}, {"CastLike", gradCast},
+      {"Dropout", gradDropout}, {"MatMul", gradMatMul}, {"Gemm", gradGemm}, {"Conv", gradConv},
+      {"MaxPool", gradMaxPool}, {"AveragePool", gradAveragePool}, {"GlobalAveragePool", gradGlobalAveragePool},
+      {"BatchNormalization", gradBatchNorm}, {"LayerNormalization", gradLayerNorm}, {"Softmax", gradSoftmax},
+      {"LogSoftmax", gradLogSoftmax}, {"ReduceSum", gradReduceSum}, {"ReduceMean", gradReduceMean},
+      {"ReduceMax", gradReduceMaxMin}, {"ReduceMin", gradReduceMaxMin}, {"SoftmaxCrossEntropyLoss", gradSce},
+      {"NegativeLogLikelihoodLoss", gradNll}, {"Reshape", gradReshapeLike}, {"Flatten", gradReshapeLike},
+      {"Squeeze", gradReshapeLike}, {"Unsqueeze", gradReshapeLike}, {"Transpose", gradTranspose},
+      {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
+      {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
+  };
+  for (OpDef& d : t)
+    for (const auto& [name, fn] : rules)
+      if (d.domain.empty() && d.name == name) d.grad = fn;
+}
+
+}  // namespace ampc

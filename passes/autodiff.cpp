@@ -1,0 +1,205 @@
+// autodiff: reverse-mode over the (possibly painted) forward graph, one gradient rule per op from
+// the registry. Only values on a path from a trainable parameter to the loss get gradients;
+// integer and bool values stop them. A value used several times sums its contributions (in FP32
+// when any contribution is FP32, then in its own dtype). The gradient of a Cast is the reverse
+// Cast, so low-precision forward ops get low-precision backward ops and parameter gradients
+// arrive in FP32.
+#include "passes/autodiff.h"
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/ops/grad.h"
+#include "compiler/ops/registry.h"
+
+namespace ampc {
+namespace {
+
+// Values that depend on a trainable parameter through differentiable float edges.
+std::unordered_set<const Value*> requiresGrad(const Graph& g, const std::vector<Value*>& params) {
+  std::unordered_set<const Value*> req(params.begin(), params.end());
+  for (const auto& n : g.nodes()) {
+    const bool diff = !n->def() || n->def()->differentiable;
+    if (!diff) continue;
+    bool any = false;
+    const uint32_t noGrad = n->def() ? n->def()->noGradOperands : 0;
+    for (size_t i = 0; i < n->numInputs(); ++i) {
+      const Value* v = n->input(i);
+      any |= v && req.count(v) && isFloat(v->type().dtype) && !(noGrad >> i & 1);
+    }
+    if (!any) continue;
+    for (size_t i = 0; i < n->numResults(); ++i)
+      if (isFloat(n->result(i)->type().dtype)) req.insert(n->result(i));
+  }
+  return req;
+}
+
+// Values the loss depends on.
+std::unordered_set<const Value*> lossDeps(const Graph& g, const Value* loss) {
+  std::unordered_set<const Value*> deps{loss};
+  for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it) {
+    const Node* n = it->get();
+    bool live = false;
+    for (size_t i = 0; i < n->numResults(); ++i) live |= deps.count(n->result(i)) != 0;
+    if (!live) continue;
+    for (const Value* v : n->inputs())
+      if (v) deps.insert(v);
+  }
+  return deps;
+}
+
+std::vector<Value*> candidates(const Graph& g, const AutodiffOptions& opts) {
+  std::unique_ptr<std::regex> freeze;
+  if (!opts.freeze.empty()) {
+    try {
+      freeze = std::make_unique<std::regex>(opts.freeze);
+    } catch (const std::regex_error& e) {
+      throw Error("--freeze: bad regex '" + opts.freeze + "': " + e.what());
+    }
+  }
+  std::vector<Value*> r;
+  for (Value* p : g.params()) {
+    if (!isFloat(p->type().dtype)) continue;
+    if (freeze && std::regex_match(p->name(), *freeze)) continue;
+    bool state = false;
+    for (const Use& u : p->uses()) state |= u.user->def() && (u.user->def()->stateOperands >> u.operand & 1);
+    if (!state) r.push_back(p);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts) {
+  if (g.outputs().empty()) return {};
+  auto cand = candidates(g, opts);
+  auto req = requiresGrad(g, cand);
+  auto deps = lossDeps(g, g.outputs()[0]);
+  // A candidate trains if some differentiable use of it reaches the loss.
+  std::vector<Value*> r;
+  for (Value* p : cand) {
+    bool reaches = false;
+    for (const Use& u : p->uses()) {
+      const Node* n = u.user;
+      if (n->def() && (!n->def()->differentiable || (n->def()->noGradOperands >> u.operand & 1))) continue;
+      for (size_t i = 0; i < n->numResults(); ++i) reaches |= deps.count(n->result(i)) && req.count(n->result(i));
+    }
+    if (reaches) r.push_back(p);
+  }
+  return r;
+}
+
+namespace {
+
+class AutodiffPass : public Pass {
+ public:
+  explicit AutodiffPass(AutodiffOptions o) : opts_(std::move(o)) {}
+  std::string name() const override { return "autodiff"; }
+
+  bool run(Graph& g) override {
+    if (g.outputs().empty()) throw Error("autodiff: the graph has no outputs");
+    Value* loss = g.outputs()[0];
+    if (!isFloat(loss->type().dtype) || loss->type().numel() != 1)
+      throw Error("autodiff: the first output '" + loss->name() + "' must be a scalar float loss, it is " + loss->type().str());
+    const auto params = trainableParams(g, opts_);
+    if (params.empty()) throw Error("autodiff: no trainable parameter reaches the loss");
+    g.domainOpsets.emplace(kGradDomain, 1);
+    const auto req = requiresGrad(g, params);
+    const auto deps = lossDeps(g, loss);
+    auto onPath = [&](const Value* v) { return req.count(v) && deps.count(v); };
+
+    std::vector<Node*> forward;
+    for (const auto& n : g.nodes()) forward.push_back(n.get());
+    // Optional results the gradient rules read (Dropout's mask, MaxPool's Indices).
+    for (Node* n : forward) {
+      const OpDef* d = n->def();
+      if (!d || !d->gradResults || static_cast<int>(n->numResults()) >= d->gradResults) continue;
+      bool needed = false;
+      for (size_t i = 0; i < n->numResults(); ++i) needed |= onPath(n->result(i));
+      if (!needed) continue;
+      while (static_cast<int>(n->numResults()) < d->gradResults)
+        g.addResult(n, g.uniqueName(n->result(0)->name() + ".aux"), TensorType{});
+      auto types = inferTypes(*n);
+      for (size_t i = 0; i < n->numResults(); ++i) n->result(i)->setType(types[i]);
+    }
+
+    std::unordered_map<const Value*, std::vector<Value*>> contrib;
+    contrib[loss].push_back(g.addConst(g.uniqueName(loss->name() + "_grad/seed"), Tensor::fromDoubles(loss->type().dtype, loss->type().shape, {1.0})));
+    for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+      Node* n = *it;
+      std::vector<Value*> dOut(n->numResults(), nullptr);
+      bool any = false;
+      for (size_t i = 0; i < n->numResults(); ++i) {
+        auto c = contrib.find(n->result(i));
+        if (c == contrib.end() || !onPath(n->result(i))) continue;
+        dOut[i] = sum(g, n->result(i), c->second);
+        any = true;
+      }
+      if (!any) continue;
+      const OpDef* d = n->def();
+      if (!d) throw Error(n->describe() + ": a custom op on the path to the loss has no gradient rule");
+      if (!d->differentiable) continue;
+      if (!d->grad) throw Error(n->describe() + ": the op is differentiable but has no gradient rule");
+      std::vector<bool> needs(n->numInputs(), false);
+      for (size_t i = 0; i < n->numInputs(); ++i)
+        needs[i] = n->input(i) && req.count(n->input(i)) && isFloat(n->input(i)->type().dtype) && !(d->noGradOperands >> i & 1);
+      GradBuilder b(g, *n, dOut, needs);
+      d->grad(b);
+      for (size_t i = 0; i < n->numInputs(); ++i)
+        if (needs[i] && b.grads()[i]) contrib[n->input(i)].push_back(b.grads()[i]);
+    }
+
+    std::vector<Value*> outs{loss};
+    for (Value* p : params) {
+      auto c = contrib.find(p);
+      if (c == contrib.end()) continue;
+      Value* grad = sum(g, p, c->second);
+      const std::string name = g.uniqueName(p->name() + "_grad");
+      if (grad->producer() && std::find(outs.begin(), outs.end(), grad) == outs.end() && grad->name() != loss->name()) {
+        g.renameValue(grad, name);
+      } else {
+        grad = g.createNode("Identity", "", {grad}, {{name, grad->type()}})->result(0);
+      }
+      outs.push_back(grad);
+    }
+    g.clearOutputs();
+    for (Value* v : outs) g.addOutput(v);
+    createDcePass()->run(g);
+    return true;
+  }
+
+ private:
+  // The sum of a value's gradient contributions, in FP32 if any is FP32, returned in the value's
+  // own dtype.
+  static Value* sum(Graph& g, const Value* v, std::vector<Value*>& parts) {
+    if (parts.size() == 1 && parts[0]->type().dtype == v->type().dtype) return parts[0];
+    DType acc = parts[0]->type().dtype;
+    for (Value* p : parts)
+      if (p->type().dtype != acc) acc = DType::f32;
+    auto castTo = [&](Value* x, DType t) {
+      if (x->type().dtype == t) return x;
+      Node* c = g.createNode("Cast", "", {x}, {{g.uniqueName(x->name() + "." + std::string(dtypeName(t))), TensorType{t, x->type().shape}}});
+      c->setAttr("to", static_cast<int64_t>(dtypeToOnnx(t)));
+      return c->result(0);
+    };
+    Value* s = castTo(parts[0], acc);
+    for (size_t i = 1; i < parts.size(); ++i) {
+      Node* add = g.createNode("Add", "", {s, castTo(parts[i], acc)}, {{g.uniqueName(v->name() + "_grad/sum"), TensorType{acc, v->type().shape}}});
+      s = add->result(0);
+    }
+    Value* r = castTo(s, v->type().dtype);
+    parts = {r};
+    return r;
+  }
+
+  AutodiffOptions opts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createAutodiffPass(const AutodiffOptions& opts) { return std::make_unique<AutodiffPass>(opts); }
+
+}  // namespace ampc
