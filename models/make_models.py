@@ -119,16 +119,21 @@ MODELS = {
                                  "target": torch.randint(0, 10, (4,), generator=g)}),
     "transformer": (TinyGPT, lambda g: {"idx": torch.randint(0, 64, (2, 16), generator=g),
                                         "target": torch.randint(0, 64, (2, 16), generator=g)}),
+    "resnet18": (lambda: __import__("torchvision").models.resnet18(num_classes=10),
+                 lambda g: {"x": torch.randn(2, 3, 32, 32, generator=g),
+                            "target": torch.randint(0, 10, (2,), generator=g)}),
 }
 
 
 def make_refs(name, model_dir, out):
     """PyTorch's forward on the committed model's own weights, for `ampc --eval` to match.
 
-    Writes OUT/NAME/inputs/*.npy (seeded random inputs), OUT/NAME/loss.npy and OUT/NAME/logits.npy
-    (the scores the loss reads, flattened to (N*, C)). The model runs in training mode (BatchNorm
-    uses batch statistics, as the exported graph does) with every dropout probability set to 0,
-    since dropout masks cannot match across frameworks: compare with `ampc --eval --no-dropout`.
+    Writes OUT/NAME/inputs/*.npy (seeded random inputs), OUT/NAME/loss.npy, OUT/NAME/logits.npy
+    (the scores the loss reads, flattened to (N*, C)) and OUT/NAME/grads/PARAM.npy (torch.autograd's
+    gradient of every parameter). The model runs in training mode (BatchNorm uses batch
+    statistics, as the exported graph does) with every dropout probability set to 0, since dropout
+    masks cannot match across frameworks: compare with `ampc --eval --no-dropout`. The model file
+    is read from models/ or, for generated models (resnet18), from OUT's parent folder.
     """
     import numpy as np
     import onnx
@@ -136,7 +141,10 @@ def make_refs(name, model_dir, out):
 
     ctor, make_inputs = MODELS[name]
     model = WithLoss(ctor())
-    proto = onnx.load(os.path.join(model_dir, name + ".onnx"))
+    path = os.path.join(model_dir, name + ".onnx")
+    if not os.path.exists(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(out)), name + ".onnx")
+    proto = onnx.load(path)
     weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
     state = model.state_dict()
     missing = [k for k in weights if k not in state]
@@ -155,11 +163,36 @@ def make_refs(name, model_dir, out):
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     for k, v in inputs.items():
         np.save(os.path.join(d, "inputs", k + ".npy"), v.numpy())
+    args = list(inputs.values())
     with torch.no_grad():
-        args = list(inputs.values())
         logits = model.model(args[0])
-        loss = model(*args)
-    np.save(os.path.join(d, "loss.npy"), loss.numpy().astype(np.float32))
+    loss = model(*args)
+    loss.backward()
+    os.makedirs(os.path.join(d, "grads"), exist_ok=True)
+    for pname, p in model.named_parameters():
+        np.save(os.path.join(d, "grads", pname + ".npy"), p.grad.numpy().astype(np.float32))
+    # PyTorch's own AMP (CPU autocast, bf16) on the same model and data: the yardstick for ampc's
+    # mixed-precision gradients.
+    if name != "resnet18":
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            amp_loss = model(*args)
+        amp_loss.backward()
+        os.makedirs(os.path.join(d, "grads_amp_bf16"), exist_ok=True)
+        for pname, p in model.named_parameters():
+            np.save(os.path.join(d, "grads_amp_bf16", pname + ".npy"), p.grad.float().numpy())
+    # The same in f64: resnet18 at 32x32 and batch 2 is ill-conditioned (BatchNorm over 2 values in
+    # its last stage), so f32 results of any two implementations differ by ~1e-3; f64 does not.
+    # ONNX attributes are f32: the graph's epsilon is float32(1e-5), which the f64 run must use too.
+    for mod in model.modules():
+        if hasattr(mod, "eps") and isinstance(mod.eps, float):
+            mod.eps = float(np.float32(mod.eps))
+    model.double().zero_grad()
+    model(*[a.double() if a.is_floating_point() else a for a in args]).backward()
+    os.makedirs(os.path.join(d, "grads64"), exist_ok=True)
+    for pname, p in model.named_parameters():
+        np.save(os.path.join(d, "grads64", pname + ".npy"), p.grad.numpy())
+    np.save(os.path.join(d, "loss.npy"), loss.detach().numpy().astype(np.float32))
     np.save(os.path.join(d, "logits.npy"), logits.reshape(-1, logits.shape[-1]).numpy().astype(np.float32))
     print(f"wrote {d}: loss {loss.item():.6f}")
 
@@ -174,7 +207,7 @@ def main():
     out = args[0]
     os.makedirs(out, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in args[1:] or (list(MODELS) if refs else ["mlp", "cnn", "transformer", "resnet18"]):
+    for name in args[1:] or (["mlp", "cnn", "transformer"] if refs else ["mlp", "cnn", "transformer", "resnet18"]):
         if refs:
             make_refs(name, here, out)
         else:

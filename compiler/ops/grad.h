@@ -48,7 +48,9 @@ class GradBuilder {
   Value* div(Value* a, Value* b) { return op("Div", {a, b}); }
   Value* neg(Value* a) { return op("Neg", {a}); }
   Value* where(Value* c, Value* a, Value* b) { return op("Where", {c, a, b}); }
-  Value* reshape(Value* v, const std::vector<int64_t>& shape) { return op("Reshape", {v, ints(shape)}); }
+  Value* reshape(Value* v, const std::vector<int64_t>& shape) {
+    return v->type().shape == shape ? v : op("Reshape", {v, ints(shape)});
+  }
 
  private:
   std::string base() const;

@@ -21,7 +21,7 @@ std::vector<Value*> GradBuilder::opN(const std::string& op, const std::vector<Va
   std::vector<std::pair<std::string, TensorType>> res;
   for (size_t i = 0; i < results; ++i) res.emplace_back(g.uniqueName(base() + "/" + op + (results > 1 ? std::to_string(i) : "")), TensorType{});
   Node* n = g.createNode(op, domain, ins, res);
-  n->setName(g.uniqueName(base() + "/" + op));
+  n->setName(res[0].first);  // node and value names live apart: the node takes its first result's
   for (const auto& [k, a] : attrs) n->setAttr(k, a);
   if (!n->def()) throw Error("internal: gradient op " + domain + "::" + op + " is not in the registry");
   auto types = inferTypes(*n);
@@ -52,7 +52,7 @@ Value* GradBuilder::cast(Value* v, DType t) {
 }
 
 Value* GradBuilder::zerosLike(Value* v) {
-  return op("Expand", {scalar(0.0, v->type().dtype), ints(v->type().shape)});
+  return op("ConstantOfShape", {ints(v->type().shape)}, {{"value", Tensor::fromDoubles(v->type().dtype, {1}, {0.0})}});
 }
 
 Value* GradBuilder::reduceTo(Value* grad, const std::vector<int64_t>& shape) {

@@ -51,7 +51,7 @@ void gradReciprocal(GB& b) { b.setGrad(0, b.neg(b.mul(b.dy(0), b.mul(b.y(0), b.y
 void gradNeg(GB& b) { b.setGrad(0, b.neg(b.dy(0))); }
 void gradAbs(GB& b) {
   Value* z = b.scalar(0, dt(b.x(0)));
-  Value* pos = b.where(b.op("Greater", {b.x(0), z}), b.dy(0), b.zerosLike(b.dy(0)));
+  Value* pos = b.where(b.op("Greater", {b.x(0), z}), b.dy(0), b.scalar(0, dt(b.dy(0))));
   b.setGrad(0, b.where(b.op("Less", {b.x(0), z}), b.neg(b.dy(0)), pos));
 }
 void gradExp(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.y(0))); }
@@ -65,7 +65,7 @@ void gradSigmoid(GB& b) {
   b.setGrad(0, b.mul(b.dy(0), b.mul(b.y(0), b.sub(one, b.y(0)))));
 }
 void gradRelu(GB& b) {
-  b.setGrad(0, b.where(b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))}), b.dy(0), b.zerosLike(b.dy(0))));
+  b.setGrad(0, b.where(b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))}), b.dy(0), b.scalar(0, dt(b.dy(0)))));
 }
 void gradLeakyRelu(GB& b) {
   const double alpha = b.node.getFloat("alpha", 0.01f);
@@ -107,18 +107,18 @@ void gradClip(GB& b) {
     Value* le = b.op("LessOrEqual", {x, b.x(2)});
     inside = inside ? b.op("And", {inside, le}) : le;
   }
-  b.setGrad(0, inside ? b.where(inside, b.dy(0), b.zerosLike(b.dy(0))) : b.dy(0));
+  b.setGrad(0, inside ? b.where(inside, b.dy(0), b.scalar(0, dt(b.dy(0)))) : b.dy(0));
 }
 // Max / Min: the inputs equal to the result take the gradient.
 void gradMaxMin(GB& b) {
   for (size_t i = 0; i < b.node.numInputs(); ++i) {
     if (!b.needs(i)) continue;
     Value* hit = b.op("Equal", {b.x(i), b.y(0)});
-    b.setGrad(i, b.reduceTo(b.where(hit, b.dy(0), b.zerosLike(b.dy(0))), shapeOf(b.x(i))));
+    b.setGrad(i, b.reduceTo(b.where(hit, b.dy(0), b.scalar(0, dt(b.dy(0)))), shapeOf(b.x(i))));
   }
 }
 void gradWhere(GB& b) {
-  Value* z = b.zerosLike(b.dy(0));
+  Value* z = b.scalar(0, dt(b.dy(0)));
   if (b.needs(1)) b.setGrad(1, b.reduceTo(b.where(b.x(0), b.dy(0), z), shapeOf(b.x(1))));
   if (b.needs(2)) b.setGrad(2, b.reduceTo(b.where(b.x(0), z, b.dy(0)), shapeOf(b.x(2))));
 }
@@ -271,7 +271,7 @@ void gradReduceMaxMin(GB& b) {
   auto axes = reduceAxes(b);
   Value* hit = b.op("Equal", {b.x(0), expandBack(b, b.y(0), axes)});
   Value* d = expandBack(b, b.dy(0), axes);
-  b.setGrad(0, b.where(hit, d, b.zerosLike(d)));
+  b.setGrad(0, b.where(hit, d, b.scalar(0, dt(d))));
 }
 void gradLoss(GB& b, const char* op) {
   if (b.dy(1)) b.fail("a gradient through log_prob is not supported");

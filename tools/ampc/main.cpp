@@ -22,6 +22,7 @@
 #include "compiler/onnx/onnx.h"
 #include "compiler/ops/registry.h"
 #include "passes/autocast.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "runtime/evaluator.h"
 #include "runtime/npy.h"
@@ -147,6 +148,10 @@ int main(int argc, char** argv) {
   app.add_option("--fp32-nodes", fp32Nodes, "a regex: nodes whose name matches run FP32");
   app.add_flag("--report", report, "print one row per node: precision and the rule that decided it, then totals");
   app.add_option("--report-json", reportJsonPath, "write the report as JSON to this file");
+  bool grad = false;
+  AutodiffOptions adOpts;
+  app.add_flag("--grad", grad, "build the backward graph: outputs become the loss and one <param>_grad per trainable parameter");
+  app.add_option("--freeze", adOpts.freeze, "--grad: parameters whose name matches this regex are not trained");
   bool eval = false;
   EvalArgs evalArgs;
   std::string precisionRun;
@@ -240,6 +245,10 @@ int main(int argc, char** argv) {
     if (amp) {
       pm.add(createAutocastPass(ampOpts, &ampReport));
       pm.add(createCastCleanupPass());
+    }
+    if (grad) {
+      pm.add(createAutodiffPass(adOpts));
+      if (amp) pm.add(createCastCleanupPass());
     }
     auto g = load(model, opts);
     const int castsBefore = countCasts(*g);
