@@ -46,13 +46,13 @@ class FoldConstantsPass : public Pass {
     if (n->numInputs() > 0)         // a source op (Constant) already holds its data
       for (const auto& t : types)
         if (t.numel() > kMaxFoldElements) return false;
-    auto folded = std::optional<std::vector<Tensor>>(cpu::runNode(*n, ins));
+    auto folded = cpu::runNode(*n, ins);
     std::vector<std::string> names;
     std::vector<Value*> consts;
     for (size_t i = 0; i < n->numResults(); ++i) {
       Value* r = n->result(i);
       names.push_back(r->name());
-      Value* c = g.addConst(g.uniqueName(r->name() + ".folded"), std::move((*folded)[i]));
+      Value* c = g.addConst(g.uniqueName(r->name() + ".folded"), std::move(folded[i]));
       r->replaceAllUsesWith(c);
       consts.push_back(c);
     }
