@@ -94,7 +94,7 @@ Tensor readNpy(const std::string& path) {
     throw Error(path + ": truncated: " + type.str() + " needs " + std::to_string(type.bytes()) + " bytes of data, the file has " +
                 std::to_string(bytes.size() - data));
   Tensor t(type);
-  std::memcpy(t.data.data(), bytes.data() + data, type.bytes());
+  if (type.bytes()) std::memcpy(t.data.data(), bytes.data() + data, type.bytes());
   return t;
 }
 

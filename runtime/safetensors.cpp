@@ -124,7 +124,7 @@ Safetensors readSafetensors(const std::string& path) {
                                            std::to_string(dataSize) + " data bytes (truncated file?)");
     if (e - b != type.bytes()) throw Error(what + ": " + type.str() + " needs " + std::to_string(type.bytes()) + " bytes, the offsets give " + std::to_string(e - b));
     Tensor t(type);
-    std::memcpy(t.data.data(), data + b, t.data.size());
+    if (!t.data.empty()) std::memcpy(t.data.data(), data + b, t.data.size());
     st.tensors.emplace(name, std::move(t));
   }
   return st;

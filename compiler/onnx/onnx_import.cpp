@@ -52,7 +52,7 @@ class TensorReader {
     if (p.has_raw_data()) {
       if (p.raw_data().size() != bytes) sizeError(p.raw_data().size());
       Tensor t(type);
-      std::memcpy(t.data.data(), p.raw_data().data(), bytes);
+      if (bytes) std::memcpy(t.data.data(), p.raw_data().data(), bytes);
       return t;
     }
     switch (*dt) {

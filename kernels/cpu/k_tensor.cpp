@@ -9,8 +9,13 @@
 namespace ampc::cpu {
 namespace {
 
+// memcpy that accepts empty ranges (an empty vector's data() may be null, which memcpy forbids).
+void copyBytes(void* dst, const void* src, size_t n) {
+  if (n) std::memcpy(dst, src, n);
+}
+
 // Reshape, Flatten, Squeeze, Unsqueeze, Identity: same bytes, new type.
-void copyKernel(KernelCtx& c) { std::memcpy(c.out(0).data.data(), c.in(0).data.data(), c.in(0).data.size()); }
+void copyKernel(KernelCtx& c) { copyBytes(c.out(0).data.data(), c.in(0).data.data(), c.in(0).data.size()); }
 
 // Multi-index walk over a shape.
 struct Odometer {
@@ -62,7 +67,7 @@ void concatKernel(KernelCtx& c) {
     const Tensor& t = c.in(k);
     const int64_t row = outer ? t.numel() / outer : 0;
     for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out.data.data() + (o * outRow + offset) * e, t.data.data() + o * row * e, static_cast<size_t>(row) * e);
+      copyBytes(out.data.data() + (o * outRow + offset) * e, t.data.data() + o * row * e, static_cast<size_t>(row) * e);
     offset += row;
   }
 }
@@ -79,7 +84,7 @@ void splitKernel(KernelCtx& c) {
     Tensor& t = c.out(k);
     const int64_t row = outer ? t.numel() / outer : 0;
     for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(t.data.data() + o * row * e, x.data.data() + (o * inRow + offset) * e, static_cast<size_t>(row) * e);
+      copyBytes(t.data.data() + o * row * e, x.data.data() + (o * inRow + offset) * e, static_cast<size_t>(row) * e);
     offset += row;
   }
 }
@@ -118,7 +123,7 @@ void gatherKernel(KernelCtx& c) {
   Tensor& out = c.out(0);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < n; ++j)
-      std::memcpy(out.data.data() + (o * n + j) * inner * e, x.data.data() + (o * dim + idx[j]) * inner * e,
+      copyBytes(out.data.data() + (o * n + j) * inner * e, x.data.data() + (o * dim + idx[j]) * inner * e,
                   static_cast<size_t>(inner) * e);
 }
 
@@ -194,7 +199,7 @@ void triluKernel(KernelCtx& c) {
   const auto& s = x.type.shape;
   const int64_t R = s[s.size() - 2], Cc = s.back();
   const size_t e = dtypeSize(x.type.dtype);
-  std::memcpy(out.data.data(), x.data.data(), x.data.size());
+  copyBytes(out.data.data(), x.data.data(), x.data.size());
   for (int64_t m = 0; m < (R * Cc ? x.numel() / (R * Cc) : 0); ++m)
     for (int64_t i = 0; i < R; ++i)
       for (int64_t j = 0; j < Cc; ++j) {
