@@ -181,6 +181,21 @@ def make_refs(name, model_dir, out):
         os.makedirs(os.path.join(d, "grads_amp_bf16"), exist_ok=True)
         for pname, p in model.named_parameters():
             np.save(os.path.join(d, "grads_amp_bf16", pname + ".npy"), p.grad.float().numpy())
+    # 20 training steps on this batch from these weights, SGD with momentum and AdamW: the
+    # reference for ampc's train-step (tests/e2e/train_test.cpp).
+    if name != "resnet18":
+        for opt_name, make_opt in (("sgd", lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-4)),
+                                   ("adamw", lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01))):
+            model.load_state_dict(weights, strict=False)
+            opt = make_opt(model.parameters())
+            for _ in range(20):
+                opt.zero_grad()
+                model(*args).backward()
+                opt.step()
+            os.makedirs(os.path.join(d, "train_" + opt_name), exist_ok=True)
+            for pname, p in model.named_parameters():
+                np.save(os.path.join(d, "train_" + opt_name, pname + ".npy"), p.detach().numpy())
+        model.load_state_dict(weights, strict=False)
     # The same in f64: resnet18 at 32x32 and batch 2 is ill-conditioned (BatchNorm over 2 values in
     # its last stage), so f32 results of any two implementations differ by ~1e-3; f64 does not.
     # ONNX attributes are f32: the graph's epsilon is float32(1e-5), which the f64 run must use too.

@@ -127,7 +127,23 @@ class AutodiffPass : public Pass {
     }
 
     std::unordered_map<const Value*, std::vector<Value*>> contrib;
-    contrib[loss].push_back(g.addConst(g.uniqueName(loss->name() + "_grad/seed"), Tensor::fromDoubles(loss->type().dtype, loss->type().shape, {1.0})));
+    if (opts_.seed.empty()) {
+      contrib[loss].push_back(g.addConst(g.uniqueName(loss->name() + "_grad/seed"), Tensor::fromDoubles(loss->type().dtype, loss->type().shape, {1.0})));
+    } else {
+      Value* s = g.lookup(opts_.seed);
+      if (!s || s->type().numel() != 1 || !isFloat(s->type().dtype)) throw Error("autodiff: the seed '" + opts_.seed + "' must be a float scalar");
+      if (s->type().dtype != loss->type().dtype) {
+        Node* c = g.createNode("Cast", "", {s}, {{g.uniqueName(s->name() + "." + std::string(dtypeName(loss->type().dtype))), TensorType{loss->type().dtype, s->type().shape}}});
+        c->setAttr("to", static_cast<int64_t>(dtypeToOnnx(loss->type().dtype)));
+        s = c->result(0);
+      }
+      if (s->type().shape != loss->type().shape) {
+        Node* r = g.createNode("Reshape", "", {s, g.addConst(g.uniqueName(s->name() + "/shape"), Tensor::fromInts(DType::i64, {loss->type().rank()}, loss->type().shape))},
+                               {{g.uniqueName(s->name() + ".as_loss"), loss->type()}});
+        s = r->result(0);
+      }
+      contrib[loss].push_back(s);
+    }
     for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
       Node* n = *it;
       std::vector<Value*> dOut(n->numResults(), nullptr);

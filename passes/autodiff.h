@@ -13,6 +13,8 @@ namespace ampc {
 
 struct AutodiffOptions {
   std::string freeze;  // --freeze REGEX: parameters whose name matches are not trained
+  // The loss gradient's seed: a scalar value of the graph (the loss scale S), or 1 when empty.
+  std::string seed;
 };
 
 // The parameters autodiff trains: float initializers that are not frozen, not an op's state

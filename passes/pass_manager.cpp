@@ -2,6 +2,7 @@
 
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
+#include "passes/train_step.h"
 #include "passes/pass.h"
 
 namespace ampc {
@@ -23,6 +24,7 @@ const PassEntry kPasses[] = {
     {"autocast-bf16", [] { return createAutocastPass(AutocastOptions{DType::bf16, {}, {}}); }},
     {"cast-cleanup", createCastCleanupPass},
     {"autodiff", [] { return createAutodiffPass(); }},
+    {"train-step", [] { return createTrainStepPass(TrainOptions{}); }},
 };
 }  // namespace
 

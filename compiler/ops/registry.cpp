@@ -80,6 +80,7 @@ const std::vector<OpDef>& allOps() {
     registerNNOps(t);
     registerTensorOps(t);
     registerGradOps(t);
+    registerTrainOps(t);
     attachGradRules(t);
     return t;
   }();

@@ -17,4 +17,5 @@ void registerNormKernels(std::vector<KernelRow>& t);         // k_norm.cpp: norm
 void registerTensorKernels(std::vector<KernelRow>& t);       // k_tensor.cpp: data movement, casts, shape ops
 void registerGradKernels(std::vector<KernelRow>& t);         // k_grad.cpp: "ampc" backward ops
 void registerLinearGradKernels(std::vector<KernelRow>& t);   // k_linear.cpp: ConvGrad, AveragePoolGrad
+void registerTrainKernels(std::vector<KernelRow>& t);        // k_train.cpp: the training step's ops
 }  // namespace ampc::cpu

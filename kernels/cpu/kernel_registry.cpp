@@ -20,6 +20,7 @@ const std::vector<KernelRow>& table() {
     registerNormKernels(r);
     registerTensorKernels(r);
     registerGradKernels(r);
+    registerTrainKernels(r);
     return r;
   }();
   return t;

@@ -1,0 +1,144 @@
+#include "passes/train_step.h"
+
+#include "compiler/ops/grad.h"
+#include "compiler/ops/registry.h"
+
+namespace ampc {
+namespace {
+
+class TrainStepPass : public Pass {
+ public:
+  explicit TrainStepPass(TrainOptions o) : o_(std::move(o)) {}
+  std::string name() const override { return "train-step"; }
+
+  bool run(Graph& g) override {
+    const std::string mode = o_.lossScale == "auto" ? (o_.precision == DType::f16 ? "dynamic" : "none") : o_.lossScale;
+    double staticScale = 1;
+    if (mode != "dynamic" && mode != "none") {
+      try {
+        staticScale = std::stod(mode);
+      } catch (const std::exception&) {
+        throw Error("--loss-scale wants dynamic, none or a number, got '" + mode + "'");
+      }
+      if (!(staticScale > 0)) throw Error("--loss-scale must be positive");
+    }
+    if (o_.optimizer != "sgd" && o_.optimizer != "adam" && o_.optimizer != "adamw")
+      throw Error("unknown optimizer '" + o_.optimizer + "' (use sgd, adam or adamw)");
+    g.domainOpsets.emplace(kGradDomain, 1);
+
+    // Scaler and optimizer state.
+    Value* scale = g.addParam("ampc.loss_scale", Tensor::fromDoubles(DType::f32, {}, {mode == "dynamic" ? o_.initScale : staticScale}));
+    Value* growth = g.addParam("ampc.growth_tracker", Tensor::fromInts(DType::i64, {}, {0}));
+    Value* hyst = g.addParam("ampc.hysteresis_left", Tensor::fromInts(DType::i64, {}, {o_.hysteresis}));
+    Value* step = g.addParam("ampc.step", Tensor::fromInts(DType::i64, {}, {0}));
+    // BatchNorm's running statistics: the state results of ops with state operands.
+    std::vector<std::pair<Value*, Value*>> updates;
+    for (const auto& n : g.nodes()) {
+      const OpDef* d = n->def();
+      if (!d || !d->stateOperands) continue;
+      size_t r = 1;  // state results follow the op's first result, in operand order
+      for (size_t i = 0; i < n->numInputs(); ++i)
+        if ((d->stateOperands >> i & 1) && n->input(i) && n->input(i)->kind() == ValueKind::Param && r < n->numResults())
+          updates.emplace_back(n->input(i), n->result(r++));
+    }
+
+    // Backward, seeded with S.
+    AutodiffOptions ad = o_.autodiff;
+    if (mode != "none") ad.seed = scale->name();
+    createAutodiffPass(ad)->run(g);
+    Value* loss = g.outputs()[0];
+    std::vector<Value*> params, grads;
+    for (size_t i = 1; i < g.outputs().size(); ++i) {
+      const std::string& n = g.outputs()[i]->name();
+      params.push_back(g.lookup(n.substr(0, n.size() - 5)));  // "<param>_grad"
+      grads.push_back(g.outputs()[i]);
+    }
+
+    auto node = [&](const std::string& op, const std::vector<Value*>& ins, size_t nOut, const std::string& base,
+                    std::map<std::string, Attribute> attrs = {}) {
+      std::vector<std::pair<std::string, TensorType>> res;
+      for (size_t i = 0; i < nOut; ++i) res.emplace_back(g.uniqueName(base + (nOut > 1 ? "." + std::to_string(i) : "")), TensorType{});
+      Node* n = g.createNode(op, kGradDomain, ins, res);
+      n->setName(base);
+      for (auto& [k, a] : attrs) n->setAttr(k, std::move(a));
+      auto types = inferTypes(*n);
+      std::vector<Value*> out;
+      for (size_t i = 0; i < nOut; ++i) {
+        n->result(i)->setType(types[i]);
+        out.push_back(n->result(i));
+      }
+      return out;
+    };
+    Value* inv = g.createNode("Reciprocal", "", {scale}, {{g.uniqueName("ampc.inv_scale"), scale->type()}})->result(0);
+    std::vector<Value*> ins{inv};
+    ins.insert(ins.end(), grads.begin(), grads.end());
+    auto unscaled = node("UnscaleCheck", ins, grads.size() + 1, "ampc/unscale");
+    Value* found = unscaled.back();
+    unscaled.pop_back();
+    ins = {found};
+    ins.insert(ins.end(), unscaled.begin(), unscaled.end());
+    auto clipped = node("ClipByGlobalNorm", ins, grads.size() + 1, "ampc/clip", {{"max_norm", o_.clipNorm}});
+    Value* norm = clipped.back();
+    clipped.pop_back();
+    Value* nextStep = node("StepIncrement", {step, found}, 1, "ampc/step")[0];
+    Value* lr = node("LearningRate", {nextStep}, 1, "ampc/lr",
+                     {{"lr", o_.lr}, {"schedule", o_.schedule}, {"warmup", o_.warmup}, {"total", o_.total}})[0];
+    updates.emplace_back(step, nextStep);
+
+    for (size_t i = 0; i < params.size(); ++i) {
+      Value* p = params[i];
+      if (p->type().dtype != DType::f32) throw Error("train-step: parameter '" + p->name() + "' is " + p->type().str() + "; master weights must be f32");
+      auto zeros = [&](const std::string& what) { return g.addParam(p->name() + "." + what, Tensor(p->type())); };
+      const std::string base = "ampc/opt/" + p->name();
+      if (o_.optimizer == "sgd") {
+        Value* buf = zeros("momentum");
+        auto r = node("SGD", {p, clipped[i], buf, lr, found}, 2, base,
+                      {{"momentum", o_.momentum}, {"nesterov", int64_t{o_.nesterov}}, {"weight_decay", o_.weightDecay}});
+        updates.emplace_back(p, r[0]);
+        updates.emplace_back(buf, r[1]);
+      } else {
+        Value* m = zeros("adam_m");
+        Value* v = zeros("adam_v");
+        auto r = node("Adam", {p, clipped[i], m, v, lr, nextStep, found}, 3, base,
+                      {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", o_.weightDecay},
+                       {"decoupled", int64_t{o_.optimizer == "adamw"}}});
+        updates.emplace_back(p, r[0]);
+        updates.emplace_back(m, r[1]);
+        updates.emplace_back(v, r[2]);
+      }
+    }
+    if (mode == "dynamic") {
+      auto r = node("ScalerUpdate", {scale, growth, hyst, found}, 3, "ampc/scaler",
+                    {{"growth_factor", o_.growthFactor}, {"backoff_factor", o_.backoffFactor}, {"growth_interval", o_.growthInterval},
+                     {"hysteresis", o_.hysteresis}, {"min_scale", o_.minScale}, {"max_scale", o_.maxScale}});
+      updates.emplace_back(scale, r[0]);
+      updates.emplace_back(growth, r[1]);
+      updates.emplace_back(hyst, r[2]);
+    }
+
+    // Outputs: the metrics, then every state's next value under "<state>.next".
+    g.clearOutputs();
+    auto output = [&](Value* v, const std::string& name) {
+      if (g.lookup(name)) throw Error("train-step: the graph already has a value named '" + name + "'");
+      Value* o = g.createNode("Identity", "", {v}, {{name, v->type()}})->result(0);
+      g.addOutput(o);
+    };
+    g.addOutput(loss);
+    output(scale, "loss_scale");
+    output(found, "found_inf");
+    output(norm, "grad_norm");
+    output(lr, "lr");
+    for (auto& [state, next] : updates) output(next, state->name() + kNextSuffix);
+    createDcePass()->run(g);
+    return true;
+  }
+
+ private:
+  TrainOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createTrainStepPass(const TrainOptions& opts) { return std::make_unique<TrainStepPass>(opts); }
+
+}  // namespace ampc

@@ -1,0 +1,42 @@
+// train-step: turns a forward graph (painted or not) into one complete training step (DESIGN.md
+// steps 5-8): the backward graph seeded with the loss scale S, unscale + Inf/NaN check, optional
+// global-norm clipping of the unscaled gradients, the optimizer update and the step counter (both
+// predicated on found_inf), the learning-rate schedule, and the dynamic loss scaler.
+//
+// The result is self-describing: its outputs are loss, loss_scale (the S this step used),
+// found_inf, grad_norm and lr, then one `<state>.next` per state tensor (parameters, optimizer
+// state, scaler state, step counter, BatchNorm running statistics): a runtime writes each back
+// into the param named `<state>` after the step.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "passes/autodiff.h"
+#include "passes/pass.h"
+
+namespace ampc {
+
+struct TrainOptions {
+  std::string optimizer = "sgd";  // sgd, adam, adamw
+  float lr = 0.01f;
+  std::string schedule = "constant";  // constant, linear-warmup, cosine
+  int64_t warmup = 0, total = 0;
+  float momentum = 0, weightDecay = 0;
+  bool nesterov = false;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float clipNorm = 0;  // 0: no clipping (the norm is still computed for the metrics)
+  // "auto" (dynamic for fp16, none for bf16 and fp32), "dynamic", "none", or a static number.
+  std::string lossScale = "auto";
+  DType precision = DType::f32;  // the autocast precision, for "auto"
+  float initScale = 65536, growthFactor = 2, backoffFactor = 0.5, minScale = 0, maxScale = 0;
+  int64_t growthInterval = 2000, hysteresis = 1;
+  AutodiffOptions autodiff;
+};
+
+std::unique_ptr<Pass> createTrainStepPass(const TrainOptions& opts);
+
+// The suffix of a state tensor's next value among the step's outputs.
+inline constexpr const char* kNextSuffix = ".next";
+
+}  // namespace ampc
