@@ -6,6 +6,7 @@ Uses Debian's python3-torch / python3-torchvision and PyTorch's TorchScript expo
 
     models/make_models.py OUTDIR [NAME...]          # NAME in mlp cnn transformer resnet18
     models/make_models.py --refs OUTDIR [NAME...]   # PyTorch reference outputs, see make_refs
+    models/make_models.py --digits OUTDIR          # digits.onnx and the digits data, see make_digits
 
 mlp, cnn and transformer are small and committed under models/; resnet18 (45 MB of weights)
 is made on demand (the test suite makes it into the build folder).
@@ -212,8 +213,43 @@ def make_refs(name, model_dir, out):
     print(f"wrote {d}: loss {loss.item():.6f}")
 
 
+class DigitsNet(nn.Module):
+    """The digits example: 8x8 images as 64 features -> 128 -> 10."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def make_digits(out):
+    """The digits data set of Debian's python3-sklearn (1797 8x8 images, 10 classes) as .npy, split
+    into OUT/digits/train (1437 samples) and OUT/digits/test (360) with a fixed seed, pixels scaled
+    to [0, 1]; and OUT/digits.onnx, DigitsNet with a cross-entropy loss at batch 64."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    perm = np.random.default_rng(0).permutation(len(x))
+    split = {"train": perm[:1437], "test": perm[1437:]}
+    for part, idx in split.items():
+        p = os.path.join(out, "digits", part)
+        os.makedirs(p, exist_ok=True)
+        np.save(os.path.join(p, "x.npy"), x[idx])
+        np.save(os.path.join(p, "target.npy"), y[idx])
+    torch.manual_seed(0)
+    export(DigitsNet(), (torch.randn(64, 64), torch.randint(0, 10, (64,))), ["x", "target"], os.path.join(out, "digits.onnx"))
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--digits":
+        make_digits(args[1] if len(args) > 1 else os.path.dirname(os.path.abspath(__file__)))
+        return
     refs = bool(args) and args[0] == "--refs"
     if refs:
         args = args[1:]

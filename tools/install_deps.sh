@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler libgtest-dev libcli11-dev nlohmann-json3-dev
       libfmt-dev libbenchmark-dev
-      python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata)
+      python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn libonnx-testdata)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -25,6 +25,7 @@
 #include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "runtime/evaluator.h"
+#include "runtime/plan.h"
 #include "runtime/npy.h"
 
 namespace fs = std::filesystem;
@@ -152,6 +153,29 @@ int main(int argc, char** argv) {
   AutodiffOptions adOpts;
   app.add_flag("--grad", grad, "build the backward graph: outputs become the loss and one <param>_grad per trainable parameter");
   app.add_option("--freeze", adOpts.freeze, "--grad: parameters whose name matches this regex are not trained");
+  // Training plan (the default output): optimizer, schedule, clipping, loss scaling.
+  TrainOptions train;
+  std::string betas, lossScale = "auto";
+  app.add_option("--optimizer", train.optimizer, "plan: sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
+  app.add_option("--schedule", train.schedule, "plan: constant, linear-warmup or cosine")
+      ->check(CLI::IsMember({"constant", "linear-warmup", "cosine"}));
+  app.add_option("--warmup", train.warmup, "plan: warmup steps");
+  app.add_option("--total-steps", train.total, "plan: the cosine schedule's length");
+  app.add_option("--momentum", train.momentum, "plan: SGD momentum");
+  app.add_flag("--nesterov", train.nesterov, "plan: Nesterov momentum");
+  app.add_option("--weight-decay", train.weightDecay, "plan: weight decay (AdamW: decoupled)");
+  app.add_option("--betas", betas, "plan: Adam betas B1,B2 (default 0.9,0.999)");
+  app.add_option("--eps", train.eps, "plan: Adam epsilon");
+  app.add_option("--clip-norm", train.clipNorm, "plan: clip the unscaled gradients' global L2 norm to this");
+  app.add_option("--loss-scale", lossScale, "plan: dynamic, none or a number (default: dynamic for fp16, none otherwise)");
+  app.add_option("--init-scale", train.initScale, "plan: the dynamic scale's start (65536)");
+  app.add_option("--growth-factor", train.growthFactor, "plan: scale growth (2)");
+  app.add_option("--backoff-factor", train.backoffFactor, "plan: scale backoff on overflow (0.5)");
+  app.add_option("--growth-interval", train.growthInterval, "plan: finite steps between growths (2000)");
+  app.add_option("--hysteresis", train.hysteresis, "plan: consecutive overflows before a backoff (1)");
+  app.add_option("--min-scale", train.minScale, "plan: lower bound of the scale (0: none)");
+  app.add_option("--max-scale", train.maxScale, "plan: upper bound of the scale (0: none)");
   bool eval = false;
   EvalArgs evalArgs;
   std::string precisionRun;
@@ -210,6 +234,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     // Autocast runs when a precision, a policy or a report is asked for (default fp16).
+    // With no other output asked for, ampc writes a training plan, at fp16 unless told otherwise.
+    const bool plan = emit.empty() && !summary && !eval && !grad && passes.empty() && fs::path(model).extension() != ".ir";
+    if (plan && precision.empty()) precision = "fp16";
     const bool amp = !precision.empty() || !ampConfig.empty() || !fp32Ops.empty() || !fp32Nodes.empty() || report ||
                      !reportJsonPath.empty();
     AutocastOptions ampOpts;
@@ -270,8 +297,20 @@ int main(int argc, char** argv) {
       else writeAtomically(out, text);
     } else if (emit == "onnx") {
       exportOnnxFile(*g, out);
-    } else if (!summary && !eval && !report) {
-      fmt::print("{}: ok, {} nodes, {} params, opset {}\n", model, g->numNodes(), g->params().size(), g->opset);
+    } else if (plan) {
+      train.precision = amp ? ampOpts.low : DType::f32;
+      train.lossScale = lossScale;
+      train.autodiff = adOpts;
+      if (!betas.empty()) {
+        auto comma = betas.find(',');
+        if (comma == std::string::npos) throw Error("--betas wants B1,B2, got '" + betas + "'");
+        train.beta1 = std::stof(betas.substr(0, comma));
+        train.beta2 = std::stof(betas.substr(comma + 1));
+      }
+      const std::string path = out.empty() ? (fs::path(model).replace_extension(".ampplan")).string() : out;
+      writePlan(path, *g, train, model);
+      fmt::print("{}: wrote {} ({} precision, {} optimizer, loss scale {})\n", model, path, dtypeName(train.precision),
+                 train.optimizer, lossScale == "auto" ? (train.precision == DType::f16 ? "dynamic" : "none") : lossScale);
     }
   } catch (const Error& e) {
     std::cerr << "ampc: error: " << e.what() << "\n";

@@ -1,0 +1,114 @@
+#include "runtime/data.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "runtime/npy.h"
+
+namespace fs = std::filesystem;
+
+namespace ampc {
+
+DataSource DataSource::fromDir(const std::string& dir, const std::vector<const Value*>& inputs, bool shuffle, uint64_t seed) {
+  DataSource d;
+  d.inputs_ = inputs;
+  d.shuffle_ = shuffle;
+  d.seed_ = seed;
+  if (!fs::is_directory(dir)) throw Error(dir + ": no such data folder");
+  for (const Value* v : inputs) {
+    const std::string path = (fs::path(dir) / (v->name() + ".npy")).string();
+    if (!fs::exists(path)) throw Error(path + ": missing: graph input '" + v->name() + "' (" + v->type().str() + ") is read from it");
+    Tensor t = readNpy(path);
+    const auto& want = v->type();
+    if (want.rank() == 0) throw Error(path + ": graph input '" + v->name() + "' is a scalar; it has no sample dimension");
+    if (t.type.dtype != want.dtype)
+      throw Error(path + ": dtype " + std::string(dtypeName(t.type.dtype)) + ", graph input '" + v->name() + "' wants " + std::string(dtypeName(want.dtype)));
+    if (t.type.rank() != want.rank() || !std::equal(want.shape.begin() + 1, want.shape.end(), t.type.shape.begin() + 1))
+      throw Error(path + ": samples of shape " + t.type.str() + " do not match graph input '" + v->name() + "' " + want.str() +
+                  " (the trailing dimensions must agree)");
+    const int64_t n = t.type.shape[0];
+    d.batch_ = want.shape[0];
+    if (n < d.batch_) throw Error(path + ": " + std::to_string(n) + " samples, fewer than one batch of " + std::to_string(d.batch_));
+    if (d.samples_ && n != d.samples_)
+      throw Error(path + ": " + std::to_string(n) + " samples, but the other inputs have " + std::to_string(d.samples_));
+    d.samples_ = n;
+    d.data_.emplace(v->name(), std::move(t));
+  }
+  return d;
+}
+
+DataSource DataSource::synthetic(const std::vector<const Value*>& inputs, uint64_t seed, std::map<std::string, std::pair<int64_t, int64_t>> ranges) {
+  DataSource d;
+  d.inputs_ = inputs;
+  d.seed_ = seed;
+  d.synthetic_ = true;
+  d.intRanges_ = std::move(ranges);
+  for (const auto& [name, r] : d.intRanges_) {
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const Value* v) { return v->name() == name; }))
+      throw Error("--int-range names '" + name + "', which is not a graph input");
+    if (r.first > r.second) throw Error("--int-range " + name + ": LO > HI");
+  }
+  return d;
+}
+
+std::vector<int64_t> DataSource::order(int64_t epoch) const {
+  std::vector<int64_t> o(static_cast<size_t>(samples_));
+  std::iota(o.begin(), o.end(), 0);
+  if (shuffle_) {
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
+    for (size_t i = o.size(); i > 1; --i) std::swap(o[i - 1], o[static_cast<size_t>(rng() % i)]);
+  }
+  return o;
+}
+
+std::map<std::string, Tensor> DataSource::next() {
+  std::map<std::string, Tensor> b;
+  if (synthetic_) {
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(pos_.index));
+    for (const Value* v : inputs_) {
+      Tensor t(v->type());
+      auto r = intRanges_.count(v->name()) ? intRanges_.at(v->name()) : std::pair<int64_t, int64_t>{0, 1};
+      std::normal_distribution<double> nd;
+      std::uniform_int_distribution<int64_t> ud(r.first, r.second);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (isFloat(t.type.dtype)) t.setDouble(i, nd(rng));
+        else t.setInt(i, ud(rng));
+      }
+      b.emplace(v->name(), std::move(t));
+    }
+    ++pos_.index;
+    return b;
+  }
+  if (pos_.index + batch_ > samples_) {
+    ++pos_.epoch;
+    pos_.index = 0;
+  }
+  const auto o = order(pos_.epoch);
+  for (const Value* v : inputs_) {
+    const Tensor& src = data_.at(v->name());
+    Tensor t(v->type());
+    const size_t row = t.data.size() / static_cast<size_t>(batch_);
+    for (int64_t i = 0; i < batch_; ++i)
+      if (row) std::memcpy(t.data.data() + i * row, src.data.data() + o[pos_.index + i] * row, row);
+    b.emplace(v->name(), std::move(t));
+  }
+  pos_.index += batch_;
+  return b;
+}
+
+std::map<std::string, Tensor> DataSource::batchAt(int64_t start) const {
+  std::map<std::string, Tensor> b;
+  for (const Value* v : inputs_) {
+    const Tensor& src = data_.at(v->name());
+    Tensor t(v->type());
+    const size_t row = t.data.size() / static_cast<size_t>(batch_);
+    for (int64_t i = 0; i < batch_; ++i)
+      if (row) std::memcpy(t.data.data() + i * row, src.data.data() + ((start + i) % samples_) * row, row);
+    b.emplace(v->name(), std::move(t));
+  }
+  return b;
+}
+
+}  // namespace ampc

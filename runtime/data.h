@@ -1,0 +1,47 @@
+// Training data for amprun: one NAME.npy per graph input (leading dimension = samples), cut into
+// batches of the graph's batch size, in order or shuffled per epoch; or seeded synthetic data.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+class DataSource {
+ public:
+  struct Position {
+    int64_t epoch = 0, index = 0;  // next sample within the epoch's order
+  };
+  // Checks every file before the first step: missing, wrong dtype, wrong trailing shape, too few
+  // samples, or a sample count that differs between inputs are one Error naming the file.
+  static DataSource fromDir(const std::string& dir, const std::vector<const Value*>& inputs, bool shuffle, uint64_t seed);
+  // Seeded random batches: floats N(0, 1), integers uniform in [lo, hi] (default 0..1).
+  static DataSource synthetic(const std::vector<const Value*>& inputs, uint64_t seed, std::map<std::string, std::pair<int64_t, int64_t>> intRanges);
+
+  std::map<std::string, Tensor> next();
+  // Samples [start, start + batch) in file order, wrapping around past the end (for evaluation
+  // of a last, partial batch).
+  std::map<std::string, Tensor> batchAt(int64_t start) const;
+  int64_t batchSize() const { return batch_; }
+  Position position() const { return pos_; }
+  void setPosition(Position p) { pos_ = p; }
+  int64_t samples() const { return samples_; }
+  int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / batch_; }
+
+ private:
+  std::vector<int64_t> order(int64_t epoch) const;
+  std::vector<const Value*> inputs_;
+  std::map<std::string, Tensor> data_;
+  int64_t batch_ = 1, samples_ = 0;
+  bool shuffle_ = false, synthetic_ = false;
+  uint64_t seed_ = 0;
+  std::map<std::string, std::pair<int64_t, int64_t>> intRanges_;
+  Position pos_;
+};
+
+}  // namespace ampc

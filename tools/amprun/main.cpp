@@ -1,0 +1,249 @@
+// amprun: runs a training plan step after step.
+//
+//   amprun PLAN --data DIR --steps N [--metrics run.jsonl] [--checkpoint DIR --checkpoint-every K]
+//               [--resume DIR|FILE] [--save final.safetensors] [--eval-data DIR]
+//   amprun PLAN --dump
+//
+// Exit codes: 0 ok, 1 bad input, 2 bad usage.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "compiler/ops/registry.h"
+#include "runtime/data.h"
+#include "runtime/plan.h"
+#include "runtime/safetensors.h"
+#include "runtime/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace ampc;
+
+namespace {
+
+std::string num(double v) {
+  if (std::isnan(v)) return "\"NaN\"";  // JSON has no NaN or Infinity: written as strings
+  if (std::isinf(v)) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  return fmt::format("{:.9g}", v);
+}
+
+// The checkpoint of the state after `step` steps: every state param, the data position and the
+// seed, in DIR/ckpt-STEP.safetensors; DIR/latest names the newest. Both written atomically.
+void writeCheckpoint(const std::string& dir, const Graph& g, int64_t step, const DataSource::Position& pos, uint64_t seed) {
+  fs::create_directories(dir);
+  Safetensors st;
+  for (const Value* p : g.params())
+    if (p->data()) st.tensors.emplace(p->name(), *p->data());
+  st.metadata = {{"step", std::to_string(step)}, {"data_epoch", std::to_string(pos.epoch)}, {"data_index", std::to_string(pos.index)},
+                 {"seed", std::to_string(seed)}, {"format", "ampc-checkpoint-1"}};
+  const std::string name = fmt::format("ckpt-{:08d}.safetensors", step);
+  writeSafetensors((fs::path(dir) / name).string(), st);
+  const std::string latest = (fs::path(dir) / "latest").string(), tmp = latest + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << name << "\n";
+    if (!out.flush()) throw Error(latest + ": write failed");
+  }
+  fs::rename(tmp, latest);
+}
+
+struct Resumed {
+  int64_t step = 0;
+  DataSource::Position pos;
+};
+
+Resumed resume(const std::string& where, Graph& g) {
+  std::string file = where;
+  if (fs::is_directory(where)) {
+    std::ifstream in(fs::path(where) / "latest");
+    std::string name;
+    if (!(in >> name)) throw Error(where + ": no checkpoint ('latest' is missing)");
+    file = (fs::path(where) / name).string();
+  }
+  Safetensors st = readSafetensors(file);
+  for (Value* p : g.params()) {
+    auto it = st.tensors.find(p->name());
+    if (it == st.tensors.end()) throw Error(file + ": has no tensor '" + p->name() + "' (a checkpoint of another plan?)");
+    if (it->second.type != p->type())
+      throw Error(file + ": tensor '" + p->name() + "' is " + it->second.type.str() + ", the plan has " + p->type().str());
+    p->setData(std::move(it->second));
+  }
+  Resumed r;
+  try {
+    r.step = std::stoll(st.metadata.at("step"));
+    r.pos.epoch = std::stoll(st.metadata.at("data_epoch"));
+    r.pos.index = std::stoll(st.metadata.at("data_index"));
+  } catch (const std::exception&) {
+    throw Error(file + ": not an ampc checkpoint (metadata step/data_epoch/data_index missing)");
+  }
+  return r;
+}
+
+// Mean loss and accuracy of the forward graph (with the trained state) over `dir`'s full batches.
+void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend& backend) {
+  for (Value* p : eval.params())
+    if (const Value* s = step.lookup(p->name()); s && s->data()) p->setData(*s->data());
+  std::vector<const Value*> ins(eval.inputs().begin(), eval.inputs().end());
+  auto data = DataSource::fromDir(dir, ins, false, 0);
+  const Value* logits = nullptr;
+  const Value* labels = nullptr;
+  for (const auto& n : eval.nodes())
+    if (n->def() && n->def()->loss) {
+      logits = n->input(0);
+      labels = n->input(1);
+    }
+  // Every sample once: the last batch wraps around, and only its new samples are counted.
+  double lossSum = 0;
+  int64_t correct = 0, total = 0, fullBatches = 0;
+  ExecOptions o;
+  o.dropout = false;
+  const int64_t n = data.samples(), bs = data.batchSize();
+  for (int64_t start = 0; start < n; start += bs) {
+    auto batch = data.batchAt(start);
+    auto outs = logits ? evaluate(eval, batch, backend, o, {logits, labels}) : evaluate(eval, batch, backend, o);
+    if (start + bs <= n) {  // the loss is a batch mean: only full batches count
+      lossSum += outs[0].getDouble(0);
+      ++fullBatches;
+    }
+    if (logits && outs[1].type.rank() == 2) {
+      const Tensor &lg = outs[1], &lb = outs[2];
+      const int64_t c = lg.type.shape[1];
+      for (int64_t i = 0; i < std::min(bs, n - start); ++i) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < c; ++k)
+          if (lg.getDouble(i * c + k) > lg.getDouble(i * c + best)) best = k;
+        correct += best == lb.getInt(i);
+        ++total;
+      }
+    }
+  }
+  fmt::print("eval on {}: loss {:.6f}", dir, lossSum / static_cast<double>(std::max<int64_t>(fullBatches, 1)));
+  if (total) fmt::print(", accuracy {:.2f}% ({} of {})", 100.0 * static_cast<double>(correct) / static_cast<double>(total), correct, total);
+  fmt::print("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"amprun: runs an ampc training plan"};
+  std::string planPath, device = "cpu", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
+  int64_t steps = 0, ckptEvery = 0, logEvery = 10;
+  uint64_t seed = 0;
+  bool dump = false, shuffle = false, synthetic = false;
+  std::vector<std::string> intRanges;
+  app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
+  app.add_flag("--dump", dump, "print the plan readably and exit");
+  app.add_option("--device", device, "cpu (cuda arrives with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--data", dataDir, "folder with one NAME.npy per graph input (leading dimension = samples)");
+  app.add_flag("--shuffle", shuffle, "shuffle the samples every epoch (with --seed)");
+  app.add_option("--seed", seed, "seed of the shuffle, synthetic data and Dropout (default 0)");
+  app.add_flag("--synthetic", synthetic, "train on seeded random inputs instead of --data");
+  app.add_option("--int-range", intRanges, "--synthetic: NAME=LO:HI for an integer input (default 0:1)");
+  app.add_option("--steps", steps, "how many steps to run (in all, counting a resumed run's)");
+  app.add_option("--metrics", metricsPath, "write one JSON line per step");
+  app.add_option("--log-every", logEvery, "progress lines every N steps when not on a terminal (10)");
+  app.add_option("--save", savePath, "write the final parameters (.safetensors, ONNX initializer names)");
+  app.add_option("--checkpoint", ckptDir, "checkpoint folder");
+  app.add_option("--checkpoint-every", ckptEvery, "checkpoint every N steps (and at the end)");
+  app.add_option("--resume", resumeFrom, "resume from a checkpoint folder (its latest) or file");
+  app.add_option("--eval-data", evalDir, "after training: loss and accuracy on held-out data");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (device == "cuda") {
+    std::cerr << "amprun: --device cuda: the CUDA backend is not built yet (issue 7); use --device cpu\n";
+    return 2;
+  }
+  try {
+    LoadedPlan plan = readPlan(planPath);
+    if (dump) {
+      std::cout << plan.dump;
+      return 0;
+    }
+    if (dataDir.empty() == !synthetic) {
+      std::cerr << "amprun: give --data DIR or --synthetic\n";
+      return 2;
+    }
+    Graph& g = *plan.step;
+    std::vector<const Value*> ins(g.inputs().begin(), g.inputs().end());
+    std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+    for (const auto& r : intRanges) {
+      auto eq = r.find('='), colon = r.find(':');
+      if (eq == std::string::npos || colon == std::string::npos || colon < eq) {
+        std::cerr << "amprun: --int-range wants NAME=LO:HI, got '" << r << "'\n";
+        return 2;
+      }
+      ranges[r.substr(0, eq)] = {std::stoll(r.substr(eq + 1, colon - eq - 1)), std::stoll(r.substr(colon + 1))};
+    }
+    DataSource data = synthetic ? DataSource::synthetic(ins, seed, ranges) : DataSource::fromDir(dataDir, ins, shuffle, seed);
+    int64_t done = 0;
+    if (!resumeFrom.empty()) {
+      Resumed r = resume(resumeFrom, g);
+      done = r.step;
+      data.setPosition(r.pos);
+    }
+    // The metrics file continues a resumed run: lines past the checkpoint's step are dropped.
+    std::vector<std::string> kept;
+    if (!metricsPath.empty() && done > 0) {
+      std::ifstream in(metricsPath);
+      for (std::string line; std::getline(in, line) && static_cast<int64_t>(kept.size()) < done;) kept.push_back(line);
+    }
+    std::ofstream metrics;
+    if (!metricsPath.empty()) {
+      metrics.open(metricsPath, std::ios::trunc);
+      if (!metrics) throw Error(metricsPath + ": cannot write");
+      for (const auto& l : kept) metrics << l << "\n";
+    }
+    auto backend = createCpuBackend();
+    Trainer trainer(g, *backend);
+    const bool tty = isatty(2);
+    for (int64_t s = done; s < steps; ++s) {
+      auto batch = data.next();
+      ExecOptions o;
+      o.seed = seed;
+      o.step = static_cast<uint64_t>(s);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto m = trainer.step(batch, o);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (metrics.is_open())
+        metrics << fmt::format(R"({{"step": {}, "loss": {}, "loss_scale": {}, "skipped": {}, "grad_norm": {}, "lr": {}, "step_ms": {:.3f}}})",
+                               s + 1, num(m.loss), num(m.lossScale), m.skipped ? "true" : "false", num(m.gradNorm), num(m.lr), ms)
+                << "\n";
+      if (tty) {
+        const int width = 30, filled = static_cast<int>(width * (s + 1) / std::max<int64_t>(steps, 1));
+        fmt::print(stderr, "\r[{:<{}}] {}/{} loss {:.4f} scale {:g}{}", std::string(filled, '#'), width, s + 1, steps, m.loss, m.lossScale,
+                   s + 1 == steps ? "\n" : "");
+      } else if ((s + 1) % std::max<int64_t>(logEvery, 1) == 0 || s + 1 == steps) {
+        fmt::print(stderr, "step {}/{}: loss {:.6f}, loss scale {:g}{}, grad norm {:.4g}, lr {:.4g}, {:.2f} ms\n", s + 1, steps, m.loss,
+                   m.lossScale, m.skipped ? " (skipped)" : "", m.gradNorm, m.lr, ms);
+      }
+      if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
+    }
+    if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
+    if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) writeCheckpoint(ckptDir, g, steps, data.position(), seed);
+    if (!savePath.empty()) {
+      Safetensors st;
+      for (const Value* p : plan.eval->params())
+        if (const Value* s = g.lookup(p->name()); s && s->data()) st.tensors.emplace(p->name(), *s->data());
+      writeSafetensors(savePath, st);
+    }
+    if (!evalDir.empty()) evaluateOn(evalDir, *plan.eval, g, *backend);
+  } catch (const Error& e) {
+    std::cerr << "amprun: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "amprun: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
