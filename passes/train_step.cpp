@@ -22,8 +22,8 @@ class TrainStepPass : public Pass {
       }
       if (!(staticScale > 0)) throw Error("--loss-scale must be positive");
     }
-    if (o_.optimizer != "sgd" && o_.optimizer != "adam" && o_.optimizer != "adamw")
-      throw Error("unknown optimizer '" + o_.optimizer + "' (use sgd, adam or adamw)");
+    if (o_.optimizer != "sgd" && o_.optimizer != "adam" && o_.optimizer != "adamw" && o_.optimizer != "lamb")
+      throw Error("unknown optimizer '" + o_.optimizer + "' (use sgd, adam, adamw or lamb)");
     g.domainOpsets.emplace(kGradDomain, 1);
 
     // Scaler and optimizer state.
@@ -101,7 +101,7 @@ class TrainStepPass : public Pass {
         Value* v = zeros("adam_v");
         auto r = node("Adam", {p, clipped[i], m, v, lr, nextStep, found}, 3, base,
                       {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", o_.weightDecay},
-                       {"decoupled", int64_t{o_.optimizer == "adamw"}}});
+                       {"decoupled", int64_t{o_.optimizer == "adamw"}}, {"lamb", int64_t{o_.optimizer == "lamb"}}});
         updates.emplace_back(p, r[0]);
         updates.emplace_back(m, r[1]);
         updates.emplace_back(v, r[2]);

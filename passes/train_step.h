@@ -18,7 +18,7 @@
 namespace ampc {
 
 struct TrainOptions {
-  std::string optimizer = "sgd";  // sgd, adam, adamw
+  std::string optimizer = "sgd";  // sgd, adam, adamw, lamb
   float lr = 0.01f;
   std::string schedule = "constant";  // constant, linear-warmup, cosine
   int64_t warmup = 0, total = 0;

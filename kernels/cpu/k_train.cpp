@@ -87,7 +87,7 @@ void sgd(KernelCtx& c) {
   narrow(buf, c.out(1));
 }
 
-// Adam / AdamW (PyTorch's): decoupled ? p *= 1 - lr wd : g += wd p; m = b1 m + (1-b1) g;
+// Adam / AdamW (PyTorch's), and LAMB with attribute lamb = 1: decoupled ? p *= 1 - lr wd : g += wd p; m = b1 m + (1-b1) g;
 // v = b2 v + (1-b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 void adam(KernelCtx& c) {
   if (foundInf(c.in(6))) return passThrough(c, 3);
@@ -100,13 +100,29 @@ void adam(KernelCtx& c) {
   const float bc2 = static_cast<float>(1 - std::pow(static_cast<double>(b2), t));
   const float stepSize = lr / bc1, bc2Sqrt = std::sqrt(bc2);
   auto p = widen<float>(c.in(0)), g = widen<float>(c.in(1)), m = widen<float>(c.in(2)), v = widen<float>(c.in(3));
-  for (size_t i = 0; i < p.size(); ++i) {
-    float gi = g[i];
-    if (decoupled) p[i] *= 1 - lr * wd;
-    else gi += wd * p[i];
-    m[i] = b1 * m[i] + (1 - b1) * gi;
-    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-    p[i] -= stepSize * m[i] / (std::sqrt(v[i]) / bc2Sqrt + eps);
+  if (c.node.getInt("lamb", 0)) {
+    // LAMB (You et al. 2020): u = m^ / (sqrt(v^) + eps) + wd p; p -= lr * (||p|| / ||u||) u, the
+    // trust ratio from the unscaled gradients' moments (1 when either norm is 0).
+    std::vector<float> u(p.size());
+    double pn = 0, un = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      u[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i];
+      pn += static_cast<double>(p[i]) * p[i];
+      un += static_cast<double>(u[i]) * u[i];
+    }
+    const float trust = pn > 0 && un > 0 ? static_cast<float>(std::sqrt(pn) / std::sqrt(un)) : 1.0f;
+    for (size_t i = 0; i < p.size(); ++i) p[i] -= lr * trust * u[i];
+  } else {
+    for (size_t i = 0; i < p.size(); ++i) {
+      float gi = g[i];
+      if (decoupled) p[i] *= 1 - lr * wd;
+      else gi += wd * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      p[i] -= stepSize * m[i] / (std::sqrt(v[i]) / bc2Sqrt + eps);
+    }
   }
   narrow(p, c.out(0));
   narrow(m, c.out(1));

@@ -156,7 +156,9 @@ int main(int argc, char** argv) {
   // Training plan (the default output): optimizer, schedule, clipping, loss scaling.
   TrainOptions train;
   std::string betas, lossScale = "auto";
-  app.add_option("--optimizer", train.optimizer, "plan: sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--optimizer", train.optimizer, "plan: sgd, adam, adamw or lamb")->check(CLI::IsMember({"sgd", "adam", "adamw", "lamb"}));
+  bool trainStep = false;
+  app.add_flag("--train", trainStep, "apply the training step (with the plan flags) before --emit text/onnx, to see it");
   app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
   app.add_option("--schedule", train.schedule, "plan: constant, linear-warmup or cosine")
       ->check(CLI::IsMember({"constant", "linear-warmup", "cosine"}));
@@ -235,7 +237,7 @@ int main(int argc, char** argv) {
     }
     // Autocast runs when a precision, a policy or a report is asked for (default fp16).
     // With no other output asked for, ampc writes a training plan, at fp16 unless told otherwise.
-    const bool plan = emit.empty() && !summary && !eval && !grad && passes.empty() && fs::path(model).extension() != ".ir";
+    const bool plan = emit.empty() && !summary && !eval && !grad && !trainStep && passes.empty() && fs::path(model).extension() != ".ir";
     if (plan && precision.empty()) precision = "fp16";
     const bool amp = !precision.empty() || !ampConfig.empty() || !fp32Ops.empty() || !fp32Nodes.empty() || report ||
                      !reportJsonPath.empty();
@@ -264,6 +266,19 @@ int main(int argc, char** argv) {
         }
         ampOpts.pins.push_back({"", fp32Nodes, DType::f32});
       }
+      train.precision = amp ? ampOpts.low : DType::f32;
+      train.lossScale = lossScale;
+      train.autodiff = adOpts;
+      if (!betas.empty()) {
+        auto comma = betas.find(',');
+        if (comma == std::string::npos) throw Error("--betas wants B1,B2, got '" + betas + "'");
+        try {
+          train.beta1 = std::stof(betas.substr(0, comma));
+          train.beta2 = std::stof(betas.substr(comma + 1));
+        } catch (const std::exception&) {
+          throw Error("--betas wants two numbers B1,B2, got '" + betas + "'");
+        }
+      }
     } catch (const Error& e) {
       std::cerr << "ampc: " << e.what() << "\n";
       return 2;
@@ -277,6 +292,7 @@ int main(int argc, char** argv) {
       pm.add(createAutodiffPass(adOpts));
       if (amp) pm.add(createCastCleanupPass());
     }
+    if (trainStep) pm.add(createTrainStepPass(train));
     auto g = load(model, opts);
     const int castsBefore = countCasts(*g);
     try {
@@ -298,15 +314,6 @@ int main(int argc, char** argv) {
     } else if (emit == "onnx") {
       exportOnnxFile(*g, out);
     } else if (plan) {
-      train.precision = amp ? ampOpts.low : DType::f32;
-      train.lossScale = lossScale;
-      train.autodiff = adOpts;
-      if (!betas.empty()) {
-        auto comma = betas.find(',');
-        if (comma == std::string::npos) throw Error("--betas wants B1,B2, got '" + betas + "'");
-        train.beta1 = std::stof(betas.substr(0, comma));
-        train.beta2 = std::stof(betas.substr(comma + 1));
-      }
       const std::string path = out.empty() ? (fs::path(model).replace_extension(".ampplan")).string() : out;
       writePlan(path, *g, train, model);
       fmt::print("{}: wrote {} ({} precision, {} optimizer, loss scale {})\n", model, path, dtypeName(train.precision),

@@ -1,0 +1,160 @@
+// ampc plans and amprun end to end: digits trained at fp32, fp16 and bf16; a stopped and resumed
+// run equal to an uninterrupted one; a truncated checkpoint refused; bad data refused before the
+// first step; a newer plan refused; the dynamic scaler in the metrics file.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "runtime/npy.h"
+#include "runtime/plan.pb.h"
+#include "tests/unit/test_util.h"
+
+using namespace ampc;
+using namespace ampc::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kAmpc = AMPC_BIN;
+const std::string kAmprun = std::string(AMPC_BINARY_DIR) + "/tools/amprun";
+const std::string kDigits = std::string(AMPC_SOURCE_DIR) + "/models/digits";
+
+std::string makePlan(const TempDir& d, const std::string& precision, const std::string& flags = "--optimizer sgd --lr 0.1 --momentum 0.9") {
+  const std::string p = d.file("digits_" + precision + ".ampplan");
+  auto r = run(kAmpc + " " + kDigits + ".onnx --precision " + precision + " " + flags + " -o " + p);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return p;
+}
+
+double accuracy(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(accuracy ([0-9.]+)%)"))) return -1;
+  return std::stod(m[1]);
+}
+
+// The metrics lines without step_ms (timing differs between runs).
+std::vector<std::string> metricsWithoutTime(const std::string& path) {
+  std::vector<std::string> r;
+  std::istringstream in(readBytes(path));
+  for (std::string l; std::getline(in, l);) r.push_back(std::regex_replace(l, std::regex(R"(, "step_ms": [0-9.]+)"), ""));
+  return r;
+}
+
+}  // namespace
+
+TEST(Amprun, DigitsAmpMatchesFp32) {
+  TempDir d;
+  std::map<std::string, double> acc;
+  for (const char* p : {"fp32", "fp16", "bf16"}) {
+    auto r = run(kAmprun + " " + makePlan(d, p) + " --data " + kDigits + "/train --shuffle --seed 1 --steps 400 --eval-data " + kDigits + "/test");
+    ASSERT_EQ(r.code, 0) << r.out;
+    acc[p] = accuracy(r.out);
+    std::printf("digits %s: test accuracy %.2f%%\n", p, acc[p]);
+  }
+  EXPECT_GT(acc["fp32"], 90.0);
+  EXPECT_LE(std::fabs(acc["fp16"] - acc["fp32"]), 0.5);
+  EXPECT_LE(std::fabs(acc["bf16"] - acc["fp32"]), 0.5);
+}
+
+TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp16", "--optimizer adamw --lr 0.003 --clip-norm 1.0");
+  const std::string common = " --data " + kDigits + "/train --shuffle --seed 3";
+  auto a = run(kAmprun + " " + p + common + " --steps 20 --metrics " + d.file("a.jsonl") + " --save " + d.file("a.safetensors"));
+  ASSERT_EQ(a.code, 0) << a.out;
+  auto b1 = run(kAmprun + " " + p + common + " --steps 10 --metrics " + d.file("b.jsonl") + " --checkpoint " + d.file("ckpt") + " --checkpoint-every 5");
+  ASSERT_EQ(b1.code, 0) << b1.out;
+  EXPECT_TRUE(fs::exists(d.file("ckpt/ckpt-00000005.safetensors")));
+  EXPECT_TRUE(fs::exists(d.file("ckpt/ckpt-00000010.safetensors")));
+  auto b2 = run(kAmprun + " " + p + common + " --steps 20 --metrics " + d.file("b.jsonl") + " --resume " + d.file("ckpt") + " --save " + d.file("b.safetensors"));
+  ASSERT_EQ(b2.code, 0) << b2.out;
+  const auto ma = metricsWithoutTime(d.file("a.jsonl")), mb = metricsWithoutTime(d.file("b.jsonl"));
+  ASSERT_EQ(ma.size(), 20u);
+  EXPECT_EQ(ma, mb);
+  EXPECT_EQ(readBytes(d.file("a.safetensors")), readBytes(d.file("b.safetensors")));
+
+  // A truncated checkpoint is refused; the previous one still resumes.
+  const std::string last = d.file("ckpt/ckpt-00000010.safetensors");
+  const std::string bytes = readBytes(last);
+  writeBytes(last, bytes.substr(0, bytes.size() / 2));
+  auto bad = run(kAmprun + " " + p + common + " --steps 20 --resume " + d.file("ckpt"));
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("ckpt-00000010.safetensors"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("truncated"), std::string::npos) << bad.out;
+  auto prev = run(kAmprun + " " + p + common + " --steps 20 --resume " + d.file("ckpt/ckpt-00000005.safetensors") + " --save " + d.file("c.safetensors"));
+  EXPECT_EQ(prev.code, 0) << prev.out;
+  EXPECT_EQ(readBytes(d.file("c.safetensors")), readBytes(d.file("a.safetensors")));
+}
+
+TEST(Amprun, BadDataIsRefusedBeforeTheFirstStep) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp32");
+  fs::create_directories(d.path / "data");
+  auto expectBad = [&](const std::string& want) {
+    auto r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 5 --metrics " + d.file("m.jsonl"));
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "a step ran: " << r.out;
+  };
+  expectBad("x.npy: missing: graph input 'x' (f32[64,64])");
+  Tensor x = readNpy(kDigits + "/train/x.npy"), t = readNpy(kDigits + "/train/target.npy");
+  writeNpy(d.file("data/x.npy"), x);
+  writeNpy(d.file("data/target.npy"), Tensor::fromInts(DType::i32, {2}, {1, 2}));
+  expectBad("target.npy: dtype i32, graph input 'target' wants i64");
+  writeNpy(d.file("data/target.npy"), t);
+  Tensor wide(TensorType{DType::f32, {100, 65}});
+  writeNpy(d.file("data/x.npy"), wide);
+  expectBad("do not match graph input 'x' f32[64,64] (the trailing dimensions must agree)");
+  writeNpy(d.file("data/x.npy"), Tensor(TensorType{DType::f32, {10, 64}}));
+  writeNpy(d.file("data/target.npy"), Tensor(TensorType{DType::i64, {10}}));
+  expectBad("10 samples, fewer than one batch of 64");
+}
+
+TEST(Amprun, PlanVersionDumpAndUsage) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp16");
+  auto dump = run(kAmprun + " " + p + " --dump");
+  ASSERT_EQ(dump.code, 0) << dump.out;
+  EXPECT_NE(dump.out.find("precision f16, optimizer sgd"), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("loss scale: dynamic"), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("PARAM model.fc1.weight : f32[128,64]"), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("OPTIMIZER_STATE model.fc1.weight.momentum"), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("ampc.SGD"), std::string::npos) << dump.out;
+  // A plan from a newer format version is refused.
+  ampc::plan::Plan pb;
+  std::istringstream in(readBytes(p));
+  ASSERT_TRUE(pb.ParseFromIstream(&in));
+  pb.set_format_version(99);
+  writeBytes(d.file("new.ampplan"), pb.SerializeAsString());
+  auto r = run(kAmprun + " " + d.file("new.ampplan") + " --dump");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("plan format version 99 is newer"), std::string::npos) << r.out;
+  writeBytes(d.file("junk.ampplan"), "not a plan at all");
+  r = run(kAmprun + " " + d.file("junk.ampplan") + " --dump");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(run(kAmprun + " " + p + " --device cuda --synthetic --steps 1").code, 2);
+  EXPECT_EQ(run(kAmprun + " " + p + " --steps 1").code, 2);  // neither --data nor --synthetic
+}
+
+TEST(Amprun, ScalerInTheMetricsFile) {
+  // Inf in the samples of the 3rd and 4th batches (no shuffle): those steps are skipped and the
+  // scale halves at each; growth after --growth-interval 2 clean steps; bounded by --max-scale.
+  TempDir d;
+  const std::string p = makePlan(d, "fp16", "--optimizer sgd --lr 0.1 --momentum 0.9 --init-scale 1024 --growth-interval 2 --max-scale 2048");
+  fs::create_directories(d.path / "data");
+  Tensor x = readNpy(kDigits + "/train/x.npy");
+  x.setDouble(2 * 64 * 64 + 5, INFINITY);
+  x.setDouble(3 * 64 * 64 + 9, INFINITY);
+  writeNpy(d.file("data/x.npy"), x);
+  fs::copy(kDigits + "/train/target.npy", d.file("data/target.npy"));
+  auto r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 9 --metrics " + d.file("m.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto m = metricsWithoutTime(d.file("m.jsonl"));
+  ASSERT_EQ(m.size(), 9u);
+  const std::vector<std::pair<double, bool>> want = {{1024, false}, {1024, false}, {2048, true}, {1024, true},
+                                                     {512, false},  {512, false},  {1024, false}, {1024, false}, {2048, false}};
+  for (size_t i = 0; i < m.size(); ++i) {
+    EXPECT_NE(m[i].find("\"loss_scale\": " + std::to_string(static_cast<int>(want[i].first)) + ","), std::string::npos) << m[i];
+    EXPECT_NE(m[i].find(std::string("\"skipped\": ") + (want[i].second ? "true" : "false")), std::string::npos) << m[i];
+  }
+}
