@@ -18,7 +18,7 @@ namespace {
 
 const char* kStepOps[] = {"SGD", "Adam"};
 
-plan::Role roleOf(const Graph& g, const Value* v, const std::set<const Value*>& trained, const std::set<const Value*>& stateful) {
+plan::Role roleOf(const Value* v, const std::set<const Value*>& trained, const std::set<const Value*>& stateful) {
   if (v->kind() == ValueKind::Input) return plan::INPUT;
   const std::string& n = v->name();
   if (n == "ampc.step") return plan::STEP;
@@ -29,7 +29,6 @@ plan::Role roleOf(const Graph& g, const Value* v, const std::set<const Value*>& 
       if (n.size() > std::strlen(s) && n.compare(n.size() - std::strlen(s), std::strlen(s), s) == 0) return plan::OPTIMIZER_STATE;
     return plan::BUFFER;
   }
-  (void)g;
   return plan::CONSTANT;
 }
 
@@ -68,7 +67,7 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
     for (const Value* v : *list) {
       auto* t = p.add_tensors();
       t->set_name(v->name());
-      t->set_role(roleOf(*step, v, trained, stateful));
+      t->set_role(roleOf(v, trained, stateful));
       t->set_dtype(std::string(dtypeName(v->type().dtype)));
       for (int64_t d : v->type().shape) t->add_shape(d);
     }

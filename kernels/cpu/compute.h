@@ -76,6 +76,18 @@ void dispatchNumeric(KernelCtx& c, DType t) {
   else F<int64_t>::run(c);
 }
 
+// A multi-index walking a shape in row-major order.
+struct Odometer {
+  std::vector<int64_t> dims, idx;
+  explicit Odometer(std::vector<int64_t> d) : dims(std::move(d)), idx(dims.size(), 0) {}
+  void next() {
+    for (size_t k = dims.size(); k-- > 0;) {
+      if (++idx[k] < dims[k]) return;
+      idx[k] = 0;
+    }
+  }
+};
+
 // Outer x axis x inner decomposition of a shape around `axis` (softmax, reductions over one axis).
 struct AxisSplit {
   int64_t outer = 1, axis = 1, inner = 1;

@@ -86,17 +86,6 @@ struct GemmK {
   }
 };
 
-// Odometer over a multi-index.
-struct Odometer {
-  std::vector<int64_t> dims, idx;
-  explicit Odometer(std::vector<int64_t> d) : dims(std::move(d)), idx(dims.size(), 0) {}
-  void next() {
-    for (size_t k = dims.size(); k-- > 0;) {
-      if (++idx[k] < dims[k]) return;
-      idx[k] = 0;
-    }
-  }
-};
 
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;

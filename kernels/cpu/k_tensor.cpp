@@ -17,17 +17,6 @@ void copyBytes(void* dst, const void* src, size_t n) {
 // Reshape, Flatten, Squeeze, Unsqueeze, Identity: same bytes, new type.
 void copyKernel(KernelCtx& c) { copyBytes(c.out(0).data.data(), c.in(0).data.data(), c.in(0).data.size()); }
 
-// Multi-index walk over a shape.
-struct Odometer {
-  std::vector<int64_t> dims, idx;
-  explicit Odometer(std::vector<int64_t> d) : dims(std::move(d)), idx(dims.size(), 0) {}
-  void next() {
-    for (size_t k = dims.size(); k-- > 0;) {
-      if (++idx[k] < dims[k]) return;
-      idx[k] = 0;
-    }
-  }
-};
 
 // Output element i takes input element src(idx) for each output multi-index.
 template <typename F>
@@ -200,7 +189,7 @@ void triluKernel(KernelCtx& c) {
   const int64_t R = s[s.size() - 2], Cc = s.back();
   const size_t e = dtypeSize(x.type.dtype);
   copyBytes(out.data.data(), x.data.data(), x.data.size());
-  for (int64_t m = 0; m < (R * Cc ? x.numel() / (R * Cc) : 0); ++m)
+  for (int64_t m = 0; m < (R * Cc != 0 ? x.numel() / (R * Cc) : 0); ++m)
     for (int64_t i = 0; i < R; ++i)
       for (int64_t j = 0; j < Cc; ++j) {
         const bool keep = upper ? (j - i >= k) : (j - i <= k);

@@ -237,7 +237,8 @@ int main(int argc, char** argv) {
     }
     // Autocast runs when a precision, a policy or a report is asked for (default fp16).
     // With no other output asked for, ampc writes a training plan, at fp16 unless told otherwise.
-    const bool plan = emit.empty() && !summary && !eval && !grad && !trainStep && passes.empty() && fs::path(model).extension() != ".ir";
+    const bool plan = emit.empty() && !summary && !eval && !grad && !trainStep && !report && reportJsonPath.empty() &&
+                      passes.empty() && fs::path(model).extension() != ".ir";
     if (plan && precision.empty()) precision = "fp16";
     const bool amp = !precision.empty() || !ampConfig.empty() || !fp32Ops.empty() || !fp32Nodes.empty() || report ||
                      !reportJsonPath.empty();
