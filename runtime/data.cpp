@@ -53,14 +53,16 @@ DataSource DataSource::synthetic(const std::vector<const Value*>& inputs, uint64
   return d;
 }
 
-std::vector<int64_t> DataSource::order(int64_t epoch) const {
-  std::vector<int64_t> o(static_cast<size_t>(samples_));
-  std::iota(o.begin(), o.end(), 0);
-  if (shuffle_) {
+const std::vector<int64_t>& DataSource::order(int64_t epoch) {
+  if (epoch == cachedEpoch_) return order_;
+  order_.resize(static_cast<size_t>(samples_));
+  std::iota(order_.begin(), order_.end(), 0);
+  if (shuffle_) {  // a fixed function of (seed, epoch), so a resumed run sees the same order
     std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
-    for (size_t i = o.size(); i > 1; --i) std::swap(o[i - 1], o[static_cast<size_t>(rng() % i)]);
+    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[static_cast<size_t>(rng() % i)]);
   }
-  return o;
+  cachedEpoch_ = epoch;
+  return order_;
 }
 
 std::map<std::string, Tensor> DataSource::next() {
@@ -85,7 +87,7 @@ std::map<std::string, Tensor> DataSource::next() {
     ++pos_.epoch;
     pos_.index = 0;
   }
-  const auto o = order(pos_.epoch);
+  const auto& o = order(pos_.epoch);
   for (const Value* v : inputs_) {
     const Tensor& src = data_.at(v->name());
     Tensor t(v->type());

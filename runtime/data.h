@@ -34,7 +34,7 @@ class DataSource {
   int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / batch_; }
 
  private:
-  std::vector<int64_t> order(int64_t epoch) const;
+  const std::vector<int64_t>& order(int64_t epoch);  // the epoch's sample order, cached
   std::vector<const Value*> inputs_;
   std::map<std::string, Tensor> data_;
   int64_t batch_ = 1, samples_ = 0;
@@ -42,6 +42,8 @@ class DataSource {
   uint64_t seed_ = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> intRanges_;
   Position pos_;
+  int64_t cachedEpoch_ = -1;
+  std::vector<int64_t> order_;
 };
 
 }  // namespace ampc
