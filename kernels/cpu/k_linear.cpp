@@ -93,11 +93,42 @@ int64_t product(const std::vector<int64_t>& v) {
   return p;
 }
 
+// The im2col table of a convolution: for row r = (channel in the group, kernel position) and
+// output position p, the offset of the input element within the group's channels, or -1 where the
+// window reads padding. Forward and backward share it.
+std::vector<int64_t> im2colOffsets(const Window& w, const std::vector<int64_t>& spatialIn, const std::vector<int64_t>& kernel,
+                                   int64_t channels) {
+  const size_t sp = spatialIn.size();
+  const int64_t KK = product(kernel), P = product(w.out), IS = product(spatialIn), R = channels * KK;
+  const auto inStrides = stridesOf(spatialIn);
+  std::vector<int64_t> where(static_cast<size_t>(R * P));
+#pragma omp parallel for schedule(static) if (R * P > (1 << 14))
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t krem = r % KK;
+    std::vector<int64_t> kpos(sp);
+    for (size_t d = sp; d-- > 0;) {
+      kpos[d] = krem % kernel[d];
+      krem /= kernel[d];
+    }
+    Odometer o(w.out);
+    for (int64_t p = 0; p < P; ++p, o.next()) {
+      int64_t off = (r / KK) * IS;
+      bool inside = true;
+      for (size_t d = 0; d < sp && inside; ++d) {
+        const int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + kpos[d] * w.dilations[d];
+        inside = coord >= 0 && coord < spatialIn[d];
+        off += coord * inStrides[d];
+      }
+      where[r * P + p] = inside ? off : -1;
+    }
+  }
+  return where;
+}
+
 template <typename C>
 struct ConvK {
   static void run(KernelCtx& c) {
     const auto &xs = c.in(0).type.shape, &ws = c.in(1).type.shape;
-    const size_t sp = xs.size() - 2;
     const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
     Window w;
     try {
@@ -111,32 +142,11 @@ struct ConvK {
     auto x = widen<C>(c.in(0)), wt = widen<C>(c.in(1));
     std::vector<C> out(static_cast<size_t>(N * M * P), C(0));
     std::vector<C> col(static_cast<size_t>(R * P));
-    const auto inStrides = stridesOf(spatialIn);
+    const auto where = im2colOffsets(w, spatialIn, kernel, Cg);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t g = 0; g < G; ++g) {
-        // im2col: row r = (channel, kernel position), column p = output position.
-#pragma omp parallel for schedule(static) if (R * P > (1 << 14))
-        for (int64_t r = 0; r < R; ++r) {
-          const int64_t ci = r / KK;
-          int64_t krem = r % KK;
-          std::vector<int64_t> kpos(sp);
-          for (size_t d = sp; d-- > 0;) {
-            kpos[d] = krem % kernel[d];
-            krem /= kernel[d];
-          }
-          const C* plane = x.data() + (n * Cin + g * Cg + ci) * IS;
-          Odometer o(w.out);
-          for (int64_t p = 0; p < P; ++p, o.next()) {
-            int64_t off = 0;
-            bool inside = true;
-            for (size_t d = 0; d < sp && inside; ++d) {
-              int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + kpos[d] * w.dilations[d];
-              inside = coord >= 0 && coord < spatialIn[d];
-              off += coord * inStrides[d];
-            }
-            col[r * P + p] = inside ? plane[off] : C(0);
-          }
-        }
+        const C* xg = x.data() + (n * Cin + g * Cg) * IS;
+        for (int64_t i = 0; i < R * P; ++i) col[i] = where[i] >= 0 ? xg[where[i]] : C(0);
         gemmAcc<C>(Mg, P, R, wt.data() + g * Mg * R, col.data(), out.data() + (n * M + g * Mg) * P);
       }
     if (c.has(2)) {
@@ -242,7 +252,6 @@ template <typename C>
 struct ConvGradK {
   static void run(KernelCtx& c) {
     const auto &xs = c.in(1).type.shape, &ws = c.in(2).type.shape;
-    const size_t sp = xs.size() - 2;
     const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
     Window w;
     try {
@@ -254,28 +263,7 @@ struct ConvGradK {
     const int64_t Cg = Cin / G, Mg = M / G, KK = product(kernel), P = product(w.out), IS = product(spatialIn), R = Cg * KK;
     auto dy = widen<C>(c.in(0)), x = widen<C>(c.in(1)), wt = widen<C>(c.in(2));
     std::vector<C> dx(x.size(), C(0)), dw(wt.size(), C(0)), col(static_cast<size_t>(R * P)), dcol(static_cast<size_t>(R * P));
-    const auto inStrides = stridesOf(spatialIn);
-    // Input offset of (row r, output position p), or -1 in the padding.
-    std::vector<int64_t> where(static_cast<size_t>(R * P));
-    for (int64_t r = 0; r < R; ++r) {
-      int64_t krem = r % KK;
-      std::vector<int64_t> kpos(sp);
-      for (size_t d = sp; d-- > 0;) {
-        kpos[d] = krem % kernel[d];
-        krem /= kernel[d];
-      }
-      Odometer o(w.out);
-      for (int64_t p = 0; p < P; ++p, o.next()) {
-        int64_t off = (r / KK) * IS;
-        bool inside = true;
-        for (size_t d = 0; d < sp && inside; ++d) {
-          const int64_t coord = o.idx[d] * w.strides[d] - w.padBegin[d] + kpos[d] * w.dilations[d];
-          inside = coord >= 0 && coord < spatialIn[d];
-          off += coord * inStrides[d];
-        }
-        where[r * P + p] = inside ? off : -1;
-      }
-    }
+    const auto where = im2colOffsets(w, spatialIn, kernel, Cg);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t g = 0; g < G; ++g) {
         const C* xg = x.data() + (n * Cin + g * Cg) * IS;

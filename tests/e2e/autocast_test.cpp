@@ -14,14 +14,16 @@
 #include "compiler/onnx/onnx.h"
 #include "runtime/evaluator.h"
 #include "runtime/npy.h"
+#include "tests/e2e/model_refs.h"
 #include "tests/unit/test_util.h"
 
 using namespace ampc;
+using test::modelPath;
+using test::relL2;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string modelPath(const std::string& m) { return (fs::path(AMPC_SOURCE_DIR) / "models" / (m + ".onnx")).string(); }
 
 const Value* lossInput(const Graph& g) {
   for (const auto& n : g.nodes())
@@ -29,16 +31,6 @@ const Value* lossInput(const Graph& g) {
   return nullptr;
 }
 
-double relL2(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double x = a.getDouble(i), y = b.getDouble(i);
-    if (std::isnan(x)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / den);
-}
 
 // Loss and logits of a graph on the committed reference inputs, dropout off.
 std::pair<Tensor, Tensor> lossAndLogits(const Graph& g, const std::string& model) {

@@ -11,31 +11,19 @@
 #include "passes/pass.h"
 #include "runtime/evaluator.h"
 #include "runtime/npy.h"
+#include "tests/e2e/model_refs.h"
 #include "tests/unit/test_util.h"
 
 using namespace ampc;
+using test::modelPath;
+using test::refDir;
+using test::relL2;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path refDir(const std::string& model) {
-  fs::path fresh = fs::path(AMPC_BINARY_DIR) / "models" / "refs" / model;
-  if (fs::exists(fresh / "loss.npy")) return fresh;
-  return fs::path(AMPC_SOURCE_DIR) / "models" / "ref" / model;
-}
 
-std::string modelPath(const std::string& model) { return (fs::path(AMPC_SOURCE_DIR) / "models" / (model + ".onnx")).string(); }
 
-double relL2(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double x = a.getDouble(i), y = b.getDouble(i);
-    if (std::isnan(x)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / den);
-}
 
 class EvalTest : public ::testing::TestWithParam<std::string> {};
 

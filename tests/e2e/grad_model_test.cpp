@@ -12,37 +12,22 @@
 #include "passes/autodiff.h"
 #include "runtime/evaluator.h"
 #include "runtime/npy.h"
+#include "tests/e2e/model_refs.h"
 
 using namespace ampc;
+using test::modelPath;
+using test::refDir;
+using test::relL2;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path refDir(const std::string& m) {
-  fs::path fresh = fs::path(AMPC_BINARY_DIR) / "models" / "refs" / m;
-  if (fs::exists(fresh / "grads")) return fresh;
-  return fs::path(AMPC_SOURCE_DIR) / "models" / "ref" / m;
-}
-fs::path modelPath(const std::string& m) {
-  fs::path committed = fs::path(AMPC_SOURCE_DIR) / "models" / (m + ".onnx");
-  return fs::exists(committed) ? committed : fs::path(AMPC_BINARY_DIR) / "models" / (m + ".onnx");
-}
 
-double relL2(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double x = a.getDouble(i), y = b.getDouble(i);
-    if (std::isnan(x)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
 
 // name -> gradient, from the model with optional autocast at `low` (or, with `f64`, the whole
 // graph in f64).
 std::map<std::string, Tensor> gradients(const std::string& model, std::optional<DType> low, bool f64 = false) {
-  auto g = importOnnxFile(modelPath(model).string());
+  auto g = importOnnxFile(modelPath(model));
   PassManager pm;
   if (f64) pm.add(createConvertPrecisionPass(DType::f64));
   if (low) {

@@ -7,17 +7,14 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "tests/e2e/model_refs.h"
 
 using namespace ampc;
+using test::modelPath;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string modelPath(const std::string& name) {
-  fs::path committed = fs::path(AMPC_SOURCE_DIR) / "models" / (name + ".onnx");
-  if (fs::exists(committed)) return committed.string();
-  return (fs::path(AMPC_BINARY_DIR) / "models" / (name + ".onnx")).string();
-}
 
 class ModelTest : public ::testing::TestWithParam<std::string> {};
 

@@ -11,17 +11,14 @@
 #include "passes/train_step.h"
 #include "runtime/npy.h"
 #include "runtime/trainer.h"
+#include "tests/e2e/model_refs.h"
 
 using namespace ampc;
+using test::refDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path refDir(const std::string& m) {
-  fs::path fresh = fs::path(AMPC_BINARY_DIR) / "models" / "refs" / m;
-  if (fs::exists(fresh / "train_sgd")) return fresh;
-  return fs::path(AMPC_SOURCE_DIR) / "models" / "ref" / m;
-}
 
 std::map<std::string, Tensor> batchOf(const Graph& g, const std::string& m) {
   std::map<std::string, Tensor> b;
