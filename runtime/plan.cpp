@@ -9,6 +9,7 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "passes/memory_plan.h"
 #include "runtime/plan.pb.h"  // generated from runtime/plan.proto
 #include <cstring>
 #include <set>
@@ -70,6 +71,19 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
       t->set_role(roleOf(v, trained, stateful));
       t->set_dtype(std::string(dtypeName(v->type().dtype)));
       for (int64_t d : v->type().shape) t->add_shape(d);
+    }
+  const MemoryPlan mem = planMemory(*step);
+  checkMemoryPlan(mem);
+  p.set_arena_bytes(mem.arenaBytes);
+  for (const auto& n : step->nodes())
+    for (size_t i = 0; i < n->numResults(); ++i) {
+      const Value* v = n->result(i);
+      auto* t = p.add_tensors();
+      t->set_name(v->name());
+      t->set_role(plan::ACTIVATION);
+      t->set_dtype(std::string(dtypeName(v->type().dtype)));
+      for (int64_t d : v->type().shape) t->add_shape(d);
+      t->set_offset(mem.slots.at(v).offset);
     }
   for (const auto& n : step->nodes()) {
     auto* s = p.add_steps();
@@ -152,11 +166,14 @@ LoadedPlan readPlan(const std::string& path) {
     << "loss scale: " << c.loss_scale() << " (init " << c.init_scale() << ", growth x" << c.growth_factor() << " every "
     << c.growth_interval() << ", backoff x" << c.backoff_factor() << ", hysteresis " << c.hysteresis() << ", min " << c.min_scale()
     << ", max " << c.max_scale() << "), batch " << c.batch_size() << "\n"
+    << "arena: " << p.arena_bytes() << " bytes of activations\n"
     << "tensors:\n";
   for (const auto& t : p.tensors()) {
     d << "  " << plan::Role_Name(t.role()) << " " << t.name() << " : " << t.dtype() << "[";
     for (int i = 0; i < t.shape_size(); ++i) d << (i ? "," : "") << t.shape(i);
-    d << "]\n";
+    d << "]";
+    if (t.role() == plan::ACTIVATION) d << " @" << t.offset();
+    d << "\n";
   }
   d << "steps: " << p.steps_size() << "\n";
   for (int i = 0; i < p.steps_size(); ++i)

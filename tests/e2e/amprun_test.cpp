@@ -120,6 +120,8 @@ TEST(Amprun, PlanVersionDumpAndUsage) {
   EXPECT_NE(dump.out.find("PARAM model.fc1.weight : f32[128,64]"), std::string::npos) << dump.out;
   EXPECT_NE(dump.out.find("OPTIMIZER_STATE model.fc1.weight.momentum"), std::string::npos) << dump.out;
   EXPECT_NE(dump.out.find("ampc.SGD"), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("arena: "), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("ACTIVATION "), std::string::npos) << dump.out;
   // A plan from a newer format version is refused.
   ampc::plan::Plan pb;
   std::istringstream in(readBytes(p));

@@ -1,0 +1,32 @@
+// Memory planning (DESIGN.md step 11): every value a node produces gets an offset in one arena,
+// from liveness over the whole step (forward, backward, update): two values share bytes only when
+// their live ranges do not overlap. Graph inputs, params and constants live outside the arena.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+struct MemoryPlan {
+  static constexpr int64_t kAlignment = 256;  // bytes, every offset
+  struct Slot {
+    int64_t offset = 0, bytes = 0;
+    int first = 0, last = 0;  // live from the producing node's index to the last reader's
+  };
+  std::map<const Value*, Slot> slots;
+  int64_t arenaBytes = 0;   // the arena's size
+  int64_t totalBytes = 0;   // every activation in its own buffer (no reuse)
+  int64_t peakLiveBytes = 0;  // the most bytes live at one node: no plan can do better
+};
+
+// Greedy by size (largest first, lowest offset that overlaps no live-overlapping slot).
+MemoryPlan planMemory(const Graph& g);
+
+// Error if two values with overlapping live ranges overlap in the arena.
+void checkMemoryPlan(const MemoryPlan& p);
+
+}  // namespace ampc
