@@ -122,6 +122,57 @@ __global__ void adamKernel(const int* chunkTensor, const int64_t* chunkStart, co
   }
 }
 
+__global__ void zeroDoubles(double* d, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = 0.0;
+}
+
+// LAMB phase 1: moments, u (written over the gradient), and per-tensor ||p||^2, ||u||^2.
+__global__ void lambMomentsKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
+                                  float* const* params, float* const* grads, float* const* ms, float* const* vs, const int64_t* step,
+                                  const int* found, const double* normSq, float maxNorm, float b1, float b2, float eps, float wd,
+                                  double* norms) {
+  if (*found) return;
+  const int t = chunkTensor[blockIdx.x];
+  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
+  const float coef = clipCoef(normSq, maxNorm);
+  const double n = static_cast<double>(*step);
+  const float bc1 = static_cast<float>(1 - pow(static_cast<double>(b1), n)), bc2 = static_cast<float>(1 - pow(static_cast<double>(b2), n));
+  const float* p = params[t];
+  float *g = grads[t], *m = ms[t], *v = vs[t];
+  double pn = 0, un = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float gi = coef < 1.0f ? g[i] * coef : g[i];
+    m[i] = b1 * m[i] + (1 - b1) * gi;
+    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+    const float u = (m[i] / bc1) / (sqrtf(v[i] / bc2) + eps) + wd * p[i];
+    g[i] = u;
+    pn += static_cast<double>(p[i]) * p[i];
+    un += static_cast<double>(u) * u;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    pn += __shfl_down_sync(0xffffffffu, pn, o);
+    un += __shfl_down_sync(0xffffffffu, un, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&norms[2 * t], pn);
+    atomicAdd(&norms[2 * t + 1], un);
+  }
+}
+
+// LAMB phase 2: p -= lr * trust * u, trust = ||p|| / ||u|| (1 when either is 0).
+__global__ void lambApplyKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
+                                float* const* params, float* const* us, const float* lrPtr, const int* found, const double* norms) {
+  if (*found) return;
+  const int t = chunkTensor[blockIdx.x];
+  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
+  const double pn = norms[2 * t], un = norms[2 * t + 1];
+  const float trust = pn > 0 && un > 0 ? static_cast<float>(sqrt(pn) / sqrt(un)) : 1.0f;
+  const float lr = *lrPtr;
+  float* p = params[t];
+  const float* u = us[t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] -= lr * trust * u[i];
+}
+
 __global__ void scalerKernel(float* scalePtr, int64_t* growthPtr, int64_t* hystPtr, const int* found, float growth, float backoff,
                              int64_t interval, int64_t hysteresis, float lo, float hi) {
   double scale = *scalePtr;
@@ -173,6 +224,19 @@ cudaError_t adamStep(const TensorList& l, float* const* params, float* const* gr
   if (l.chunks() > 0)
     adamKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, m, v, s.lr,
                                                  s.step, s.foundInf, s.normSq, maxNorm, beta1, beta2, eps, weightDecay, decoupled);
+  return cudaGetLastError();
+}
+
+cudaError_t lambStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
+                     const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, double* norms,
+                     int numTensors, cudaStream_t st) {
+  zeroDoubles<<<1, kThreads, 0, st>>>(norms, 2 * numTensors);
+  if (l.chunks() > 0) {
+    lambMomentsKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, m, v,
+                                                        s.step, s.foundInf, s.normSq, maxNorm, beta1, beta2, eps, weightDecay, norms);
+    lambApplyKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, s.lr,
+                                                      s.foundInf, norms);
+  }
   return cudaGetLastError();
 }
 

@@ -56,6 +56,11 @@ cudaError_t sgdStep(const TensorList& l, float* const* params, float* const* gra
 cudaError_t adamStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
                      const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, bool decoupled,
                      cudaStream_t st);
+// LAMB: Adam moments, u = m^ / (sqrt(v^) + eps) + wd p, then p -= lr (||p|| / ||u||) u per tensor.
+// `norms` is device scratch of 2 doubles per tensor; the grads are overwritten with u.
+cudaError_t lambStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
+                     const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, double* norms,
+                     int numTensors, cudaStream_t st);
 // PyTorch's GradScaler update plus hysteresis and [minScale, maxScale] (0: unbounded).
 cudaError_t scalerUpdate(const StepState& s, float growthFactor, float backoffFactor, int64_t growthInterval, int64_t hysteresis,
                          float minScale, float maxScale, cudaStream_t st);

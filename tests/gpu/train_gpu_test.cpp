@@ -48,8 +48,11 @@ std::vector<float> randomVec(std::mt19937& rng, int64_t n, float scale) {
   return v;
 }
 
-// The CPU step graph for the same tensors (Adam when adam, else SGD).
-std::string cpuGraph(bool adam) {
+enum class Opt { Sgd, AdamW, Lamb };
+
+// The CPU step graph for the same tensors.
+std::string cpuGraph(Opt opt) {
+  const bool adam = opt != Opt::Sgd;
   std::ostringstream s;
   s << "graph \"t\" opset 17 {\n  domain \"ampc\" 1\n";
   for (size_t i = 0; i < kSizes.size(); ++i) {
@@ -72,7 +75,8 @@ std::string cpuGraph(bool adam) {
     const std::string t = "f32[" + std::to_string(kSizes[i]) + "]";
     if (adam)
       s << "  %q" << i << " : " << t << ", %x" << i << " : " << t << ", %y" << i << " : " << t << " = ampc::Adam(%p" << i << ", %c" << i
-        << ", %a" << i << ", %b" << i << ", %lr, %s2, %found) {decoupled = 1, weight_decay = 0.01}\n";
+        << ", %a" << i << ", %b" << i << ", %lr, %s2, %found) {"
+        << (opt == Opt::Lamb ? "lamb = 1" : "decoupled = 1") << ", weight_decay = 0.01}\n";
     else
       s << "  %q" << i << " : " << t << ", %x" << i << " : " << t << " = ampc::SGD(%p" << i << ", %c" << i << ", %a" << i
         << ", %lr, %found) {momentum = 0.9, nesterov = 1, weight_decay = 0.001}\n";
@@ -94,7 +98,8 @@ double relL2(const std::vector<float>& a, const Tensor& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-void runCase(bool adam, bool overflow) {
+void runCase(Opt opt, bool overflow) {
+  const bool adam = opt != Opt::Sgd;
   std::mt19937 rng(std::random_device{}());
   const size_t n = kSizes.size();
   std::vector<std::vector<float>> p, g, a, b;
@@ -110,7 +115,7 @@ void runCase(bool adam, bool overflow) {
   const float scale0 = 256.0f;
   const int64_t step0 = 3;
   // CPU reference.
-  auto graph = parseGraph(cpuGraph(adam), "t");
+  auto graph = parseGraph(cpuGraph(opt), "t");
   for (size_t i = 0; i < n; ++i) {
     auto set = [&](const std::string& name, const std::vector<float>& v) {
       Tensor t(TensorType{DType::f32, {kSizes[i]}});
@@ -147,7 +152,9 @@ void runCase(bool adam, bool overflow) {
   cuda::TensorList list(kSizes);
   CUDA_OK(cuda::unscaleCheckNorm(list, G, s, nullptr));
   CUDA_OK(cuda::stepAndLr(s, 0.01f, 2, 2, 10, nullptr));
-  if (adam) CUDA_OK(cuda::adamStep(list, P, G, A, B, s, 50.0f, 0.9f, 0.999f, 1e-8f, 0.01f, true, nullptr));
+  double* norms = upload(std::vector<double>(2 * n, 0.0));
+  if (opt == Opt::AdamW) CUDA_OK(cuda::adamStep(list, P, G, A, B, s, 50.0f, 0.9f, 0.999f, 1e-8f, 0.01f, true, nullptr));
+  else if (opt == Opt::Lamb) CUDA_OK(cuda::lambStep(list, P, G, A, B, s, 50.0f, 0.9f, 0.999f, 1e-8f, 0.01f, norms, static_cast<int>(n), nullptr));
   else CUDA_OK(cuda::sgdStep(list, P, G, A, s, 50.0f, 0.9f, 0.001f, true, nullptr));
   CUDA_OK(cuda::scalerUpdate(s, 2.0f, 0.5f, 2, 1, 0.0f, 0.0f, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
@@ -155,7 +162,9 @@ void runCase(bool adam, bool overflow) {
   const int found = download(s.foundInf, 1)[0];
   EXPECT_EQ(found, overflow ? 1 : 0);
   const double norm = std::sqrt(download(s.normSq, 1)[0]);
-  if (!overflow) EXPECT_NEAR(norm, want[0].getDouble(0), 1e-6 * want[0].getDouble(0));
+  if (!overflow) {
+    EXPECT_NEAR(norm, want[0].getDouble(0), 1e-6 * want[0].getDouble(0));
+  }
   EXPECT_EQ(download(s.scale, 1)[0], static_cast<float>(want[1].getDouble(0)));
   EXPECT_EQ(download(s.step, 1)[0], want[2].getInt(0));
   EXPECT_FLOAT_EQ(download(s.lr, 1)[0], static_cast<float>(want[3].getDouble(0)));
@@ -170,7 +179,9 @@ void runCase(bool adam, bool overflow) {
     }
     EXPECT_LE(relL2(gp, want[4 + perTensor * i]), 1e-6) << "param " << i;
     EXPECT_LE(relL2(ga, want[5 + perTensor * i]), 1e-6) << "state " << i;
-    if (adam) EXPECT_LE(relL2(gb, want[6 + perTensor * i]), 1e-6) << "second moment " << i;
+    if (adam) {
+      EXPECT_LE(relL2(gb, want[6 + perTensor * i]), 1e-6) << "second moment " << i;
+    }
   }
   for (size_t i = 0; i < n; ++i) {
     cudaFree(dp[i]);
@@ -178,6 +189,7 @@ void runCase(bool adam, bool overflow) {
     cudaFree(da[i]);
     cudaFree(db[i]);
   }
+  cudaFree(norms);
   for (void* x : {static_cast<void*>(P), static_cast<void*>(G), static_cast<void*>(A), static_cast<void*>(B), static_cast<void*>(s.scale),
                   static_cast<void*>(s.growth), static_cast<void*>(s.hysteresis), static_cast<void*>(s.step), static_cast<void*>(s.lr),
                   static_cast<void*>(s.foundInf), static_cast<void*>(s.normSq)})
@@ -188,14 +200,17 @@ void runCase(bool adam, bool overflow) {
 
 TEST(GpuTrainStep, SgdNesterovMatchesCpu) {
   if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU";
-  runCase(false, false);
+  runCase(Opt::Sgd, false);
 }
 TEST(GpuTrainStep, AdamWMatchesCpu) {
   if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU";
-  runCase(true, false);
+  runCase(Opt::AdamW, false);
+}
+TEST(GpuTrainStep, LambMatchesCpu) {
+  if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU";
+  runCase(Opt::Lamb, false);
 }
 TEST(GpuTrainStep, OverflowSkipsBitwise) {
   if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU";
-  runCase(false, true);
-  runCase(true, true);
+  for (Opt o : {Opt::Sgd, Opt::AdamW, Opt::Lamb}) runCase(o, true);
 }
