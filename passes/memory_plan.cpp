@@ -1,6 +1,9 @@
 #include "passes/memory_plan.h"
 
+#include "compiler/ops/registry.h"
+
 #include <algorithm>
+#include <set>
 #include <vector>
 
 namespace ampc {
@@ -9,6 +12,8 @@ namespace {
 int64_t aligned(int64_t b) { return (b + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment * MemoryPlan::kAlignment; }
 
 bool overlaps(int a0, int a1, int b0, int b1) { return a0 <= b1 && b0 <= a1; }
+
+bool isGraphOutput(const Graph& g, const Value* v) { return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end(); }
 
 }  // namespace
 
@@ -35,33 +40,74 @@ MemoryPlan planMemory(const Graph& g) {
   }
   for (const Value* o : g.outputs())
     if (auto it = p.slots.find(o); it != p.slots.end()) it->second.last = end;  // read after the step
-  // Peak live bytes: the lower bound any plan meets.
-  std::vector<int64_t> live(static_cast<size_t>(end + 1), 0);
-  for (const auto& [v, s] : p.slots) {
-    p.totalBytes += aligned(s.bytes);
-    for (int k = s.first; k <= s.last; ++k) live[k] += aligned(s.bytes);
+  for (const auto& [v, s] : p.slots) p.totalBytes += aligned(s.bytes);
+  // In place: group a result with an input it may overwrite.
+  std::map<const Value*, int> groupOf;
+  std::vector<std::vector<const Value*>> groups;
+  for (const Value* v : values) {
+    groupOf[v] = static_cast<int>(groups.size());
+    groups.push_back({v});
   }
+  std::set<int> sourced;  // groups already extended by some node
+  index = 0;
+  for (const auto& n : g.nodes()) {
+    const OpDef* d = n->def();
+    if (d && d->inplace && n->numResults() >= 1) {
+      const Value* r = n->result(0);
+      for (const Value* in : n->inputs()) {
+        if (!in || !p.slots.count(in) || p.slots[in].last != index || in->type().dtype != r->type().dtype ||
+            in->type().numel() != r->type().numel() || isGraphOutput(g, in))
+          continue;
+        const int gi = groupOf[in];
+        if (sourced.count(gi) || groups[gi].back() != in) continue;  // only the chain's newest member
+        groups[gi].push_back(r);
+        groups[groupOf[r]].clear();
+        groupOf[r] = gi;
+        ++p.inPlace;
+        break;
+      }
+    }
+    ++index;
+  }
+  // Groups: live from the first member's birth to the last member's last use.
+  struct Group {
+    int id, first, last;
+    int64_t bytes;
+  };
+  std::vector<Group> gs;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].empty()) continue;
+    Group gr{static_cast<int>(i), p.slots[groups[i].front()].first, 0, 0};
+    for (const Value* v : groups[i]) {
+      gr.last = std::max(gr.last, p.slots[v].last);
+      gr.bytes = std::max(gr.bytes, aligned(std::max<int64_t>(p.slots[v].bytes, 1)));
+    }
+    gs.push_back(gr);
+  }
+  // Peak live bytes over the groups: the lower bound any placement of them meets.
+  std::vector<int64_t> live(static_cast<size_t>(end + 1), 0);
+  for (const Group& gr : gs)
+    for (int k = gr.first; k <= gr.last; ++k) live[k] += gr.bytes;
   p.peakLiveBytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
   // Largest first; ties in definition order, so the plan is deterministic.
-  std::stable_sort(values.begin(), values.end(), [&](const Value* a, const Value* b) { return p.slots[a].bytes > p.slots[b].bytes; });
-  std::vector<const Value*> placed;
-  for (const Value* v : values) {
-    MemoryPlan::Slot& s = p.slots[v];
-    const int64_t need = aligned(std::max<int64_t>(s.bytes, 1));
-    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of slots live at the same time
-    for (const Value* q : placed) {
-      const MemoryPlan::Slot& t = p.slots[q];
-      if (overlaps(s.first, s.last, t.first, t.last)) busy.emplace_back(t.offset, t.offset + aligned(std::max<int64_t>(t.bytes, 1)));
-    }
+  std::stable_sort(gs.begin(), gs.end(), [](const Group& a, const Group& b) { return a.bytes > b.bytes; });
+  std::vector<std::pair<const Group*, int64_t>> placed;
+  for (const Group& gr : gs) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const auto& [q, off] : placed)
+      if (overlaps(gr.first, gr.last, q->first, q->last)) busy.emplace_back(off, off + q->bytes);
     std::sort(busy.begin(), busy.end());
     int64_t offset = 0;
     for (const auto& [b, e] : busy) {
-      if (offset + need <= b) break;
+      if (offset + gr.bytes <= b) break;
       offset = std::max(offset, e);
     }
-    s.offset = offset;
-    p.arenaBytes = std::max(p.arenaBytes, offset + need);
-    placed.push_back(v);
+    for (const Value* v : groups[gr.id]) {
+      p.slots[v].offset = offset;
+      p.slots[v].group = gr.id;
+    }
+    p.arenaBytes = std::max(p.arenaBytes, offset + gr.bytes);
+    placed.emplace_back(&gr, offset);
   }
   return p;
 }
@@ -74,7 +120,7 @@ void checkMemoryPlan(const MemoryPlan& p) {
     if (s.offset + s.bytes > p.arenaBytes) throw Error("memory plan: '" + a->name() + "' runs past the arena");
     for (size_t j = i + 1; j < all.size(); ++j) {
       const auto& [b, t] = all[j];
-      if (!overlaps(s.first, s.last, t.first, t.last) || s.bytes == 0 || t.bytes == 0) continue;
+      if (!overlaps(s.first, s.last, t.first, t.last) || s.bytes == 0 || t.bytes == 0 || s.group == t.group) continue;
       if (s.offset < t.offset + t.bytes && t.offset < s.offset + s.bytes)
         throw Error("memory plan: '" + a->name() + "' and '" + b->name() + "' are live together and overlap");
     }

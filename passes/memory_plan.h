@@ -16,14 +16,18 @@ struct MemoryPlan {
   struct Slot {
     int64_t offset = 0, bytes = 0;
     int first = 0, last = 0;  // live from the producing node's index to the last reader's
+    int group = 0;            // values of one group share bytes: an in-place chain
   };
   std::map<const Value*, Slot> slots;
   int64_t arenaBytes = 0;   // the arena's size
   int64_t totalBytes = 0;   // every activation in its own buffer (no reuse)
-  int64_t peakLiveBytes = 0;  // the most bytes live at one node: no plan can do better
+  int64_t peakLiveBytes = 0;  // the most bytes live at one node (after in-place): no placement beats it
+  int inPlace = 0;            // results that took an input's bytes
 };
 
-// Greedy by size (largest first, lowest offset that overlaps no live-overlapping slot).
+// In place first: an elementwise op's result takes the bytes of a same-sized input that nothing
+// reads afterwards (chains form groups). Then greedy by size over the groups (largest first,
+// lowest offset that overlaps no live-overlapping group).
 MemoryPlan planMemory(const Graph& g);
 
 // Error if two values with overlapping live ranges overlap in the arena.

@@ -133,6 +133,11 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("IsNaN", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
+  // The ops whose result 0 may overwrite a same-sized input (memory planning): elementwise ones.
+  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "LeakyRelu", "Relu",
+                                "Neg", "Abs", "Identity", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Dropout"})
+    for (OpDef& d : t)
+      if (d.name == name) d.inplace = true;
   t.back().random = true;
   t.back().fp32Operands = 0b10;  // ratio
   t.back().gradResults = 2;      // the mask

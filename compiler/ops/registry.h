@@ -79,6 +79,9 @@ struct OpDef {
   // Floating-point operations of one execution (for the report's FLOP share); null: one per
   // output element.
   double (*flops)(const Node&) = nullptr;
+  // Elementwise: result 0's element k reads only element k of each input, so result 0 may take
+  // the bytes of an input of its dtype and size that nothing reads afterwards (memory planning).
+  bool inplace = false;
   // The gradient rule of a differentiable op (compiler/ops/grad_*.cpp).
   GradFn grad = nullptr;
 };

@@ -12,23 +12,51 @@
 using namespace ampc;
 
 TEST(MemoryPlan, ChainReusesDeadBuffers) {
-  // a -> b -> c -> d, each 4 KiB: a is dead once b exists, so c can take a's bytes.
+  // a -> b -> c -> d, each 4 KiB, through Transpose (not elementwise, so no in-place): a is dead
+  // once b exists, so c can take a's bytes.
   auto g = parseGraph(R"(graph "g" opset 17 {
-  input %x : f32[1024]
-  %a : f32[1024] = Relu(%x)
-  %b : f32[1024] = Neg(%a)
-  %c : f32[1024] = Abs(%b)
-  %d : f32[1024] = Neg(%c)
+  input %x : f32[32,32]
+  %a : f32[32,32] = Transpose(%x)
+  %b : f32[32,32] = Transpose(%a)
+  %c : f32[32,32] = Transpose(%b)
+  %d : f32[32,32] = Transpose(%c)
   output %d
 }
 )");
   MemoryPlan p = planMemory(*g);
   checkMemoryPlan(p);
+  EXPECT_EQ(p.inPlace, 0);
   EXPECT_EQ(p.totalBytes, 4 * 4096);
   EXPECT_EQ(p.peakLiveBytes, 2 * 4096);
   EXPECT_EQ(p.arenaBytes, 2 * 4096);
   EXPECT_EQ(p.slots.at(g->lookup("a")).offset, p.slots.at(g->lookup("c")).offset);
   EXPECT_NE(p.slots.at(g->lookup("a")).offset, p.slots.at(g->lookup("b")).offset);
+}
+
+TEST(MemoryPlan, ElementwiseChainsRunInPlace) {
+  // Relu -> Neg -> Abs each overwrite their input: one buffer. The Add reads %a after %b exists,
+  // so %b cannot take %a's bytes; the graph output keeps its own.
+  auto g = parseGraph(R"(graph "g" opset 17 {
+  input %x : f32[1024]
+  %t : f32[1024] = Transpose(%x)
+  %r : f32[1024] = Relu(%t)
+  %n : f32[1024] = Neg(%r)
+  %s : f32[1024] = Abs(%n)
+  %a : f32[1024] = Transpose(%s)
+  %b : f32[1024] = Exp(%a)
+  %c : f32[1024] = Add(%a, %b)
+  output %c
+}
+)");
+  MemoryPlan p = planMemory(*g);
+  checkMemoryPlan(p);
+  const auto off = [&](const char* n) { return p.slots.at(g->lookup(n)).offset; };
+  EXPECT_EQ(off("t"), off("r"));
+  EXPECT_EQ(off("r"), off("n"));
+  EXPECT_EQ(off("n"), off("s"));
+  EXPECT_NE(off("a"), off("b"));
+  EXPECT_GE(p.inPlace, 3);
+  EXPECT_LE(p.arenaBytes, 3 * 4096);
 }
 
 TEST(MemoryPlan, TrainingStepsOfTheModels) {
@@ -39,7 +67,8 @@ TEST(MemoryPlan, TrainingStepsOfTheModels) {
     EXPECT_NO_THROW(checkMemoryPlan(p)) << m;
     EXPECT_GE(p.arenaBytes, p.peakLiveBytes) << m;
     EXPECT_LT(p.arenaBytes, p.totalBytes) << m;
-    std::printf("%s training step: %zu activations, arena %lld bytes, peak live %lld, without reuse %lld\n", m, p.slots.size(),
-                static_cast<long long>(p.arenaBytes), static_cast<long long>(p.peakLiveBytes), static_cast<long long>(p.totalBytes));
+    std::printf("%s training step: %zu activations (%d in place), arena %lld bytes, peak live %lld, without reuse %lld\n", m,
+                p.slots.size(), p.inPlace, static_cast<long long>(p.arenaBytes), static_cast<long long>(p.peakLiveBytes),
+                static_cast<long long>(p.totalBytes));
   }
 }
