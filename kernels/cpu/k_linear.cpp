@@ -125,24 +125,45 @@ std::vector<int64_t> im2colOffsets(const Window& w, const std::vector<int64_t>& 
   return where;
 }
 
+// Shapes of a convolution, from X [N, C, spatial...] and W [M, C/group, kernel...].
+struct ConvShape {
+  std::vector<int64_t> spatialIn, kernel;
+  Window w;
+  int64_t N, Cin, M, G, Cg, Mg, KK, P, IS, R;
+};
+ConvShape convShape(KernelCtx& c, const std::vector<int64_t>& xs, const std::vector<int64_t>& ws) {
+  ConvShape s;
+  s.spatialIn.assign(xs.begin() + 2, xs.end());
+  s.kernel.assign(ws.begin() + 2, ws.end());
+  try {
+    s.w = windowOf(c.node, s.spatialIn, s.kernel, false);
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+  s.N = xs[0], s.Cin = xs[1], s.M = ws[0], s.G = c.node.getInt("group", 1);
+  s.Cg = s.Cin / s.G, s.Mg = s.M / s.G, s.KK = product(s.kernel), s.P = product(s.w.out), s.IS = product(s.spatialIn);
+  s.R = s.Cg * s.KK;
+  return s;
+}
+
+// The pooling window of a MaxPool / AveragePool node (its kernel_shape and ceil_mode).
+Window poolWindow(KernelCtx& c, const std::vector<int64_t>& spatialIn) {
+  try {
+    return windowOf(c.node, spatialIn, c.node.getInts("kernel_shape"), c.node.getInt("ceil_mode", 0) != 0);
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+}
+
 template <typename C>
 struct ConvK {
   static void run(KernelCtx& c) {
-    const auto &xs = c.in(0).type.shape, &ws = c.in(1).type.shape;
-    const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
-    Window w;
-    try {
-      w = windowOf(c.node, spatialIn, kernel, false);
-    } catch (const Error& e) {
-      c.fail(e.what());
-    }
-    const int64_t N = xs[0], Cin = xs[1], M = ws[0], G = c.node.getInt("group", 1);
-    const int64_t Cg = Cin / G, Mg = M / G, KK = product(kernel), P = product(w.out), IS = product(spatialIn);
-    const int64_t R = Cg * KK;
+    const ConvShape s = convShape(c, c.in(0).type.shape, c.in(1).type.shape);
+    const int64_t N = s.N, Cin = s.Cin, M = s.M, G = s.G, Cg = s.Cg, Mg = s.Mg, P = s.P, IS = s.IS, R = s.R;
     auto x = widen<C>(c.in(0)), wt = widen<C>(c.in(1));
     std::vector<C> out(static_cast<size_t>(N * M * P), C(0));
     std::vector<C> col(static_cast<size_t>(R * P));
-    const auto where = im2colOffsets(w, spatialIn, kernel, Cg);
+    const auto where = im2colOffsets(s.w, s.spatialIn, s.kernel, Cg);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t g = 0; g < G; ++g) {
         const C* xg = x.data() + (n * Cin + g * Cg) * IS;
@@ -165,12 +186,7 @@ void pool(KernelCtx& c) {
   const auto& xs = c.in(0).type.shape;
   const size_t sp = xs.size() - 2;
   const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
-  Window w;
-  try {
-    w = windowOf(c.node, spatialIn, c.node.getInts("kernel_shape"), c.node.getInt("ceil_mode", 0) != 0);
-  } catch (const Error& e) {
-    c.fail(e.what());
-  }
+  const Window w = poolWindow(c, spatialIn);
   const bool includePad = c.node.getInt("count_include_pad", 0) != 0;
   const bool columnMajor = c.node.getInt("storage_order", 0) != 0;  // MaxPool's Indices layout
   const int64_t planes = xs[0] * xs[1], IS = product(spatialIn), P = product(w.out);
@@ -251,19 +267,11 @@ struct GlobalAveragePoolK {
 template <typename C>
 struct ConvGradK {
   static void run(KernelCtx& c) {
-    const auto &xs = c.in(1).type.shape, &ws = c.in(2).type.shape;
-    const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
-    Window w;
-    try {
-      w = windowOf(c.node, spatialIn, kernel, false);
-    } catch (const Error& e) {
-      c.fail(e.what());
-    }
-    const int64_t N = xs[0], Cin = xs[1], M = ws[0], G = c.node.getInt("group", 1);
-    const int64_t Cg = Cin / G, Mg = M / G, KK = product(kernel), P = product(w.out), IS = product(spatialIn), R = Cg * KK;
+    const ConvShape s = convShape(c, c.in(1).type.shape, c.in(2).type.shape);
+    const int64_t N = s.N, Cin = s.Cin, M = s.M, G = s.G, Cg = s.Cg, Mg = s.Mg, P = s.P, IS = s.IS, R = s.R;
     auto dy = widen<C>(c.in(0)), x = widen<C>(c.in(1)), wt = widen<C>(c.in(2));
     std::vector<C> dx(x.size(), C(0)), dw(wt.size(), C(0)), col(static_cast<size_t>(R * P)), dcol(static_cast<size_t>(R * P));
-    const auto where = im2colOffsets(w, spatialIn, kernel, Cg);
+    const auto where = im2colOffsets(s.w, s.spatialIn, s.kernel, Cg);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t g = 0; g < G; ++g) {
         const C* xg = x.data() + (n * Cin + g * Cg) * IS;
@@ -292,12 +300,7 @@ struct AveragePoolGradK {
     const auto& xs = c.in(1).type.shape;
     const size_t sp = xs.size() - 2;
     const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
-    Window w;
-    try {
-      w = windowOf(c.node, spatialIn, c.node.getInts("kernel_shape"), c.node.getInt("ceil_mode", 0) != 0);
-    } catch (const Error& e) {
-      c.fail(e.what());
-    }
+    const Window w = poolWindow(c, spatialIn);
     const bool includePad = c.node.getInt("count_include_pad", 0) != 0;
     const int64_t planes = xs[0] * xs[1], IS = product(spatialIn), P = product(w.out), KK = product(w.kernel);
     const auto inStrides = stridesOf(spatialIn);
