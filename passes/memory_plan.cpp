@@ -17,22 +17,24 @@ bool isGraphOutput(const Graph& g, const Value* v) { return std::find(g.outputs(
 
 }  // namespace
 
-MemoryPlan planMemory(const Graph& g) {
+MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions) {
+  if (!positions.empty() && positions.size() != g.numNodes()) throw Error("memory plan: one position per node expected");
   MemoryPlan p;
   std::vector<const Value*> values;
   int index = 0;
   const int end = static_cast<int>(g.numNodes());
+  auto at = [&](int i) { return positions.empty() ? i : positions[static_cast<size_t>(i)]; };
   for (const auto& n : g.nodes()) {
     for (const Value* in : n->inputs())
       if (in) {
         auto it = p.slots.find(in);
-        if (it != p.slots.end()) it->second.last = index;
+        if (it != p.slots.end()) it->second.last = std::max(it->second.last, at(index));
       }
     for (size_t i = 0; i < n->numResults(); ++i) {
       const Value* r = n->result(i);
       MemoryPlan::Slot s;
       s.bytes = static_cast<int64_t>(r->type().bytes());
-      s.first = s.last = index;
+      s.first = s.last = at(index);
       p.slots.emplace(r, s);
       values.push_back(r);
     }
@@ -55,7 +57,7 @@ MemoryPlan planMemory(const Graph& g) {
     if (d && d->inplace && n->numResults() >= 1) {
       const Value* r = n->result(0);
       for (const Value* in : n->inputs()) {
-        if (!in || !p.slots.count(in) || p.slots[in].last != index || in->type().dtype != r->type().dtype ||
+        if (!in || !p.slots.count(in) || p.slots[in].last != at(index) || in->type().dtype != r->type().dtype ||
             in->type().numel() != r->type().numel() || isGraphOutput(g, in))
           continue;
         const int gi = groupOf[in];

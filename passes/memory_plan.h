@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "compiler/ir/ir.h"
 
@@ -28,7 +29,9 @@ struct MemoryPlan {
 // In place first: an elementwise op's result takes the bytes of a same-sized input that nothing
 // reads afterwards (chains form groups). Then greedy by size over the groups (largest first,
 // lowest offset that overlaps no live-overlapping group).
-MemoryPlan planMemory(const Graph& g);
+// `positions` (optional, one per node, non-decreasing) is when each node runs: nodes that one fused
+// launch executes together share a position, so none of them overwrites another's inputs.
+MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {});
 
 // Error if two values with overlapping live ranges overlap in the arena.
 void checkMemoryPlan(const MemoryPlan& p);

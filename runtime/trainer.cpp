@@ -4,7 +4,8 @@
 
 namespace ampc {
 
-Trainer::Trainer(Graph& g, Backend& backend) : g_(g), backend_(backend) {
+std::vector<std::pair<Value*, size_t>> stateUpdates(Graph& g) {
+  std::vector<std::pair<Value*, size_t>> writeBack;
   const auto& outs = g.outputs();
   const char* metrics[] = {"loss_scale", "found_inf", "grad_norm", "lr"};
   if (outs.size() < 5) throw Error("not a train-step graph: too few outputs");
@@ -18,9 +19,12 @@ Trainer::Trainer(Graph& g, Backend& backend) : g_(g), backend_(backend) {
     Value* state = g.lookup(n.substr(0, n.size() - suffix.size()));
     if (!state || state->kind() != ValueKind::Param || state->type() != outs[i]->type())
       throw Error("train-step output '" + n + "' does not match a param of its type");
-    writeBack_.emplace_back(state, i);
+    writeBack.emplace_back(state, i);
   }
+  return writeBack;
 }
+
+Trainer::Trainer(Graph& g, Backend& backend) : g_(g), backend_(backend), writeBack_(stateUpdates(g)) {}
 
 Trainer::Metrics Trainer::step(const std::map<std::string, Tensor>& batch, ExecOptions opts) {
   auto outs = evaluate(g_, batch, backend_, opts);

@@ -10,11 +10,16 @@
 
 namespace ampc {
 
+// The state updates of a train-step graph: each state param and the index of the output that holds
+// its next value. Error if the graph is not a train-step graph.
+std::vector<std::pair<Value*, size_t>> stateUpdates(Graph& g);
+
 class Trainer {
  public:
   struct Metrics {
     double loss = 0, lossScale = 0, gradNorm = 0, lr = 0;
     bool skipped = false;
+    double ms = -1;  // device time of the step, where the backend measures it
   };
   // Error if the graph is not a train-step graph.
   Trainer(Graph& g, Backend& backend);

@@ -1,10 +1,12 @@
 #include <cmath>
 
+#include "kernels/cuda/device.cuh"
 #include "kernels/cuda/train.h"
 
 namespace ampc::cuda {
 
-TensorList::TensorList(const std::vector<int64_t>& sizes, int64_t chunk) : chunk_(chunk) {
+TensorList::TensorList(const std::vector<int64_t>& sizes, const std::vector<std::vector<void*>>& roles, int64_t chunk)
+    : tensors_(static_cast<int>(sizes.size())), chunk_(chunk) {
   std::vector<int> tensor;
   std::vector<int64_t> start;
   for (size_t t = 0; t < sizes.size(); ++t)
@@ -12,238 +14,276 @@ TensorList::TensorList(const std::vector<int64_t>& sizes, int64_t chunk) : chunk
       tensor.push_back(static_cast<int>(t));
       start.push_back(s);
     }
+  std::vector<void*> table;
+  for (const auto& r : roles) table.insert(table.end(), r.begin(), r.end());
   chunks_ = static_cast<int>(tensor.size());
-  cudaMalloc(&chunkTensor_, sizeof(int) * tensor.size() + 1);
-  cudaMalloc(&chunkStart_, sizeof(int64_t) * start.size() + 1);
-  cudaMalloc(&sizes_, sizeof(int64_t) * sizes.size() + 1);
+  // Load time, before any step: plain synchronous copies.
+  cudaMalloc(&chunkTensor_, sizeof(int) * tensor.size() + 8);
+  cudaMalloc(&chunkStart_, sizeof(int64_t) * start.size() + 8);
+  cudaMalloc(&sizes_, sizeof(int64_t) * sizes.size() + 8);
+  cudaMalloc(&roles_, sizeof(void*) * table.size() + 8);
   cudaMemcpy(chunkTensor_, tensor.data(), sizeof(int) * tensor.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(chunkStart_, start.data(), sizeof(int64_t) * start.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(sizes_, sizes.data(), sizeof(int64_t) * sizes.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(roles_, table.data(), sizeof(void*) * table.size(), cudaMemcpyHostToDevice);
 }
 
 TensorList::~TensorList() {
   cudaFree(chunkTensor_);
   cudaFree(chunkStart_);
   cudaFree(sizes_);
+  cudaFree(roles_);
 }
 
 namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void zeroFlags(int* found, double* normSq) {
-  *found = 0;
-  *normSq = 0.0;
+struct Chunk {
+  int t;
+  int64_t begin, end;
+};
+__device__ __forceinline__ Chunk chunkOf(const int* ct, const int64_t* cs, const int64_t* sizes, int64_t chunk) {
+  const int t = ct[blockIdx.x];
+  const int64_t b = cs[blockIdx.x];
+  return {t, b, min(b + chunk, sizes[t])};
+}
+#define AMPC_CHUNK_ARGS const int *ct, const int64_t *cs, const int64_t *sizes, int64_t chunk, int n
+#define AMPC_CHUNK_PASS(l) (l).chunkTensor(), (l).chunkStart(), (l).sizes(), (l).chunkSize(), (l).tensors()
+template <typename T>
+__device__ __forceinline__ T* rolePtr(void* const* roles, int n, int r, int t) {
+  return static_cast<T*>(roles[static_cast<size_t>(r) * n + t]);
 }
 
-__global__ void unscaleKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
-                              float* const* grads, const float* scale, int* found, double* normSq) {
-  const int t = chunkTensor[blockIdx.x];
-  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
-  float* g = grads[t];
-  const float inv = 1.0f / *scale;
-  double sq = 0;
+__global__ void unscaleKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* invScale, bool* found) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float* g = rolePtr<float>(roles, n, 0, c.t);
+  float* o = rolePtr<float>(roles, n, 1, c.t);
+  const float inv = *invScale;
   int bad = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
     const float v = g[i] * inv;
-    g[i] = v;
+    o[i] = v;
     bad |= !isfinite(v);
-    sq += static_cast<double>(v) * v;
   }
-  // Block reduction of the sum of squares; one atomic per block.
-  __shared__ double part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) sq += __shfl_down_sync(0xffffffffu, sq, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = sq;
-  bad = __syncthreads_or(bad);
-  if (threadIdx.x == 0) {
-    double s = 0;
-    for (int w = 0; w < kThreads / 32; ++w) s += part[w];
-    atomicAdd(normSq, s);
-    if (bad) atomicOr(found, 1);
-  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found = true;
 }
 
-__device__ float clipCoef(const double* normSq, float maxNorm) {
-  if (maxNorm <= 0.0f) return 1.0f;
-  const double c = static_cast<double>(maxNorm) / (sqrt(*normSq) + 1e-6);
-  return c < 1.0 ? static_cast<float>(c) : 1.0f;
+__global__ void normKernel(AMPC_CHUNK_ARGS, void* const* roles, double* normSq) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float* g = rolePtr<float>(roles, n, 0, c.t);
+  double sq = 0;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) sq += static_cast<double>(g[i]) * g[i];
+  sq = blockSum(sq);
+  if (threadIdx.x == 0) atomicAdd(normSq, sq);
 }
 
-__global__ void stepLrKernel(int64_t* step, float* lrOut, const int* found, float lr, int schedule, int64_t warmup, int64_t total) {
-  const int64_t s = *step + (*found ? 0 : 1);
-  *step = s;
-  const double t = static_cast<double>(s < 1 ? 1 : s);
+__global__ void clipKernel(AMPC_CHUNK_ARGS, void* const* roles, const double* normSq, const bool* found, float maxNorm) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float* g = rolePtr<float>(roles, n, 0, c.t);
+  float* o = rolePtr<float>(roles, n, 1, c.t);
+  const double norm = sqrt(*normSq);
+  const double coef = maxNorm > 0 && !*found ? fmin(1.0, static_cast<double>(maxNorm) / (norm + 1e-6)) : 1.0;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) o[i] = coef < 1.0 ? static_cast<float>(g[i] * coef) : g[i];
+}
+__global__ void normOutKernel(const double* normSq, float* out) { *out = static_cast<float>(sqrt(*normSq)); }
+
+__global__ void stepKernel(const int64_t* step, const bool* found, int64_t* out) { *out = *step + (*found ? 0 : 1); }
+
+__global__ void lrKernel(const int64_t* step, float* out, float lr, int schedule, int64_t warmup, int64_t total) {
+  const double t = static_cast<double>(*step < 1 ? 1 : *step), w = static_cast<double>(warmup);
   double r = lr;
-  if (schedule != 0 && warmup > 0 && t < static_cast<double>(warmup)) r = lr * t / static_cast<double>(warmup);
-  else if (schedule == 2 && total > warmup)
-    r = 0.5 * lr * (1 + cos(3.141592653589793 * fmin(1.0, (t - warmup) / static_cast<double>(total - warmup))));
-  *lrOut = static_cast<float>(r);
+  if (schedule != 0 && warmup > 0 && t < w) r = static_cast<double>(lr) * t / w;
+  else if (schedule == 2 && total > warmup) r = 0.5 * lr * (1 + cos(3.141592653589793 * fmin(1.0, (t - w) / (static_cast<double>(total) - w))));
+  *out = static_cast<float>(r);
 }
 
-__global__ void sgdKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
-                          float* const* params, float* const* grads, float* const* bufs, const float* lrPtr, const int* found,
-                          const double* normSq, float maxNorm, float mom, float wd, bool nesterov) {
-  if (*found) return;  // a skipped step writes nothing
-  const int t = chunkTensor[blockIdx.x];
-  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
-  const float coef = clipCoef(normSq, maxNorm), lr = *lrPtr;
-  float *p = params[t], *b = bufs[t];
-  const float* g = grads[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float d = (coef < 1.0f ? g[i] * coef : g[i]) + wd * p[i];
+__global__ void sgdKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp, const bool* found, float mom, float wd, bool nesterov) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float *p = rolePtr<float>(roles, n, 0, c.t), *g = rolePtr<float>(roles, n, 1, c.t), *buf = rolePtr<float>(roles, n, 2, c.t);
+  float *po = rolePtr<float>(roles, n, 3, c.t), *bo = rolePtr<float>(roles, n, 4, c.t);
+  const bool skip = *found;
+  const float lr = *lrp;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    if (skip) {
+      po[i] = p[i];
+      bo[i] = buf[i];
+      continue;
+    }
+    float d = g[i] + wd * p[i], b = buf[i];
     if (mom != 0.0f) {
-      b[i] = mom * b[i] + d;
-      d = nesterov ? d + mom * b[i] : b[i];
+      b = mom * b + d;
+      d = nesterov ? d + mom * b : b;
     }
-    p[i] -= lr * d;
+    po[i] = p[i] - lr * d;
+    bo[i] = b;
   }
 }
 
-__global__ void adamKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
-                           float* const* params, float* const* grads, float* const* ms, float* const* vs, const float* lrPtr,
-                           const int64_t* step, const int* found, const double* normSq, float maxNorm, float b1, float b2,
-                           float eps, float wd, bool decoupled) {
-  if (*found) return;
-  const int t = chunkTensor[blockIdx.x];
-  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
-  const float coef = clipCoef(normSq, maxNorm), lr = *lrPtr;
-  const double n = static_cast<double>(*step);
-  const float bc1 = static_cast<float>(1 - pow(static_cast<double>(b1), n)), bc2 = static_cast<float>(1 - pow(static_cast<double>(b2), n));
-  const float stepSize = lr / bc1, bc2Sqrt = sqrtf(bc2);
-  float *p = params[t], *m = ms[t], *v = vs[t];
-  const float* g = grads[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float gi = coef < 1.0f ? g[i] * coef : g[i];
-    if (decoupled) p[i] *= 1 - lr * wd;
-    else gi += wd * p[i];
-    m[i] = b1 * m[i] + (1 - b1) * gi;
-    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-    p[i] -= stepSize * m[i] / (sqrtf(v[i]) / bc2Sqrt + eps);
-  }
+struct AdamConsts {
+  float b1, b2, eps, wd, stepSize, bc1, bc2, bc2Sqrt, lr;
+};
+__device__ __forceinline__ AdamConsts adamConsts(const float* lrp, const int64_t* stepp, float b1, float b2, float eps, float wd) {
+  const double t = static_cast<double>(*stepp);
+  AdamConsts k{b1, b2, eps, wd, 0, 0, 0, 0, *lrp};
+  k.bc1 = static_cast<float>(1 - pow(static_cast<double>(b1), t));
+  k.bc2 = static_cast<float>(1 - pow(static_cast<double>(b2), t));
+  k.stepSize = k.lr / k.bc1;
+  k.bc2Sqrt = sqrtf(k.bc2);
+  return k;
 }
 
-__global__ void zeroDoubles(double* d, int n) {
-  for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = 0.0;
-}
-
-// LAMB phase 1: moments, u (written over the gradient), and per-tensor ||p||^2, ||u||^2.
-__global__ void lambMomentsKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
-                                  float* const* params, float* const* grads, float* const* ms, float* const* vs, const int64_t* step,
-                                  const int* found, const double* normSq, float maxNorm, float b1, float b2, float eps, float wd,
-                                  double* norms) {
-  if (*found) return;
-  const int t = chunkTensor[blockIdx.x];
-  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
-  const float coef = clipCoef(normSq, maxNorm);
-  const double n = static_cast<double>(*step);
-  const float bc1 = static_cast<float>(1 - pow(static_cast<double>(b1), n)), bc2 = static_cast<float>(1 - pow(static_cast<double>(b2), n));
-  const float* p = params[t];
-  float *g = grads[t], *m = ms[t], *v = vs[t];
-  double pn = 0, un = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = coef < 1.0f ? g[i] * coef : g[i];
-    m[i] = b1 * m[i] + (1 - b1) * gi;
-    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-    const float u = (m[i] / bc1) / (sqrtf(v[i] / bc2) + eps) + wd * p[i];
-    g[i] = u;
-    pn += static_cast<double>(p[i]) * p[i];
-    un += static_cast<double>(u) * u;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    pn += __shfl_down_sync(0xffffffffu, pn, o);
-    un += __shfl_down_sync(0xffffffffu, un, o);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    atomicAdd(&norms[2 * t], pn);
-    atomicAdd(&norms[2 * t + 1], un);
-  }
-}
-
-// LAMB phase 2: p -= lr * trust * u, trust = ||p|| / ||u|| (1 when either is 0).
-__global__ void lambApplyKernel(const int* chunkTensor, const int64_t* chunkStart, const int64_t* sizes, int64_t chunk,
-                                float* const* params, float* const* us, const float* lrPtr, const int* found, const double* norms) {
-  if (*found) return;
-  const int t = chunkTensor[blockIdx.x];
-  const int64_t begin = chunkStart[blockIdx.x], end = min(begin + chunk, sizes[t]);
-  const double pn = norms[2 * t], un = norms[2 * t + 1];
-  const float trust = pn > 0 && un > 0 ? static_cast<float>(sqrt(pn) / sqrt(un)) : 1.0f;
-  const float lr = *lrPtr;
-  float* p = params[t];
-  const float* u = us[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] -= lr * trust * u[i];
-}
-
-__global__ void scalerKernel(float* scalePtr, int64_t* growthPtr, int64_t* hystPtr, const int* found, float growth, float backoff,
-                             int64_t interval, int64_t hysteresis, float lo, float hi) {
-  double scale = *scalePtr;
-  int64_t tracker = *growthPtr, left = *hystPtr;
+// Adam / AdamW; with lamb, phase 1: the moments and the per-tensor ||p||^2, ||u||^2.
+__global__ void adamKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp, const int64_t* stepp, const bool* found, float b1, float b2,
+                           float eps, float wd, bool decoupled, bool lamb, double* norms) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float *p = rolePtr<float>(roles, n, 0, c.t), *g = rolePtr<float>(roles, n, 1, c.t);
+  const float *m = rolePtr<float>(roles, n, 2, c.t), *v = rolePtr<float>(roles, n, 3, c.t);
+  float *po = rolePtr<float>(roles, n, 4, c.t), *mo = rolePtr<float>(roles, n, 5, c.t), *vo = rolePtr<float>(roles, n, 6, c.t);
   if (*found) {
-    tracker = 0;
-    left = left > 1 ? left - 1 : 0;
-    if (left == 0) scale *= backoff;
-  } else {
-    left = hysteresis;
-    if (++tracker >= interval) {
-      scale *= growth;
-      tracker = 0;
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+      po[i] = p[i];
+      mo[i] = m[i];
+      vo[i] = v[i];
+    }
+    return;
+  }
+  const AdamConsts k = adamConsts(lrp, stepp, b1, b2, eps, wd);
+  double pn = 0, un = 0;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    float pi = p[i], gi = g[i];
+    if (lamb) {
+      const float mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+      const float u = (mi / k.bc1) / (sqrtf(vi / k.bc2) + eps) + wd * pi;
+      mo[i] = mi;
+      vo[i] = vi;
+      pn += static_cast<double>(pi) * pi;
+      un += static_cast<double>(u) * u;
+      continue;
+    }
+    if (decoupled) pi *= 1 - k.lr * wd;
+    else gi += wd * pi;
+    const float mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+    mo[i] = mi;
+    vo[i] = vi;
+    po[i] = pi - k.stepSize * mi / (sqrtf(vi) / k.bc2Sqrt + eps);
+  }
+  if (lamb) {
+    pn = blockSum(pn);
+    un = blockSum(un);
+    if (threadIdx.x == 0) {
+      atomicAdd(norms + 2 * c.t, pn);
+      atomicAdd(norms + 2 * c.t + 1, un);
     }
   }
-  if (lo > 0) scale = fmax(scale, static_cast<double>(lo));
-  if (hi > 0) scale = fmin(scale, static_cast<double>(hi));
-  *scalePtr = static_cast<float>(scale);
-  *growthPtr = tracker;
-  *hystPtr = left;
+}
+// LAMB phase 2: p -= lr * trust * u, u recomputed from the new moments.
+__global__ void lambApply(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp, const int64_t* stepp, const bool* found, float b1, float b2,
+                          float eps, float wd, const double* norms) {
+  if (*found) return;
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float* p = rolePtr<float>(roles, n, 0, c.t);
+  float *po = rolePtr<float>(roles, n, 4, c.t), *mo = rolePtr<float>(roles, n, 5, c.t), *vo = rolePtr<float>(roles, n, 6, c.t);
+  const AdamConsts k = adamConsts(lrp, stepp, b1, b2, eps, wd);
+  const double pn = norms[2 * c.t], un = norms[2 * c.t + 1];
+  const float trust = pn > 0 && un > 0 ? static_cast<float>(sqrt(pn) / sqrt(un)) : 1.0f;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const float u = (mo[i] / k.bc1) / (sqrtf(vo[i] / k.bc2) + eps) + wd * p[i];
+    po[i] = p[i] - k.lr * trust * u;
+  }
+}
+
+__global__ void scalerKernel(const float* scale, const int64_t* tracker, const int64_t* left, const bool* found, float* so, int64_t* to,
+                             int64_t* lo, float growth, float backoff, int64_t interval, int64_t hysteresis, float minScale, float maxScale) {
+  double s = *scale;
+  int64_t t = *tracker, l = *left;
+  if (*found) {
+    t = 0;
+    l = l - 1 > 0 ? l - 1 : 0;
+    if (l == 0) s *= backoff;
+  } else {
+    l = hysteresis;
+    if (++t >= interval) {
+      s *= growth;
+      t = 0;
+    }
+  }
+  if (minScale > 0) s = fmax(s, static_cast<double>(minScale));
+  if (maxScale > 0) s = fmin(s, static_cast<double>(maxScale));
+  *so = static_cast<float>(s);
+  *to = t;
+  *lo = l;
+}
+
+struct MetricSources {
+  const void* v[5];
+  int t[5];
+};
+__global__ void metricsKernel(MetricSources m, double* ring, int* pos, int slots) {
+  const int p = *pos;
+  for (int k = 0; k < 5; ++k) ring[5 * p + k] = loadF(m.v[k], static_cast<DT>(m.t[k]), 0);
+  *pos = (p + 1) % slots;
 }
 
 }  // namespace
 
-cudaError_t unscaleCheckNorm(const TensorList& l, float* const* grads, const StepState& s, cudaStream_t st) {
-  zeroFlags<<<1, 1, 0, st>>>(s.foundInf, s.normSq);
-  if (l.chunks() > 0)
-    unscaleKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), grads, s.scale, s.foundInf,
-                                                    s.normSq);
-  return cudaGetLastError();
-}
-
-cudaError_t stepAndLr(const StepState& s, float lr, int schedule, int64_t warmup, int64_t total, cudaStream_t st) {
-  stepLrKernel<<<1, 1, 0, st>>>(s.step, s.lr, s.foundInf, lr, schedule, warmup, total);
-  return cudaGetLastError();
-}
-
-cudaError_t sgdStep(const TensorList& l, float* const* params, float* const* grads, float* const* bufs, const StepState& s,
-                    float maxNorm, float momentum, float weightDecay, bool nesterov, cudaStream_t st) {
-  if (l.chunks() > 0)
-    sgdKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, bufs, s.lr,
-                                                s.foundInf, s.normSq, maxNorm, momentum, weightDecay, nesterov);
-  return cudaGetLastError();
-}
-
-cudaError_t adamStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
-                     const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, bool decoupled,
-                     cudaStream_t st) {
-  if (l.chunks() > 0)
-    adamKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, m, v, s.lr,
-                                                 s.step, s.foundInf, s.normSq, maxNorm, beta1, beta2, eps, weightDecay, decoupled);
-  return cudaGetLastError();
-}
-
-cudaError_t lambStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
-                     const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, double* norms,
-                     int numTensors, cudaStream_t st) {
-  zeroDoubles<<<1, kThreads, 0, st>>>(norms, 2 * numTensors);
-  if (l.chunks() > 0) {
-    lambMomentsKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, m, v,
-                                                        s.step, s.foundInf, s.normSq, maxNorm, beta1, beta2, eps, weightDecay, norms);
-    lambApplyKernel<<<l.chunks(), kThreads, 0, st>>>(l.chunkTensor(), l.chunkStart(), l.sizes(), l.chunkSize(), params, grads, s.lr,
-                                                      s.foundInf, norms);
+cudaError_t recordMetrics(const void* const values[5], const int types[5], double* ring, int* pos, int slots, cudaStream_t st) {
+  MetricSources m;
+  for (int k = 0; k < 5; ++k) {
+    m.v[k] = values[k];
+    m.t[k] = types[k];
   }
+  metricsKernel<<<1, 1, 0, st>>>(m, ring, pos, slots);
   return cudaGetLastError();
 }
 
-cudaError_t scalerUpdate(const StepState& s, float growthFactor, float backoffFactor, int64_t growthInterval, int64_t hysteresis,
-                         float minScale, float maxScale, cudaStream_t st) {
-  scalerKernel<<<1, 1, 0, st>>>(s.scale, s.growth, s.hysteresis, s.foundInf, growthFactor, backoffFactor, growthInterval, hysteresis,
-                                minScale, maxScale);
+cudaError_t unscaleCheck(const TensorList& l, const float* invScale, bool* found, cudaStream_t st) {
+  if (cudaError_t e = cudaMemsetAsync(found, 0, 1, st); e != cudaSuccess) return e;
+  if (l.chunks() > 0) unscaleKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found);
+  return cudaGetLastError();
+}
+
+cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st) {
+  if (cudaError_t e = cudaMemsetAsync(normSq, 0, sizeof(double), st); e != cudaSuccess) return e;
+  if (l.chunks() > 0) {
+    normKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), normSq);
+    clipKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), normSq, found, maxNorm);
+  }
+  normOutKernel<<<1, 1, 0, st>>>(normSq, normOut);
+  return cudaGetLastError();
+}
+
+cudaError_t stepIncrement(const int64_t* step, const bool* found, int64_t* out, cudaStream_t st) {
+  stepKernel<<<1, 1, 0, st>>>(step, found, out);
+  return cudaGetLastError();
+}
+
+cudaError_t learningRate(const int64_t* step, float* out, float lr, int schedule, int64_t warmup, int64_t total, cudaStream_t st) {
+  lrKernel<<<1, 1, 0, st>>>(step, out, lr, schedule, warmup, total);
+  return cudaGetLastError();
+}
+
+cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, cudaStream_t st) {
+  if (l.chunks() > 0) sgdKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, found, momentum, weightDecay, nesterov);
+  return cudaGetLastError();
+}
+
+cudaError_t adam(const TensorList& l, const float* lr, const int64_t* step, const bool* found, float beta1, float beta2, float eps,
+                 float weightDecay, bool decoupled, bool lamb, double* norms, cudaStream_t st) {
+  if (l.chunks() == 0) return cudaSuccess;
+  if (lamb)
+    if (cudaError_t e = cudaMemsetAsync(norms, 0, sizeof(double) * 2 * l.tensors(), st); e != cudaSuccess) return e;
+  adamKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, decoupled, lamb,
+                                              norms);
+  if (lamb) lambApply<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, norms);
+  return cudaGetLastError();
+}
+
+cudaError_t scalerUpdate(const float* scale, const int64_t* tracker, const int64_t* left, const bool* found, float* scaleOut,
+                         int64_t* trackerOut, int64_t* leftOut, float growthFactor, float backoffFactor, int64_t growthInterval,
+                         int64_t hysteresis, float minScale, float maxScale, cudaStream_t st) {
+  scalerKernel<<<1, 1, 0, st>>>(scale, tracker, left, found, scaleOut, trackerOut, leftOut, growthFactor, backoffFactor, growthInterval,
+                                hysteresis, minScale, maxScale);
   return cudaGetLastError();
 }
 

@@ -1,8 +1,7 @@
-// The device-resident training step's multi-tensor kernels (issue 7): unscale + Inf/NaN check +
-// global norm in one pass over every gradient; fused clip + SGD / Adam / AdamW updates predicated
-// on found_inf (a skipped step writes nothing); the step counter, the learning-rate schedule and
-// the dynamic loss scaler as device kernels. Everything stays on the device: no host
-// synchronisation, no device-to-host copy. Semantics equal the CPU kernels (kernels/cpu/k_train.cpp).
+// The training step's ops on the device (the "ampc" train ops of compiler/ops/ops_train.cpp, with
+// the CPU kernels' semantics, kernels/cpu/k_train.cpp): multi-tensor launches that cover every
+// parameter at once, each predicated on found_inf read from device memory, so a step never
+// synchronises with the host. A skipped step copies state through bitwise.
 #pragma once
 
 #include <cstdint>
@@ -12,57 +11,54 @@
 
 namespace ampc::cuda {
 
-// The chunk table of a list of tensors (element counts), built once when a plan loads: one
-// launch covers every tensor, each block one chunk.
+// One multi-tensor launch's tensors: `roles` pointer lists of equal length (for example param,
+// grad, momentum, param out, momentum out), their element counts, and the chunk table (each block
+// one chunk). Built once when a plan loads; the tables live on the device.
 class TensorList {
  public:
-  TensorList(const std::vector<int64_t>& sizes, int64_t chunk = 16384);
+  TensorList(const std::vector<int64_t>& sizes, const std::vector<std::vector<void*>>& roles, int64_t chunk = 16384);
   ~TensorList();
   TensorList(const TensorList&) = delete;
   TensorList& operator=(const TensorList&) = delete;
   int chunks() const { return chunks_; }
-  const int* chunkTensor() const { return chunkTensor_; }    // device: tensor of each chunk
-  const int64_t* chunkStart() const { return chunkStart_; }  // device: first element of each chunk
-  const int64_t* sizes() const { return sizes_; }            // device
+  int tensors() const { return tensors_; }
+  const int* chunkTensor() const { return chunkTensor_; }
+  const int64_t* chunkStart() const { return chunkStart_; }
+  const int64_t* sizes() const { return sizes_; }
+  void* const* role(int r) const { return roles_ + static_cast<size_t>(r) * tensors_; }
   int64_t chunkSize() const { return chunk_; }
 
  private:
-  int chunks_ = 0;
+  int chunks_ = 0, tensors_ = 0;
   int64_t chunk_;
   int* chunkTensor_ = nullptr;
   int64_t* chunkStart_ = nullptr;
   int64_t* sizes_ = nullptr;
+  void** roles_ = nullptr;
 };
 
-// Device state of the loss scaler and the step.
-struct StepState {
-  float* scale;           // the loss scale S
-  int64_t* growth;        // growth tracker
-  int64_t* hysteresis;    // overflow budget left
-  int64_t* step;          // optimizer step count
-  float* lr;              // this step's learning rate
-  int* foundInf;          // set by unscaleCheckNorm
-  double* normSq;         // sum of squares of the unscaled gradients
-};
+// UnscaleCheck: roles {grad (f32), out (f32)}: out = grad * *invScale; *found = any non-finite out.
+cudaError_t unscaleCheck(const TensorList& l, const float* invScale, bool* found, cudaStream_t st);
+// ClipByGlobalNorm: roles {grad, out}. norm = ||grads||_2 (f64 accumulation, `normSq` scratch);
+// out = grad * min(1, maxNorm / (norm + 1e-6)) when maxNorm > 0 and !*found, else grad.
+cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st);
+// StepIncrement: *out = *step + (*found ? 0 : 1).
+cudaError_t stepIncrement(const int64_t* step, const bool* found, int64_t* out, cudaStream_t st);
+// LearningRate for the 1-based step: schedule 0 constant, 1 linear warmup, 2 cosine.
+cudaError_t learningRate(const int64_t* step, float* out, float lr, int schedule, int64_t warmup, int64_t total, cudaStream_t st);
+// SGD: roles {p, g, buf, pOut, bufOut}.
+cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, cudaStream_t st);
+// Adam / AdamW: roles {p, g, m, v, pOut, mOut, vOut}; `step` the step count after the increment.
+// LAMB (lamb): the same roles; `norms` is f64 scratch of 2 per tensor.
+cudaError_t adam(const TensorList& l, const float* lr, const int64_t* step, const bool* found, float beta1, float beta2, float eps,
+                 float weightDecay, bool decoupled, bool lamb, double* norms, cudaStream_t st);
+// ScalerUpdate (PyTorch's GradScaler plus hysteresis and bounds; 0: unbounded).
+cudaError_t scalerUpdate(const float* scale, const int64_t* tracker, const int64_t* left, const bool* found, float* scaleOut,
+                         int64_t* trackerOut, int64_t* leftOut, float growthFactor, float backoffFactor, int64_t growthInterval,
+                         int64_t hysteresis, float minScale, float maxScale, cudaStream_t st);
 
-// Zeroes foundInf and normSq, then g *= 1/S in place for every gradient, sets foundInf on any
-// non-finite result and accumulates normSq.
-cudaError_t unscaleCheckNorm(const TensorList& l, float* const* grads, const StepState& s, cudaStream_t st);
-// step += found ? 0 : 1, then lr = schedule(step) (0 constant, 1 linear-warmup, 2 cosine).
-cudaError_t stepAndLr(const StepState& s, float lr, int schedule, int64_t warmup, int64_t total, cudaStream_t st);
-// Clip by the global norm (maxNorm > 0) fused with the update; nothing is written when found_inf.
-cudaError_t sgdStep(const TensorList& l, float* const* params, float* const* grads, float* const* bufs, const StepState& s,
-                    float maxNorm, float momentum, float weightDecay, bool nesterov, cudaStream_t st);
-cudaError_t adamStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
-                     const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, bool decoupled,
-                     cudaStream_t st);
-// LAMB: Adam moments, u = m^ / (sqrt(v^) + eps) + wd p, then p -= lr (||p|| / ||u||) u per tensor.
-// `norms` is device scratch of 2 doubles per tensor; the grads are overwritten with u.
-cudaError_t lambStep(const TensorList& l, float* const* params, float* const* grads, float* const* m, float* const* v,
-                     const StepState& s, float maxNorm, float beta1, float beta2, float eps, float weightDecay, double* norms,
-                     int numTensors, cudaStream_t st);
-// PyTorch's GradScaler update plus hysteresis and [minScale, maxScale] (0: unbounded).
-cudaError_t scalerUpdate(const StepState& s, float growthFactor, float backoffFactor, int64_t growthInterval, int64_t hysteresis,
-                         float minScale, float maxScale, cudaStream_t st);
+// Writes the step's metrics (loss, loss scale, found_inf, grad norm, lr; any dtype, read as `types`)
+// as 5 doubles into ring slot *pos, then advances *pos modulo `slots`.
+cudaError_t recordMetrics(const void* const values[5], const int types[5], double* ring, int* pos, int slots, cudaStream_t st);
 
 }  // namespace ampc::cuda

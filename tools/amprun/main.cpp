@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,9 +21,19 @@
 #include "runtime/plan.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#include "passes/memory_plan.h"
+#if AMPC_CUDA_BUILT
+#include "runtime/cuda/trainer.h"
+#endif
 
 namespace fs = std::filesystem;
 using namespace ampc;
+
+#if AMPC_CUDA_BUILT
+using cuda::gpuPresent;
+#else
+static bool gpuPresent() { return false; }
+#endif
 
 namespace {
 
@@ -127,18 +138,53 @@ void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend&
   fmt::print("\n");
 }
 
+struct BenchReport {
+  std::string device;
+  bool cuda = false;
+  int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
+  double wallMs = 0;
+};
+
+std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
+
+// The --bench report: step time (median after the warm-up), memory, host synchronisations.
+void printBench(const BenchReport& r, const std::vector<double>& stepMs, int64_t steps, int64_t logEvery) {
+  const size_t warm = std::min<size_t>(stepMs.size() / 5, 5);
+  std::vector<double> t(stepMs.begin() + static_cast<std::ptrdiff_t>(warm), stepMs.end());
+  std::sort(t.begin(), t.end());
+  const double median = t.empty() ? 0 : t[t.size() / 2];
+  fmt::print("bench: device {}, {} steps ({} warm-up steps left out of the median)\n", r.device, steps, warm);
+  fmt::print("  step time: median {:.3f} ms, min {:.3f} ms, max {:.3f} ms ({}); wall {:.1f} ms for all steps\n", median,
+             t.empty() ? 0 : t.front(), t.empty() ? 0 : t.back(), r.cuda ? "device time, CUDA events" : "wall time", r.wallMs);
+  fmt::print("  memory: arena (planned) {}", mib(r.arenaBytes));
+  if (r.cuda)
+    fmt::print(", planned in all {} (arena + params/state/inputs + workspaces), peak device memory (measured) {}\n", mib(r.plannedBytes),
+               mib(r.peakBytes));
+  else
+    fmt::print("\n");
+  if (r.cuda)
+    fmt::print("  host synchronisations inside steps: {} ({:.2f} per step); metrics read every {} steps; CUDA graph replays: {}; launches "
+               "per step: {}\n",
+               r.syncsInSteps, steps > 0 ? static_cast<double>(r.syncsInSteps) / static_cast<double>(steps) : 0.0, logEvery, r.replays,
+               r.launches);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
-  std::string planPath, device = "cpu", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
+  std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10;
   uint64_t seed = 0;
-  bool dump = false, shuffle = false, synthetic = false;
+  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false;
   std::vector<std::string> intRanges;
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
-  app.add_option("--device", device, "cpu (cuda arrives with the CUDA backend)")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda when a GPU is present)");
+  app.add_flag("--bench", bench, "time the steps on one fixed batch and report time, memory and host synchronisations");
+  app.add_flag("--fixed-batch", fixedBatch, "train on the first batch every step (uploaded once)");
+  app.add_flag("--no-cuda-graph", noCudaGraph, "cuda: launch every step's kernels instead of replaying one captured graph");
+  app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
   app.add_option("--data", dataDir, "folder with one NAME.npy per graph input (leading dimension = samples)");
   app.add_flag("--shuffle", shuffle, "shuffle the samples every epoch (with --seed)");
   app.add_option("--seed", seed, "seed of the shuffle, synthetic data and Dropout (default 0)");
@@ -160,8 +206,19 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
-  if (device == "cuda") {
-    std::cerr << "amprun: --device cuda: the CUDA backend is not built yet (issue 7); use --device cpu\n";
+  const bool cudaBuilt = AMPC_CUDA_BUILT != 0;
+  if (device == "auto") device = cudaBuilt && gpuPresent() ? "cuda" : "cpu";
+  const bool useCuda = device != "cpu";
+  if (useCuda && !cudaBuilt) {
+    std::cerr << "amprun: --device " << device << ": this amprun was built without CUDA\n";
+    return 2;
+  }
+  if (useCuda && (device != "cuda" && device.rfind("cuda:", 0) != 0)) {
+    std::cerr << "amprun: --device " << device << ": want cpu, cuda or cuda:N\n";
+    return 2;
+  }
+  if (useCuda && !gpuPresent()) {
+    std::cerr << "amprun: --device " << device << ": no CUDA device is present\n";
     return 2;
   }
   try {
@@ -204,17 +261,13 @@ int main(int argc, char** argv) {
       if (!metrics) throw Error(metricsPath + ": cannot write");
       for (const auto& l : kept) metrics << l << "\n";
     }
-    auto backend = createCpuBackend();
-    Trainer trainer(g, *backend);
-    const bool tty = isatty(2);
-    for (int64_t s = done; s < steps; ++s) {
-      auto batch = data.next();
-      ExecOptions o;
-      o.seed = seed;
-      o.step = static_cast<uint64_t>(s);
-      const auto t0 = std::chrono::steady_clock::now();
-      auto m = trainer.step(batch, o);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const bool fixed = fixedBatch || bench;  // one batch, uploaded once
+    const bool tty = isatty(2) && !bench;
+    std::vector<double> stepMs;
+    // One finished step's metrics line and progress.
+    auto emit = [&](int64_t s, const Trainer::Metrics& m, double wallMs) {
+      const double ms = m.ms >= 0 ? m.ms : wallMs;
+      stepMs.push_back(ms);
       if (metrics.is_open())
         metrics << fmt::format(R"({{"step": {}, "loss": {}, "loss_scale": {}, "skipped": {}, "grad_norm": {}, "lr": {}, "step_ms": {:.3f}}})",
                                s + 1, num(m.loss), num(m.lossScale), m.skipped ? "true" : "false", num(m.gradNorm), num(m.lr), ms)
@@ -227,8 +280,64 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "step {}/{}: loss {:.6f}, loss scale {:g}{}, grad norm {:.4g}, lr {:.4g}, {:.2f} ms\n", s + 1, steps, m.loss,
                    m.lossScale, m.skipped ? " (skipped)" : "", m.gradNorm, m.lr, ms);
       }
-      if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
+    };
+    std::unique_ptr<Backend> backend = createCpuBackend();
+    BenchReport report;
+    report.device = device;
+    report.arenaBytes = planMemory(g).arenaBytes;
+    std::map<std::string, Tensor> batch;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!useCuda) {
+      Trainer trainer(g, *backend);
+      for (int64_t s = done; s < steps; ++s) {
+        if (!fixed || s == done) batch = data.next();
+        ExecOptions o;
+        o.seed = seed;
+        o.step = static_cast<uint64_t>(s);
+        const auto a = std::chrono::steady_clock::now();
+        auto m = trainer.step(batch, o);
+        emit(s, m, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+        if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
+      }
+    } else {
+#if AMPC_CUDA_BUILT
+      cuda::ProgramOptions po;
+      po.device = cuda::parseDevice(device);
+      po.allowTf32 = allowTf32;
+      po.cudaGraph = !noCudaGraph;
+      po.seed = seed;
+      const auto memBase = cuda::deviceMemoryUsed(po.device);
+      cuda::CudaTrainer trainer(g, po, static_cast<int>(std::max<int64_t>(logEvery, 1)));
+      trainer.begin(static_cast<uint64_t>(done));
+      int64_t reported = done;
+      auto drain = [&](const std::vector<Trainer::Metrics>& ms) {
+        for (const auto& m : ms) emit(reported++, m, -1);
+      };
+      for (int64_t s = done; s < steps; ++s) {
+        const bool upload = !fixed || s == done;
+        if (upload) batch = data.next();
+        const auto ms = trainer.step(upload ? &batch : nullptr);
+        if (!ms.empty()) report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
+        drain(ms);
+        if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) {
+          drain(trainer.flush());
+          trainer.syncState();
+          writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
+        }
+      }
+      drain(trainer.flush());
+      report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
+      trainer.syncState();
+      const auto& st = trainer.program().stats();
+      report.cuda = true;
+      report.arenaBytes = st.arenaBytes;
+      report.plannedBytes = st.arenaBytes + st.paramBytes + st.workspaceBytes;
+      report.syncsInSteps = trainer.syncsInSteps();
+      report.replays = st.replays;
+      report.launches = st.launches;
+#endif
     }
+    report.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
     if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) writeCheckpoint(ckptDir, g, steps, data.position(), seed);
     if (!savePath.empty()) {
@@ -238,6 +347,7 @@ int main(int argc, char** argv) {
       writeSafetensors(savePath, st);
     }
     if (!evalDir.empty()) evaluateOn(evalDir, *plan.eval, g, *backend);
+    if (bench) printBench(report, stepMs, steps - done, logEvery);
   } catch (const Error& e) {
     std::cerr << "amprun: error: " << e.what() << "\n";
     return 1;

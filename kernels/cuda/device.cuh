@@ -1,0 +1,91 @@
+// Device helpers the CUDA kernels share: typed loads and stores by runtime dtype, launch sizes,
+// block reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/ops.h"
+
+namespace ampc::cuda {
+
+// Element i of p (type t) widened to float.
+__device__ __forceinline__ float loadF(const void* p, DT t, int64_t i) {
+  switch (t) {
+    case DT::f32: return static_cast<const float*>(p)[i];
+    case DT::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DT::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DT::i64: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    case DT::i32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case DT::i8: return static_cast<float>(static_cast<const int8_t*>(p)[i]);
+    case DT::u8: return static_cast<float>(static_cast<const uint8_t*>(p)[i]);
+    case DT::boolean: return static_cast<const uint8_t*>(p)[i] ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+__device__ __forceinline__ int64_t loadI(const void* p, DT t, int64_t i) {
+  switch (t) {
+    case DT::i64: return static_cast<const int64_t*>(p)[i];
+    case DT::i32: return static_cast<const int32_t*>(p)[i];
+    case DT::i8: return static_cast<const int8_t*>(p)[i];
+    case DT::u8: return static_cast<const uint8_t*>(p)[i];
+    case DT::boolean: return static_cast<const uint8_t*>(p)[i] ? 1 : 0;
+    default: return static_cast<int64_t>(loadF(p, t, i));  // float -> int truncates, as Cast does
+  }
+}
+// v rounded once to type t (float -> int truncates; -> bool is v != 0).
+__device__ __forceinline__ void storeF(void* p, DT t, int64_t i, float v) {
+  switch (t) {
+    case DT::f32: static_cast<float*>(p)[i] = v; break;
+    case DT::f16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case DT::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case DT::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DT::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DT::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DT::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DT::boolean: static_cast<uint8_t*>(p)[i] = v != 0.0f; break;
+  }
+}
+__device__ __forceinline__ void storeI(void* p, DT t, int64_t i, int64_t v) {
+  switch (t) {
+    case DT::i64: static_cast<int64_t*>(p)[i] = v; break;
+    case DT::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DT::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DT::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DT::boolean: static_cast<uint8_t*>(p)[i] = v != 0; break;
+    default: storeF(p, t, i, static_cast<float>(v)); break;
+  }
+}
+
+inline int gridFor(int64_t n, int block = 256) {
+  const int64_t g = (n + block - 1) / block;
+  return static_cast<int>(g < 1 ? 1 : (g > 65535 * 8 ? 65535 * 8 : g));
+}
+#define AMPC_GRID_LOOP(i, n) for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+template <typename T>
+__device__ __forceinline__ T blockSum(T v) {
+  __shared__ T part[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  T r = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r += part[w];
+  return r;
+}
+__device__ __forceinline__ float blockMax(float v) {
+  __shared__ float part[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  float r = -INFINITY;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r = fmaxf(r, part[w]);
+  return r;
+}
+
+}  // namespace ampc::cuda

@@ -1,0 +1,412 @@
+// Normalisation, softmax, loss and pooling kernels of the CUDA backend (kernels/cuda/ops.h). Rows
+// are reduced by one block each, in f32, as the CPU reference does.
+#include "kernels/cuda/device.cuh"
+
+namespace ampc::cuda {
+namespace {
+
+constexpr int kRowBlock = 256;
+
+// ---- softmax: one block per (outer, inner) row, elements `inner` apart ----
+__global__ void softmaxKernel(const void* x, void* y, DT t, int64_t axis, int64_t inner, bool log) {
+  const int64_t row = blockIdx.x, o = row / inner, in = row % inner;
+  const int64_t base = o * axis * inner + in;
+  float mx = -INFINITY;
+  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) mx = fmaxf(mx, loadF(x, t, base + a * inner));
+  mx = blockMax(mx);
+  float s = 0;
+  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) s += expf(loadF(x, t, base + a * inner) - mx);
+  s = blockSum(s);
+  const float ls = logf(s);
+  for (int64_t a = threadIdx.x; a < axis; a += blockDim.x) {
+    const float v = loadF(x, t, base + a * inner) - mx;
+    storeF(y, t, base + a * inner, log ? v - ls : expf(v) / s);
+  }
+}
+
+// ---- layer norm ----
+// The mean and 1 / sqrt(variance + eps) of one row of D elements (the whole block).
+__device__ __forceinline__ void rowStats(const void* x, DT t, int64_t base, int64_t D, float eps, float& m, float& inv) {
+  float s = 0;
+  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += loadF(x, t, base + k);
+  m = blockSum(s) / static_cast<float>(D);
+  float q = 0;
+  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+    const float d = loadF(x, t, base + k) - m;
+    q += d * d;
+  }
+  inv = 1.0f / sqrtf(blockSum(q) / static_cast<float>(D) + eps);
+}
+__global__ void layerNormKernel(const void* x, const void* scale, const void* bias, void* y, DT t, DT pt, int64_t D, float eps,
+                                float* meanOut, float* invOut) {
+  const int64_t row = blockIdx.x, base = row * D;
+  float m, inv;
+  rowStats(x, t, base, D, eps, m, inv);
+  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+    const float b = bias ? loadF(bias, pt, k) : 0.0f;
+    storeF(y, t, base + k, (loadF(x, t, base + k) - m) * inv * loadF(scale, pt, k) + b);
+  }
+  if (threadIdx.x == 0) {
+    if (meanOut) meanOut[row] = m;
+    if (invOut) invOut[row] = inv;
+  }
+}
+// dx per row; the row's mean and 1/std go to ws for the column pass.
+__global__ void layerNormGradRows(const void* dy, const void* x, const void* scale, DT t, DT st, void* dx, int64_t D, float eps, float* ws) {
+  const int64_t row = blockIdx.x, base = row * D;
+  float m, inv;
+  rowStats(x, t, base, D, eps, m, inv);
+  float a = 0, b = 0;
+  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+    const float g = loadF(dy, t, base + k) * loadF(scale, st, k);
+    a += g;
+    b += g * (loadF(x, t, base + k) - m) * inv;
+  }
+  a = blockSum(a) / static_cast<float>(D);
+  b = blockSum(b) / static_cast<float>(D);
+  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+    const float xhat = (loadF(x, t, base + k) - m) * inv;
+    storeF(dx, t, base + k, inv * (loadF(dy, t, base + k) * loadF(scale, st, k) - a - xhat * b));
+  }
+  if (threadIdx.x == 0) {
+    ws[2 * row] = m;
+    ws[2 * row + 1] = inv;
+  }
+}
+// dscale, dbias: one thread per column, over the rows.
+__global__ void layerNormGradCols(const void* dy, const void* x, DT t, void* dscale, void* dbias, DT pt, int64_t rows, int64_t D, const float* ws) {
+  AMPC_GRID_LOOP(k, D) {
+    float ds = 0, db = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = loadF(dy, t, r * D + k);
+      ds += g * (loadF(x, t, r * D + k) - ws[2 * r]) * ws[2 * r + 1];
+      db += g;
+    }
+    if (dscale) storeF(dscale, pt, k, ds);
+    if (dbias) storeF(dbias, pt, k, db);
+  }
+}
+
+// ---- batch norm: one block per channel ----
+__global__ void bnStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, float* ws) {
+  const int64_t c = blockIdx.x, count = N * S;
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) s += loadF(x, t, ((j / S) * C + c) * S + j % S);
+  const float m = blockSum(s) / static_cast<float>(count);
+  float q = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const float d = loadF(x, t, ((j / S) * C + c) * S + j % S) - m;
+    q += d * d;
+  }
+  q = blockSum(q) / static_cast<float>(count);
+  if (threadIdx.x == 0) {
+    ws[2 * c] = m;
+    ws[2 * c + 1] = q;
+  }
+}
+__global__ void bnApply(const void* x, const void* scale, const void* bias, void* y, const float* ws, BatchNormArgs a) {
+  AMPC_GRID_LOOP(i, a.N * a.C * a.S) {
+    const int64_t c = (i / a.S) % a.C;
+    const float inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps);
+    storeF(y, a.t, i, (loadF(x, a.t, i) - ws[2 * c]) * inv * loadF(scale, a.pT, c) + loadF(bias, a.pT, c));
+  }
+}
+__global__ void bnRunning(const void* mean, const void* var, void* rm, void* rv, const float* ws, BatchNormArgs a) {
+  AMPC_GRID_LOOP(c, a.C) {
+    if (rm) storeF(rm, a.pT, c, loadF(mean, a.pT, c) * a.momentum + ws[2 * c] * (1.0f - a.momentum));
+    if (rv) storeF(rv, a.pT, c, loadF(var, a.pT, c) * a.momentum + ws[2 * c + 1] * (1.0f - a.momentum));
+  }
+}
+__global__ void bnGivenStats(const void* mean, const void* var, DT pt, int64_t C, float* ws) {
+  AMPC_GRID_LOOP(c, C) {
+    ws[2 * c] = loadF(mean, pt, c);
+    ws[2 * c + 1] = loadF(var, pt, c);
+  }
+}
+// Per channel: sum dy and sum dy * xhat (ws[2C + 2c], ws[2C + 2c + 1]), and dscale, dbias.
+__global__ void bnGradSums(const void* dy, const void* x, void* dscale, void* dbias, float* ws, BatchNormArgs a) {
+  const int64_t c = blockIdx.x, count = a.N * a.S;
+  const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps);
+  float sd = 0, sdx = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const int64_t k = ((j / a.S) * a.C + c) * a.S + j % a.S;
+    const float g = loadF(dy, a.t, k);
+    sd += g;
+    sdx += g * (loadF(x, a.t, k) - m) * inv;
+  }
+  sd = blockSum(sd);
+  sdx = blockSum(sdx);
+  if (threadIdx.x == 0) {
+    ws[2 * a.C + 2 * c] = sd;
+    ws[2 * a.C + 2 * c + 1] = sdx;
+    if (dbias) storeF(dbias, a.pT, c, sd);
+    if (dscale) storeF(dscale, a.pT, c, sdx);
+  }
+}
+__global__ void bnGradApply(const void* dy, const void* x, const void* scale, void* dx, const float* ws, BatchNormArgs a) {
+  const float count = static_cast<float>(a.N * a.S);
+  AMPC_GRID_LOOP(i, a.N * a.C * a.S) {
+    const int64_t c = (i / a.S) % a.C;
+    const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps), sc = loadF(scale, a.pT, c);
+    const float g = loadF(dy, a.t, i);
+    float r;
+    if (a.training) {
+      const float xhat = (loadF(x, a.t, i) - m) * inv;
+      r = sc * inv / count * (count * g - ws[2 * a.C + 2 * c] - xhat * ws[2 * a.C + 2 * c + 1]);
+    } else {
+      r = g * sc * inv;
+    }
+    storeF(dx, a.t, i, r);
+  }
+}
+
+// ---- softmax cross-entropy ----
+// Per (outer, inner) row: the row's loss (weighted, 0 when ignored) and weight in ws[2 row], ws[2 row + 1];
+// the log-probabilities when asked.
+__global__ void sceRows(const void* x, const void* labels, const void* weights, void* logProb, float* ws, LossArgs a) {
+  const int64_t row = blockIdx.x, o = row / a.inner, in = row % a.inner;
+  const int64_t base = o * a.C * a.inner + in;
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) mx = fmaxf(mx, loadF(x, a.t, base + c * a.inner));
+  mx = blockMax(mx);
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) s += expf(loadF(x, a.t, base + c * a.inner) - mx);
+  const float lse = logf(blockSum(s)) + mx;
+  if (logProb)
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(logProb, a.t, base + c * a.inner, loadF(x, a.t, base + c * a.inner) - lse);
+  if (threadIdx.x == 0) {
+    const int64_t y = loadI(labels, a.labelT, row);
+    float l = 0, w = 0;
+    if (!(a.hasIgnore && y == a.ignore) && y >= 0 && y < a.C) {
+      w = weights ? loadF(weights, a.t, y) : 1.0f;
+      l = -(loadF(x, a.t, base + y * a.inner) - lse) * w;
+    }
+    ws[2 * row] = l;
+    ws[2 * row + 1] = w;
+  }
+}
+// ws[2 rows] = sum of losses, ws[2 rows + 1] = sum of weights; the reduced loss when asked.
+__global__ void sceTotal(float* ws, int64_t rows, void* loss, DT t, int reduction) {
+  float l = 0, w = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    l += ws[2 * r];
+    w += ws[2 * r + 1];
+  }
+  l = blockSum(l);
+  w = blockSum(w);
+  if (threadIdx.x == 0) {
+    ws[2 * rows] = l;
+    ws[2 * rows + 1] = w;
+    if (loss && reduction == 1) storeF(loss, t, 0, l);
+    if (loss && reduction == 2) storeF(loss, t, 0, l / w);
+  }
+}
+__global__ void sceNone(const float* ws, int64_t rows, void* loss, DT t) {
+  AMPC_GRID_LOOP(r, rows) storeF(loss, t, r, ws[2 * r]);
+}
+// Weight sums only (for the gradient).
+__global__ void sceWeights(const void* labels, const void* weights, float* ws, LossArgs a, int64_t rows) {
+  AMPC_GRID_LOOP(r, rows) {
+    const int64_t y = loadI(labels, a.labelT, r);
+    ws[2 * r] = 0;
+    ws[2 * r + 1] = (a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C ? 0.0f : (weights ? loadF(weights, a.t, y) : 1.0f);
+  }
+}
+__global__ void sceGradRows(const void* dl, DT dlT, const void* x, const void* labels, const void* weights, void* dx, const float* ws,
+                            LossArgs a, int64_t rows) {
+  const int64_t row = blockIdx.x, o = row / a.inner, in = row % a.inner;
+  const int64_t base = o * a.C * a.inner + in;
+  const int64_t y = loadI(labels, a.labelT, row);
+  if ((a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C) {
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(dx, a.t, base + c * a.inner, 0.0f);
+    return;
+  }
+  const float w = weights ? loadF(weights, a.t, y) : 1.0f;
+  const float g = (a.reduction == 0 ? loadF(dl, dlT, row) : a.reduction == 1 ? loadF(dl, dlT, 0) : loadF(dl, dlT, 0) / ws[2 * rows + 1]) * w;
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) mx = fmaxf(mx, loadF(x, a.t, base + c * a.inner));
+  mx = blockMax(mx);
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) s += expf(loadF(x, a.t, base + c * a.inner) - mx);
+  s = blockSum(s);
+  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x)
+    storeF(dx, a.t, base + c * a.inner, g * (expf(loadF(x, a.t, base + c * a.inner) - mx) / s - (c == y ? 1.0f : 0.0f)));
+}
+
+// ---- pooling: one thread per output element ----
+__device__ __forceinline__ void poolCoords(const PoolArgs& a, int64_t i, int64_t& plane, int64_t o[3]) {
+  int64_t rest = i;
+  for (int d = a.nsp - 1; d >= 0; --d) {
+    o[d] = rest % a.out[d];
+    rest /= a.out[d];
+  }
+  plane = rest;
+}
+// Window tap t (row-major over the kernel dims) of output position o: its offset in the input
+// plane, whether it lies inside the input and whether inside the padded input.
+__device__ __forceinline__ int64_t poolTap(const PoolArgs& a, const int64_t o[3], int64_t t, bool& inside, bool& inPadded) {
+  int64_t kk[3] = {0, 0, 0};
+  for (int d = a.nsp - 1; d >= 0; --d) {
+    kk[d] = t % a.k[d];
+    t /= a.k[d];
+  }
+  int64_t off = 0;
+  inside = inPadded = true;
+  for (int d = 0; d < a.nsp; ++d) {
+    const int64_t c = o[d] * a.s[d] - a.pad[d] + kk[d] * a.d[d];
+    inside = inside && c >= 0 && c < a.in[d];
+    inPadded = inPadded && c >= -a.pad[d] && c < a.in[d] + a.padEnd[d];
+    off = off * a.in[d] + c;
+  }
+  return off;
+}
+__device__ __forceinline__ void poolSizes(const PoolArgs& a, int64_t& IS, int64_t& P, int64_t& taps) {
+  IS = P = taps = 1;
+  for (int d = 0; d < a.nsp; ++d) IS *= a.in[d], P *= a.out[d], taps *= a.k[d];
+}
+__global__ void poolKernel(const void* x, void* y, int64_t* indices, PoolArgs a, bool isMax) {
+  int64_t IS, P, taps;
+  poolSizes(a, IS, P, taps);
+  AMPC_GRID_LOOP(i, a.N * a.C * P) {
+    int64_t plane, o[3] = {0, 0, 0};
+    poolCoords(a, i, plane, o);
+    float acc = isMax ? -INFINITY : 0.0f;
+    int64_t best = -1, count = 0, padded = 0;
+    for (int64_t t = 0; t < taps; ++t) {
+      bool inside, inPadded;
+      const int64_t off = poolTap(a, o, t, inside, inPadded);
+      padded += inPadded;
+      if (!inside) continue;
+      const float v = loadF(x, a.t, plane * IS + off);
+      ++count;
+      if (isMax) {
+        if (best < 0 || v > acc || v != v) {
+          acc = v;
+          best = off;
+        }
+      } else {
+        acc += v;
+      }
+    }
+    if (isMax) {
+      storeF(y, a.t, i, acc);
+      if (indices) indices[i] = best < 0 ? -1 : plane * IS + best;
+    } else {
+      const int64_t div = a.includePad ? padded : count;
+      storeF(y, a.t, i, div > 0 ? acc / static_cast<float>(div) : 0.0f);
+    }
+  }
+}
+__global__ void avgPoolGradKernel(const void* dy, float* acc, PoolArgs a) {
+  int64_t IS, P, taps;
+  poolSizes(a, IS, P, taps);
+  AMPC_GRID_LOOP(i, a.N * a.C * P) {
+    int64_t plane, o[3] = {0, 0, 0};
+    poolCoords(a, i, plane, o);
+    int64_t count = 0, padded = 0;
+    bool inside, inPadded;
+    for (int64_t t = 0; t < taps; ++t) {
+      poolTap(a, o, t, inside, inPadded);
+      padded += inPadded;
+      count += inside;
+    }
+    const int64_t div = a.includePad ? padded : count;
+    for (int64_t t = 0; t < taps; ++t) {
+      const int64_t off = poolTap(a, o, t, inside, inPadded);
+      if (inside) atomicAdd(acc + plane * IS + off, loadF(dy, a.t, i) / static_cast<float>(div));
+    }
+  }
+}
+__global__ void narrowF32(const float* acc, void* out, DT t, int64_t n) {
+  AMPC_GRID_LOOP(i, n) storeF(out, t, i, acc[i]);
+}
+
+int blocksFor(int64_t rows) { return static_cast<int>(rows); }
+
+}  // namespace
+
+cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st) {
+  if (outer * inner == 0 || axis == 0) return cudaSuccess;
+  softmaxKernel<<<blocksFor(outer * inner), kRowBlock, 0, st>>>(x, y, t, axis, inner, log);
+  return cudaGetLastError();
+}
+
+cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT pt, int64_t rows, int64_t D, float eps,
+                      float* mean, float* invStd, cudaStream_t st) {
+  if (rows == 0) return cudaSuccess;
+  layerNormKernel<<<blocksFor(rows), kRowBlock, 0, st>>>(x, scale, bias, y, t, pt, D, eps, mean, invStd);
+  return cudaGetLastError();
+}
+
+cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias, DT pT,
+                          int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
+  if (rows == 0) return cudaSuccess;
+  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, x, scale, t, scaleT, dx, D, eps, ws);
+  layerNormGradCols<<<gridFor(D), 256, 0, st>>>(dy, x, t, dscale, dbias, pT, rows, D, ws);
+  return cudaGetLastError();
+}
+
+cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
+                      void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st) {
+  if (a.training) bnStats<<<static_cast<int>(a.C), kRowBlock, 0, st>>>(x, a.t, a.N, a.C, a.S, ws);
+  else bnGivenStats<<<gridFor(a.C), 256, 0, st>>>(mean, var, a.pT, a.C, ws);
+  bnApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(x, scale, bias, y, ws, a);
+  if (runMeanOut || runVarOut) bnRunning<<<gridFor(a.C), 256, 0, st>>>(mean, var, runMeanOut, runVarOut, ws, a);
+  return cudaGetLastError();
+}
+
+cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
+                          void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st) {
+  if (a.training) bnStats<<<static_cast<int>(a.C), kRowBlock, 0, st>>>(x, a.t, a.N, a.C, a.S, ws);
+  else bnGivenStats<<<gridFor(a.C), 256, 0, st>>>(mean, var, a.pT, a.C, ws);
+  bnGradSums<<<static_cast<int>(a.C), kRowBlock, 0, st>>>(dy, x, dscale, dbias, ws, a);
+  bnGradApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(dy, x, scale, dx, ws, a);
+  return cudaGetLastError();
+}
+
+cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* weights, void* loss, void* logProb, float* ws,
+                                const LossArgs& a, cudaStream_t st) {
+  const int64_t rows = a.outer * a.inner;
+  if (rows == 0) return cudaSuccess;
+  sceRows<<<blocksFor(rows), kRowBlock, 0, st>>>(x, labels, weights, logProb, ws, a);
+  if (a.reduction == 0) sceNone<<<gridFor(rows), 256, 0, st>>>(ws, rows, loss, a.outT);
+  else sceTotal<<<1, 1024, 0, st>>>(ws, rows, loss, a.outT, a.reduction);
+  return cudaGetLastError();
+}
+
+cudaError_t softmaxCrossEntropyGrad(const void* dloss, DT dlT, const void* x, const void* labels, const void* weights, void* dx, float* ws,
+                                    const LossArgs& a, cudaStream_t st) {
+  const int64_t rows = a.outer * a.inner;
+  if (rows == 0) return cudaSuccess;
+  sceWeights<<<gridFor(rows), 256, 0, st>>>(labels, weights, ws, a, rows);
+  sceTotal<<<1, 1024, 0, st>>>(ws, rows, nullptr, a.t, a.reduction);
+  sceGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dloss, dlT, x, labels, weights, dx, ws, a, rows);
+  return cudaGetLastError();
+}
+
+cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a, cudaStream_t st) {
+  int64_t P = a.N * a.C;
+  for (int d = 0; d < a.nsp; ++d) P *= a.out[d];
+  if (P == 0) return cudaSuccess;
+  poolKernel<<<gridFor(P), 256, 0, st>>>(x, y, indices, a, true);
+  return cudaGetLastError();
+}
+
+cudaError_t averagePool(const void* x, void* y, const PoolArgs& a, cudaStream_t st) {
+  int64_t P = a.N * a.C;
+  for (int d = 0; d < a.nsp; ++d) P *= a.out[d];
+  if (P == 0) return cudaSuccess;
+  poolKernel<<<gridFor(P), 256, 0, st>>>(x, y, nullptr, a, false);
+  return cudaGetLastError();
+}
+
+cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st) {
+  int64_t P = a.N * a.C, I = a.N * a.C;
+  for (int d = 0; d < a.nsp; ++d) P *= a.out[d], I *= a.in[d];
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * I, st); e != cudaSuccess) return e;
+  if (P > 0) avgPoolGradKernel<<<gridFor(P), 256, 0, st>>>(dy, acc, a);
+  narrowF32<<<gridFor(I), 256, 0, st>>>(acc, dx, a.t, I);
+  return cudaGetLastError();
+}
+
+}  // namespace ampc::cuda

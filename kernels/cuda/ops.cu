@@ -1,0 +1,364 @@
+// Elementwise, data-movement, reduction and random kernels of the CUDA backend (kernels/cuda/ops.h).
+#include "kernels/cuda/device.cuh"
+
+namespace ampc::cuda {
+
+int dtSize(DT t) {
+  switch (t) {
+    case DT::f32: case DT::i32: return 4;
+    case DT::f16: case DT::bf16: return 2;
+    case DT::i64: return 8;
+    default: return 1;
+  }
+}
+
+namespace {
+
+// ---- elementwise ----
+
+template <typename C>
+__device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
+  switch (op) {
+    case Ew::Add: return a + b;
+    case Ew::Sub: return a - b;
+    case Ew::Mul: return a * b;
+    case Ew::Div:
+      if constexpr (std::is_integral_v<C>) return (b == 0 || (b == -1 && a == INT64_MIN)) ? 0 : a / b;
+      else return a / b;
+    case Ew::Pow:
+      if constexpr (std::is_integral_v<C>) return static_cast<C>(pow(static_cast<double>(a), static_cast<double>(b)));
+      else return static_cast<C>(pow(static_cast<double>(a), static_cast<double>(b)));
+    case Ew::Max: return (a != a || a > b) ? a : b;
+    case Ew::Min: return (a != a || a < b) ? a : b;
+    case Ew::Equal: return a == b;
+    case Ew::Less: return a < b;
+    case Ew::LessEq: return a <= b;
+    case Ew::Greater: return a > b;
+    case Ew::GreaterEq: return a >= b;
+    case Ew::And: return a && b;
+    case Ew::Or: return a || b;
+    case Ew::Clip: return a < b ? b : (a > c ? c : a);
+    case Ew::Copy: return a;
+    case Ew::Neg: return -a;
+    case Ew::Abs: return a < 0 ? -a : a;
+    case Ew::Not: return a == 0;
+    default: break;
+  }
+  if constexpr (!std::is_integral_v<C>) {
+    switch (op) {
+      case Ew::Sqrt: return sqrtf(a);
+      case Ew::Reciprocal: return 1.0f / a;
+      case Ew::Exp: return expf(a);
+      case Ew::Log: return logf(a);
+      case Ew::Tanh: return tanhf(a);
+      case Ew::Sigmoid: return a >= 0 ? 1.0f / (1.0f + expf(-a)) : expf(a) / (1.0f + expf(a));
+      case Ew::Erf: return erff(a);
+      case Ew::Gelu: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
+      case Ew::GeluTanh: return 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a)));
+      case Ew::Softplus: return a > 0 ? a + log1pf(expf(-a)) : log1pf(expf(a));
+      case Ew::LeakyRelu: return a >= 0 ? a : g.alpha * a;
+      case Ew::Relu: return a > 0 ? a : (a != a ? a : 0.0f);
+      case Ew::IsNaN: return a != a;
+      case Ew::IsInf: return isinf(a) && ((a > 0 && g.detectPos) || (a < 0 && g.detectNeg));
+      default: break;
+    }
+  }
+  return a;
+}
+
+__device__ __forceinline__ int64_t operandOffset(const EwArgs& g, int k, int64_t i) {
+  if (g.access[k] == Access::Same) return i;
+  if (g.access[k] == Access::Scalar) return 0;
+  int64_t off = 0, rest = i;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    const int64_t q = rest / g.shape[d];
+    off += (rest - q * g.shape[d]) * g.stride[k][d];
+    rest = q;
+  }
+  return off;
+}
+
+template <typename C>
+__device__ __forceinline__ C loadC(const void* p, DT t, int64_t i) {
+  if constexpr (std::is_integral_v<C>) return loadI(p, t, i);
+  else return loadF(p, t, i);
+}
+
+template <typename C>
+__global__ void ewKernel(EwArgs g) {
+  AMPC_GRID_LOOP(i, g.n) {
+    if (g.op == Ew::Where) {
+      const bool cond = loadI(g.in[0], g.inType[0], operandOffset(g, 0, i)) != 0;
+      const int k = cond ? 1 : 2;
+      const int64_t j = operandOffset(g, k, i);
+      if constexpr (std::is_integral_v<C>) storeI(g.out, g.outType, i, loadI(g.in[k], g.inType[k], j));
+      else storeF(g.out, g.outType, i, loadF(g.in[k], g.inType[k], j));
+      continue;
+    }
+    C a = loadC<C>(g.in[0], g.inType[0], operandOffset(g, 0, i)), b = 0, c = 0;
+    if (g.nin > 1) b = loadC<C>(g.in[1], g.inType[1], operandOffset(g, 1, i));
+    if (g.nin > 2) c = loadC<C>(g.in[2], g.inType[2], operandOffset(g, 2, i));
+    const C r = applyOp<C>(g.op, a, b, c, g);
+    if constexpr (std::is_integral_v<C>) storeI(g.out, g.outType, i, r);
+    else storeF(g.out, g.outType, i, r);
+  }
+}
+
+// Same-shape f16/bf16 unary and binary ops on 16-byte aligned buffers: 8 elements per load.
+template <typename T>
+__global__ void ewVec8(EwArgs g) {
+  const int64_t nv = g.n / 8;
+  AMPC_GRID_LOOP(v, nv) {
+    uint4 ra = reinterpret_cast<const uint4*>(g.in[0])[v], rb = ra, ro;
+    if (g.nin > 1) rb = reinterpret_cast<const uint4*>(g.in[1])[v];
+    const T* a = reinterpret_cast<const T*>(&ra);
+    const T* b = reinterpret_cast<const T*>(&rb);
+    T* o = reinterpret_cast<T*>(&ro);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float r = applyOp<float>(g.op, static_cast<float>(a[k]), static_cast<float>(b[k]), 0.0f, g);
+      if constexpr (std::is_same_v<T, __half>) o[k] = __float2half_rn(r);
+      else o[k] = __float2bfloat16_rn(r);
+    }
+    reinterpret_cast<uint4*>(g.out)[v] = ro;
+  }
+  AMPC_GRID_LOOP(j, g.n - nv * 8) {
+    const int64_t i = nv * 8 + j;
+    const float a = loadF(g.in[0], g.inType[0], i), b = g.nin > 1 ? loadF(g.in[1], g.inType[1], i) : 0.0f;
+    storeF(g.out, g.outType, i, applyOp<float>(g.op, a, b, 0.0f, g));
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+cudaError_t elementwise(const EwArgs& a, cudaStream_t st) {
+  if (a.n == 0) return cudaSuccess;
+  const bool low = a.outType == DT::f16 || a.outType == DT::bf16;
+  bool vec = low && !a.intMath && a.op != Ew::Where && a.op != Ew::Clip && a.nin <= 2 && aligned16(a.out);
+  for (int k = 0; k < a.nin && vec; ++k) vec = a.access[k] == Access::Same && a.inType[k] == a.outType && aligned16(a.in[k]);
+  if (vec && a.outType == DT::f16) ewVec8<__half><<<gridFor(a.n / 8 + 1), 256, 0, st>>>(a);
+  else if (vec) ewVec8<__nv_bfloat16><<<gridFor(a.n / 8 + 1), 256, 0, st>>>(a);
+  else if (a.intMath) ewKernel<int64_t><<<gridFor(a.n), 256, 0, st>>>(a);
+  else ewKernel<float><<<gridFor(a.n), 256, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+// ---- data movement ----
+
+namespace {
+template <typename E>
+__global__ void copyKernel(const E* src, E* dst, CopyArgs a) {
+  AMPC_GRID_LOOP(i, a.n) {
+    int64_t s = a.srcOffset, d = a.dstOffset, rest = i;
+    for (int k = a.rank - 1; k >= 0; --k) {
+      const int64_t q = rest / a.shape[k], c = rest - q * a.shape[k];
+      s += c * a.srcStride[k];
+      d += c * a.dstStride[k];
+      rest = q;
+    }
+    dst[d] = src[s];
+  }
+}
+__global__ void fillKernel(void* p, DT t, int64_t n, double v) {
+  AMPC_GRID_LOOP(i, n) {
+    if (t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8 || t == DT::boolean) storeI(p, t, i, static_cast<int64_t>(v));
+    else storeF(p, t, i, static_cast<float>(v));
+  }
+}
+}  // namespace
+
+cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& a, cudaStream_t st) {
+  if (a.n == 0) return cudaSuccess;
+  switch (a.elemBytes) {
+    case 1: copyKernel<uint8_t><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), a); break;
+    case 2: copyKernel<uint16_t><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), a); break;
+    case 4: copyKernel<uint32_t><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), a); break;
+    default: copyKernel<uint64_t><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), a); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  fillKernel<<<gridFor(n), 256, 0, st>>>(dst, t, n, v);
+  return cudaGetLastError();
+}
+
+namespace {
+template <typename E>
+__global__ void gatherKernel(const E* x, const void* idx, DT it, E* out, int64_t outer, int64_t dim, int64_t n, int64_t inner) {
+  AMPC_GRID_LOOP(i, outer * n * inner) {
+    const int64_t in = i % inner, j = (i / inner) % n, o = i / (inner * n);
+    int64_t k = loadI(idx, it, j);
+    if (k < 0) k += dim;
+    out[i] = (k < 0 || k >= dim) ? E(0) : x[(o * dim + k) * inner + in];
+  }
+}
+__global__ void gatherGradKernel(const void* dy, DT t, const void* idx, DT it, float* acc, int64_t outer, int64_t dim, int64_t n, int64_t inner) {
+  AMPC_GRID_LOOP(i, outer * n * inner) {
+    const int64_t in = i % inner, j = (i / inner) % n, o = i / (inner * n);
+    int64_t k = loadI(idx, it, j);
+    if (k < 0) k += dim;
+    if (k >= 0 && k < dim) atomicAdd(acc + (o * dim + k) * inner + in, loadF(dy, t, i));
+  }
+}
+__global__ void scatterFlatKernel(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, int64_t outN) {
+  AMPC_GRID_LOOP(i, n) {
+    const int64_t k = idx[i];
+    if (k >= 0 && k < outN) atomicAdd(acc + k, loadF(dy, t, i));
+  }
+}
+__global__ void narrowKernel(const float* acc, void* out, DT t, int64_t n) {
+  AMPC_GRID_LOOP(i, n) storeF(out, t, i, acc[i]);
+}
+}  // namespace
+
+cudaError_t gather(const void* x, const void* idx, DT idxType, void* out, int elemBytes, int64_t outer, int64_t dim, int64_t n,
+                   int64_t inner, cudaStream_t st) {
+  const int64_t total = outer * n * inner;
+  if (total == 0) return cudaSuccess;
+  const int g = gridFor(total);
+  switch (elemBytes) {
+    case 1: gatherKernel<uint8_t><<<g, 256, 0, st>>>(static_cast<const uint8_t*>(x), idx, idxType, static_cast<uint8_t*>(out), outer, dim, n, inner); break;
+    case 2: gatherKernel<uint16_t><<<g, 256, 0, st>>>(static_cast<const uint16_t*>(x), idx, idxType, static_cast<uint16_t*>(out), outer, dim, n, inner); break;
+    case 4: gatherKernel<uint32_t><<<g, 256, 0, st>>>(static_cast<const uint32_t*>(x), idx, idxType, static_cast<uint32_t*>(out), outer, dim, n, inner); break;
+    default: gatherKernel<uint64_t><<<g, 256, 0, st>>>(static_cast<const uint64_t*>(x), idx, idxType, static_cast<uint64_t*>(out), outer, dim, n, inner); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outer, int64_t dim, int64_t n,
+                       int64_t inner, cudaStream_t st) {
+  const int64_t outN = outer * dim * inner;
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
+  if (outer * n * inner > 0) gatherGradKernel<<<gridFor(outer * n * inner), 256, 0, st>>>(dy, t, idx, idxType, acc, outer, dim, n, inner);
+  narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
+  return cudaGetLastError();
+}
+
+cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, cudaStream_t st) {
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
+  if (n > 0) scatterFlatKernel<<<gridFor(n), 256, 0, st>>>(dy, t, idx, n, acc, outN);
+  narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
+  return cudaGetLastError();
+}
+
+// ---- reductions ----
+
+namespace {
+// One warp per output element: lanes stride over the reduced elements.
+template <bool kInt>
+__global__ void reduceKernel(const void* x, void* out, ReduceArgs a) {
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  for (int64_t k = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; k < a.outN; k += warps) {
+    int64_t base = 0, rest = k;
+    for (int d = a.krank - 1; d >= 0; --d) {
+      const int64_t q = rest / a.kshape[d];
+      base += (rest - q * a.kshape[d]) * a.kstride[d];
+      rest = q;
+    }
+    using Acc = std::conditional_t<kInt, int64_t, float>;
+    Acc acc = a.op == Red::Max ? (kInt ? Acc(INT64_MIN) : Acc(-INFINITY)) : a.op == Red::Min ? (kInt ? Acc(INT64_MAX) : Acc(INFINITY)) : Acc(0);
+    bool nan = false;
+    for (int64_t r = lane; r < a.redN; r += 32) {
+      int64_t off = base, rr = r;
+      for (int d = a.rrank - 1; d >= 0; --d) {
+        const int64_t q = rr / a.rshape[d];
+        off += (rr - q * a.rshape[d]) * a.rstride[d];
+        rr = q;
+      }
+      Acc v;
+      if constexpr (kInt) v = loadI(x, a.t, off);
+      else v = loadF(x, a.t, off);
+      if constexpr (!kInt) nan |= v != v;
+      acc = a.op == Red::Max ? (v > acc ? v : acc) : a.op == Red::Min ? (v < acc ? v : acc) : acc + v;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const Acc other = __shfl_xor_sync(0xffffffffu, acc, o);
+      acc = a.op == Red::Max ? (other > acc ? other : acc) : a.op == Red::Min ? (other < acc ? other : acc) : acc + other;
+    }
+    nan = __any_sync(0xffffffffu, nan);
+    if (lane == 0) {
+      if constexpr (kInt) {
+        storeI(out, a.t, k, a.op == Red::Mean ? acc / (a.redN > 0 ? a.redN : 1) : acc);
+      } else {
+        float r = a.op == Red::Mean ? acc / static_cast<float>(a.redN) : acc;
+        if (nan && (a.op == Red::Max || a.op == Red::Min)) r = NAN;
+        storeF(out, a.t, k, r);
+      }
+    }
+  }
+}
+}  // namespace
+
+cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t st) {
+  if (a.outN == 0) return cudaSuccess;
+  const bool isInt = a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16;
+  const int g = gridFor(a.outN * 32);
+  if (isInt) reduceKernel<true><<<g, 256, 0, st>>>(x, out, a);
+  else reduceKernel<false><<<g, 256, 0, st>>>(x, out, a);
+  return cudaGetLastError();
+}
+
+// ---- random ----
+
+namespace {
+__device__ __forceinline__ void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+  for (int r = 0; r < 10; ++r) {
+    const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+    const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+// One thread per block of 4 elements (one Philox call), as kernels/cpu's dropoutUniform.
+__global__ void dropoutKernel(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, float scale, uint64_t seed,
+                              const uint64_t* stepp, uint32_t key) {
+  const uint64_t step = *stepp;
+  AMPC_GRID_LOOP(b, (n + 3) / 4) {
+    uint32_t c[4] = {static_cast<uint32_t>(b), static_cast<uint32_t>(static_cast<uint64_t>(b) >> 32), static_cast<uint32_t>(step), key};
+    philox(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = b * 4 + k;
+      if (i >= n) break;
+      const float u = static_cast<float>(c[k] >> 8) * (1.0f / 16777216.0f);
+      const bool keep = u >= ratio;
+      storeF(y, t, i, keep ? loadF(x, t, i) * scale : 0.0f);
+      if (mask) mask[i] = keep;
+    }
+  }
+}
+__global__ void dropoutGradKernel(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float scale) {
+  AMPC_GRID_LOOP(i, n) storeF(dx, t, i, mask[i] ? loadF(dy, t, i) * scale : 0.0f);
+}
+__global__ void addStepKernel(uint64_t* s) { *s += 1; }
+}  // namespace
+
+cudaError_t dropout(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, uint64_t seed, const uint64_t* step,
+                    uint32_t nodeKey, cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  const float scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
+  dropoutKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(x, t, y, mask, n, ratio, scale, seed, step, nodeKey);
+  return cudaGetLastError();
+}
+
+cudaError_t dropoutGrad(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  dropoutGradKernel<<<gridFor(n), 256, 0, st>>>(dy, t, mask, dx, n, static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio))));
+  return cudaGetLastError();
+}
+
+cudaError_t addStep(uint64_t* step, cudaStream_t st) {
+  addStepKernel<<<1, 1, 0, st>>>(step);
+  return cudaGetLastError();
+}
+
+}  // namespace ampc::cuda

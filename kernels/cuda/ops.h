@@ -1,0 +1,149 @@
+// The CUDA backend's own kernels (everything that is not a cuBLASLt GEMM or a cuDNN convolution),
+// launched by runtime/cuda/program.cpp. Each launcher takes raw device pointers and a small
+// descriptor that the program builds once, when the plan loads, so a step only launches.
+// Semantics equal the CPU reference kernels (kernels/cpu): f16/bf16 are widened to f32, computed in
+// f32 and rounded once (round to nearest even) to the storage type.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace ampc::cuda {
+
+inline constexpr int kMaxRank = 8;
+
+// Storage types on the device (the IR's DType without f64).
+enum class DT : int { f32, f16, bf16, i64, i32, i8, u8, boolean };
+int dtSize(DT t);
+
+// ---- elementwise ----------------------------------------------------------------------------
+enum class Ew : int {
+  // binary
+  Add, Sub, Mul, Div, Pow, Max, Min, Equal, Less, LessEq, Greater, GreaterEq, And, Or,
+  // ternary
+  Where, Clip,
+  // unary
+  Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
+};
+// How an operand is read for output element i: at i (same shape), at 0 (one element), or through
+// broadcast strides.
+enum class Access : int { Same, Scalar, Strided };
+struct EwArgs {
+  Ew op = Ew::Copy;
+  int nin = 1, rank = 0;
+  int64_t n = 0;
+  int64_t shape[kMaxRank] = {};
+  const void* in[3] = {};
+  DT inType[3] = {};
+  Access access[3] = {};
+  int64_t stride[3][kMaxRank] = {};
+  void* out = nullptr;
+  DT outType = DT::f32;
+  float alpha = 0.01f;               // LeakyRelu
+  int detectNeg = 1, detectPos = 1;  // IsInf
+  bool intMath = false;              // compute in int64 (integer operands), else in f32
+};
+cudaError_t elementwise(const EwArgs& a, cudaStream_t st);
+
+// ---- data movement --------------------------------------------------------------------------
+// dst[dstOffset + sum_d idx_d dstStride_d] = src[srcOffset + sum_d idx_d srcStride_d] over `shape`
+// (element strides; 0 broadcasts). Transpose, Slice, Expand, Concat, Split, Pad, SliceGrad.
+struct CopyArgs {
+  int rank = 0;
+  int64_t n = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t srcStride[kMaxRank] = {}, dstStride[kMaxRank] = {};
+  int64_t srcOffset = 0, dstOffset = 0;
+  int elemBytes = 4;
+};
+cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& a, cudaStream_t st);
+// Fills n elements of type t with v.
+cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st);
+
+// Gather along an axis: out[o, j, i] = x[o, idx[j], i] (negative indices wrap; out of range: 0).
+cudaError_t gather(const void* x, const void* idx, DT idxType, void* out, int elemBytes, int64_t outer, int64_t dim, int64_t n,
+                   int64_t inner, cudaStream_t st);
+// GatherGrad: acc (f32, zeroed here) [outer, dim, inner] += dy[o, j, i] at idx[j]; then out = acc.
+cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outer, int64_t dim, int64_t n,
+                       int64_t inner, cudaStream_t st);
+// ScatterAddFlat: acc (f32, zeroed here) [outN] += dy[i] at idx[i] (i64); then out = acc.
+cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, cudaStream_t st);
+
+// ---- reductions -----------------------------------------------------------------------------
+enum class Red : int { Sum, Mean, Max, Min };
+// out[k] = reduce over the `rrank` reduced dims; the input offset of output element k is built from
+// the kept dims (kshape, kstride) and the reduced dims (rshape, rstride).
+struct ReduceArgs {
+  Red op = Red::Sum;
+  int krank = 0, rrank = 0;
+  int64_t kshape[kMaxRank] = {}, kstride[kMaxRank] = {};
+  int64_t rshape[kMaxRank] = {}, rstride[kMaxRank] = {};
+  int64_t outN = 0, redN = 0;
+  DT t = DT::f32;
+};
+cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t st);
+
+// ---- random ---------------------------------------------------------------------------------
+// Dropout with the CPU backend's Philox stream (kernels/cpu/kernel.h): element i is kept when
+// uniform(seed, *step, nodeKey, i) >= ratio. `step` is a device counter (the step being run), so a
+// captured CUDA graph draws fresh masks on every replay. mask may be null.
+cudaError_t dropout(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, uint64_t seed, const uint64_t* step,
+                    uint32_t nodeKey, cudaStream_t st);
+// DropoutGrad: dx = mask ? dy / (1 - ratio) : 0.
+cudaError_t dropoutGrad(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st);
+cudaError_t addStep(uint64_t* step, cudaStream_t st);
+
+// ---- normalisation and losses (rows: [outer, axis, inner], a row is one (outer, inner) pair) --
+cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st);
+// LayerNorm over the last D elements of each of `rows` rows; scale/bias have D elements (bias may be
+// null); mean/invStd (f32, may be null) get one value per row.
+cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT st_, int64_t rows, int64_t D, float eps,
+                      float* mean, float* invStd, cudaStream_t st);
+// LayerNormGrad -> dx, dscale, dbias; `ws` is f32 scratch of 2 * rows.
+cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
+                          DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st);
+// BatchNormalization over [N, C, S]. Training: batch statistics, running stats updated into
+// runMeanOut/runVarOut (ONNX: momentum * running + (1 - momentum) * batch, population variance).
+// Inference: the given mean/var. `ws` is f32 scratch of 2 * C.
+struct BatchNormArgs {
+  int64_t N = 0, C = 0, S = 0;
+  float eps = 1e-5f, momentum = 0.9f;
+  bool training = false;
+  DT t = DT::f32, pT = DT::f32;  // X/Y type, scale/bias/mean/var type
+};
+cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
+                      void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st);
+// BatchNormGrad(dY, X, scale, mean, var) -> dX, dScale, dBias; `ws` f32 scratch of 4 * C.
+cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
+                          void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st);
+// SoftmaxCrossEntropyLoss / its gradient over scores [outer, C, inner], labels (i64/i32)
+// [outer, inner], optional class weights [C]. reduction: 0 none, 1 sum, 2 mean. `ws` f32 scratch of
+// 2 * outer * inner + 2.
+struct LossArgs {
+  int64_t outer = 0, C = 0, inner = 0;
+  int reduction = 2;
+  bool hasIgnore = false;
+  int64_t ignore = -100;
+  DT t = DT::f32, labelT = DT::i64, outT = DT::f32;
+};
+cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* weights, void* loss, void* logProb, float* ws,
+                                const LossArgs& a, cudaStream_t st);
+cudaError_t softmaxCrossEntropyGrad(const void* dloss, DT dlT, const void* x, const void* labels, const void* weights, void* dx, float* ws,
+                                    const LossArgs& a, cudaStream_t st);
+
+// ---- pooling (NC + spatial, up to 3 spatial dims) -------------------------------------------
+struct PoolArgs {
+  int nsp = 2;
+  int64_t N = 0, C = 0;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, padEnd[3] = {0, 0, 0};
+  bool includePad = false;
+  DT t = DT::f32;
+};
+// MaxPool; indices (i64, may be null) are flat offsets into x, row-major.
+cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a, cudaStream_t st);
+cudaError_t averagePool(const void* x, void* y, const PoolArgs& a, cudaStream_t st);
+// AveragePoolGrad: `acc` f32 scratch of the input's size.
+cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st);
+
+}  // namespace ampc::cuda

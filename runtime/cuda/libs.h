@@ -1,0 +1,81 @@
+// cuBLASLt GEMMs and cuDNN convolutions for the CUDA backend: descriptors, layouts and algorithm
+// choices are made once, when a plan loads (one object per node), and each step only launches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "kernels/cuda/ops.h"
+
+namespace ampc::cuda {
+
+// Throws Error("WHAT: <cuda/cublas/cudnn message>") on failure.
+void check(cudaError_t e, const std::string& what);
+void check(cublasStatus_t e, const std::string& what);
+void check(cudnnStatus_t e, const std::string& what);
+
+// Row-major D[b] (M x N) = alpha * op(A[b]) op(B[b]) + beta * D[b] (+ bias[N] when `bias`), f32
+// accumulation; op transposes when trans*. Strides in elements, 0 broadcasts an operand.
+struct GemmDesc {
+  DT t = DT::f32;
+  bool transA = false, transB = false;
+  int64_t M = 0, N = 0, K = 0;
+  int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias = false;
+  bool allowTf32 = false;
+};
+class Gemm {
+ public:
+  Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  cublasStatus_t run(const void* A, const void* B, const void* bias, void* D, void* workspace, cudaStream_t st) const;
+
+ private:
+  cublasLtHandle_t h_;
+  GemmDesc d_;
+  size_t ws_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t x_ = nullptr, y_ = nullptr, out_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+// An N-d convolution (NCHW, symmetric pads, groups) and its two gradients through cuDNN.
+struct ConvDesc {
+  DT t = DT::f32;
+  int nsp = 2;
+  int64_t N = 0, C = 0, M = 0, groups = 1;
+  int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int pad[3] = {0, 0, 0}, stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1};
+  bool allowTf32 = false;
+};
+class Conv {
+ public:
+  // `forward` / `backward*` choose only the algorithms that will be used.
+  Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, bool backwardFilter);
+  ~Conv();
+  Conv(const Conv&) = delete;
+  Conv& operator=(const Conv&) = delete;
+  size_t workspaceBytes() const { return ws_; }
+  cudnnStatus_t forward(const void* x, const void* w, void* y, void* ws, size_t wsBytes) const;
+  cudnnStatus_t backwardData(const void* dy, const void* w, void* dx, void* ws, size_t wsBytes) const;
+  cudnnStatus_t backwardFilter(const void* x, const void* dy, void* dw, void* ws, size_t wsBytes) const;
+
+ private:
+  cudnnHandle_t h_;
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
+  cudnnFilterDescriptor_t w_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_{};
+  cudnnConvolutionBwdDataAlgo_t bwdData_{};
+  cudnnConvolutionBwdFilterAlgo_t bwdFilter_{};
+  size_t ws_ = 0;
+};
+
+}  // namespace ampc::cuda

@@ -1,0 +1,1120 @@
+#include "runtime/cuda/program.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "compiler/ops/geometry.h"
+#include "compiler/ops/registry.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cuda/train.h"
+#include "runtime/cuda/libs.h"
+
+namespace ampc::cuda {
+
+namespace {
+std::atomic<int64_t> gSyncs{0};
+constexpr size_t kGemmWorkspace = size_t{32} << 20;
+constexpr size_t kAlign = 256;
+size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+int64_t hostSyncs() { return gSyncs.load(); }
+
+void hostSync(cudaStream_t st, const char* why) {
+  ++gSyncs;
+  check(cudaStreamSynchronize(st), why);
+}
+
+bool gpuPresent() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int64_t deviceMemoryUsed(int device) {
+  int cur = 0;
+  cudaGetDevice(&cur);
+  if (cur != device) cudaSetDevice(device);
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  return static_cast<int64_t>(total - free);
+}
+
+int parseDevice(const std::string& spec) {
+  if (spec == "cuda") return 0;
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.find_first_not_of("0123456789", 5) == std::string::npos)
+    return std::stoi(spec.substr(5));
+  throw Error("unknown device '" + spec + "' (cpu, cuda or cuda:N)");
+}
+
+DT deviceType(DType t, const std::string& where) {
+  switch (t) {
+    case DType::f32: return DT::f32;
+    case DType::f16: return DT::f16;
+    case DType::bf16: return DT::bf16;
+    case DType::i64: return DT::i64;
+    case DType::i32: return DT::i32;
+    case DType::i8: return DT::i8;
+    case DType::u8: return DT::u8;
+    case DType::boolean: return DT::boolean;
+    case DType::f64: break;
+  }
+  throw Error(where + ": f64 tensors have no CUDA kernels (compile at fp32, fp16 or bf16)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lowering: one node to its launches.
+
+struct Program::Lowering {
+  Program& p;
+  const Node& n;
+
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(n.describe() + ": CUDA backend: " + msg); }
+  const Value* in(size_t i) const { return i < n.inputs().size() ? n.inputs()[i] : nullptr; }
+  bool has(size_t i) const { return in(i) != nullptr; }
+  const Value* out(size_t i) const { return n.result(i); }
+  void* P(const Value* v) const { return v ? p.ptr(v) : nullptr; }
+  DT dt(const Value* v) const { return deviceType(v->type().dtype, n.describe()); }
+  const std::vector<int64_t>& shape(const Value* v) const { return v->type().shape; }
+  std::vector<int64_t> constInts(size_t i) const {
+    const Tensor* t = in(i) ? in(i)->constData() : nullptr;
+    if (!t) fail("operand " + std::to_string(i) + " must be a constant");
+    return t->toInts();
+  }
+  double constScalar(size_t i, double dflt) const {
+    if (!has(i)) return dflt;
+    const Tensor* t = in(i)->constData();
+    if (!t) fail("operand " + std::to_string(i) + " must be a constant");
+    return t->getDouble(0);
+  }
+  float* scratch(size_t bytes) { return static_cast<float*>(p.allocPersistent(std::max<size_t>(bytes, 16))); }
+  void add(Launch l) { p.launches_.emplace_back(n.describe(), std::move(l)); }
+
+  // Broadcast strides of `v` against the output shape.
+  void operand(EwArgs& a, int k, const Value* v, const std::vector<int64_t>& os) const {
+    a.in[k] = P(v);
+    a.inType[k] = dt(v);
+    const auto& s = shape(v);
+    if (s == os) a.access[k] = Access::Same;
+    else if (v->type().numel() == 1) a.access[k] = Access::Scalar;
+    else {
+      a.access[k] = Access::Strided;
+      const auto st = stridesOf(s);
+      const size_t off = os.size() - s.size();
+      for (size_t d = 0; d < os.size(); ++d) {
+        const bool present = d >= off;
+        a.stride[k][d] = present && s[d - off] != 1 ? st[d - off] : 0;
+      }
+    }
+  }
+  EwArgs ewArgs(Ew op, const std::vector<const Value*>& ins, const Value* o) const {
+    const auto& os = shape(o);
+    if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
+    EwArgs a;
+    a.op = op;
+    a.nin = static_cast<int>(ins.size());
+    a.rank = static_cast<int>(os.size());
+    a.n = o->type().numel();
+    for (size_t d = 0; d < os.size(); ++d) a.shape[d] = os[d];
+    for (size_t k = 0; k < ins.size(); ++k) operand(a, static_cast<int>(k), ins[k], os);
+    a.out = P(o);
+    a.outType = dt(o);
+    return a;
+  }
+  static bool isInt(DT t) { return t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8 || t == DT::boolean; }
+  void elementwise(Ew op, const std::vector<const Value*>& ins) {
+    EwArgs a = ewArgs(op, ins, out(0));
+    a.intMath = true;
+    for (const Value* v : ins) a.intMath = a.intMath && isInt(dt(v));
+    if (op == Ew::Where) a.intMath = isInt(dt(out(0)));
+    if (!a.intMath && isInt(dt(out(0))) && op != Ew::Copy && op != Ew::Equal && op != Ew::Less && op != Ew::LessEq && op != Ew::Greater &&
+        op != Ew::GreaterEq && op != Ew::And && op != Ew::Or && op != Ew::Not && op != Ew::IsNaN && op != Ew::IsInf)
+      fail("mixed integer and float operands");
+    if (n.op() == "LeakyRelu") a.alpha = n.getFloat("alpha", 0.01f);
+    if (n.op() == "IsInf") {
+      a.detectNeg = static_cast<int>(n.getInt("detect_negative", 1));
+      a.detectPos = static_cast<int>(n.getInt("detect_positive", 1));
+    }
+    add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
+  }
+  void copyValue(const Value* src, const Value* dst) {
+    void *s = P(src), *d = P(dst);
+    const size_t bytes = dst->type().bytes();
+    if (s == d || bytes == 0) return;
+    add([s, d, bytes](cudaStream_t st) { return cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, st); });
+  }
+  void strided(const Value* src, const Value* dst, CopyArgs a) {
+    a.elemBytes = dtSize(dt(src));
+    const void* s = P(src);
+    void* d = P(dst);
+    add([s, d, a](cudaStream_t st) { return stridedCopy(s, d, a, st); });
+  }
+  void zero(const Value* v) {
+    void* d = P(v);
+    const size_t bytes = v->type().bytes();
+    add([d, bytes](cudaStream_t st) { return cudaMemsetAsync(d, 0, bytes, st); });
+  }
+
+  // [outer, dim, inner] around `axis` of shape s.
+  static void split(const std::vector<int64_t>& s, int64_t axis, int64_t& outer, int64_t& dim, int64_t& inner) {
+    outer = inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= s[d];
+    for (size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+    dim = s[axis];
+  }
+  // Rows x D of a normalisation over the dims from `axis` on.
+  static void rowsOf(const std::vector<int64_t>& s, int64_t axis, int64_t& rows, int64_t& D) {
+    rows = D = 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) (d < axis ? rows : D) *= s[d];
+  }
+  LossArgs lossArgs(const Value* scores, const Value* labels) const {
+    LossArgs a;
+    const auto& xs = shape(scores);
+    split(xs, 1, a.outer, a.C, a.inner);
+    const std::string red = n.getString("reduction", "mean");
+    a.reduction = red == "none" ? 0 : red == "sum" ? 1 : 2;
+    a.hasIgnore = n.hasAttr("ignore_index");
+    a.ignore = n.getInt("ignore_index", 0);
+    a.t = dt(scores);
+    a.labelT = dt(labels);
+    return a;
+  }
+  BatchNormArgs bnArgs(const Value* x, const Value* scale) const {
+    BatchNormArgs a;
+    const auto& xs = shape(x);
+    a.N = xs[0];
+    a.C = xs.size() > 1 ? xs[1] : 1;
+    a.S = 1;
+    for (size_t d = 2; d < xs.size(); ++d) a.S *= xs[d];
+    a.eps = n.getFloat("epsilon", 1e-5f);
+    a.momentum = n.getFloat("momentum", 0.9f);
+    a.training = n.getInt("training_mode", 0) != 0;
+    a.t = dt(x);
+    a.pT = dt(scale);
+    return a;
+  }
+
+  void lower();
+  void gemm(bool isMatMul);
+  void conv(bool grad);
+  void pool(bool isMax, bool grad);
+  void reduce(Red op);
+  void train();
+};
+
+void Program::Lowering::gemm(bool isMatMul) {
+  const Value *a = in(0), *b = in(1), *y = out(0);
+  const DT t = dt(y);
+  if (dt(a) != t || dt(b) != t || (t != DT::f32 && t != DT::f16 && t != DT::bf16)) fail("operands must share one float type");
+  GemmDesc d;
+  d.t = t;
+  d.allowTf32 = p.opts_.allowTf32;
+  const void* bias = nullptr;
+  if (!isMatMul) {
+    d.transA = n.getInt("transA", 0) != 0;
+    d.transB = n.getInt("transB", 0) != 0;
+    d.alpha = n.getFloat("alpha", 1.0f);
+    const auto &as = shape(a), &bs = shape(b);
+    d.M = d.transA ? as[1] : as[0];
+    d.K = d.transA ? as[0] : as[1];
+    d.N = d.transB ? bs[0] : bs[1];
+    if (has(2) && in(2)->type().numel() > 0) {
+      const Value* c = in(2);
+      const float beta = n.getFloat("beta", 1.0f);
+      if (c->type().numel() == d.N && beta == 1.0f && dt(c) == t && (c->type().rank() == 1 || shape(c)[0] == 1)) {
+        d.bias = true;
+        bias = P(c);
+      } else {  // C broadcast into D first, then D = alpha AB + beta D
+        EwArgs e = ewArgs(Ew::Copy, {c}, y);
+        add([e](cudaStream_t st) { return cuda::elementwise(e, st); });
+        d.beta = beta;
+      }
+    }
+  } else {
+    auto as = shape(a), bs = shape(b);
+    const bool aVec = as.size() == 1, bVec = bs.size() == 1;
+    if (aVec) as.insert(as.begin(), 1);
+    if (bVec) bs.push_back(1);
+    d.M = as[as.size() - 2];
+    d.K = as.back();
+    d.N = bs.back();
+    const std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+    const size_t r = std::max(ab.size(), bb.size());
+    std::vector<int64_t> batch(r, 1);
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t x = i + ab.size() >= r ? ab[i + ab.size() - r] : 1, z = i + bb.size() >= r ? bb[i + bb.size() - r] : 1;
+      batch[i] = std::max(x, z);
+    }
+    int64_t count = 1, ca = 1, cb = 1;
+    for (int64_t v : batch) count *= v;
+    for (int64_t v : ab) ca *= v;
+    for (int64_t v : bb) cb *= v;
+    auto fits = [&](const std::vector<int64_t>& s, int64_t c) {  // the operand's batch is all of it or one matrix
+      if (c == 1) return true;
+      std::vector<int64_t> padded(r - s.size(), 1);
+      padded.insert(padded.end(), s.begin(), s.end());
+      return padded == batch;
+    };
+    if (!fits(ab, ca) || !fits(bb, cb)) fail("MatMul batch broadcasting of partial dims is not supported on CUDA");
+    d.batch = count;
+    d.strideA = ca == 1 ? 0 : d.M * d.K;
+    d.strideB = cb == 1 ? 0 : d.K * d.N;
+    d.strideD = d.M * d.N;
+  }
+  auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), d, kGemmWorkspace);
+  p.keep_.push_back(g);
+  void* ws = p.allocPersistent(0);  // the shared GEMM workspace (allocated once)
+  const void *A = P(a), *B = P(b);
+  void* D = P(y);
+  add([g, A, B, bias, D, ws](cudaStream_t st) {
+    return g->run(A, B, bias, D, ws, st) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+  });
+}
+
+void Program::Lowering::conv(bool grad) {
+  // Conv(X, W, B?) -> Y; ConvGrad(dY, X, W) -> dX, dW.
+  const Value *x = grad ? in(1) : in(0), *w = grad ? in(2) : in(1);
+  const DT t = dt(x);
+  if (dt(w) != t || (t != DT::f32 && t != DT::f16 && t != DT::bf16)) fail("operands must share one float type");
+  const auto &xs = shape(x), &ws = shape(w);
+  const int nsp = static_cast<int>(xs.size()) - 2;
+  if (nsp < 1 || nsp > 3) fail("convolutions over 1 to 3 spatial dims only");
+  const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end()), kernel(ws.begin() + 2, ws.end());
+  const Window win = windowOf(n, spatialIn, n.getInts("kernel_shape", kernel), false);
+  ConvDesc d;
+  d.t = t;
+  d.allowTf32 = p.opts_.allowTf32;
+  d.N = xs[0];
+  d.C = xs[1];
+  d.M = ws[0];
+  d.groups = n.getInt("group", 1);
+  // cuDNN wants 2 or 3 spatial dims: a 1-d convolution runs as 1 x W.
+  d.nsp = std::max(nsp, 2);
+  for (int i = 0; i < nsp; ++i) {
+    const int j = nsp == 1 ? 1 : i;
+    if (win.padBegin[i] != win.padEnd[i]) fail("asymmetric padding is not supported on CUDA");
+    d.in[j] = spatialIn[i];
+    d.k[j] = kernel[i];
+    d.out[j] = win.out[i];
+    d.pad[j] = static_cast<int>(win.padBegin[i]);
+    d.stride[j] = static_cast<int>(win.strides[i]);
+    d.dil[j] = static_cast<int>(win.dilations[i]);
+  }
+  const bool needDx = grad, needDw = grad && n.numResults() > 1;
+  auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
+  p.keep_.push_back(c);
+  const size_t wsBytes = c->workspaceBytes();
+  void* work = wsBytes ? p.allocPersistent(wsBytes) : nullptr;
+  p.stats_.workspaceBytes += static_cast<int64_t>(wsBytes);
+  if (!grad) {
+    const void *X = P(x), *W = P(w);
+    void* Y = P(out(0));
+    add([c, X, W, Y, work, wsBytes](cudaStream_t) { return c->forward(X, W, Y, work, wsBytes) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; });
+    if (has(2)) {  // + bias per output channel
+      std::vector<int64_t> bshape(shape(out(0)).size(), 1);
+      bshape[1] = d.M;
+      EwArgs e = ewArgs(Ew::Add, {out(0)}, out(0));
+      e.nin = 2;
+      e.in[1] = P(in(2));
+      e.inType[1] = dt(in(2));
+      e.access[1] = Access::Strided;
+      const auto st = stridesOf(bshape);
+      for (size_t k = 0; k < bshape.size(); ++k) e.stride[1][k] = bshape[k] == 1 ? 0 : st[k];
+      add([e](cudaStream_t s) { return cuda::elementwise(e, s); });
+    }
+    return;
+  }
+  const void *dY = P(in(0)), *X = P(x), *W = P(w);
+  void* dX = P(out(0));
+  void* dW = n.numResults() > 1 ? P(out(1)) : nullptr;
+  add([c, dY, X, W, dX, dW, work, wsBytes, needDx](cudaStream_t) {
+    if (needDx && c->backwardData(dY, W, dX, work, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+    if (dW && c->backwardFilter(X, dY, dW, work, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+    return cudaSuccess;
+  });
+}
+
+void Program::Lowering::pool(bool isMax, bool grad) {
+  const Value* x = grad ? in(1) : in(0);
+  const auto& xs = shape(x);
+  const int nsp = static_cast<int>(xs.size()) - 2;
+  if (nsp < 1 || nsp > 3) fail("pooling over 1 to 3 spatial dims only");
+  if (n.getInt("storage_order", 0) != 0) fail("storage_order = 1 is not supported on CUDA");
+  const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
+  const Window w = windowOf(n, spatialIn, n.getInts("kernel_shape"), n.getInt("ceil_mode", 0) != 0);
+  PoolArgs a;
+  a.nsp = nsp;
+  a.N = xs[0];
+  a.C = xs[1];
+  a.t = dt(x);
+  a.includePad = n.getInt("count_include_pad", 0) != 0;
+  for (int i = 0; i < nsp; ++i) {
+    a.in[i] = spatialIn[i];
+    a.out[i] = w.out[i];
+    a.k[i] = w.kernel[i];
+    a.s[i] = w.strides[i];
+    a.d[i] = w.dilations[i];
+    a.pad[i] = w.padBegin[i];
+    a.padEnd[i] = w.padEnd[i];
+  }
+  if (grad) {
+    float* acc = scratch(sizeof(float) * x->type().numel());
+    const void* dy = P(in(0));
+    void* dx = P(out(0));
+    add([dy, dx, acc, a](cudaStream_t st) { return averagePoolGrad(dy, dx, acc, a, st); });
+    return;
+  }
+  const void* X = P(x);
+  void* Y = P(out(0));
+  if (isMax) {
+    int64_t* idx = n.numResults() > 1 ? static_cast<int64_t*>(P(out(1))) : nullptr;
+    if (idx && dt(out(1)) != DT::i64) fail("Indices must be i64");
+    add([X, Y, idx, a](cudaStream_t st) { return maxPool(X, Y, idx, a, st); });
+  } else {
+    add([X, Y, a](cudaStream_t st) { return averagePool(X, Y, a, st); });
+  }
+}
+
+void Program::Lowering::reduce(Red op) {
+  const Value* x = in(0);
+  const auto& xs = shape(x);
+  const int64_t r = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> axes;
+  if (n.op() == "GlobalAveragePool") {
+    for (int64_t d = 2; d < r; ++d) axes.push_back(d);
+  } else {
+    axes = n.getInts("axes");
+    if (has(1)) axes = constInts(1);
+    if (axes.empty() && n.getInt("noop_with_empty_axes", 0)) return copyValue(x, out(0));
+  }
+  std::vector<bool> red(static_cast<size_t>(r), axes.empty());
+  for (int64_t a : axes) red[static_cast<size_t>(normalizeAxis(a, r))] = true;
+  if (r > kMaxRank) fail("rank above " + std::to_string(kMaxRank));
+  ReduceArgs a;
+  a.op = op;
+  a.t = dt(x);
+  if (dt(out(0)) != a.t) fail("the result type differs from the input's");
+  const auto st = stridesOf(xs);
+  a.outN = out(0)->type().numel();
+  a.redN = 1;
+  for (int64_t d = 0; d < r; ++d) {
+    if (red[d]) {
+      a.rshape[a.rrank] = xs[d];
+      a.rstride[a.rrank++] = st[d];
+      a.redN *= xs[d];
+    } else {
+      a.kshape[a.krank] = xs[d];
+      a.kstride[a.krank++] = st[d];
+    }
+  }
+  const void* X = P(x);
+  void* Y = P(out(0));
+  add([X, Y, a](cudaStream_t s) { return cuda::reduce(X, Y, a, s); });
+}
+
+void Program::Lowering::lower() {
+  const std::string& op = n.op();
+  // Every operand constant: computed now by the CPU kernels, into a buffer of its own.
+  bool allConst = !n.inputs().empty() && !(n.def() && n.def()->random);
+  for (const Value* v : n.inputs()) allConst = allConst && (!v || (v->kind() == ValueKind::Const && v->constData()));
+  if (allConst) {
+    std::vector<const Tensor*> ins;
+    for (const Value* v : n.inputs()) ins.push_back(v ? v->constData() : nullptr);
+    auto outs = cpu::runNode(n, ins);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      void* d = p.allocPersistent(std::max<size_t>(outs[i].data.size(), 1));
+      check(cudaMemcpy(d, outs[i].data.data(), outs[i].data.size(), cudaMemcpyHostToDevice), n.describe());
+      p.where_[out(i)] = d;
+    }
+    return;
+  }
+  const bool ampcDomain = n.domain() == "ampc";
+  static const std::map<std::string, Ew> kEw = {
+      {"Add", Ew::Add}, {"Sub", Ew::Sub}, {"Mul", Ew::Mul}, {"Div", Ew::Div}, {"Pow", Ew::Pow}, {"Equal", Ew::Equal},
+      {"Less", Ew::Less}, {"LessOrEqual", Ew::LessEq}, {"Greater", Ew::Greater}, {"GreaterOrEqual", Ew::GreaterEq},
+      {"And", Ew::And}, {"Or", Ew::Or}, {"Where", Ew::Where}, {"Sqrt", Ew::Sqrt}, {"Reciprocal", Ew::Reciprocal},
+      {"Exp", Ew::Exp}, {"Log", Ew::Log}, {"Tanh", Ew::Tanh}, {"Sigmoid", Ew::Sigmoid}, {"Erf", Ew::Erf},
+      {"Softplus", Ew::Softplus}, {"LeakyRelu", Ew::LeakyRelu}, {"Relu", Ew::Relu}, {"Neg", Ew::Neg}, {"Abs", Ew::Abs},
+      {"Not", Ew::Not}, {"IsNaN", Ew::IsNaN}, {"IsInf", Ew::IsInf}, {"Cast", Ew::Copy}, {"CastLike", Ew::Copy}};
+  if (!ampcDomain && n.domain().empty()) {
+    if (auto it = kEw.find(op); it != kEw.end()) {
+      std::vector<const Value*> ins;
+      const size_t count = op == "CastLike" ? 1 : n.inputs().size();
+      for (size_t i = 0; i < count; ++i) ins.push_back(in(i));
+      return elementwise(it->second, ins);
+    }
+    if (op == "Gelu") return elementwise(n.getString("approximate", "none") == "tanh" ? Ew::GeluTanh : Ew::Gelu, {in(0)});
+    if (op == "Max" || op == "Min") {  // variadic: folded pairwise into the result
+      const Ew e = op == "Max" ? Ew::Max : Ew::Min;
+      if (n.inputs().size() == 1) return copyValue(in(0), out(0));
+      elementwise(e, {in(0), in(1)});
+      for (size_t i = 2; i < n.inputs().size(); ++i) {
+        EwArgs a = ewArgs(e, {out(0), in(i)}, out(0));
+        add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
+      }
+      return;
+    }
+    if (op == "Clip") {
+      const double lo = has(1) ? constScalar(1, 0) : -INFINITY, hi = has(2) ? constScalar(2, 0) : INFINITY;
+      float* bounds = scratch(2 * sizeof(float));
+      const float hb[2] = {static_cast<float>(lo), static_cast<float>(hi)};
+      check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
+      EwArgs a = ewArgs(Ew::Clip, {in(0)}, out(0));
+      a.nin = 3;
+      a.in[1] = bounds;
+      a.in[2] = bounds + 1;
+      a.inType[1] = a.inType[2] = DT::f32;
+      a.access[1] = a.access[2] = Access::Scalar;
+      if (isInt(a.outType)) fail("Clip of integers is not supported on CUDA");
+      add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
+      return;
+    }
+    if (op == "Identity" || op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return copyValue(in(0), out(0));
+    if (op == "Transpose") {
+      const auto& xs = shape(in(0));
+      const int64_t r = static_cast<int64_t>(xs.size());
+      std::vector<int64_t> perm = n.getInts("perm");
+      if (perm.empty())
+        for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+      const auto st = stridesOf(xs), os = stridesOf(shape(out(0)));
+      CopyArgs a;
+      a.rank = static_cast<int>(r);
+      a.n = out(0)->type().numel();
+      for (int64_t d = 0; d < r; ++d) {
+        a.shape[d] = shape(out(0))[d];
+        a.srcStride[d] = st[perm[d]];
+        a.dstStride[d] = os[d];
+      }
+      return strided(in(0), out(0), a);
+    }
+    if (op == "Slice") {
+      const auto& xs = shape(in(0));
+      auto ints = [&](size_t i) { return has(i) ? constInts(i) : std::vector<int64_t>{}; };
+      const SliceSpec s = sliceSpecOf(xs, ints(1), ints(2), ints(3), ints(4));
+      const auto st = stridesOf(xs), os = stridesOf(s.out);
+      CopyArgs a;
+      a.rank = static_cast<int>(xs.size());
+      a.n = out(0)->type().numel();
+      for (size_t d = 0; d < xs.size(); ++d) {
+        a.shape[d] = s.out[d];
+        a.srcStride[d] = st[d] * s.step[d];
+        a.srcOffset += s.start[d] * st[d];
+        a.dstStride[d] = os[d];
+      }
+      return strided(in(0), out(0), a);
+    }
+    if (op == "Expand") {
+      const auto& os = shape(out(0));
+      EwArgs e = ewArgs(Ew::Copy, {in(0)}, out(0));
+      CopyArgs a;
+      a.rank = static_cast<int>(os.size());
+      a.n = out(0)->type().numel();
+      const auto dst = stridesOf(os);
+      for (size_t d = 0; d < os.size(); ++d) {
+        a.shape[d] = os[d];
+        a.dstStride[d] = dst[d];
+        a.srcStride[d] = e.access[0] == Access::Strided ? e.stride[0][d] : 0;
+      }
+      if (e.access[0] == Access::Same) return copyValue(in(0), out(0));
+      return strided(in(0), out(0), a);
+    }
+    if (op == "Concat" || op == "Split") {
+      const bool concat = op == "Concat";
+      const Value* whole = concat ? out(0) : in(0);
+      const auto& ws = shape(whole);
+      const int64_t axis = normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(ws.size()));
+      const auto wst = stridesOf(ws);
+      int64_t at = 0;
+      const size_t parts = concat ? n.inputs().size() : n.numResults();
+      for (size_t i = 0; i < parts; ++i) {
+        const Value* part = concat ? in(i) : out(i);
+        const auto& ps = shape(part);
+        const auto pst = stridesOf(ps);
+        CopyArgs a;
+        a.rank = static_cast<int>(ps.size());
+        a.n = part->type().numel();
+        for (size_t d = 0; d < ps.size(); ++d) {
+          a.shape[d] = ps[d];
+          (concat ? a.srcStride : a.dstStride)[d] = pst[d];
+          (concat ? a.dstStride : a.srcStride)[d] = wst[d];
+        }
+        (concat ? a.dstOffset : a.srcOffset) = at * wst[axis];
+        at += ps[axis];
+        if (concat) strided(part, whole, a);
+        else strided(whole, part, a);
+      }
+      return;
+    }
+    if (op == "Pad") {
+      if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
+      const auto& xs = shape(in(0));
+      const int64_t r = static_cast<int64_t>(xs.size());
+      const auto pads = constInts(1);
+      std::vector<int64_t> axes;
+      if (has(3)) axes = constInts(3);
+      else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+      std::vector<int64_t> begin(r, 0);
+      for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+      for (size_t i = 0; i < pads.size(); ++i)
+        if (pads[i] < 0) fail("negative pads are not supported on CUDA");
+      const double value = constScalar(2, 0.0);
+      void* Y = P(out(0));
+      const DT t = dt(out(0));
+      const int64_t total = out(0)->type().numel();
+      add([Y, t, total, value](cudaStream_t st) { return fill(Y, t, total, value, st); });
+      const auto xst = stridesOf(xs), ost = stridesOf(shape(out(0)));
+      CopyArgs a;
+      a.rank = static_cast<int>(r);
+      a.n = in(0)->type().numel();
+      for (int64_t d = 0; d < r; ++d) {
+        a.shape[d] = xs[d];
+        a.srcStride[d] = xst[d];
+        a.dstStride[d] = ost[d];
+        a.dstOffset += begin[d] * ost[d];
+      }
+      return strided(in(0), out(0), a);
+    }
+    if (op == "Gather") {
+      const auto& xs = shape(in(0));
+      int64_t outer, dim, inner;
+      split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+      const int64_t cnt = in(1)->type().numel();
+      const void *X = P(in(0)), *I = P(in(1));
+      const DT it = dt(in(1));
+      void* Y = P(out(0));
+      const int eb = dtSize(dt(in(0)));
+      add([=](cudaStream_t st) { return gather(X, I, it, Y, eb, outer, dim, cnt, inner, st); });
+      return;
+    }
+    if (op == "MatMul") return gemm(true);
+    if (op == "Gemm") return gemm(false);
+    if (op == "Conv") return conv(false);
+    if (op == "MaxPool") return pool(true, false);
+    if (op == "AveragePool") return pool(false, false);
+    if (op == "GlobalAveragePool") return reduce(Red::Mean);
+    if (op == "ReduceSum") return reduce(Red::Sum);
+    if (op == "ReduceMean") return reduce(Red::Mean);
+    if (op == "ReduceMax") return reduce(Red::Max);
+    if (op == "ReduceMin") return reduce(Red::Min);
+    if (op == "Softmax" || op == "LogSoftmax") {
+      const auto& xs = shape(in(0));
+      int64_t outer, axis, inner;
+      split(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), outer, axis, inner);
+      const void* X = P(in(0));
+      void* Y = P(out(0));
+      const DT t = dt(in(0));
+      const bool log = op == "LogSoftmax";
+      add([=](cudaStream_t st) { return softmax(X, Y, t, outer, axis, inner, log, st); });
+      return;
+    }
+    if (op == "LayerNormalization") {
+      const auto& xs = shape(in(0));
+      int64_t rows, D;
+      rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
+      if (in(1)->type().numel() != D || (has(2) && in(2)->type().numel() != D)) fail("scale and bias must cover the normalised dims");
+      if (n.numResults() > 1 && dt(out(1)) != DT::f32) fail("Mean must be f32");
+      const void *X = P(in(0)), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
+      if (B && dt(in(2)) != dt(in(1))) fail("scale and bias must share a type");
+      void* Y = P(out(0));
+      float* mean = n.numResults() > 1 ? static_cast<float*>(P(out(1))) : nullptr;
+      float* inv = n.numResults() > 2 ? static_cast<float*>(P(out(2))) : nullptr;
+      const DT t = dt(in(0)), pt = dt(in(1));
+      const float eps = n.getFloat("epsilon", 1e-5f);
+      add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, pt, rows, D, eps, mean, inv, st); });
+      return;
+    }
+    if (op == "BatchNormalization") {
+      const BatchNormArgs a = bnArgs(in(0), in(1));
+      for (size_t i = 2; i < 5; ++i)
+        if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
+      float* ws = scratch(sizeof(float) * 2 * a.C);
+      const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
+      void* Y = P(out(0));
+      void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
+      void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
+      add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws, a, st); });
+      return;
+    }
+    if (op == "SoftmaxCrossEntropyLoss") {
+      LossArgs a = lossArgs(in(0), in(1));
+      a.outT = dt(out(0));
+      float* ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
+      const void *X = P(in(0)), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
+      void* loss = P(out(0));
+      void* logp = n.numResults() > 1 ? P(out(1)) : nullptr;
+      add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws, a, st); });
+      return;
+    }
+    if (op == "Dropout") {
+      const float ratio = static_cast<float>(constScalar(1, 0.5));
+      const bool training = has(2) && constScalar(2, 0) != 0;
+      if (training && (ratio < 0.0f || ratio >= 1.0f)) fail("ratio must be in [0, 1)");
+      bool* mask = n.numResults() > 1 ? static_cast<bool*>(P(out(1))) : nullptr;
+      if (!training || !p.opts_.dropout || ratio == 0.0f) {
+        copyValue(in(0), out(0));
+        if (mask) {
+          const int64_t cnt = out(1)->type().numel();
+          add([mask, cnt](cudaStream_t st) { return fill(mask, DT::boolean, cnt, 1, st); });
+        }
+        return;
+      }
+      const uint64_t seed = n.hasAttr("seed") ? static_cast<uint64_t>(n.getInt("seed", 0)) : p.opts_.seed;
+      const uint32_t key = cpu::dropoutNodeKey(n);
+      const void* X = P(in(0));
+      void* Y = P(out(0));
+      const DT t = dt(in(0));
+      const int64_t cnt = in(0)->type().numel();
+      const uint64_t* step = p.step_;
+      add([=](cudaStream_t st) { return dropout(X, t, Y, mask, cnt, ratio, seed, step, key, st); });
+      return;
+    }
+    if (op == "Shape") {  // static: the dims are known now
+      int64_t b = 0, e = 0;
+      shapeRangeOf(n, in(0)->type().rank(), b, e);
+      std::vector<int64_t> dims(shape(in(0)).begin() + b, shape(in(0)).begin() + e);
+      const Tensor t = Tensor::fromInts(out(0)->type().dtype, out(0)->type().shape, dims);
+      check(cudaMemcpy(P(out(0)), t.data.data(), t.data.size(), cudaMemcpyHostToDevice), "Shape");
+      return;
+    }
+    if (op == "ConstantOfShape") {
+      const Tensor v = constantOfShapeValue(n);
+      void* Y = P(out(0));
+      const DT t = dt(out(0));
+      const int64_t cnt = out(0)->type().numel();
+      const double x = v.getDouble(0);
+      add([=](cudaStream_t st) { return fill(Y, t, cnt, x, st); });
+      return;
+    }
+  }
+  if (ampcDomain) {
+    if (op == "ConvGrad") return conv(true);
+    if (op == "AveragePoolGrad") return pool(false, true);
+    if (op == "ScatterAddFlat") {
+      const int64_t outN = out(0)->type().numel(), cnt = in(0)->type().numel();
+      if (dt(in(1)) != DT::i64) fail("indices must be i64");
+      float* acc = scratch(sizeof(float) * outN);
+      const void* dY = P(in(0));
+      const int64_t* I = static_cast<const int64_t*>(P(in(1)));
+      void* dX = P(out(0));
+      const DT t = dt(in(0));
+      add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc, dX, outN, st); });
+      return;
+    }
+    if (op == "GatherGrad") {
+      const auto xs = n.getInts("shape");
+      int64_t outer, dim, inner;
+      split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+      const int64_t cnt = in(1)->type().numel();
+      float* acc = scratch(sizeof(float) * out(0)->type().numel());
+      const void *dY = P(in(0)), *I = P(in(1));
+      void* dX = P(out(0));
+      const DT t = dt(in(0)), it = dt(in(1));
+      add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc, dX, outer, dim, cnt, inner, st); });
+      return;
+    }
+    if (op == "SliceGrad") {
+      const auto xs = n.getInts("shape");
+      auto ints = [&](size_t i) { return has(i) ? constInts(i) : std::vector<int64_t>{}; };
+      const SliceSpec s = sliceSpecOf(xs, ints(1), ints(2), ints(3), ints(4));
+      zero(out(0));
+      const auto st = stridesOf(xs), ds = stridesOf(s.out);
+      CopyArgs a;
+      a.rank = static_cast<int>(xs.size());
+      a.n = in(0)->type().numel();
+      for (size_t d = 0; d < xs.size(); ++d) {
+        a.shape[d] = s.out[d];
+        a.dstStride[d] = st[d] * s.step[d];
+        a.dstOffset += s.start[d] * st[d];
+        a.srcStride[d] = ds[d];
+      }
+      return strided(in(0), out(0), a);  // a slice's elements are distinct: a copy, not a sum
+    }
+    if (op == "PadGrad") {
+      if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
+      const auto xs = n.getInts("shape");
+      const int64_t r = static_cast<int64_t>(xs.size());
+      const auto pads = constInts(1);
+      std::vector<int64_t> axes;
+      if (has(2)) axes = constInts(2);
+      else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+      std::vector<int64_t> begin(r, 0);
+      for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+      const auto xst = stridesOf(xs), ost = stridesOf(shape(in(0)));
+      CopyArgs a;
+      a.rank = static_cast<int>(r);
+      a.n = out(0)->type().numel();
+      for (int64_t d = 0; d < r; ++d) {
+        if (begin[d] < 0) fail("negative pads are not supported on CUDA");
+        a.shape[d] = xs[d];
+        a.dstStride[d] = xst[d];
+        a.srcStride[d] = ost[d];
+        a.srcOffset += begin[d] * ost[d];
+      }
+      return strided(in(0), out(0), a);
+    }
+    if (op == "BatchNormGrad") {
+      const BatchNormArgs a = bnArgs(in(1), in(2));
+      if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
+      float* ws = scratch(sizeof(float) * 4 * a.C);
+      const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
+      void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
+      add([=](cudaStream_t st) { return batchNormGrad(dY, X, S, M, V, dX, dS, dB, ws, a, st); });
+      return;
+    }
+    if (op == "LayerNormGrad") {
+      const auto& xs = shape(in(1));
+      int64_t rows, D;
+      rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
+      if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
+      float* ws = scratch(sizeof(float) * 2 * rows);
+      const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2));
+      void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
+      const DT t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
+      const float eps = n.getFloat("epsilon", 1e-5f);
+      add([=](cudaStream_t st) { return layerNormGrad(dY, X, S, t, st_, dX, dS, dB, pt, rows, D, eps, ws, st); });
+      return;
+    }
+    if (op == "SoftmaxCrossEntropyLossGrad") {
+      const LossArgs a = lossArgs(in(1), in(2));
+      if (dt(out(0)) != a.t) fail("the gradient's type differs from the scores'");
+      float* ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
+      const void *dL = P(in(0)), *X = P(in(1)), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
+      const DT dlT = dt(in(0));
+      void* dX = P(out(0));
+      add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws, a, st); });
+      return;
+    }
+    if (op == "DropoutGrad") {
+      const float ratio = static_cast<float>(constScalar(2, 0.5));
+      const bool training = has(3) && constScalar(3, 0) != 0;
+      if (!training || !p.opts_.dropout || ratio == 0.0f) return copyValue(in(0), out(0));
+      const void* dY = P(in(0));
+      const bool* M = static_cast<const bool*>(P(in(1)));
+      void* dX = P(out(0));
+      const DT t = dt(in(0));
+      const int64_t cnt = in(0)->type().numel();
+      add([=](cudaStream_t st) { return dropoutGrad(dY, t, M, dX, cnt, ratio, st); });
+      return;
+    }
+    if (op == "UnscaleCheck" || op == "ClipByGlobalNorm" || op == "StepIncrement" || op == "LearningRate" || op == "SGD" || op == "Adam" ||
+        op == "ScalerUpdate")
+      return train();
+  }
+  fail("no CUDA lowering for op '" + n.qualifiedOp() + "'");
+}
+
+void Program::Lowering::train() {
+  const std::string& op = n.op();
+  auto f32 = [&](const Value* v) {
+    if (dt(v) != DT::f32) fail("'" + v->name() + "' must be f32");
+    return static_cast<float*>(P(v));
+  };
+  auto flag = [&](const Value* v) {
+    if (dt(v) != DT::boolean) fail("'" + v->name() + "' must be bool");
+    return static_cast<const bool*>(P(v));
+  };
+  auto i64 = [&](const Value* v) {
+    if (dt(v) != DT::i64) fail("'" + v->name() + "' must be i64");
+    return static_cast<int64_t*>(P(v));
+  };
+  if (op == "UnscaleCheck" || op == "ClipByGlobalNorm") {
+    const size_t k = n.inputs().size() - 1;
+    std::vector<int64_t> sizes;
+    std::vector<void*> src, dst;
+    for (size_t i = 0; i < k; ++i) {
+      src.push_back(f32(in(i + 1)));
+      dst.push_back(f32(out(i)));
+      sizes.push_back(in(i + 1)->type().numel());
+    }
+    auto l = std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src, dst});
+    p.keep_.push_back(l);
+    if (op == "UnscaleCheck") {
+      const float* inv = f32(in(0));
+      bool* found = const_cast<bool*>(flag(out(k)));
+      add([l, inv, found](cudaStream_t st) { return unscaleCheck(*l, inv, found, st); });
+    } else {
+      const bool* found = flag(in(0));
+      float* norm = f32(out(k));
+      const float maxNorm = n.getFloat("max_norm", 0.0f);
+      double* sq = reinterpret_cast<double*>(scratch(sizeof(double)));
+      add([l, found, norm, maxNorm, sq](cudaStream_t st) { return clipByGlobalNorm(*l, found, maxNorm, sq, norm, st); });
+    }
+    return;
+  }
+  if (op == "StepIncrement") {
+    const int64_t* s = i64(in(0));
+    const bool* found = flag(in(1));
+    int64_t* o = i64(out(0));
+    add([=](cudaStream_t st) { return stepIncrement(s, found, o, st); });
+    return;
+  }
+  if (op == "LearningRate") {
+    const int64_t* s = i64(in(0));
+    float* o = f32(out(0));
+    const float lr = n.getFloat("lr", 0.01f);
+    const std::string sched = n.getString("schedule", "constant");
+    const int schedule = sched == "constant" ? 0 : sched == "cosine" ? 2 : 1;
+    const int64_t warmup = n.getInt("warmup", 0), total = n.getInt("total", 0);
+    add([=](cudaStream_t st) { return learningRate(s, o, lr, schedule, warmup, total, st); });
+    return;
+  }
+  if (op == "ScalerUpdate") {
+    const float* s = f32(in(0));
+    const int64_t *t = i64(in(1)), *l = i64(in(2));
+    const bool* found = flag(in(3));
+    float* so = f32(out(0));
+    int64_t *to = i64(out(1)), *lo = i64(out(2));
+    const float growth = n.getFloat("growth_factor", 2.0f), backoff = n.getFloat("backoff_factor", 0.5f);
+    const int64_t interval = n.getInt("growth_interval", 2000), hyst = n.getInt("hysteresis", 1);
+    const float lo_ = n.getFloat("min_scale", 0.0f), hi = n.getFloat("max_scale", 0.0f);
+    add([=](cudaStream_t st) { return scalerUpdate(s, t, l, found, so, to, lo, growth, backoff, interval, hyst, lo_, hi, st); });
+    return;
+  }
+  // SGD / Adam: this node and every later optimizer node of the same op, attributes and shared
+  // operands run as one multi-tensor launch here (the memory plan gave them one position).
+  fail("internal: optimizer nodes are lowered in groups");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Returns,
+// per node index, the index of its group's first node (or itself).
+std::vector<size_t> optimizerGroups(const Graph& g) {
+  std::vector<const Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  std::vector<size_t> leader(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) leader[i] = i;
+  auto key = [](const Node* n) {
+    std::string k = n->op() + "|";
+    for (const auto& [name, a] : n->attrs())
+      if (const float* f = std::get_if<float>(&a)) k += name + "=" + std::to_string(*f) + ";";
+      else if (const int64_t* v = std::get_if<int64_t>(&a)) k += name + "=" + std::to_string(*v) + ";";
+    const size_t first = n->op() == "SGD" ? 3 : 4;  // the shared operands: lr (step) found
+    for (size_t i = first; i < n->inputs().size(); ++i) k += n->inputs()[i] ? n->inputs()[i]->name() + "," : "_,";
+    return k;
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    if (n->domain() != "ampc" || (n->op() != "SGD" && n->op() != "Adam") || leader[i] != i) continue;
+    const std::string k = key(n);
+    // Later nodes join while nothing else runs in between (the optimizer tail of a train step).
+    for (size_t j = i + 1; j < nodes.size(); ++j) {
+      const Node* m = nodes[j];
+      if (m->domain() != "ampc" || (m->op() != "SGD" && m->op() != "Adam")) break;
+      if (key(m) == k) leader[j] = i;
+      else break;
+    }
+  }
+  return leader;
+}
+
+}  // namespace
+
+void* Program::allocPersistent(size_t bytes) {
+  if (bytes == 0) {  // the shared GEMM workspace
+    static_assert(kGemmWorkspace > 0);
+    if (!gemmWorkspace_) {
+      gemmWorkspace_ = allocPersistent(kGemmWorkspace);
+      stats_.workspaceBytes += static_cast<int64_t>(kGemmWorkspace);
+    }
+    return gemmWorkspace_;
+  }
+  void* d = nullptr;
+  const cudaError_t e = cudaMalloc(&d, alignUp(bytes));
+  if (e != cudaSuccess) {
+    size_t free = 0, total = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free, &total);
+    throw Error("out of device memory: " + std::to_string(alignUp(bytes)) + " more bytes needed, " + std::to_string(free) + " free on cuda:" +
+                std::to_string(opts_.device));
+  }
+  allocations_.push_back(d);
+  return d;
+}
+
+Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw Error("no CUDA device is present");
+  if (o.device < 0 || o.device >= count) throw Error("cuda:" + std::to_string(o.device) + ": there are " + std::to_string(count) + " devices");
+  check(cudaSetDevice(o.device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cublasLtHandle_t lt = nullptr;
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  cublas_ = lt;
+  cudnnHandle_t dnn = nullptr;
+  check(cudnnCreate(&dnn), "cudnnCreate");
+  cudnn_ = dnn;
+  check(cudnnSetStream(dnn, stream_), "cudnnSetStream");
+
+  // Memory: params, constants and inputs in their own buffers; node results in one arena.
+  std::vector<size_t> leader = optimizerGroups(g);
+  std::vector<int> positions(leader.size());
+  for (size_t i = 0; i < leader.size(); ++i) positions[i] = static_cast<int>(leader[i]);
+  plan_ = planMemory(g, positions);
+  checkMemoryPlan(plan_);
+  int64_t persistent = 0;
+  for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})
+    for (const Value* v : *list) persistent += static_cast<int64_t>(alignUp(v->type().bytes()));
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  const int64_t needed = plan_.arenaBytes + persistent + static_cast<int64_t>(kGemmWorkspace);
+  if (needed > static_cast<int64_t>(free))
+    throw Error("out of device memory: the plan needs " + std::to_string(needed) + " bytes (arena " + std::to_string(plan_.arenaBytes) +
+                ", params and inputs " + std::to_string(persistent) + ", workspace " + std::to_string(kGemmWorkspace) + "), " +
+                std::to_string(free) + " are free on cuda:" + std::to_string(o.device));
+  stats_.arenaBytes = plan_.arenaBytes;
+  stats_.paramBytes = persistent;
+  arena_ = static_cast<char*>(allocPersistent(static_cast<size_t>(std::max<int64_t>(plan_.arenaBytes, 1))));
+  for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})
+    for (const Value* v : *list) {
+      void* d = allocPersistent(std::max<size_t>(v->type().bytes(), 1));
+      where_[v] = d;
+      if (v->kind() != ValueKind::Input) {
+        if (!v->data()) throw Error("'" + v->name() + "' has no data");
+        check(cudaMemcpy(d, v->data()->data.data(), v->data()->data.size(), cudaMemcpyHostToDevice), "upload '" + v->name() + "'");
+      }
+    }
+  for (const auto& [v, s] : plan_.slots) where_[v] = arena_ + s.offset;
+  step_ = static_cast<uint64_t*>(allocPersistent(sizeof(uint64_t)));
+  check(cudaMemset(step_, 0, sizeof(uint64_t)), "step counter");
+
+  // Lowering, node by node; an optimizer group lowers at its first node.
+  std::vector<const Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = *nodes[i];
+    if (leader[i] != i) continue;
+    if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) {
+      std::vector<const Node*> group;
+      for (size_t j = i; j < nodes.size() && leader[j] == i; ++j) group.push_back(nodes[j]);
+      lowerOptimizer(group);
+      continue;
+    }
+    Lowering{*this, n}.lower();
+  }
+  stats_.launches = static_cast<int64_t>(launches_.size());
+}
+
+void Program::lowerOptimizer(const std::vector<const Node*>& group) {
+  const Node& n = *group.front();
+  const bool isSgd = n.op() == "SGD";
+  const size_t tensors = isSgd ? 3 : 4, outs = isSgd ? 2 : 3;
+  std::vector<std::vector<void*>> roles(tensors + outs);
+  std::vector<int64_t> sizes;
+  for (const Node* m : group) {
+    for (size_t r = 0; r < tensors; ++r) {
+      const Value* v = m->inputs()[r];
+      if (v->type().dtype != DType::f32) throw Error(m->describe() + ": CUDA backend: optimizer state must be f32");
+      roles[r].push_back(ptr(v));
+    }
+    for (size_t r = 0; r < outs; ++r) roles[tensors + r].push_back(ptr(m->result(r)));
+    sizes.push_back(m->inputs()[0]->type().numel());
+  }
+  auto l = std::make_shared<TensorList>(sizes, roles);
+  keep_.push_back(l);
+  const float* lr = static_cast<const float*>(ptr(n.inputs()[isSgd ? 3 : 4]));
+  const bool* found = static_cast<const bool*>(ptr(n.inputs()[isSgd ? 4 : 6]));
+  const std::string what = n.describe() + (group.size() > 1 ? " (+" + std::to_string(group.size() - 1) + " fused)" : "");
+  if (isSgd) {
+    const float mom = n.getFloat("momentum", 0.0f), wd = n.getFloat("weight_decay", 0.0f);
+    const bool nesterov = n.getInt("nesterov", 0) != 0;
+    launches_.emplace_back(what, [=](cudaStream_t st) { return sgd(*l, lr, found, mom, wd, nesterov, st); });
+    return;
+  }
+  const int64_t* step = static_cast<const int64_t*>(ptr(n.inputs()[5]));
+  const float b1 = n.getFloat("beta1", 0.9f), b2 = n.getFloat("beta2", 0.999f), eps = n.getFloat("eps", 1e-8f);
+  const float wd = n.getFloat("weight_decay", 0.0f);
+  const bool decoupled = n.getInt("decoupled", 0) != 0, lamb = n.getInt("lamb", 0) != 0;
+  double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * sizes.size())) : nullptr;
+  launches_.emplace_back(what, [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, st); });
+}
+
+Program::~Program() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  keep_.clear();
+  for (auto& [v, s] : staging_) {
+    if (s.done) cudaEventDestroy(s.done);
+    if (s.host) cudaFreeHost(s.host);
+  }
+  for (void* a : allocations_) cudaFree(a);
+  if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
+  if (cublas_) cublasLtDestroy(static_cast<cublasLtHandle_t>(cublas_));
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* Program::ptr(const Value* v) const {
+  auto it = where_.find(v);
+  if (it == where_.end()) throw Error("internal: '" + v->name() + "' has no device buffer");
+  return it->second;
+}
+
+void Program::upload(const Value* v, const Tensor& t) {
+  if (t.type != v->type()) throw Error("'" + v->name() + "' is " + t.type.str() + "; the graph wants " + v->type().str());
+  Staging& s = staging_[v];
+  if (!s.host) {
+    s.bytes = std::max<size_t>(t.data.size(), 1);
+    check(cudaHostAlloc(&s.host, s.bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
+  } else if (cudaEventQuery(s.done) == cudaErrorNotReady) {
+    ++gSyncs;  // the previous copy from this buffer is still pending: waiting is a host sync
+    check(cudaEventSynchronize(s.done), "input staging");
+  }
+  std::memcpy(s.host, t.data.data(), t.data.size());
+  check(cudaMemcpyAsync(ptr(v), s.host, t.data.size(), cudaMemcpyHostToDevice, stream_), "upload '" + v->name() + "'");
+  check(cudaEventRecord(s.done, stream_), "cudaEventRecord");
+}
+
+Tensor Program::download(const Value* v) {
+  Tensor t(v->type());
+  ++gSyncs;
+  check(cudaMemcpyAsync(t.data.data(), ptr(v), t.data.size(), cudaMemcpyDeviceToHost, stream_), "download '" + v->name() + "'");
+  check(cudaStreamSynchronize(stream_), "download '" + v->name() + "'");
+  return t;
+}
+
+void Program::setStep(uint64_t step) {
+  check(cudaMemcpyAsync(step_, &step, sizeof(step), cudaMemcpyHostToDevice, stream_), "step counter");
+  hostSync(stream_, "step counter");  // `step` lives on this stack frame
+}
+
+void Program::enqueueAll() {
+  for (const auto& [what, l] : launches_) {
+    const cudaError_t e = l(stream_);
+    if (e != cudaSuccess) throw Error(what + ": CUDA launch failed: " + cudaGetErrorString(e));
+  }
+  for (const auto& l : epilogue_) check(l(stream_), "step epilogue");
+  check(addStep(step_, stream_), "step counter");
+}
+
+void Program::run() {
+  ++stats_.runs;
+  if (exec_) {
+    ++stats_.replays;
+    check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
+    return;
+  }
+  if (!opts_.cudaGraph || stats_.runs == 1) {  // the first run is the warm-up (algorithms, lazy module loads)
+    enqueueAll();
+    return;
+  }
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    enqueueAll();
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(stream_, &broken);
+    if (broken) cudaGraphDestroy(broken);
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &graph_), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+  stats_.captured = true;
+  ++stats_.replays;
+  check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
+}
+
+}  // namespace ampc::cuda

@@ -1,0 +1,111 @@
+// The CUDA backend: a graph lowered once, when it loads, to a list of device launches over fixed
+// addresses (params and inputs in their own buffers, every node result at its memory-plan offset in
+// one arena), then run step after step: eagerly the first time, then as one captured CUDA graph
+// replayed. GEMMs go through cuBLASLt, convolutions through cuDNN, every other op through
+// kernels/cuda. Nothing in a run synchronises with the host: every device-to-host copy and stream
+// synchronisation of the runtime goes through hostSync(), which counts them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "compiler/ir/ir.h"
+#include "kernels/cuda/ops.h"
+#include "passes/memory_plan.h"
+
+namespace ampc::cuda {
+
+// The number of host synchronisations so far (stream syncs, device-to-host copies).
+int64_t hostSyncs();
+// Waits for `st` and counts one host synchronisation.
+void hostSync(cudaStream_t st, const char* why);
+
+// True when a CUDA device is present and usable.
+bool gpuPresent();
+// Bytes in use on the device (all processes): total minus free.
+int64_t deviceMemoryUsed(int device);
+// "cuda:N" -> N; "cuda" -> 0. Error on anything else.
+int parseDevice(const std::string& spec);
+
+struct ProgramOptions {
+  int device = 0;
+  bool allowTf32 = false;  // FP32 GEMMs and convolutions may use TF32
+  bool cudaGraph = true;   // capture the run once after the first, then replay it
+  uint64_t seed = 0;       // Dropout's Philox key
+  bool dropout = true;     // false: Dropout is the identity (comparisons)
+};
+
+DT deviceType(DType t, const std::string& where);
+
+class Program {
+ public:
+  // Error naming the node and op for an op or form without a CUDA lowering; Error with the needed
+  // and the free bytes when the device cannot hold the plan.
+  Program(const Graph& g, const ProgramOptions& o);
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  void* ptr(const Value* v) const;
+  // Copies a graph input's (or param's) value to the device, asynchronously on the stream (the host
+  // data is staged in pinned memory; the staging buffer is reused only after the copy that last
+  // read it has finished).
+  void upload(const Value* v, const Tensor& t);
+  // The value's current contents (a counted host synchronisation).
+  Tensor download(const Value* v);
+  // Launches run after every node, in order (part of the captured graph).
+  void addEpilogue(std::function<cudaError_t(cudaStream_t)> f) { epilogue_.push_back(std::move(f)); }
+  // Runs the graph once on the stream (asynchronous).
+  void run();
+  // Dropout's step counter (device): set before a run; each run adds one at its end.
+  void setStep(uint64_t step);
+  const uint64_t* stepCounter() const { return step_; }
+
+  struct Stats {
+    int64_t arenaBytes = 0, paramBytes = 0, workspaceBytes = 0, launches = 0;
+    int64_t runs = 0, replays = 0;
+    bool captured = false;
+  };
+  const Stats& stats() const { return stats_; }
+  const MemoryPlan& memoryPlan() const { return plan_; }
+
+ private:
+  using Launch = std::function<cudaError_t(cudaStream_t)>;
+  struct Lowering;
+  void* allocPersistent(size_t bytes);  // 0: the shared GEMM workspace
+  void lowerOptimizer(const std::vector<const Node*>& group);
+  void enqueueAll();
+
+  const Graph& g_;
+  ProgramOptions opts_;
+  cudaStream_t stream_ = nullptr;
+  void* cublas_ = nullptr;  // cublasLtHandle_t
+  void* cudnn_ = nullptr;   // cudnnHandle_t
+  MemoryPlan plan_;
+  char* arena_ = nullptr;
+  void* gemmWorkspace_ = nullptr;
+  std::vector<void*> allocations_;
+  std::map<const Value*, void*> where_;
+  std::vector<std::pair<std::string, Launch>> launches_;  // node description, launch
+  std::vector<Launch> epilogue_;
+  std::vector<std::shared_ptr<void>> keep_;  // objects the launches use (GEMM plans, tensor lists)
+  uint64_t* step_ = nullptr;
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  std::map<const Value*, Staging> staging_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  Stats stats_;
+};
+
+}  // namespace ampc::cuda

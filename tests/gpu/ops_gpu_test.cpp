@@ -1,0 +1,213 @@
+// Every CUDA kernel and every cuBLASLt / cuDNN call form against the CPU reference backend, on
+// fresh random data, at f32, f16 and bf16 (tolerances: gpu_util.h). One single-op graph per case;
+// $T is replaced by the dtype under test. Skips without a GPU.
+#include <cstdlib>
+#include <regex>
+
+#include "tests/gpu/gpu_util.h"
+
+using namespace ampc;
+using namespace ampc::gputest;
+
+namespace {
+
+struct Spec {
+  double scale = 1.0;
+  int64_t lo = 0, hi = 1;
+  bool positive = false;
+};
+struct Case {
+  Case(std::string n, std::string t, std::map<std::string, Spec> in = {}, bool fo = true, double ts = 1.0)
+      : name(std::move(n)), text(std::move(t)), inputs(std::move(in)), floatOnly(fo), tolScale(ts) {}
+  std::string name, text;
+  std::map<std::string, Spec> inputs;  // how to draw each input (default: N(0, 1) floats)
+  bool floatOnly;                      // run at f32, f16, bf16 ($T); else once
+  double tolScale;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  auto unary = [&](const std::string& op, const std::string& attrs = "", bool positive = false) {
+    c.push_back({op, "input %x : $T[7,33]\n%y : $T[7,33] = " + op + "(%x)" + attrs + "\noutput %y", {{"x", {2.0, 0, 1, positive}}}});
+  };
+  for (const char* op : {"Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Relu", "Neg", "Abs", "Reciprocal"}) unary(op);
+  unary("Sqrt", "", true);
+  unary("Log", "", true);
+  unary("LeakyRelu", " {alpha = 0.2}");
+  unary("Gelu", " {approximate = \"tanh\"}");
+  unary("Identity");
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"}) {
+    c.push_back({std::string(op) + "_same", "input %a : $T[16,40]\ninput %b : $T[16,40]\n%y : $T[16,40] = " + std::string(op) + "(%a, %b)\noutput %y"});
+    c.push_back({std::string(op) + "_broadcast",
+                 "input %a : $T[3,1,5,6]\ninput %b : $T[4,1,6]\n%y : $T[3,4,5,6] = " + std::string(op) + "(%a, %b)\noutput %y"});
+  }
+  c.push_back({"Add_scalar", "input %a : $T[5,9]\ninput %b : $T[]\n%y : $T[5,9] = Add(%a, %b)\noutput %y"});
+  c.push_back({"Pow", "input %a : $T[6,7]\ninput %b : f32[]\n%y : $T[6,7] = Pow(%a, %b)\noutput %y", {{"a", {1.0, 0, 1, true}}}});
+  c.push_back({"Max_variadic", "input %a : $T[4,5]\ninput %b : $T[5]\ninput %d : $T[4,1]\n%y : $T[4,5] = Max(%a, %b, %d)\noutput %y"});
+  for (const char* op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+    c.push_back({op, "input %a : $T[8,9]\ninput %b : $T[9]\n%y : bool[8,9] = " + std::string(op) + "(%a, %b)\noutput %y"});
+  c.push_back({"Equal_i64", "input %a : i64[50]\ninput %b : i64[50]\n%y : bool[50] = Equal(%a, %b)\noutput %y", {{"a", {1, 0, 3}}, {"b", {1, 0, 3}}}, false});
+  c.push_back({"Logic", "input %a : bool[30]\ninput %b : bool[30]\n%p : bool[30] = And(%a, %b)\n%q : bool[30] = Or(%a, %b)\n%r : bool[30] = Not(%a)\noutput %p\noutput %q\noutput %r", {}, false});
+  c.push_back({"Where", "input %c : bool[6,1]\ninput %a : $T[6,8]\ninput %b : $T[8]\n%y : $T[6,8] = Where(%c, %a, %b)\noutput %y"});
+  c.push_back({"Clip", "input %x : $T[10,10]\nconst %lo : $T[] = [-0.5]\nconst %hi : $T[] = [0.75]\n%y : $T[10,10] = Clip(%x, %lo, %hi)\noutput %y"});
+  c.push_back({"IsNaN_IsInf", "input %x : $T[40]\n%a : bool[40] = IsNaN(%x)\n%b : bool[40] = IsInf(%x)\noutput %a\noutput %b"});
+  c.push_back({"Cast_to_f32", "input %x : $T[33,5]\n%y : f32[33,5] = Cast(%x) {to = 1}\noutput %y"});
+  c.push_back({"Cast_from_f32", "input %x : f32[33,5]\n%y : $T[33,5] = Cast(%x) {to = $TO}\noutput %y"});
+  c.push_back({"Cast_to_i64", "input %x : $T[64]\n%y : i64[64] = Cast(%x) {to = 7}\noutput %y", {{"x", {20.0}}}});
+  c.push_back({"Cast_from_i64", "input %x : i64[64]\n%y : $T[64] = Cast(%x) {to = $TO}\noutput %y", {{"x", {1, -1000, 1000}}}});
+  // Vectorised path: same-shape f16/bf16, length not a multiple of 8.
+  c.push_back({"Mul_long", "input %a : $T[100003]\ninput %b : $T[100003]\n%y : $T[100003] = Mul(%a, %b)\noutput %y"});
+  // Data movement.
+  c.push_back({"Reshape", "input %x : $T[4,6]\nconst %s : i64[2] = [3, 8]\n%y : $T[3,8] = Reshape(%x, %s)\noutput %y"});
+  c.push_back({"Transpose", "input %x : $T[2,3,4,5]\n%y : $T[5,2,4,3] = Transpose(%x) {perm = [3, 0, 2, 1]}\noutput %y"});
+  c.push_back({"Slice", "input %x : $T[10,12]\nconst %st : i64[2] = [1, -2]\nconst %en : i64[2] = [9, 0]\nconst %ax : i64[2] = [0, 1]\n"
+                        "const %sp : i64[2] = [3, -4]\n%y : $T[3,3] = Slice(%x, %st, %en, %ax, %sp)\noutput %y"});
+  c.push_back({"Expand", "input %x : $T[3,1]\nconst %s : i64[3] = [2, 3, 4]\n%y : $T[2,3,4] = Expand(%x, %s)\noutput %y"});
+  c.push_back({"Concat", "input %a : $T[2,3,4]\ninput %b : $T[2,1,4]\n%y : $T[2,4,4] = Concat(%a, %b) {axis = 1}\noutput %y"});
+  c.push_back({"Split", "input %x : $T[5,6]\nconst %s : i64[2] = [2, 4]\n%a : $T[5,2], %b : $T[5,4] = Split(%x, %s) {axis = -1}\noutput %a\noutput %b"});
+  c.push_back({"Pad", "input %x : $T[3,4]\nconst %p : i64[4] = [1, 0, 2, 3]\nconst %v : $T[] = [1.5]\n%y : $T[6,7] = Pad(%x, %p, %v)\noutput %y"});
+  c.push_back({"Gather", "input %x : $T[20,6]\ninput %i : i64[3,5]\n%y : $T[3,5,6] = Gather(%x, %i) {axis = 0}\noutput %y", {{"i", {1, -20, 19}}}});
+  c.push_back({"Gather_axis1", "input %x : $T[4,9,3]\ninput %i : i32[2]\n%y : $T[4,2,3] = Gather(%x, %i) {axis = 1}\noutput %y", {{"i", {1, 0, 8}}}});
+  // Reductions.
+  c.push_back({"ReduceSum", "input %x : $T[6,70,5]\nconst %a : i64[2] = [0, 2]\n%y : $T[1,70,1] = ReduceSum(%x, %a)\noutput %y"});
+  c.push_back({"ReduceSum_all", "input %x : $T[33,65]\n%y : $T[] = ReduceSum(%x) {keepdims = 0}\noutput %y"});
+  c.push_back({"ReduceMean", "input %x : $T[4,300]\n%y : $T[4] = ReduceMean(%x) {axes = [1], keepdims = 0}\noutput %y"});
+  c.push_back({"ReduceMax", "input %x : $T[5,6,7]\n%y : $T[5,1,7] = ReduceMax(%x) {axes = [1]}\noutput %y"});
+  c.push_back({"ReduceMin", "input %x : $T[5,6,7]\n%y : $T[1,6,1] = ReduceMin(%x) {axes = [0, 2]}\noutput %y"});
+  c.push_back({"GlobalAveragePool", "input %x : $T[2,3,5,7]\n%y : $T[2,3,1,1] = GlobalAveragePool(%x)\noutput %y"});
+  // GEMMs (cuBLASLt).
+  c.push_back({"MatMul_2d", "input %a : $T[33,70]\ninput %b : $T[70,17]\n%y : $T[33,17] = MatMul(%a, %b)\noutput %y"});
+  c.push_back({"MatMul_batched", "input %a : $T[2,3,16,24]\ninput %b : $T[2,3,24,8]\n%y : $T[2,3,16,8] = MatMul(%a, %b)\noutput %y"});
+  c.push_back({"MatMul_broadcast", "input %a : $T[4,16,24]\ninput %b : $T[24,40]\n%y : $T[4,16,40] = MatMul(%a, %b)\noutput %y"});
+  c.push_back({"MatMul_vector", "input %a : $T[24]\ninput %b : $T[3,24,8]\n%y : $T[3,8] = MatMul(%a, %b)\noutput %y"});
+  c.push_back({"Gemm_bias", "input %a : $T[64,32]\ninput %w : $T[48,32]\ninput %c : $T[48]\n%y : $T[64,48] = Gemm(%a, %w, %c) {transB = 1}\noutput %y"});
+  c.push_back({"Gemm_transA_beta", "input %a : $T[32,64]\ninput %w : $T[32,48]\ninput %c : $T[64,1]\n"
+                                   "%y : $T[64,48] = Gemm(%a, %w, %c) {alpha = 0.5, beta = 2.0, transA = 1}\noutput %y"});
+  c.push_back({"Gemm_nobias", "input %a : $T[40,24]\ninput %w : $T[24,56]\n%y : $T[40,56] = Gemm(%a, %w) {transA = 0, transB = 0}\noutput %y"});
+  // Convolutions (cuDNN) and pooling.
+  c.push_back({"Conv", "input %x : $T[2,4,9,9]\ninput %w : $T[6,4,3,3]\ninput %b : $T[6]\n"
+                       "%y : $T[2,6,5,5] = Conv(%x, %w, %b) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %y"});
+  c.push_back({"Conv_group_dilated", "input %x : $T[2,4,10,10]\ninput %w : $T[8,2,3,3]\n"
+                                     "%y : $T[2,8,6,6] = Conv(%x, %w) {dilations = [2, 2], group = 2}\noutput %y"});
+  c.push_back({"Conv1d", "input %x : $T[3,4,20]\ninput %w : $T[5,4,5]\n%y : $T[3,5,20] = Conv(%x, %w) {pads = [2, 2]}\noutput %y"});
+  c.push_back({"ConvGrad", "domain \"ampc\" 1\ninput %dy : $T[2,6,5,5]\ninput %x : $T[2,4,9,9]\ninput %w : $T[6,4,3,3]\n"
+                           "%dx : $T[2,4,9,9], %dw : $T[6,4,3,3] = ampc::ConvGrad(%dy, %x, %w) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
+                           "output %dx\noutput %dw"});
+  c.push_back({"MaxPool", "input %x : $T[2,3,9,9]\n%y : $T[2,3,4,4], %i : i64[2,3,4,4] = MaxPool(%x) {kernel_shape = [3, 3], pads = [1, 1, 0, 0], strides = [2, 2]}\n"
+                          "output %y\noutput %i"});
+  c.push_back({"AveragePool", "input %x : $T[2,3,8,8]\n%y : $T[2,3,4,4] = AveragePool(%x) {count_include_pad = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %y"});
+  c.push_back({"AveragePoolGrad", "domain \"ampc\" 1\ninput %dy : $T[2,3,4,4]\ninput %x : $T[2,3,8,8]\n"
+                                  "%dx : $T[2,3,8,8] = ampc::AveragePoolGrad(%dy, %x) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %dx"});
+  c.push_back({"ScatterAddFlat", "domain \"ampc\" 1\ninput %dy : $T[3,50]\ninput %i : i64[3,50]\n%dx : $T[4,10] = ampc::ScatterAddFlat(%dy, %i) {shape = [4, 10]}\noutput %dx",
+               {{"i", {1, 0, 39}}}});
+  // Normalisation, softmax, losses.
+  c.push_back({"Softmax", "input %x : $T[12,333]\n%y : $T[12,333] = Softmax(%x) {axis = -1}\noutput %y", {{"x", {3.0}}}});
+  c.push_back({"Softmax_inner", "input %x : $T[3,7,5]\n%y : $T[3,7,5] = Softmax(%x) {axis = 1}\noutput %y"});
+  c.push_back({"LogSoftmax", "input %x : $T[9,40]\n%y : $T[9,40] = LogSoftmax(%x) {axis = 1}\noutput %y"});
+  c.push_back({"LayerNorm", "input %x : $T[6,5,96]\ninput %s : $T[96]\ninput %b : $T[96]\n"
+                            "%y : $T[6,5,96], %m : f32[6,5,1], %r : f32[6,5,1] = LayerNormalization(%x, %s, %b) {axis = -1}\noutput %y\noutput %m\noutput %r"});
+  c.push_back({"LayerNormGrad", "domain \"ampc\" 1\ninput %dy : $T[10,64]\ninput %x : $T[10,64]\ninput %s : $T[64]\n"
+                                "%dx : $T[10,64], %ds : $T[64], %db : $T[64] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\noutput %dx\noutput %ds\noutput %db"});
+  c.push_back({"BatchNorm_training", "input %x : $T[4,3,5,5]\ninput %s : $T[3]\ninput %b : $T[3]\ninput %m : $T[3]\ninput %v : $T[3]\n"
+                                     "%y : $T[4,3,5,5], %rm : $T[3], %rv : $T[3] = BatchNormalization(%x, %s, %b, %m, %v) {momentum = 0.8, training_mode = 1}\n"
+                                     "output %y\noutput %rm\noutput %rv",
+               {{"v", {1.0, 0, 1, true}}}});
+  c.push_back({"BatchNorm_inference", "input %x : $T[4,3,6]\ninput %s : $T[3]\ninput %b : $T[3]\ninput %m : $T[3]\ninput %v : $T[3]\n"
+                                      "%y : $T[4,3,6] = BatchNormalization(%x, %s, %b, %m, %v)\noutput %y",
+               {{"v", {1.0, 0, 1, true}}}});
+  c.push_back({"BatchNormGrad", "domain \"ampc\" 1\ninput %dy : $T[4,3,5,5]\ninput %x : $T[4,3,5,5]\ninput %s : $T[3]\ninput %m : $T[3]\ninput %v : $T[3]\n"
+                                "%dx : $T[4,3,5,5], %ds : $T[3], %db : $T[3] = ampc::BatchNormGrad(%dy, %x, %s, %m, %v) {training_mode = 1}\n"
+                                "output %dx\noutput %ds\noutput %db",
+               {{"v", {1.0, 0, 1, true}}}, true, 2.0});
+  c.push_back({"SCE_mean", "input %x : $T[16,10]\ninput %l : i64[16]\n%y : $T[], %lp : $T[16,10] = SoftmaxCrossEntropyLoss(%x, %l)\noutput %y\noutput %lp",
+               {{"l", {1, 0, 9}}}});
+  c.push_back({"SCE_weighted_ignore", "input %x : $T[6,5,3]\ninput %l : i64[6,3]\ninput %w : $T[5]\n"
+                                      "%y : $T[] = SoftmaxCrossEntropyLoss(%x, %l, %w) {ignore_index = 2}\noutput %y",
+               {{"l", {1, 0, 4}}, {"w", {1.0, 0, 1, true}}}});
+  c.push_back({"SCE_none", "input %x : $T[8,7]\ninput %l : i32[8]\n%y : $T[8] = SoftmaxCrossEntropyLoss(%x, %l) {reduction = \"none\"}\noutput %y",
+               {{"l", {1, 0, 6}}}});
+  c.push_back({"SCE_grad", "domain \"ampc\" 1\ninput %d : $T[]\ninput %x : $T[16,10]\ninput %l : i64[16]\n"
+                           "%dx : $T[16,10] = ampc::SoftmaxCrossEntropyLossGrad(%d, %x, %l) {ignore_index = 3, reduction = \"mean\"}\noutput %dx",
+               {{"l", {1, 0, 9}}}});
+  c.push_back({"GatherGrad", "domain \"ampc\" 1\ninput %dy : $T[3,5,6]\ninput %i : i64[3,5]\n"
+                             "%dx : $T[20,6] = ampc::GatherGrad(%dy, %i) {axis = 0, shape = [20, 6]}\noutput %dx",
+               {{"i", {1, -20, 19}}}});
+  c.push_back({"SliceGrad", "domain \"ampc\" 1\ninput %dy : $T[3,3]\nconst %st : i64[2] = [1, -2]\nconst %en : i64[2] = [9, 0]\n"
+                            "const %ax : i64[2] = [0, 1]\nconst %sp : i64[2] = [3, -4]\n"
+                            "%dx : $T[10,12] = ampc::SliceGrad(%dy, %st, %en, %ax, %sp) {shape = [10, 12]}\noutput %dx"});
+  c.push_back({"PadGrad", "domain \"ampc\" 1\ninput %dy : $T[6,7]\nconst %p : i64[4] = [1, 0, 2, 3]\n"
+                          "%dx : $T[3,4] = ampc::PadGrad(%dy, %p) {shape = [3, 4]}\noutput %dx"});
+  return c;
+}
+
+std::string onnxType(const std::string& t) { return t == "f32" ? "1" : t == "f16" ? "10" : "16"; }
+
+void runCase(const Case& k, const std::string& t) {
+  std::string text = std::regex_replace(k.text, std::regex("\\$TO"), onnxType(t));
+  text = std::regex_replace(text, std::regex("\\$T"), t);
+  // Lines become a graph: domains first, then the rest.
+  std::string body, header;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) (line.rfind("domain", 0) == 0 ? header : body) += "  " + line + "\n";
+  auto g = parseGraph("graph \"case\" opset 17 {\n" + header + body + "}\n", k.name);
+  std::map<std::string, Tensor> inputs;
+  for (const Value* v : g->inputs()) {
+    Spec s;
+    if (auto it = k.inputs.find(v->name()); it != k.inputs.end()) s = it->second;
+    Tensor x = randomTensor(v->type(), s.scale, s.lo, s.hi);
+    if (s.positive)
+      for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::fabs(x.getDouble(i)) + 0.05);
+    inputs.emplace(v->name(), std::move(x));
+  }
+  expectSameOnGpu(*g, inputs, k.name + " at " + t, k.tolScale);
+}
+
+class GpuOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuOps, MatchTheCpuBackend) {
+  AMPC_NEED_GPU();
+  const std::string t = GetParam();
+  int ran = 0;
+  for (const Case& k : cases()) {
+    if (!k.floatOnly && t != "f32") continue;
+    SCOPED_TRACE(k.name);
+    runCase(k, t);
+    ++ran;
+  }
+  EXPECT_GT(ran, 60);
+}
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuOps, ::testing::Values("f32", "f16", "bf16"));
+
+// Dropout: the mask is bit-identical to the CPU's (same Philox stream), at several steps; the
+// gradient reuses it.
+TEST(GpuDropout, MasksAreBitIdenticalToTheCpu) {
+  AMPC_NEED_GPU();
+  for (const char* t : {"f32", "f16", "bf16"})
+    for (uint64_t step : {0ull, 7ull, 123456789ull}) {
+      const std::string T = t;
+      auto g = parseGraph("graph \"d\" opset 17 {\n  domain \"ampc\" 1\n  input %x : " + T + "[3,1001]\n  input %dy : " + T +
+                          "[3,1001]\n  const %r : f32[] = [0.3]\n  const %tr : bool[] = [1]\n  %y : " + T +
+                          "[3,1001], %m : bool[3,1001] = Dropout(%x, %r, %tr)\n  %dx : " + T +
+                          "[3,1001] = ampc::DropoutGrad(%dy, %m, %r, %tr)\n  output %y\n  output %m\n  output %dx\n}\n");
+      std::map<std::string, Tensor> in{{"x", randomTensor(g->inputs()[0]->type())}, {"dy", randomTensor(g->inputs()[1]->type())}};
+      ExecOptions eo;
+      eo.seed = 0x1234567890abcdefull;
+      eo.step = step;
+      expectSameOnGpu(*g, in, "dropout " + T + " step " + std::to_string(step), 1e-9, eo);
+    }
+}
+
+// An op without a CUDA lowering is refused when the plan loads, naming the node and the op.
+TEST(GpuProgram, UnsupportedOpIsAnErrorNamingTheNode) {
+  AMPC_NEED_GPU();
+  auto g = parseGraph("graph \"u\" opset 17 {\n  input %x : f32[4,4]\n  %y : f32[4,4] = Trilu(%x) @my_trilu\n  output %y\n}\n");
+  try {
+    cuda::Program p(*g, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("my_trilu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Trilu"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
