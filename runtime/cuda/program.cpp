@@ -87,7 +87,17 @@ struct Program::Lowering {
     if (!t) fail("operand " + std::to_string(i) + " must be a constant");
     return t->getDouble(0);
   }
-  float* scratch(size_t bytes) { return static_cast<float*>(p.allocPersistent(std::max<size_t>(bytes, 16))); }
+  // Scratch of a node's launches: one region that every node shares (launches run one after another
+  // on the stream), sized for the largest request and allocated after lowering; launches read its
+  // address through the handle.
+  struct Scratch {
+    void* const* base;
+    float* f() const { return static_cast<float*>(*base); }
+  };
+  Scratch scratch(size_t bytes) {
+    p.scratchBytes_ = std::max(p.scratchBytes_, alignUp(bytes));
+    return Scratch{&p.scratch_};
+  }
   void add(Launch l) { p.launches_.emplace_back(n.describe(), std::move(l)); }
 
   // Broadcast strides of `v` against the output shape.
@@ -263,11 +273,11 @@ void Program::Lowering::gemm(bool isMatMul) {
   }
   auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), d, kGemmWorkspace);
   p.keep_.push_back(g);
-  void* ws = p.allocPersistent(0);  // the shared GEMM workspace (allocated once)
+  const Scratch ws = scratch(kGemmWorkspace);
   const void *A = P(a), *B = P(b);
   void* D = P(y);
   add([g, A, B, bias, D, ws](cudaStream_t st) {
-    return g->run(A, B, bias, D, ws, st) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+    return g->run(A, B, bias, D, ws.f(), st) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
   });
 }
 
@@ -304,12 +314,11 @@ void Program::Lowering::conv(bool grad) {
   auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
   p.keep_.push_back(c);
   const size_t wsBytes = c->workspaceBytes();
-  void* work = wsBytes ? p.allocPersistent(wsBytes) : nullptr;
-  p.stats_.workspaceBytes += static_cast<int64_t>(wsBytes);
+  const Scratch work = scratch(wsBytes);
   if (!grad) {
     const void *X = P(x), *W = P(w);
     void* Y = P(out(0));
-    add([c, X, W, Y, work, wsBytes](cudaStream_t) { return c->forward(X, W, Y, work, wsBytes) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; });
+    add([c, X, W, Y, work, wsBytes](cudaStream_t) { return c->forward(X, W, Y, work.f(), wsBytes) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; });
     if (has(2)) {  // + bias per output channel
       std::vector<int64_t> bshape(shape(out(0)).size(), 1);
       bshape[1] = d.M;
@@ -328,8 +337,8 @@ void Program::Lowering::conv(bool grad) {
   void* dX = P(out(0));
   void* dW = n.numResults() > 1 ? P(out(1)) : nullptr;
   add([c, dY, X, W, dX, dW, work, wsBytes, needDx](cudaStream_t) {
-    if (needDx && c->backwardData(dY, W, dX, work, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
-    if (dW && c->backwardFilter(X, dY, dW, work, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+    if (needDx && c->backwardData(dY, W, dX, work.f(), wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+    if (dW && c->backwardFilter(X, dY, dW, work.f(), wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
     return cudaSuccess;
   });
 }
@@ -358,10 +367,10 @@ void Program::Lowering::pool(bool isMax, bool grad) {
     a.padEnd[i] = w.padEnd[i];
   }
   if (grad) {
-    float* acc = scratch(sizeof(float) * x->type().numel());
+    const Scratch acc = scratch(sizeof(float) * x->type().numel());
     const void* dy = P(in(0));
     void* dx = P(out(0));
-    add([dy, dx, acc, a](cudaStream_t st) { return averagePoolGrad(dy, dx, acc, a, st); });
+    add([dy, dx, acc, a](cudaStream_t st) { return averagePoolGrad(dy, dx, acc.f(), a, st); });
     return;
   }
   const void* X = P(x);
@@ -456,7 +465,7 @@ void Program::Lowering::lower() {
     }
     if (op == "Clip") {
       const double lo = has(1) ? constScalar(1, 0) : -INFINITY, hi = has(2) ? constScalar(2, 0) : INFINITY;
-      float* bounds = scratch(2 * sizeof(float));
+      float* bounds = static_cast<float*>(p.allocPersistent(2 * sizeof(float)));
       const float hb[2] = {static_cast<float>(lo), static_cast<float>(hi)};
       check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
       EwArgs a = ewArgs(Ew::Clip, {in(0)}, out(0));
@@ -627,22 +636,22 @@ void Program::Lowering::lower() {
       const BatchNormArgs a = bnArgs(in(0), in(1));
       for (size_t i = 2; i < 5; ++i)
         if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
-      float* ws = scratch(sizeof(float) * 2 * a.C);
+      const Scratch ws = scratch(sizeof(float) * 2 * a.C);
       const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void* Y = P(out(0));
       void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
       void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
-      add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws, a, st); });
+      add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws.f(), a, st); });
       return;
     }
     if (op == "SoftmaxCrossEntropyLoss") {
       LossArgs a = lossArgs(in(0), in(1));
       a.outT = dt(out(0));
-      float* ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
+      const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
       const void *X = P(in(0)), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
       void* loss = P(out(0));
       void* logp = n.numResults() > 1 ? P(out(1)) : nullptr;
-      add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws, a, st); });
+      add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws.f(), a, st); });
       return;
     }
     if (op == "Dropout") {
@@ -692,12 +701,12 @@ void Program::Lowering::lower() {
     if (op == "ScatterAddFlat") {
       const int64_t outN = out(0)->type().numel(), cnt = in(0)->type().numel();
       if (dt(in(1)) != DT::i64) fail("indices must be i64");
-      float* acc = scratch(sizeof(float) * outN);
+      const Scratch acc = scratch(sizeof(float) * outN);
       const void* dY = P(in(0));
       const int64_t* I = static_cast<const int64_t*>(P(in(1)));
       void* dX = P(out(0));
       const DT t = dt(in(0));
-      add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc, dX, outN, st); });
+      add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc.f(), dX, outN, st); });
       return;
     }
     if (op == "GatherGrad") {
@@ -705,11 +714,11 @@ void Program::Lowering::lower() {
       int64_t outer, dim, inner;
       split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
       const int64_t cnt = in(1)->type().numel();
-      float* acc = scratch(sizeof(float) * out(0)->type().numel());
+      const Scratch acc = scratch(sizeof(float) * out(0)->type().numel());
       const void *dY = P(in(0)), *I = P(in(1));
       void* dX = P(out(0));
       const DT t = dt(in(0)), it = dt(in(1));
-      add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc, dX, outer, dim, cnt, inner, st); });
+      add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, st); });
       return;
     }
     if (op == "SliceGrad") {
@@ -755,10 +764,10 @@ void Program::Lowering::lower() {
     if (op == "BatchNormGrad") {
       const BatchNormArgs a = bnArgs(in(1), in(2));
       if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
-      float* ws = scratch(sizeof(float) * 4 * a.C);
+      const Scratch ws = scratch(sizeof(float) * 4 * a.C);
       const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
-      add([=](cudaStream_t st) { return batchNormGrad(dY, X, S, M, V, dX, dS, dB, ws, a, st); });
+      add([=](cudaStream_t st) { return batchNormGrad(dY, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
       return;
     }
     if (op == "LayerNormGrad") {
@@ -766,22 +775,22 @@ void Program::Lowering::lower() {
       int64_t rows, D;
       rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
       if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
-      float* ws = scratch(sizeof(float) * 2 * rows);
+      const Scratch ws = scratch(sizeof(float) * 2 * rows);
       const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2));
       void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
       const DT t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
       const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNormGrad(dY, X, S, t, st_, dX, dS, dB, pt, rows, D, eps, ws, st); });
+      add([=](cudaStream_t st) { return layerNormGrad(dY, X, S, t, st_, dX, dS, dB, pt, rows, D, eps, ws.f(), st); });
       return;
     }
     if (op == "SoftmaxCrossEntropyLossGrad") {
       const LossArgs a = lossArgs(in(1), in(2));
       if (dt(out(0)) != a.t) fail("the gradient's type differs from the scores'");
-      float* ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
+      const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
       const void *dL = P(in(0)), *X = P(in(1)), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
       const DT dlT = dt(in(0));
       void* dX = P(out(0));
-      add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws, a, st); });
+      add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws.f(), a, st); });
       return;
     }
     if (op == "DropoutGrad") {
@@ -836,8 +845,8 @@ void Program::Lowering::train() {
       const bool* found = flag(in(0));
       float* norm = f32(out(k));
       const float maxNorm = n.getFloat("max_norm", 0.0f);
-      double* sq = reinterpret_cast<double*>(scratch(sizeof(double)));
-      add([l, found, norm, maxNorm, sq](cudaStream_t st) { return clipByGlobalNorm(*l, found, maxNorm, sq, norm, st); });
+      const Scratch sq = scratch(sizeof(double));
+      add([l, found, norm, maxNorm, sq](cudaStream_t st) { return clipByGlobalNorm(*l, found, maxNorm, reinterpret_cast<double*>(sq.f()), norm, st); });
     }
     return;
   }
@@ -913,14 +922,6 @@ std::vector<size_t> optimizerGroups(const Graph& g) {
 }  // namespace
 
 void* Program::allocPersistent(size_t bytes) {
-  if (bytes == 0) {  // the shared GEMM workspace
-    static_assert(kGemmWorkspace > 0);
-    if (!gemmWorkspace_) {
-      gemmWorkspace_ = allocPersistent(kGemmWorkspace);
-      stats_.workspaceBytes += static_cast<int64_t>(kGemmWorkspace);
-    }
-    return gemmWorkspace_;
-  }
   void* d = nullptr;
   const cudaError_t e = cudaMalloc(&d, alignUp(bytes));
   if (e != cudaSuccess) {
@@ -994,6 +995,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     }
     Lowering{*this, n}.lower();
   }
+  scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
+  stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
 }
 
@@ -1027,7 +1030,7 @@ void Program::lowerOptimizer(const std::vector<const Node*>& group) {
   const float b1 = n.getFloat("beta1", 0.9f), b2 = n.getFloat("beta2", 0.999f), eps = n.getFloat("eps", 1e-8f);
   const float wd = n.getFloat("weight_decay", 0.0f);
   const bool decoupled = n.getInt("decoupled", 0) != 0, lamb = n.getInt("lamb", 0) != 0;
-  double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * sizes.size())) : nullptr;
+  double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * sizes.size())) : nullptr;  // one per group
   launches_.emplace_back(what, [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, st); });
 }
 

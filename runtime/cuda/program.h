@@ -69,7 +69,7 @@ class Program {
   const uint64_t* stepCounter() const { return step_; }
 
   struct Stats {
-    int64_t arenaBytes = 0, paramBytes = 0, workspaceBytes = 0, launches = 0;
+    int64_t arenaBytes = 0, paramBytes = 0, workspaceBytes = 0, launches = 0;  // workspaceBytes: the shared scratch
     int64_t runs = 0, replays = 0;
     bool captured = false;
   };
@@ -79,7 +79,7 @@ class Program {
  private:
   using Launch = std::function<cudaError_t(cudaStream_t)>;
   struct Lowering;
-  void* allocPersistent(size_t bytes);  // 0: the shared GEMM workspace
+  void* allocPersistent(size_t bytes);
   void lowerOptimizer(const std::vector<const Node*>& group);
   void enqueueAll();
 
@@ -90,7 +90,8 @@ class Program {
   void* cudnn_ = nullptr;   // cudnnHandle_t
   MemoryPlan plan_;
   char* arena_ = nullptr;
-  void* gemmWorkspace_ = nullptr;
+  void* scratch_ = nullptr;  // shared by every node's launches (GEMM and convolution workspaces too)
+  size_t scratchBytes_ = 0;
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;
   std::vector<std::pair<std::string, Launch>> launches_;  // node description, launch

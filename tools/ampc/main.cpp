@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   bool grad = false;
   AutodiffOptions adOpts;
   app.add_flag("--grad", grad, "build the backward graph: outputs become the loss and one <param>_grad per trainable parameter");
-  app.add_option("--freeze", adOpts.freeze, "--grad: parameters whose name matches this regex are not trained");
+  app.add_option("--freeze", adOpts.freeze, "--grad and plans: parameters whose name matches this regex are not trained");
   // Training plan (the default output): optimizer, schedule, clipping, loss scaling.
   TrainOptions train;
   std::string betas, lossScale = "auto";

@@ -17,7 +17,7 @@ for m in ${MODELS:-gpt2 resnet50}; do
   fi
   for p in ${PRECISIONS:-fp16 bf16}; do
     if [ "$m" = gpt2 ]; then
-      flags="--optimizer adamw --lr 3e-4 --weight-decay 0.01 --clip-norm 1.0 --growth-interval 50"
+      flags="--optimizer adamw --lr 3e-4 --weight-decay 0.01 --clip-norm 1.0 --growth-interval 50 --freeze causal_mask"
       data="--int-range input_ids=0:50256 --int-range labels=0:50256"
     else
       flags="--optimizer sgd --lr 0.05 --momentum 0.9 --growth-interval 50"

@@ -5,7 +5,8 @@ PyTorch of the machine it runs on (the GPU machine has transformers and torchvis
     export_models.py OUTDIR [gpt2] [resnet50] [--gpt2-batch 8 --gpt2-seq 1024 --resnet-batch 256]
 
 GPT-2 124M: transformers' GPT2LMHeadModel, random init (seed 0), inputs input_ids and labels
-(i64 [batch, seq]), loss = the model's shifted cross-entropy. ResNet-50: torchvision, random init,
+(i64 [batch, seq]), loss = the model's shifted cross-entropy; the causal mask is the initializer
+`causal_mask` (compile with --freeze causal_mask). ResNet-50: torchvision, random init,
 input x f32 [batch, 3, 224, 224] and target i64 [batch], loss = cross-entropy. Both exported with
 the TorchScript exporter in training mode (BatchNorm keeps batch statistics; no constant folding),
 opset 17. Dropout is kept as exported (GPT-2's p = 0.1)."""
@@ -26,12 +27,21 @@ class WithLoss(torch.nn.Module):
 
 
 class Gpt2WithLoss(torch.nn.Module):
-    def __init__(self, model):
+    """The causal mask (additive, [1, 1, seq, seq]) and the position ids are given as buffers:
+    transformers' own mask construction uses ops the TorchScript exporter lacks (aten::diff). The
+    mask exports as the initializer `causal_mask`, which ampc must not train (--freeze)."""
+
+    def __init__(self, model, seq):
         super().__init__()
         self.model = model
+        allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
+        mask = torch.zeros(seq, seq).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        self.register_buffer("causal_mask", mask[None, None])
+        self.register_buffer("position_ids", torch.arange(seq)[None])
 
     def forward(self, input_ids, labels):
-        return self.model(input_ids=input_ids, labels=labels, use_cache=False).loss
+        return self.model(input_ids=input_ids, labels=labels, attention_mask=self.causal_mask, position_ids=self.position_ids,
+                          use_cache=False).loss
 
 
 def export(module, args, names, path):
@@ -55,7 +65,7 @@ def main():
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config()  # 124M: 12 layers, 12 heads, 768 wide, vocab 50257, context 1024
         cfg._attn_implementation = "eager"  # explicit Softmax(QK^T + mask)V, not SDPA
-        m = Gpt2WithLoss(GPT2LMHeadModel(cfg))
+        m = Gpt2WithLoss(GPT2LMHeadModel(cfg), a.gpt2_seq)
         ids = torch.randint(0, cfg.vocab_size, (a.gpt2_batch, a.gpt2_seq))
         export(m, (ids, ids.clone()), ["input_ids", "labels"], os.path.join(a.out, "gpt2.onnx"))
     if "resnet50" in a.models:
