@@ -98,7 +98,7 @@ struct Program::Lowering {
     p.scratchBytes_ = std::max(p.scratchBytes_, alignUp(bytes));
     return Scratch{&p.scratch_};
   }
-  void add(Launch l) { p.launches_.emplace_back(n.describe(), std::move(l)); }
+  void add(Launch l) { p.launches_.push_back({n.describe(), n.qualifiedOp(), std::move(l)}); }
 
   // Broadcast strides of `v` against the output shape.
   void operand(EwArgs& a, int k, const Value* v, const std::vector<int64_t>& os) const {
@@ -1023,7 +1023,7 @@ void Program::lowerOptimizer(const std::vector<const Node*>& group) {
   if (isSgd) {
     const float mom = n.getFloat("momentum", 0.0f), wd = n.getFloat("weight_decay", 0.0f);
     const bool nesterov = n.getInt("nesterov", 0) != 0;
-    launches_.emplace_back(what, [=](cudaStream_t st) { return sgd(*l, lr, found, mom, wd, nesterov, st); });
+    launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return sgd(*l, lr, found, mom, wd, nesterov, st); }});
     return;
   }
   const int64_t* step = static_cast<const int64_t*>(ptr(n.inputs()[5]));
@@ -1031,7 +1031,7 @@ void Program::lowerOptimizer(const std::vector<const Node*>& group) {
   const float wd = n.getFloat("weight_decay", 0.0f);
   const bool decoupled = n.getInt("decoupled", 0) != 0, lamb = n.getInt("lamb", 0) != 0;
   double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * sizes.size())) : nullptr;  // one per group
-  launches_.emplace_back(what, [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, st); });
+  launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, st); }});
 }
 
 Program::~Program() {
@@ -1085,12 +1085,41 @@ void Program::setStep(uint64_t step) {
 }
 
 void Program::enqueueAll() {
-  for (const auto& [what, l] : launches_) {
+  for (const auto& [what, op, l] : launches_) {
     const cudaError_t e = l(stream_);
     if (e != cudaSuccess) throw Error(what + ": CUDA launch failed: " + cudaGetErrorString(e));
   }
   for (const auto& l : epilogue_) check(l(stream_), "step epilogue");
   check(addStep(step_, stream_), "step counter");
+}
+
+std::vector<Program::Timing> Program::profile() {
+  std::vector<cudaEvent_t> ev(launches_.size() + 1);
+  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
+  std::vector<Timing> t;
+  // Consecutive launches of one node share one entry.
+  std::vector<size_t> ends;
+  for (size_t i = 0; i < launches_.size(); ++i)
+    if (i + 1 == launches_.size() || launches_[i + 1].what != launches_[i].what) ends.push_back(i);
+  check(cudaEventRecord(ev[0], stream_), "cudaEventRecord");
+  size_t k = 0;
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    const cudaError_t e = launches_[i].launch(stream_);
+    if (e != cudaSuccess) throw Error(launches_[i].what + ": CUDA launch failed: " + cudaGetErrorString(e));
+    if (k < ends.size() && ends[k] == i) check(cudaEventRecord(ev[++k], stream_), "cudaEventRecord");
+  }
+  for (const auto& l : epilogue_) check(l(stream_), "step epilogue");
+  check(addStep(step_, stream_), "step counter");
+  hostSync(stream_, "profile");
+  size_t first = 0;
+  for (size_t j = 0; j < ends.size(); ++j) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, ev[j], ev[j + 1]), "cudaEventElapsedTime");
+    t.push_back({launches_[first].what, launches_[first].op, ms});
+    first = ends[j] + 1;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  return t;
 }
 
 void Program::run() {

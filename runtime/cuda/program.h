@@ -74,6 +74,13 @@ class Program {
     bool captured = false;
   };
   const Stats& stats() const { return stats_; }
+  // One eager run with events around every node's launches: device milliseconds per node, in
+  // order (the run counts as a step: state moves on).
+  struct Timing {
+    std::string what, op;
+    double ms = 0;
+  };
+  std::vector<Timing> profile();
   const MemoryPlan& memoryPlan() const { return plan_; }
 
  private:
@@ -94,7 +101,11 @@ class Program {
   size_t scratchBytes_ = 0;
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;
-  std::vector<std::pair<std::string, Launch>> launches_;  // node description, launch
+  struct Step {
+    std::string what, op;  // the node (description, qualified op)
+    Launch launch;
+  };
+  std::vector<Step> launches_;
   std::vector<Launch> epilogue_;
   std::vector<std::shared_ptr<void>> keep_;  // objects the launches use (GEMM plans, tensor lists)
   uint64_t* step_ = nullptr;

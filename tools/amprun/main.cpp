@@ -169,12 +169,34 @@ void printBench(const BenchReport& r, const std::vector<double>& stepMs, int64_t
                r.launches);
 }
 
+#if AMPC_CUDA_BUILT
+// --profile: device time per op (summed over its nodes) and the costliest nodes of one step.
+void printProfile(const std::vector<cuda::Program::Timing>& t, size_t top) {
+  double total = 0;
+  std::map<std::string, std::pair<double, int>> byOp;
+  for (const auto& x : t) {
+    total += x.ms;
+    byOp[x.op].first += x.ms;
+    ++byOp[x.op].second;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> ops(byOp.begin(), byOp.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  fmt::print("profile: one step, {:.3f} ms of device time in {} nodes (eager, events around every node)\n", total, t.size());
+  for (size_t i = 0; i < std::min(top, ops.size()); ++i)
+    fmt::print("  {:>9.3f} ms {:5.1f}%  {:4}x {}\n", ops[i].second.first, 100 * ops[i].second.first / total, ops[i].second.second, ops[i].first);
+  auto nodes = t;
+  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  fmt::print("  costliest nodes:\n");
+  for (size_t i = 0; i < std::min(top, nodes.size()); ++i) fmt::print("  {:>9.3f} ms  {}\n", nodes[i].ms, nodes[i].what);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
-  int64_t steps = 0, ckptEvery = 0, logEvery = 10;
+  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false;
   std::vector<std::string> intRanges;
@@ -185,6 +207,7 @@ int main(int argc, char** argv) {
   app.add_flag("--fixed-batch", fixedBatch, "train on the first batch every step (uploaded once)");
   app.add_flag("--no-cuda-graph", noCudaGraph, "cuda: launch every step's kernels instead of replaying one captured graph");
   app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
+  app.add_option("--profile", profileTop, "cuda: after the steps, time one more step node by node and print the N costliest ops and nodes");
   app.add_option("--data", dataDir, "folder with one NAME.npy per graph input (leading dimension = samples)");
   app.add_flag("--shuffle", shuffle, "shuffle the samples every epoch (with --seed)");
   app.add_option("--seed", seed, "seed of the shuffle, synthetic data and Dropout (default 0)");
@@ -327,6 +350,7 @@ int main(int argc, char** argv) {
       }
       drain(trainer.flush());
       report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
+      if (profileTop > 0) printProfile(trainer.program().profile(), static_cast<size_t>(profileTop));
       trainer.syncState();
       const auto& st = trainer.program().stats();
       report.cuda = true;
