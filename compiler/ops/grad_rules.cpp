@@ -170,7 +170,16 @@ void gradMatMul(GB& b) {
   ds.push_back(shapeOf(w).back());
   d = b.reshape(d, ds);
   if (b.needs(0)) b.setGrad(0, b.reshape(b.reduceTo(b.op("MatMul", {d, transposeLast2(b, w)}), shapeOf(a)), shapeOf(b.x(0))));
-  if (b.needs(1)) b.setGrad(1, b.reshape(b.reduceTo(b.op("MatMul", {transposeLast2(b, a), d}), shapeOf(w)), shapeOf(b.x(1))));
+  if (!b.needs(1)) return;
+  if (shapeOf(w).size() == 2 && shapeOf(a).size() > 2) {
+    // A batch of activations times one matrix: dW = A^T dY over the flattened batch, one GEMM
+    // (not a batched product and a sum over the batch).
+    const int64_t K = shapeOf(a).back(), N = shapeOf(w).back(), rows = a->type().numel() / std::max<int64_t>(K, 1);
+    Value* g = b.op("Gemm", {b.reshape(a, {rows, K}), b.reshape(d, {rows, N})}, {{"transA", int64_t{1}}});
+    b.setGrad(1, b.reshape(g, shapeOf(b.x(1))));
+    return;
+  }
+  b.setGrad(1, b.reshape(b.reduceTo(b.op("MatMul", {transposeLast2(b, a), d}), shapeOf(w)), shapeOf(b.x(1))));
 }
 void gradGemm(GB& b) {
   const bool ta = b.node.getInt("transA", 0), tb = b.node.getInt("transB", 0);

@@ -1,5 +1,7 @@
 // Normalisation, softmax, loss and pooling kernels of the CUDA backend (kernels/cuda/ops.h). Rows
 // are reduced by one block each, in f32, as the CPU reference does.
+#include <algorithm>
+
 #include "kernels/cuda/device.cuh"
 
 namespace ampc::cuda {
@@ -73,35 +75,66 @@ __global__ void layerNormGradRows(const void* dy, const void* x, const void* sca
     ws[2 * row + 1] = inv;
   }
 }
-// dscale, dbias: one thread per column, over the rows.
-__global__ void layerNormGradCols(const void* dy, const void* x, DT t, void* dscale, void* dbias, DT pt, int64_t rows, int64_t D, const float* ws) {
-  AMPC_GRID_LOOP(k, D) {
-    float ds = 0, db = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+// dscale, dbias partial sums: a block covers 32 columns and one slice of the rows (8 rows at a time,
+// coalesced along the columns); the partials go to f32 accumulators acc[D] (dscale), acc[D + k].
+__global__ void layerNormGradCols(const void* dy, const void* x, DT t, int64_t rows, int64_t D, const float* ws, float* acc, int64_t rowsPerBlock) {
+  const int64_t k = blockIdx.x * 32 + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rowsPerBlock, r1 = min(rows, r0 + rowsPerBlock);
+  float ds = 0, db = 0;
+  if (k < D)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
       const float g = loadF(dy, t, r * D + k);
       ds += g * (loadF(x, t, r * D + k) - ws[2 * r]) * ws[2 * r + 1];
       db += g;
     }
-    if (dscale) storeF(dscale, pt, k, ds);
-    if (dbias) storeF(dbias, pt, k, db);
+  __shared__ float sds[8][33], sdb[8][33];
+  sds[threadIdx.y][threadIdx.x] = ds;
+  sdb[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && k < D) {
+    for (int j = 1; j < static_cast<int>(blockDim.y); ++j) {
+      ds += sds[j][threadIdx.x];
+      db += sdb[j][threadIdx.x];
+    }
+    atomicAdd(acc + k, ds);
+    atomicAdd(acc + D + k, db);
+  }
+}
+__global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias, DT pt, int64_t D) {
+  AMPC_GRID_LOOP(k, D) {
+    if (dscale) storeF(dscale, pt, k, acc[k]);
+    if (dbias) storeF(dbias, pt, k, acc[D + k]);
   }
 }
 
-// ---- batch norm: one block per channel ----
-__global__ void bnStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, float* ws) {
-  const int64_t c = blockIdx.x, count = N * S;
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) s += loadF(x, t, ((j / S) * C + c) * S + j % S);
-  const float m = blockSum(s) / static_cast<float>(count);
-  float q = 0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const float d = loadF(x, t, ((j / S) * C + c) * S + j % S) - m;
+// ---- batch norm ----
+// Scratch: doubles w[4C] (sums), then floats f[4C]: f[2c], f[2c + 1] the mean and variance used;
+// f[2C + 2c], f[2C + 2c + 1] the gradient sums. Per-channel sums are reduced by C x P blocks, each
+// over one slice of the channel's N * S elements, shifted by the channel's first element (so the
+// one-pass variance keeps its precision), and added into w in f64.
+__device__ __forceinline__ int64_t bnIndex(int64_t j, int64_t c, int64_t C, int64_t S) { return ((j / S) * C + c) * S + j % S; }
+__global__ void bnPartialStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, double* w) {
+  const int64_t c = blockIdx.x, count = N * S, per = (count + gridDim.y - 1) / gridDim.y;
+  const int64_t j0 = blockIdx.y * per, j1 = min(count, j0 + per);
+  const float K = loadF(x, t, c * S);
+  float s = 0, q = 0;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const float d = loadF(x, t, bnIndex(j, c, C, S)) - K;
+    s += d;
     q += d * d;
   }
-  q = blockSum(q) / static_cast<float>(count);
+  s = blockSum(s);
+  q = blockSum(q);
   if (threadIdx.x == 0) {
-    ws[2 * c] = m;
-    ws[2 * c + 1] = q;
+    atomicAdd(w + c, static_cast<double>(s));
+    atomicAdd(w + C + c, static_cast<double>(q));
+  }
+}
+__global__ void bnFinalizeStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, const double* w, float* f) {
+  AMPC_GRID_LOOP(c, C) {
+    const double n = static_cast<double>(N * S), m = w[c] / n;
+    f[2 * c] = static_cast<float>(loadF(x, t, c * S) + m);
+    f[2 * c + 1] = static_cast<float>(fmax(w[C + c] / n - m * m, 0.0));
   }
 }
 __global__ void bnApply(const void* x, const void* scale, const void* bias, void* y, const float* ws, BatchNormArgs a) {
@@ -123,13 +156,14 @@ __global__ void bnGivenStats(const void* mean, const void* var, DT pt, int64_t C
     ws[2 * c + 1] = loadF(var, pt, c);
   }
 }
-// Per channel: sum dy and sum dy * xhat (ws[2C + 2c], ws[2C + 2c + 1]), and dscale, dbias.
-__global__ void bnGradSums(const void* dy, const void* x, void* dscale, void* dbias, float* ws, BatchNormArgs a) {
-  const int64_t c = blockIdx.x, count = a.N * a.S;
-  const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps);
+// Partial sums of dy and dy * xhat per channel, as bnPartialStats.
+__global__ void bnGradPartial(const void* dy, const void* x, const float* f, double* w, BatchNormArgs a) {
+  const int64_t c = blockIdx.x, count = a.N * a.S, per = (count + gridDim.y - 1) / gridDim.y;
+  const int64_t j0 = blockIdx.y * per, j1 = min(count, j0 + per);
+  const float m = f[2 * c], inv = 1.0f / sqrtf(f[2 * c + 1] + a.eps);
   float sd = 0, sdx = 0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const int64_t k = ((j / a.S) * a.C + c) * a.S + j % a.S;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const int64_t k = bnIndex(j, c, a.C, a.S);
     const float g = loadF(dy, a.t, k);
     sd += g;
     sdx += g * (loadF(x, a.t, k) - m) * inv;
@@ -137,8 +171,15 @@ __global__ void bnGradSums(const void* dy, const void* x, void* dscale, void* db
   sd = blockSum(sd);
   sdx = blockSum(sdx);
   if (threadIdx.x == 0) {
-    ws[2 * a.C + 2 * c] = sd;
-    ws[2 * a.C + 2 * c + 1] = sdx;
+    atomicAdd(w + 2 * a.C + c, static_cast<double>(sd));
+    atomicAdd(w + 3 * a.C + c, static_cast<double>(sdx));
+  }
+}
+__global__ void bnGradFinalize(const double* w, float* f, void* dscale, void* dbias, BatchNormArgs a) {
+  AMPC_GRID_LOOP(c, a.C) {
+    const float sd = static_cast<float>(w[2 * a.C + c]), sdx = static_cast<float>(w[3 * a.C + c]);
+    f[2 * a.C + 2 * c] = sd;
+    f[2 * a.C + 2 * c + 1] = sdx;
     if (dbias) storeF(dbias, a.pT, c, sd);
     if (dscale) storeF(dscale, a.pT, c, sdx);
   }
@@ -323,6 +364,28 @@ __global__ void narrowF32(const float* acc, void* out, DT t, int64_t n) {
 
 int blocksFor(int64_t rows) { return static_cast<int>(rows); }
 
+// C x P blocks: enough slices per channel to fill the GPU, each of at least a few thousand elements.
+dim3 bnGrid(const BatchNormArgs& a) {
+  const int64_t count = a.N * a.S;
+  const int64_t p = std::max<int64_t>(1, std::min<int64_t>({(2048 + a.C - 1) / a.C, (count + 4095) / 4096, 65535}));
+  return dim3(static_cast<unsigned>(a.C), static_cast<unsigned>(p));
+}
+
+// The mean and variance the normalisation uses (batch statistics in training, else the given
+// ones), as floats f[2c], f[2c + 1] after the f64 sums; returns f. The sums are zeroed here.
+float* bnStatistics(const void* x, const void* mean, const void* var, float* ws, const BatchNormArgs& a, cudaStream_t st) {
+  double* w = reinterpret_cast<double*>(ws);
+  float* f = reinterpret_cast<float*>(w + 4 * a.C);
+  cudaMemsetAsync(w, 0, sizeof(double) * 4 * a.C, st);
+  if (a.training) {
+    bnPartialStats<<<bnGrid(a), kRowBlock, 0, st>>>(x, a.t, a.N, a.C, a.S, w);
+    bnFinalizeStats<<<gridFor(a.C), 256, 0, st>>>(x, a.t, a.N, a.C, a.S, w, f);
+  } else {
+    bnGivenStats<<<gridFor(a.C), 256, 0, st>>>(mean, var, a.pT, a.C, f);
+  }
+  return f;
+}
+
 }  // namespace
 
 cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st) {
@@ -342,25 +405,31 @@ cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t
                           int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
   layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, x, scale, t, scaleT, dx, D, eps, ws);
-  layerNormGradCols<<<gridFor(D), 256, 0, st>>>(dy, x, t, dscale, dbias, pT, rows, D, ws);
+  float* acc = ws + 2 * rows;
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * 2 * D, st); e != cudaSuccess) return e;
+  const int64_t colBlocks = (D + 31) / 32;
+  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, (2048 + colBlocks - 1) / colBlocks));
+  const int64_t perBlock = (rows + slices - 1) / slices;
+  layerNormGradCols<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(dy, x, t, rows, D, ws, acc, perBlock);
+  layerNormGradNarrow<<<gridFor(D), 256, 0, st>>>(acc, dscale, dbias, pT, D);
   return cudaGetLastError();
 }
 
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st) {
-  if (a.training) bnStats<<<static_cast<int>(a.C), kRowBlock, 0, st>>>(x, a.t, a.N, a.C, a.S, ws);
-  else bnGivenStats<<<gridFor(a.C), 256, 0, st>>>(mean, var, a.pT, a.C, ws);
-  bnApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(x, scale, bias, y, ws, a);
-  if (runMeanOut || runVarOut) bnRunning<<<gridFor(a.C), 256, 0, st>>>(mean, var, runMeanOut, runVarOut, ws, a);
+  float* f = bnStatistics(x, mean, var, ws, a, st);
+  bnApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(x, scale, bias, y, f, a);
+  if (runMeanOut || runVarOut) bnRunning<<<gridFor(a.C), 256, 0, st>>>(mean, var, runMeanOut, runVarOut, f, a);
   return cudaGetLastError();
 }
 
 cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
                           void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st) {
-  if (a.training) bnStats<<<static_cast<int>(a.C), kRowBlock, 0, st>>>(x, a.t, a.N, a.C, a.S, ws);
-  else bnGivenStats<<<gridFor(a.C), 256, 0, st>>>(mean, var, a.pT, a.C, ws);
-  bnGradSums<<<static_cast<int>(a.C), kRowBlock, 0, st>>>(dy, x, dscale, dbias, ws, a);
-  bnGradApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(dy, x, scale, dx, ws, a);
+  float* f = bnStatistics(x, mean, var, ws, a, st);
+  double* w = reinterpret_cast<double*>(ws);
+  bnGradPartial<<<bnGrid(a), kRowBlock, 0, st>>>(dy, x, f, w, a);
+  bnGradFinalize<<<gridFor(a.C), 256, 0, st>>>(w, f, dscale, dbias, a);
+  bnGradApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(dy, x, scale, dx, f, a);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,7 @@
 // Elementwise, data-movement, reduction and random kernels of the CUDA backend (kernels/cuda/ops.h).
+#include <type_traits>
+
+#include "kernels/cuda/convert.h"
 #include "kernels/cuda/device.cuh"
 
 namespace ampc::cuda {
@@ -26,8 +29,11 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
       if constexpr (std::is_integral_v<C>) return (b == 0 || (b == -1 && a == INT64_MIN)) ? 0 : a / b;
       else return a / b;
     case Ew::Pow:
-      if constexpr (std::is_integral_v<C>) return static_cast<C>(pow(static_cast<double>(a), static_cast<double>(b)));
-      else return static_cast<C>(pow(static_cast<double>(a), static_cast<double>(b)));
+      if constexpr (!std::is_integral_v<C>) {
+        if (b == 2.0f) return a * a;  // GELU's and norms' x^2, x^3 without pow()
+        if (b == 3.0f) return a * a * a;
+      }
+      return static_cast<C>(pow(static_cast<double>(a), static_cast<double>(b)));
     case Ew::Max: return (a != a || a > b) ? a : b;
     case Ew::Min: return (a != a || a < b) ? a : b;
     case Ew::Equal: return a == b;
@@ -104,28 +110,50 @@ __global__ void ewKernel(EwArgs g) {
   }
 }
 
-// Same-shape f16/bf16 unary and binary ops on 16-byte aligned buffers: 8 elements per load.
+// Float ops whose operands are each either the output's shape and type or one element, on 16-byte
+// aligned buffers: one 16-byte load per operand for V elements (8 for f16/bf16, 4 for f32).
 template <typename T>
-__global__ void ewVec8(EwArgs g) {
-  const int64_t nv = g.n / 8;
+__device__ __forceinline__ float toF(T v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return static_cast<float>(v);
+}
+template <typename T>
+__device__ __forceinline__ T fromF(float v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return v;
+}
+template <typename T>
+__global__ void ewVec(EwArgs g) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t nv = g.n / V;
+  float sc[3] = {0, 0, 0};  // the one-element operands
+  for (int k = 0; k < g.nin; ++k)
+    if (g.access[k] == Access::Scalar) sc[k] = loadF(g.in[k], g.inType[k], 0);
   AMPC_GRID_LOOP(v, nv) {
-    uint4 ra = reinterpret_cast<const uint4*>(g.in[0])[v], rb = ra, ro;
-    if (g.nin > 1) rb = reinterpret_cast<const uint4*>(g.in[1])[v];
-    const T* a = reinterpret_cast<const T*>(&ra);
-    const T* b = reinterpret_cast<const T*>(&rb);
+    float x[3][V];
+    for (int k = 0; k < g.nin; ++k) {
+      if (g.access[k] == Access::Scalar) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[k][e] = sc[k];
+      } else {
+        const uint4 r = reinterpret_cast<const uint4*>(g.in[k])[v];
+        const T* t = reinterpret_cast<const T*>(&r);
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[k][e] = toF(t[e]);
+      }
+    }
+    uint4 ro;
     T* o = reinterpret_cast<T*>(&ro);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const float r = applyOp<float>(g.op, static_cast<float>(a[k]), static_cast<float>(b[k]), 0.0f, g);
-      if constexpr (std::is_same_v<T, __half>) o[k] = __float2half_rn(r);
-      else o[k] = __float2bfloat16_rn(r);
-    }
+    for (int e = 0; e < V; ++e) o[e] = fromF<T>(applyOp<float>(g.op, x[0][e], g.nin > 1 ? x[1][e] : 0.0f, g.nin > 2 ? x[2][e] : 0.0f, g));
     reinterpret_cast<uint4*>(g.out)[v] = ro;
   }
-  AMPC_GRID_LOOP(j, g.n - nv * 8) {
-    const int64_t i = nv * 8 + j;
-    const float a = loadF(g.in[0], g.inType[0], i), b = g.nin > 1 ? loadF(g.in[1], g.inType[1], i) : 0.0f;
-    storeF(g.out, g.outType, i, applyOp<float>(g.op, a, b, 0.0f, g));
+  AMPC_GRID_LOOP(j, g.n - nv * V) {
+    const int64_t i = nv * V + j;
+    float x[3] = {0, 0, 0};
+    for (int k = 0; k < g.nin; ++k) x[k] = g.access[k] == Access::Scalar ? sc[k] : loadF(g.in[k], g.inType[k], i);
+    storeF(g.out, g.outType, i, applyOp<float>(g.op, x[0], x[1], x[2], g));
   }
 }
 
@@ -135,11 +163,23 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 cudaError_t elementwise(const EwArgs& a, cudaStream_t st) {
   if (a.n == 0) return cudaSuccess;
-  const bool low = a.outType == DT::f16 || a.outType == DT::bf16;
-  bool vec = low && !a.intMath && a.op != Ew::Where && a.op != Ew::Clip && a.nin <= 2 && aligned16(a.out);
-  for (int k = 0; k < a.nin && vec; ++k) vec = a.access[k] == Access::Same && a.inType[k] == a.outType && aligned16(a.in[k]);
-  if (vec && a.outType == DT::f16) ewVec8<__half><<<gridFor(a.n / 8 + 1), 256, 0, st>>>(a);
-  else if (vec) ewVec8<__nv_bfloat16><<<gridFor(a.n / 8 + 1), 256, 0, st>>>(a);
+  const bool floatOut = a.outType == DT::f32 || a.outType == DT::f16 || a.outType == DT::bf16;
+  // f32 <-> f16/bf16 casts of same-shape tensors: the vectorised conversions.
+  if (a.op == Ew::Copy && a.access[0] == Access::Same && a.inType[0] != a.outType) {
+    const size_t n = static_cast<size_t>(a.n);
+    const float* f = static_cast<const float*>(a.in[0]);
+    if (a.inType[0] == DT::f32 && a.outType == DT::f16) return f32ToF16(f, static_cast<uint16_t*>(a.out), n, st);
+    if (a.inType[0] == DT::f32 && a.outType == DT::bf16) return f32ToBf16(f, static_cast<uint16_t*>(a.out), n, st);
+    if (a.inType[0] == DT::f16 && a.outType == DT::f32) return f16ToF32(static_cast<const uint16_t*>(a.in[0]), static_cast<float*>(a.out), n, st);
+    if (a.inType[0] == DT::bf16 && a.outType == DT::f32) return bf16ToF32(static_cast<const uint16_t*>(a.in[0]), static_cast<float*>(a.out), n, st);
+  }
+  bool vec = floatOut && !a.intMath && a.op != Ew::Where && aligned16(a.out);
+  for (int k = 0; k < a.nin && vec; ++k)
+    vec = a.access[k] == Access::Scalar || (a.access[k] == Access::Same && a.inType[k] == a.outType && aligned16(a.in[k]));
+  const int64_t per = a.outType == DT::f32 ? 4 : 8;
+  if (vec && a.outType == DT::f16) ewVec<__half><<<gridFor(a.n / per + 1), 256, 0, st>>>(a);
+  else if (vec && a.outType == DT::bf16) ewVec<__nv_bfloat16><<<gridFor(a.n / per + 1), 256, 0, st>>>(a);
+  else if (vec) ewVec<float><<<gridFor(a.n / per + 1), 256, 0, st>>>(a);
   else if (a.intMath) ewKernel<int64_t><<<gridFor(a.n), 256, 0, st>>>(a);
   else ewKernel<float><<<gridFor(a.n), 256, 0, st>>>(a);
   return cudaGetLastError();

@@ -100,12 +100,12 @@ cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, i
 // null); mean/invStd (f32, may be null) get one value per row.
 cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT st_, int64_t rows, int64_t D, float eps,
                       float* mean, float* invStd, cudaStream_t st);
-// LayerNormGrad -> dx, dscale, dbias; `ws` is f32 scratch of 2 * rows.
+// LayerNormGrad -> dx, dscale, dbias; `ws` is f32 scratch of 2 * (rows + D).
 cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
                           DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st);
 // BatchNormalization over [N, C, S]. Training: batch statistics, running stats updated into
 // runMeanOut/runVarOut (ONNX: momentum * running + (1 - momentum) * batch, population variance).
-// Inference: the given mean/var. `ws` is f32 scratch of 2 * C.
+// Inference: the given mean/var. `ws` is scratch of 48 * C bytes (f64 sums, f32 statistics).
 struct BatchNormArgs {
   int64_t N = 0, C = 0, S = 0;
   float eps = 1e-5f, momentum = 0.9f;
@@ -114,7 +114,7 @@ struct BatchNormArgs {
 };
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st);
-// BatchNormGrad(dY, X, scale, mean, var) -> dX, dScale, dBias; `ws` f32 scratch of 4 * C.
+// BatchNormGrad(dY, X, scale, mean, var) -> dX, dScale, dBias; `ws` as batchNorm's.
 cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
                           void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st);
 // SoftmaxCrossEntropyLoss / its gradient over scores [outer, C, inner], labels (i64/i32)

@@ -636,7 +636,7 @@ void Program::Lowering::lower() {
       const BatchNormArgs a = bnArgs(in(0), in(1));
       for (size_t i = 2; i < 5; ++i)
         if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
-      const Scratch ws = scratch(sizeof(float) * 2 * a.C);
+      const Scratch ws = scratch((sizeof(double) + sizeof(float)) * 4 * a.C);
       const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void* Y = P(out(0));
       void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
@@ -764,7 +764,7 @@ void Program::Lowering::lower() {
     if (op == "BatchNormGrad") {
       const BatchNormArgs a = bnArgs(in(1), in(2));
       if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
-      const Scratch ws = scratch(sizeof(float) * 4 * a.C);
+      const Scratch ws = scratch((sizeof(double) + sizeof(float)) * 4 * a.C);
       const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
       add([=](cudaStream_t st) { return batchNormGrad(dY, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
@@ -775,7 +775,7 @@ void Program::Lowering::lower() {
       int64_t rows, D;
       rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
       if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
-      const Scratch ws = scratch(sizeof(float) * 2 * rows);
+      const Scratch ws = scratch(sizeof(float) * 2 * (rows + D));
       const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2));
       void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
       const DT t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
