@@ -29,8 +29,9 @@ struct MemoryPlan {
 // In place first: an elementwise op's result takes the bytes of a same-sized input that nothing
 // reads afterwards (chains form groups). Then greedy by size over the groups (largest first,
 // lowest offset that overlaps no live-overlapping group).
-// `positions` (optional, one per node, non-decreasing) is when each node runs: nodes that one fused
-// launch executes together share a position, so none of them overwrites another's inputs.
+// `positions` (optional, one per node) is when each node's work runs, if not at its own index: nodes
+// that one fused launch executes share a position, so none of them overwrites another's inputs, and
+// a node computed later, inside its consumer, keeps its operands alive until then.
 MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {});
 
 // Error if two values with overlapping live ranges overlap in the arena.

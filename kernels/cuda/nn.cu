@@ -112,16 +112,17 @@ __global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias,
 // f[2C + 2c], f[2C + 2c + 1] the gradient sums. Per-channel sums are reduced by C x P blocks, each
 // over one slice of the channel's N * S elements, shifted by the channel's first element (so the
 // one-pass variance keeps its precision), and added into w in f64.
-__device__ __forceinline__ int64_t bnIndex(int64_t j, int64_t c, int64_t C, int64_t S) { return ((j / S) * C + c) * S + j % S; }
 __global__ void bnPartialStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, double* w) {
-  const int64_t c = blockIdx.x, count = N * S, per = (count + gridDim.y - 1) / gridDim.y;
-  const int64_t j0 = blockIdx.y * per, j1 = min(count, j0 + per);
+  const int64_t c = blockIdx.x, per = (N + gridDim.y - 1) / gridDim.y, n0 = blockIdx.y * per, n1 = min(N, n0 + per);
   const float K = loadF(x, t, c * S);
   float s = 0, q = 0;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const float d = loadF(x, t, bnIndex(j, c, C, S)) - K;
-    s += d;
-    q += d * d;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t base = (n * C + c) * S;
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
+      const float d = loadF(x, t, base + j) - K;
+      s += d;
+      q += d * d;
+    }
   }
   s = blockSum(s);
   q = blockSum(q);
@@ -137,11 +138,13 @@ __global__ void bnFinalizeStats(const void* x, DT t, int64_t N, int64_t C, int64
     f[2 * c + 1] = static_cast<float>(fmax(w[C + c] / n - m * m, 0.0));
   }
 }
+// Elementwise passes go plane by plane (one (n, c) pair: S contiguous elements), so the channel's
+// constants are loaded once per plane and no element index is divided.
 __global__ void bnApply(const void* x, const void* scale, const void* bias, void* y, const float* ws, BatchNormArgs a) {
-  AMPC_GRID_LOOP(i, a.N * a.C * a.S) {
-    const int64_t c = (i / a.S) % a.C;
-    const float inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps);
-    storeF(y, a.t, i, (loadF(x, a.t, i) - ws[2 * c]) * inv * loadF(scale, a.pT, c) + loadF(bias, a.pT, c));
+  for (int64_t pl = blockIdx.x; pl < a.N * a.C; pl += gridDim.x) {
+    const int64_t c = pl % a.C, base = pl * a.S;
+    const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps), sc = loadF(scale, a.pT, c) * inv, b = loadF(bias, a.pT, c);
+    for (int64_t s = threadIdx.x; s < a.S; s += blockDim.x) storeF(y, a.t, base + s, (loadF(x, a.t, base + s) - m) * sc + b);
   }
 }
 __global__ void bnRunning(const void* mean, const void* var, void* rm, void* rv, const float* ws, BatchNormArgs a) {
@@ -158,15 +161,16 @@ __global__ void bnGivenStats(const void* mean, const void* var, DT pt, int64_t C
 }
 // Partial sums of dy and dy * xhat per channel, as bnPartialStats.
 __global__ void bnGradPartial(const void* dy, const void* x, const float* f, double* w, BatchNormArgs a) {
-  const int64_t c = blockIdx.x, count = a.N * a.S, per = (count + gridDim.y - 1) / gridDim.y;
-  const int64_t j0 = blockIdx.y * per, j1 = min(count, j0 + per);
+  const int64_t c = blockIdx.x, per = (a.N + gridDim.y - 1) / gridDim.y, n0 = blockIdx.y * per, n1 = min(a.N, n0 + per);
   const float m = f[2 * c], inv = 1.0f / sqrtf(f[2 * c + 1] + a.eps);
   float sd = 0, sdx = 0;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const int64_t k = bnIndex(j, c, a.C, a.S);
-    const float g = loadF(dy, a.t, k);
-    sd += g;
-    sdx += g * (loadF(x, a.t, k) - m) * inv;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t base = (n * a.C + c) * a.S;
+    for (int64_t j = threadIdx.x; j < a.S; j += blockDim.x) {
+      const float g = loadF(dy, a.t, base + j);
+      sd += g;
+      sdx += g * (loadF(x, a.t, base + j) - m) * inv;
+    }
   }
   sd = blockSum(sd);
   sdx = blockSum(sdx);
@@ -186,18 +190,21 @@ __global__ void bnGradFinalize(const double* w, float* f, void* dscale, void* db
 }
 __global__ void bnGradApply(const void* dy, const void* x, const void* scale, void* dx, const float* ws, BatchNormArgs a) {
   const float count = static_cast<float>(a.N * a.S);
-  AMPC_GRID_LOOP(i, a.N * a.C * a.S) {
-    const int64_t c = (i / a.S) % a.C;
+  for (int64_t pl = blockIdx.x; pl < a.N * a.C; pl += gridDim.x) {
+    const int64_t c = pl % a.C, base = pl * a.S;
     const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps), sc = loadF(scale, a.pT, c);
-    const float g = loadF(dy, a.t, i);
-    float r;
-    if (a.training) {
-      const float xhat = (loadF(x, a.t, i) - m) * inv;
-      r = sc * inv / count * (count * g - ws[2 * a.C + 2 * c] - xhat * ws[2 * a.C + 2 * c + 1]);
-    } else {
-      r = g * sc * inv;
+    const float sd = ws[2 * a.C + 2 * c], sdx = ws[2 * a.C + 2 * c + 1];
+    for (int64_t s = threadIdx.x; s < a.S; s += blockDim.x) {
+      const float g = loadF(dy, a.t, base + s);
+      float r;
+      if (a.training) {
+        const float xhat = (loadF(x, a.t, base + s) - m) * inv;
+        r = sc * inv / count * (count * g - sd - xhat * sdx);
+      } else {
+        r = g * sc * inv;
+      }
+      storeF(dx, a.t, base + s, r);
     }
-    storeF(dx, a.t, i, r);
   }
 }
 
@@ -364,12 +371,14 @@ __global__ void narrowF32(const float* acc, void* out, DT t, int64_t n) {
 
 int blocksFor(int64_t rows) { return static_cast<int>(rows); }
 
-// C x P blocks: enough slices per channel to fill the GPU, each of at least a few thousand elements.
+// C x P blocks: enough slices of the batch per channel to fill the GPU, each of a few thousand elements.
 dim3 bnGrid(const BatchNormArgs& a) {
-  const int64_t count = a.N * a.S;
-  const int64_t p = std::max<int64_t>(1, std::min<int64_t>({(2048 + a.C - 1) / a.C, (count + 4095) / 4096, 65535}));
+  const int64_t p = std::max<int64_t>(1, std::min<int64_t>({(2048 + a.C - 1) / a.C, (a.N * a.S + 4095) / 4096, a.N, 65535}));
   return dim3(static_cast<unsigned>(a.C), static_cast<unsigned>(p));
 }
+// Plane-wise passes: a block per plane (grid-stride), threads along the plane.
+int bnPlaneBlocks(const BatchNormArgs& a) { return static_cast<int>(std::min<int64_t>(a.N * a.C, 1 << 20)); }
+int bnPlaneThreads(const BatchNormArgs& a) { return a.S >= 256 ? 256 : a.S >= 128 ? 128 : 64; }
 
 // The mean and variance the normalisation uses (batch statistics in training, else the given
 // ones), as floats f[2c], f[2c + 1] after the f64 sums; returns f. The sums are zeroed here.
@@ -418,7 +427,7 @@ cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st) {
   float* f = bnStatistics(x, mean, var, ws, a, st);
-  bnApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(x, scale, bias, y, f, a);
+  bnApply<<<bnPlaneBlocks(a), bnPlaneThreads(a), 0, st>>>(x, scale, bias, y, f, a);
   if (runMeanOut || runVarOut) bnRunning<<<gridFor(a.C), 256, 0, st>>>(mean, var, runMeanOut, runVarOut, f, a);
   return cudaGetLastError();
 }
@@ -429,7 +438,7 @@ cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, cons
   double* w = reinterpret_cast<double*>(ws);
   bnGradPartial<<<bnGrid(a), kRowBlock, 0, st>>>(dy, x, f, w, a);
   bnGradFinalize<<<gridFor(a.C), 256, 0, st>>>(w, f, dscale, dbias, a);
-  bnGradApply<<<gridFor(a.N * a.C * a.S), 256, 0, st>>>(dy, x, scale, dx, f, a);
+  bnGradApply<<<bnPlaneBlocks(a), bnPlaneThreads(a), 0, st>>>(dy, x, scale, dx, f, a);
   return cudaGetLastError();
 }
 

@@ -93,9 +93,12 @@ __device__ __forceinline__ C loadC(const void* p, DT t, int64_t i) {
 template <typename C>
 __global__ void ewKernel(EwArgs g) {
   AMPC_GRID_LOOP(i, g.n) {
-    if (g.op == Ew::Where) {
-      const bool cond = loadI(g.in[0], g.inType[0], operandOffset(g, 0, i)) != 0;
-      const int k = cond ? 1 : 2;
+    if (g.op == Ew::Where || g.op == Ew::WhereCmp) {
+      const int first = g.op == Ew::Where ? 1 : 2;
+      const bool cond = g.op == Ew::Where ? loadI(g.in[0], g.inType[0], operandOffset(g, 0, i)) != 0
+                                          : applyOp<float>(g.cmp, loadF(g.in[0], g.inType[0], operandOffset(g, 0, i)),
+                                                           loadF(g.in[1], g.inType[1], operandOffset(g, 1, i)), 0.0f, g) != 0.0f;
+      const int k = cond ? first : first + 1;
       const int64_t j = operandOffset(g, k, i);
       if constexpr (std::is_integral_v<C>) storeI(g.out, g.outType, i, loadI(g.in[k], g.inType[k], j));
       else storeF(g.out, g.outType, i, loadF(g.in[k], g.inType[k], j));
@@ -173,7 +176,7 @@ cudaError_t elementwise(const EwArgs& a, cudaStream_t st) {
     if (a.inType[0] == DT::f16 && a.outType == DT::f32) return f16ToF32(static_cast<const uint16_t*>(a.in[0]), static_cast<float*>(a.out), n, st);
     if (a.inType[0] == DT::bf16 && a.outType == DT::f32) return bf16ToF32(static_cast<const uint16_t*>(a.in[0]), static_cast<float*>(a.out), n, st);
   }
-  bool vec = floatOut && !a.intMath && a.op != Ew::Where && aligned16(a.out);
+  bool vec = floatOut && !a.intMath && a.op != Ew::Where && a.op != Ew::WhereCmp && aligned16(a.out);
   for (int k = 0; k < a.nin && vec; ++k)
     vec = a.access[k] == Access::Scalar || (a.access[k] == Access::Same && a.inType[k] == a.outType && aligned16(a.in[k]));
   const int64_t per = a.outType == DT::f32 ? 4 : 8;

@@ -23,21 +23,25 @@ enum class Ew : int {
   Add, Sub, Mul, Div, Pow, Max, Min, Equal, Less, LessEq, Greater, GreaterEq, And, Or,
   // ternary
   Where, Clip,
+  // (in0 `cmp` in1) ? in2 : in3, the comparison fused into its Where (ReLU's gradient)
+  WhereCmp,
   // unary
   Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
 };
 // How an operand is read for output element i: at i (same shape), at 0 (one element), or through
 // broadcast strides.
 enum class Access : int { Same, Scalar, Strided };
+inline constexpr int kMaxOperands = 4;
 struct EwArgs {
   Ew op = Ew::Copy;
+  Ew cmp = Ew::Greater;  // WhereCmp's comparison
   int nin = 1, rank = 0;
   int64_t n = 0;
   int64_t shape[kMaxRank] = {};
-  const void* in[3] = {};
-  DT inType[3] = {};
-  Access access[3] = {};
-  int64_t stride[3][kMaxRank] = {};
+  const void* in[kMaxOperands] = {};
+  DT inType[kMaxOperands] = {};
+  Access access[kMaxOperands] = {};
+  int64_t stride[kMaxOperands][kMaxRank] = {};
   void* out = nullptr;
   DT outType = DT::f32;
   float alpha = 0.01f;               // LeakyRelu

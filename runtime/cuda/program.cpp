@@ -204,6 +204,22 @@ struct Program::Lowering {
     return a;
   }
 
+  // A float comparison whose one use is the condition of a Where (not a graph output) runs inside
+  // that Where: the bool tensor is never written.
+  static const Ew* fusableComparison(const Graph& g, const Node& c) {
+    static const std::map<std::string, Ew> kCmp = {{"Greater", Ew::Greater}, {"Less", Ew::Less}, {"GreaterOrEqual", Ew::GreaterEq},
+                                                  {"LessOrEqual", Ew::LessEq}, {"Equal", Ew::Equal}};
+    auto it = kCmp.find(c.op());
+    if (!c.domain().empty() || it == kCmp.end()) return nullptr;
+    const Value* r = c.result(0);
+    if (r->uses().size() != 1 || r->uses()[0].operand != 0 || r->uses()[0].user->op() != "Where" || !r->uses()[0].user->domain().empty())
+      return nullptr;
+    if (std::find(g.outputs().begin(), g.outputs().end(), r) != g.outputs().end()) return nullptr;
+    for (const Value* v : c.inputs())
+      if (!v || !isFloat(v->type().dtype) || v->type().dtype == DType::f64) return nullptr;
+    return &it->second;
+  }
+
   void lower();
   void gemm(bool isMatMul);
   void conv(bool grad);
@@ -446,6 +462,16 @@ void Program::Lowering::lower() {
       {"Softplus", Ew::Softplus}, {"LeakyRelu", Ew::LeakyRelu}, {"Relu", Ew::Relu}, {"Neg", Ew::Neg}, {"Abs", Ew::Abs},
       {"Not", Ew::Not}, {"IsNaN", Ew::IsNaN}, {"IsInf", Ew::IsInf}, {"Cast", Ew::Copy}, {"CastLike", Ew::Copy}};
   if (!ampcDomain && n.domain().empty()) {
+    if (fusableComparison(p.g_, n)) return;  // computed by its Where
+    if (op == "Where" && in(0)->producer())
+      if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
+        const Node& c = *in(0)->producer();
+        EwArgs a = ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
+        a.cmp = *cmp;
+        a.intMath = isInt(a.outType);
+        add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
+        return;
+      }
     if (auto it = kEw.find(op); it != kEw.end()) {
       std::vector<const Value*> ins;
       const size_t count = op == "CastLike" ? 1 : n.inputs().size();
@@ -950,9 +976,17 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   check(cudnnSetStream(dnn, stream_), "cudnnSetStream");
 
   // Memory: params, constants and inputs in their own buffers; node results in one arena.
+  // When each node's work runs: an optimizer group at its first node, a comparison fused into its
+  // Where at the Where (the plan then keeps the comparison's operands alive until there).
   std::vector<size_t> leader = optimizerGroups(g);
   std::vector<int> positions(leader.size());
-  for (size_t i = 0; i < leader.size(); ++i) positions[i] = static_cast<int>(leader[i]);
+  std::map<const Node*, int> indexOf;
+  for (const auto& n : g.nodes()) indexOf[n.get()] = static_cast<int>(indexOf.size());
+  for (const auto& n : g.nodes()) {
+    const int i = indexOf[n.get()];
+    positions[i] = static_cast<int>(leader[i]);
+    if (Lowering::fusableComparison(g, *n)) positions[i] = indexOf[n->result(0)->uses()[0].user];
+  }
   plan_ = planMemory(g, positions);
   checkMemoryPlan(plan_);
   int64_t persistent = 0;

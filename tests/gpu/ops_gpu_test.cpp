@@ -49,6 +49,13 @@ std::vector<Case> cases() {
   c.push_back({"Equal_i64", "input %a : i64[50]\ninput %b : i64[50]\n%y : bool[50] = Equal(%a, %b)\noutput %y", {{"a", {1, 0, 3}}, {"b", {1, 0, 3}}}, false});
   c.push_back({"Logic", "input %a : bool[30]\ninput %b : bool[30]\n%p : bool[30] = And(%a, %b)\n%q : bool[30] = Or(%a, %b)\n%r : bool[30] = Not(%a)\noutput %p\noutput %q\noutput %r", {}, false});
   c.push_back({"Where", "input %c : bool[6,1]\ninput %a : $T[6,8]\ninput %b : $T[8]\n%y : $T[6,8] = Where(%c, %a, %b)\noutput %y"});
+  // A comparison fused into its Where (ReLU's gradient); the comparison's operand %e dies there in
+  // the graph, and %t, made in between, must not take its bytes.
+  c.push_back({"Where_fused_comparison", "input %x : $T[64,33]\ninput %dy : $T[64,33]\nconst %z : $T[] = [0.0]\nconst %one : $T[] = [1.0]\n"
+                                         "%e : $T[64,33] = Exp(%x)\n%g : bool[64,33] = Greater(%e, %one)\n%t : $T[64,33] = Neg(%dy)\n%y : $T[64,33] = Where(%g, %t, %z)\noutput %y",
+               {{"x", {3.0}}}});
+  c.push_back({"Where_fused_less", "input %x : $T[8,9]\ninput %b : $T[9]\ninput %u : $T[8,9]\n%g : bool[8,9] = Less(%x, %b)\n"
+                                   "%y : $T[8,9] = Where(%g, %u, %x)\noutput %y"});
   c.push_back({"Clip", "input %x : $T[10,10]\nconst %lo : $T[] = [-0.5]\nconst %hi : $T[] = [0.75]\n%y : $T[10,10] = Clip(%x, %lo, %hi)\noutput %y"});
   c.push_back({"IsNaN_IsInf", "input %x : $T[40]\n%a : bool[40] = IsNaN(%x)\n%b : bool[40] = IsInf(%x)\noutput %a\noutput %b"});
   c.push_back({"Cast_to_f32", "input %x : $T[33,5]\n%y : f32[33,5] = Cast(%x) {to = 1}\noutput %y"});
