@@ -38,7 +38,7 @@ def step_flops(model):
     if model == "mlp":
         return 3 * 2 * 100 * (10 * 100 + 100 * 10)
     if model == "resnet50":
-        return 3 * 4.09e9 * 256  # 4.09 GFLOPs (multiply-adds x 2) per 224x224 image forward
+        return 3 * 2 * 4.09e9 * 256  # 4.09 G multiply-adds (torchvision's "GFLOPS") per 224x224 image forward
     # GPT-2 124M: 6 N T for the weights (N without the position embedding) + 12 L T^2 d for attention.
     n, layers, d, seq, batch = 124.4e6 - 1024 * 768, 12, 768, 1024, 8
     return 6 * n * seq * batch + 12 * layers * seq * seq * d * batch
