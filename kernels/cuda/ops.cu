@@ -1,4 +1,5 @@
 // Elementwise, data-movement, reduction and random kernels of the CUDA backend (kernels/cuda/ops.h).
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/cuda/convert.h"
@@ -212,8 +213,34 @@ __global__ void fillKernel(void* p, DT t, int64_t n, double v) {
 }
 }  // namespace
 
-cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& a, cudaStream_t st) {
-  if (a.n == 0) return cudaSuccess;
+// When the innermost dim is contiguous on both sides (a transpose that keeps the last dim, a slice of
+// whole rows, concat, split), copy it 16 bytes at a time: the same copy over 16-byte elements.
+bool widenTo16(CopyArgs& a, const void* src, void* dst) {
+  if (a.rank == 0 || a.srcStride[a.rank - 1] != 1 || a.dstStride[a.rank - 1] != 1) return false;
+  const int64_t k = 16 / a.elemBytes;
+  if (a.elemBytes >= 16 || a.shape[a.rank - 1] % k != 0 || a.srcOffset % k != 0 || a.dstOffset % k != 0) return false;
+  if ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) return false;
+  for (int d = 0; d < a.rank - 1; ++d)
+    if (a.srcStride[d] % k != 0 || a.dstStride[d] % k != 0) return false;
+  for (int d = 0; d < a.rank - 1; ++d) {
+    a.srcStride[d] /= k;
+    a.dstStride[d] /= k;
+  }
+  a.shape[a.rank - 1] /= k;
+  a.n /= k;
+  a.srcOffset /= k;
+  a.dstOffset /= k;
+  a.elemBytes = 16;
+  return true;
+}
+
+cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& args, cudaStream_t st) {
+  if (args.n == 0) return cudaSuccess;
+  CopyArgs a = args;
+  if (widenTo16(a, src, dst)) {
+    copyKernel<uint4><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint4*>(src), static_cast<uint4*>(dst), a);
+    return cudaGetLastError();
+  }
   switch (a.elemBytes) {
     case 1: copyKernel<uint8_t><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), a); break;
     case 2: copyKernel<uint16_t><<<gridFor(a.n), 256, 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), a); break;
@@ -343,6 +370,36 @@ cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t s
   const int g = gridFor(a.outN * 32);
   if (isInt) reduceKernel<true><<<g, 256, 0, st>>>(x, out, a);
   else reduceKernel<false><<<g, 256, 0, st>>>(x, out, a);
+  return cudaGetLastError();
+}
+
+namespace {
+__global__ void columnPartial(const void* x, DT t, int64_t R, int64_t K, int64_t rowsPerBlock, float* acc) {
+  const int64_t k = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rowsPerBlock, r1 = min(R, r0 + rowsPerBlock);
+  float s = 0;
+  if (k < K)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) s += loadF(x, t, r * K + k);
+  __shared__ float part[8][33];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && k < K) {
+    for (int j = 1; j < static_cast<int>(blockDim.y); ++j) s += part[j][threadIdx.x];
+    atomicAdd(acc + k, s);
+  }
+}
+__global__ void scaleNarrow(const float* acc, void* out, DT t, int64_t n, float scale) {
+  AMPC_GRID_LOOP(i, n) storeF(out, t, i, acc[i] * scale);
+}
+}  // namespace
+
+cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* acc, cudaStream_t st) {
+  if (K == 0) return cudaSuccess;
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * K, st); e != cudaSuccess) return e;
+  const int64_t colBlocks = (K + 31) / 32;
+  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((R + 63) / 64, (4096 + colBlocks - 1) / colBlocks));
+  const int64_t per = (R + slices - 1) / slices;
+  if (R > 0) columnPartial<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(x, t, R, K, per, acc);
+  scaleNarrow<<<gridFor(K), 256, 0, st>>>(acc, out, t, K, scale);
   return cudaGetLastError();
 }
 

@@ -87,6 +87,9 @@ struct ReduceArgs {
   DT t = DT::f32;
 };
 cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t st);
+// out[k] = scale * sum_r x[r, k] for x [R, K] (float types): a bias gradient, a sum over leading
+// dims. Column tiles over slices of the rows, f32 partial sums in `acc` (K floats, zeroed here).
+cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* acc, cudaStream_t st);
 
 // ---- random ---------------------------------------------------------------------------------
 // Dropout with the CPU backend's Philox stream (kernels/cpu/kernel.h): element i is kept when

@@ -434,6 +434,20 @@ void Program::Lowering::reduce(Red op) {
   }
   const void* X = P(x);
   void* Y = P(out(0));
+  // Sums over leading dims of a float tensor (bias gradients): column tiles, coalesced.
+  bool leading = a.krank > 0 && a.rrank > 0 && (op == Red::Sum || op == Red::Mean) && !isInt(a.t);
+  for (int64_t d = 0, seenKept = 0; d < r && leading; ++d) {
+    if (!red[d] && xs[d] != 1) seenKept = 1;
+    if (red[d] && seenKept && xs[d] != 1) leading = false;
+  }
+  if (leading) {
+    const int64_t R = a.redN, K = a.outN;
+    const float scale = op == Red::Mean ? 1.0f / static_cast<float>(R) : 1.0f;
+    const Scratch acc = scratch(sizeof(float) * K);
+    const DT t = a.t;
+    add([X, Y, t, R, K, scale, acc](cudaStream_t s) { return reduceColumns(X, t, Y, R, K, scale, acc.f(), s); });
+    return;
+  }
   add([X, Y, a](cudaStream_t s) { return cuda::reduce(X, Y, a, s); });
 }
 

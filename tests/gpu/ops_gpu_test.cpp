@@ -67,6 +67,9 @@ std::vector<Case> cases() {
   // Data movement.
   c.push_back({"Reshape", "input %x : $T[4,6]\nconst %s : i64[2] = [3, 8]\n%y : $T[3,8] = Reshape(%x, %s)\noutput %y"});
   c.push_back({"Transpose", "input %x : $T[2,3,4,5]\n%y : $T[5,2,4,3] = Transpose(%x) {perm = [3, 0, 2, 1]}\noutput %y"});
+  // Innermost dim contiguous on both sides: copied 16 bytes at a time.
+  c.push_back({"Transpose_keep_last", "input %x : $T[2,5,3,16]\n%y : $T[2,3,5,16] = Transpose(%x) {perm = [0, 2, 1, 3]}\noutput %y"});
+  c.push_back({"Concat_rows", "input %a : $T[4,2,32]\ninput %b : $T[4,3,32]\n%y : $T[4,5,32] = Concat(%a, %b) {axis = 1}\noutput %y"});
   c.push_back({"Slice", "input %x : $T[10,12]\nconst %st : i64[2] = [1, -2]\nconst %en : i64[2] = [9, 0]\nconst %ax : i64[2] = [0, 1]\n"
                         "const %sp : i64[2] = [3, -4]\n%y : $T[3,3] = Slice(%x, %st, %en, %ax, %sp)\noutput %y"});
   c.push_back({"Expand", "input %x : $T[3,1]\nconst %s : i64[3] = [2, 3, 4]\n%y : $T[2,3,4] = Expand(%x, %s)\noutput %y"});
@@ -77,6 +80,8 @@ std::vector<Case> cases() {
   c.push_back({"Gather_axis1", "input %x : $T[4,9,3]\ninput %i : i32[2]\n%y : $T[4,2,3] = Gather(%x, %i) {axis = 1}\noutput %y", {{"i", {1, 0, 8}}}});
   // Reductions.
   c.push_back({"ReduceSum", "input %x : $T[6,70,5]\nconst %a : i64[2] = [0, 2]\n%y : $T[1,70,1] = ReduceSum(%x, %a)\noutput %y"});
+  c.push_back({"ReduceSum_leading", "input %x : $T[3,50,40]\nconst %a : i64[2] = [0, 1]\n%y : $T[1,1,40] = ReduceSum(%x, %a)\noutput %y"});
+  c.push_back({"ReduceMean_leading", "input %x : $T[300,1,33]\n%y : $T[33] = ReduceMean(%x) {axes = [0, 1], keepdims = 0}\noutput %y"});
   c.push_back({"ReduceSum_all", "input %x : $T[33,65]\n%y : $T[] = ReduceSum(%x) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMean", "input %x : $T[4,300]\n%y : $T[4] = ReduceMean(%x) {axes = [1], keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMax", "input %x : $T[5,6,7]\n%y : $T[5,1,7] = ReduceMax(%x) {axes = [1]}\noutput %y"});
