@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <set>
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
@@ -117,7 +118,8 @@ struct Program::Lowering {
       }
     }
   }
-  EwArgs ewArgs(Ew op, const std::vector<const Value*>& ins, const Value* o) const {
+  // `reader` is the node whose operands `ins` are (n, or a comparison fused into n).
+  EwArgs ewArgs(Ew op, const std::vector<const Value*>& ins, const Value* o, const Node* reader = nullptr) const {
     const auto& os = shape(o);
     if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
     EwArgs a;
@@ -126,9 +128,13 @@ struct Program::Lowering {
     a.rank = static_cast<int>(os.size());
     a.n = o->type().numel();
     for (size_t d = 0; d < os.size(); ++d) a.shape[d] = os[d];
-    for (size_t k = 0; k < ins.size(); ++k) operand(a, static_cast<int>(k), ins[k], os);
-    a.out = P(o);
-    a.outType = dt(o);
+    for (size_t k = 0; k < ins.size(); ++k) {
+      const Node* c = widenedSource(p.g_, ins[k], reader ? *reader : n);
+      operand(a, static_cast<int>(k), c ? c->inputs()[0] : ins[k], os);
+    }
+    const Node* d = o == n.result(0) ? narrowedResult(p.g_, n) : nullptr;
+    a.out = P(d ? d->result(0) : o);
+    a.outType = dt(d ? d->result(0) : o);
     return a;
   }
   static bool isInt(DT t) { return t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8 || t == DT::boolean; }
@@ -218,6 +224,44 @@ struct Program::Lowering {
     for (const Value* v : c.inputs())
       if (!v || !isFloat(v->type().dtype) || v->type().dtype == DType::f64) return nullptr;
     return &it->second;
+  }
+
+  // Casts folded into elementwise ops (exact: the op widens to f32 and rounds once either way):
+  // a widening Cast (f16/bf16 -> f32) whose one use is an elementwise op is read through by it, and
+  // a narrowing Cast (f32 -> f16/bf16) that is the one use of an elementwise op's result is written
+  // by it. The Cast itself launches nothing.
+  static bool foldsCasts(const Node& n) {
+    static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual", "Greater",
+                                               "GreaterOrEqual", "Where", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid",
+                                               "Erf", "Softplus", "LeakyRelu", "Relu", "Neg", "Abs", "Gelu", "Clip"};  // Max/Min (chained launches) not
+    return n.domain().empty() && kOps.count(n.op()) != 0;
+  }
+  static bool onlyUse(const Graph& g, const Value* v, const Node& user) {
+    return v->uses().size() == 1 && v->uses()[0].user == &user && std::find(g.outputs().begin(), g.outputs().end(), v) == g.outputs().end();
+  }
+  static bool isCastBetween(const Node& c, bool widening) {
+    if (!c.domain().empty() || c.op() != "Cast" || !c.inputs()[0]) return false;
+    const DType a = c.inputs()[0]->type().dtype, b = c.result(0)->type().dtype;
+    return widening ? (isLowFloat(a) && b == DType::f32) : (a == DType::f32 && isLowFloat(b));
+  }
+  // The widening Cast that `user` reads through for operand value v, or null.
+  static const Node* widenedSource(const Graph& g, const Value* v, const Node& user) {
+    const Node* c = v ? v->producer() : nullptr;
+    return c && isCastBetween(*c, true) && foldsCasts(user) && onlyUse(g, v, user) ? c : nullptr;
+  }
+  // The narrowing Cast that elementwise node n writes directly, or null.
+  static const Node* narrowedResult(const Graph& g, const Node& n) {
+    if (!foldsCasts(n) || n.numResults() != 1 || n.result(0)->type().dtype != DType::f32) return nullptr;
+    const Value* r = n.result(0);
+    if (r->uses().size() != 1) return nullptr;
+    const Node* d = r->uses()[0].user;
+    return isCastBetween(*d, false) && onlyUse(g, r, *d) ? d : nullptr;
+  }
+  // A Cast that launches nothing: folded into its consumer or its producer.
+  static bool castFolded(const Graph& g, const Node& c) {
+    if (isCastBetween(c, true)) return c.result(0)->uses().size() == 1 && widenedSource(g, c.result(0), *c.result(0)->uses()[0].user);
+    if (isCastBetween(c, false)) return c.inputs()[0]->producer() && narrowedResult(g, *c.inputs()[0]->producer()) == &c;
+    return false;
   }
 
   void lower();
@@ -477,10 +521,13 @@ void Program::Lowering::lower() {
       {"Not", Ew::Not}, {"IsNaN", Ew::IsNaN}, {"IsInf", Ew::IsInf}, {"Cast", Ew::Copy}, {"CastLike", Ew::Copy}};
   if (!ampcDomain && n.domain().empty()) {
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
+    if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
         EwArgs a = ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
+        for (int k = 0; k < 2; ++k)  // the comparison's operands, read through casts folded into the comparison
+          if (const Node* w = widenedSource(p.g_, c.inputs()[k], c)) operand(a, k, w->inputs()[0], shape(out(0)));
         a.cmp = *cmp;
         a.intMath = isInt(a.outType);
         add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
@@ -1000,6 +1047,13 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     const int i = indexOf[n.get()];
     positions[i] = static_cast<int>(leader[i]);
     if (Lowering::fusableComparison(g, *n)) positions[i] = indexOf[n->result(0)->uses()[0].user];
+  }
+  // A folded Cast runs where its reader or writer does: the value it reads stays alive until then,
+  // and the value it writes is born then.
+  for (const auto& n : g.nodes()) {
+    if (!Lowering::castFolded(g, *n)) continue;
+    const Node* at = Lowering::isCastBetween(*n, true) ? n->result(0)->uses()[0].user : n->inputs()[0]->producer();
+    positions[indexOf[n.get()]] = positions[indexOf[at]];
   }
   plan_ = planMemory(g, positions);
   checkMemoryPlan(plan_);

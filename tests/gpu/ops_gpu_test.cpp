@@ -56,6 +56,13 @@ std::vector<Case> cases() {
                {{"x", {3.0}}}});
   c.push_back({"Where_fused_less", "input %x : $T[8,9]\ninput %b : $T[9]\ninput %u : $T[8,9]\n%g : bool[8,9] = Less(%x, %b)\n"
                                    "%y : $T[8,9] = Where(%g, %u, %x)\noutput %y"});
+  // Casts folded into elementwise ops: a widening cast read through by Add, a narrowing cast written
+  // by Mul; %w's cast has two uses and stays.
+  c.push_back({"Cast_folding", "input %x : $T[33,40]\ninput %y : f32[33,40]\ninput %v : $T[40]\n"
+                               "%xf : f32[33,40] = Cast(%x) {to = 1}\n%s : f32[33,40] = Add(%xf, %y)\n"
+                               "%vf : f32[40] = Cast(%v) {to = 1}\n%m : f32[33,40] = Mul(%s, %vf)\n%ml : $T[33,40] = Cast(%m) {to = $TO}\n"
+                               "%w : f32[33,40] = Exp(%xf)\n%u : f32[33,40] = Sub(%w, %s)\n%ul : $T[33,40] = Cast(%u) {to = $TO}\n"
+                               "%q : f32[33,40] = Neg(%w)\noutput %ml\noutput %ul\noutput %q"});
   c.push_back({"Clip", "input %x : $T[10,10]\nconst %lo : $T[] = [-0.5]\nconst %hi : $T[] = [0.75]\n%y : $T[10,10] = Clip(%x, %lo, %hi)\noutput %y"});
   c.push_back({"IsNaN_IsInf", "input %x : $T[40]\n%a : bool[40] = IsNaN(%x)\n%b : bool[40] = IsInf(%x)\noutput %a\noutput %b"});
   c.push_back({"Cast_to_f32", "input %x : $T[33,5]\n%y : f32[33,5] = Cast(%x) {to = 1}\noutput %y"});
