@@ -250,8 +250,13 @@ struct Program::Lowering {
     return c && isCastBetween(*c, true) && foldsCasts(user) && onlyUse(g, v, user) ? c : nullptr;
   }
   // The narrowing Cast that elementwise node n writes directly, or null.
+  static bool allConstInputs(const Node& n) {
+    bool all = !n.inputs().empty() && !(n.def() && n.def()->random);
+    for (const Value* v : n.inputs()) all = all && (!v || (v->kind() == ValueKind::Const && v->constData()));
+    return all;
+  }
   static const Node* narrowedResult(const Graph& g, const Node& n) {
-    if (!foldsCasts(n) || n.numResults() != 1 || n.result(0)->type().dtype != DType::f32) return nullptr;
+    if (!foldsCasts(n) || allConstInputs(n) || n.numResults() != 1 || n.result(0)->type().dtype != DType::f32) return nullptr;
     const Value* r = n.result(0);
     if (r->uses().size() != 1) return nullptr;
     const Node* d = r->uses()[0].user;
@@ -498,9 +503,7 @@ void Program::Lowering::reduce(Red op) {
 void Program::Lowering::lower() {
   const std::string& op = n.op();
   // Every operand constant: computed now by the CPU kernels, into a buffer of its own.
-  bool allConst = !n.inputs().empty() && !(n.def() && n.def()->random);
-  for (const Value* v : n.inputs()) allConst = allConst && (!v || (v->kind() == ValueKind::Const && v->constData()));
-  if (allConst) {
+  if (allConstInputs(n)) {
     std::vector<const Tensor*> ins;
     for (const Value* v : n.inputs()) ins.push_back(v ? v->constData() : nullptr);
     auto outs = cpu::runNode(n, ins);
