@@ -76,6 +76,7 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
 __device__ __forceinline__ int64_t operandOffset(const EwArgs& g, int k, int64_t i) {
   if (g.access[k] == Access::Same) return i;
   if (g.access[k] == Access::Scalar) return 0;
+  if (g.access[k] == Access::Block) return (i / g.div[k]) % g.mod[k];
   int64_t off = 0, rest = i;
   for (int d = g.rank - 1; d >= 0; --d) {
     const int64_t q = rest / g.shape[d];

@@ -28,9 +28,10 @@ enum class Ew : int {
   // unary
   Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
 };
-// How an operand is read for output element i: at i (same shape), at 0 (one element), or through
-// broadcast strides.
-enum class Access : int { Same, Scalar, Strided };
+// How an operand is read for output element i: at i (same shape), at 0 (one element), at
+// (i / div) % mod (its non-1 dims are one block of the output's dims: a row, a column, a mask over
+// the last dims), or through broadcast strides.
+enum class Access : int { Same, Scalar, Block, Strided };
 inline constexpr int kMaxOperands = 4;
 struct EwArgs {
   Ew op = Ew::Copy;
@@ -42,6 +43,7 @@ struct EwArgs {
   DT inType[kMaxOperands] = {};
   Access access[kMaxOperands] = {};
   int64_t stride[kMaxOperands][kMaxRank] = {};
+  int64_t div[kMaxOperands] = {1, 1, 1, 1}, mod[kMaxOperands] = {1, 1, 1, 1};  // Access::Block
   void* out = nullptr;
   DT outType = DT::f32;
   float alpha = 0.01f;               // LeakyRelu

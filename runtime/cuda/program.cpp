@@ -106,9 +106,27 @@ struct Program::Lowering {
     a.in[k] = P(v);
     a.inType[k] = dt(v);
     const auto& s = shape(v);
+    // The operand's dims right-aligned against the output's; a block when its non-1 dims are
+    // consecutive and equal the output's there.
+    std::vector<int64_t> pad(os.size() - s.size(), 1);
+    pad.insert(pad.end(), s.begin(), s.end());
+    int64_t lo = -1, hi = -1;
+    bool block = true;
+    for (size_t d = 0; d < os.size(); ++d)
+      if (pad[d] != 1) {
+        if (lo < 0) lo = static_cast<int64_t>(d);
+        else if (hi != static_cast<int64_t>(d) - 1) block = false;
+        hi = static_cast<int64_t>(d);
+        block = block && pad[d] == os[d];
+      }
     if (s == os) a.access[k] = Access::Same;
     else if (v->type().numel() == 1) a.access[k] = Access::Scalar;
-    else {
+    else if (block && lo >= 0) {
+      a.access[k] = Access::Block;
+      a.div[k] = 1;
+      for (size_t d = static_cast<size_t>(hi) + 1; d < os.size(); ++d) a.div[k] *= os[d];
+      a.mod[k] = v->type().numel();
+    } else {
       a.access[k] = Access::Strided;
       const auto st = stridesOf(s);
       const size_t off = os.size() - s.size();
@@ -603,18 +621,19 @@ void Program::Lowering::lower() {
       return strided(in(0), out(0), a);
     }
     if (op == "Expand") {
-      const auto& os = shape(out(0));
-      EwArgs e = ewArgs(Ew::Copy, {in(0)}, out(0));
+      const auto &os = shape(out(0)), &xs = shape(in(0));
+      if (xs == os) return copyValue(in(0), out(0));
+      if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
       CopyArgs a;
       a.rank = static_cast<int>(os.size());
       a.n = out(0)->type().numel();
-      const auto dst = stridesOf(os);
+      const auto dst = stridesOf(os), src = stridesOf(xs);
+      const size_t off = os.size() - xs.size();
       for (size_t d = 0; d < os.size(); ++d) {
         a.shape[d] = os[d];
         a.dstStride[d] = dst[d];
-        a.srcStride[d] = e.access[0] == Access::Strided ? e.stride[0][d] : 0;
+        a.srcStride[d] = d >= off && xs[d - off] != 1 ? src[d - off] : 0;  // broadcast dims read one element
       }
-      if (e.access[0] == Access::Same) return copyValue(in(0), out(0));
       return strided(in(0), out(0), a);
     }
     if (op == "Concat" || op == "Split") {

@@ -41,6 +41,10 @@ std::vector<Case> cases() {
     c.push_back({std::string(op) + "_broadcast",
                  "input %a : $T[3,1,5,6]\ninput %b : $T[4,1,6]\n%y : $T[3,4,5,6] = " + std::string(op) + "(%a, %b)\noutput %y"});
   }
+  // Broadcasts read as one block of the output's dims: trailing (a mask), a column, a middle block.
+  c.push_back({"Add_trailing", "input %a : $T[3,4,5,6]\ninput %b : $T[1,1,5,6]\n%y : $T[3,4,5,6] = Add(%a, %b)\noutput %y"});
+  c.push_back({"Sub_column", "input %a : $T[3,4,5,6]\ninput %b : $T[3,4,5,1]\n%y : $T[3,4,5,6] = Sub(%a, %b)\noutput %y"});
+  c.push_back({"Mul_middle", "input %a : $T[3,4,5,6]\ninput %b : $T[4,5,1]\n%y : $T[3,4,5,6] = Mul(%b, %a)\noutput %y"});
   c.push_back({"Add_scalar", "input %a : $T[5,9]\ninput %b : $T[]\n%y : $T[5,9] = Add(%a, %b)\noutput %y"});
   c.push_back({"Pow", "input %a : $T[6,7]\ninput %b : f32[]\n%y : $T[6,7] = Pow(%a, %b)\noutput %y", {{"a", {1.0, 0, 1, true}}}});
   c.push_back({"Max_variadic", "input %a : $T[4,5]\ninput %b : $T[5]\ninput %d : $T[4,1]\n%y : $T[4,5] = Max(%a, %b, %d)\noutput %y"});
