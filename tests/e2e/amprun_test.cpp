@@ -3,6 +3,7 @@
 // first step; a newer plan refused; the dynamic scaler in the metrics file.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <regex>
 
 #include "runtime/npy.h"
@@ -16,7 +17,12 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kAmpc = AMPC_BIN;
-const std::string kAmprun = std::string(AMPC_BINARY_DIR) + "/tools/amprun";
+const std::string kAmprunBin = std::string(AMPC_BINARY_DIR) + "/tools/amprun";
+// These tests check the CPU reference's behaviour (bitwise resume, exact scaler schedules): pinned to
+// --device cpu, also where a GPU would make cuda the default.
+const std::string kAmprun = kAmprunBin + " --device cpu";
+
+bool gpuPresent() { return std::system("nvidia-smi -L > /dev/null 2>&1") == 0; }
 const std::string kDigits = std::string(AMPC_SOURCE_DIR) + "/models/digits";
 
 std::string makePlan(const TempDir& d, const std::string& precision, const std::string& flags = "--optimizer sgd --lr 0.1 --momentum 0.9") {
@@ -134,7 +140,8 @@ TEST(Amprun, PlanVersionDumpAndUsage) {
   writeBytes(d.file("junk.ampplan"), "not a plan at all");
   r = run(kAmprun + " " + d.file("junk.ampplan") + " --dump");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(run(kAmprun + " " + p + " --device cuda --synthetic --steps 1").code, 2);
+  if (!gpuPresent()) EXPECT_EQ(run(kAmprunBin + " " + p + " --device cuda --synthetic --steps 1").code, 2);  // no GPU here
+  EXPECT_EQ(run(kAmprunBin + " " + p + " --device tpu --synthetic --steps 1").code, 2);
   EXPECT_EQ(run(kAmprun + " " + p + " --steps 1").code, 2);  // neither --data nor --synthetic
 }
 
@@ -159,4 +166,17 @@ TEST(Amprun, ScalerInTheMetricsFile) {
     EXPECT_NE(m[i].find("\"loss_scale\": " + std::to_string(static_cast<int>(want[i].first)) + ","), std::string::npos) << m[i];
     EXPECT_NE(m[i].find(std::string("\"skipped\": ") + (want[i].second ? "true" : "false")), std::string::npos) << m[i];
   }
+}
+
+TEST(Amprun, BenchReportsStepTimeAndMemory) {
+  TempDir d;
+  const std::string p = makePlan(d, "bf16");
+  auto r = run(kAmprun + " " + p + " --synthetic --int-range target=0:9 --steps 12 --bench");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(step time: median ([0-9.]+) ms)"))) << r.out;
+  EXPECT_GT(std::stod(m[1]), 0.0);
+  EXPECT_NE(r.out.find("bench: device cpu, 12 steps (2 warm-up steps left out of the median)"), std::string::npos) << r.out;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(arena \(planned\) ([0-9.]+) MiB)"))) << r.out;
+  EXPECT_GT(std::stod(m[1]), 0.0);
 }

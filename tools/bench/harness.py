@@ -181,6 +181,8 @@ def main():
             r = ampc_run(model, p, onnx, a.work, a.warmup + a.steps)
             rows.append(dict(model=model, system="ampc", mode=p, **r))
             print(json.dumps(rows[-1]), flush=True)
+            with open(os.path.join(a.out, "rows.jsonl"), "a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
         for mode in a.torch_modes.split(","):
             r = subprocess.run([sys.executable, __file__, "--torch-one", model, mode, "--warmup", str(a.warmup), "--steps", str(a.steps)],
                                capture_output=True, text=True)
@@ -188,6 +190,8 @@ def main():
             res = json.loads(m.group(1)) if m else dict(error=(r.stderr or r.stdout)[-400:])
             rows.append(dict(model=model, system="torch", mode=mode, **res))
             print(json.dumps(rows[-1]), flush=True)
+            with open(os.path.join(a.out, "rows.jsonl"), "a") as f:  # kept if the call is cut short
+                f.write(json.dumps(rows[-1]) + "\n")
         for row in rows:
             if row["model"] == model and "step_ms" in row:
                 row["per_s"] = cfg["batch"] / (row["step_ms"] / 1e3)
