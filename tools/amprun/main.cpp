@@ -2,6 +2,7 @@
 //
 //   amprun PLAN --data DIR --steps N [--metrics run.jsonl] [--checkpoint DIR --checkpoint-every K]
 //               [--resume DIR|FILE] [--save final.safetensors] [--eval-data DIR]
+//               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--profile N]
 //   amprun PLAN --dump
 //
 // Exit codes: 0 ok, 1 bad input, 2 bad usage.
@@ -232,12 +233,17 @@ int main(int argc, char** argv) {
   const bool cudaBuilt = AMPC_CUDA_BUILT != 0;
   if (device == "auto") device = cudaBuilt && gpuPresent() ? "cuda" : "cpu";
   const bool useCuda = device != "cpu";
+  if (useCuda && (device != "cuda" && (device.rfind("cuda:", 0) != 0 || device.size() == 5 ||
+                                       device.find_first_not_of("0123456789", 5) != std::string::npos))) {
+    std::cerr << "amprun: --device " << device << ": want cpu, cuda or cuda:N\n";
+    return 2;
+  }
   if (useCuda && !cudaBuilt) {
     std::cerr << "amprun: --device " << device << ": this amprun was built without CUDA\n";
     return 2;
   }
-  if (useCuda && (device != "cuda" && device.rfind("cuda:", 0) != 0)) {
-    std::cerr << "amprun: --device " << device << ": want cpu, cuda or cuda:N\n";
+  if (!useCuda && profileTop > 0) {
+    std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
   if (useCuda && !gpuPresent()) {
