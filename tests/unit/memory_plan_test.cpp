@@ -59,6 +59,30 @@ TEST(MemoryPlan, ElementwiseChainsRunInPlace) {
   EXPECT_LE(p.arenaBytes, 3 * 4096);
 }
 
+TEST(MemoryPlan, PositionsKeepOperandsAliveUntilTheWorkRuns) {
+  // Without positions %c (born after %a's last use) takes %a's bytes. When node 1 (%b) runs at
+  // node 2's position, as a fused launch or a computation inside its consumer does, %a is read
+  // there, so %c must not share its bytes; %b itself is born there.
+  auto g = parseGraph(R"(graph "g" opset 17 {
+  input %x : f32[32,32]
+  %a : f32[32,32] = Transpose(%x)
+  %b : f32[32,32] = Transpose(%a)
+  %c : f32[32,32] = Transpose(%x)
+  %d : f32[32,32] = Sub(%b, %c)
+  output %d
+}
+)");
+  MemoryPlan plain = planMemory(*g);
+  checkMemoryPlan(plain);
+  EXPECT_EQ(plain.slots.at(g->lookup("a")).offset, plain.slots.at(g->lookup("c")).offset);
+  MemoryPlan moved = planMemory(*g, {0, 2, 2, 3});
+  checkMemoryPlan(moved);
+  EXPECT_EQ(moved.slots.at(g->lookup("a")).last, 2);
+  EXPECT_EQ(moved.slots.at(g->lookup("b")).first, 2);
+  EXPECT_NE(moved.slots.at(g->lookup("a")).offset, moved.slots.at(g->lookup("c")).offset);
+  EXPECT_THROW(planMemory(*g, {0, 1}), Error);  // one position per node
+}
+
 TEST(MemoryPlan, TrainingStepsOfTheModels) {
   for (const char* m : {"mlp", "cnn", "transformer"}) {
     auto g = importOnnxFile((std::filesystem::path(AMPC_SOURCE_DIR) / "models" / (std::string(m) + ".onnx")).string());
