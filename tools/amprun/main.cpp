@@ -313,7 +313,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<Backend> backend = createCpuBackend();
     BenchReport report;
     report.device = device;
-    report.arenaBytes = planMemory(g).arenaBytes;
+    if (bench && !useCuda) report.arenaBytes = planMemory(g).arenaBytes;  // cuda: the program's own plan
     std::map<std::string, Tensor> batch;
     const auto t0 = std::chrono::steady_clock::now();
     if (!useCuda) {
