@@ -41,5 +41,8 @@ std::unique_ptr<Pass> createInferShapesPass();    // infer_shapes.cpp
 std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
 std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
+// Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node. `freeze`: the regex of
+// parameters that are not trained (a mask computed from a trained parameter stays unfused).
+std::unique_ptr<Pass> createFuseAttentionPass(const std::string& freeze = {});  // fuse_attention.cpp
 
 }  // namespace ampc

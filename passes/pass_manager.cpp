@@ -16,6 +16,7 @@ const PassEntry kPasses[] = {
     {"infer-shapes", createInferShapesPass},
     {"fold-constants", createFoldConstantsPass},
     {"dce", createDcePass},
+    {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},
     {"convert-f16", [] { return createConvertPrecisionPass(DType::f16); }},

@@ -140,6 +140,16 @@ void gradDropout(GB& b) {
   b.setGrad(0, b.op("DropoutGrad", ins, {}, kGradDomain));
 }
 
+// Fused attention: one backward op recomputes the probabilities from the saved log-sum-exp.
+void gradAttention(GB& b) {
+  if (!b.dy(0)) return;
+  std::vector<Value*> ins{b.dy(0), b.x(0), b.x(1), b.x(2), b.y(0), b.y(1)};
+  if (b.x(3)) ins.push_back(b.x(3));
+  auto r = b.opN("AttentionGrad", ins, b.node.attrs(), kGradDomain, 3);
+  for (size_t i = 0; i < 3; ++i)
+    if (b.needs(i)) b.setGrad(i, r[i]);
+}
+
 // ---- GEMMs
 
 // Swaps the last two axes.
@@ -418,9 +428,11 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
   };
-  for (OpDef& d : t)
+  for (OpDef& d : t) {
     for (const auto& [name, fn] : rules)
       if (d.domain.empty() && d.name == name) d.grad = fn;
+    if (d.domain == kGradDomain && d.name == "Attention") d.grad = gradAttention;
+  }
 }
 
 }  // namespace ampc

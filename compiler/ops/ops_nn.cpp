@@ -3,6 +3,7 @@
 
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
+#include "compiler/ops/grad.h"
 
 namespace ampc {
 namespace {
@@ -215,6 +216,57 @@ double convFlops(const Node& n) {
   return 2.0 * static_cast<double>(n.result(0)->type().numel()) * perOut;
 }
 
+// Fused attention (passes/fuse_attention.cpp), "ampc" domain:
+//   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, dropout_ratio, dropout_key}
+//     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
+//   O = Dropout(Softmax(scale * Q KT + mask)) V; LSE = the rows' log-sum-exp (what the backward reads).
+// Q, KT and V share dtype and leading dims; the mask is [Tq, Tk] with any number of leading 1s
+// (one mask for every batch and head) or has all of the leading dims.
+void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
+  requireFloat(c, q);
+  requireSameDType(c, q, kt);
+  requireSameDType(c, q, v);
+  const auto &qs = c.in(q).shape, &ks = c.in(kt).shape, &vs = c.in(v).shape;
+  c.check(qs.size() >= 2 && ks.size() == qs.size() && vs.size() == qs.size(), "Q, KT and V must have one rank >= 2");
+  const size_t r = qs.size();
+  c.check(std::equal(qs.begin(), qs.end() - 2, ks.begin()) && std::equal(qs.begin(), qs.end() - 2, vs.begin()),
+          "Q, KT and V must have the same leading dims, got " + c.in(q).str() + ", " + c.in(kt).str() + ", " + c.in(v).str());
+  c.check(ks[r - 2] == qs[r - 1], "KT must be [.., D, Tk] with Q's D, got " + c.in(kt).str());
+  c.check(vs[r - 2] == ks[r - 1], "V must be [.., Tk, Dv] with KT's Tk, got " + c.in(v).str());
+  if (mask < c.numInputs() && c.hasInput(mask)) {
+    requireFloat(c, mask);
+    const auto& ms = c.in(mask).shape;
+    const int64_t tq = qs[r - 2], tk = ks[r - 1];
+    bool ok = ms.size() >= 2 && ms.size() <= r && ms[ms.size() - 2] == tq && ms.back() == tk;
+    if (ok) {
+      const bool shared = std::all_of(ms.begin(), ms.end() - 2, [](int64_t d) { return d == 1; });
+      const bool full = ms.size() == r && std::equal(ms.begin(), ms.end() - 2, qs.begin());
+      ok = shared || full;
+    }
+    c.check(ok, "the mask must be [Tq, Tk] = [" + std::to_string(tq) + ", " + std::to_string(tk) +
+                    "] with leading 1s or Q's leading dims, got " + c.in(mask).str());
+  }
+}
+void inferAttention(InferContext& c) {
+  checkAttentionOperands(c, 0, 1, 2, 3);
+  auto o = c.in(0).shape;
+  o.back() = c.in(2).shape.back();
+  c.setOut(0, TensorType{c.in(0).dtype, o});
+  c.setOut(1, TensorType{DType::f32, std::vector<int64_t>(c.in(0).shape.begin(), c.in(0).shape.end() - 1)});
+}
+// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV
+void inferAttentionGrad(InferContext& c) {
+  checkAttentionOperands(c, 1, 2, 3, 6);
+  c.check(c.in(0).shape == c.in(4).shape && c.in(0).dtype == c.in(1).dtype, "dO and O must have O's type, got " + c.in(0).str());
+  c.check(c.in(5).dtype == DType::f32, "LSE must be f32, got " + c.in(5).str());
+  for (size_t i = 0; i < 3; ++i) c.setOut(i, c.in(1 + i));
+}
+double attentionFlops(const Node& n) {  // the two products, every score counted
+  const auto &q = n.input(0)->type().shape, &v = n.input(2)->type().shape;
+  const double scores = static_cast<double>(n.result(1)->type().numel()) * static_cast<double>(v[v.size() - 2]);
+  return 2.0 * scores * static_cast<double>(q.back() + v.back());
+}
+
 constexpr auto A = AmpCategory::Allow;
 constexpr auto D = AmpCategory::Deny;
 constexpr auto I = AmpCategory::Infer;
@@ -251,6 +303,15 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("NegativeLogLikelihoodLoss", L, 2, 3, 1, 1, D, true, inferLoss);
   t.back().loss = true;
   t.back().noGradOperands = 0b100;
+  // Fused attention: low precision in, FP32 softmax inside; the mask stays FP32 and takes no
+  // gradient (the fusion pass fuses only masks that need none).
+  t.push_back(OpDef{"Attention", kGradDomain, 1, 1, 3, 4, 2, 2, A, true, inferAttention});
+  t.back().flops = attentionFlops;
+  t.back().fp32Operands = 0b1000;
+  t.back().noGradOperands = 0b1000;
+  t.back().random = true;  // dropout inside
+  t.push_back(OpDef{"AttentionGrad", kGradDomain, 1, 1, 6, 7, 3, 3, I, false, inferAttentionGrad});
+  t.back().random = true;
 }
 
 }  // namespace ampc

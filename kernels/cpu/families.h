@@ -18,4 +18,5 @@ void registerTensorKernels(std::vector<KernelRow>& t);       // k_tensor.cpp: da
 void registerGradKernels(std::vector<KernelRow>& t);         // k_grad.cpp: "ampc" backward ops
 void registerLinearGradKernels(std::vector<KernelRow>& t);   // k_linear.cpp: ConvGrad, AveragePoolGrad
 void registerTrainKernels(std::vector<KernelRow>& t);        // k_train.cpp: the training step's ops
+void registerAttentionKernels(std::vector<KernelRow>& t);    // k_attention.cpp: fused attention
 }  // namespace ampc::cpu

@@ -21,6 +21,7 @@ const std::vector<KernelRow>& table() {
     registerTensorKernels(r);
     registerGradKernels(r);
     registerTrainKernels(r);
+    registerAttentionKernels(r);
     return r;
   }();
   return t;

@@ -58,16 +58,20 @@ def main():
     ap.add_argument("--gpt2-batch", type=int, default=8)
     ap.add_argument("--gpt2-seq", type=int, default=1024)
     ap.add_argument("--resnet-batch", type=int, default=256)
+    ap.add_argument("--gpt2-tiny", action="store_true",
+                    help="a 2-layer GPT-2 (64 wide, 4 heads, vocab 512): the same exporter pattern, small enough for tests")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
     if "gpt2" in a.models:
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config()  # 124M: 12 layers, 12 heads, 768 wide, vocab 50257, context 1024
+        if a.gpt2_tiny:
+            cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=a.gpt2_seq)
         cfg._attn_implementation = "eager"  # explicit Softmax(QK^T + mask)V, not SDPA
         m = Gpt2WithLoss(GPT2LMHeadModel(cfg), a.gpt2_seq)
         ids = torch.randint(0, cfg.vocab_size, (a.gpt2_batch, a.gpt2_seq))
-        export(m, (ids, ids.clone()), ["input_ids", "labels"], os.path.join(a.out, "gpt2.onnx"))
+        export(m, (ids, ids.clone()), ["input_ids", "labels"], os.path.join(a.out, "gpt2_tiny.onnx" if a.gpt2_tiny else "gpt2.onnx"))
     if "resnet50" in a.models:
         import torchvision
         m = WithLoss(torchvision.models.resnet50())

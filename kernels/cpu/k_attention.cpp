@@ -1,0 +1,177 @@
+// Fused attention (ampc.Attention, ampc.AttentionGrad; passes/fuse_attention.cpp). The reference
+// of the CUDA kernels: scores and softmax in the compute type (f32 for f16/bf16), the
+// probabilities rounded to the storage type before the product with V, and in the backward the
+// probabilities and the score gradients rounded likewise (what a tensor-core kernel feeds its
+// products). Dropout draws the Dropout op's Philox stream at the scores' flat index.
+#include <cmath>
+
+#include "kernels/cpu/compute.h"
+#include "kernels/cpu/families.h"
+
+namespace ampc::cpu {
+namespace {
+
+struct AttnDims {
+  int64_t N = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
+  int64_t maskStride = 0;  // 0: one mask for every batch-head; Tq * Tk: one each
+};
+AttnDims attnDims(const Tensor& q, const Tensor& kt, const Tensor& v, const Tensor* mask) {
+  AttnDims d;
+  const auto& qs = q.type.shape;
+  const size_t r = qs.size();
+  for (size_t i = 0; i + 2 < r; ++i) d.N *= qs[i];
+  d.Tq = qs[r - 2];
+  d.D = qs[r - 1];
+  d.Tk = kt.type.shape[r - 1];
+  d.Dv = v.type.shape[r - 1];
+  if (mask && mask->numel() != d.Tq * d.Tk) d.maskStride = d.Tq * d.Tk;
+  return d;
+}
+
+// x rounded to storage type t (f16/bf16), as a product's operand is.
+template <typename C>
+C roundTo(DType t, C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (t == DType::f16) return halfToFloat(floatToHalf(x));
+    if (t == DType::bf16) return bf16ToFloat(floatToBf16(x));
+  }
+  return x;
+}
+
+struct Dropout {
+  float ratio = 0.0f, scale = 1.0f;
+  uint64_t seed = 0, step = 0;
+  uint32_t key = 0;
+  bool on = false;
+  Dropout(const KernelCtx& c) {
+    ratio = c.node.getFloat("dropout_ratio", 0.0f);
+    on = ratio > 0.0f && c.opts.dropout;
+    if (ratio < 0.0f || ratio >= 1.0f) c.fail("dropout_ratio must be in [0, 1), got " + std::to_string(ratio));
+    scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
+    seed = c.node.hasAttr("seed") ? static_cast<uint64_t>(c.node.getInt("seed", 0)) : c.opts.seed;
+    step = c.opts.step;
+    key = static_cast<uint32_t>(c.node.getInt("dropout_key", 0));
+  }
+  // The factor on probability element e of the scores: 0 (dropped), 1/(1-ratio), or 1 (off).
+  float factor(int64_t e) const {
+    if (!on) return 1.0f;
+    return dropoutUniform(seed, step, key, static_cast<uint64_t>(e)) >= ratio ? scale : 0.0f;
+  }
+};
+
+// Scores of row i of batch-head n: s_j = scale * q_i . k_j + mask_ij; returns the log-sum-exp.
+template <typename C>
+C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt, const std::vector<C>* mask, C scale,
+            int64_t n, int64_t i, std::vector<C>& s) {
+  const C* qi = q.data() + (n * d.Tq + i) * d.D;
+  const C* k = kt.data() + n * d.D * d.Tk;
+  C m = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < d.Tk; ++j) {
+    C acc = 0;
+    for (int64_t x = 0; x < d.D; ++x) acc += qi[x] * k[x * d.Tk + j];
+    s[j] = acc * scale + (mask ? (*mask)[n * d.maskStride + i * d.Tk + j] : C(0));
+    m = std::max(m, s[j]);
+  }
+  C l = 0;
+  for (int64_t j = 0; j < d.Tk; ++j) l += std::exp(s[j] - m);
+  return m + std::log(l);
+}
+
+// Attention(Q, KT, V, mask?) -> O, LSE
+template <typename C>
+struct AttentionK {
+  static void run(KernelCtx& c) {
+    const Tensor* maskT = c.has(3) ? &c.in(3) : nullptr;
+    const AttnDims d = attnDims(c.in(0), c.in(1), c.in(2), maskT);
+    const DType t = c.in(0).type.dtype;
+    const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f));
+    const Dropout drop(c);
+    const auto q = widen<C>(c.in(0)), kt = widen<C>(c.in(1)), v = widen<C>(c.in(2));
+    std::vector<C> mask;
+    if (maskT) mask = widen<C>(*maskT);
+    std::vector<C> o(static_cast<size_t>(d.N * d.Tq * d.Dv), C(0)), lse(static_cast<size_t>(d.N * d.Tq));
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < d.N * d.Tq; ++row) {
+      const int64_t n = row / d.Tq, i = row % d.Tq;
+      std::vector<C> s(static_cast<size_t>(d.Tk));
+      const C L = scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, n, i, s);
+      lse[row] = L;
+      C* oi = o.data() + row * d.Dv;
+      const C* vn = v.data() + n * d.Tk * d.Dv;
+      for (int64_t j = 0; j < d.Tk; ++j) {
+        const C p = roundTo(t, std::exp(s[j] - L) * static_cast<C>(drop.factor(row * d.Tk + j)));
+        if (p == C(0)) continue;
+        for (int64_t x = 0; x < d.Dv; ++x) oi[x] += p * vn[j * d.Dv + x];
+      }
+    }
+    narrow(o, c.out(0));
+    narrow(lse, c.out(1));
+  }
+};
+
+// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV
+template <typename C>
+struct AttentionGradK {
+  static void run(KernelCtx& c) {
+    const Tensor* maskT = c.has(6) ? &c.in(6) : nullptr;
+    const AttnDims d = attnDims(c.in(1), c.in(2), c.in(3), maskT);
+    const DType t = c.in(1).type.dtype;
+    const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f));
+    const Dropout drop(c);
+    const auto dO = widen<C>(c.in(0)), q = widen<C>(c.in(1)), kt = widen<C>(c.in(2)), v = widen<C>(c.in(3)), o = widen<C>(c.in(4));
+    const auto lse = widen<C>(c.in(5));
+    std::vector<C> mask;
+    if (maskT) mask = widen<C>(*maskT);
+    std::vector<C> dq(q.size(), C(0)), dkt(kt.size(), C(0)), dv(v.size(), C(0));
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < d.N; ++n) {
+      std::vector<C> s(static_cast<size_t>(d.Tk));
+      const C* k = kt.data() + n * d.D * d.Tk;
+      const C* vn = v.data() + n * d.Tk * d.Dv;
+      C* dk = dkt.data() + n * d.D * d.Tk;
+      C* dvn = dv.data() + n * d.Tk * d.Dv;
+      for (int64_t i = 0; i < d.Tq; ++i) {
+        const int64_t row = n * d.Tq + i;
+        scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, n, i, s);
+        const C L = lse[row];
+        const C* doi = dO.data() + row * d.Dv;
+        const C* oi = o.data() + row * d.Dv;
+        const C* qi = q.data() + row * d.D;
+        C* dqi = dq.data() + row * d.D;
+        C Di = 0;  // sum_j P_ij dP_ij = dO_i . O_i
+        for (int64_t x = 0; x < d.Dv; ++x) Di += doi[x] * oi[x];
+        for (int64_t j = 0; j < d.Tk; ++j) {
+          const C p = std::exp(s[j] - L);
+          if (p == C(0)) continue;
+          const C f = static_cast<C>(drop.factor(row * d.Tk + j));
+          const C pd = roundTo(t, p * f);
+          C dpd = 0;  // dL/d(dropped P)
+          for (int64_t x = 0; x < d.Dv; ++x) dpd += doi[x] * vn[j * d.Dv + x];
+          const C g = roundTo(t, scale * p * (dpd * f - Di));
+          for (int64_t x = 0; x < d.Dv; ++x) dvn[j * d.Dv + x] += pd * doi[x];
+          for (int64_t x = 0; x < d.D; ++x) {
+            dqi[x] += g * k[x * d.Tk + j];
+            dk[x * d.Tk + j] += g * qi[x];
+          }
+        }
+      }
+    }
+    narrow(dq, c.out(0));
+    narrow(dkt, c.out(1));
+    narrow(dv, c.out(2));
+  }
+};
+
+template <template <typename> class F>
+void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
+
+}  // namespace
+
+void registerAttentionKernels(std::vector<KernelRow>& t) {
+  t.insert(t.end(), {
+      {"Attention", floatOp<AttentionK>, "ampc"},
+      {"AttentionGrad", floatOp<AttentionGradK>, "ampc"},
+  });
+}
+
+}  // namespace ampc::cpu

@@ -1,0 +1,242 @@
+// fuse-attention: finds scaled dot-product attention as exporters emit it,
+//
+//   S = MatMul(Q', KT)            Q' = Q, or Q times / divided by a scalar constant
+//   S = S * c  or  S / c          (optional, scalar constant)
+//   S = S + mask                  (optional; a mask that needs no gradient)
+//   P = Softmax(S, axis = -1)
+//   P = Cast(P) to P's own dtype  (optional: transformers' GPT-2 casts to V's dtype)
+//   P = Dropout(P, ratio, training)  (optional, constant ratio and mode, mask result unused)
+//   O = MatMul(P, V)
+//
+// and replaces it with one ampc.Attention node (compiler/ops/ops_nn.cpp). Its backward,
+// ampc.AttentionGrad, recomputes the probabilities from the saved row log-sum-exp, so neither the
+// [.., Tq, Tk] scores nor the probabilities are stored: the fused kernels never write them. The
+// dropout keeps the Dropout node's Philox stream (its key and the element index over [.., Tq, Tk]),
+// so the fused graph draws the same masks as the graph it replaces.
+//
+// Runs before autocast: the fused op is on the allow list (low-precision Q, K, V; FP32 softmax
+// inside; the mask stays FP32). Head dims above kMaxHeadDim are left unfused (the CUDA kernels
+// hold a whole head row in one tile).
+#include <cmath>
+#include <regex>
+#include <unordered_set>
+
+#include "compiler/ops/grad.h"
+#include "compiler/ops/registry.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/autodiff.h"
+#include "passes/pass.h"
+
+namespace ampc {
+namespace {
+
+constexpr int64_t kMaxHeadDim = 64;
+
+bool isOutput(const Graph& g, const Value* v) {
+  for (const Value* o : g.outputs())
+    if (o == v) return true;
+  return false;
+}
+// v is read by exactly one node operand and is not a graph output.
+bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !isOutput(g, v); }
+
+const Node* producerOf(const Value* v, const char* op) {
+  const Node* n = v ? v->producer() : nullptr;
+  return n && n->domain().empty() && n->op() == op ? n : nullptr;
+}
+// The value of a constant scalar operand, or NaN.
+double scalarConst(const Value* v) {
+  const Tensor* t = v ? v->constData() : nullptr;
+  if (!t || t->numel() != 1 || !isFloat(t->type.dtype)) return std::nan("");
+  return t->getDouble(0);
+}
+// x * c or x / c with a scalar constant c (either side of Mul): the factor on x, and x.
+bool scaleOf(const Graph& g, const Value* v, double& factor, Value*& x) {
+  if (!singleUse(g, v)) return false;
+  if (const Node* m = producerOf(v, "Mul")) {
+    for (int i = 0; i < 2; ++i) {
+      const double c = scalarConst(m->input(i));
+      if (!std::isnan(c) && m->input(1 - i)->type().shape == v->type().shape) {
+        factor = c;
+        x = m->input(1 - i);
+        return true;
+      }
+    }
+  }
+  if (const Node* d = producerOf(v, "Div")) {
+    const double c = scalarConst(d->input(1));
+    if (!std::isnan(c) && c != 0.0 && d->input(0)->type().shape == v->type().shape) {
+      factor = 1.0 / c;
+      x = d->input(0);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool sameLeading(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  return a.size() == b.size() && a.size() >= 2 && std::equal(a.begin(), a.end() - 2, b.begin());
+}
+// [Tq, Tk] with leading 1s, or the scores' own shape.
+bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
+  if (m.size() < 2 || m.size() > s.size() || m[m.size() - 2] != s[s.size() - 2] || m.back() != s.back()) return false;
+  if (std::all_of(m.begin(), m.end() - 2, [](int64_t d) { return d == 1; })) return true;
+  return m == s;
+}
+
+// Values computed from a trainable parameter: a mask among them needs a gradient, so its
+// attention stays unfused.
+std::unordered_set<const Value*> trainedCone(const Graph& g, const std::string& freeze) {
+  std::unordered_set<const Value*> cone;
+  const std::regex fr = freeze.empty() ? std::regex() : std::regex(freeze);
+  for (const Value* p : g.params())
+    if (isFloat(p->type().dtype) && (freeze.empty() || !std::regex_match(p->name(), fr))) cone.insert(p);
+  for (const auto& n : g.nodes()) {
+    bool hit = false;
+    for (const Value* v : n->inputs()) hit |= v && cone.count(v);
+    if (hit)
+      for (size_t i = 0; i < n->numResults(); ++i) cone.insert(n->result(i));
+  }
+  return cone;
+}
+
+struct Match {
+  Node *qScale = nullptr, *scores = nullptr, *scale = nullptr, *add = nullptr, *softmax = nullptr, *cast = nullptr,
+       *dropout = nullptr, *out = nullptr;
+  Value *q = nullptr, *kt = nullptr, *v = nullptr, *mask = nullptr;
+  double scale_ = 1.0, ratio = 0.0;
+};
+
+bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& trained, Match& m) {
+  if (!sm->domain().empty() || sm->op() != "Softmax" || sm->numInputs() != 1) return false;
+  const auto& ss = sm->input(0)->type().shape;
+  if (ss.size() < 2 || g.opset < 13) return false;
+  const int64_t axis = sm->getInt("axis", -1);
+  if (axis != -1 && axis != static_cast<int64_t>(ss.size()) - 1) return false;
+  m.softmax = sm;
+  Value* s = sm->input(0);
+  // + mask
+  if (const Node* add = producerOf(s, "Add"); add && singleUse(g, s)) {
+    for (int i = 0; i < 2; ++i) {
+      Value* other = add->input(1 - i);
+      if (other->type().shape != ss || !maskShapeOk(add->input(i)->type().shape, ss)) continue;
+      if (!other->producer() || (other->producer()->op() != "MatMul" && other->producer()->op() != "Mul" &&
+                                 other->producer()->op() != "Div"))
+        continue;
+      if (trained.count(add->input(i)) || !isFloat(add->input(i)->type().dtype)) return false;
+      m.add = const_cast<Node*>(add);
+      m.mask = add->input(i);
+      s = other;
+      break;
+    }
+  }
+  // * scale
+  double f = 1.0;
+  Value* x = nullptr;
+  if (scaleOf(g, s, f, x)) {
+    m.scale = s->producer();
+    m.scale_ *= f;
+    s = x;
+  }
+  const Node* mm = producerOf(s, "MatMul");
+  if (!mm || !singleUse(g, s)) return false;
+  m.scores = const_cast<Node*>(mm);
+  m.q = mm->input(0);
+  m.kt = mm->input(1);
+  if (scaleOf(g, m.q, f, x)) {  // Q scaled before the product (PyTorch's MultiheadAttention)
+    m.qScale = m.q->producer();
+    m.scale_ *= f;
+    m.q = x;
+  }
+  const auto &qs = m.q->type().shape, &ks = m.kt->type().shape;
+  if (!sameLeading(qs, ks) || !sameLeading(qs, ss) || qs.back() > kMaxHeadDim || m.q->type().dtype != m.kt->type().dtype)
+    return false;
+  // downstream: Dropout? then the product with V
+  Value* p = sm->result(0);
+  if (!singleUse(g, p)) return false;
+  Node* user = p->uses()[0].user;
+  // A Cast to the probabilities' own dtype (transformers casts them to V's dtype): the identity.
+  if (user->domain().empty() && user->op() == "Cast" && user->result(0)->type().dtype == p->type().dtype) {
+    m.cast = user;
+    p = user->result(0);
+    if (!singleUse(g, p)) return false;
+    user = p->uses()[0].user;
+  }
+  if (user->domain().empty() && user->op() == "Dropout") {
+    const double ratio = user->numInputs() > 1 ? scalarConst(user->input(1)) : 0.5;
+    const Tensor* mode = user->numInputs() > 2 && user->input(2) ? user->input(2)->constData() : nullptr;
+    if (std::isnan(ratio) || (user->numInputs() > 2 && user->input(2) && !mode)) return false;
+    if (user->numResults() > 1 && (!user->result(1)->uses().empty() || isOutput(g, user->result(1)))) return false;
+    const bool training = mode && mode->getInt(0) != 0;
+    if (training && (ratio < 0.0 || ratio >= 1.0)) return false;
+    m.dropout = user;
+    m.ratio = training ? ratio : 0.0;
+    p = user->result(0);
+    if (!singleUse(g, p)) return false;
+    user = p->uses()[0].user;
+  }
+  if (!user->domain().empty() || user->op() != "MatMul" || user->input(0) != p) return false;
+  m.out = user;
+  m.v = user->input(1);
+  const auto& vs = m.v->type().shape;
+  return sameLeading(qs, vs) && vs.back() <= kMaxHeadDim && m.v->type().dtype == m.q->type().dtype;
+}
+
+std::string dirOf(const std::string& name) {
+  const auto slash = name.rfind('/');
+  return slash == std::string::npos ? "" : name.substr(0, slash + 1);
+}
+
+void rewrite(Graph& g, const Match& m) {
+  Value* old = m.out->result(0);
+  std::vector<Value*> ins{m.q, m.kt, m.v};
+  if (m.mask) ins.push_back(m.mask);
+  const std::string oldName = old->name();
+  Node* a = g.createNode("Attention", kGradDomain, ins,
+                         {{g.uniqueName(oldName + ".fused"), old->type()},
+                          {g.uniqueName(oldName + ".lse"), TensorType{DType::f32, std::vector<int64_t>(m.q->type().shape.begin(), m.q->type().shape.end() - 1)}}},
+                         m.out);
+  a->setName(dirOf(m.softmax->name()) + "Attention");
+  a->setAttr("scale", static_cast<float>(m.scale_));
+  if (m.ratio > 0.0) {
+    a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
+    a->setAttr("dropout_key", static_cast<int64_t>(cpu::dropoutNodeKey(*m.dropout)));
+    if (m.dropout->hasAttr("seed")) a->setAttr("seed", m.dropout->getInt("seed", 0));
+  }
+  auto types = inferTypes(*a);
+  for (size_t i = 0; i < a->numResults(); ++i) a->result(i)->setType(types[i]);
+  old->replaceAllUsesWith(a->result(0));
+  for (Node* n : {m.out, m.dropout, m.cast, m.softmax, m.add, m.scale, m.scores, m.qScale})
+    if (n) g.eraseNode(n);
+  g.renameValue(a->result(0), oldName);
+}
+
+class FuseAttentionPass final : public Pass {
+ public:
+  explicit FuseAttentionPass(std::string freeze) : freeze_(std::move(freeze)) {}
+  std::string name() const override { return "fuse-attention"; }
+  bool run(Graph& g) override {
+    const auto trained = trainedCone(g, freeze_);
+    std::vector<Node*> softmaxes;
+    for (const auto& n : g.nodes())
+      if (n->domain().empty() && n->op() == "Softmax") softmaxes.push_back(n.get());
+    bool changed = false;
+    for (Node* sm : softmaxes) {
+      Match m;
+      if (!matchAt(g, sm, trained, m)) continue;
+      g.domainOpsets.emplace(kGradDomain, 1);
+      rewrite(g, m);
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  std::string freeze_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseAttentionPass(const std::string& freeze) { return std::make_unique<FuseAttentionPass>(freeze); }
+
+}  // namespace ampc
