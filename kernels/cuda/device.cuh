@@ -57,6 +57,27 @@ __device__ __forceinline__ void storeI(void* p, DT t, int64_t i, int64_t v) {
   }
 }
 
+// Philox 4x32-10 on counter c with key (k0, k1), in place: the stream of kernels/cpu's Philox.
+__device__ __forceinline__ void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+  for (int r = 0; r < 10; ++r) {
+    const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+    const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+// Dropout's uniform draws for elements 4b .. 4b+3 of the stream (seed, step, node key), in [0, 1).
+__device__ __forceinline__ void dropoutUniform4(uint64_t seed, uint64_t step, uint32_t key, uint64_t b, float u[4]) {
+  uint32_t c[4] = {static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), static_cast<uint32_t>(step), key};
+  philox(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  for (int k = 0; k < 4; ++k) u[k] = static_cast<float>(c[k] >> 8) * (1.0f / 16777216.0f);
+}
+
 inline int gridFor(int64_t n, int block = 256) {
   const int64_t g = (n + block - 1) / block;
   return static_cast<int>(g < 1 ? 1 : (g > 65535 * 8 ? 65535 * 8 : g));

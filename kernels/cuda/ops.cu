@@ -407,19 +407,6 @@ cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, 
 // ---- random ----
 
 namespace {
-__device__ __forceinline__ void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
-  for (int r = 0; r < 10; ++r) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
-    const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-    c[0] = n0;
-    c[1] = lo1;
-    c[2] = n2;
-    c[3] = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-}
 // One thread per block of 4 elements (one Philox call), as kernels/cpu's dropoutUniform.
 __global__ void dropoutKernel(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, float scale, uint64_t seed,
                               const uint64_t* stepp, uint32_t key) {

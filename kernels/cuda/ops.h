@@ -103,6 +103,29 @@ cudaError_t dropout(const void* x, DT t, void* y, bool* mask, int64_t n, float r
 cudaError_t dropoutGrad(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st);
 cudaError_t addStep(uint64_t* step, cudaStream_t st);
 
+// ---- fused attention (attention.cu) ----------------------------------------------------------
+// Q [N, Tq, D], KT [N, D, Tk], V [N, Tk, Dv] of type t (f32/f16/bf16), D and Dv <= 64; mask
+// (optional, maskType) [Tq, Tk] shared (maskStride 0) or [N, Tq, Tk] (maskStride Tq * Tk).
+struct AttentionArgs {
+  DT t = DT::f32;
+  int64_t N = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;
+  const void* mask = nullptr;
+  DT maskType = DT::f32;
+  int64_t maskStride = 0;
+  float scale = 1.0f, ratio = 0.0f;  // ratio 0: no dropout
+  uint64_t seed = 0;
+  const uint64_t* step = nullptr;    // device step counter (Dropout's)
+  uint32_t key = 0;                  // the Dropout node's key
+};
+// Scratch bytes the launches need (mask tile flags; the backward's row sums and f32 dQ).
+size_t attentionScratch(const AttentionArgs& a, bool backward);
+// O [N, Tq, Dv], lse f32 [N, Tq].
+cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
+                             cudaStream_t st);
+// dQ, dKT, dV (the inputs' shapes and type) from dO, the inputs, O and lse.
+cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
+                              void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st);
+
 // ---- normalisation and losses (rows: [outer, axis, inner], a row is one (outer, inner) pair) --
 cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st);
 // LayerNorm over the last D elements of each of `rows` rows; scale/bias have D elements (bias may be

@@ -82,6 +82,35 @@ struct Program::Lowering {
     if (!t) fail("operand " + std::to_string(i) + " must be a constant");
     return t->toInts();
   }
+  // The fused attention's operands (compiler/ops/ops_nn.cpp has the shape rules).
+  AttentionArgs attentionArgs(const Value* q, const Value* kt, const Value* v, const Value* mask) const {
+    AttentionArgs a;
+    const auto &qs = shape(q), &ks = shape(kt), &vs = shape(v);
+    const size_t r = qs.size();
+    a.t = dt(q);
+    if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("Q, KT and V must be f32, f16 or bf16");
+    a.N = 1;
+    for (size_t i = 0; i + 2 < r; ++i) a.N *= qs[i];
+    a.Tq = qs[r - 2];
+    a.D = qs[r - 1];
+    a.Tk = ks[r - 1];
+    a.Dv = vs[r - 1];
+    if (a.D > 64 || a.Dv > 64) fail("head dims above 64 have no fused CUDA kernel (D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + ")");
+    if (mask) {
+      a.mask = P(mask);
+      a.maskType = dt(mask);
+      if (a.maskType != DT::f32 && a.maskType != DT::f16 && a.maskType != DT::bf16) fail("the mask must be a float tensor");
+      a.maskStride = mask->type().numel() == a.Tq * a.Tk ? 0 : a.Tq * a.Tk;
+    }
+    a.scale = n.getFloat("scale", 1.0f);
+    const float ratio = n.getFloat("dropout_ratio", 0.0f);
+    if (ratio < 0.0f || ratio >= 1.0f) fail("dropout_ratio must be in [0, 1)");
+    a.ratio = p.opts_.dropout ? ratio : 0.0f;
+    a.seed = n.hasAttr("seed") ? static_cast<uint64_t>(n.getInt("seed", 0)) : p.opts_.seed;
+    a.step = p.step_;
+    a.key = static_cast<uint32_t>(n.getInt("dropout_key", 0));
+    return a;
+  }
   double constScalar(size_t i, double dflt) const {
     if (!has(i)) return dflt;
     const Tensor* t = in(i)->constData();
@@ -900,6 +929,26 @@ void Program::Lowering::lower() {
       const DT dlT = dt(in(0));
       void* dX = P(out(0));
       add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws.f(), a, st); });
+      return;
+    }
+    if (op == "Attention" || op == "AttentionGrad") {
+      const bool grad = op == "AttentionGrad";
+      const size_t q = grad ? 1 : 0, maskAt = grad ? 6 : 3;
+      AttentionArgs a = attentionArgs(in(q), in(q + 1), in(q + 2), has(maskAt) ? in(maskAt) : nullptr);
+      const Scratch ws = scratch(attentionScratch(a, grad));
+      const void *Q = P(in(q)), *KT = P(in(q + 1)), *V = P(in(q + 2));
+      if (!grad) {
+        if (dt(out(1)) != DT::f32) fail("LSE must be f32");
+        void* O = P(out(0));
+        float* lse = static_cast<float*>(P(out(1)));
+        add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, ws.f(), a, st); });
+        return;
+      }
+      if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
+      const void *dO = P(in(0)), *O = P(in(4));
+      const float* lse = static_cast<const float*>(P(in(5)));
+      void *dQ = P(out(0)), *dKT = P(out(1)), *dV = P(out(2));
+      add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
       return;
     }
     if (op == "DropoutGrad") {

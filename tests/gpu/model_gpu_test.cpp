@@ -27,6 +27,8 @@ fs::path modelsDir() {
 
 std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
   auto g = importOnnxFile((modelsDir() / (model + ".onnx")).string());
+  const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
+  createFuseAttentionPass(freeze)->run(*g);  // as ampc's plans do: the fused attention kernels
   if (precision != DType::f32) {
     PassManager pm;
     AutocastOptions ao;
@@ -41,13 +43,14 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
   o.lr = optimizer == "sgd" ? 0.05f : 1e-3f;
   o.momentum = 0.9f;
   o.clipNorm = 1.0f;
-  if (model == "transformer") o.autodiff.freeze = "model\\.mask";
+  o.autodiff.freeze = freeze;
   createTrainStepPass(o)->run(*g);
   return g;
 }
 
 std::map<std::string, std::pair<int64_t, int64_t>> ranges(const std::string& model) {
   if (model == "transformer") return {{"idx", {0, 63}}, {"target", {0, 63}}};
+  if (model == "gpt2_tiny") return {{"input_ids", {0, 511}}, {"labels", {0, 511}}};
   return {{"target", {0, 9}}};
 }
 
@@ -104,7 +107,7 @@ TEST_P(GpuModels, TwentyStepsMatchTheCpuPlan) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Committed, GpuModels,
-                         ::testing::Combine(::testing::Values("mlp", "cnn", "transformer"), ::testing::Values("fp32", "fp16", "bf16"),
+                         ::testing::Combine(::testing::Values("mlp", "cnn", "transformer", "gpt2_tiny"), ::testing::Values("fp32", "fp16", "bf16"),
                                             ::testing::Values("sgd", "adamw")));
 
 // Inf in the data at chosen steps: exactly those steps are skipped and leave every parameter
