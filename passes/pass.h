@@ -44,5 +44,7 @@ std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precisio
 // Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node. `freeze`: the regex of
 // parameters that are not trained (a mask computed from a trained parameter stays unfused).
 std::unique_ptr<Pass> createFuseAttentionPass(const std::string& freeze = {});  // fuse_attention.cpp
+// GELU written out op by op (tanh or erf form) -> one ampc.Gelu (backward: one ampc.GeluGrad).
+std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 
 }  // namespace ampc

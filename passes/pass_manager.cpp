@@ -17,6 +17,7 @@ const PassEntry kPasses[] = {
     {"fold-constants", createFoldConstantsPass},
     {"dce", createDcePass},
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
+    {"fuse-gelu", createFuseGeluPass},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},
     {"convert-f16", [] { return createConvertPrecisionPass(DType::f16); }},

@@ -78,26 +78,11 @@ void gradErf(GB& b) {  // 2/sqrt(pi) exp(-x^2)
   b.setGrad(0, b.mul(b.dy(0), b.mul(e, b.scalar(1.1283791670955126, t))));
 }
 void gradSoftplus(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.op("Sigmoid", {b.x(0)}))); }
+// Gelu (ONNX, or ampc.Gelu from fuse-gelu): one backward op, ampc.GeluGrad(dY, X) {approximate}.
 void gradGelu(GB& b) {
-  const DType t = dt(b.x(0));
-  Value* x = b.x(0);
-  if (b.node.getString("approximate", "none") == "tanh") {
-    // u = k (x + c x^3); d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2)
-    const double k = 0.7978845608028654, c = 0.044715;
-    Value* x2 = b.mul(x, x);
-    Value* u = b.mul(b.scalar(k, t), b.add(x, b.mul(b.scalar(c, t), b.mul(x2, x))));
-    Value* th = b.op("Tanh", {u});
-    Value* one = b.scalar(1, t);
-    Value* left = b.mul(b.scalar(0.5, t), b.add(one, th));
-    Value* du = b.mul(b.scalar(k, t), b.add(one, b.mul(b.scalar(3 * c, t), x2)));
-    Value* right = b.mul(b.mul(b.scalar(0.5, t), x), b.mul(b.sub(one, b.mul(th, th)), du));
-    b.setGrad(0, b.mul(b.dy(0), b.add(left, right)));
-  } else {
-    // Phi(x) + x phi(x)
-    Value* cdf = b.mul(b.scalar(0.5, t), b.add(b.scalar(1, t), b.op("Erf", {b.mul(x, b.scalar(0.7071067811865476, t))})));
-    Value* pdf = b.mul(b.scalar(0.3989422804014327, t), b.op("Exp", {b.mul(b.scalar(-0.5, t), b.mul(x, x))}));
-    b.setGrad(0, b.mul(b.dy(0), b.add(cdf, b.mul(x, pdf))));
-  }
+  const std::string approx = b.node.getString("approximate", "none");
+  if (approx != "none" && approx != "tanh") b.fail("unknown approximate '" + approx + "'");
+  b.setGrad(0, b.op("GeluGrad", {b.dy(0), b.x(0)}, {{"approximate", approx}}, kGradDomain));
 }
 void gradClip(GB& b) {
   Value* x = b.x(0);
@@ -391,6 +376,10 @@ void inferLayerNormGrad(InferContext& c) {  // (dY, X, scale) -> dX, dScale, dBi
 }
 void inferLossGrad(InferContext& c) { c.setOut(0, c.in(1)); }
 void inferDropoutGrad(InferContext& c) { c.setOut(0, c.in(0)); }
+void inferGeluGrad(InferContext& c) {  // (dY, X) -> dX
+  c.check(c.in(0).shape == c.in(1).shape && c.in(0).dtype == c.in(1).dtype, "dY and X must have one type, got " + c.in(0).str() + " and " + c.in(1).str());
+  c.setOut(0, c.in(1));
+}
 
 }  // namespace
 
@@ -409,6 +398,14 @@ void registerGradOps(std::vector<OpDef>& t) {
   row("GatherGrad", 2, 2, 1, inferWithShapeAttr);
   row("PadGrad", 2, 3, 1, inferWithShapeAttr);
   row("DropoutGrad", 2, 4, 1, inferDropoutGrad);
+  row("GeluGrad", 2, 2, 1, inferGeluGrad);
+  t.back().inplace = true;
+  // ampc.Gelu: ONNX's Gelu (opset 20) for graphs of older opsets (fuse-gelu makes it).
+  t.push_back(OpDef{"Gelu", kGradDomain, 1, 1, 1, 1, 1, 1, AmpCategory::Infer, true, [](InferContext& c) {
+                      c.check(isFloat(c.in(0).dtype), "X must be a float tensor, got " + c.in(0).str());
+                      c.setOut(0, c.in(0));
+                    }});
+  t.back().inplace = true;
 }
 
 void attachGradRules(std::vector<OpDef>& t) {
@@ -432,6 +429,7 @@ void attachGradRules(std::vector<OpDef>& t) {
     for (const auto& [name, fn] : rules)
       if (d.domain.empty() && d.name == name) d.grad = fn;
     if (d.domain == kGradDomain && d.name == "Attention") d.grad = gradAttention;
+    if (d.domain == kGradDomain && d.name == "Gelu") d.grad = gradGelu;
   }
 }
 

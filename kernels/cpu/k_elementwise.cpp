@@ -70,6 +70,30 @@ struct LeakyReluK {
     unaryMap<C>(c, [alpha](C x) -> C { return x >= 0 ? x : alpha * x; });
   }
 };
+// GeluGrad(dY, X) {approximate}: dY * Gelu'(X), in the compute type, rounded once.
+template <typename C>
+struct GeluGradK {
+  static void run(KernelCtx& c) {
+    const std::string approx = c.node.getString("approximate", "none");
+    if (approx != "none" && approx != "tanh") c.fail("unknown approximate '" + approx + "'");
+    const bool tanhForm = approx == "tanh";
+    auto dy = widen<C>(c.in(0));
+    const auto x = widen<C>(c.in(1));
+    for (size_t i = 0; i < dy.size(); ++i) {
+      const C v = x[i];
+      C d;
+      if (tanhForm) {
+        const C k = static_cast<C>(0.7978845608028654), a = static_cast<C>(0.044715);
+        const C t = std::tanh(k * (v + a * v * v * v));
+        d = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3) * a * v * v);
+      } else {
+        d = C(0.5) * (C(1) + std::erf(v * C(0.7071067811865476))) + v * C(0.3989422804014327) * std::exp(C(-0.5) * v * v);
+      }
+      dy[i] *= d;
+    }
+    narrow(dy, c.out(0));
+  }
+};
 template <typename C>
 struct GeluK {
   static void run(KernelCtx& c) {
@@ -227,7 +251,7 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Sqrt", floatOp<SqrtK>}, {"Reciprocal", floatOp<ReciprocalK>}, {"Exp", floatOp<ExpK>},
       {"Log", floatOp<LogK>}, {"Tanh", floatOp<TanhK>}, {"Sigmoid", floatOp<SigmoidK>},
-      {"Erf", floatOp<ErfK>}, {"Gelu", floatOp<GeluK>}, {"Softplus", floatOp<SoftplusK>},
+      {"Erf", floatOp<ErfK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
       {"LeakyRelu", floatOp<LeakyReluK>}, {"Relu", numericOp<ReluK>}, {"Neg", numericOp<NegK>},
       {"Abs", numericOp<AbsK>}, {"Clip", numericOp<ClipK>}, {"IsNaN", floatOp<IsNaNK>}, {"IsInf", floatOp<IsInfK>},
       {"Add", numericOp<AddK>}, {"Sub", numericOp<SubK>}, {"Mul", numericOp<MulK>}, {"Div", numericOp<DivK>},

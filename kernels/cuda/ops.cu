@@ -62,6 +62,12 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
       case Ew::Erf: return erff(a);
       case Ew::Gelu: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
       case Ew::GeluTanh: return 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a)));
+      case Ew::GeluGrad:
+        return a * (0.5f * (1.0f + erff(b * 0.70710678118654752f)) + b * 0.3989422804014327f * expf(-0.5f * b * b));
+      case Ew::GeluTanhGrad: {
+        const float k = 0.7978845608028654f, c3 = 0.044715f, t = tanhf(k * (b + c3 * b * b * b));
+        return a * (0.5f * (1.0f + t) + 0.5f * b * (1.0f - t * t) * k * (1.0f + 3.0f * c3 * b * b));
+      }
       case Ew::Softplus: return a > 0 ? a + log1pf(expf(-a)) : log1pf(expf(a));
       case Ew::LeakyRelu: return a >= 0 ? a : g.alpha * a;
       case Ew::Relu: return a > 0 ? a : (a != a ? a : 0.0f);

@@ -21,6 +21,7 @@ int dtSize(DT t);
 enum class Ew : int {
   // binary
   Add, Sub, Mul, Div, Pow, Max, Min, Equal, Less, LessEq, Greater, GreaterEq, And, Or,
+  GeluGrad, GeluTanhGrad,  // (dY, X) -> dY * Gelu'(X)
   // ternary
   Where, Clip,
   // (in0 `cmp` in1) ? in2 : in3, the comparison fused into its Where (ReLU's gradient)

@@ -834,6 +834,13 @@ void Program::Lowering::lower() {
     }
   }
   if (ampcDomain) {
+    if (op == "Gelu" || op == "GeluGrad") {
+      const std::string approx = n.getString("approximate", "none");
+      if (approx != "none" && approx != "tanh") fail("unknown approximate '" + approx + "'");
+      const bool t = approx == "tanh";
+      if (op == "Gelu") return elementwise(t ? Ew::GeluTanh : Ew::Gelu, {in(0)});
+      return elementwise(t ? Ew::GeluTanhGrad : Ew::GeluGrad, {in(0), in(1)});
+    }
     if (op == "ConvGrad") return conv(true);
     if (op == "AveragePoolGrad") return pool(false, true);
     if (op == "ScatterAddFlat") {

@@ -1,5 +1,5 @@
-// Fused attention (passes/fuse_attention.cpp, kernels/cpu/k_attention.cpp) on the CPU reference:
-// the pass finds the attention of transformers' GPT-2 (models/gpt2_tiny.onnx, exported by
+// Fused attention and GELU (passes/fuse_attention.cpp, passes/fuse_gelu.cpp, kernels/cpu) on the CPU
+// reference: the passes find the attention and the GELU of transformers' GPT-2 (models/gpt2_tiny.onnx, exported by
 // tools/bench/export_models.py --gpt2-tiny) and of PyTorch's MultiheadAttention
 // (models/transformer.onnx); training the fused graph gives the losses and weights of the graph it
 // replaced, dropout on (the fused op draws the Dropout node's Philox stream), at fp32; at bf16 the
@@ -55,7 +55,12 @@ struct TrainRun {
 };
 TrainRun train(const Case& c, bool fuse, DType precision, const std::map<std::string, Tensor>& batch, int* fusedOut = nullptr) {
   auto g = load(c);
-  if (fuse) createFuseAttentionPass(c.freeze)->run(*g);
+  if (fuse) {
+    createFuseAttentionPass(c.freeze)->run(*g);
+    createFuseGeluPass()->run(*g);
+    EXPECT_EQ(count(*g, "Gelu"), c.fused) << "one GELU per block (tanh form in GPT-2, erf form in the transformer)";
+    EXPECT_EQ(count(*g, "Tanh") + count(*g, "Erf") + count(*g, "Pow"), 0);
+  }
   if (fusedOut) *fusedOut = count(*g, "Attention");
   TrainOptions o;
   o.optimizer = "sgd";

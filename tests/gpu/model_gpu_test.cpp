@@ -28,7 +28,8 @@ fs::path modelsDir() {
 std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
   auto g = importOnnxFile((modelsDir() / (model + ".onnx")).string());
   const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
-  createFuseAttentionPass(freeze)->run(*g);  // as ampc's plans do: the fused attention kernels
+  createFuseAttentionPass(freeze)->run(*g);  // as ampc's plans do: the fused attention and GELU kernels
+  createFuseGeluPass()->run(*g);
   if (precision != DType::f32) {
     PassManager pm;
     AutocastOptions ao;

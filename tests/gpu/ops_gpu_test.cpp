@@ -158,6 +158,11 @@ std::vector<Case> cases() {
   c.push_back({"SliceGrad", "domain \"ampc\" 1\ninput %dy : $T[3,3]\nconst %st : i64[2] = [1, -2]\nconst %en : i64[2] = [9, 0]\n"
                             "const %ax : i64[2] = [0, 1]\nconst %sp : i64[2] = [3, -4]\n"
                             "%dx : $T[10,12] = ampc::SliceGrad(%dy, %st, %en, %ax, %sp) {shape = [10, 12]}\noutput %dx"});
+  for (const char* approx : {"none", "tanh"})
+    c.push_back({std::string("Gelu_fused_") + approx, std::string("domain \"ampc\" 1\ninput %x : $T[33,70]\ninput %dy : $T[33,70]\n") +
+                 "%y : $T[33,70] = ampc::Gelu(%x) {approximate = \"" + approx + "\"}\n"
+                 "%dx : $T[33,70] = ampc::GeluGrad(%dy, %x) {approximate = \"" + approx + "\"}\noutput %y\noutput %dx",
+                 {{"x", {2.5}}}});
   c.push_back({"PadGrad", "domain \"ampc\" 1\ninput %dy : $T[6,7]\nconst %p : i64[4] = [1, 0, 2, 3]\n"
                           "%dx : $T[3,4] = ampc::PadGrad(%dy, %p) {shape = [3, 4]}\noutput %dx"});
   return c;

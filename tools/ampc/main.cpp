@@ -157,8 +157,8 @@ int main(int argc, char** argv) {
   TrainOptions train;
   std::string betas, lossScale = "auto";
   app.add_option("--optimizer", train.optimizer, "plan: sgd, adam, adamw or lamb")->check(CLI::IsMember({"sgd", "adam", "adamw", "lamb"}));
-  bool noFuseAttention = false;
-  app.add_flag("--no-fuse-attention", noFuseAttention, "plans: keep attention as the model wrote it (no ampc.Attention)");
+  bool noFuse = false;
+  app.add_flag("--no-fuse", noFuse, "plans: keep attention and GELU as the model wrote them (no ampc.Attention, ampc.Gelu)");
   bool trainStep = false;
   app.add_flag("--train", trainStep, "apply the training step (with the plan flags) before --emit text/onnx, to see it");
   app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
@@ -287,8 +287,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     AutocastReport ampReport;
-    // Plans (and --train, which shows a plan's graph) fuse attention before autocast paints it.
-    if ((plan || trainStep) && !noFuseAttention) pm.add(createFuseAttentionPass(adOpts.freeze));
+    // Plans (and --train, which shows a plan's graph) fuse attention and GELU before autocast paints them.
+    if ((plan || trainStep) && !noFuse) {
+      pm.add(createFuseAttentionPass(adOpts.freeze));
+      pm.add(createFuseGeluPass());
+    }
     if (amp) {
       pm.add(createAutocastPass(ampOpts, &ampReport));
       pm.add(createCastCleanupPass());
