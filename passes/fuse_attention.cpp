@@ -88,7 +88,12 @@ bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
 // attention stays unfused.
 std::unordered_set<const Value*> trainedCone(const Graph& g, const std::string& freeze) {
   std::unordered_set<const Value*> cone;
-  const std::regex fr = freeze.empty() ? std::regex() : std::regex(freeze);
+  std::regex fr;
+  try {
+    if (!freeze.empty()) fr = std::regex(freeze);
+  } catch (const std::regex_error& e) {
+    throw Error("--freeze: bad regex '" + freeze + "': " + e.what());
+  }
   for (const Value* p : g.params())
     if (isFloat(p->type().dtype) && (freeze.empty() || !std::regex_match(p->name(), fr))) cone.insert(p);
   for (const auto& n : g.nodes()) {
