@@ -52,7 +52,6 @@ bool castIsExact(DType from, DType to) {
 
 bool isCast(const Node& n) { return n.domain().empty() && n.op() == "Cast"; }
 DType castTarget(const Node& n) { return n.result(0)->type().dtype; }
-bool isGraphOutput(const Graph& g, const Value* v) { return std::count(g.outputs().begin(), g.outputs().end(), v) != 0; }
 
 // A clear op that moves one float tensor (input 0) with no other float input and one result.
 bool isMovableClear(const Node& n) {
@@ -96,7 +95,7 @@ class CastCleanupPass : public Pass {
   // only when `v` is not itself graph-level).
   static bool forward(Graph& g, Node* cast, Value* v) {
     Value* r = cast->result(0);
-    if (isGraphOutput(g, r)) return false;  // the output's name and dtype are the contract
+    if (g.isOutput(r)) return false;  // the output's name and dtype are the contract
     r->replaceAllUsesWith(v);
     return true;
   }
@@ -116,7 +115,7 @@ class CastCleanupPass : public Pass {
       }
     }
     // Cast of a constant.
-    if (x->kind() == ValueKind::Const && x->data() && !isGraphOutput(g, c->result(0))) {
+    if (x->kind() == ValueKind::Const && x->data() && !g.isOutput(c->result(0))) {
       Value* k = g.addConst(g.uniqueName(x->name() + "." + std::string(dtypeName(to))), cpu::castTensor(*x->data(), to));
       c->result(0)->replaceAllUsesWith(k);
       foldedFrom_.insert(x);
@@ -130,8 +129,8 @@ class CastCleanupPass : public Pass {
       }
     }
     // Hoist above a clear op: Cast(clear(x)) -> clear(Cast(x)).
-    if (Node* p = x->producer(); p && isMovableClear(*p) && x->uses().size() == 1 && !isGraphOutput(g, x) &&
-                                 p->input(0)->type().numel() <= x->type().numel() && !isGraphOutput(g, c->result(0))) {
+    if (Node* p = x->producer(); p && isMovableClear(*p) && x->uses().size() == 1 && !g.isOutput(x) &&
+                                 p->input(0)->type().numel() <= x->type().numel() && !g.isOutput(c->result(0))) {
       Value* src = p->input(0);
       Node* pre = g.createNode("Cast", "", {src}, {{g.uniqueName(src->name() + "." + std::string(dtypeName(to))), TensorType{to, src->type().shape}}}, p);
       pre->setName(g.uniqueName(c->name().empty() ? "cast" : c->name()));
@@ -143,10 +142,10 @@ class CastCleanupPass : public Pass {
     }
     // Sink below a clear op that shrinks: clear(Cast(x)) -> Cast(clear(x)).
     Value* r = c->result(0);
-    if (r->uses().size() == 1 && !isGraphOutput(g, r)) {
+    if (r->uses().size() == 1 && !g.isOutput(r)) {
       Node* q = r->uses()[0].user;
       if (r->uses()[0].operand == 0 && isMovableClear(*q) && q->result(0)->type().numel() < r->type().numel() &&
-          !isGraphOutput(g, q->result(0))) {
+          !g.isOutput(q->result(0))) {
         Value* out = q->result(0);
         q->setInput(0, x);
         retype(q);
@@ -183,14 +182,14 @@ class CastCleanupPass : public Pass {
     for (const auto& n : g.nodes()) order.push_back(n.get());
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Node* n = *it;
-      if (isCast(*n) && n->result(0)->uses().empty() && !isGraphOutput(g, n->result(0))) {
+      if (isCast(*n) && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) {
         g.eraseNode(n);
         changed = true;
       }
     }
     // Constants whose only reader was a cast that folded them.
     for (Value* k : std::vector<Value*>(foldedFrom_.begin(), foldedFrom_.end()))
-      if (k->uses().empty() && !isGraphOutput(g, k)) {
+      if (k->uses().empty() && !g.isOutput(k)) {
         foldedFrom_.erase(k);
         g.eraseGraphValue(k);
         changed = true;

@@ -12,13 +12,12 @@ class DcePass : public Pass {
   std::string name() const override { return "dce"; }
   bool run(Graph& g) override {
     bool changed = false;
-    auto isOutput = [&](const Value* v) { return std::count(g.outputs().begin(), g.outputs().end(), v) != 0; };
     std::vector<Node*> order;
     for (const auto& n : g.nodes()) order.push_back(n.get());
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Node* n = *it;
       bool live = false;
-      for (size_t i = 0; i < n->numResults(); ++i) live |= !n->result(i)->uses().empty() || isOutput(n->result(i));
+      for (size_t i = 0; i < n->numResults(); ++i) live |= !n->result(i)->uses().empty() || g.isOutput(n->result(i));
       if (!live) {
         g.eraseNode(n);
         changed = true;
@@ -26,7 +25,7 @@ class DcePass : public Pass {
     }
     std::vector<Value*> consts = g.consts();
     for (Value* c : consts)
-      if (c->uses().empty() && !isOutput(c)) {
+      if (c->uses().empty() && !g.isOutput(c)) {
         g.eraseGraphValue(c);
         changed = true;
       }

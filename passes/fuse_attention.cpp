@@ -32,13 +32,8 @@ namespace {
 
 constexpr int64_t kMaxHeadDim = 64;
 
-bool isOutput(const Graph& g, const Value* v) {
-  for (const Value* o : g.outputs())
-    if (o == v) return true;
-  return false;
-}
 // v is read by exactly one node operand and is not a graph output.
-bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !isOutput(g, v); }
+bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !g.isOutput(v); }
 
 const Node* producerOf(const Value* v, const char* op) {
   const Node* n = v ? v->producer() : nullptr;
@@ -171,7 +166,7 @@ bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& t
     const double ratio = user->numInputs() > 1 ? scalarConst(user->input(1)) : 0.5;
     const Tensor* mode = user->numInputs() > 2 && user->input(2) ? user->input(2)->constData() : nullptr;
     if (std::isnan(ratio) || (user->numInputs() > 2 && user->input(2) && !mode)) return false;
-    if (user->numResults() > 1 && (!user->result(1)->uses().empty() || isOutput(g, user->result(1)))) return false;
+    if (user->numResults() > 1 && (!user->result(1)->uses().empty() || g.isOutput(user->result(1)))) return false;
     const bool training = mode && mode->getInt(0) != 0;
     if (training && (ratio < 0.0 || ratio >= 1.0)) return false;
     m.dropout = user;

@@ -18,12 +18,7 @@
 namespace ampc {
 namespace {
 
-bool isOutput(const Graph& g, const Value* v) {
-  for (const Value* o : g.outputs())
-    if (o == v) return true;
-  return false;
-}
-bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !isOutput(g, v); }
+bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !g.isOutput(v); }
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::fabs(b); }
 bool scalarIs(const Value* v, double want) {
   const Tensor* t = v ? v->constData() : nullptr;

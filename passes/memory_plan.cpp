@@ -13,7 +13,6 @@ int64_t aligned(int64_t b) { return (b + MemoryPlan::kAlignment - 1) / MemoryPla
 
 bool overlaps(int a0, int a1, int b0, int b1) { return a0 <= b1 && b0 <= a1; }
 
-bool isGraphOutput(const Graph& g, const Value* v) { return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end(); }
 
 }  // namespace
 
@@ -58,7 +57,7 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions) {
       const Value* r = n->result(0);
       for (const Value* in : n->inputs()) {
         if (!in || !p.slots.count(in) || p.slots[in].last != at(index) || in->type().dtype != r->type().dtype ||
-            in->type().numel() != r->type().numel() || isGraphOutput(g, in))
+            in->type().numel() != r->type().numel() || g.isOutput(in))
           continue;
         const int gi = groupOf[in];
         if (sourced.count(gi) || groups[gi].back() != in) continue;  // only the chain's newest member

@@ -2,6 +2,7 @@
 // and result Values; a Value has a TensorType (DType + static shape) and a use list.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -195,6 +196,7 @@ class Graph {
   size_t numNodes() const { return nodes_.size(); }
 
   const std::vector<Value*>& outputs() const { return outputs_; }
+  bool isOutput(const Value* v) const { return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end(); }
   void addOutput(Value* v) { outputs_.push_back(v); }
   void clearOutputs() { outputs_.clear(); }
   void setOutput(size_t i, Value* v) { outputs_[i] = v; }

@@ -95,6 +95,17 @@ struct WarpMma<float> {
   }
 };
 
+// This warp's 16 rows of the scores tile, Ss = Qs Ks (K = dp, the padded head dim), in f32.
+template <typename T>
+__device__ void scoresTile(const T* Qs, const T* Ks, float* Ss, int dp) {
+  constexpr int LT = kLdT<T>;
+  const int warp = threadIdx.x >> 5;
+  WarpMma<T> s;
+  s.zero();
+  s.template mma<false, false>(Qs + warp * 16 * LT, LT, Ks, LT, dp, 4);
+  s.store(Ss + warp * 16 * kLdF, kLdF, 4);
+}
+
 // rows x cols of a row-major global matrix (pitch `ld` elements) into smem (pitch lds), zeros
 // outside [rows, cols), over a kTile x kTile tile.
 template <typename T>
@@ -202,7 +213,6 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   const int r0 = t >> 4, c4 = (t & 15) * 4;
   float m[8], l[8];
   for (int k = 0; k < 8; ++k) m[k] = -INFINITY, l[k] = 0.0f;
-  WarpMma<T> acc;
   // pass 1: log-sum-exp of each row
   for (int kt = 0; kt < nk; ++kt) {
     if (skipTile(flags, a, n, qt, kt)) continue;
@@ -210,9 +220,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
     __syncthreads();
     loadTile(Ks, LT, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     __syncthreads();
-    acc.zero();
-    acc.template mma<false, false>(Qs + warp * 16 * LT, LT, Ks, LT, dp, 4);
-    acc.store(Ss + warp * 16 * kLdF, kLdF, 4);
+    scoresTile(Qs, Ks, Ss, dp);
     __syncthreads();
     for (int k = 0; k < 8; ++k) {
       const int r = r0 + 8 * k;
@@ -241,6 +249,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
     }
   }
   // pass 2: O = sum_j P_ij V_j
+  WarpMma<T> acc;
   acc.zero();
   for (int kt = 0; kt < nk; ++kt) {
     if (skipTile(flags, a, n, qt, kt)) continue;
@@ -249,12 +258,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
     loadTile(Ks, LT, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     loadTile(Vs, LT, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
     __syncthreads();
-    {
-      WarpMma<T> s;
-      s.zero();
-      s.template mma<false, false>(Qs + warp * 16 * LT, LT, Ks, LT, dp, 4);
-      s.store(Ss + warp * 16 * kLdF, kLdF, 4);
-    }
+    scoresTile(Qs, Ks, Ss, dp);
     __syncthreads();
     for (int k = 0; k < 8; ++k) {
       const int r = r0 + 8 * k;
@@ -335,13 +339,11 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
       rowDs[r] = i0 + r < a.Tq ? rowD[n * a.Tq + i0 + r] : 0.0f;
     }
     __syncthreads();
+    scoresTile(Qs, Ks, Ss, dp);
     {
-      WarpMma<T> s;
+      WarpMma<T> s;  // dP = dO V^T
       s.zero();
-      s.template mma<false, false>(Qs + warp * 16 * LT, LT, Ks, LT, dp, 4);
-      s.store(Ss + warp * 16 * kLdF, kLdF, 4);
-      s.zero();
-      s.template mma<false, true>(dOs + warp * 16 * LT, LT, Vs, LT, dvp, 4);  // dO V^T
+      s.template mma<false, true>(dOs + warp * 16 * LT, LT, Vs, LT, dvp, 4);
       s.store(dPs + warp * 16 * kLdF, kLdF, 4);
     }
     __syncthreads();

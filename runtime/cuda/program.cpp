@@ -284,7 +284,7 @@ struct Program::Lowering {
     return n.domain().empty() && kOps.count(n.op()) != 0;
   }
   static bool onlyUse(const Graph& g, const Value* v, const Node& user) {
-    return v->uses().size() == 1 && v->uses()[0].user == &user && std::find(g.outputs().begin(), g.outputs().end(), v) == g.outputs().end();
+    return v->uses().size() == 1 && v->uses()[0].user == &user && !g.isOutput(v);
   }
   static bool isCastBetween(const Node& c, bool widening) {
     if (!c.domain().empty() || c.op() != "Cast" || !c.inputs()[0]) return false;
