@@ -6,7 +6,9 @@
 //   - one Cast per (value, dtype);
 //   - a Cast after a clear op moves above it when the op's input has no more elements than its
 //     output (so the cast lands on the parameter, or merges with a cast there), and a Cast before
-//     a clear op moves below it when the op's output has fewer elements;
+//     a clear op moves below it when the op's output has fewer elements; around a view (Reshape
+//     and the like, which moves no bytes) a widening Cast moves below and a narrowing one above,
+//     so each sits next to the op that computes in FP32 and can read or write through it;
 //   - casts nothing reads are dropped.
 #include <algorithm>
 #include <map>
@@ -61,6 +63,8 @@ bool isMovableClear(const Node& n) {
     if (n.input(i) && isFloat(n.input(i)->type().dtype)) return false;
   return true;
 }
+
+bool isView(const Node& n) { return n.def() && n.def()->view; }
 
 void retype(Node* n) {
   auto types = inferTypes(*n);
@@ -128,9 +132,11 @@ class CastCleanupPass : public Pass {
         if (forward(g, c, other->result(0))) return true;
       }
     }
+    const bool widening = castIsExact(x->type().dtype, to);
     // Hoist above a clear op: Cast(clear(x)) -> clear(Cast(x)).
     if (Node* p = x->producer(); p && isMovableClear(*p) && x->uses().size() == 1 && !g.isOutput(x) &&
-                                 p->input(0)->type().numel() <= x->type().numel() && !g.isOutput(c->result(0))) {
+                                 p->input(0)->type().numel() <= x->type().numel() && !(isView(*p) && widening) &&
+                                 !g.isOutput(c->result(0))) {
       Value* src = p->input(0);
       Node* pre = g.createNode("Cast", "", {src}, {{g.uniqueName(src->name() + "." + std::string(dtypeName(to))), TensorType{to, src->type().shape}}}, p);
       pre->setName(g.uniqueName(c->name().empty() ? "cast" : c->name()));
@@ -144,8 +150,8 @@ class CastCleanupPass : public Pass {
     Value* r = c->result(0);
     if (r->uses().size() == 1 && !g.isOutput(r)) {
       Node* q = r->uses()[0].user;
-      if (r->uses()[0].operand == 0 && isMovableClear(*q) && q->result(0)->type().numel() < r->type().numel() &&
-          !g.isOutput(q->result(0))) {
+      if (r->uses()[0].operand == 0 && isMovableClear(*q) &&
+          (q->result(0)->type().numel() < r->type().numel() || (isView(*q) && widening)) && !g.isOutput(q->result(0))) {
         Value* out = q->result(0);
         q->setInput(0, x);
         retype(q);

@@ -3,7 +3,6 @@
 #include "compiler/ops/registry.h"
 
 #include <algorithm>
-#include <set>
 #include <vector>
 
 namespace ampc {
@@ -16,7 +15,7 @@ bool overlaps(int a0, int a1, int b0, int b1) { return a0 <= b1 && b0 <= a1; }
 
 }  // namespace
 
-MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions) {
+MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const std::set<const Value*>& unwritten) {
   if (!positions.empty() && positions.size() != g.numNodes()) throw Error("memory plan: one position per node expected");
   MemoryPlan p;
   std::vector<const Value*> values;
@@ -32,7 +31,7 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions) {
     for (size_t i = 0; i < n->numResults(); ++i) {
       const Value* r = n->result(i);
       MemoryPlan::Slot s;
-      s.bytes = static_cast<int64_t>(r->type().bytes());
+      s.bytes = unwritten.count(r) ? 0 : static_cast<int64_t>(r->type().bytes());
       s.first = s.last = at(index);
       p.slots.emplace(r, s);
       values.push_back(r);
@@ -49,21 +48,35 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions) {
     groupOf[v] = static_cast<int>(groups.size());
     groups.push_back({v});
   }
-  std::set<int> sourced;  // groups already extended by some node
+  // The last use of any member: a group's bytes are free only after it.
+  auto groupLast = [&](int gi) {
+    int last = 0;
+    for (const Value* m : groups[static_cast<size_t>(gi)]) last = std::max(last, p.slots[m].last);
+    return last;
+  };
+  auto join = [&](const Value* r, int gi) {
+    groups[static_cast<size_t>(gi)].push_back(r);
+    groups[static_cast<size_t>(groupOf[r])].clear();
+    groupOf[r] = gi;
+  };
   index = 0;
   for (const auto& n : g.nodes()) {
     const OpDef* d = n->def();
-    if (d && d->inplace && n->numResults() >= 1) {
+    if (d && d->view && n->numResults() == 1 && !n->inputs().empty() && n->inputs()[0] && p.slots.count(n->inputs()[0]) &&
+        !unwritten.count(n->inputs()[0]) && n->inputs()[0]->type().bytes() == n->result(0)->type().bytes()) {
+      // A view shares its input's bytes for as long as either is read.
+      join(n->result(0), groupOf[n->inputs()[0]]);
+      ++p.views;
+    } else if (d && d->inplace && n->numResults() >= 1) {
       const Value* r = n->result(0);
       for (const Value* in : n->inputs()) {
-        if (!in || !p.slots.count(in) || p.slots[in].last != at(index) || in->type().dtype != r->type().dtype ||
-            in->type().numel() != r->type().numel() || g.isOutput(in))
+        if (!in || !p.slots.count(in) || in->type().dtype != r->type().dtype || in->type().numel() != r->type().numel() ||
+            g.isOutput(in))
           continue;
         const int gi = groupOf[in];
-        if (sourced.count(gi) || groups[gi].back() != in) continue;  // only the chain's newest member
-        groups[gi].push_back(r);
-        groups[groupOf[r]].clear();
-        groupOf[r] = gi;
+        // Only the chain's newest member, and only when no member (a view of it) is read later.
+        if (groups[gi].back() != in || groupLast(gi) != at(index)) continue;
+        join(r, gi);
         ++p.inPlace;
         break;
       }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,22 +18,26 @@ struct MemoryPlan {
   struct Slot {
     int64_t offset = 0, bytes = 0;
     int first = 0, last = 0;  // live from the producing node's index to the last reader's
-    int group = 0;            // values of one group share bytes: an in-place chain
+    int group = 0;            // values of one group share bytes: an in-place chain, views
   };
   std::map<const Value*, Slot> slots;
   int64_t arenaBytes = 0;   // the arena's size
   int64_t totalBytes = 0;   // every activation in its own buffer (no reuse)
   int64_t peakLiveBytes = 0;  // the most bytes live at one node (after in-place): no placement beats it
   int inPlace = 0;            // results that took an input's bytes
+  int views = 0;              // view results (Reshape and the like) that share their input's bytes
 };
 
-// In place first: an elementwise op's result takes the bytes of a same-sized input that nothing
+// Views first: a Reshape-like result shares its input's bytes, and the two are one group.
+// In place next: an elementwise op's result takes the bytes of a same-sized input that nothing
 // reads afterwards (chains form groups). Then greedy by size over the groups (largest first,
 // lowest offset that overlaps no live-overlapping group).
 // `positions` (optional, one per node) is when each node's work runs, if not at its own index: nodes
 // that one fused launch executes share a position, so none of them overwrites another's inputs, and
 // a node computed later, inside its consumer, keeps its operands alive until then.
-MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {});
+// `unwritten` (optional): values no backend ever writes (the wide side of a Cast folded into the ops
+// around it): they get no bytes.
+MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {}, const std::set<const Value*>& unwritten = {});
 
 // Error if two values with overlapping live ranges overlap in the arena.
 void checkMemoryPlan(const MemoryPlan& p);

@@ -2,6 +2,7 @@
 
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
+#include "passes/autocast.h"
 
 namespace ampc {
 namespace {
@@ -46,6 +47,8 @@ class TrainStepPass : public Pass {
     AutodiffOptions ad = o_.autodiff;
     if (mode != "none") ad.seed = scale->name();
     createAutodiffPass(ad)->run(g);
+    // The backward's casts (gradients of the forward's) get the same cleanup as the forward's.
+    createCastCleanupPass()->run(g);
     Value* loss = g.outputs()[0];
     std::vector<Value*> params, grads;
     for (size_t i = 1; i < g.outputs().size(); ++i) {

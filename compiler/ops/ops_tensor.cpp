@@ -273,6 +273,8 @@ void registerTensorOps(std::vector<OpDef>& t) {
   row("Expand", L, 2, 2, 1, 1, true, inferExpand);
   row("Tile", L, 2, 2, 1, 1, true, inferTile);
   row("Flatten", L, 1, 1, 1, 1, true, inferFlatten);
+  for (OpDef& d : t)
+    if (d.domain.empty() && (d.name == "Reshape" || d.name == "Squeeze" || d.name == "Unsqueeze" || d.name == "Flatten")) d.view = true;
   row("Pad", L, 2, 4, 1, 1, true, inferPad);
   row("Trilu", L, 1, 2, 1, 1, true, inferTrilu);
   row("Cast", L, 1, 1, 1, 1, true, inferCast);

@@ -82,6 +82,9 @@ struct OpDef {
   // Elementwise: result 0's element k reads only element k of each input, so result 0 may take
   // the bytes of an input of its dtype and size that nothing reads afterwards (memory planning).
   bool inplace = false;
+  // A view: result 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze, Unsqueeze,
+  // Identity), so memory planning gives it input 0's bytes and the backends copy nothing.
+  bool view = false;
   // The gradient rule of a differentiable op (compiler/ops/grad_*.cpp).
   GradFn grad = nullptr;
 };

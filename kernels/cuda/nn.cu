@@ -211,22 +211,35 @@ __global__ void bnGradApply(const void* dy, const void* x, const void* scale, vo
 // ---- softmax cross-entropy ----
 // Per (outer, inner) row: the row's loss (weighted, 0 when ignored) and weight in ws[2 row], ws[2 row + 1];
 // the log-probabilities when asked.
+// Row max and sum of exp(x - max) in one pass over the row (each thread rescales its running sum
+// when its max grows), then combined over the block.
+__device__ __forceinline__ void sceRowStats(const void* x, DT t, int64_t base, int64_t C, int64_t stride, float& mx, float& sum) {
+  float m = -INFINITY, s = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = loadF(x, t, base + c * stride);
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else if (v != -INFINITY) {  // (-inf - -inf would be NaN)
+      s += expf(v - m);
+    }
+  }
+  mx = blockMax(m);
+  sum = blockSum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+}
 __global__ void sceRows(const void* x, const void* labels, const void* weights, void* logProb, float* ws, LossArgs a) {
   const int64_t row = blockIdx.x, o = row / a.inner, in = row % a.inner;
   const int64_t base = o * a.C * a.inner + in;
-  float mx = -INFINITY;
-  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) mx = fmaxf(mx, loadF(x, a.t, base + c * a.inner));
-  mx = blockMax(mx);
-  float s = 0;
-  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) s += expf(loadF(x, a.t, base + c * a.inner) - mx);
-  const float lse = logf(blockSum(s)) + mx;
+  float mx, s;
+  sceRowStats(x, a.t, base, a.C, a.inner, mx, s);
+  const float lse = logf(s) + mx;
   if (logProb)
     for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(logProb, a.t, base + c * a.inner, loadF(x, a.t, base + c * a.inner) - lse);
   if (threadIdx.x == 0) {
     const int64_t y = loadI(labels, a.labelT, row);
     float l = 0, w = 0;
     if (!(a.hasIgnore && y == a.ignore) && y >= 0 && y < a.C) {
-      w = weights ? loadF(weights, a.t, y) : 1.0f;
+      w = weights ? loadF(weights, a.wT, y) : 1.0f;
       l = -(loadF(x, a.t, base + y * a.inner) - lse) * w;
     }
     ws[2 * row] = l;
@@ -257,7 +270,7 @@ __global__ void sceWeights(const void* labels, const void* weights, float* ws, L
   AMPC_GRID_LOOP(r, rows) {
     const int64_t y = loadI(labels, a.labelT, r);
     ws[2 * r] = 0;
-    ws[2 * r + 1] = (a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C ? 0.0f : (weights ? loadF(weights, a.t, y) : 1.0f);
+    ws[2 * r + 1] = (a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C ? 0.0f : (weights ? loadF(weights, a.wT, y) : 1.0f);
   }
 }
 __global__ void sceGradRows(const void* dl, DT dlT, const void* x, const void* labels, const void* weights, void* dx, const float* ws,
@@ -266,19 +279,16 @@ __global__ void sceGradRows(const void* dl, DT dlT, const void* x, const void* l
   const int64_t base = o * a.C * a.inner + in;
   const int64_t y = loadI(labels, a.labelT, row);
   if ((a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C) {
-    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(dx, a.t, base + c * a.inner, 0.0f);
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(dx, a.gT, base + c * a.inner, 0.0f);
     return;
   }
-  const float w = weights ? loadF(weights, a.t, y) : 1.0f;
+  const float w = weights ? loadF(weights, a.wT, y) : 1.0f;
   const float g = (a.reduction == 0 ? loadF(dl, dlT, row) : a.reduction == 1 ? loadF(dl, dlT, 0) : loadF(dl, dlT, 0) / ws[2 * rows + 1]) * w;
-  float mx = -INFINITY;
-  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) mx = fmaxf(mx, loadF(x, a.t, base + c * a.inner));
-  mx = blockMax(mx);
-  float s = 0;
-  for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) s += expf(loadF(x, a.t, base + c * a.inner) - mx);
-  s = blockSum(s);
+  float mx, s;
+  sceRowStats(x, a.t, base, a.C, a.inner, mx, s);
+  const float inv = 1.0f / s;
   for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x)
-    storeF(dx, a.t, base + c * a.inner, g * (expf(loadF(x, a.t, base + c * a.inner) - mx) / s - (c == y ? 1.0f : 0.0f)));
+    storeF(dx, a.gT, base + c * a.inner, g * (expf(loadF(x, a.t, base + c * a.inner) - mx) * inv - (c == y ? 1.0f : 0.0f)));
 }
 
 // ---- pooling: one thread per output element ----

@@ -153,12 +153,14 @@ cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, cons
 // SoftmaxCrossEntropyLoss / its gradient over scores [outer, C, inner], labels (i64/i32)
 // [outer, inner], optional class weights [C]. reduction: 0 none, 1 sum, 2 mean. `ws` f32 scratch of
 // 2 * outer * inner + 2.
+// The scores are read as `t` and computed in f32 (a Cast to f32 in front folds into the read);
+// the gradient is written as `gT` (a Cast after it folds into the write).
 struct LossArgs {
   int64_t outer = 0, C = 0, inner = 0;
   int reduction = 2;
   bool hasIgnore = false;
   int64_t ignore = -100;
-  DT t = DT::f32, labelT = DT::i64, outT = DT::f32;
+  DT t = DT::f32, labelT = DT::i64, outT = DT::f32, wT = DT::f32, gT = DT::f32;
 };
 cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* weights, void* loss, void* logProb, float* ws,
                                 const LossArgs& a, cudaStream_t st);

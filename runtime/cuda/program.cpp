@@ -16,6 +16,9 @@ namespace ampc::cuda {
 namespace {
 std::atomic<int64_t> gSyncs{0};
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
+// GEMMs of at least this many multiply-adds run on stride-padded copies when a row stride is not
+// a multiple of 16 bytes (Lowering::gemm).
+constexpr double kPaddedGemmWork = double{1 << 30};
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
@@ -165,8 +168,8 @@ struct Program::Lowering {
       }
     }
   }
-  // `reader` is the node whose operands `ins` are (n, or a comparison fused into n).
-  EwArgs ewArgs(Ew op, const std::vector<const Value*>& ins, const Value* o, const Node* reader = nullptr) const {
+  // Operands are read through the widening Casts folded into their readers.
+  EwArgs ewArgs(Ew op, const std::vector<const Value*>& ins, const Value* o) const {
     const auto& os = shape(o);
     if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
     EwArgs a;
@@ -176,8 +179,7 @@ struct Program::Lowering {
     a.n = o->type().numel();
     for (size_t d = 0; d < os.size(); ++d) a.shape[d] = os[d];
     for (size_t k = 0; k < ins.size(); ++k) {
-      const Node* c = widenedSource(p.g_, ins[k], reader ? *reader : n);
-      operand(a, static_cast<int>(k), c ? c->inputs()[0] : ins[k], os);
+      operand(a, static_cast<int>(k), readThrough(p.g_, ins[k]), os);
     }
     const Node* d = o == n.result(0) ? narrowedResult(p.g_, n) : nullptr;
     a.out = P(d ? d->result(0) : o);
@@ -240,6 +242,8 @@ struct Program::Lowering {
     a.ignore = n.getInt("ignore_index", 0);
     a.t = dt(scores);
     a.labelT = dt(labels);
+    const size_t weights = n.domain() == "ampc" ? 3 : 2;
+    if (has(weights)) a.wT = dt(in(weights));
     return a;
   }
   BatchNormArgs bnArgs(const Value* x, const Value* scale) const {
@@ -273,48 +277,64 @@ struct Program::Lowering {
     return &it->second;
   }
 
-  // Casts folded into elementwise ops (exact: the op widens to f32 and rounds once either way):
-  // a widening Cast (f16/bf16 -> f32) whose one use is an elementwise op is read through by it, and
-  // a narrowing Cast (f32 -> f16/bf16) that is the one use of an elementwise op's result is written
-  // by it. The Cast itself launches nothing.
+  // Casts folded into the ops around them (exact: the op widens to f32 and rounds once either
+  // way): a widening Cast (f16/bf16 -> f32) all of whose readers can widen in registers is read
+  // through by each of them, and a narrowing Cast (f32 -> f16/bf16) that is the one use of such an
+  // op's result is written by it. The Cast itself launches nothing, and its f32 side gets no bytes.
   static bool foldsCasts(const Node& n) {
     static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual", "Greater",
                                                "GreaterOrEqual", "Where", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid",
                                                "Erf", "Softplus", "LeakyRelu", "Relu", "Neg", "Abs", "Gelu", "Clip"};  // Max/Min (chained launches) not
     return n.domain().empty() && kOps.count(n.op()) != 0;
   }
-  static bool onlyUse(const Graph& g, const Value* v, const Node& user) {
-    return v->uses().size() == 1 && v->uses()[0].user == &user && !g.isOutput(v);
+  static bool isLossGrad(const Node& n) { return n.domain() == "ampc" && n.op() == "SoftmaxCrossEntropyLossGrad"; }
+  // Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
+  // cross-entropy loss (without its log-prob result) and its gradient the scores.
+  static bool readsWidened(const Node& user, size_t i) {
+    if (foldsCasts(user)) return true;
+    if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
+    return isLossGrad(user) && i == 1;
   }
   static bool isCastBetween(const Node& c, bool widening) {
     if (!c.domain().empty() || c.op() != "Cast" || !c.inputs()[0]) return false;
     const DType a = c.inputs()[0]->type().dtype, b = c.result(0)->type().dtype;
     return widening ? (isLowFloat(a) && b == DType::f32) : (a == DType::f32 && isLowFloat(b));
   }
-  // The widening Cast that `user` reads through for operand value v, or null.
-  static const Node* widenedSource(const Graph& g, const Value* v, const Node& user) {
+  // The widening Cast that produced v, when every reader of v reads through it; else null.
+  static const Node* widenedSource(const Graph& g, const Value* v) {
     const Node* c = v ? v->producer() : nullptr;
-    return c && isCastBetween(*c, true) && foldsCasts(user) && onlyUse(g, v, user) ? c : nullptr;
+    if (!c || !isCastBetween(*c, true) || v->uses().empty() || g.isOutput(v)) return nullptr;
+    for (const Use& u : v->uses())
+      if (!readsWidened(*u.user, u.operand)) return nullptr;
+    return c;
   }
-  // The narrowing Cast that elementwise node n writes directly, or null.
+  // The value node n reads for operand v: the narrow source of a folded widening Cast, or v.
+  static const Value* readThrough(const Graph& g, const Value* v) {
+    const Node* c = widenedSource(g, v);
+    return c ? c->inputs()[0] : v;
+  }
+  // The narrowing Cast that node n writes directly, or null.
   static bool allConstInputs(const Node& n) {
     bool all = !n.inputs().empty() && !(n.def() && n.def()->random);
     for (const Value* v : n.inputs()) all = all && (!v || (v->kind() == ValueKind::Const && v->constData()));
     return all;
   }
   static const Node* narrowedResult(const Graph& g, const Node& n) {
-    if (!foldsCasts(n) || allConstInputs(n) || n.numResults() != 1 || n.result(0)->type().dtype != DType::f32) return nullptr;
+    if (!(foldsCasts(n) && !allConstInputs(n)) && !isLossGrad(n)) return nullptr;
+    if (n.numResults() != 1 || n.result(0)->type().dtype != DType::f32) return nullptr;
     const Value* r = n.result(0);
-    if (r->uses().size() != 1) return nullptr;
+    if (r->uses().size() != 1 || g.isOutput(r)) return nullptr;
     const Node* d = r->uses()[0].user;
-    return isCastBetween(*d, false) && onlyUse(g, r, *d) ? d : nullptr;
+    return isCastBetween(*d, false) ? d : nullptr;
   }
-  // A Cast that launches nothing: folded into its consumer or its producer.
+  // A Cast that launches nothing: folded into its readers or its producer.
   static bool castFolded(const Graph& g, const Node& c) {
-    if (isCastBetween(c, true)) return c.result(0)->uses().size() == 1 && widenedSource(g, c.result(0), *c.result(0)->uses()[0].user);
+    if (isCastBetween(c, true)) return widenedSource(g, c.result(0)) != nullptr;
     if (isCastBetween(c, false)) return c.inputs()[0]->producer() && narrowedResult(g, *c.inputs()[0]->producer()) == &c;
     return false;
   }
+  // The f32 value a folded Cast stands in for, never written: it needs no bytes.
+  static const Value* unwritten(const Node& c) { return isCastBetween(c, true) ? c.result(0) : c.inputs()[0]; }
 
   void lower();
   void gemm(bool isMatMul);
@@ -382,15 +402,74 @@ void Program::Lowering::gemm(bool isMatMul) {
     d.strideA = ca == 1 ? 0 : d.M * d.K;
     d.strideB = cb == 1 ? 0 : d.K * d.N;
     d.strideD = d.M * d.N;
+    if (d.batch > 1 && cb == 1 && ca == count) {  // one B for every batch: the batches of A are rows of one GEMM
+      d.M *= d.batch;
+      d.batch = 1;
+      d.strideA = d.strideD = 0;
+    }
   }
+  // cuBLASLt's fast kernels need each row stride to be a multiple of 16 bytes. A large GEMM with
+  // another stride (GPT-2's vocabulary of 50257 words) runs 5 to 7 times slower, so it runs on
+  // copies with padded strides in the scratch (the shapes stay; only the strides change); the
+  // copies cost a fraction of what they save.
+  struct Padded {
+    const Value* v;
+    char role;  // 'A', 'B', 'D'
+    int64_t rows, cols, ld;
+    size_t offset;
+  };
+  std::vector<Padded> padded;  // A, B, D in that order, those that need it
+  size_t scratchBytes = kGemmWorkspace;
+  const int64_t eb = dtSize(t);
+  const bool big = static_cast<double>(d.M) * static_cast<double>(d.N) * static_cast<double>(d.K) >= kPaddedGemmWork;
+  auto pad = [&](const Value* v, char role, int64_t rows, int64_t cols, bool allowed) -> int64_t {
+    if (!big || !allowed || d.batch != 1 || (cols * eb) % 16 == 0) return 0;
+    const int64_t ld = (cols * eb + 15) / 16 * 16 / eb;
+    padded.push_back({v, role, rows, cols, ld, scratchBytes});
+    scratchBytes += alignUp(static_cast<size_t>(rows * ld * eb));
+    return ld;
+  };
+  d.lda = pad(a, 'A', d.transA ? d.K : d.M, d.transA ? d.M : d.K, true);
+  d.ldb = pad(b, 'B', d.transB ? d.N : d.K, d.transB ? d.K : d.N, true);
+  d.ldd = pad(y, 'D', d.M, d.N, d.beta == 0.0f);  // (with beta, D holds C before the GEMM)
   auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), d, kGemmWorkspace);
   p.keep_.push_back(g);
-  const Scratch ws = scratch(kGemmWorkspace);
+  const Scratch ws = scratch(scratchBytes);
+  auto copyArgs = [&](const Padded& q, bool in) {
+    CopyArgs c;
+    c.rank = 2;
+    c.n = q.rows * q.cols;
+    c.shape[0] = q.rows;
+    c.shape[1] = q.cols;
+    c.srcStride[0] = in ? q.cols : q.ld;
+    c.dstStride[0] = in ? q.ld : q.cols;
+    c.srcStride[1] = c.dstStride[1] = 1;
+    c.elemBytes = static_cast<int>(eb);
+    return c;
+  };
   const void *A = P(a), *B = P(b);
   void* D = P(y);
-  add([g, A, B, bias, D, ws](cudaStream_t st) {
-    return g->run(A, B, bias, D, ws.f(), st) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+  size_t offA = 0, offB = 0, offD = 0;
+  for (const Padded& q : padded) {
+    void* const* base = ws.base;
+    (q.role == 'A' ? offA : q.role == 'B' ? offB : offD) = q.offset;
+    if (q.role == 'D') continue;
+    const void* src = P(q.v);
+    const CopyArgs c = copyArgs(q, true);
+    const size_t off = q.offset;
+    add([base, src, c, off](cudaStream_t st) { return stridedCopy(src, static_cast<char*>(*base) + off, c, st); });
+  }
+  add([g, A, B, bias, D, ws, offA, offB, offD](cudaStream_t st) {
+    char* s = static_cast<char*>(*ws.base);
+    return g->run(offA ? s + offA : A, offB ? s + offB : B, bias, offD ? s + offD : D, ws.f(), st) == CUBLAS_STATUS_SUCCESS
+               ? cudaSuccess
+               : cudaErrorUnknown;
   });
+  if (offD) {
+    const CopyArgs c = copyArgs(padded.back(), false);
+    void* const* base = ws.base;
+    add([base, offD, D, c](cudaStream_t st) { return stridedCopy(static_cast<char*>(*base) + offD, D, c, st); });
+  }
 }
 
 void Program::Lowering::conv(bool grad) {
@@ -576,8 +655,6 @@ void Program::Lowering::lower() {
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
         EwArgs a = ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
-        for (int k = 0; k < 2; ++k)  // the comparison's operands, read through casts folded into the comparison
-          if (const Node* w = widenedSource(p.g_, c.inputs()[k], c)) operand(a, k, w->inputs()[0], shape(out(0)));
         a.cmp = *cmp;
         a.intMath = isInt(a.outType);
         add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
@@ -783,10 +860,12 @@ void Program::Lowering::lower() {
       return;
     }
     if (op == "SoftmaxCrossEntropyLoss") {
-      LossArgs a = lossArgs(in(0), in(1));
+      if (n.numResults() > 1 && dt(out(1)) != dt(in(0))) fail("the log-probabilities' type differs from the scores'");
+      const Value* x = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
+      LossArgs a = lossArgs(x, in(1));
       a.outT = dt(out(0));
       const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
-      const void *X = P(in(0)), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
+      const void *X = P(x), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
       void* loss = P(out(0));
       void* logp = n.numResults() > 1 ? P(out(1)) : nullptr;
       add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws.f(), a, st); });
@@ -929,12 +1008,16 @@ void Program::Lowering::lower() {
       return;
     }
     if (op == "SoftmaxCrossEntropyLossGrad") {
-      const LossArgs a = lossArgs(in(1), in(2));
-      if (dt(out(0)) != a.t) fail("the gradient's type differs from the scores'");
+      if (dt(out(0)) != dt(in(1))) fail("the gradient's type differs from the scores'");
+      const Value* x = readThrough(p.g_, in(1));  // a Cast to f32 in front is read through
+      const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
+      const Value* g = narrow ? narrow->result(0) : out(0);
+      LossArgs a = lossArgs(x, in(2));
+      a.gT = dt(g);
       const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
-      const void *dL = P(in(0)), *X = P(in(1)), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
+      const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
       const DT dlT = dt(in(0));
-      void* dX = P(out(0));
+      void* dX = P(g);
       add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws.f(), a, st); });
       return;
     }
@@ -1126,14 +1209,21 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     positions[i] = static_cast<int>(leader[i]);
     if (Lowering::fusableComparison(g, *n)) positions[i] = indexOf[n->result(0)->uses()[0].user];
   }
-  // A folded Cast runs where its reader or writer does: the value it reads stays alive until then,
-  // and the value it writes is born then.
+  // A folded Cast runs where its last reader or its writer does: the value it reads stays alive
+  // until then, and the value it writes is born then. Its f32 side is never written: no bytes.
+  std::set<const Value*> unwritten;
   for (const auto& n : g.nodes()) {
     if (!Lowering::castFolded(g, *n)) continue;
-    const Node* at = Lowering::isCastBetween(*n, true) ? n->result(0)->uses()[0].user : n->inputs()[0]->producer();
-    positions[indexOf[n.get()]] = positions[indexOf[at]];
+    int& at = positions[indexOf[n.get()]];
+    if (Lowering::isCastBetween(*n, true)) {
+      at = 0;
+      for (const Use& u : n->result(0)->uses()) at = std::max(at, positions[indexOf[u.user]]);
+    } else {
+      at = positions[indexOf[n->inputs()[0]->producer()]];
+    }
+    unwritten.insert(Lowering::unwritten(*n));
   }
-  plan_ = planMemory(g, positions);
+  plan_ = planMemory(g, positions, unwritten);
   checkMemoryPlan(plan_);
   int64_t persistent = 0;
   for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})

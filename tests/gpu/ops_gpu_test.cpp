@@ -106,6 +106,13 @@ std::vector<Case> cases() {
   c.push_back({"Gemm_bias", "input %a : $T[64,32]\ninput %w : $T[48,32]\ninput %c : $T[48]\n%y : $T[64,48] = Gemm(%a, %w, %c) {transB = 1}\noutput %y"});
   c.push_back({"Gemm_transA_beta", "input %a : $T[32,64]\ninput %w : $T[32,48]\ninput %c : $T[64,1]\n"
                                    "%y : $T[64,48] = Gemm(%a, %w, %c) {alpha = 0.5, beta = 2.0, transA = 1}\noutput %y"});
+  // GEMMs big enough (>= 2^30 multiply-adds) to run on stride-padded copies, since a row stride is not a
+  // multiple of 16 bytes: B and D (and MatMul's batches folded into rows), A and D under transA,
+  // and an odd contraction dim (A).
+  c.push_back({"MatMul_padded_B_D", "input %a : $T[2,512,1024]\ninput %b : $T[1024,1025]\n%y : $T[2,512,1025] = MatMul(%a, %b)\noutput %y"});
+  c.push_back({"Gemm_padded_transA_D", "input %a : $T[1024,1027]\ninput %w : $T[1025,1024]\n"
+                                       "%y : $T[1027,1025] = Gemm(%a, %w) {transA = 1, transB = 1}\noutput %y"});
+  c.push_back({"MatMul_padded_odd_K", "input %a : $T[1024,1025]\ninput %b : $T[1025,1024]\n%y : $T[1024,1024] = MatMul(%a, %b)\noutput %y"});
   c.push_back({"Gemm_nobias", "input %a : $T[40,24]\ninput %w : $T[24,56]\n%y : $T[40,56] = Gemm(%a, %w) {transA = 0, transB = 0}\noutput %y"});
   // Convolutions (cuDNN) and pooling.
   c.push_back({"Conv", "input %x : $T[2,4,9,9]\ninput %w : $T[6,4,3,3]\ninput %b : $T[6]\n"
@@ -152,6 +159,14 @@ std::vector<Case> cases() {
   c.push_back({"SCE_grad", "domain \"ampc\" 1\ninput %d : $T[]\ninput %x : $T[16,10]\ninput %l : i64[16]\n"
                            "%dx : $T[16,10] = ampc::SoftmaxCrossEntropyLossGrad(%d, %x, %l) {ignore_index = 3, reduction = \"mean\"}\noutput %dx",
                {{"l", {1, 0, 9}}}});
+  // The loss as GPT-2 exports it, logits cast to f32 first: the loss and its gradient read the
+  // narrow logits through the Cast, and the gradient writes the narrow result through the Cast after it.
+  c.push_back({"SCE_folded_casts", "domain \"ampc\" 1\ninput %x : $T[48,1001]\ninput %l : i64[48]\ninput %d : f32[]\n"
+                                   "%xf : f32[48,1001] = Cast(%x) {to = 1}\n"
+                                   "%y : f32[] = SoftmaxCrossEntropyLoss(%xf, %l) {ignore_index = 5}\n"
+                                   "%g : f32[48,1001] = ampc::SoftmaxCrossEntropyLossGrad(%d, %xf, %l) {ignore_index = 5, reduction = \"mean\"}\n"
+                                   "%gl : $T[48,1001] = Cast(%g) {to = $TO}\noutput %y\noutput %gl",
+               {{"x", {4.0}}, {"l", {1, 0, 9}}}});
   c.push_back({"GatherGrad", "domain \"ampc\" 1\ninput %dy : $T[3,5,6]\ninput %i : i64[3,5]\n"
                              "%dx : $T[20,6] = ampc::GatherGrad(%dy, %i) {axis = 0, shape = [20, 6]}\noutput %dx",
                {{"i", {1, -20, 19}}}});
@@ -303,6 +318,39 @@ TEST(GpuProgram, UnsupportedOpIsAnErrorNamingTheNode) {
     EXPECT_NE(std::string(e.what()).find("my_trilu"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("Trilu"), std::string::npos) << e.what();
   }
+}
+
+// Views and folded casts take no bytes of their own: the Reshape shares its input's bytes, and
+// neither f32 side of the casts around the loss is ever written, so the arena holds the bf16
+// logits, their bf16 gradient and the loss, not the two f32 copies (4 x 48 x 1001 bytes each).
+TEST(GpuProgram, ViewsAndFoldedCastsTakeNoBytes) {
+  AMPC_NEED_GPU();
+  auto g = parseGraph(R"(graph "v" opset 17 {
+  domain "ampc" 1
+  input %x : bf16[48,1001]
+  input %l : i64[48]
+  input %d : f32[]
+  const %s : i64[3] = [4, 12, 1001]
+  %e : bf16[48,1001] = Neg(%x)
+  %xf : f32[48,1001] = Cast(%e) {to = 1}
+  %y : f32[] = SoftmaxCrossEntropyLoss(%xf, %l)
+  %g : f32[48,1001] = ampc::SoftmaxCrossEntropyLossGrad(%d, %xf, %l) {reduction = "mean"}
+  %gl : bf16[48,1001] = Cast(%g) {to = 16}
+  %r : bf16[4,12,1001] = Reshape(%gl, %s)
+  output %y
+  output %r
+}
+)");
+  cuda::Program p(*g, {});
+  const MemoryPlan& m = p.memoryPlan();
+  EXPECT_EQ(m.slots.at(g->lookup("xf")).bytes, 0);
+  EXPECT_EQ(m.slots.at(g->lookup("g")).bytes, 0);
+  EXPECT_EQ(m.slots.at(g->lookup("r")).offset, m.slots.at(g->lookup("gl")).offset);
+  EXPECT_EQ(m.views, 1);
+  EXPECT_LT(m.arenaBytes, 2 * 4 * 48 * 1001);
+  std::map<std::string, Tensor> in{{"x", randomTensor(g->lookup("x")->type(), 4.0)}, {"l", randomTensor(g->lookup("l")->type(), 1, 0, 1000)},
+                                   {"d", randomTensor(g->lookup("d")->type())}};
+  expectSameOnGpu(*g, in, "views and folded casts", 1.0);
 }
 
 }  // namespace

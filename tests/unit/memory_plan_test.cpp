@@ -83,6 +83,56 @@ TEST(MemoryPlan, PositionsKeepOperandsAliveUntilTheWorkRuns) {
   EXPECT_THROW(planMemory(*g, {0, 1}), Error);  // one position per node
 }
 
+TEST(MemoryPlan, ViewsShareTheirInputsBytes) {
+  // %v and %f are Reshape/Flatten views of %a: one buffer, live until the last of them is read.
+  // Neither Relu(%a) nor Neg(%f) may overwrite that buffer: the Add reads %v after both.
+  auto g = parseGraph(R"(graph "g" opset 17 {
+  input %x : f32[32,32]
+  const %s : i64[1] = [1024]
+  %a : f32[32,32] = Transpose(%x)
+  %v : f32[1024] = Reshape(%a, %s)
+  %f : f32[32,32] = Flatten(%a)
+  %r : f32[32,32] = Relu(%a)
+  %n : f32[32,32] = Neg(%f)
+  %w : f32[1024] = Reshape(%r, %s)
+  %y : f32[1024] = Add(%v, %w)
+  %z : f32[32,32] = Transpose(%n)
+  output %y
+  output %z
+}
+)");
+  MemoryPlan p = planMemory(*g);
+  checkMemoryPlan(p);
+  const auto off = [&](const char* n) { return p.slots.at(g->lookup(n)).offset; };
+  EXPECT_EQ(p.views, 3);
+  EXPECT_EQ(off("a"), off("v"));
+  EXPECT_EQ(off("a"), off("f"));
+  EXPECT_EQ(off("r"), off("w"));
+  EXPECT_NE(off("r"), off("a"));  // %v is read after the Relu
+  EXPECT_EQ(p.slots.at(g->lookup("a")).group, p.slots.at(g->lookup("v")).group);
+  EXPECT_NE(off("n"), off("f"));
+  EXPECT_EQ(p.inPlace, 1);  // the Add overwrites %w (and so %r), read by nothing after it
+  EXPECT_EQ(off("y"), off("r"));
+}
+
+TEST(MemoryPlan, InPlaceThroughAViewWhenTheGroupDies) {
+  auto g = parseGraph(R"(graph "g" opset 17 {
+  input %x : f32[32,32]
+  const %s : i64[1] = [1024]
+  %a : f32[32,32] = Transpose(%x)
+  %v : f32[1024] = Reshape(%a, %s)
+  %r : f32[1024] = Relu(%v)
+  output %r
+}
+)");
+  MemoryPlan p = planMemory(*g);
+  checkMemoryPlan(p);
+  EXPECT_EQ(p.views, 1);
+  EXPECT_EQ(p.inPlace, 1);
+  EXPECT_EQ(p.slots.at(g->lookup("a")).offset, p.slots.at(g->lookup("r")).offset);
+  EXPECT_EQ(p.arenaBytes, 4096);
+}
+
 TEST(MemoryPlan, TrainingStepsOfTheModels) {
   for (const char* m : {"mlp", "cnn", "transformer"}) {
     auto g = importOnnxFile((std::filesystem::path(AMPC_SOURCE_DIR) / "models" / (std::string(m) + ".onnx")).string());
