@@ -68,10 +68,9 @@ Gemm::Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes) : h_(h)
     const cudaDataType_t bt = cudaType(d.t);
     check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
   }
-  const auto ld = [](int64_t given, int64_t packed) { return given ? given : packed; };
-  x_ = d.transB ? layout(d.t, d.K, d.N, ld(d.ldb, d.K), d.batch, d.strideB) : layout(d.t, d.N, d.K, ld(d.ldb, d.N), d.batch, d.strideB);
-  y_ = d.transA ? layout(d.t, d.M, d.K, ld(d.lda, d.M), d.batch, d.strideA) : layout(d.t, d.K, d.M, ld(d.lda, d.K), d.batch, d.strideA);
-  out_ = layout(d.t, d.N, d.M, ld(d.ldd, d.N), d.batch, d.strideD);
+  x_ = d.transB ? layout(d.t, d.K, d.N, d.K, d.batch, d.strideB) : layout(d.t, d.N, d.K, d.N, d.batch, d.strideB);
+  y_ = d.transA ? layout(d.t, d.M, d.K, d.M, d.batch, d.strideA) : layout(d.t, d.K, d.M, d.K, d.batch, d.strideA);
+  out_ = layout(d.t, d.N, d.M, d.N, d.batch, d.strideD);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = workspaceBytes;

@@ -25,7 +25,6 @@ struct GemmDesc {
   bool transA = false, transB = false;
   int64_t M = 0, N = 0, K = 0;
   int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
-  int64_t lda = 0, ldb = 0, ldd = 0;  // row strides of the stored matrices; 0: packed
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false;
   bool allowTf32 = false;

@@ -16,8 +16,8 @@ namespace ampc::cuda {
 namespace {
 std::atomic<int64_t> gSyncs{0};
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
-// GEMMs of at least this many multiply-adds run on stride-padded copies when a row stride is not
-// a multiple of 16 bytes (Lowering::gemm).
+// GEMMs of at least this many multiply-adds run on padded copies when a row stride is not a
+// multiple of 16 bytes (Lowering::gemm).
 constexpr double kPaddedGemmWork = double{1 << 30};
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
@@ -408,57 +408,55 @@ void Program::Lowering::gemm(bool isMatMul) {
       d.strideA = d.strideD = 0;
     }
   }
-  // cuBLASLt's fast kernels need each row stride to be a multiple of 16 bytes. A large GEMM with
+  // cuBLASLt's fast kernels need every row stride to be a multiple of 16 bytes. A large GEMM with
   // another stride (GPT-2's vocabulary of 50257 words) runs 5 to 7 times slower, so it runs on
-  // copies with padded strides in the scratch (the shapes stay; only the strides change); the
-  // copies cost a fraction of what they save.
-  struct Padded {
+  // copies padded to dims that are multiples of 16 bytes (as torch.compile pads shapes): the padded
+  // part of the contraction dim is zero, the padded rows and columns of the result are dropped.
+  const int64_t eb = dtSize(t), unit = 16 / eb;
+  const auto up = [unit](int64_t x) { return (x + unit - 1) / unit * unit; };
+  const bool misaligned = (d.K * eb) % 16 != 0 || (d.N * eb) % 16 != 0 || (d.transA && (d.M * eb) % 16 != 0);
+  const bool padded = misaligned && d.batch == 1 && !d.bias && d.beta == 0.0f &&
+                      static_cast<double>(d.M) * static_cast<double>(d.N) * static_cast<double>(d.K) >= kPaddedGemmWork;
+  struct Staged {
     const Value* v;
-    char role;  // 'A', 'B', 'D'
-    int64_t rows, cols, ld;
-    size_t offset;
+    int64_t rows, cols, prows, pcols;
+    bool zeroRows, zeroCols;  // the padded rows / columns are the contraction's: zeros
+    size_t offset = 0;
   };
-  std::vector<Padded> padded;  // A, B, D in that order, those that need it
+  std::vector<Staged> staged;  // A, B, then D
   size_t scratchBytes = kGemmWorkspace;
-  const int64_t eb = dtSize(t);
-  const bool big = static_cast<double>(d.M) * static_cast<double>(d.N) * static_cast<double>(d.K) >= kPaddedGemmWork;
-  auto pad = [&](const Value* v, char role, int64_t rows, int64_t cols, bool allowed) -> int64_t {
-    if (!big || !allowed || d.batch != 1 || (cols * eb) % 16 == 0) return 0;
-    const int64_t ld = (cols * eb + 15) / 16 * 16 / eb;
-    padded.push_back({v, role, rows, cols, ld, scratchBytes});
-    scratchBytes += alignUp(static_cast<size_t>(rows * ld * eb));
-    return ld;
-  };
-  d.lda = pad(a, 'A', d.transA ? d.K : d.M, d.transA ? d.M : d.K, true);
-  d.ldb = pad(b, 'B', d.transB ? d.N : d.K, d.transB ? d.K : d.N, true);
-  d.ldd = pad(y, 'D', d.M, d.N, d.beta == 0.0f);  // (with beta, D holds C before the GEMM)
-  auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), d, kGemmWorkspace);
+  GemmDesc pd = d;
+  if (padded) {
+    pd.M = up(d.M), pd.N = up(d.N), pd.K = up(d.K);
+    const bool zk = pd.K != d.K;
+    staged.push_back(d.transA ? Staged{a, d.K, d.M, pd.K, pd.M, zk, false} : Staged{a, d.M, d.K, pd.M, pd.K, false, zk});
+    staged.push_back(d.transB ? Staged{b, d.N, d.K, pd.N, pd.K, false, zk} : Staged{b, d.K, d.N, pd.K, pd.N, zk, false});
+    staged.push_back(Staged{y, d.M, d.N, pd.M, pd.N, false, false});
+    for (Staged& q : staged) {
+      q.offset = (q.rows == q.prows && q.cols == q.pcols) ? 0 : scratchBytes;  // 0: used in place
+      if (q.offset) scratchBytes += alignUp(static_cast<size_t>(q.prows * q.pcols * eb));
+    }
+  }
+  auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), pd, kGemmWorkspace);
   p.keep_.push_back(g);
   const Scratch ws = scratch(scratchBytes);
-  auto copyArgs = [&](const Padded& q, bool in) {
-    CopyArgs c;
-    c.rank = 2;
-    c.n = q.rows * q.cols;
-    c.shape[0] = q.rows;
-    c.shape[1] = q.cols;
-    c.srcStride[0] = in ? q.cols : q.ld;
-    c.dstStride[0] = in ? q.ld : q.cols;
-    c.srcStride[1] = c.dstStride[1] = 1;
-    c.elemBytes = static_cast<int>(eb);
-    return c;
-  };
+  void* const* base = ws.base;
   const void *A = P(a), *B = P(b);
   void* D = P(y);
-  size_t offA = 0, offB = 0, offD = 0;
-  for (const Padded& q : padded) {
-    void* const* base = ws.base;
-    (q.role == 'A' ? offA : q.role == 'B' ? offB : offD) = q.offset;
-    if (q.role == 'D') continue;
+  for (size_t i = 0; i + 1 < staged.size(); ++i) {
+    const Staged q = staged[i];
+    if (!q.offset) continue;
     const void* src = P(q.v);
-    const CopyArgs c = copyArgs(q, true);
-    const size_t off = q.offset;
-    add([base, src, c, off](cudaStream_t st) { return stridedCopy(src, static_cast<char*>(*base) + off, c, st); });
+    add([base, src, q, eb](cudaStream_t st) {
+      char* dst = static_cast<char*>(*base) + q.offset;
+      const size_t w = static_cast<size_t>(q.cols * eb), pitch = static_cast<size_t>(q.pcols * eb);
+      cudaError_t e = cudaMemcpy2DAsync(dst, pitch, src, w, w, static_cast<size_t>(q.rows), cudaMemcpyDeviceToDevice, st);
+      if (e == cudaSuccess && q.zeroCols) e = cudaMemset2DAsync(dst + w, pitch, 0, pitch - w, static_cast<size_t>(q.rows), st);
+      if (e == cudaSuccess && q.zeroRows) e = cudaMemsetAsync(dst + q.rows * pitch, 0, (q.prows - q.rows) * pitch, st);
+      return e;
+    });
   }
+  const size_t offA = padded ? staged[0].offset : 0, offB = padded ? staged[1].offset : 0, offD = padded ? staged[2].offset : 0;
   add([g, A, B, bias, D, ws, offA, offB, offD](cudaStream_t st) {
     char* s = static_cast<char*>(*ws.base);
     return g->run(offA ? s + offA : A, offB ? s + offB : B, bias, offD ? s + offD : D, ws.f(), st) == CUBLAS_STATUS_SUCCESS
@@ -466,9 +464,11 @@ void Program::Lowering::gemm(bool isMatMul) {
                : cudaErrorUnknown;
   });
   if (offD) {
-    const CopyArgs c = copyArgs(padded.back(), false);
-    void* const* base = ws.base;
-    add([base, offD, D, c](cudaStream_t st) { return stridedCopy(static_cast<char*>(*base) + offD, D, c, st); });
+    const Staged q = staged[2];
+    add([base, D, q, eb](cudaStream_t st) {
+      const size_t w = static_cast<size_t>(q.cols * eb), pitch = static_cast<size_t>(q.pcols * eb);
+      return cudaMemcpy2DAsync(D, w, static_cast<char*>(*base) + q.offset, pitch, w, static_cast<size_t>(q.rows), cudaMemcpyDeviceToDevice, st);
+    });
   }
 }
 
