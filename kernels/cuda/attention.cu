@@ -1,19 +1,21 @@
 // Fused attention (ampc.Attention / ampc.AttentionGrad): O = Dropout(Softmax(scale * Q KT + mask)) V
 // without writing the [.., Tq, Tk] scores. The CPU reference is kernels/cpu/k_attention.cpp.
 //
-// Tiles of 64 queries x 64 keys, head dims up to 64 (zero-padded), four warps per block. The
-// products run on tensor cores (WMMA 16x16x16, f16/bf16 in, f32 accumulate) for f16/bf16 and as
-// f32 loops for f32. Scores and softmax are f32; the probabilities (and in the backward the score
-// gradients) are rounded to the storage type before their products, as the reference does.
+// Tiles of 64 queries x 64 keys, head dims up to 64 (zero-padded), four warps per block. f16/bf16
+// with head dims and Tk multiples of 8 run the mma.sync kernels further down (one-pass forward,
+// scores in registers). Otherwise the products run on tensor cores through WMMA 16x16x16 (f16/bf16
+// in, f32 accumulate) with the tiles in shared memory, or as f32 loops for f32, as follows.
+// Scores and softmax are f32; the probabilities (and in the backward the score gradients) are
+// rounded to the storage type before their products, as the reference does.
 //   forward (one block per query tile): pass 1 computes each row's log-sum-exp over the key tiles;
 //     pass 2 recomputes the scores, P = exp(s - lse) (dropped), and accumulates P V. No running
 //     rescale: O stays in the accumulators.
 //   backward (one block per key tile): for each query tile, S and dP = dO V^T, then
 //     dS = P (dP - rowsum(dO O)) scale; dV += P^T dO and dK += dS^T Q in the accumulators,
 //     dQ += dS K into an f32 buffer with atomics, converted at the end.
-// Key tiles where every mask entry is <= -1e30 are skipped (their probabilities are exactly 0 in
-// f32), unless some row of the query tile has no key above -1e30 (then nothing is skipped, so such
-// rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
+// Both: key tiles where every mask entry is <= -1e30 are skipped (their probabilities are exactly
+// 0 in f32), unless some row of the query tile has no key above -1e30 (then nothing is skipped, so
+// such rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
 // scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's.
 #include <mma.h>
 
@@ -153,27 +155,31 @@ __device__ __forceinline__ bool skipTile(const uint8_t* flags, const AttentionAr
   if (!flags) return false;
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const int64_t mb = a.maskStride ? n : 0;
-  return flags[(mb * nq + qt) * nk + kt] != 0;
+  return flags[(mb * nq + qt) * nk + kt] == 1;
 }
 
 // flags[mb][qt][kt] = 1 where key tile kt is dead (every mask entry <= kDead) for query tile qt and
-// every row of qt has a live key. Grid (query tiles, mask batches); dynamic smem: one int per key tile.
+// every row of qt has a live key; else 2 where every mask entry of the tile is 0 (the kernels need
+// not read it), else 0. Grid (query tiles, mask batches); dynamic smem: two ints per key tile.
 __global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
   extern __shared__ int dead[];
   __shared__ int alive[kTile];
   const int qt = blockIdx.x, nk = static_cast<int>((a.Tk + kTile - 1) / kTile), nq = gridDim.x;
+  int* nonzero = dead + nk;
   const int64_t mb = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
   const int rows = static_cast<int>(a.Tq - i0 < kTile ? a.Tq - i0 : kTile);
-  for (int k = threadIdx.x; k < nk; k += blockDim.x) dead[k] = 1;
+  for (int k = threadIdx.x; k < nk; k += blockDim.x) dead[k] = 1, nonzero[k] = 0;
   for (int r = threadIdx.x; r < kTile; r += blockDim.x) alive[r] = r < rows ? 0 : 1;
   __syncthreads();
   for (int64_t e = threadIdx.x; e < rows * a.Tk; e += blockDim.x) {
     const int r = static_cast<int>(e / a.Tk);
     const int64_t j = e % a.Tk;
-    if (loadF(a.mask, a.maskType, mb * a.maskStride + (i0 + r) * a.Tk + j) > kDead) {
+    const float v = loadF(a.mask, a.maskType, mb * a.maskStride + (i0 + r) * a.Tk + j);
+    if (v > kDead) {
       dead[j / kTile] = 0;
       alive[r] = 1;
     }
+    if (v != 0.0f) nonzero[j / kTile] = 1;
   }
   __syncthreads();
   __shared__ int allAlive;
@@ -183,7 +189,8 @@ __global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
     allAlive = all;
   }
   __syncthreads();
-  for (int k = threadIdx.x; k < nk; k += blockDim.x) flags[(mb * nq + qt) * nk + k] = static_cast<uint8_t>(dead[k] && allAlive);
+  for (int k = threadIdx.x; k < nk; k += blockDim.x)
+    flags[(mb * nq + qt) * nk + k] = static_cast<uint8_t>(dead[k] && allAlive ? 1 : nonzero[k] ? 0 : 2);
 }
 
 template <typename T>
@@ -394,6 +401,430 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
   }
 }
 
+// ---- f16/bf16 fast path: mma.sync m16n8k16 with the scores and softmax in registers ---------
+// For head dims <= 64 that are multiples of 8 and Tk a multiple of 8 (16-byte rows, so tiles load
+// with cp.async; a dropout group of 4 keys never straddles two rows). A warp owns 16 rows of a
+// 64 x 64 tile; fragments come from shared memory through ldmatrix (rows of kP elements: 144
+// bytes, no bank conflicts). The forward is one pass with the running max (flash attention 2): O
+// and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
+// rounded to the storage type before P V. The backward is one block per key tile: S^T = K Q^T
+// and dP^T = V dO^T per warp of 16 keys, dV += P^T dO and dK += dS^T Q in registers, and
+// dQ += dS K through shared memory and f32 atomics.
+constexpr int kP = 72;
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t smemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// Four 8x8 matrices; lane L gives the address of row L % 8 of matrix L / 8.
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smemAddr(p)));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smemAddr(p)));
+}
+// Fragment addresses for this lane (s: a tile in smem with pitch kP, row-major as stored).
+//   A (16 x 16 at m0, k0) stored [m][k]:   ldsm4(aRowMajor)   -> a0..a3
+//   A stored [k][m]:                       ldsm4t(aColMajor)  -> a0..a3
+//   B, two n-tiles (16 k x 16 n at k0, n0) stored [n][k]: ldsm4(bNK)  -> b0,b1 of n0, b0,b1 of n0 + 8
+//   B stored [k][n]:                       ldsm4t(bKN)        -> the same
+template <typename T>
+__device__ __forceinline__ const T* aRowMajor(const T* s, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  return s + (m0 + (l & 15)) * kP + k0 + (l >> 4) * 8;
+}
+template <typename T>
+__device__ __forceinline__ const T* aColMajor(const T* s, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  return s + (k0 + (l >> 4) * 8 + (l & 7)) * kP + m0 + ((l >> 3) & 1) * 8;
+}
+template <typename T>
+__device__ __forceinline__ const T* bNK(const T* s, int k0, int n0) {
+  const int l = threadIdx.x & 31;
+  return s + (n0 + (l >> 4) * 8 + (l & 7)) * kP + k0 + ((l >> 3) & 1) * 8;
+}
+template <typename T>
+__device__ __forceinline__ const T* bKN(const T* s, int k0, int n0) {
+  const int l = threadIdx.x & 31;
+  return s + (k0 + ((l >> 3) & 1) * 8 + (l & 7)) * kP + n0 + (l >> 4) * 8;
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+// The A fragment of k-step kk from a 16 x 64 f32 accumulator in C layout (n-tiles 2kk, 2kk + 1).
+template <typename T>
+__device__ __forceinline__ void cToA(uint32_t (&a)[4], const float (&c)[8][4], int kk) {
+  a[0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+__device__ __forceinline__ void cpAsync16(void* s, const void* g) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smemAddr(s)), "l"(g));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// rows x cols (cols a multiple of 8) of a global matrix with pitch ld into a 64 x 64 smem tile,
+// zeros outside.
+template <typename T>
+__device__ void loadTileAsync(T* s, const T* g, int64_t ld, int64_t rows, int64_t cols) {
+  for (int c = threadIdx.x; c < kTile * 8; c += kThreads) {
+    const int r = c >> 3, k = (c & 7) * 8;
+    T* dst = s + r * kP + k;
+    if (r < rows && k < cols) cpAsync16(dst, g + r * ld + k);
+    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Tile flags: 1 dead (skipped), 2 no mask entry other than 0 (the mask is not read), 0 read it.
+__device__ __forceinline__ uint8_t tileFlag(const uint8_t* flags, const AttentionArgs& a, int64_t n, int qt, int kt) {
+  if (!a.mask) return 2;
+  const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  return flags[((a.maskStride ? n : 0) * nq + qt) * nk + kt];
+}
+
+// The dropout factor of score (i, j): the uniform at flat index e of the Dropout op's stream.
+__device__ __forceinline__ float dropFactor(const AttentionArgs& a, uint64_t step, uint64_t e) {
+  float u[4];
+  dropoutUniform4(a.seed, step, a.key, e >> 2, u);
+  const int k = static_cast<int>(e & 3);
+  const float x = k == 0 ? u[0] : k == 1 ? u[1] : k == 2 ? u[2] : u[3];
+  return x >= a.ratio ? 1.0f / (1.0f - a.ratio) : 0.0f;
+}
+
+template <typename T>
+size_t fwdSmemMma() { return 5 * kTile * kP * sizeof(T); }
+template <typename T>
+size_t bwdSmemMma() { return 7 * kTile * kP * sizeof(T) + 4 * kTile * sizeof(float); }
+
+// Grid (query tiles, N).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+                                                            const uint8_t* flags, AttentionArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);  // [i][d]
+  T* Ks = Qs + kTile * kP;              // 2 x [d][j]
+  T* Vs = Ks + 2 * kTile * kP;          // 2 x [j][d]
+  const int qt = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t n = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
+  const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  const uint64_t step = a.step ? *a.step : 0;
+  auto live = [&](int kt) {
+    while (kt < nk && tileFlag(flags, a, n, qt, kt) == 1) ++kt;
+    return kt;
+  };
+  auto loadKV = [&](int kt, int buf) {
+    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    loadTileAsync(Ks + buf * kTile * kP, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
+    loadTileAsync(Vs + buf * kTile * kP, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
+  };
+  loadTileAsync(Qs, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
+  cpAsyncCommit();
+  int kt = live(0);
+  if (kt < nk) loadKV(kt, 0);
+  cpAsyncCommit();
+  cpAsyncWait<1>();
+  __syncthreads();
+  uint32_t qf[4][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) ldsm4(qf[ks], aRowMajor(Qs, warp * 16, ks * 16));
+  float o[8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int64_t rowI[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  for (int buf = 0; kt < nk; buf ^= 1) {
+    const int next = live(kt + 1);
+    if (next < nk) loadKV(next, buf ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+    const T* Kb = Ks + buf * kTile * kP;
+    const T* Vb = Vs + buf * kTile * kP;
+    float s[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldsm4t(b, bKN(Kb, ks * 16, np * 16));
+        mma16816<T>(s[2 * np], qf[ks], b[0], b[1]);
+        mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
+      }
+    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    const bool readMask = tileFlag(flags, a, n, qt, kt) == 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = rowI[r];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t j = j0 + nt * 8 + 2 * tq + c;
+          float v = -INFINITY;
+          if (i < a.Tq && j < a.Tk) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j) : 0.0f);
+          s[nt][2 * r + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m[r], mx), base = mn == -INFINITY ? 0.0f : mn;
+      const float alpha = __expf(m[r] - base);  // 0 while the row had no score
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float p = __expf(s[nt][2 * r + c] - base);
+          sum += p;
+          s[nt][2 * r + c] = p;
+        }
+      l[r] = l[r] * alpha + sum;
+      m[r] = mn;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
+    }
+    if (a.ratio > 0.0f) {
+      // Keys 4q .. 4q + 3 of a row are one Philox draw; lanes tq and tq ^ 1 share it. The even lane
+      // draws row g's, the odd lane row g + 8's, and they trade halves.
+      const int odd = tq & 1;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int64_t i = odd ? rowI[1] : rowI[0], jq = j0 + nt * 8 + (tq >> 1) * 4;
+        float u[4];
+        dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + i) * a.Tk + jq) >> 2, u);
+        const float give0 = odd ? u[0] : u[2], give1 = odd ? u[1] : u[3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        const float row0[2] = {odd ? got0 : u[0], odd ? got1 : u[1]};  // row g, keys 2 tq, 2 tq + 1
+        const float row8[2] = {odd ? u[2] : got0, odd ? u[3] : got1};  // row g + 8
+        const float sc = 1.0f / (1.0f - a.ratio);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          s[nt][c] *= row0[c] >= a.ratio ? sc : 0.0f;
+          s[nt][2 + c] *= row8[c] >= a.ratio ? sc : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t pa[4];
+      cToA<T>(pa, s, kk);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldsm4t(b, bKN(Vb, kk * 16, np * 16));
+        mma16816<T>(o[2 * np], pa, b[0], b[1]);
+        mma16816<T>(o[2 * np + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this buffer is refilled next iteration
+    kt = next;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int64_t i = rowI[r];
+    if (i >= a.Tq) continue;
+    const float L = m[r] + logf(l[r]);
+    if (tq == 0) lse[n * a.Tq + i] = L;
+    // 1 / l, written as the backward (and the CPU reference) normalise, exp(s - lse): where lse
+    // absorbs log(l) (a row masked everywhere by -3.4e38) both then take every p as 1.
+    const float inv = expf(m[r] - L);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int d = nt * 8 + 2 * tq;
+      if (d < a.Dv)
+        *reinterpret_cast<uint32_t*>(O + (n * a.Tq + i) * a.Dv + d) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+    }
+  }
+}
+
+// Grid (key tiles, N).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
+                                                            const float* rowD, T* dKT, T* dV, float* dQacc, const uint8_t* flags,
+                                                            AttentionArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Ks = reinterpret_cast<T*>(smem);  // [d][j]
+  T* Vs = Ks + kTile * kP;              // [j][d]
+  T* Qs = Vs + kTile * kP;              // 2 x [i][d]
+  T* dOs = Qs + 2 * kTile * kP;         // 2 x [i][d]
+  T* dSs = dOs + 2 * kTile * kP;        // [j][i]: dS^T, scale included
+  float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 2 x [i]
+  float* rowDs = rowL + 2 * kTile;                           // 2 x [i]
+  const int kt = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t n = blockIdx.y, j0 = static_cast<int64_t>(kt) * kTile;
+  const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile);
+  const uint64_t step = a.step ? *a.step : 0;
+  auto live = [&](int qt) {
+    while (qt < nq && tileFlag(flags, a, n, qt, kt) == 1) ++qt;
+    return qt;
+  };
+  auto loadQ = [&](int qt, int buf) {
+    const int64_t i0 = static_cast<int64_t>(qt) * kTile;
+    loadTileAsync(Qs + buf * kTile * kP, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
+    loadTileAsync(dOs + buf * kTile * kP, dO + (n * a.Tq + i0) * a.Dv, a.Dv, a.Tq - i0, a.Dv);
+    for (int r = threadIdx.x; r < kTile; r += kThreads) {
+      rowL[buf * kTile + r] = i0 + r < a.Tq ? lse[n * a.Tq + i0 + r] : 0.0f;
+      rowDs[buf * kTile + r] = i0 + r < a.Tq ? rowD[n * a.Tq + i0 + r] : 0.0f;
+    }
+  };
+  loadTileAsync(Ks, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
+  loadTileAsync(Vs, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
+  cpAsyncCommit();
+  int qt = live(0);
+  if (qt < nq) loadQ(qt, 0);
+  cpAsyncCommit();
+  cpAsyncWait<1>();
+  __syncthreads();
+  // This warp's 16 keys as A fragments: K (from KT [d][j]) and V.
+  uint32_t kf[4][4], vf[4][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
+    ldsm4(vf[ks], aRowMajor(Vs, warp * 16, ks * 16));
+  }
+  float dk[8][4] = {}, dv[8][4] = {};
+  const int64_t keyJ[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
+  for (int buf = 0; qt < nq; buf ^= 1) {
+    const int next = live(qt + 1);
+    if (next < nq) loadQ(next, buf ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+    const T* Qb = Qs + buf * kTile * kP;
+    const T* dOb = dOs + buf * kTile * kP;
+    const float* Lb = rowL + buf * kTile;
+    const float* Db = rowDs + buf * kTile;
+    const int64_t i0 = static_cast<int64_t>(qt) * kTile;
+    float s[8][4] = {}, dp[8][4] = {};  // S^T and dP^T: 16 keys x 64 queries
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldsm4(b, bNK(Qb, ks * 16, np * 16));
+        mma16816<T>(s[2 * np], kf[ks], b[0], b[1]);
+        mma16816<T>(s[2 * np + 1], kf[ks], b[2], b[3]);
+        ldsm4(b, bNK(dOb, ks * 16, np * 16));
+        mma16816<T>(dp[2 * np], vf[ks], b[0], b[1]);
+        mma16816<T>(dp[2 * np + 1], vf[ks], b[2], b[3]);
+      }
+    const bool readMask = tileFlag(flags, a, n, qt, kt) == 0;
+    // s -> P (dropped), dp -> dS (scale included), element (key g + 8 r, query nt * 8 + 2 tq + c).
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int qi = nt * 8 + 2 * tq + c;
+          const int64_t i = i0 + qi, j = keyJ[r];
+          float pd = 0.0f, ds = 0.0f;
+          if (i < a.Tq && j < a.Tk) {
+            const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j) : 0.0f) - Lb[qi]);
+            const float f = a.ratio > 0.0f ? dropFactor(a, step, static_cast<uint64_t>((n * a.Tq + i) * a.Tk + j)) : 1.0f;
+            pd = p * f;
+            ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
+          }
+          s[nt][2 * r + c] = pd;
+          dp[nt][2 * r + c] = ds;
+        }
+    // dV += P^T dO, dK += dS^T Q (k: the 64 queries); dS^T to smem for dQ.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t pa[4], sa[4];
+      cToA<T>(pa, s, kk);
+      cToA<T>(sa, dp, kk);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldsm4t(b, bKN(dOb, kk * 16, np * 16));
+        mma16816<T>(dv[2 * np], pa, b[0], b[1]);
+        mma16816<T>(dv[2 * np + 1], pa, b[2], b[3]);
+        ldsm4t(b, bKN(Qb, kk * 16, np * 16));
+        mma16816<T>(dk[2 * np], sa, b[0], b[1]);
+        mma16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int col = nt * 8 + 2 * tq;
+      *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g) * kP + col) = pack2<T>(dp[nt][0], dp[nt][1]);
+      *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8) * kP + col) = pack2<T>(dp[nt][2], dp[nt][3]);
+    }
+    __syncthreads();
+    // dQ (this warp's 16 queries x 64 d) = dS K: A = dS from dS^T [j][i], B = K from KT [d][j].
+    float dq[8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t sa[4];
+      ldsm4t(sa, aColMajor(dSs, warp * 16, kk * 16));
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldsm4(b, bNK(Ks, kk * 16, np * 16));
+        mma16816<T>(dq[2 * np], sa, b[0], b[1]);
+        mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = i0 + warp * 16 + g + 8 * r;
+      if (i >= a.Tq) continue;
+      float* dst = dQacc + (n * a.Tq + i) * a.D;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int d = nt * 8 + 2 * tq;
+        if (d < a.D) {
+          atomicAdd(dst + d, dq[nt][2 * r]);
+          atomicAdd(dst + d + 1, dq[nt][2 * r + 1]);
+        }
+      }
+    }
+    __syncthreads();  // dSs and this buffer are rewritten next iteration
+    qt = next;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = keyJ[r];
+    if (j >= a.Tk) continue;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int d = nt * 8 + 2 * tq;
+      if (d < a.Dv) *reinterpret_cast<uint32_t*>(dV + (n * a.Tk + j) * a.Dv + d) = pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
+      if (d < a.D) {
+        dKT[(n * a.D + d) * a.Tk + j] = fromF<T>(dk[nt][2 * r]);
+        dKT[(n * a.D + d + 1) * a.Tk + j] = fromF<T>(dk[nt][2 * r + 1]);
+      }
+    }
+  }
+}
+
+bool mmaPath(const AttentionArgs& a) {
+  return a.t != DT::f32 && a.D % 8 == 0 && a.Dv % 8 == 0 && a.Tk % 8 == 0;
+}
+
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 size_t flagBytes(const AttentionArgs& a) {
@@ -403,7 +834,7 @@ size_t flagBytes(const AttentionArgs& a) {
 cudaError_t maskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st) {
   if (!a.mask) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.maskStride ? a.N : 1));
-  maskTilesKernel<<<grid, 256, sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
+  maskTilesKernel<<<grid, 256, 2 * sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
   return cudaGetLastError();
 }
 
@@ -415,6 +846,16 @@ cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, floa
   uint8_t* flags = a.mask ? static_cast<uint8_t*>(scratch) : nullptr;
   if (cudaError_t e = maskTiles(a, flags, st); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.N));
+  if constexpr (!std::is_same_v<T, float>) {
+    if (mmaPath(a)) {
+      static const cudaError_t mattr =
+          cudaFuncSetAttribute(attnFwdMmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fwdSmemMma<T>()));
+      if (mattr != cudaSuccess) return mattr;
+      attnFwdMmaKernel<T><<<grid, kThreads, fwdSmemMma<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT),
+                                                                  static_cast<const T*>(V), static_cast<T*>(O), lse, flags, a);
+      return cudaGetLastError();
+    }
+  }
   attnFwdKernel<T><<<grid, kThreads, fwdSmem<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V),
                                                         static_cast<T*>(O), lse, flags, a);
   return cudaGetLastError();
@@ -437,7 +878,20 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   const int64_t rows = a.N * a.Tq;
   rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, rows, a.Dv);
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tk, kTile)), static_cast<unsigned>(a.N));
-  attnBwdKernel<T><<<grid, kThreads, bwdSmem<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT),
+  bool mma = false;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (mmaPath(a)) {
+      static const cudaError_t mattr =
+          cudaFuncSetAttribute(attnBwdMmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bwdSmemMma<T>()));
+      if (mattr != cudaSuccess) return mattr;
+      attnBwdMmaKernel<T><<<grid, kThreads, bwdSmemMma<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q),
+                                                                  static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
+                                                                  static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, flags, a);
+      mma = true;
+    }
+  }
+  if (!mma)
+    attnBwdKernel<T><<<grid, kThreads, bwdSmem<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                         static_cast<const T*>(V), lse, rowD, static_cast<T*>(dKT), static_cast<T*>(dV),
                                                         dQacc, flags, a);
   fromF32Kernel<T><<<gridFor(nq), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), nq);

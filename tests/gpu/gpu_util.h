@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -58,7 +60,8 @@ inline double relL2(const Tensor& got, const Tensor& want, bool& nanMismatch) {
 inline double tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::f16 ? 1e-3 : 2e-5; }
 
 // Runs g's outputs on the CPU and on the GPU (outputs poisoned with NaN bytes first) with the same
-// inputs and compares them. Integer/bool outputs must be equal.
+// inputs and compares them. Integer/bool outputs must be equal. With AMPC_GPU_TEST_DETAIL set, a
+// float output over its bound also prints its first elements that differ by more than 5%.
 inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& inputs, const std::string& what, double tolScale = 1.0,
                             const ExecOptions& eo = {}) {
   auto cpu = createCpuBackend();
@@ -83,6 +86,14 @@ inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& input
       const double err = relL2(got, want[i], nan);
       EXPECT_FALSE(nan) << what << ": output '" << v->name() << "': NaN/Inf where the CPU has none (or the reverse)";
       EXPECT_LE(err, tolerance(v->type().dtype) * tolScale) << what << ": output '" << v->name() << "' (" << v->type().str() << ")";
+      if (std::getenv("AMPC_GPU_TEST_DETAIL") && err > tolerance(v->type().dtype) * tolScale) {
+        int shown = 0;
+        for (int64_t k = 0; k < want[i].numel() && shown < 12; ++k)
+          if (std::fabs(got.getDouble(k) - want[i].getDouble(k)) > 0.05 * (std::fabs(want[i].getDouble(k)) + 0.05)) {
+            std::printf("  [%lld] got %g want %g\n", static_cast<long long>(k), got.getDouble(k), want[i].getDouble(k));
+            ++shown;
+          }
+      }
     } else {
       int64_t diff = 0;
       for (int64_t k = 0; k < want[i].numel(); ++k) diff += got.getInt(k) != want[i].getInt(k);

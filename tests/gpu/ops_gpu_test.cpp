@@ -241,8 +241,9 @@ TEST(GpuDropout, MasksAreBitIdenticalToTheCpu) {
 }
 
 // Fused attention (kernels/cuda/attention.cu) forward and backward against the CPU reference: odd
-// tile edges, head dims below 64, a mask per batch-head, a shared causal mask (key tiles skipped)
-// with one row masked everywhere (no skipping in its query tile), no mask, dropout on and off.
+// tile edges, head dims below 64, a mask per batch-head, a shared causal mask (key tiles skipped,
+// tiles of zeros not read) with one row masked everywhere (no skipping in its query tile), no
+// mask, dropout on and off; both the WMMA kernels and the mma.sync ones.
 struct AttnCase {
   std::string name;
   std::vector<int64_t> lead;
@@ -261,6 +262,14 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"random_mask_odd_tiles", {2, 3}, 100, 130, 40, 24, "random", 0.2},
       {"causal_gpt_like", {2, 2}, 192, 192, 64, 64, "causal", 0.1},
       {"no_mask_no_dropout", {3}, 70, 33, 32, 16, "", 0.0},
+      // f16/bf16 with head dims and Tk multiples of 8 take the mma.sync kernels: odd query tiles,
+      // partial key tiles, head dims below 64, each mask form, dropout on and off.
+      {"mma_random_mask", {2, 3}, 100, 136, 40, 24, "random", 0.2},
+      {"mma_causal_long", {1, 3}, 320, 320, 64, 64, "causal", 0.0},
+      {"mma_no_mask", {3}, 70, 48, 32, 16, "", 0.1},
+      {"mma_causal_d16", {1, 1}, 128, 128, 16, 16, "causal", 0.0},
+      {"mma_zero_mask", {2, 1}, 128, 136, 16, 16, "zeros", 0.1},  // every tile flagged "mask not read"
+      {"mma_random_mask_d64", {1, 2}, 128, 128, 64, 64, "random", 0.0},
   };
   for (const auto& c : cases)
     for (const char* t : {"f32", "f16", "bf16"}) {
@@ -273,7 +282,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       };
       std::vector<int64_t> lse = c.lead;
       lse.push_back(c.tq);
-      const std::string maskShape = c.mask == "causal" ? dims({1, 1, c.tq, c.tk}) : sh(c.tq, c.tk);
+      const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk}) : sh(c.tq, c.tk);
       const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654}";
       const std::string m = c.mask.empty() ? "" : ", %m";
       std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n";
@@ -295,7 +304,8 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
         const float neg = -3.4028234663852886e38f;
         for (int64_t e = 0; e < mk.numel(); ++e) {
           const int64_t j = e % c.tk, i = (e / c.tk) % c.tq;
-          if (c.mask == "causal") mk.setDouble(e, j > i || i == 77 ? neg : 0.0);  // row 77: masked everywhere
+          if (c.mask == "zeros") mk.setDouble(e, 0.0);
+          else if (c.mask == "causal") mk.setDouble(e, j > i || i == 77 ? neg : 0.0);  // row 77: masked everywhere
           else if (mk.getDouble(e) < -0.5) mk.setDouble(e, neg);                  // ~30% masked, the rest N(0,1)
         }
         in.emplace("m", std::move(mk));
