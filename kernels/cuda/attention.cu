@@ -503,15 +503,6 @@ __device__ __forceinline__ uint8_t tileFlag(const uint8_t* flags, const Attentio
   return flags[((a.maskStride ? n : 0) * nq + qt) * nk + kt];
 }
 
-// The dropout factor of score (i, j): the uniform at flat index e of the Dropout op's stream.
-__device__ __forceinline__ float dropFactor(const AttentionArgs& a, uint64_t step, uint64_t e) {
-  float u[4];
-  dropoutUniform4(a.seed, step, a.key, e >> 2, u);
-  const int k = static_cast<int>(e & 3);
-  const float x = k == 0 ? u[0] : k == 1 ? u[1] : k == 2 ? u[2] : u[3];
-  return x >= a.ratio ? 1.0f / (1.0f - a.ratio) : 0.0f;
-}
-
 template <typename T>
 size_t fwdSmemMma() { return 5 * kTile * kP * sizeof(T); }
 template <typename T>
@@ -732,23 +723,46 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       }
     const bool readMask = tileFlag(flags, a, n, qt, kt) == 0;
     // s -> P (dropped), dp -> dS (scale included), element (key g + 8 r, query nt * 8 + 2 tq + c).
+    // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
+    // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
+    // broadcasts them, so a lane makes 8 draws per tile instead of 32.
+    auto element = [&](int nt, int r, int c, float f) {
+      const int qi = nt * 8 + 2 * tq + c;
+      const int64_t i = i0 + qi, j = keyJ[r];
+      float pd = 0.0f, ds = 0.0f;
+      if (i < a.Tq && j < a.Tk) {
+        const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j) : 0.0f) - Lb[qi]);
+        pd = p * f;
+        ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
+      }
+      s[nt][2 * r + c] = pd;
+      dp[nt][2 * r + c] = ds;
+    };
+    const bool dropout = a.ratio > 0.0f;
+    const float keep = dropout ? 1.0f / (1.0f - a.ratio) : 1.0f;
+    const int x = g & 3;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int qi = nt * 8 + 2 * tq + c;
-          const int64_t i = i0 + qi, j = keyJ[r];
-          float pd = 0.0f, ds = 0.0f;
-          if (i < a.Tq && j < a.Tk) {
-            const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j) : 0.0f) - Lb[qi]);
-            const float f = a.ratio > 0.0f ? dropFactor(a, step, static_cast<uint64_t>((n * a.Tq + i) * a.Tk + j)) : 1.0f;
-            pd = p * f;
-            ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
+          float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          if (dropout) {
+            const int64_t iq = i0 + (4 * h + x) * 8 + 2 * tq + c, key4 = j0 + warp * 16 + 8 * r + (g & ~3);
+            dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key4) >> 2, u);
           }
-          s[nt][2 * r + c] = pd;
-          dp[nt][2 * r + c] = ds;
+#pragma unroll
+          for (int y = 0; y < 4; ++y) {
+            float f = 1.0f;
+            if (dropout) {
+              const int src = (lane & ~12) | (y << 2);
+              const float v0 = __shfl_sync(0xffffffffu, u[0], src), v1 = __shfl_sync(0xffffffffu, u[1], src);
+              const float v2 = __shfl_sync(0xffffffffu, u[2], src), v3 = __shfl_sync(0xffffffffu, u[3], src);
+              f = (x == 0 ? v0 : x == 1 ? v1 : x == 2 ? v2 : v3) >= a.ratio ? keep : 0.0f;
+            }
+            element(4 * h + y, r, c, f);
+          }
         }
     // dV += P^T dO, dK += dS^T Q (k: the 64 queries); dS^T to smem for dQ.
 #pragma unroll
@@ -796,10 +810,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int d = nt * 8 + 2 * tq;
-        if (d < a.D) {
-          atomicAdd(dst + d, dq[nt][2 * r]);
-          atomicAdd(dst + d + 1, dq[nt][2 * r + 1]);
-        }
+        if (d < a.D) atomicAdd(reinterpret_cast<float2*>(dst + d), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
       }
     }
     __syncthreads();  // dSs and this buffer are rewritten next iteration

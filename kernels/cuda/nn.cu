@@ -39,14 +39,14 @@ __device__ __forceinline__ void rowStats(const void* x, DT t, int64_t base, int6
   }
   inv = 1.0f / sqrtf(blockSum(q) / static_cast<float>(D) + eps);
 }
-__global__ void layerNormKernel(const void* x, const void* scale, const void* bias, void* y, DT t, DT pt, int64_t D, float eps,
+__global__ void layerNormKernel(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT pt, int64_t D, float eps,
                                 float* meanOut, float* invOut) {
   const int64_t row = blockIdx.x, base = row * D;
   float m, inv;
   rowStats(x, t, base, D, eps, m, inv);
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float b = bias ? loadF(bias, pt, k) : 0.0f;
-    storeF(y, t, base + k, (loadF(x, t, base + k) - m) * inv * loadF(scale, pt, k) + b);
+    storeF(y, yT, base + k, (loadF(x, t, base + k) - m) * inv * loadF(scale, pt, k) + b);
   }
   if (threadIdx.x == 0) {
     if (meanOut) meanOut[row] = m;
@@ -54,13 +54,14 @@ __global__ void layerNormKernel(const void* x, const void* scale, const void* bi
   }
 }
 // dx per row; the row's mean and 1/std go to ws for the column pass.
-__global__ void layerNormGradRows(const void* dy, const void* x, const void* scale, DT t, DT st, void* dx, int64_t D, float eps, float* ws) {
+__global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT st, void* dx, int64_t D, float eps,
+                                  float* ws) {
   const int64_t row = blockIdx.x, base = row * D;
   float m, inv;
   rowStats(x, t, base, D, eps, m, inv);
   float a = 0, b = 0;
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
-    const float g = loadF(dy, t, base + k) * loadF(scale, st, k);
+    const float g = loadF(dy, dyT, base + k) * loadF(scale, st, k);
     a += g;
     b += g * (loadF(x, t, base + k) - m) * inv;
   }
@@ -68,7 +69,7 @@ __global__ void layerNormGradRows(const void* dy, const void* x, const void* sca
   b = blockSum(b) / static_cast<float>(D);
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float xhat = (loadF(x, t, base + k) - m) * inv;
-    storeF(dx, t, base + k, inv * (loadF(dy, t, base + k) * loadF(scale, st, k) - a - xhat * b));
+    storeF(dx, t, base + k, inv * (loadF(dy, dyT, base + k) * loadF(scale, st, k) - a - xhat * b));
   }
   if (threadIdx.x == 0) {
     ws[2 * row] = m;
@@ -77,13 +78,14 @@ __global__ void layerNormGradRows(const void* dy, const void* x, const void* sca
 }
 // dscale, dbias partial sums: a block covers 32 columns and one slice of the rows (8 rows at a time,
 // coalesced along the columns); the partials go to f32 accumulators acc[D] (dscale), acc[D + k].
-__global__ void layerNormGradCols(const void* dy, const void* x, DT t, int64_t rows, int64_t D, const float* ws, float* acc, int64_t rowsPerBlock) {
+__global__ void layerNormGradCols(const void* dy, DT dyT, const void* x, DT t, int64_t rows, int64_t D, const float* ws, float* acc,
+                                  int64_t rowsPerBlock) {
   const int64_t k = blockIdx.x * 32 + threadIdx.x;
   const int64_t r0 = blockIdx.y * rowsPerBlock, r1 = min(rows, r0 + rowsPerBlock);
   float ds = 0, db = 0;
   if (k < D)
     for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-      const float g = loadF(dy, t, r * D + k);
+      const float g = loadF(dy, dyT, r * D + k);
       ds += g * (loadF(x, t, r * D + k) - ws[2 * r]) * ws[2 * r + 1];
       db += g;
     }
@@ -413,23 +415,23 @@ cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, i
   return cudaGetLastError();
 }
 
-cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT pt, int64_t rows, int64_t D, float eps,
+cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT pt, int64_t rows, int64_t D, float eps,
                       float* mean, float* invStd, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
-  layerNormKernel<<<blocksFor(rows), kRowBlock, 0, st>>>(x, scale, bias, y, t, pt, D, eps, mean, invStd);
+  layerNormKernel<<<blocksFor(rows), kRowBlock, 0, st>>>(x, scale, bias, y, t, yT, pt, D, eps, mean, invStd);
   return cudaGetLastError();
 }
 
-cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias, DT pT,
-                          int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
+cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
+                          DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
-  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, x, scale, t, scaleT, dx, D, eps, ws);
+  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, D, eps, ws);
   float* acc = ws + 2 * rows;
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * 2 * D, st); e != cudaSuccess) return e;
   const int64_t colBlocks = (D + 31) / 32;
   const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, (2048 + colBlocks - 1) / colBlocks));
   const int64_t perBlock = (rows + slices - 1) / slices;
-  layerNormGradCols<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(dy, x, t, rows, D, ws, acc, perBlock);
+  layerNormGradCols<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(dy, dyT, x, t, rows, D, ws, acc, perBlock);
   layerNormGradNarrow<<<gridFor(D), 256, 0, st>>>(acc, dscale, dbias, pT, D);
   return cudaGetLastError();
 }

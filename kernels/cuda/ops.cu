@@ -257,6 +257,37 @@ cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& args, cudaSt
   return cudaGetLastError();
 }
 
+namespace {
+template <typename E>
+__global__ void transpose2dKernel(const E* in, E* out, int64_t R, int64_t C) {
+  __shared__ E tile[32][33];
+  const int64_t b = blockIdx.z, r0 = static_cast<int64_t>(blockIdx.y) * 32, c0 = static_cast<int64_t>(blockIdx.x) * 32;
+  const E* src = in + b * R * C;
+  E* dst = out + b * R * C;
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < R && c < C) tile[k][threadIdx.x] = src[r * C + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < R && c < C) dst[c * R + r] = tile[threadIdx.x][k];
+  }
+}
+}  // namespace
+
+cudaError_t transpose2d(const void* src, void* dst, int64_t batch, int64_t R, int64_t C, int elemBytes, cudaStream_t st) {
+  if (batch * R * C == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32), static_cast<unsigned>(batch));
+  if (elemBytes == 2)
+    transpose2dKernel<uint16_t><<<grid, dim3(32, 8), 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), R, C);
+  else if (elemBytes == 4)
+    transpose2dKernel<uint32_t><<<grid, dim3(32, 8), 0, st>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), R, C);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
 cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
   fillKernel<<<gridFor(n), 256, 0, st>>>(dst, t, n, v);

@@ -65,6 +65,9 @@ struct CopyArgs {
   int elemBytes = 4;
 };
 cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& a, cudaStream_t st);
+// out[b, c, r] = in[b, r, c] for b < batch, r < R, c < C (elements of 2 or 4 bytes): a transpose
+// that moves the innermost dim, through 32 x 32 tiles in shared memory (both sides coalesced).
+cudaError_t transpose2d(const void* src, void* dst, int64_t batch, int64_t R, int64_t C, int elemBytes, cudaStream_t st);
 // Fills n elements of type t with v.
 cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st);
 
@@ -130,11 +133,13 @@ cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, con
 // ---- normalisation and losses (rows: [outer, axis, inner], a row is one (outer, inner) pair) --
 cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st);
 // LayerNorm over the last D elements of each of `rows` rows; scale/bias have D elements (bias may be
-// null); mean/invStd (f32, may be null) get one value per row.
-cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT st_, int64_t rows, int64_t D, float eps,
+// null); mean/invStd (f32, may be null) get one value per row. x is read as t, y written as yT (a
+// narrowing Cast after it folds into the write).
+cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT st_, int64_t rows, int64_t D, float eps,
                       float* mean, float* invStd, cudaStream_t st);
-// LayerNormGrad -> dx, dscale, dbias; `ws` is f32 scratch of 2 * (rows + D).
-cudaError_t layerNormGrad(const void* dy, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
+// LayerNormGrad -> dx, dscale, dbias; `ws` is f32 scratch of 2 * (rows + D). dy is read as dyT (a
+// widening Cast in front folds into the read), x and dx are t.
+cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
                           DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st);
 // BatchNormalization over [N, C, S]. Training: batch statistics, running stats updated into
 // runMeanOut/runVarOut (ONNX: momentum * running + (1 - momentum) * batch, population variance).

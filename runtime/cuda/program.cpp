@@ -288,11 +288,13 @@ struct Program::Lowering {
     return n.domain().empty() && kOps.count(n.op()) != 0;
   }
   static bool isLossGrad(const Node& n) { return n.domain() == "ampc" && n.op() == "SoftmaxCrossEntropyLossGrad"; }
+  static bool isLayerNorm(const Node& n) { return n.domain().empty() && n.op() == "LayerNormalization"; }
   // Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
-  // cross-entropy loss (without its log-prob result) and its gradient the scores.
+  // cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY.
   static bool readsWidened(const Node& user, size_t i) {
     if (foldsCasts(user)) return true;
     if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
+    if (user.domain() == "ampc" && user.op() == "LayerNormGrad") return i == 0;
     return isLossGrad(user) && i == 1;
   }
   static bool isCastBetween(const Node& c, bool widening) {
@@ -319,9 +321,10 @@ struct Program::Lowering {
     for (const Value* v : n.inputs()) all = all && (!v || (v->kind() == ValueKind::Const && v->constData()));
     return all;
   }
+  // Elementwise ops, the loss gradient and LayerNormalization (its result 0) write through it.
   static const Node* narrowedResult(const Graph& g, const Node& n) {
-    if (!(foldsCasts(n) && !allConstInputs(n)) && !isLossGrad(n)) return nullptr;
-    if (n.numResults() != 1 || n.result(0)->type().dtype != DType::f32) return nullptr;
+    if (!(foldsCasts(n) && !allConstInputs(n)) && !isLossGrad(n) && !isLayerNorm(n)) return nullptr;
+    if ((n.numResults() != 1 && !isLayerNorm(n)) || n.result(0)->type().dtype != DType::f32) return nullptr;
     const Value* r = n.result(0);
     if (r->uses().size() != 1 || g.isOutput(r)) return nullptr;
     const Node* d = r->uses()[0].user;
@@ -699,6 +702,29 @@ void Program::Lowering::lower() {
       std::vector<int64_t> perm = n.getInts("perm");
       if (perm.empty())
         for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+      // Output dims that are adjacent in the input too move as one; size-1 dims do not move. A
+      // transpose that is then [batch, R, C] -> [batch, C, R] runs tiled (transpose2d).
+      std::vector<std::vector<int64_t>> groups;  // output order; input dims of each group
+      for (int64_t d = 0; d < r; ++d) {
+        if (xs[perm[d]] == 1) continue;
+        if (!groups.empty() && groups.back().back() + 1 == perm[d]) groups.back().push_back(perm[d]);
+        else groups.push_back({perm[d]});
+      }
+      auto size = [&](const std::vector<int64_t>& grp) {
+        int64_t p = 1;
+        for (int64_t d : grp) p *= xs[d];
+        return p;
+      };
+      const int eb = dtSize(dt(in(0)));
+      const size_t gn = groups.size();
+      if ((eb == 2 || eb == 4) && gn >= 2 && gn <= 3 && groups[gn - 1].front() < groups[gn - 2].front() &&
+          (gn == 2 || groups[0].front() < groups[2].front())) {
+        const int64_t batch = gn == 3 ? size(groups[0]) : 1, R = size(groups[gn - 1]), C = size(groups[gn - 2]);
+        const void* src = P(in(0));
+        void* dst = P(out(0));
+        add([=](cudaStream_t st) { return transpose2d(src, dst, batch, R, C, eb, st); });
+        return;
+      }
       const auto st = stridesOf(xs), os = stridesOf(shape(out(0)));
       CopyArgs a;
       a.rank = static_cast<int>(r);
@@ -839,12 +865,14 @@ void Program::Lowering::lower() {
       if (n.numResults() > 1 && dt(out(1)) != DT::f32) fail("Mean must be f32");
       const void *X = P(in(0)), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
       if (B && dt(in(2)) != dt(in(1))) fail("scale and bias must share a type");
-      void* Y = P(out(0));
+      const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
+      const Value* y = narrow ? narrow->result(0) : out(0);
+      void* Y = P(y);
       float* mean = n.numResults() > 1 ? static_cast<float*>(P(out(1))) : nullptr;
       float* inv = n.numResults() > 2 ? static_cast<float*>(P(out(2))) : nullptr;
-      const DT t = dt(in(0)), pt = dt(in(1));
+      const DT t = dt(in(0)), yT = dt(y), pt = dt(in(1));
       const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, pt, rows, D, eps, mean, inv, st); });
+      add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, yT, pt, rows, D, eps, mean, inv, st); });
       return;
     }
     if (op == "BatchNormalization") {
@@ -1000,11 +1028,12 @@ void Program::Lowering::lower() {
       rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
       if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
       const Scratch ws = scratch(sizeof(float) * 2 * (rows + D));
-      const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2));
+      const Value* dy = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
+      const void *dY = P(dy), *X = P(in(1)), *S = P(in(2));
       void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
-      const DT t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
+      const DT dyT = dt(dy), t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
       const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNormGrad(dY, X, S, t, st_, dX, dS, dB, pt, rows, D, eps, ws.f(), st); });
+      add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dS, dB, pt, rows, D, eps, ws.f(), st); });
       return;
     }
     if (op == "SoftmaxCrossEntropyLossGrad") {

@@ -80,6 +80,11 @@ std::vector<Case> cases() {
   c.push_back({"Transpose", "input %x : $T[2,3,4,5]\n%y : $T[5,2,4,3] = Transpose(%x) {perm = [3, 0, 2, 1]}\noutput %y"});
   // Innermost dim contiguous on both sides: copied 16 bytes at a time.
   c.push_back({"Transpose_keep_last", "input %x : $T[2,5,3,16]\n%y : $T[2,3,5,16] = Transpose(%x) {perm = [0, 2, 1, 3]}\noutput %y"});
+  // Transposes that move the innermost dim run as tiled [batch, R, C] -> [batch, C, R]: K to K^T in
+  // attention, a plain 2-d one, one with unit dims between.
+  c.push_back({"Transpose_to_KT", "input %x : $T[2,37,3,16]\n%y : $T[2,3,16,37] = Transpose(%x) {perm = [0, 2, 3, 1]}\noutput %y"});
+  c.push_back({"Transpose_2d", "input %x : $T[70,33]\n%y : $T[33,70] = Transpose(%x) {perm = [1, 0]}\noutput %y"});
+  c.push_back({"Transpose_unit_dims", "input %x : $T[1,40,1,36]\n%y : $T[36,1,40,1] = Transpose(%x) {perm = [3, 0, 1, 2]}\noutput %y"});
   c.push_back({"Concat_rows", "input %a : $T[4,2,32]\ninput %b : $T[4,3,32]\n%y : $T[4,5,32] = Concat(%a, %b) {axis = 1}\noutput %y"});
   c.push_back({"Slice", "input %x : $T[10,12]\nconst %st : i64[2] = [1, -2]\nconst %en : i64[2] = [9, 0]\nconst %ax : i64[2] = [0, 1]\n"
                         "const %sp : i64[2] = [3, -4]\n%y : $T[3,3] = Slice(%x, %st, %en, %ax, %sp)\noutput %y"});
@@ -138,6 +143,13 @@ std::vector<Case> cases() {
                             "%y : $T[6,5,96], %m : f32[6,5,1], %r : f32[6,5,1] = LayerNormalization(%x, %s, %b) {axis = -1}\noutput %y\noutput %m\noutput %r"});
   c.push_back({"LayerNormGrad", "domain \"ampc\" 1\ninput %dy : $T[10,64]\ninput %x : $T[10,64]\ninput %s : $T[64]\n"
                                 "%dx : $T[10,64], %ds : $T[64], %db : $T[64] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\noutput %dx\noutput %ds\noutput %db"});
+  // As autocast leaves them in a transformer: an f32 LayerNorm whose result is cast down for a
+  // GEMM (written through), and its gradient from a low dY cast up (read through).
+  c.push_back({"LayerNorm_cast_folding", "domain \"ampc\" 1\ninput %x : f32[12,96]\ninput %s : f32[96]\ninput %b : f32[96]\ninput %dyl : $T[12,96]\n"
+                                         "%y : f32[12,96] = LayerNormalization(%x, %s, %b) {axis = -1}\n%yl : $T[12,96] = Cast(%y) {to = $TO}\n"
+                                         "%dy : f32[12,96] = Cast(%dyl) {to = 1}\n"
+                                         "%dx : f32[12,96], %ds : f32[96], %db : f32[96] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n"
+                                         "output %yl\noutput %dx\noutput %ds\noutput %db"});
   c.push_back({"BatchNorm_training", "input %x : $T[4,3,5,5]\ninput %s : $T[3]\ninput %b : $T[3]\ninput %m : $T[3]\ninput %v : $T[3]\n"
                                      "%y : $T[4,3,5,5], %rm : $T[3], %rv : $T[3] = BatchNormalization(%x, %s, %b, %m, %v) {momentum = 0.8, training_mode = 1}\n"
                                      "output %y\noutput %rm\noutput %rv",
