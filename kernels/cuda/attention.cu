@@ -171,15 +171,16 @@ __global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
   for (int k = threadIdx.x; k < nk; k += blockDim.x) dead[k] = 1, nonzero[k] = 0;
   for (int r = threadIdx.x; r < kTile; r += blockDim.x) alive[r] = r < rows ? 0 : 1;
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < rows * a.Tk; e += blockDim.x) {
-    const int r = static_cast<int>(e / a.Tk);
-    const int64_t j = e % a.Tk;
-    const float v = loadF(a.mask, a.maskType, mb * a.maskStride + (i0 + r) * a.Tk + j);
-    if (v > kDead) {
-      dead[j / kTile] = 0;
-      alive[r] = 1;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t row = mb * a.maskStride + (i0 + r) * a.Tk;
+    for (int64_t j = threadIdx.x; j < a.Tk; j += blockDim.x) {
+      const float v = loadF(a.mask, a.maskType, row + j);
+      if (v > kDead) {
+        dead[j / kTile] = 0;
+        alive[r] = 1;
+      }
+      if (v != 0.0f) nonzero[j / kTile] = 1;
     }
-    if (v != 0.0f) nonzero[j / kTile] = 1;
   }
   __syncthreads();
   __shared__ int allAlive;
@@ -409,7 +410,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
 // and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
 // rounded to the storage type before P V. The backward is one block per key tile: S^T = K Q^T
 // and dP^T = V dO^T per warp of 16 keys, dV += P^T dO and dK += dS^T Q in registers, and
-// dQ += dS K through shared memory and f32 atomics.
+// dQ += dS K through shared memory and f32 atomics. Tiles stream in three cp.async stages. The
+// mask's tile flags come precomputed (attentionMaskTiles, once per mask and step) and are staged in
+// shared memory.
 constexpr int kP = 72;
 
 template <typename T>
@@ -496,17 +499,34 @@ __device__ void loadTileAsync(T* s, const T* g, int64_t ld, int64_t rows, int64_
   }
 }
 
-// Tile flags: 1 dead (skipped), 2 no mask entry other than 0 (the mask is not read), 0 read it.
-__device__ __forceinline__ uint8_t tileFlag(const uint8_t* flags, const AttentionArgs& a, int64_t n, int qt, int kt) {
-  if (!a.mask) return 2;
+// Tile flags (maskTilesKernel): 1 dead (skipped), 2 no mask entry other than 0 (the mask is not
+// read), 0 read it.
+// This block's flags (a row over key tiles, or a column over query tiles) staged in shared memory,
+// so the loops do not wait on global loads; more than kFlagsSmem tiles read them from global.
+constexpr int kFlagsSmem = 256;
+struct TileFlags {
+  const uint8_t* g;  // null: no mask, every tile 2
+  int64_t stride;    // between consecutive tiles of this block's row or column
+  uint8_t* s;        // null when the count is above kFlagsSmem
+  __device__ uint8_t operator[](int k) const { return !g ? 2 : s ? s[k] : g[k * stride]; }
+};
+// Row (key tiles of query tile qt) or column (query tiles of key tile kt) of n's flags; call with
+// every thread of the block, before a __syncthreads.
+__device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, int64_t n, bool row, int fixed, uint8_t* smem) {
+  if (!a.mask) return {nullptr, 0, nullptr};
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  return flags[((a.maskStride ? n : 0) * nq + qt) * nk + kt];
+  const uint8_t* base = flags + (a.maskStride ? n : 0) * nq * nk + (row ? static_cast<int64_t>(fixed) * nk : fixed);
+  const int count = row ? nk : nq;
+  const int64_t stride = row ? 1 : nk;
+  if (count > kFlagsSmem) return {base, stride, nullptr};
+  for (int k = threadIdx.x; k < count; k += blockDim.x) smem[k] = base[k * stride];
+  return {base, stride, smem};
 }
 
 template <typename T>
-size_t fwdSmemMma() { return 5 * kTile * kP * sizeof(T); }
+size_t fwdSmemMma() { return 7 * kTile * kP * sizeof(T); }
 template <typename T>
-size_t bwdSmemMma() { return 7 * kTile * kP * sizeof(T) + 4 * kTile * sizeof(float); }
+size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float); }
 
 // Grid (query tiles, N).
 template <typename T>
@@ -514,14 +534,20 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
                                                             const uint8_t* flags, AttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [i][d]
-  T* Ks = Qs + kTile * kP;              // 2 x [d][j]
-  T* Vs = Ks + 2 * kTile * kP;          // 2 x [j][d]
-  const int qt = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  T* Ks = Qs + kTile * kP;              // 3 x [d][j]
+  T* Vs = Ks + 3 * kTile * kP;          // 3 x [j][d]
+  __shared__ uint8_t flagsS[kFlagsSmem];
+  // The last query tiles first: under a causal mask they have the most key tiles, so the long
+  // blocks start early and the grid ends evenly.
+  const int qt = static_cast<int>(gridDim.x - 1 - blockIdx.x), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+            tq = lane & 3;
   const int64_t n = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
   const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
+  const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
+  __syncthreads();
   auto live = [&](int kt) {
-    while (kt < nk && tileFlag(flags, a, n, qt, kt) == 1) ++kt;
+    while (kt < nk && tf[kt] == 1) ++kt;
     return kt;
   };
   auto loadKV = [&](int kt, int buf) {
@@ -529,12 +555,16 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
     loadTileAsync(Ks + buf * kTile * kP, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     loadTileAsync(Vs + buf * kTile * kP, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
   };
+  // Three stages: tiles kt and k1 are in flight while kt is computed, k2 is issued.
   loadTileAsync(Qs, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
+  int k1 = kt < nk ? live(kt + 1) : nk;
   if (kt < nk) loadKV(kt, 0);
   cpAsyncCommit();
-  cpAsyncWait<1>();
+  if (k1 < nk) loadKV(k1, 1);
+  cpAsyncCommit();
+  cpAsyncWait<2>();
   __syncthreads();
   uint32_t qf[4][4];
 #pragma unroll
@@ -542,11 +572,11 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
   float o[8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t rowI[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
-  for (int buf = 0; kt < nk; buf ^= 1) {
-    const int next = live(kt + 1);
-    if (next < nk) loadKV(next, buf ^ 1);
+  for (int buf = 0; kt < nk; buf = buf == 2 ? 0 : buf + 1) {
+    const int k2 = k1 < nk ? live(k1 + 1) : nk;
+    if (k2 < nk) loadKV(k2, buf == 0 ? 2 : buf - 1);  // the buffer computed last iteration
     cpAsyncCommit();
-    cpAsyncWait<1>();
+    cpAsyncWait<2>();
     __syncthreads();
     const T* Kb = Ks + buf * kTile * kP;
     const T* Vb = Vs + buf * kTile * kP;
@@ -561,7 +591,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
         mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    const bool readMask = tileFlag(flags, a, n, qt, kt) == 0;
+    const bool readMask = tf[kt] == 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = rowI[r];
@@ -628,7 +658,8 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
       }
     }
     __syncthreads();  // this buffer is refilled next iteration
-    kt = next;
+    kt = k1;
+    k1 = k2;
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -658,50 +689,63 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [d][j]
   T* Vs = Ks + kTile * kP;              // [j][d]
-  T* Qs = Vs + kTile * kP;              // 2 x [i][d]
-  T* dOs = Qs + 2 * kTile * kP;         // 2 x [i][d]
-  T* dSs = dOs + 2 * kTile * kP;        // [j][i]: dS^T, scale included
-  float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 2 x [i]
-  float* rowDs = rowL + 2 * kTile;                           // 2 x [i]
+  T* Qs = Vs + kTile * kP;              // 3 x [i][d]
+  T* dOs = Qs + 3 * kTile * kP;         // 3 x [i][d]
+  T* dSs = dOs + 3 * kTile * kP;        // [j][i]: dS^T, scale included
+  float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 3 x [i]
+  float* rowDs = rowL + 3 * kTile;                           // 3 x [i]
+  __shared__ uint8_t flagsS[kFlagsSmem];
   const int kt = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int64_t n = blockIdx.y, j0 = static_cast<int64_t>(kt) * kTile;
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
+  const TileFlags tf = stageFlags(flags, a, n, false, kt, flagsS);
+  __syncthreads();
   auto live = [&](int qt) {
-    while (qt < nq && tileFlag(flags, a, n, qt, kt) == 1) ++qt;
+    while (qt < nq && tf[qt] == 1) ++qt;
     return qt;
   };
   auto loadQ = [&](int qt, int buf) {
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
     loadTileAsync(Qs + buf * kTile * kP, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
     loadTileAsync(dOs + buf * kTile * kP, dO + (n * a.Tq + i0) * a.Dv, a.Dv, a.Tq - i0, a.Dv);
-    for (int r = threadIdx.x; r < kTile; r += kThreads) {
-      rowL[buf * kTile + r] = i0 + r < a.Tq ? lse[n * a.Tq + i0 + r] : 0.0f;
-      rowDs[buf * kTile + r] = i0 + r < a.Tq ? rowD[n * a.Tq + i0 + r] : 0.0f;
+    const int64_t row0 = n * a.Tq + i0;
+    if (i0 + kTile <= a.Tq && row0 % 4 == 0) {  // whole tile, 16-byte aligned: with the tiles
+      if (threadIdx.x < 32) {
+        const int c = (threadIdx.x & 15) * 4;
+        if (threadIdx.x < 16) cpAsync16(rowL + buf * kTile + c, lse + row0 + c);
+        else cpAsync16(rowDs + buf * kTile + c, rowD + row0 + c);
+      }
+    } else {
+      for (int r = threadIdx.x; r < kTile; r += kThreads) {
+        rowL[buf * kTile + r] = i0 + r < a.Tq ? lse[row0 + r] : 0.0f;
+        rowDs[buf * kTile + r] = i0 + r < a.Tq ? rowD[row0 + r] : 0.0f;
+      }
     }
   };
   loadTileAsync(Ks, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
   loadTileAsync(Vs, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
   cpAsyncCommit();
+  // Three stages, as the forward: query tiles qt and q1 in flight, q2 issued while qt is computed.
   int qt = live(0);
+  int q1 = qt < nq ? live(qt + 1) : nq;
   if (qt < nq) loadQ(qt, 0);
   cpAsyncCommit();
-  cpAsyncWait<1>();
+  if (q1 < nq) loadQ(q1, 1);
+  cpAsyncCommit();
+  cpAsyncWait<2>();
   __syncthreads();
-  // This warp's 16 keys as A fragments: K (from KT [d][j]) and V.
-  uint32_t kf[4][4], vf[4][4];
+  // This warp's 16 keys of K (from KT [d][j]) as A fragments, kept; V's are loaded per tile (registers).
+  uint32_t kf[4][4];
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
-    ldsm4(vf[ks], aRowMajor(Vs, warp * 16, ks * 16));
-  }
+  for (int ks = 0; ks < 4; ++ks) ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
   float dk[8][4] = {}, dv[8][4] = {};
   const int64_t keyJ[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
-  for (int buf = 0; qt < nq; buf ^= 1) {
-    const int next = live(qt + 1);
-    if (next < nq) loadQ(next, buf ^ 1);
+  for (int buf = 0; qt < nq; buf = buf == 2 ? 0 : buf + 1) {
+    const int q2 = q1 < nq ? live(q1 + 1) : nq;
+    if (q2 < nq) loadQ(q2, buf == 0 ? 2 : buf - 1);  // the buffer computed last iteration
     cpAsyncCommit();
-    cpAsyncWait<1>();
+    cpAsyncWait<2>();
     __syncthreads();
     const T* Qb = Qs + buf * kTile * kP;
     const T* dOb = dOs + buf * kTile * kP;
@@ -710,7 +754,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
     float s[8][4] = {}, dp[8][4] = {};  // S^T and dP^T: 16 keys x 64 queries
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t vf[4];
+      ldsm4(vf, aRowMajor(Vs, warp * 16, ks * 16));
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
@@ -718,10 +764,11 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         mma16816<T>(s[2 * np], kf[ks], b[0], b[1]);
         mma16816<T>(s[2 * np + 1], kf[ks], b[2], b[3]);
         ldsm4(b, bNK(dOb, ks * 16, np * 16));
-        mma16816<T>(dp[2 * np], vf[ks], b[0], b[1]);
-        mma16816<T>(dp[2 * np + 1], vf[ks], b[2], b[3]);
+        mma16816<T>(dp[2 * np], vf, b[0], b[1]);
+        mma16816<T>(dp[2 * np + 1], vf, b[2], b[3]);
       }
-    const bool readMask = tileFlag(flags, a, n, qt, kt) == 0;
+    }
+    const bool readMask = tf[qt] == 0;
     // s -> P (dropped), dp -> dS (scale included), element (key g + 8 r, query nt * 8 + 2 tq + c).
     // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
     // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
@@ -814,7 +861,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       }
     }
     __syncthreads();  // dSs and this buffer are rewritten next iteration
-    qt = next;
+    qt = q1;
+    q1 = q2;
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -832,35 +880,32 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   }
 }
 
+// Dynamic shared memory above 48 KB, and the whole carveout for shared memory (several blocks of
+// these kernels per multiprocessor need it; they use no L1 to speak of).
+template <typename K>
+cudaError_t smemAttributes(K kernel, size_t bytes) {
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)); e != cudaSuccess)
+    return e;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
+
 bool mmaPath(const AttentionArgs& a) {
   return a.t != DT::f32 && a.D % 8 == 0 && a.Dv % 8 == 0 && a.Tk % 8 == 0;
 }
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-size_t flagBytes(const AttentionArgs& a) {
-  return a.mask ? align256(static_cast<size_t>((a.maskStride ? a.N : 1) * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile))) : 0;
-}
-
-cudaError_t maskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st) {
-  if (!a.mask) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.maskStride ? a.N : 1));
-  maskTilesKernel<<<grid, 256, 2 * sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
-  return cudaGetLastError();
-}
 
 template <typename T>
-cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
+cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,
                      cudaStream_t st) {
   static const cudaError_t attr = cudaFuncSetAttribute(attnFwdKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fwdSmem<T>()));
   if (attr != cudaSuccess) return attr;
-  uint8_t* flags = a.mask ? static_cast<uint8_t*>(scratch) : nullptr;
-  if (cudaError_t e = maskTiles(a, flags, st); e != cudaSuccess) return e;
+  const uint8_t* flags = a.flags;
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.N));
   if constexpr (!std::is_same_v<T, float>) {
     if (mmaPath(a)) {
-      static const cudaError_t mattr =
-          cudaFuncSetAttribute(attnFwdMmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fwdSmemMma<T>()));
+      static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T>, fwdSmemMma<T>());
       if (mattr != cudaSuccess) return mattr;
       attnFwdMmaKernel<T><<<grid, kThreads, fwdSmemMma<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                                   static_cast<const T*>(V), static_cast<T*>(O), lse, flags, a);
@@ -878,22 +923,19 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   static const cudaError_t attr = cudaFuncSetAttribute(attnBwdKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bwdSmem<T>()));
   if (attr != cudaSuccess) return attr;
   char* base = static_cast<char*>(scratch);
-  uint8_t* flags = a.mask ? reinterpret_cast<uint8_t*>(base) : nullptr;
-  base += flagBytes(a);
+  const uint8_t* flags = a.flags;
   float* rowD = reinterpret_cast<float*>(base);
   base += align256(sizeof(float) * a.N * a.Tq);
   float* dQacc = reinterpret_cast<float*>(base);
   const int64_t nq = a.N * a.Tq * a.D;
   if (cudaError_t e = cudaMemsetAsync(dQacc, 0, sizeof(float) * nq, st); e != cudaSuccess) return e;
-  if (cudaError_t e = maskTiles(a, flags, st); e != cudaSuccess) return e;
   const int64_t rows = a.N * a.Tq;
   rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, rows, a.Dv);
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tk, kTile)), static_cast<unsigned>(a.N));
   bool mma = false;
   if constexpr (!std::is_same_v<T, float>) {
     if (mmaPath(a)) {
-      static const cudaError_t mattr =
-          cudaFuncSetAttribute(attnBwdMmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bwdSmemMma<T>()));
+      static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T>, bwdSmemMma<T>());
       if (mattr != cudaSuccess) return mattr;
       attnBwdMmaKernel<T><<<grid, kThreads, bwdSmemMma<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q),
                                                                   static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
@@ -911,27 +953,36 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
 
 }  // namespace
 
-size_t attentionScratch(const AttentionArgs& a, bool backward) {
-  size_t b = flagBytes(a);
-  if (backward) b += align256(sizeof(float) * a.N * a.Tq) + align256(sizeof(float) * a.N * a.Tq * a.D);
-  return b;
+size_t attentionFlagBytes(const AttentionArgs& a) {
+  return a.mask ? align256(static_cast<size_t>((a.maskStride ? a.N : 1) * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile))) : 0;
 }
 
-cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
+cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st) {
+  if (!a.mask || a.Tq == 0 || a.Tk == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.maskStride ? a.N : 1));
+  maskTilesKernel<<<grid, 256, 2 * sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
+  return cudaGetLastError();
+}
+
+size_t attentionScratch(const AttentionArgs& a, bool backward) {
+  return backward ? align256(sizeof(float) * a.N * a.Tq) + align256(sizeof(float) * a.N * a.Tq * a.D) : 0;
+}
+
+cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,
                              cudaStream_t st) {
-  if (a.D > kMaxD || a.Dv > kMaxD) return cudaErrorInvalidValue;
+  if (a.D > kMaxD || a.Dv > kMaxD || (a.mask && !a.flags)) return cudaErrorInvalidValue;
   if (a.N == 0 || a.Tq == 0) return cudaSuccess;
   switch (a.t) {
-    case DT::f32: return forwardT<float>(Q, KT, V, O, lse, scratch, a, st);
-    case DT::f16: return forwardT<__half>(Q, KT, V, O, lse, scratch, a, st);
-    case DT::bf16: return forwardT<__nv_bfloat16>(Q, KT, V, O, lse, scratch, a, st);
+    case DT::f32: return forwardT<float>(Q, KT, V, O, lse, a, st);
+    case DT::f16: return forwardT<__half>(Q, KT, V, O, lse, a, st);
+    case DT::bf16: return forwardT<__nv_bfloat16>(Q, KT, V, O, lse, a, st);
     default: return cudaErrorInvalidValue;
   }
 }
 
 cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
                               void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st) {
-  if (a.D > kMaxD || a.Dv > kMaxD) return cudaErrorInvalidValue;
+  if (a.D > kMaxD || a.Dv > kMaxD || (a.mask && !a.flags)) return cudaErrorInvalidValue;
   if (a.N == 0 || (a.Tq == 0 && a.Tk == 0)) return cudaSuccess;
   switch (a.t) {
     case DT::f32: return backwardT<float>(dO, Q, KT, V, O, lse, dQ, dKT, dV, scratch, a, st);

@@ -213,19 +213,20 @@ __global__ void bnGradApply(const void* dy, const void* x, const void* scale, vo
 // ---- softmax cross-entropy ----
 // Per (outer, inner) row: the row's loss (weighted, 0 when ignored) and weight in ws[2 row], ws[2 row + 1];
 // the log-probabilities when asked.
+// Adds v to a running (max m, sum s of exp(x - m)): the sum is rescaled when the max grows.
+__device__ __forceinline__ void onlineAdd(float v, float& m, float& s) {
+  if (v > m) {
+    s = s * expf(m - v) + 1.0f;
+    m = v;
+  } else if (v != -INFINITY) {  // (-inf - -inf would be NaN)
+    s += expf(v - m);
+  }
+}
 // Row max and sum of exp(x - max) in one pass over the row (each thread rescales its running sum
 // when its max grows), then combined over the block.
 __device__ __forceinline__ void sceRowStats(const void* x, DT t, int64_t base, int64_t C, int64_t stride, float& mx, float& sum) {
   float m = -INFINITY, s = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = loadF(x, t, base + c * stride);
-    if (v > m) {
-      s = s * expf(m - v) + 1.0f;
-      m = v;
-    } else if (v != -INFINITY) {  // (-inf - -inf would be NaN)
-      s += expf(v - m);
-    }
-  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) onlineAdd(loadF(x, t, base + c * stride), m, s);
   mx = blockMax(m);
   sum = blockSum(m == -INFINITY ? 0.0f : s * expf(m - mx));
 }
@@ -248,6 +249,75 @@ __global__ void sceRows(const void* x, const void* labels, const void* weights, 
     ws[2 * row + 1] = w;
   }
 }
+// Contiguous rows (inner == 1) of a known float type: the same passes with typed loads, four in
+// flight per thread (the generic kernels above serve strided rows and the log-prob result).
+__device__ __forceinline__ float asF(float v) { return v; }
+__device__ __forceinline__ float asF(__half v) { return __half2float(v); }
+__device__ __forceinline__ float asF(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ void sceRowStatsT(const T* x, int64_t C, float& mx, float& sum) {
+  float m = -INFINITY, s = 0;
+  const int64_t step = blockDim.x;
+  int64_t c = threadIdx.x;
+  for (; c + 3 * step < C; c += 4 * step) {
+    const float v0 = asF(x[c]), v1 = asF(x[c + step]), v2 = asF(x[c + 2 * step]), v3 = asF(x[c + 3 * step]);
+    onlineAdd(v0, m, s);
+    onlineAdd(v1, m, s);
+    onlineAdd(v2, m, s);
+    onlineAdd(v3, m, s);
+  }
+  for (; c < C; c += step) onlineAdd(asF(x[c]), m, s);
+  mx = blockMax(m);
+  sum = blockSum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+}
+template <typename T>
+__global__ void sceRowsT(const T* x, const void* labels, const void* weights, float* ws, LossArgs a) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * a.C;
+  float mx, s;
+  sceRowStatsT(xr, a.C, mx, s);
+  if (threadIdx.x == 0) {
+    const float lse = logf(s) + mx;
+    const int64_t y = loadI(labels, a.labelT, row);
+    float l = 0, w = 0;
+    if (!(a.hasIgnore && y == a.ignore) && y >= 0 && y < a.C) {
+      w = weights ? loadF(weights, a.wT, y) : 1.0f;
+      l = -(asF(xr[y]) - lse) * w;
+    }
+    ws[2 * row] = l;
+    ws[2 * row + 1] = w;
+  }
+}
+template <typename T>
+__global__ void sceGradRowsT(const void* dl, DT dlT, const T* x, const void* labels, const void* weights, void* dx, const float* ws,
+                             LossArgs a, int64_t rows) {
+  const int64_t row = blockIdx.x, base = row * a.C;
+  const T* xr = x + base;
+  const int64_t y = loadI(labels, a.labelT, row);
+  if ((a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C) {
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(dx, a.gT, base + c, 0.0f);
+    return;
+  }
+  const float w = weights ? loadF(weights, a.wT, y) : 1.0f;
+  const float g = (a.reduction == 0 ? loadF(dl, dlT, row) : a.reduction == 1 ? loadF(dl, dlT, 0) : loadF(dl, dlT, 0) / ws[2 * rows + 1]) * w;
+  float mx, s;
+  sceRowStatsT(xr, a.C, mx, s);
+  const float inv = 1.0f / s;
+  const int64_t step = blockDim.x;
+  int64_t c = threadIdx.x;
+  for (; c + 3 * step < a.C; c += 4 * step) {
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = asF(xr[c + k * step]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t j = c + k * step;
+      storeF(dx, a.gT, base + j, g * (expf(v[k] - mx) * inv - (j == y ? 1.0f : 0.0f)));
+    }
+  }
+  for (; c < a.C; c += step) storeF(dx, a.gT, base + c, g * (expf(asF(xr[c]) - mx) * inv - (c == y ? 1.0f : 0.0f)));
+}
+
 // ws[2 rows] = sum of losses, ws[2 rows + 1] = sum of weights; the reduced loss when asked.
 __global__ void sceTotal(float* ws, int64_t rows, void* loss, DT t, int reduction) {
   float l = 0, w = 0;
@@ -458,7 +528,14 @@ cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* w
                                 const LossArgs& a, cudaStream_t st) {
   const int64_t rows = a.outer * a.inner;
   if (rows == 0) return cudaSuccess;
-  sceRows<<<blocksFor(rows), kRowBlock, 0, st>>>(x, labels, weights, logProb, ws, a);
+  if (a.inner == 1 && !logProb && a.t == DT::f32)
+    sceRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(static_cast<const float*>(x), labels, weights, ws, a);
+  else if (a.inner == 1 && !logProb && a.t == DT::f16)
+    sceRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(static_cast<const __half*>(x), labels, weights, ws, a);
+  else if (a.inner == 1 && !logProb && a.t == DT::bf16)
+    sceRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(static_cast<const __nv_bfloat16*>(x), labels, weights, ws, a);
+  else
+    sceRows<<<blocksFor(rows), kRowBlock, 0, st>>>(x, labels, weights, logProb, ws, a);
   if (a.reduction == 0) sceNone<<<gridFor(rows), 256, 0, st>>>(ws, rows, loss, a.outT);
   else sceTotal<<<1, 1024, 0, st>>>(ws, rows, loss, a.outT, a.reduction);
   return cudaGetLastError();
@@ -470,7 +547,14 @@ cudaError_t softmaxCrossEntropyGrad(const void* dloss, DT dlT, const void* x, co
   if (rows == 0) return cudaSuccess;
   sceWeights<<<gridFor(rows), 256, 0, st>>>(labels, weights, ws, a, rows);
   sceTotal<<<1, 1024, 0, st>>>(ws, rows, nullptr, a.t, a.reduction);
-  sceGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dloss, dlT, x, labels, weights, dx, ws, a, rows);
+  if (a.inner == 1 && a.t == DT::f32)
+    sceGradRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(dloss, dlT, static_cast<const float*>(x), labels, weights, dx, ws, a, rows);
+  else if (a.inner == 1 && a.t == DT::f16)
+    sceGradRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(dloss, dlT, static_cast<const __half*>(x), labels, weights, dx, ws, a, rows);
+  else if (a.inner == 1 && a.t == DT::bf16)
+    sceGradRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(dloss, dlT, static_cast<const __nv_bfloat16*>(x), labels, weights, dx, ws, a, rows);
+  else
+    sceGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dloss, dlT, x, labels, weights, dx, ws, a, rows);
   return cudaGetLastError();
 }
 

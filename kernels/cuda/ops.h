@@ -120,12 +120,16 @@ struct AttentionArgs {
   uint64_t seed = 0;
   const uint64_t* step = nullptr;    // device step counter (Dropout's)
   uint32_t key = 0;                  // the Dropout node's key
+  const uint8_t* flags = nullptr;    // with a mask: its tile flags (attentionMaskTiles)
 };
-// Scratch bytes the launches need (mask tile flags; the backward's row sums and f32 dQ).
+// The mask's tile flags (which 64 x 64 tiles are dead, all zero, or read), computed once per mask
+// value and step and shared by every node that reads that mask: attentionFlagBytes(a) bytes.
+size_t attentionFlagBytes(const AttentionArgs& a);
+cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st);
+// Scratch bytes the launches need (the backward's row sums and f32 dQ).
 size_t attentionScratch(const AttentionArgs& a, bool backward);
 // O [N, Tq, Dv], lse f32 [N, Tq].
-cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
-                             cudaStream_t st);
+cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st);
 // dQ, dKT, dV (the inputs' shapes and type) from dO, the inputs, O and lse.
 cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
                               void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st);

@@ -1054,13 +1054,22 @@ void Program::Lowering::lower() {
       const bool grad = op == "AttentionGrad";
       const size_t q = grad ? 1 : 0, maskAt = grad ? 6 : 3;
       AttentionArgs a = attentionArgs(in(q), in(q + 1), in(q + 2), has(maskAt) ? in(maskAt) : nullptr);
+      if (a.mask) {  // the mask's tile flags: computed where the step first reads this mask, then shared
+        auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
+        if (first) {
+          it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
+          uint8_t* f = it->second;
+          add([a, f](cudaStream_t st) { return attentionMaskTiles(a, f, st); });
+        }
+        a.flags = it->second;
+      }
       const Scratch ws = scratch(attentionScratch(a, grad));
       const void *Q = P(in(q)), *KT = P(in(q + 1)), *V = P(in(q + 2));
       if (!grad) {
         if (dt(out(1)) != DT::f32) fail("LSE must be f32");
         void* O = P(out(0));
         float* lse = static_cast<float*>(P(out(1)));
-        add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, ws.f(), a, st); });
+        add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
         return;
       }
       if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");

@@ -98,6 +98,7 @@ class Program {
   MemoryPlan plan_;
   char* arena_ = nullptr;
   void* scratch_ = nullptr;  // shared by every node's launches (GEMM and convolution workspaces too)
+  std::map<const Value*, uint8_t*> maskFlags_;  // attention masks' tile flags, one buffer per mask value
   size_t scratchBytes_ = 0;
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;

@@ -8,12 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build "$build" --target ampc amprun gpu_tests
+cmake --build "$build" --target ampc amprun gpu_tests attn_bench
 tmp=$(mktemp -d)
-cp "$build/tools/ampc" "$build/tools/amprun" "$build/tests/gpu_tests" "$tmp/"
+cp "$build/tools/ampc" "$build/tools/amprun" "$build/tests/gpu_tests" "$build/tools/attn_bench" "$tmp/"
 strip "$tmp"/*
 rm -rf .gpu
-"${STAGE:-../shared/gpu/stage.sh}" .gpu "$tmp/ampc" "$tmp/amprun" "$tmp/gpu_tests"
+"${STAGE:-../shared/gpu/stage.sh}" .gpu "$tmp/ampc" "$tmp/amprun" "$tmp/gpu_tests" "$tmp/attn_bench"
 mkdir -p .gpu/models .gpu/bench
 cp models/*.onnx .gpu/models/
 cp tools/bench/*.sh tools/bench/*.py .gpu/bench/
