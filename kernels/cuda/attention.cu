@@ -524,7 +524,7 @@ __device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, in
 }
 
 template <typename T>
-size_t fwdSmemMma() { return 7 * kTile * kP * sizeof(T); }
+size_t fwdSmemMma() { return 6 * kTile * kP * sizeof(T); }
 template <typename T>
 size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float); }
 
@@ -533,9 +533,9 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
                                                             const uint8_t* flags, AttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Qs = reinterpret_cast<T*>(smem);  // [i][d]
-  T* Ks = Qs + kTile * kP;              // 3 x [d][j]
+  T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j]
   T* Vs = Ks + 3 * kTile * kP;          // 3 x [j][d]
+  T* Qs = Ks + 2 * kTile * kP;          // [i][d]: K's third buffer, free until the loop's first prefetch
   __shared__ uint8_t flagsS[kFlagsSmem];
   // The last query tiles first: under a causal mask they have the most key tiles, so the long
   // blocks start early and the grid ends evenly.
@@ -569,6 +569,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
   uint32_t qf[4][4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) ldsm4(qf[ks], aRowMajor(Qs, warp * 16, ks * 16));
+  __syncthreads();  // Q's bytes take the third K tile next
   float o[8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t rowI[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
@@ -592,17 +593,19 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
     const bool readMask = tf[kt] == 0;
+    const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = rowI[r];
+      const bool rowIn = i < a.Tq;
       float mx = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int64_t j = j0 + nt * 8 + 2 * tq + c;
+          const int jl = nt * 8 + 2 * tq + c;
           float v = -INFINITY;
-          if (i < a.Tq && j < a.Tk) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j) : 0.0f);
+          if (rowIn && jl < jRem) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j0 + jl) : 0.0f);
           s[nt][2 * r + c] = v;
           mx = fmaxf(mx, v);
         }
@@ -741,6 +744,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   for (int ks = 0; ks < 4; ++ks) ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
   float dk[8][4] = {}, dv[8][4] = {};
   const int64_t keyJ[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
+  const bool keyIn[2] = {keyJ[0] < a.Tk, keyJ[1] < a.Tk};
   for (int buf = 0; qt < nq; buf = buf == 2 ? 0 : buf + 1) {
     const int q2 = q1 < nq ? live(q1 + 1) : nq;
     if (q2 < nq) loadQ(q2, buf == 0 ? 2 : buf - 1);  // the buffer computed last iteration
@@ -773,12 +777,12 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
     // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
     // broadcasts them, so a lane makes 8 draws per tile instead of 32.
+    const int iRem = static_cast<int>(a.Tq - i0 < kTile ? a.Tq - i0 : kTile);  // queries of this tile (32-bit checks)
     auto element = [&](int nt, int r, int c, float f) {
       const int qi = nt * 8 + 2 * tq + c;
-      const int64_t i = i0 + qi, j = keyJ[r];
       float pd = 0.0f, ds = 0.0f;
-      if (i < a.Tq && j < a.Tk) {
-        const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j) : 0.0f) - Lb[qi]);
+      if (qi < iRem && keyIn[r]) {
+        const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
         pd = p * f;
         ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
       }
