@@ -166,7 +166,17 @@ def main():
     ap.add_argument("--torch-modes", default="fp32,amp_fp16,amp_bf16,compile_bf16")
     ap.add_argument("--ampc-precisions", default="fp32,fp16,bf16")
     ap.add_argument("--torch-one", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
+    ap.add_argument("--table", nargs="+", metavar="ROWS.jsonl",
+                    help="measure nothing: print the table (and write OUT/bench.json) from rows.jsonl files of earlier calls")
     a = ap.parse_args()
+    if a.table:
+        rows = []
+        for path in a.table:
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+        os.makedirs(a.out, exist_ok=True)
+        report(rows, a.out)
+        return
     if a.torch_one:  # one PyTorch configuration in its own process (clean allocator and peak)
         print("RESULT " + json.dumps(torch_run(a.torch_one[0], a.torch_one[1], a.warmup, a.steps)))
         return
@@ -174,8 +184,6 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     rows = []
     for model in a.models.split(","):
-        cfg = MODELS[model]
-        flops = step_flops(model)
         onnx = export(model, a.work)
         for p in a.ampc_precisions.split(","):
             r = ampc_run(model, p, onnx, a.work, a.warmup + a.steps)
@@ -192,18 +200,25 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
             with open(os.path.join(a.out, "rows.jsonl"), "a") as f:  # kept if the call is cut short
                 f.write(json.dumps(rows[-1]) + "\n")
-        for row in rows:
-            if row["model"] == model and "step_ms" in row:
-                row["per_s"] = cfg["batch"] / (row["step_ms"] / 1e3)
-                row["unit"] = cfg["unit"]
-                row["mfu"] = flops / (row["step_ms"] / 1e3) / PEAK_FLOPS
+    report(rows, a.out)
+
+
+def report(rows, out):
+    """Throughput, MFU and the ratios of each ampc row to each PyTorch row of its model; prints the
+    table and writes bench.json into `out`."""
+    for row in rows:
+        if "step_ms" in row:
+            cfg = MODELS[row["model"]]
+            row["per_s"] = cfg["batch"] / (row["step_ms"] / 1e3)
+            row["unit"] = cfg["unit"]
+            row["mfu"] = step_flops(row["model"]) / (row["step_ms"] / 1e3) / PEAK_FLOPS
     # Ratios: each ampc row against each PyTorch row of the same model.
     for r in rows:
         if r["system"] != "ampc" or "step_ms" not in r:
             continue
         r["vs_torch"] = {t["mode"]: dict(speedup=t["step_ms"] / r["step_ms"], memory=r["peak_bytes"] / t["peak_bytes"])
                          for t in rows if t["model"] == r["model"] and t["system"] == "torch" and "step_ms" in t}
-    with open(os.path.join(a.out, "bench.json"), "w") as f:
+    with open(os.path.join(out, "bench.json"), "w") as f:
         json.dump(dict(gpu=subprocess.run("nvidia-smi --query-gpu=name --format=csv,noheader", shell=True, capture_output=True,
                                           text=True).stdout.strip(), peak_flops=PEAK_FLOPS, rows=rows), f, indent=1)
     print(f"\n{'model':9} {'system':6} {'mode':13} {'step ms':>9} {'peak GiB':>9} {'throughput':>18} {'MFU':>6}  ampc speedup / memory ratio vs torch")
