@@ -315,13 +315,14 @@ struct Program::Lowering {
     const Node* c = widenedSource(g, v);
     return c ? c->inputs()[0] : v;
   }
-  // The narrowing Cast that node n writes directly, or null.
+  // Every input a constant with data (and the op not random): lower() computes such a node on the CPU.
   static bool allConstInputs(const Node& n) {
     bool all = !n.inputs().empty() && !(n.def() && n.def()->random);
     for (const Value* v : n.inputs()) all = all && (!v || (v->kind() == ValueKind::Const && v->constData()));
     return all;
   }
-  // Elementwise ops, the loss gradient and LayerNormalization (its result 0) write through it.
+  // The narrowing Cast that node n writes directly, or null: elementwise ops, the loss gradient and
+  // LayerNormalization (its result 0) write through it.
   static const Node* narrowedResult(const Graph& g, const Node& n) {
     if (!(foldsCasts(n) && !allConstInputs(n)) && !isLossGrad(n) && !isLayerNorm(n)) return nullptr;
     if ((n.numResults() != 1 && !isLayerNorm(n)) || n.result(0)->type().dtype != DType::f32) return nullptr;
