@@ -64,8 +64,10 @@ void gradSigmoid(GB& b) {
   Value* one = b.scalar(1, dt(b.x(0)));
   b.setGrad(0, b.mul(b.dy(0), b.mul(b.y(0), b.sub(one, b.y(0)))));
 }
+// From the output, as PyTorch does: y > 0 exactly where x > 0 (NaN on neither side), and the
+// output is usually saved anyway (the next op's input), so the input need not be.
 void gradRelu(GB& b) {
-  b.setGrad(0, b.where(b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))}), b.dy(0), b.scalar(0, dt(b.dy(0)))));
+  b.setGrad(0, b.where(b.op("Greater", {b.y(0), b.scalar(0, dt(b.y(0)))}), b.dy(0), b.scalar(0, dt(b.dy(0)))));
 }
 void gradLeakyRelu(GB& b) {
   const double alpha = b.node.getFloat("alpha", 0.01f);

@@ -33,14 +33,6 @@ constexpr float kDead = -1e30f;
 template <typename T>
 inline constexpr int kLdT = sizeof(T) == 4 ? 68 : 72;
 
-template <typename T> __device__ __forceinline__ T fromF(float v);
-template <> __device__ __forceinline__ float fromF<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half fromF<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 fromF<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-__device__ __forceinline__ float toF(float v) { return v; }
-__device__ __forceinline__ float toF(__half v) { return __half2float(v); }
-__device__ __forceinline__ float toF(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 // A warp's 16 x (16 nf) f32 accumulator tile: acc += A (16 x K) B (K x 16 nf), operands in shared
 // memory. AT: A is stored transposed (element (m, k) at A[k * lda + m]); BT: B is stored
 // transposed (element (k, n) at B[n * ldb + k]).

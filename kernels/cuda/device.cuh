@@ -2,6 +2,8 @@
 // block reductions.
 #pragma once
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -55,6 +57,35 @@ __device__ __forceinline__ void storeI(void* p, DT t, int64_t i, int64_t v) {
     case DT::boolean: static_cast<uint8_t*>(p)[i] = v != 0; break;
     default: storeF(p, t, i, static_cast<float>(v)); break;
   }
+}
+
+// Typed conversions for kernels templated on the storage type (float, __half, __nv_bfloat16).
+__device__ __forceinline__ float toF(float v) { return v; }
+__device__ __forceinline__ float toF(__half v) { return __half2float(v); }
+__device__ __forceinline__ float toF(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T fromF(float v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return v;
+}
+// V consecutive elements of T in one load or store of V * sizeof(T) bytes (p + i aligned to it).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+template <typename T, int V>
+__device__ __forceinline__ void loadPack(const T* p, int64_t i, float (&o)[V]) {
+  const Pack<T, V> r = *reinterpret_cast<const Pack<T, V>*>(p + i);
+#pragma unroll
+  for (int e = 0; e < V; ++e) o[e] = toF(r.v[e]);
+}
+template <typename T, int V>
+__device__ __forceinline__ void storePack(T* p, int64_t i, const float (&x)[V]) {
+  Pack<T, V> r;
+#pragma unroll
+  for (int e = 0; e < V; ++e) r.v[e] = fromF<T>(x[e]);
+  *reinterpret_cast<Pack<T, V>*>(p + i) = r;
 }
 
 // Philox 4x32-10 on counter c with key (k0, k1), in place: the stream of kernels/cpu's Philox.

@@ -110,103 +110,159 @@ __global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias,
 }
 
 // ---- batch norm ----
-// Scratch: doubles w[4C] (sums), then floats f[4C]: f[2c], f[2c + 1] the mean and variance used;
-// f[2C + 2c], f[2C + 2c + 1] the gradient sums. Per-channel sums are reduced by C x P blocks, each
-// over one slice of the channel's N * S elements, shifted by the channel's first element (so the
-// one-pass variance keeps its precision), and added into w in f64.
-__global__ void bnPartialStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, double* w) {
-  const int64_t c = blockIdx.x, per = (N + gridDim.y - 1) / gridDim.y, n0 = blockIdx.y * per, n1 = min(N, n0 + per);
-  const float K = loadF(x, t, c * S);
-  float s = 0, q = 0;
-  for (int64_t n = n0; n < n1; ++n) {
-    const int64_t base = (n * C + c) * S;
-    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
-      const float d = loadF(x, t, base + j) - K;
+// Passes over x [N, C, S] typed on the storage type T and read V elements at a time (V * sizeof(T)
+// of 16, 8 or sizeof(T) bytes: the widest that divides S), so there is no per-element type switch
+// and no 64-bit division per element.
+//
+// Scratch: doubles w[4C], then floats f[6C]:
+//   w[c], w[C + c]            sums of x' and x'^2, x' = x - K_c (K_c the channel's first element,
+//                             so the one-pass variance keeps its precision)
+//   w[2C + c], w[3C + c]      sums of g and g x' (the gradient passes; g = dy, or 0 where gate <= 0)
+//   f[2c], f[2c + 1]          the mean and variance used
+//   f[2C + 4c .. 2C + 4c + 3] the apply pass's per-channel coefficients
+// Per-channel sums are reduced by C x P blocks, each over a slice of the batch, and added into w in
+// f64.
+
+// Shift-free sums of one block's slice; kGrad adds the gradient sums (g = gate > 0 ? dy : 0).
+template <typename T, int V, bool kGrad>
+__global__ void bnSums(const T* x, const T* dy, const T* gate, BatchNormArgs a, double* w) {
+  const int64_t c = blockIdx.x, per = (a.N + gridDim.y - 1) / gridDim.y, n0 = blockIdx.y * per, n1 = min(a.N, n0 + per);
+  if (n0 >= n1) return;  // the whole block
+  const float K = toF(x[c * a.S]);
+  const uint32_t SV = static_cast<uint32_t>(a.S / V), total = static_cast<uint32_t>(n1 - n0) * SV;
+  float s = 0, q = 0, sd = 0, sdx = 0;
+  for (uint32_t j = threadIdx.x; j < total; j += blockDim.x) {
+    const uint32_t nn = j / SV;
+    const int64_t i = ((n0 + nn) * a.C + c) * a.S + static_cast<int64_t>(j - nn * SV) * V;
+    float xv[V];
+    loadPack<T, V>(x, i, xv);
+    float g[V], gt[V];
+    if constexpr (kGrad) {
+      loadPack<T, V>(dy, i, g);
+      if (gate) {
+        loadPack<T, V>(gate, i, gt);
+#pragma unroll
+        for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float d = xv[e] - K;
       s += d;
       q += d * d;
+      if constexpr (kGrad) {
+        sd += g[e];
+        sdx += g[e] * d;
+      }
     }
   }
   s = blockSum(s);
   q = blockSum(q);
+  if constexpr (kGrad) {
+    sd = blockSum(sd);
+    sdx = blockSum(sdx);
+  }
   if (threadIdx.x == 0) {
     atomicAdd(w + c, static_cast<double>(s));
-    atomicAdd(w + C + c, static_cast<double>(q));
+    atomicAdd(w + a.C + c, static_cast<double>(q));
+    if constexpr (kGrad) {
+      atomicAdd(w + 2 * a.C + c, static_cast<double>(sd));
+      atomicAdd(w + 3 * a.C + c, static_cast<double>(sdx));
+    }
   }
 }
-__global__ void bnFinalizeStats(const void* x, DT t, int64_t N, int64_t C, int64_t S, const double* w, float* f) {
-  AMPC_GRID_LOOP(c, C) {
-    const double n = static_cast<double>(N * S), m = w[c] / n;
-    f[2 * c] = static_cast<float>(loadF(x, t, c * S) + m);
-    f[2 * c + 1] = static_cast<float>(fmax(w[C + c] / n - m * m, 0.0));
+// The mean and variance used (batch statistics in training, else the given ones) and, for the
+// forward, the coefficients of y = (x - mean) * a + b with a = scale / sqrt(var + eps).
+// For the backward (sums of the gradient in w), dscale and dbias, and the coefficients of
+// dx = A g + B (x - mean) + D.
+template <typename T>
+__global__ void bnFinalize(const T* x, const void* scale, const void* bias, const void* mean, const void* var, const double* w, float* f,
+                           void* dscale, void* dbias, BatchNormArgs a, bool grad) {
+  AMPC_GRID_LOOP(c, a.C) {
+    const double n = static_cast<double>(a.N * a.S), K = toF(x[c * a.S]), ms = w[c] / n;  // ms: the mean of x'
+    double m, v;
+    if (a.training) {
+      m = K + ms;
+      v = fmax(w[a.C + c] / n - ms * ms, 0.0);
+    } else {
+      m = loadF(mean, a.pT, c);
+      v = loadF(var, a.pT, c);
+    }
+    const float mf = static_cast<float>(m), vf = static_cast<float>(v), inv = 1.0f / sqrtf(vf + a.eps), sc = loadF(scale, a.pT, c);
+    f[2 * c] = mf;
+    f[2 * c + 1] = vf;
+    float* k = f + 2 * a.C + 4 * c;
+    k[0] = mf;
+    if (!grad) {
+      k[1] = sc * inv;
+      k[2] = loadF(bias, a.pT, c);
+      continue;
+    }
+    // sum g (x - m) = sum g x' - (m - K) sum g
+    const double sdd = w[2 * a.C + c], sdxd = (w[3 * a.C + c] - (m - K) * sdd) * inv;
+    const float sd = static_cast<float>(sdd), sdx = static_cast<float>(sdxd), count = static_cast<float>(n);
+    if (dbias) storeF(dbias, a.pT, c, sd);
+    if (dscale) storeF(dscale, a.pT, c, sdx);
+    const float A = sc * inv;
+    k[1] = A;
+    k[2] = a.training ? -A * inv * sdx / count : 0.0f;
+    k[3] = a.training ? -A * sd / count : 0.0f;
   }
 }
-// Elementwise passes go plane by plane (one (n, c) pair: S contiguous elements), so the channel's
-// constants are loaded once per plane and no element index is divided.
-__global__ void bnApply(const void* x, const void* scale, const void* bias, void* y, const float* ws, BatchNormArgs a) {
-  for (int64_t pl = blockIdx.x; pl < a.N * a.C; pl += gridDim.x) {
-    const int64_t c = pl % a.C, base = pl * a.S;
-    const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps), sc = loadF(scale, a.pT, c) * inv, b = loadF(bias, a.pT, c);
-    for (int64_t s = threadIdx.x; s < a.S; s += blockDim.x) storeF(y, a.t, base + s, (loadF(x, a.t, base + s) - m) * sc + b);
+// The channel of the v-th V-element group (32-bit division when the count allows).
+__device__ __forceinline__ int64_t bnChannel(int64_t v, int64_t total, uint32_t SV, const BatchNormArgs& a) {
+  if (total <= 0xffffffffll) return (static_cast<uint32_t>(v) / SV) % static_cast<uint32_t>(a.C);
+  return (v / SV) % a.C;
+}
+template <typename T, int V>
+__global__ void bnApply(const T* x, T* y, const float* f, BatchNormArgs a) {
+  const uint32_t SV = static_cast<uint32_t>(a.S / V);
+  const int64_t total = a.N * a.C * SV;
+  const float* k = f + 2 * a.C;
+  AMPC_GRID_LOOP(v, total) {
+    const int64_t c = bnChannel(v, total, SV, a);
+    const float m = k[4 * c], sc = k[4 * c + 1], b = k[4 * c + 2];
+    float xv[V];
+    loadPack<T, V>(x, v * V, xv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float r = (xv[e] - m) * sc + b;
+      xv[e] = a.relu ? (r > 0.0f ? r : (r != r ? r : 0.0f)) : r;
+    }
+    storePack<T, V>(y, v * V, xv);
+  }
+}
+template <typename T, int V>
+__global__ void bnGradApply(const T* dy, const T* gate, const T* x, T* dx, const float* f, BatchNormArgs a) {
+  const uint32_t SV = static_cast<uint32_t>(a.S / V);
+  const int64_t total = a.N * a.C * SV;
+  const float* k = f + 2 * a.C;
+  AMPC_GRID_LOOP(v, total) {
+    const int64_t c = bnChannel(v, total, SV, a);
+    const float m = k[4 * c], A = k[4 * c + 1], B = k[4 * c + 2], D = k[4 * c + 3];
+    float g[V], xv[V];
+    loadPack<T, V>(dy, v * V, g);
+    if (gate) {
+      float gt[V];
+      loadPack<T, V>(gate, v * V, gt);
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+    }
+    if (a.training) {
+      loadPack<T, V>(x, v * V, xv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[e] = A * g[e] + B * (xv[e] - m) + D;
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[e] *= A;
+    }
+    storePack<T, V>(dx, v * V, g);
   }
 }
 __global__ void bnRunning(const void* mean, const void* var, void* rm, void* rv, const float* ws, BatchNormArgs a) {
   AMPC_GRID_LOOP(c, a.C) {
     if (rm) storeF(rm, a.pT, c, loadF(mean, a.pT, c) * a.momentum + ws[2 * c] * (1.0f - a.momentum));
     if (rv) storeF(rv, a.pT, c, loadF(var, a.pT, c) * a.momentum + ws[2 * c + 1] * (1.0f - a.momentum));
-  }
-}
-__global__ void bnGivenStats(const void* mean, const void* var, DT pt, int64_t C, float* ws) {
-  AMPC_GRID_LOOP(c, C) {
-    ws[2 * c] = loadF(mean, pt, c);
-    ws[2 * c + 1] = loadF(var, pt, c);
-  }
-}
-// Partial sums of dy and dy * xhat per channel, as bnPartialStats.
-__global__ void bnGradPartial(const void* dy, const void* x, const float* f, double* w, BatchNormArgs a) {
-  const int64_t c = blockIdx.x, per = (a.N + gridDim.y - 1) / gridDim.y, n0 = blockIdx.y * per, n1 = min(a.N, n0 + per);
-  const float m = f[2 * c], inv = 1.0f / sqrtf(f[2 * c + 1] + a.eps);
-  float sd = 0, sdx = 0;
-  for (int64_t n = n0; n < n1; ++n) {
-    const int64_t base = (n * a.C + c) * a.S;
-    for (int64_t j = threadIdx.x; j < a.S; j += blockDim.x) {
-      const float g = loadF(dy, a.t, base + j);
-      sd += g;
-      sdx += g * (loadF(x, a.t, base + j) - m) * inv;
-    }
-  }
-  sd = blockSum(sd);
-  sdx = blockSum(sdx);
-  if (threadIdx.x == 0) {
-    atomicAdd(w + 2 * a.C + c, static_cast<double>(sd));
-    atomicAdd(w + 3 * a.C + c, static_cast<double>(sdx));
-  }
-}
-__global__ void bnGradFinalize(const double* w, float* f, void* dscale, void* dbias, BatchNormArgs a) {
-  AMPC_GRID_LOOP(c, a.C) {
-    const float sd = static_cast<float>(w[2 * a.C + c]), sdx = static_cast<float>(w[3 * a.C + c]);
-    f[2 * a.C + 2 * c] = sd;
-    f[2 * a.C + 2 * c + 1] = sdx;
-    if (dbias) storeF(dbias, a.pT, c, sd);
-    if (dscale) storeF(dscale, a.pT, c, sdx);
-  }
-}
-__global__ void bnGradApply(const void* dy, const void* x, const void* scale, void* dx, const float* ws, BatchNormArgs a) {
-  const float count = static_cast<float>(a.N * a.S);
-  for (int64_t pl = blockIdx.x; pl < a.N * a.C; pl += gridDim.x) {
-    const int64_t c = pl % a.C, base = pl * a.S;
-    const float m = ws[2 * c], inv = 1.0f / sqrtf(ws[2 * c + 1] + a.eps), sc = loadF(scale, a.pT, c);
-    const float sd = ws[2 * a.C + 2 * c], sdx = ws[2 * a.C + 2 * c + 1];
-    for (int64_t s = threadIdx.x; s < a.S; s += blockDim.x) {
-      const float g = loadF(dy, a.t, base + s);
-      float r;
-      if (a.training) {
-        const float xhat = (loadF(x, a.t, base + s) - m) * inv;
-        r = sc * inv / count * (count * g - sd - xhat * sdx);
-      } else {
-        r = g * sc * inv;
-      }
-      storeF(dx, a.t, base + s, r);
-    }
   }
 }
 
@@ -427,6 +483,51 @@ __global__ void poolKernel(const void* x, void* y, int64_t* indices, PoolArgs a,
     }
   }
 }
+// Max pooling over 2 spatial dims, typed, with 32-bit coordinates (the plane's offset and the
+// index written are 64-bit): the same choice of element as poolKernel (the first maximum; a NaN
+// wins).
+template <typename T>
+__global__ void maxPool2d(const T* x, T* y, int64_t* indices, PoolArgs a) {
+  const uint32_t IH = static_cast<uint32_t>(a.in[0]), IW = static_cast<uint32_t>(a.in[1]);
+  const uint32_t OH = static_cast<uint32_t>(a.out[0]), OW = static_cast<uint32_t>(a.out[1]);
+  const int64_t total = a.N * a.C * OH * OW, IS = static_cast<int64_t>(IH) * IW;
+  AMPC_GRID_LOOP(i, total) {
+    int64_t plane;
+    uint32_t oh, ow;
+    if (total <= 0xffffffffll) {
+      const uint32_t u = static_cast<uint32_t>(i), t = u / OW;
+      ow = u - t * OW;
+      oh = t % OH;
+      plane = t / OH;
+    } else {
+      const int64_t t = i / OW;
+      ow = static_cast<uint32_t>(i - t * OW);
+      oh = static_cast<uint32_t>(t % OH);
+      plane = t / OH;
+    }
+    const T* xp = x + plane * IS;
+    float best = -INFINITY;
+    int32_t at = -1;
+    const int h0 = static_cast<int>(oh) * static_cast<int>(a.s[0]) - static_cast<int>(a.pad[0]);
+    const int w0 = static_cast<int>(ow) * static_cast<int>(a.s[1]) - static_cast<int>(a.pad[1]);
+    for (int kh = 0; kh < a.k[0]; ++kh) {
+      const int h = h0 + kh * static_cast<int>(a.d[0]);
+      if (h < 0 || h >= static_cast<int>(IH)) continue;
+      for (int kw = 0; kw < a.k[1]; ++kw) {
+        const int w = w0 + kw * static_cast<int>(a.d[1]);
+        if (w < 0 || w >= static_cast<int>(IW)) continue;
+        const int32_t off = h * static_cast<int32_t>(IW) + w;
+        const float v = toF(xp[off]);
+        if (at < 0 || v > best || v != v) {
+          best = v;
+          at = off;
+        }
+      }
+    }
+    y[i] = fromF<T>(best);
+    if (indices) indices[i] = at < 0 ? -1 : plane * IS + at;
+  }
+}
 __global__ void avgPoolGradKernel(const void* dy, float* acc, PoolArgs a) {
   int64_t IS, P, taps;
   poolSizes(a, IS, P, taps);
@@ -458,24 +559,32 @@ dim3 bnGrid(const BatchNormArgs& a) {
   const int64_t p = std::max<int64_t>(1, std::min<int64_t>({(2048 + a.C - 1) / a.C, (a.N * a.S + 4095) / 4096, a.N, 65535}));
   return dim3(static_cast<unsigned>(a.C), static_cast<unsigned>(p));
 }
-// Plane-wise passes: a block per plane (grid-stride), threads along the plane.
-int bnPlaneBlocks(const BatchNormArgs& a) { return static_cast<int>(std::min<int64_t>(a.N * a.C, 1 << 20)); }
-int bnPlaneThreads(const BatchNormArgs& a) { return a.S >= 256 ? 256 : a.S >= 128 ? 128 : 64; }
-
-// The mean and variance the normalisation uses (batch statistics in training, else the given
-// ones), as floats f[2c], f[2c + 1] after the f64 sums; returns f. The sums are zeroed here.
-float* bnStatistics(const void* x, const void* mean, const void* var, float* ws, const BatchNormArgs& a, cudaStream_t st) {
-  double* w = reinterpret_cast<double*>(ws);
-  float* f = reinterpret_cast<float*>(w + 4 * a.C);
-  cudaMemsetAsync(w, 0, sizeof(double) * 4 * a.C, st);
-  if (a.training) {
-    bnPartialStats<<<bnGrid(a), kRowBlock, 0, st>>>(x, a.t, a.N, a.C, a.S, w);
-    bnFinalizeStats<<<gridFor(a.C), 256, 0, st>>>(x, a.t, a.N, a.C, a.S, w, f);
-  } else {
-    bnGivenStats<<<gridFor(a.C), 256, 0, st>>>(mean, var, a.pT, a.C, f);
+bool alignedTo(const void* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+// Calls fn(T{}, integral_constant<int, V>{}) for a.t and the widest V (16 or 8 bytes, else one
+// element) that divides S and that every pointer's alignment allows.
+template <typename Fn>
+cudaError_t bnDispatch(const BatchNormArgs& a, std::initializer_list<const void*> ptrs, Fn&& fn) {
+  auto byType = [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    constexpr int V16 = 16 / sizeof(T), V8 = 8 / sizeof(T);
+    auto fits = [&](int v) {
+      if (a.S % v != 0) return false;
+      for (const void* p : ptrs)
+        if (!alignedTo(p, v * static_cast<int>(sizeof(T)))) return false;
+      return true;
+    };
+    if (fits(V16)) return fn(T{}, std::integral_constant<int, V16>{});
+    if (fits(V8)) return fn(T{}, std::integral_constant<int, V8>{});
+    return fn(T{}, std::integral_constant<int, 1>{});
+  };
+  switch (a.t) {
+    case DT::f32: return byType(float{});
+    case DT::f16: return byType(__half{});
+    case DT::bf16: return byType(__nv_bfloat16{});
+    default: return cudaErrorInvalidValue;
   }
-  return f;
 }
+int bnApplyBlocks(const BatchNormArgs& a, int v) { return gridFor(a.N * a.C * a.S / v); }
 
 }  // namespace
 
@@ -508,19 +617,40 @@ cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* sca
 
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st) {
-  float* f = bnStatistics(x, mean, var, ws, a, st);
-  bnApply<<<bnPlaneBlocks(a), bnPlaneThreads(a), 0, st>>>(x, scale, bias, y, f, a);
+  if (a.N * a.C * a.S == 0) return cudaSuccess;
+  double* w = reinterpret_cast<double*>(ws);
+  float* f = reinterpret_cast<float*>(w + 4 * a.C);
+  if (cudaError_t e = cudaMemsetAsync(w, 0, sizeof(double) * 4 * a.C, st); e != cudaSuccess) return e;
+  const cudaError_t e = bnDispatch(a, {x, y}, [&](auto tag, auto vc) {
+    using T = decltype(tag);
+    constexpr int V = decltype(vc)::value;
+    const T* X = static_cast<const T*>(x);
+    if (a.training) bnSums<T, V, false><<<bnGrid(a), kRowBlock, 0, st>>>(X, nullptr, nullptr, a, w);
+    bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, bias, mean, var, w, f, nullptr, nullptr, a, false);
+    bnApply<T, V><<<bnApplyBlocks(a, V), 256, 0, st>>>(X, static_cast<T*>(y), f, a);
+    return cudaSuccess;
+  });
+  if (e != cudaSuccess) return e;
   if (runMeanOut || runVarOut) bnRunning<<<gridFor(a.C), 256, 0, st>>>(mean, var, runMeanOut, runVarOut, f, a);
   return cudaGetLastError();
 }
 
-cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
-                          void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st) {
-  float* f = bnStatistics(x, mean, var, ws, a, st);
+cudaError_t batchNormGrad(const void* dy, const void* gate, const void* x, const void* scale, const void* mean, const void* var, void* dx,
+                          void* dscale, void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st) {
+  if (a.N * a.C * a.S == 0) return cudaSuccess;
   double* w = reinterpret_cast<double*>(ws);
-  bnGradPartial<<<bnGrid(a), kRowBlock, 0, st>>>(dy, x, f, w, a);
-  bnGradFinalize<<<gridFor(a.C), 256, 0, st>>>(w, f, dscale, dbias, a);
-  bnGradApply<<<bnPlaneBlocks(a), bnPlaneThreads(a), 0, st>>>(dy, x, scale, dx, f, a);
+  float* f = reinterpret_cast<float*>(w + 4 * a.C);
+  if (cudaError_t e = cudaMemsetAsync(w, 0, sizeof(double) * 4 * a.C, st); e != cudaSuccess) return e;
+  const cudaError_t e = bnDispatch(a, {dy, gate, x, dx}, [&](auto tag, auto vc) {
+    using T = decltype(tag);
+    constexpr int V = decltype(vc)::value;
+    const T *X = static_cast<const T*>(x), *G = static_cast<const T*>(dy), *Gate = static_cast<const T*>(gate);
+    bnSums<T, V, true><<<bnGrid(a), kRowBlock, 0, st>>>(X, G, Gate, a, w);
+    bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, nullptr, mean, var, w, f, dscale, dbias, a, true);
+    bnGradApply<T, V><<<bnApplyBlocks(a, V), 256, 0, st>>>(G, Gate, X, static_cast<T*>(dx), f, a);
+    return cudaSuccess;
+  });
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
@@ -562,7 +692,12 @@ cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a,
   int64_t P = a.N * a.C;
   for (int d = 0; d < a.nsp; ++d) P *= a.out[d];
   if (P == 0) return cudaSuccess;
-  poolKernel<<<gridFor(P), 256, 0, st>>>(x, y, indices, a, true);
+  const bool plane32 = a.nsp == 2 && a.in[0] * a.in[1] < (int64_t{1} << 31);
+  if (plane32 && a.t == DT::f16) maxPool2d<<<gridFor(P), 256, 0, st>>>(static_cast<const __half*>(x), static_cast<__half*>(y), indices, a);
+  else if (plane32 && a.t == DT::bf16)
+    maxPool2d<<<gridFor(P), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), indices, a);
+  else if (plane32 && a.t == DT::f32) maxPool2d<<<gridFor(P), 256, 0, st>>>(static_cast<const float*>(x), static_cast<float*>(y), indices, a);
+  else poolKernel<<<gridFor(P), 256, 0, st>>>(x, y, indices, a, true);
   return cudaGetLastError();
 }
 

@@ -115,56 +115,60 @@ __global__ void ewKernel(EwArgs g) {
     C a = loadC<C>(g.in[0], g.inType[0], operandOffset(g, 0, i)), b = 0, c = 0;
     if (g.nin > 1) b = loadC<C>(g.in[1], g.inType[1], operandOffset(g, 1, i));
     if (g.nin > 2) c = loadC<C>(g.in[2], g.inType[2], operandOffset(g, 2, i));
-    const C r = applyOp<C>(g.op, a, b, c, g);
-    if constexpr (std::is_integral_v<C>) storeI(g.out, g.outType, i, r);
-    else storeF(g.out, g.outType, i, r);
+    C r = applyOp<C>(g.op, a, b, c, g);
+    if constexpr (std::is_integral_v<C>) {
+      storeI(g.out, g.outType, i, r);
+    } else {
+      if (g.relu) r = applyOp<C>(Ew::Relu, r, 0, 0, g);
+      storeF(g.out, g.outType, i, r);
+    }
   }
 }
 
 // Float ops whose operands are each either the output's shape and type or one element, on 16-byte
 // aligned buffers: one 16-byte load per operand for V elements (8 for f16/bf16, 4 for f32).
-template <typename T>
-__device__ __forceinline__ float toF(T v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return static_cast<float>(v);
-}
-template <typename T>
-__device__ __forceinline__ T fromF(float v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else return v;
+// The operand loops are unrolled over kMaxOperands with a guard, so x[k][e] is indexed statically
+// and stays in registers (a loop bound of g.nin put x in local memory). WhereCmp's comparison runs
+// here too (ReLU's gradient: Where(Greater(y, 0), dy, 0)).
+__device__ __forceinline__ float ewVecApply(const EwArgs& g, float a, float b, float c, float d) {
+  if (g.op == Ew::WhereCmp) return applyOp<float>(g.cmp, a, b, 0.0f, g) != 0.0f ? c : d;
+  const float r = applyOp<float>(g.op, a, b, c, g);
+  return g.relu ? applyOp<float>(Ew::Relu, r, 0.0f, 0.0f, g) : r;
 }
 template <typename T>
 __global__ void ewVec(EwArgs g) {
   constexpr int V = 16 / sizeof(T);
   const int64_t nv = g.n / V;
-  float sc[3] = {0, 0, 0};  // the one-element operands
-  for (int k = 0; k < g.nin; ++k)
-    if (g.access[k] == Access::Scalar) sc[k] = loadF(g.in[k], g.inType[k], 0);
-  AMPC_GRID_LOOP(v, nv) {
-    float x[3][V];
-    for (int k = 0; k < g.nin; ++k) {
-      if (g.access[k] == Access::Scalar) {
+  float sc[kMaxOperands] = {0, 0, 0, 0};  // the one-element operands
 #pragma unroll
-        for (int e = 0; e < V; ++e) x[k][e] = sc[k];
-      } else {
+  for (int k = 0; k < kMaxOperands; ++k)
+    if (k < g.nin && g.access[k] == Access::Scalar) sc[k] = loadF(g.in[k], g.inType[k], 0);
+  AMPC_GRID_LOOP(v, nv) {
+    float x[kMaxOperands][V];
+#pragma unroll
+    for (int k = 0; k < kMaxOperands; ++k) {
+      if (k < g.nin && g.access[k] != Access::Scalar) {
         const uint4 r = reinterpret_cast<const uint4*>(g.in[k])[v];
         const T* t = reinterpret_cast<const T*>(&r);
 #pragma unroll
         for (int e = 0; e < V; ++e) x[k][e] = toF(t[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[k][e] = sc[k];
       }
     }
     uint4 ro;
     T* o = reinterpret_cast<T*>(&ro);
 #pragma unroll
-    for (int e = 0; e < V; ++e) o[e] = fromF<T>(applyOp<float>(g.op, x[0][e], g.nin > 1 ? x[1][e] : 0.0f, g.nin > 2 ? x[2][e] : 0.0f, g));
+    for (int e = 0; e < V; ++e) o[e] = fromF<T>(ewVecApply(g, x[0][e], x[1][e], x[2][e], x[3][e]));
     reinterpret_cast<uint4*>(g.out)[v] = ro;
   }
   AMPC_GRID_LOOP(j, g.n - nv * V) {
     const int64_t i = nv * V + j;
-    float x[3] = {0, 0, 0};
-    for (int k = 0; k < g.nin; ++k) x[k] = g.access[k] == Access::Scalar ? sc[k] : loadF(g.in[k], g.inType[k], i);
-    storeF(g.out, g.outType, i, applyOp<float>(g.op, x[0], x[1], x[2], g));
+    float x[kMaxOperands];
+#pragma unroll
+    for (int k = 0; k < kMaxOperands; ++k) x[k] = k >= g.nin ? 0.0f : g.access[k] == Access::Scalar ? sc[k] : loadF(g.in[k], g.inType[k], i);
+    storeF(g.out, g.outType, i, ewVecApply(g, x[0], x[1], x[2], x[3]));
   }
 }
 
@@ -184,7 +188,7 @@ cudaError_t elementwise(const EwArgs& a, cudaStream_t st) {
     if (a.inType[0] == DT::f16 && a.outType == DT::f32) return f16ToF32(static_cast<const uint16_t*>(a.in[0]), static_cast<float*>(a.out), n, st);
     if (a.inType[0] == DT::bf16 && a.outType == DT::f32) return bf16ToF32(static_cast<const uint16_t*>(a.in[0]), static_cast<float*>(a.out), n, st);
   }
-  bool vec = floatOut && !a.intMath && a.op != Ew::Where && a.op != Ew::WhereCmp && aligned16(a.out);
+  bool vec = floatOut && !a.intMath && a.op != Ew::Where && aligned16(a.out);
   for (int k = 0; k < a.nin && vec; ++k)
     vec = a.access[k] == Access::Scalar || (a.access[k] == Access::Same && a.inType[k] == a.outType && aligned16(a.in[k]));
   const int64_t per = a.outType == DT::f32 ? 4 : 8;

@@ -5,6 +5,7 @@
 // f32 and rounded once (round to nearest even) to the storage type.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -50,6 +51,7 @@ struct EwArgs {
   float alpha = 0.01f;               // LeakyRelu
   int detectNeg = 1, detectPos = 1;  // IsInf
   bool intMath = false;              // compute in int64 (integer operands), else in f32
+  bool relu = false;                 // max(0, result): a Relu folded into the op (float ops)
 };
 cudaError_t elementwise(const EwArgs& a, cudaStream_t st);
 
@@ -152,12 +154,17 @@ struct BatchNormArgs {
   int64_t N = 0, C = 0, S = 0;
   float eps = 1e-5f, momentum = 0.9f;
   bool training = false;
-  DT t = DT::f32, pT = DT::f32;  // X/Y type, scale/bias/mean/var type
+  bool relu = false;             // the forward writes max(0, y) (a Relu folded into it)
+  DT t = DT::f32, pT = DT::f32;  // X/Y type (f32, f16 or bf16), scale/bias/mean/var type
 };
+// Scratch bytes that batchNorm and batchNormGrad need for C channels.
+inline size_t batchNormScratchBytes(int64_t C) { return (4 * sizeof(double) + 6 * sizeof(float)) * static_cast<size_t>(C); }
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st);
-// BatchNormGrad(dY, X, scale, mean, var) -> dX, dScale, dBias; `ws` as batchNorm's.
-cudaError_t batchNormGrad(const void* dy, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
+// BatchNormGrad(dY, X, scale, mean, var) -> dX, dScale, dBias; `ws` as batchNorm's. With `gate`
+// (X's type and shape, may be null) dY is read as gate > 0 ? dY : 0: the gradient of a Relu whose
+// output is `gate`, folded in.
+cudaError_t batchNormGrad(const void* dy, const void* gate, const void* x, const void* scale, const void* mean, const void* var, void* dx, void* dscale,
                           void* dbias, float* ws, const BatchNormArgs& a, cudaStream_t st);
 // SoftmaxCrossEntropyLoss / its gradient over scores [outer, C, inner], labels (i64/i32)
 // [outer, inner], optional class weights [C]. reduction: 0 none, 1 sum, 2 mean. `ws` f32 scratch of

@@ -182,6 +182,10 @@ struct Program::Lowering {
       operand(a, static_cast<int>(k), readThrough(p.g_, ins[k]), os);
     }
     const Node* d = o == n.result(0) ? narrowedResult(p.g_, n) : nullptr;
+    if (const Node* relu = o == n.result(0) ? foldedRelu(p.g_, n) : nullptr) {
+      d = relu;
+      a.relu = true;
+    }
     a.out = P(d ? d->result(0) : o);
     a.outType = dt(d ? d->result(0) : o);
     return a;
@@ -339,6 +343,49 @@ struct Program::Lowering {
   }
   // The f32 value a folded Cast stands in for, never written: it needs no bytes.
   static const Value* unwritten(const Node& c) { return isCastBetween(c, true) ? c.result(0) : c.inputs()[0]; }
+
+  static bool isOnnx(const Node& n, std::string_view op) { return n.domain().empty() && n.op() == op; }
+  static bool isZeroScalar(const Value* v) {
+    const Tensor* t = v && v->type().numel() == 1 ? v->constData() : nullptr;
+    return t && t->getDouble(0) == 0.0;
+  }
+  // Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
+  // one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes
+  // with rounding). The Relu launches nothing and the producer's own result gets no bytes. Returns
+  // the Relu that n writes, or null.
+  static const Node* foldedRelu(const Graph& g, const Node& n) {
+    if (!isOnnx(n, "BatchNormalization") && !(isOnnx(n, "Add") && !allConstInputs(n))) return nullptr;
+    const Value* r = n.result(0);
+    if (r->uses().size() != 1 || g.isOutput(r) || !isFloat(r->type().dtype) || r->type().dtype == DType::f64) return nullptr;
+    const Node& relu = *r->uses()[0].user;
+    if (!isOnnx(relu, "Relu") || relu.result(0)->type() != r->type() || narrowedResult(g, relu)) return nullptr;
+    if (isOnnx(n, "Add") && narrowedResult(g, n)) return nullptr;
+    return &relu;
+  }
+  static bool reluFolded(const Graph& g, const Node& relu) {
+    const Node* p = isOnnx(relu, "Relu") && relu.inputs()[0] ? relu.inputs()[0]->producer() : nullptr;
+    return p && foldedRelu(g, *p) == &relu;
+  }
+  // A Relu's gradient folded into the BatchNormGrad that reads it: Where(Greater(y, 0), dz, 0) whose
+  // one reader is BatchNormGrad's dY, all of one type and shape. BatchNormGrad reads dz gated by y
+  // (batchNormGrad's `gate`); the Where and its comparison launch nothing, and dY gets no bytes.
+  // Returns the Where that BatchNormGrad node n reads through, or null.
+  static const Node* gatedGrad(const Graph& g, const Node& n) {
+    if (n.domain() != "ampc" || n.op() != "BatchNormGrad" || !n.inputs()[0]) return nullptr;
+    const Value* dy = n.inputs()[0];
+    const Node* w = dy->producer();
+    if (!w || !isOnnx(*w, "Where") || dy->uses().size() != 1 || g.isOutput(dy) || !isZeroScalar(w->inputs()[2])) return nullptr;
+    const Node* c = w->inputs()[0]->producer();
+    if (!c || !isOnnx(*c, "Greater") || !fusableComparison(g, *c) || !isZeroScalar(c->inputs()[1])) return nullptr;
+    const Value *y = c->inputs()[0], *dz = w->inputs()[1];
+    for (const Value* v : {y, dz})
+      if (v->type() != dy->type() || widenedSource(g, v)) return nullptr;
+    return w;
+  }
+  static bool whereGated(const Graph& g, const Node& w) {
+    const Value* r = w.result(0);
+    return isOnnx(w, "Where") && r->uses().size() == 1 && gatedGrad(g, *r->uses()[0].user) == &w;
+  }
 
   void lower();
   void gemm(bool isMatMul);
@@ -655,6 +702,8 @@ void Program::Lowering::lower() {
   if (!ampcDomain && n.domain().empty()) {
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
+    if (reluFolded(p.g_, n)) return;          // written by the BatchNormalization or Add before it
+    if (whereGated(p.g_, n)) return;          // read through by the BatchNormGrad after it
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
@@ -877,12 +926,15 @@ void Program::Lowering::lower() {
       return;
     }
     if (op == "BatchNormalization") {
-      const BatchNormArgs a = bnArgs(in(0), in(1));
+      BatchNormArgs a = bnArgs(in(0), in(1));
       for (size_t i = 2; i < 5; ++i)
         if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
-      const Scratch ws = scratch((sizeof(double) + sizeof(float)) * 4 * a.C);
+      if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("X must be f32, f16 or bf16");
+      const Node* relu = foldedRelu(p.g_, n);  // written through
+      a.relu = relu != nullptr;
+      const Scratch ws = scratch(batchNormScratchBytes(a.C));
       const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
-      void* Y = P(out(0));
+      void* Y = P(relu ? relu->result(0) : out(0));
       void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
       void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
       add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws.f(), a, st); });
@@ -1017,10 +1069,12 @@ void Program::Lowering::lower() {
     if (op == "BatchNormGrad") {
       const BatchNormArgs a = bnArgs(in(1), in(2));
       if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
-      const Scratch ws = scratch((sizeof(double) + sizeof(float)) * 4 * a.C);
-      const void *dY = P(in(0)), *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
+      const Scratch ws = scratch(batchNormScratchBytes(a.C));
+      const Node* where = gatedGrad(p.g_, n);  // a Relu's gradient read through: dz gated by y
+      const void *dY = P(where ? where->inputs()[1] : in(0)), *gate = where ? P(where->inputs()[0]->producer()->inputs()[0]) : nullptr;
+      const void *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
-      add([=](cudaStream_t st) { return batchNormGrad(dY, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
+      add([=](cudaStream_t st) { return batchNormGrad(dY, gate, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
       return;
     }
     if (op == "LayerNormGrad") {
@@ -1261,6 +1315,17 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
       at = positions[indexOf[n->inputs()[0]->producer()]];
     }
     unwritten.insert(Lowering::unwritten(*n));
+  }
+  // A folded Relu runs where its producer does; a gated Where and its comparison where the
+  // BatchNormGrad that reads through them does. The values they stand in for get no bytes.
+  for (const auto& n : g.nodes()) {
+    if (Lowering::reluFolded(g, *n)) {
+      positions[indexOf[n.get()]] = positions[indexOf[n->inputs()[0]->producer()]];
+      unwritten.insert(n->inputs()[0]);
+    } else if (const Node* w = Lowering::gatedGrad(g, *n)) {
+      positions[indexOf[w]] = positions[indexOf[w->inputs()[0]->producer()]] = positions[indexOf[n.get()]];
+      unwritten.insert(w->result(0));
+    }
   }
   plan_ = planMemory(g, positions, unwritten);
   checkMemoryPlan(plan_);

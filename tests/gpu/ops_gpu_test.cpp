@@ -161,6 +161,38 @@ std::vector<Case> cases() {
                                 "%dx : $T[4,3,5,5], %ds : $T[3], %db : $T[3] = ampc::BatchNormGrad(%dy, %x, %s, %m, %v) {training_mode = 1}\n"
                                 "output %dx\noutput %ds\noutput %db",
                {{"v", {1.0, 0, 1, true}}}, true, 2.0});
+  // The typed batch-norm passes at each load width: planes of 64 (16-byte loads at f16/bf16), 12
+  // (8-byte) and 7 (one element) elements, over enough of the batch for several blocks per channel.
+  for (const char* shape : {"80,3,8,8", "96,5,12", "160,4,7"}) {
+    const std::string x = shape, ch = x.substr(x.find(',') + 1, x.find(',', x.find(',') + 1) - x.find(',') - 1);
+    const std::string gradParams = "input %sc : f32[" + ch + "]\ninput %m : f32[" + ch + "]\ninput %v : f32[" + ch + "]\n";
+    const std::string params = gradParams + "input %b : f32[" + ch + "]\n";
+    c.push_back({"BatchNorm_width_" + x, "input %x : $T[" + x + "]\n" + params + "%y : $T[" + x + "], %rm : f32[" + ch + "], %rv : f32[" + ch +
+                 "] = BatchNormalization(%x, %sc, %b, %m, %v) {training_mode = 1}\noutput %y\noutput %rm\noutput %rv",
+                 {{"x", {2.0}}, {"v", {1.0, 0, 1, true}}}});
+    c.push_back({"BatchNormGrad_width_" + x, "domain \"ampc\" 1\ninput %dy : $T[" + x + "]\ninput %x : $T[" + x + "]\n" + gradParams + "%dx : $T[" + x +
+                 "], %ds : f32[" + ch + "], %db : f32[" + ch + "] = ampc::BatchNormGrad(%dy, %x, %sc, %m, %v) {training_mode = 1}\n"
+                 "output %dx\noutput %ds\noutput %db",
+                 {{"v", {1.0, 0, 1, true}}}, true, 2.0});
+  }
+  // A Relu folded into the BatchNormalization or Add before it, and a Relu's gradient (from its
+  // output y, as autodiff writes it) folded into the BatchNormGrad after it (dz gated by y).
+  c.push_back({"BatchNorm_relu_folded", "input %x : $T[6,4,5,8]\ninput %s : f32[4]\ninput %b : f32[4]\ninput %m : f32[4]\ninput %v : f32[4]\n"
+                                        "%n : $T[6,4,5,8] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n%y : $T[6,4,5,8] = Relu(%n)\noutput %y",
+               {{"v", {1.0, 0, 1, true}}}});
+  c.push_back({"Add_relu_folded", "input %a : $T[9,40]\ninput %b : $T[9,40]\n%s : $T[9,40] = Add(%a, %b)\n%y : $T[9,40] = Relu(%s)\noutput %y"});
+  c.push_back({"Add_relu_folded_broadcast", "input %a : $T[3,4,7]\ninput %b : $T[4,1]\n%s : $T[3,4,7] = Add(%a, %b)\n%y : $T[3,4,7] = Relu(%s)\noutput %y"});
+  c.push_back({"BatchNormGrad_gated", "domain \"ampc\" 1\ninput %dz : $T[8,3,4,4]\ninput %y : $T[8,3,4,4]\ninput %x : $T[8,3,4,4]\n"
+                                      "input %s : f32[3]\ninput %m : f32[3]\ninput %v : f32[3]\nconst %z : $T[] = [0.0]\n"
+                                      "%p : bool[8,3,4,4] = Greater(%y, %z)\n%dy : $T[8,3,4,4] = Where(%p, %dz, %z)\n"
+                                      "%dx : $T[8,3,4,4], %ds : f32[3], %db : f32[3] = ampc::BatchNormGrad(%dy, %x, %s, %m, %v) {training_mode = 1}\n"
+                                      "output %dx\noutput %ds\noutput %db",
+               {{"v", {1.0, 0, 1, true}}}, true, 2.0});
+  // ReLU's gradient through the 16-byte path with a tail (7 x 33 elements).
+  c.push_back({"Where_fused_comparison_tail", "input %y : $T[7,33]\ninput %dz : $T[7,33]\nconst %z : $T[] = [0.0]\n"
+                                              "%g : bool[7,33] = Greater(%y, %z)\n%dy : $T[7,33] = Where(%g, %dz, %z)\noutput %dy"});
+  c.push_back({"MaxPool_dilated_padded", "input %x : $T[3,5,13,11]\n%y : $T[3,5,7,5], %i : i64[3,5,7,5] = MaxPool(%x) "
+                                         "{dilations = [1, 2], kernel_shape = [3, 2], pads = [1, 0, 1, 1], strides = [2, 2]}\noutput %y\noutput %i"});
   c.push_back({"SCE_mean", "input %x : $T[16,10]\ninput %l : i64[16]\n%y : $T[], %lp : $T[16,10] = SoftmaxCrossEntropyLoss(%x, %l)\noutput %y\noutput %lp",
                {{"l", {1, 0, 9}}}});
   c.push_back({"SCE_weighted_ignore", "input %x : $T[6,5,3]\ninput %l : i64[6,3]\ninput %w : $T[5]\n"
