@@ -127,40 +127,53 @@ __global__ void ewKernel(EwArgs g) {
 
 // Float ops whose operands are each either the output's shape and type or one element, on 16-byte
 // aligned buffers: one 16-byte load per operand for V elements (8 for f16/bf16, 4 for f32).
-// The operand loops are unrolled over kMaxOperands with a guard, so x[k][e] is indexed statically
-// and stays in registers (a loop bound of g.nin put x in local memory). WhereCmp's comparison runs
-// here too (ReLU's gradient: Where(Greater(y, 0), dy, 0)).
+// The operand loops are unrolled over kMaxOperands with a guard, so every array is indexed
+// statically and stays in registers (a loop bound of g.nin put them in local memory); operands stay
+// packed until each element is widened. OP >= 0 fixes the op at compile time (the hot ones: Add,
+// Sub, Mul, Relu, WhereCmp), so the op switch folds away and the kernel stays small enough for full
+// occupancy; OP < 0 switches on g.op. WhereCmp's comparison runs here too (ReLU's gradient:
+// Where(Greater(y, 0), dy, 0)).
+__device__ __forceinline__ bool compare(Ew cmp, float a, float b) {
+  switch (cmp) {
+    case Ew::Greater: return a > b;
+    case Ew::GreaterEq: return a >= b;
+    case Ew::Less: return a < b;
+    case Ew::LessEq: return a <= b;
+    default: return a == b;  // Equal: fusableComparison's only other one
+  }
+}
+template <int OP>
 __device__ __forceinline__ float ewVecApply(const EwArgs& g, float a, float b, float c, float d) {
-  if (g.op == Ew::WhereCmp) return applyOp<float>(g.cmp, a, b, 0.0f, g) != 0.0f ? c : d;
-  const float r = applyOp<float>(g.op, a, b, c, g);
+  const Ew op = OP < 0 ? g.op : static_cast<Ew>(OP);
+  if (op == Ew::WhereCmp) return compare(g.cmp, a, b) ? c : d;
+  const float r = applyOp<float>(op, a, b, c, g);
   return g.relu ? applyOp<float>(Ew::Relu, r, 0.0f, 0.0f, g) : r;
 }
-template <typename T>
-__global__ void ewVec(EwArgs g) {
+template <typename T, int OP>
+__global__ void __launch_bounds__(256, 4) ewVec(EwArgs g) {
   constexpr int V = 16 / sizeof(T);
   const int64_t nv = g.n / V;
   float sc[kMaxOperands] = {0, 0, 0, 0};  // the one-element operands
+  bool packed[kMaxOperands];
 #pragma unroll
-  for (int k = 0; k < kMaxOperands; ++k)
-    if (k < g.nin && g.access[k] == Access::Scalar) sc[k] = loadF(g.in[k], g.inType[k], 0);
+  for (int k = 0; k < kMaxOperands; ++k) {
+    packed[k] = k < g.nin && g.access[k] != Access::Scalar;
+    if (k < g.nin && !packed[k]) sc[k] = loadF(g.in[k], g.inType[k], 0);
+  }
   AMPC_GRID_LOOP(v, nv) {
-    float x[kMaxOperands][V];
+    uint4 raw[kMaxOperands];
 #pragma unroll
-    for (int k = 0; k < kMaxOperands; ++k) {
-      if (k < g.nin && g.access[k] != Access::Scalar) {
-        const uint4 r = reinterpret_cast<const uint4*>(g.in[k])[v];
-        const T* t = reinterpret_cast<const T*>(&r);
-#pragma unroll
-        for (int e = 0; e < V; ++e) x[k][e] = toF(t[e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e) x[k][e] = sc[k];
-      }
-    }
+    for (int k = 0; k < kMaxOperands; ++k)
+      if (packed[k]) raw[k] = reinterpret_cast<const uint4*>(g.in[k])[v];
     uint4 ro;
     T* o = reinterpret_cast<T*>(&ro);
 #pragma unroll
-    for (int e = 0; e < V; ++e) o[e] = fromF<T>(ewVecApply(g, x[0][e], x[1][e], x[2][e], x[3][e]));
+    for (int e = 0; e < V; ++e) {
+      float x[kMaxOperands];
+#pragma unroll
+      for (int k = 0; k < kMaxOperands; ++k) x[k] = packed[k] ? toF(reinterpret_cast<const T*>(&raw[k])[e]) : sc[k];
+      o[e] = fromF<T>(ewVecApply<OP>(g, x[0], x[1], x[2], x[3]));
+    }
     reinterpret_cast<uint4*>(g.out)[v] = ro;
   }
   AMPC_GRID_LOOP(j, g.n - nv * V) {
@@ -168,7 +181,20 @@ __global__ void ewVec(EwArgs g) {
     float x[kMaxOperands];
 #pragma unroll
     for (int k = 0; k < kMaxOperands; ++k) x[k] = k >= g.nin ? 0.0f : g.access[k] == Access::Scalar ? sc[k] : loadF(g.in[k], g.inType[k], i);
-    storeF(g.out, g.outType, i, ewVecApply(g, x[0], x[1], x[2], x[3]));
+    storeF(g.out, g.outType, i, ewVecApply<OP>(g, x[0], x[1], x[2], x[3]));
+  }
+}
+
+template <typename T>
+void launchVec(const EwArgs& a, cudaStream_t st) {
+  const int grid = gridFor(a.n / (16 / sizeof(T)) + 1);
+  switch (a.op) {
+    case Ew::Add: ewVec<T, static_cast<int>(Ew::Add)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::Sub: ewVec<T, static_cast<int>(Ew::Sub)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::Mul: ewVec<T, static_cast<int>(Ew::Mul)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::Relu: ewVec<T, static_cast<int>(Ew::Relu)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::WhereCmp: ewVec<T, static_cast<int>(Ew::WhereCmp)><<<grid, 256, 0, st>>>(a); break;
+    default: ewVec<T, -1><<<grid, 256, 0, st>>>(a); break;
   }
 }
 
@@ -191,11 +217,13 @@ cudaError_t elementwise(const EwArgs& a, cudaStream_t st) {
   bool vec = floatOut && !a.intMath && a.op != Ew::Where && aligned16(a.out);
   for (int k = 0; k < a.nin && vec; ++k)
     vec = a.access[k] == Access::Scalar || (a.access[k] == Access::Same && a.inType[k] == a.outType && aligned16(a.in[k]));
-  const int64_t per = a.outType == DT::f32 ? 4 : 8;
-  if (vec && a.outType == DT::f16) ewVec<__half><<<gridFor(a.n / per + 1), 256, 0, st>>>(a);
-  else if (vec && a.outType == DT::bf16) ewVec<__nv_bfloat16><<<gridFor(a.n / per + 1), 256, 0, st>>>(a);
-  else if (vec) ewVec<float><<<gridFor(a.n / per + 1), 256, 0, st>>>(a);
-  else if (a.intMath) ewKernel<int64_t><<<gridFor(a.n), 256, 0, st>>>(a);
+  if (vec) {
+    switch (a.outType) {
+      case DT::f16: launchVec<__half>(a, st); break;
+      case DT::bf16: launchVec<__nv_bfloat16>(a, st); break;
+      default: launchVec<float>(a, st); break;
+    }
+  } else if (a.intMath) ewKernel<int64_t><<<gridFor(a.n), 256, 0, st>>>(a);
   else ewKernel<float><<<gridFor(a.n), 256, 0, st>>>(a);
   return cudaGetLastError();
 }

@@ -33,20 +33,11 @@ cudnnDataType_t dnnType(DT t) {
   }
 }
 
-// The largest workspace a convolution algorithm may ask for (the plan's scratch region is shared,
-// so it is the largest of these).
-constexpr size_t kConvWorkspaceCap = size_t{512} << 20;
-
-// The fastest algorithm that cuDNN measured here (cudnnFind*: each candidate run on buffers of the
-// convolution's shapes, as PyTorch's cudnn.benchmark does), deterministic and within the workspace
-// cap; else the heuristics' first that runs.
+// The heuristics' best algorithm that runs here.
 template <typename Perf>
-auto pick(const Perf* found, int nFound, const Perf* heur, int nHeur, const char* what) {
-  for (int i = 0; i < nFound; ++i)
-    if (found[i].status == CUDNN_STATUS_SUCCESS && found[i].determinism == CUDNN_DETERMINISTIC && found[i].memory <= kConvWorkspaceCap)
-      return found[i].algo;
-  for (int i = 0; i < nHeur; ++i)
-    if (heur[i].status == CUDNN_STATUS_SUCCESS) return heur[i].algo;
+auto firstWorking(const Perf* perf, int n, const char* what) {
+  for (int i = 0; i < n; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i].algo;
   throw Error(std::string("cuDNN has no ") + what + " algorithm for this convolution");
 }
 
@@ -136,33 +127,27 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   const cudnnMathType_t math = d.t != DT::f32 ? CUDNN_TENSOR_OP_MATH : d.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   check(cudnnSetConvolutionMathType(conv_, math), "conv math type");
   constexpr int kAlgos = 8;
-  int n = 0, nf = 0;
-  // A failed search (e.g. out of memory for its buffers) leaves nf = 0: the heuristics decide.
+  int n = 0;
   if (forward) {
-    cudnnConvolutionFwdAlgoPerf_t perf[kAlgos], found[kAlgos];
+    cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, kAlgos, &n, perf), "conv forward algorithm");
-    if (d.search && cudnnFindConvolutionForwardAlgorithm(h, x_, w_, conv_, y_, kAlgos, &nf, found) != CUDNN_STATUS_SUCCESS) nf = 0;
-    fwd_ = pick(found, nf, perf, n, "forward");
+    fwd_ = firstWorking(perf, n, "forward");
     size_t b = 0;
     check(cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, fwd_, &b), "conv forward workspace");
     ws_ = std::max(ws_, b);
   }
   if (backwardData) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos], found[kAlgos];
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, kAlgos, &n, perf), "conv backward-data algorithm");
-    nf = 0;
-    if (d.search && cudnnFindConvolutionBackwardDataAlgorithm(h, w_, y_, conv_, x_, kAlgos, &nf, found) != CUDNN_STATUS_SUCCESS) nf = 0;
-    bwdData_ = pick(found, nf, perf, n, "backward-data");
+    bwdData_ = firstWorking(perf, n, "backward-data");
     size_t b = 0;
     check(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, bwdData_, &b), "conv backward-data workspace");
     ws_ = std::max(ws_, b);
   }
   if (backwardFilter) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos], found[kAlgos];
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, kAlgos, &n, perf), "conv backward-filter algorithm");
-    nf = 0;
-    if (d.search && cudnnFindConvolutionBackwardFilterAlgorithm(h, x_, y_, conv_, w_, kAlgos, &nf, found) != CUDNN_STATUS_SUCCESS) nf = 0;
-    bwdFilter_ = pick(found, nf, perf, n, "backward-filter");
+    bwdFilter_ = firstWorking(perf, n, "backward-filter");
     size_t b = 0;
     check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, bwdFilter_, &b), "conv backward-filter workspace");
     ws_ = std::max(ws_, b);

@@ -54,7 +54,6 @@ struct ConvDesc {
   int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, out[3] = {1, 1, 1};
   int pad[3] = {0, 0, 0}, stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1};
   bool allowTf32 = false;
-  bool search = true;  // time the candidate algorithms once (cudnnFind*) instead of taking the heuristics' first
 };
 class Conv {
  public:

@@ -552,7 +552,9 @@ void Program::Lowering::conv(bool grad) {
     d.stride[j] = static_cast<int>(win.strides[i]);
     d.dil[j] = static_cast<int>(win.dilations[i]);
   }
-  const bool needDx = grad, needDw = grad && n.numResults() > 1;
+  // A gradient nobody reads is not computed (the first convolution's dX: the image's gradient).
+  auto read = [&](size_t i) { return n.numResults() > i && (!out(i)->uses().empty() || p.g_.isOutput(out(i))); };
+  const bool needDx = grad && read(0), needDw = grad && read(1);
   auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
   p.keep_.push_back(c);
   const size_t wsBytes = c->workspaceBytes();
@@ -577,7 +579,7 @@ void Program::Lowering::conv(bool grad) {
   }
   const void *dY = P(in(0)), *X = P(x), *W = P(w);
   void* dX = P(out(0));
-  void* dW = n.numResults() > 1 ? P(out(1)) : nullptr;
+  void* dW = needDw ? P(out(1)) : nullptr;
   add([c, dY, X, W, dX, dW, work, wsBytes, needDx](cudaStream_t) {
     if (needDx && c->backwardData(dY, W, dX, work.f(), wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
     if (dW && c->backwardFilter(X, dY, dW, work.f(), wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
@@ -1317,7 +1319,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     unwritten.insert(Lowering::unwritten(*n));
   }
   // A folded Relu runs where its producer does; a gated Where and its comparison where the
-  // BatchNormGrad that reads through them does. The values they stand in for get no bytes.
+  // BatchNormGrad that reads through them does. The values they stand in for get no bytes, nor
+  // does a ConvGrad's unread dX.
   for (const auto& n : g.nodes()) {
     if (Lowering::reluFolded(g, *n)) {
       positions[indexOf[n.get()]] = positions[indexOf[n->inputs()[0]->producer()]];
@@ -1325,6 +1328,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     } else if (const Node* w = Lowering::gatedGrad(g, *n)) {
       positions[indexOf[w]] = positions[indexOf[w->inputs()[0]->producer()]] = positions[indexOf[n.get()]];
       unwritten.insert(w->result(0));
+    } else if (n->domain() == "ampc" && n->op() == "ConvGrad" && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) {
+      unwritten.insert(n->result(0));  // a dX nobody reads is not computed (Lowering::conv)
     }
   }
   plan_ = planMemory(g, positions, unwritten);

@@ -128,6 +128,10 @@ std::vector<Case> cases() {
   c.push_back({"ConvGrad", "domain \"ampc\" 1\ninput %dy : $T[2,6,5,5]\ninput %x : $T[2,4,9,9]\ninput %w : $T[6,4,3,3]\n"
                            "%dx : $T[2,4,9,9], %dw : $T[6,4,3,3] = ampc::ConvGrad(%dy, %x, %w) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
                            "output %dx\noutput %dw"});
+  // dX unread (the first convolution's): only dW is computed, with cuDNN's 7 x 7 / 2 filter gradient.
+  c.push_back({"ConvGrad_dw_only", "domain \"ampc\" 1\ninput %dy : $T[2,8,6,6]\ninput %x : $T[2,3,12,12]\ninput %w : $T[8,3,7,7]\n"
+                                   "%dx : $T[2,3,12,12], %dw : $T[8,3,7,7] = ampc::ConvGrad(%dy, %x, %w) {kernel_shape = [7, 7], pads = [3, 3, 3, 3], strides = [2, 2]}\n"
+                                   "output %dw"});
   c.push_back({"MaxPool", "input %x : $T[2,3,9,9]\n%y : $T[2,3,4,4], %i : i64[2,3,4,4] = MaxPool(%x) {kernel_shape = [3, 3], pads = [1, 1, 0, 0], strides = [2, 2]}\n"
                           "output %y\noutput %i"});
   c.push_back({"AveragePool", "input %x : $T[2,3,8,8]\n%y : $T[2,3,4,4] = AveragePool(%x) {count_include_pad = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %y"});
