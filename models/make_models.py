@@ -4,11 +4,11 @@
 Uses Debian's python3-torch / python3-torchvision and PyTorch's TorchScript exporter
 (opset 17, TrainingMode.TRAINING, no constant folding), so that the graphs stay trainable.
 
-    models/make_models.py OUTDIR [NAME...]          # NAME in mlp cnn transformer resnet18
+    models/make_models.py OUTDIR [NAME...]          # NAME in mlp cnn transformer resnet_tiny resnet18
     models/make_models.py --refs OUTDIR [NAME...]   # PyTorch reference outputs, see make_refs
     models/make_models.py --digits OUTDIR          # digits.onnx and the digits data, see make_digits
 
-mlp, cnn and transformer are small and committed under models/; resnet18 (45 MB of weights)
+mlp, cnn, transformer and resnet_tiny are small and committed under models/; resnet18 (45 MB of weights)
 is made on demand (the test suite makes it into the build folder).
 """
 import os
@@ -64,6 +64,41 @@ class SmallCNN(nn.Module):
         return self.fc(self.drop(torch.flatten(x, 1)))
 
 
+class Bottleneck(nn.Module):
+    def __init__(self, cin, mid, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(mid)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv3 = nn.Conv2d(mid, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        return F.relu(self.bn3(self.conv3(y)) + self.down(x))
+
+
+class TinyResNet(nn.Module):
+    """ResNet-50's op pattern in miniature (stem, max pool, bottlenecks, global average pool):
+    channels multiples of 8, so the CUDA backend stores its activations channels-last."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.block1 = Bottleneck(16, 8, 32, 1)
+        self.block2 = Bottleneck(32, 8, 32, 2)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.block2(self.block1(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class TinyGPT(nn.Module):
     """Decoder-only transformer from nn.TransformerEncoderLayer with a causal mask."""
 
@@ -100,6 +135,9 @@ def make(name, out):
         export(MLP(), (torch.randn(100, 10), torch.randint(0, 10, (100,))), ["x", "target"], path)
     elif name == "cnn":
         export(SmallCNN(), (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))),
+               ["x", "target"], path)
+    elif name == "resnet_tiny":
+        export(TinyResNet(), (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))),
                ["x", "target"], path)
     elif name == "transformer":
         export(TinyGPT(), (torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))),

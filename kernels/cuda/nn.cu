@@ -179,7 +179,7 @@ template <typename T>
 __global__ void bnFinalize(const T* x, const void* scale, const void* bias, const void* mean, const void* var, const double* w, float* f,
                            void* dscale, void* dbias, BatchNormArgs a, bool grad) {
   AMPC_GRID_LOOP(c, a.C) {
-    const double n = static_cast<double>(a.N * a.S), K = toF(x[c * a.S]), ms = w[c] / n;  // ms: the mean of x'
+    const double n = static_cast<double>(a.N * a.S), K = toF(x[a.nhwc ? c : c * a.S]), ms = w[c] / n;  // ms: the mean of x'
     double m, v;
     if (a.training) {
       m = K + ms;
@@ -255,6 +255,114 @@ __global__ void bnGradApply(const T* dy, const T* gate, const T* x, T* dx, const
     } else {
 #pragma unroll
       for (int e = 0; e < V; ++e) g[e] *= A;
+    }
+    storePack<T, V>(dx, v * V, g);
+  }
+}
+// NHWC: x is [R = N * S, C]. A block has G * (blockDim / G) threads for G = C / V channel groups;
+// each thread keeps one group of V channels for its whole grid-stride loop (the stride is a
+// multiple of G), so its channel constants stay in registers. The sums go through shared memory
+// (one float per channel and sum) and then into w in f64.
+template <typename T, int V, bool kGrad>
+__global__ void bnSumsNhwc(const T* x, const T* dy, const T* gate, BatchNormArgs a, double* w) {
+  extern __shared__ float part[];  // [kGrad ? 4 : 2][C]
+  const int C = static_cast<int>(a.C), G = C / V, nq = kGrad ? 4 : 2;
+  for (int i = threadIdx.x; i < nq * C; i += blockDim.x) part[i] = 0.0f;
+  __syncthreads();
+  const int cg = threadIdx.x % G, RB = blockDim.x / G;
+  float K[V], s[V] = {}, q[V] = {}, sd[V] = {}, sdx[V] = {};
+  loadPack<T, V>(x, cg * V, K);  // row 0: the shift
+  const int64_t R = a.N * a.S;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RB + threadIdx.x / G; r < R; r += static_cast<int64_t>(gridDim.x) * RB) {
+    const int64_t i = r * C + cg * V;
+    float xv[V], g[V], gt[V];
+    loadPack<T, V>(x, i, xv);
+    if constexpr (kGrad) {
+      loadPack<T, V>(dy, i, g);
+      if (gate) {
+        loadPack<T, V>(gate, i, gt);
+#pragma unroll
+        for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float d = xv[e] - K[e];
+      s[e] += d;
+      q[e] += d * d;
+      if constexpr (kGrad) {
+        sd[e] += g[e];
+        sdx[e] += g[e] * d;
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int c = cg * V + e;
+    atomicAdd(part + c, s[e]);
+    atomicAdd(part + C + c, q[e]);
+    if constexpr (kGrad) {
+      atomicAdd(part + 2 * C + c, sd[e]);
+      atomicAdd(part + 3 * C + c, sdx[e]);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nq * C; i += blockDim.x) atomicAdd(w + i, static_cast<double>(part[i]));
+}
+template <typename T, int V>
+__global__ void bnApplyNhwc(const T* x, T* y, const float* f, BatchNormArgs a) {
+  const int G = static_cast<int>(a.C) / V, cg = threadIdx.x % G;
+  const float* k = f + 2 * a.C;
+  float m[V], sc[V], b[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int c = cg * V + e;
+    m[e] = k[4 * c];
+    sc[e] = k[4 * c + 1];
+    b[e] = k[4 * c + 2];
+  }
+  const int64_t total = a.N * a.S * G;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < total; v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float xv[V];
+    loadPack<T, V>(x, v * V, xv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float r = (xv[e] - m[e]) * sc[e] + b[e];
+      xv[e] = a.relu ? (r > 0.0f ? r : (r != r ? r : 0.0f)) : r;
+    }
+    storePack<T, V>(y, v * V, xv);
+  }
+}
+template <typename T, int V>
+__global__ void bnGradApplyNhwc(const T* dy, const T* gate, const T* x, T* dx, const float* f, BatchNormArgs a) {
+  const int G = static_cast<int>(a.C) / V, cg = threadIdx.x % G;
+  const float* k = f + 2 * a.C;
+  float m[V], A[V], B[V], D[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int c = cg * V + e;
+    m[e] = k[4 * c];
+    A[e] = k[4 * c + 1];
+    B[e] = k[4 * c + 2];
+    D[e] = k[4 * c + 3];
+  }
+  const int64_t total = a.N * a.S * G;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < total; v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float g[V], xv[V];
+    loadPack<T, V>(dy, v * V, g);
+    if (gate) {
+      float gt[V];
+      loadPack<T, V>(gate, v * V, gt);
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+    }
+    if (a.training) {
+      loadPack<T, V>(x, v * V, xv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[e] = A[e] * g[e] + B[e] * (xv[e] - m[e]) + D[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[e] *= A[e];
     }
     storePack<T, V>(dx, v * V, g);
   }
@@ -528,6 +636,47 @@ __global__ void maxPool2d(const T* x, T* y, int64_t* indices, PoolArgs a) {
     if (indices) indices[i] = at < 0 ? -1 : plane * IS + at;
   }
 }
+// Max pooling of x [N, H, W, C] (2 spatial dims), V channels per thread; the indices are offsets in
+// that order (ScatterAddFlat scatters the gradient into the same layout).
+template <typename T, int V>
+__global__ void maxPoolNhwc(const T* x, T* y, int64_t* indices, PoolArgs a) {
+  const int64_t G = a.C / V, OH = a.out[0], OW = a.out[1], IH = a.in[0], IW = a.in[1];
+  const int64_t total = a.N * OH * OW * G;
+  AMPC_GRID_LOOP(v, total) {
+    int64_t t = v / G;
+    const int64_t cg = v - t * G, ow = t % OW;
+    t /= OW;
+    const int64_t oh = t % OH, n = t / OH;
+    float best[V];
+    int64_t at[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      best[e] = -INFINITY;
+      at[e] = -1;
+    }
+    for (int64_t kh = 0; kh < a.k[0]; ++kh) {
+      const int64_t h = oh * a.s[0] - a.pad[0] + kh * a.d[0];
+      if (h < 0 || h >= IH) continue;
+      for (int64_t kw = 0; kw < a.k[1]; ++kw) {
+        const int64_t w = ow * a.s[1] - a.pad[1] + kw * a.d[1];
+        if (w < 0 || w >= IW) continue;
+        const int64_t off = ((n * IH + h) * IW + w) * a.C + cg * V;
+        float xv[V];
+        loadPack<T, V>(x, off, xv);
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          if (at[e] < 0 || xv[e] > best[e] || xv[e] != xv[e]) {
+            best[e] = xv[e];
+            at[e] = off + e;
+          }
+      }
+    }
+    storePack<T, V>(y, v * V, best);
+    if (indices)
+#pragma unroll
+      for (int e = 0; e < V; ++e) indices[v * V + e] = at[e];
+  }
+}
 __global__ void avgPoolGradKernel(const void* dy, float* acc, PoolArgs a) {
   int64_t IS, P, taps;
   poolSizes(a, IS, P, taps);
@@ -568,7 +717,7 @@ cudaError_t bnDispatch(const BatchNormArgs& a, std::initializer_list<const void*
     using T = decltype(tag);
     constexpr int V16 = 16 / sizeof(T), V8 = 8 / sizeof(T);
     auto fits = [&](int v) {
-      if (a.S % v != 0) return false;
+      if ((a.nhwc ? a.C : a.S) % v != 0) return false;
       for (const void* p : ptrs)
         if (!alignedTo(p, v * static_cast<int>(sizeof(T)))) return false;
       return true;
@@ -585,6 +734,16 @@ cudaError_t bnDispatch(const BatchNormArgs& a, std::initializer_list<const void*
   }
 }
 int bnApplyBlocks(const BatchNormArgs& a, int v) { return gridFor(a.N * a.C * a.S / v); }
+// NHWC launches: G = C / V channel groups, blockDim a multiple of G (at most 1024).
+int nhwcThreads(const BatchNormArgs& a, int v) {
+  const int G = static_cast<int>(a.C / v);
+  return G >= 256 ? G : G * (256 / G);
+}
+int nhwcSumBlocks(const BatchNormArgs& a, int v) {  // rows of about 128 per thread, at least one wave
+  const int64_t RB = nhwcThreads(a, v) / (a.C / v), R = a.N * a.S;
+  return static_cast<int>(std::max<int64_t>(132, std::min<int64_t>(1024, (R + RB * 128 - 1) / (RB * 128))));
+}
+int nhwcApplyBlocks(const BatchNormArgs& a, int v) { return gridFor(a.N * a.S * (a.C / v), nhwcThreads(a, v)); }
 
 }  // namespace
 
@@ -625,6 +784,16 @@ cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const 
     using T = decltype(tag);
     constexpr int V = decltype(vc)::value;
     const T* X = static_cast<const T*>(x);
+    if (a.nhwc) {
+      if constexpr (V == 1) {
+        return cudaErrorInvalidValue;  // channels not a multiple of the vector: placeChannelsLast never picks this
+      } else {
+        if (a.training) bnSumsNhwc<T, V, false><<<nhwcSumBlocks(a, V), nhwcThreads(a, V), 2 * a.C * sizeof(float), st>>>(X, nullptr, nullptr, a, w);
+        bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, bias, mean, var, w, f, nullptr, nullptr, a, false);
+        bnApplyNhwc<T, V><<<nhwcApplyBlocks(a, V), nhwcThreads(a, V), 0, st>>>(X, static_cast<T*>(y), f, a);
+        return cudaSuccess;
+      }
+    }
     if (a.training) bnSums<T, V, false><<<bnGrid(a), kRowBlock, 0, st>>>(X, nullptr, nullptr, a, w);
     bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, bias, mean, var, w, f, nullptr, nullptr, a, false);
     bnApply<T, V><<<bnApplyBlocks(a, V), 256, 0, st>>>(X, static_cast<T*>(y), f, a);
@@ -645,6 +814,16 @@ cudaError_t batchNormGrad(const void* dy, const void* gate, const void* x, const
     using T = decltype(tag);
     constexpr int V = decltype(vc)::value;
     const T *X = static_cast<const T*>(x), *G = static_cast<const T*>(dy), *Gate = static_cast<const T*>(gate);
+    if (a.nhwc) {
+      if constexpr (V == 1) {
+        return cudaErrorInvalidValue;
+      } else {
+        bnSumsNhwc<T, V, true><<<nhwcSumBlocks(a, V), nhwcThreads(a, V), 4 * a.C * sizeof(float), st>>>(X, G, Gate, a, w);
+        bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, nullptr, mean, var, w, f, dscale, dbias, a, true);
+        bnGradApplyNhwc<T, V><<<nhwcApplyBlocks(a, V), nhwcThreads(a, V), 0, st>>>(G, Gate, X, static_cast<T*>(dx), f, a);
+        return cudaSuccess;
+      }
+    }
     bnSums<T, V, true><<<bnGrid(a), kRowBlock, 0, st>>>(X, G, Gate, a, w);
     bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, nullptr, mean, var, w, f, dscale, dbias, a, true);
     bnGradApply<T, V><<<bnApplyBlocks(a, V), 256, 0, st>>>(G, Gate, X, static_cast<T*>(dx), f, a);
@@ -692,6 +871,16 @@ cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a,
   int64_t P = a.N * a.C;
   for (int d = 0; d < a.nsp; ++d) P *= a.out[d];
   if (P == 0) return cudaSuccess;
+  if (a.nhwc) {  // placeChannelsLast: 2 spatial dims, C a multiple of 8
+    if (a.nsp != 2 || a.C % 8 != 0) return cudaErrorInvalidValue;
+    const int64_t vec = P / 8;
+    if (a.t == DT::f16) maxPoolNhwc<__half, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __half*>(x), static_cast<__half*>(y), indices, a);
+    else if (a.t == DT::bf16)
+      maxPoolNhwc<__nv_bfloat16, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), indices, a);
+    else if (a.t == DT::f32) maxPoolNhwc<float, 4><<<gridFor(P / 4), 256, 0, st>>>(static_cast<const float*>(x), static_cast<float*>(y), indices, a);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+  }
   const bool plane32 = a.nsp == 2 && a.in[0] * a.in[1] < (int64_t{1} << 31);
   if (plane32 && a.t == DT::f16) maxPool2d<<<gridFor(P), 256, 0, st>>>(static_cast<const __half*>(x), static_cast<__half*>(y), indices, a);
   else if (plane32 && a.t == DT::bf16)

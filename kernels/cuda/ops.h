@@ -155,6 +155,7 @@ struct BatchNormArgs {
   float eps = 1e-5f, momentum = 0.9f;
   bool training = false;
   bool relu = false;             // the forward writes max(0, y) (a Relu folded into it)
+  bool nhwc = false;             // x, y, dy, dx stored [N, S, C] (C a multiple of 8, at most 2048)
   DT t = DT::f32, pT = DT::f32;  // X/Y type (f32, f16 or bf16), scale/bias/mean/var type
 };
 // Scratch bytes that batchNorm and batchNormGrad need for C channels.
@@ -189,6 +190,7 @@ struct PoolArgs {
   int64_t N = 0, C = 0;
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, padEnd[3] = {0, 0, 0};
   bool includePad = false;
+  bool nhwc = false;  // x, y and the indices stored [N, H, W, C] (2 spatial dims; the indices are offsets in that order)
   DT t = DT::f32;
 };
 // MaxPool; indices (i64, may be null) are flat offsets into x, row-major.

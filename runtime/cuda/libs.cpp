@@ -111,6 +111,7 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   }
   auto strides = [&](const std::vector<int>& s) {
     std::vector<int> st(s.size(), 1);
+    if (d.nhwc && nd == 4) return std::vector<int>{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};  // dims N C H W, stored N H W C
     for (int i = nd - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
     return st;
   };
@@ -120,7 +121,7 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   check(cudnnSetTensorNdDescriptor(x_, t, nd, xs.data(), strides(xs).data()), "conv input descriptor");
   check(cudnnSetTensorNdDescriptor(y_, t, nd, ys.data(), strides(ys).data()), "conv output descriptor");
   check(cudnnCreateFilterDescriptor(&w_), "cudnnCreateFilterDescriptor");
-  check(cudnnSetFilterNdDescriptor(w_, t, CUDNN_TENSOR_NCHW, nd, ws.data()), "conv filter descriptor");
+  check(cudnnSetFilterNdDescriptor(w_, t, d.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd, ws.data()), "conv filter descriptor");
   check(cudnnCreateConvolutionDescriptor(&conv_), "cudnnCreateConvolutionDescriptor");
   check(cudnnSetConvolutionNdDescriptor(conv_, d.nsp, d.pad, d.stride, d.dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT), "conv descriptor");
   check(cudnnSetConvolutionGroupCount(conv_, static_cast<int>(d.groups)), "conv groups");

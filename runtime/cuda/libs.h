@@ -46,7 +46,7 @@ class Gemm {
   cublasLtMatmulAlgo_t algo_{};
 };
 
-// An N-d convolution (NCHW, symmetric pads, groups) and its two gradients through cuDNN.
+// An N-d convolution (NCHW, or NHWC in 2-d; symmetric pads, groups) and its two gradients through cuDNN.
 struct ConvDesc {
   DT t = DT::f32;
   int nsp = 2;
@@ -54,6 +54,7 @@ struct ConvDesc {
   int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, out[3] = {1, 1, 1};
   int pad[3] = {0, 0, 0}, stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1};
   bool allowTf32 = false;
+  bool nhwc = false;  // x, y (and their gradients) NHWC, the filter KRSC (2 spatial dims)
 };
 class Conv {
  public:

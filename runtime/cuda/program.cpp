@@ -21,6 +21,121 @@ constexpr size_t kGemmWorkspace = size_t{32} << 20;
 constexpr double kPaddedGemmWork = double{1 << 30};
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// ---- channels-last placement ----
+// Convolutions on tensor cores want NHWC; with NCHW tensors cuDNN transposes around every call.
+// The 4-d activations of a convolutional network are stored channels-last (the IR's shapes stay
+// NCHW: only the bytes move) when every op that touches them has an NHWC form: a component of
+// values that must share a layout (an elementwise op's full-shape operands and result, a batch
+// norm's x / y / dy / dx, a max pool's x / y / indices and the ScatterAddFlat of its gradient) is
+// channels-last when none of them is pinned to NCHW (a graph input or output, a broadcast operand,
+// an op without an NHWC form) and a convolution reads or writes one of them. A convolution converts
+// an operand of the other layout through scratch (the image into the first one).
+
+// Element strides of the dims N, C, H, W of a value stored N, H, W, C.
+std::vector<int64_t> nhwcStrides(const std::vector<int64_t>& s) { return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}; }
+// A 4-d value whose layout matters: spatial size above one, channels a multiple of 8 (the
+// vectorised NHWC kernels) and at most 2048 (their per-block channel tables).
+bool layoutCandidate(const Value* v) {
+  if (!v || v->type().shape.size() != 4) return false;
+  const auto& s = v->type().shape;
+  return s[2] * s[3] > 1 && s[1] % 8 == 0 && s[1] <= 2048 && s[0] > 0;
+}
+// A convolution that runs NHWC on cuDNN: 2 spatial dims, one group, f16/bf16, channels multiple of 8.
+bool nhwcConv(const Node& n) {
+  const bool fwd = n.domain().empty() && n.op() == "Conv", bwd = n.domain() == "ampc" && n.op() == "ConvGrad";
+  if (!fwd && !bwd) return false;
+  const Value *x = n.inputs()[fwd ? 0 : 1], *w = n.inputs()[fwd ? 1 : 2];
+  const DType t = x->type().dtype;
+  if ((t != DType::f16 && t != DType::bf16) || x->type().shape.size() != 4 || w->type().shape.size() != 4) return false;
+  if (n.getInt("group", 1) != 1 || (fwd && n.inputs().size() > 2 && n.inputs()[2])) return false;
+  return x->type().shape[1] % 8 == 0 && w->type().shape[0] % 8 == 0;
+}
+std::set<const Value*> placeChannelsLast(const Graph& g) {
+  std::map<const Value*, const Value*> parent;
+  std::function<const Value*(const Value*)> find = [&](const Value* v) -> const Value* {
+    auto it = parent.find(v);
+    if (it == parent.end()) return parent[v] = v;
+    if (it->second == v) return v;
+    return it->second = find(it->second);
+  };
+  std::set<const Value*> pinned, anchored;
+  auto join = [&](const Value* a, const Value* b) {
+    if (layoutCandidate(a) && layoutCandidate(b)) parent[find(a)] = find(b);
+    else if (layoutCandidate(a)) pinned.insert(a);
+    else if (layoutCandidate(b)) pinned.insert(b);
+  };
+  static const std::set<std::string> kElementwise = {"Add", "Sub", "Mul", "Div", "Where", "Relu", "Cast", "Greater", "Less",
+                                                     "GreaterOrEqual", "LessOrEqual", "Equal", "Neg", "Abs", "Identity"};
+  for (const auto& np : g.nodes()) {
+    const Node& n = *np;
+    const std::string& op = n.op();
+    const bool onnx = n.domain().empty(), ampc = n.domain() == "ampc";
+    std::vector<const Value*> touched;
+    for (const Value* v : n.inputs()) touched.push_back(v);
+    for (size_t i = 0; i < n.numResults(); ++i) touched.push_back(n.result(i));
+    auto pinAll = [&] {
+      for (const Value* v : touched)
+        if (layoutCandidate(v)) pinned.insert(v);
+    };
+    if ((onnx && op == "Conv") || (ampc && op == "ConvGrad")) {
+      // Its activations may have either layout (Lowering::conv converts); the weights never move.
+      const bool fwd = onnx;
+      for (const Value* v : fwd ? std::vector<const Value*>{n.inputs()[0], n.result(0)}
+                                : std::vector<const Value*>{n.inputs()[0], n.inputs()[1], n.result(0)})
+        if (layoutCandidate(v) && nhwcConv(n)) anchored.insert(v);
+      if (fwd && n.inputs().size() > 2 && n.inputs()[2]) pinned.insert(n.result(0));  // a bias: added NCHW
+      continue;
+    }
+    if (onnx && kElementwise.count(op)) {
+      const Value* r = n.result(0);
+      bool full = layoutCandidate(r);
+      for (const Value* v : n.inputs())
+        if (v && v->type().numel() != 1 && v->type().shape != r->type().shape) full = false;
+      if (!full) {
+        pinAll();
+        continue;
+      }
+      for (const Value* v : n.inputs())
+        if (v && v->type().numel() != 1) join(v, r);
+      continue;
+    }
+    if (onnx && op == "BatchNormalization") {
+      join(n.inputs()[0], n.result(0));
+      continue;
+    }
+    if (ampc && op == "BatchNormGrad") {
+      join(n.inputs()[0], n.inputs()[1]);
+      join(n.inputs()[1], n.result(0));
+      continue;
+    }
+    if (onnx && op == "MaxPool" && n.inputs()[0]->type().shape.size() == 4 && n.getInt("storage_order", 0) == 0) {
+      for (size_t i = 0; i < n.numResults(); ++i) join(n.inputs()[0], n.result(i));
+      continue;
+    }
+    if (ampc && op == "ScatterAddFlat" && n.result(0)->type().shape.size() == 4) {
+      join(n.inputs()[0], n.inputs()[1]);
+      join(n.inputs()[1], n.result(0));
+      continue;
+    }
+    if (onnx && op == "GlobalAveragePool") continue;  // reads either layout; [N, C, 1, 1] has none
+    if (onnx && op == "Expand" && n.inputs()[0]->type().shape.size() == 4 && n.inputs()[0]->type().shape[2] * n.inputs()[0]->type().shape[3] == 1)
+      continue;  // a broadcast of [N, C, 1, 1] writes either layout
+    pinAll();
+  }
+  for (const auto* list : {&g.inputs(), &g.params(), &g.consts(), &g.outputs()})
+    for (const Value* v : *list)
+      if (layoutCandidate(v)) pinned.insert(v);
+  std::set<const Value*> badRoots, goodRoots, out;
+  for (const Value* v : pinned) badRoots.insert(find(v));
+  for (const Value* v : anchored) goodRoots.insert(find(v));
+  for (const auto& [v, unused] : parent) {
+    const Value* r = find(v);
+    if (goodRoots.count(r) && !badRoots.count(r)) out.insert(v);
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t hostSyncs() { return gSyncs.load(); }
@@ -555,34 +670,96 @@ void Program::Lowering::conv(bool grad) {
   // A gradient nobody reads is not computed (the first convolution's dX: the image's gradient).
   auto read = [&](size_t i) { return n.numResults() > i && (!out(i)->uses().empty() || p.g_.isOutput(out(i))); };
   const bool needDx = grad && read(0), needDw = grad && read(1);
+  // NHWC on cuDNN when an activation is stored channels-last; an activation in the other layout,
+  // the weights (KCRS <-> KRSC) and dW go through scratch, transposed on the way.
+  const Value* acts[3] = {x, grad ? in(0) : out(0), needDx ? out(0) : nullptr};  // x, y or dy, dx
+  bool anyNhwc = false;
+  for (const Value* v : acts) anyNhwc = anyNhwc || (v && p.nhwc_.count(v));
+  d.nhwc = anyNhwc && nhwcConv(n);
   auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
   p.keep_.push_back(c);
-  const size_t wsBytes = c->workspaceBytes();
-  const Scratch work = scratch(wsBytes);
+  const size_t wsBytes = c->workspaceBytes(), eb = static_cast<size_t>(dtSize(t));
+  size_t total = alignUp(wsBytes);
+  struct Moved {
+    bool on = false;                  // a scratch copy at `off`
+    size_t off = 0;
+    int64_t batch = 0, R = 0, C = 0;  // transpose2d of the copy, in the direction of the data
+  };
+  auto shape4 = [&](const Value* v, bool toNhwc, bool result) {
+    Moved m;
+    if (!v || (p.nhwc_.count(v) != 0) == d.nhwc) return m;
+    const auto& s = shape(v);
+    const int64_t hw = s[2] * s[3];
+    m.on = true;
+    m.off = total;
+    total += alignUp(static_cast<size_t>(v->type().numel()) * eb);
+    // An input goes graph -> scratch; a result scratch -> graph.
+    const bool fromNchw = result ? !toNhwc : toNhwc;
+    m.batch = s[0];
+    m.R = fromNchw ? s[1] : hw;
+    m.C = fromNchw ? hw : s[1];
+    return m;
+  };
+  Moved mx = shape4(x, d.nhwc, false), my = shape4(acts[1], d.nhwc, !grad), mdx = shape4(acts[2], d.nhwc, true), mw, mdw;
+  if (d.nhwc) {  // the weights: KCRS in the graph, KRSC for cuDNN
+    const auto& s = shape(w);
+    const int64_t rs = s[2] * s[3];
+    mw = {true, total, s[0], s[1], rs};
+    total += alignUp(static_cast<size_t>(w->type().numel()) * eb);
+    if (needDw) {
+      mdw = {true, total, s[0], rs, s[1]};
+      total += alignUp(static_cast<size_t>(w->type().numel()) * eb);
+    }
+  }
+  const Scratch work = scratch(total);
+  const int e = static_cast<int>(eb);
+  // Operand pointers at launch: the scratch copy when moved, else the graph's bytes.
+  auto at = [](const Moved& m, void* base, const void* graph) -> void* {
+    return m.on ? static_cast<char*>(base) + m.off : const_cast<void*>(graph);
+  };
+  auto move = [e](const Moved& m, const void* src, void* dst, cudaStream_t st) {
+    return m.on ? transpose2d(src, dst, m.batch, m.R, m.C, e, st) : cudaSuccess;
+  };
   if (!grad) {
     const void *X = P(x), *W = P(w);
     void* Y = P(out(0));
-    add([c, X, W, Y, work, wsBytes](cudaStream_t) { return c->forward(X, W, Y, work.f(), wsBytes) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; });
-    if (has(2)) {  // + bias per output channel
+    add([=](cudaStream_t st) {
+      void* base = *work.base;
+      void *xs = at(mx, base, X), *ws = at(mw, base, W), *ys = at(my, base, Y);
+      cudaError_t r = move(mx, X, xs, st);
+      if (r == cudaSuccess) r = move(mw, W, ws, st);
+      if (r != cudaSuccess) return r;
+      if (c->forward(xs, ws, ys, base, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+      return move(my, ys, Y, st);
+    });
+    if (has(2)) {  // + bias per output channel (the output is NCHW: placeChannelsLast pins it)
       std::vector<int64_t> bshape(shape(out(0)).size(), 1);
       bshape[1] = d.M;
-      EwArgs e = ewArgs(Ew::Add, {out(0)}, out(0));
-      e.nin = 2;
-      e.in[1] = P(in(2));
-      e.inType[1] = dt(in(2));
-      e.access[1] = Access::Strided;
+      EwArgs ew = ewArgs(Ew::Add, {out(0)}, out(0));
+      ew.nin = 2;
+      ew.in[1] = P(in(2));
+      ew.inType[1] = dt(in(2));
+      ew.access[1] = Access::Strided;
       const auto st = stridesOf(bshape);
-      for (size_t k = 0; k < bshape.size(); ++k) e.stride[1][k] = bshape[k] == 1 ? 0 : st[k];
-      add([e](cudaStream_t s) { return cuda::elementwise(e, s); });
+      for (size_t k = 0; k < bshape.size(); ++k) ew.stride[1][k] = bshape[k] == 1 ? 0 : st[k];
+      add([ew](cudaStream_t s) { return cuda::elementwise(ew, s); });
     }
     return;
   }
   const void *dY = P(in(0)), *X = P(x), *W = P(w);
-  void* dX = P(out(0));
+  void* dX = needDx ? P(out(0)) : nullptr;
   void* dW = needDw ? P(out(1)) : nullptr;
-  add([c, dY, X, W, dX, dW, work, wsBytes, needDx](cudaStream_t) {
-    if (needDx && c->backwardData(dY, W, dX, work.f(), wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
-    if (dW && c->backwardFilter(X, dY, dW, work.f(), wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+  add([=](cudaStream_t st) {
+    void* base = *work.base;
+    void *dys = at(my, base, dY), *xs = at(mx, base, X), *ws = at(mw, base, W), *dxs = at(mdx, base, dX), *dws = at(mdw, base, dW);
+    cudaError_t r = move(my, dY, dys, st);
+    if (r == cudaSuccess && dW) r = move(mx, X, xs, st);
+    if (r == cudaSuccess && dX) r = move(mw, W, ws, st);
+    if (r != cudaSuccess) return r;
+    if (dX && c->backwardData(dys, ws, dxs, base, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+    if (dX && (r = move(mdx, dxs, dX, st)) != cudaSuccess) return r;
+    if (dW && c->backwardFilter(xs, dys, dws, base, wsBytes) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
+    if (dW) return move(mdw, dws, dW, st);
     return cudaSuccess;
   });
 }
@@ -596,6 +773,7 @@ void Program::Lowering::pool(bool isMax, bool grad) {
   const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
   const Window w = windowOf(n, spatialIn, n.getInts("kernel_shape"), n.getInt("ceil_mode", 0) != 0);
   PoolArgs a;
+  a.nhwc = p.nhwc_.count(x) != 0;
   a.nsp = nsp;
   a.N = xs[0];
   a.C = xs[1];
@@ -647,7 +825,7 @@ void Program::Lowering::reduce(Red op) {
   a.op = op;
   a.t = dt(x);
   if (dt(out(0)) != a.t) fail("the result type differs from the input's");
-  const auto st = stridesOf(xs);
+  const auto st = p.nhwc_.count(x) ? nhwcStrides(xs) : stridesOf(xs);  // GlobalAveragePool reads either layout
   a.outN = out(0)->type().numel();
   a.redN = 1;
   for (int64_t d = 0; d < r; ++d) {
@@ -811,7 +989,7 @@ void Program::Lowering::lower() {
       CopyArgs a;
       a.rank = static_cast<int>(os.size());
       a.n = out(0)->type().numel();
-      const auto dst = stridesOf(os), src = stridesOf(xs);
+      const auto dst = p.nhwc_.count(out(0)) ? nhwcStrides(os) : stridesOf(os), src = stridesOf(xs);  // [N, C, 1, 1] -> either layout
       const size_t off = os.size() - xs.size();
       for (size_t d = 0; d < os.size(); ++d) {
         a.shape[d] = os[d];
@@ -934,6 +1112,7 @@ void Program::Lowering::lower() {
       if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("X must be f32, f16 or bf16");
       const Node* relu = foldedRelu(p.g_, n);  // written through
       a.relu = relu != nullptr;
+      a.nhwc = p.nhwc_.count(in(0)) != 0;
       const Scratch ws = scratch(batchNormScratchBytes(a.C));
       const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void* Y = P(relu ? relu->result(0) : out(0));
@@ -1069,7 +1248,8 @@ void Program::Lowering::lower() {
       return strided(in(0), out(0), a);
     }
     if (op == "BatchNormGrad") {
-      const BatchNormArgs a = bnArgs(in(1), in(2));
+      BatchNormArgs a = bnArgs(in(1), in(2));
+      a.nhwc = p.nhwc_.count(in(1)) != 0;
       if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
       const Scratch ws = scratch(batchNormScratchBytes(a.C));
       const Node* where = gatedGrad(p.g_, n);  // a Relu's gradient read through: dz gated by y
@@ -1295,6 +1475,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   // Memory: params, constants and inputs in their own buffers; node results in one arena.
   // When each node's work runs: an optimizer group at its first node, a comparison fused into its
   // Where at the Where (the plan then keeps the comparison's operands alive until there).
+  nhwc_ = placeChannelsLast(g);
   std::vector<size_t> leader = optimizerGroups(g);
   std::vector<int> positions(leader.size());
   std::map<const Node*, int> indexOf;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,8 @@ class Program {
   };
   std::vector<Timing> profile();
   const MemoryPlan& memoryPlan() const { return plan_; }
+  // Whether v's bytes are stored channels-last (NHWC) rather than in its shape's NCHW order.
+  bool channelsLast(const Value* v) const { return nhwc_.count(v) != 0; }
 
  private:
   using Launch = std::function<cudaError_t(cudaStream_t)>;
@@ -99,6 +102,7 @@ class Program {
   char* arena_ = nullptr;
   void* scratch_ = nullptr;  // shared by every node's launches (GEMM and convolution workspaces too)
   std::map<const Value*, uint8_t*> maskFlags_;  // attention masks' tile flags, one buffer per mask value
+  std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (program.cpp: placeChannelsLast)
   size_t scratchBytes_ = 0;
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;

@@ -95,6 +95,13 @@ TEST_P(GpuModels, TwentyStepsMatchTheCpuPlan) {
     EXPECT_EQ(got[s].lossScale, want[s].lossScale) << "step " << s + 1;
     EXPECT_GE(got[s].ms, 0.0);
   }
+  // resnet_tiny's f16/bf16 activations are stored channels-last (NHWC convolutions, batch norms,
+  // max pool); nothing is at fp32 (cuDNN's FMA convolutions stay NCHW).
+  int64_t channelsLast = 0;
+  for (const auto& n : gpuG->nodes())
+    for (size_t i = 0; i < n->numResults(); ++i) channelsLast += gpu.program().channelsLast(n->result(i));
+  if (model == "resnet_tiny" && p != DType::f32) EXPECT_GT(channelsLast, 40);
+  else EXPECT_EQ(channelsLast, 0);
   const auto& st = gpu.program().stats();
   EXPECT_TRUE(st.captured);
   EXPECT_EQ(st.replays, 19);
@@ -102,13 +109,15 @@ TEST_P(GpuModels, TwentyStepsMatchTheCpuPlan) {
   const int64_t before = gpu.syncsInSteps();
   for (int s = 0; s < 10; ++s) (void)gpu.step(nullptr);
   EXPECT_EQ(gpu.syncsInSteps() - before, 0) << "a step synchronised with the host";
-  std::printf("%s %s %s: 20 steps, worst loss relative difference cuda vs cpu %.3g; loss %.5f -> %.5f; arena %lld bytes, %lld launches per step\n",
+  std::printf("%s %s %s: 20 steps, worst loss relative difference cuda vs cpu %.3g; loss %.5f -> %.5f; arena %lld bytes, %lld launches per step, "
+              "%lld values channels-last\n",
               model.c_str(), prec.c_str(), opt.c_str(), worst, got.front().loss, got.back().loss, static_cast<long long>(st.arenaBytes),
-              static_cast<long long>(st.launches));
+              static_cast<long long>(st.launches), static_cast<long long>(channelsLast));
 }
 
 INSTANTIATE_TEST_SUITE_P(Committed, GpuModels,
-                         ::testing::Combine(::testing::Values("mlp", "cnn", "transformer", "gpt2_tiny"), ::testing::Values("fp32", "fp16", "bf16"),
+                         ::testing::Combine(::testing::Values("mlp", "cnn", "transformer", "gpt2_tiny", "resnet_tiny"),
+                                            ::testing::Values("fp32", "fp16", "bf16"),
                                             ::testing::Values("sgd", "adamw")));
 
 // Inf in the data at chosen steps: exactly those steps are skipped and leave every parameter
