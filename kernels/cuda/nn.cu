@@ -261,53 +261,75 @@ __global__ void bnGradApply(const T* dy, const T* gate, const T* x, T* dx, const
 }
 // NHWC: x is [R = N * S, C]. A block has G * (blockDim / G) threads for G = C / V channel groups;
 // each thread keeps one group of V channels for its whole grid-stride loop (the stride is a
-// multiple of G), so its channel constants stay in registers. The sums go through shared memory
-// (one float per channel and sum) and then into w in f64.
+// multiple of G), so its channel constants stay in registers. The sums are reduced in a fixed
+// order (deterministic): per block through shared memory into `partial` [gridDim][nq][C], then over
+// the blocks in f64 by bnSumsNhwcTotal.
 template <typename T, int V, bool kGrad>
-__global__ void bnSumsNhwc(const T* x, const T* dy, const T* gate, BatchNormArgs a, double* w) {
-  extern __shared__ float part[];  // [kGrad ? 4 : 2][C]
+__global__ void bnSumsNhwc(const T* x, const T* dy, const T* gate, BatchNormArgs a, float* partial) {
+  extern __shared__ float red[];  // [blockDim / G][nq][C]
   const int C = static_cast<int>(a.C), G = C / V, nq = kGrad ? 4 : 2;
-  for (int i = threadIdx.x; i < nq * C; i += blockDim.x) part[i] = 0.0f;
-  __syncthreads();
-  const int cg = threadIdx.x % G, RB = blockDim.x / G;
+  const int cg = threadIdx.x % G, RB = blockDim.x / G, rr = threadIdx.x / G;
   float K[V], s[V] = {}, q[V] = {}, sd[V] = {}, sdx[V] = {};
   loadPack<T, V>(x, cg * V, K);  // row 0: the shift
-  const int64_t R = a.N * a.S;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RB + threadIdx.x / G; r < R; r += static_cast<int64_t>(gridDim.x) * RB) {
-    const int64_t i = r * C + cg * V;
-    float xv[V], g[V], gt[V];
-    loadPack<T, V>(x, i, xv);
+  const int64_t R = a.N * a.S, step = static_cast<int64_t>(gridDim.x) * RB;
+  // Two rows per iteration: both rows' loads are in flight before either is summed.
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RB + rr; r < R; r += 2 * step) {
+    const bool two = r + step < R;
+    const int64_t i0 = r * C + cg * V, i1 = two ? (r + step) * C + cg * V : i0;
+    float xv[2][V], g[2][V] = {}, gt[2][V];
+    loadPack<T, V>(x, i0, xv[0]);
+    loadPack<T, V>(x, i1, xv[1]);
     if constexpr (kGrad) {
-      loadPack<T, V>(dy, i, g);
+      loadPack<T, V>(dy, i0, g[0]);
+      loadPack<T, V>(dy, i1, g[1]);
       if (gate) {
-        loadPack<T, V>(gate, i, gt);
+        loadPack<T, V>(gate, i0, gt[0]);
+        loadPack<T, V>(gate, i1, gt[1]);
 #pragma unroll
-        for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < V; ++e) g[h][e] = gt[h][e] > 0.0f ? g[h][e] : 0.0f;
       }
     }
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float d = xv[e] - K[e];
-      s[e] += d;
-      q[e] += d * d;
-      if constexpr (kGrad) {
-        sd[e] += g[e];
-        sdx[e] += g[e] * d;
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !two) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float d = xv[h][e] - K[e];
+        s[e] += d;
+        q[e] += d * d;
+        if constexpr (kGrad) {
+          sd[e] += g[h][e];
+          sdx[e] += g[h][e] * d;
+        }
       }
     }
   }
+  float* mine = red + rr * nq * C + cg * V;
 #pragma unroll
   for (int e = 0; e < V; ++e) {
-    const int c = cg * V + e;
-    atomicAdd(part + c, s[e]);
-    atomicAdd(part + C + c, q[e]);
+    mine[e] = s[e];
+    mine[C + e] = q[e];
     if constexpr (kGrad) {
-      atomicAdd(part + 2 * C + c, sd[e]);
-      atomicAdd(part + 3 * C + c, sdx[e]);
+      mine[2 * C + e] = sd[e];
+      mine[3 * C + e] = sdx[e];
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nq * C; i += blockDim.x) atomicAdd(w + i, static_cast<double>(part[i]));
+  for (int i = threadIdx.x; i < nq * C; i += blockDim.x) {
+    float t = 0.0f;
+    for (int k = 0; k < RB; ++k) t += red[k * nq * C + i];
+    partial[static_cast<int64_t>(blockIdx.x) * nq * C + i] = t;
+  }
+}
+// w[i] = sum over the blocks of partial[b][i], for i < nq * C.
+__global__ void bnSumsNhwcTotal(const float* partial, int blocks, int64_t n, double* w) {
+  AMPC_GRID_LOOP(i, n) {
+    double t = 0.0;
+    for (int b = 0; b < blocks; ++b) t += partial[b * n + i];
+    w[i] = t;
+  }
 }
 template <typename T, int V>
 __global__ void bnApplyNhwc(const T* x, T* y, const float* f, BatchNormArgs a) {
@@ -739,11 +761,31 @@ int nhwcThreads(const BatchNormArgs& a, int v) {
   const int G = static_cast<int>(a.C / v);
   return G >= 256 ? G : G * (256 / G);
 }
-int nhwcSumBlocks(const BatchNormArgs& a, int v) {  // rows of about 128 per thread, at least one wave
+int nhwcSumBlocks(const BatchNormArgs& a, int v) {  // rows of about 32 per thread, at most kNhwcSumBlocks
   const int64_t RB = nhwcThreads(a, v) / (a.C / v), R = a.N * a.S;
-  return static_cast<int>(std::max<int64_t>(132, std::min<int64_t>(1024, (R + RB * 128 - 1) / (RB * 128))));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kNhwcSumBlocks, (R + RB * 32 - 1) / (RB * 32))));
 }
-int nhwcApplyBlocks(const BatchNormArgs& a, int v) { return gridFor(a.N * a.S * (a.C / v), nhwcThreads(a, v)); }
+size_t nhwcSumSmem(const BatchNormArgs& a, int v, int nq) { return static_cast<size_t>(nhwcThreads(a, v)) * v * nq * sizeof(float); }
+// The NHWC sums: per-block partials after the doubles and floats of the scratch, then their total.
+template <typename T, int V, bool kGrad>
+void launchSumsNhwc(const T* x, const T* dy, const T* gate, const BatchNormArgs& a, double* w, float* f, cudaStream_t st) {
+  const int blocks = nhwcSumBlocks(a, V), nq = kGrad ? 4 : 2;
+  float* partial = f + 6 * a.C;
+  bnSumsNhwc<T, V, kGrad><<<blocks, nhwcThreads(a, V), nhwcSumSmem(a, V, nq), st>>>(x, dy, gate, a, partial);
+  bnSumsNhwcTotal<<<gridFor(nq * a.C), 256, 0, st>>>(partial, blocks, nq * a.C, w);
+}
+// One wave of resident blocks (at most): each thread loads its V channels' constants once, then
+// streams many vectors (a block per few vectors spent its time on the constants: 3.5 ms for a
+// 411 MB batch-norm gradient).
+int nhwcApplyBlocks(const BatchNormArgs& a, int v) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 1;
+  }();
+  return std::min(gridFor(a.N * a.S * (a.C / v), nhwcThreads(a, v)), sms * (2048 / nhwcThreads(a, v)));
+}
 
 }  // namespace
 
@@ -788,7 +830,7 @@ cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const 
       if constexpr (V == 1) {
         return cudaErrorInvalidValue;  // channels not a multiple of the vector: placeChannelsLast never picks this
       } else {
-        if (a.training) bnSumsNhwc<T, V, false><<<nhwcSumBlocks(a, V), nhwcThreads(a, V), 2 * a.C * sizeof(float), st>>>(X, nullptr, nullptr, a, w);
+        if (a.training) launchSumsNhwc<T, V, false>(X, nullptr, nullptr, a, w, f, st);
         bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, bias, mean, var, w, f, nullptr, nullptr, a, false);
         bnApplyNhwc<T, V><<<nhwcApplyBlocks(a, V), nhwcThreads(a, V), 0, st>>>(X, static_cast<T*>(y), f, a);
         return cudaSuccess;
@@ -818,7 +860,7 @@ cudaError_t batchNormGrad(const void* dy, const void* gate, const void* x, const
       if constexpr (V == 1) {
         return cudaErrorInvalidValue;
       } else {
-        bnSumsNhwc<T, V, true><<<nhwcSumBlocks(a, V), nhwcThreads(a, V), 4 * a.C * sizeof(float), st>>>(X, G, Gate, a, w);
+        launchSumsNhwc<T, V, true>(X, G, Gate, a, w, f, st);
         bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, nullptr, mean, var, w, f, dscale, dbias, a, true);
         bnGradApplyNhwc<T, V><<<nhwcApplyBlocks(a, V), nhwcThreads(a, V), 0, st>>>(G, Gate, X, static_cast<T*>(dx), f, a);
         return cudaSuccess;

@@ -98,9 +98,23 @@ __device__ __forceinline__ C loadC(const void* p, DT t, int64_t i) {
   else return loadF(p, t, i);
 }
 
+__device__ __forceinline__ bool compare(Ew cmp, float a, float b) {
+  switch (cmp) {
+    case Ew::Greater: return a > b;
+    case Ew::GreaterEq: return a >= b;
+    case Ew::Less: return a < b;
+    case Ew::LessEq: return a <= b;
+    default: return a == b;  // Equal: fusableComparison's only other one
+  }
+}
 template <typename C>
 __global__ void ewKernel(EwArgs g) {
   AMPC_GRID_LOOP(i, g.n) {
+    if (g.op == Ew::GateSum) {
+      const bool cond = compare(g.cmp, loadF(g.in[0], g.inType[0], operandOffset(g, 0, i)), loadF(g.in[1], g.inType[1], operandOffset(g, 1, i)));
+      storeF(g.out, g.outType, i, cond ? loadF(g.in[2], g.inType[2], operandOffset(g, 2, i)) + loadF(g.in[3], g.inType[3], operandOffset(g, 3, i)) : 0.0f);
+      continue;
+    }
     if (g.op == Ew::Where || g.op == Ew::WhereCmp) {
       const int first = g.op == Ew::Where ? 1 : 2;
       const bool cond = g.op == Ew::Where ? loadI(g.in[0], g.inType[0], operandOffset(g, 0, i)) != 0
@@ -130,22 +144,14 @@ __global__ void ewKernel(EwArgs g) {
 // The operand loops are unrolled over kMaxOperands with a guard, so every array is indexed
 // statically and stays in registers (a loop bound of g.nin put them in local memory); operands stay
 // packed until each element is widened. OP >= 0 fixes the op at compile time (the hot ones: Add,
-// Sub, Mul, Relu, WhereCmp), so the op switch folds away and the kernel stays small enough for full
+// Sub, Mul, Relu, WhereCmp, GateSum), so the op switch folds away and the kernel stays small enough for full
 // occupancy; OP < 0 switches on g.op. WhereCmp's comparison runs here too (ReLU's gradient:
-// Where(Greater(y, 0), dy, 0)).
-__device__ __forceinline__ bool compare(Ew cmp, float a, float b) {
-  switch (cmp) {
-    case Ew::Greater: return a > b;
-    case Ew::GreaterEq: return a >= b;
-    case Ew::Less: return a < b;
-    case Ew::LessEq: return a <= b;
-    default: return a == b;  // Equal: fusableComparison's only other one
-  }
-}
+// Where(Greater(y, 0), dy, 0)), and GateSum's (the ReLU gradient of a sum).
 template <int OP>
 __device__ __forceinline__ float ewVecApply(const EwArgs& g, float a, float b, float c, float d) {
   const Ew op = OP < 0 ? g.op : static_cast<Ew>(OP);
   if (op == Ew::WhereCmp) return compare(g.cmp, a, b) ? c : d;
+  if (op == Ew::GateSum) return compare(g.cmp, a, b) ? c + d : 0.0f;
   const float r = applyOp<float>(op, a, b, c, g);
   return g.relu ? applyOp<float>(Ew::Relu, r, 0.0f, 0.0f, g) : r;
 }
@@ -194,6 +200,7 @@ void launchVec(const EwArgs& a, cudaStream_t st) {
     case Ew::Mul: ewVec<T, static_cast<int>(Ew::Mul)><<<grid, 256, 0, st>>>(a); break;
     case Ew::Relu: ewVec<T, static_cast<int>(Ew::Relu)><<<grid, 256, 0, st>>>(a); break;
     case Ew::WhereCmp: ewVec<T, static_cast<int>(Ew::WhereCmp)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::GateSum: ewVec<T, static_cast<int>(Ew::GateSum)><<<grid, 256, 0, st>>>(a); break;
     default: ewVec<T, -1><<<grid, 256, 0, st>>>(a); break;
   }
 }
@@ -307,6 +314,37 @@ __global__ void transpose2dKernel(const E* in, E* out, int64_t R, int64_t C) {
   }
 }
 }  // namespace
+
+template <typename E>
+__global__ void padChannelsLastKernel(const E* in, E* out, int64_t C, int64_t P, int64_t Cp, int64_t n) {
+  AMPC_GRID_LOOP(i, n) {  // i over out [batch][P][Cp]
+    const int64_t c = i % Cp, t = i / Cp, p = t % P, b = t / P;
+    out[i] = c < C ? in[(b * C + c) * P + p] : E(0);
+  }
+}
+template <typename E>
+__global__ void unpadChannelsLastKernel(const E* in, E* out, int64_t C, int64_t P, int64_t Cp, int64_t n) {
+  AMPC_GRID_LOOP(i, n) {  // i over out [batch][C][P]
+    const int64_t p = i % P, t = i / P, c = t % C, b = t / C;
+    out[i] = in[(b * P + p) * Cp + c];
+  }
+}
+cudaError_t padChannelsLast(const void* src, void* dst, int64_t batch, int64_t C, int64_t P, int64_t Cp, int elemBytes, cudaStream_t st) {
+  const int64_t n = batch * P * Cp;
+  if (n == 0) return cudaSuccess;
+  if (elemBytes == 2) padChannelsLastKernel<<<gridFor(n), 256, 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), C, P, Cp, n);
+  else if (elemBytes == 4) padChannelsLastKernel<<<gridFor(n), 256, 0, st>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), C, P, Cp, n);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+cudaError_t unpadChannelsLast(const void* src, void* dst, int64_t batch, int64_t C, int64_t P, int64_t Cp, int elemBytes, cudaStream_t st) {
+  const int64_t n = batch * C * P;
+  if (n == 0) return cudaSuccess;
+  if (elemBytes == 2) unpadChannelsLastKernel<<<gridFor(n), 256, 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), C, P, Cp, n);
+  else if (elemBytes == 4) unpadChannelsLastKernel<<<gridFor(n), 256, 0, st>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), C, P, Cp, n);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
 
 cudaError_t transpose2d(const void* src, void* dst, int64_t batch, int64_t R, int64_t C, int elemBytes, cudaStream_t st) {
   if (batch * R * C == 0) return cudaSuccess;

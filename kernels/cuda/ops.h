@@ -27,6 +27,8 @@ enum class Ew : int {
   Where, Clip,
   // (in0 `cmp` in1) ? in2 : in3, the comparison fused into its Where (ReLU's gradient)
   WhereCmp,
+  // (in0 `cmp` in1) ? in2 + in3 : 0, the ReLU gradient of a sum (the sum's Add folded in)
+  GateSum,
   // unary
   Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
 };
@@ -70,6 +72,10 @@ cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& a, cudaStrea
 // out[b, c, r] = in[b, r, c] for b < batch, r < R, c < C (elements of 2 or 4 bytes): a transpose
 // that moves the innermost dim, through 32 x 32 tiles in shared memory (both sides coalesced).
 cudaError_t transpose2d(const void* src, void* dst, int64_t batch, int64_t R, int64_t C, int elemBytes, cudaStream_t st);
+// out[b, p, c] = c < C ? in[b, c, p] : 0 for c < Cp (NCHW -> NHWC with the channels padded with
+// zeros to Cp), and back: out[b, c, p] = in[b, p, c] for c < C. Elements of 2 or 4 bytes.
+cudaError_t padChannelsLast(const void* src, void* dst, int64_t batch, int64_t C, int64_t P, int64_t Cp, int elemBytes, cudaStream_t st);
+cudaError_t unpadChannelsLast(const void* src, void* dst, int64_t batch, int64_t C, int64_t P, int64_t Cp, int elemBytes, cudaStream_t st);
 // Fills n elements of type t with v.
 cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st);
 
@@ -158,8 +164,12 @@ struct BatchNormArgs {
   bool nhwc = false;             // x, y, dy, dx stored [N, S, C] (C a multiple of 8, at most 2048)
   DT t = DT::f32, pT = DT::f32;  // X/Y type (f32, f16 or bf16), scale/bias/mean/var type
 };
-// Scratch bytes that batchNorm and batchNormGrad need for C channels.
-inline size_t batchNormScratchBytes(int64_t C) { return (4 * sizeof(double) + 6 * sizeof(float)) * static_cast<size_t>(C); }
+// Scratch bytes that batchNorm and batchNormGrad need for C channels (NHWC: with the per-block
+// partial sums of at most kNhwcSumBlocks blocks).
+inline constexpr int kNhwcSumBlocks = 1024;
+inline size_t batchNormScratchBytes(int64_t C, bool nhwc) {
+  return (4 * sizeof(double) + 6 * sizeof(float) + (nhwc ? kNhwcSumBlocks * 4 * sizeof(float) : 0)) * static_cast<size_t>(C);
+}
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st);
 // BatchNormGrad(dY, X, scale, mean, var) -> dX, dScale, dBias; `ws` as batchNorm's. With `gate`

@@ -41,7 +41,8 @@ bool layoutCandidate(const Value* v) {
   const auto& s = v->type().shape;
   return s[2] * s[3] > 1 && s[1] % 8 == 0 && s[1] <= 2048 && s[0] > 0;
 }
-// A convolution that runs NHWC on cuDNN: 2 spatial dims, one group, f16/bf16, channels multiple of 8.
+// A convolution that runs NHWC on cuDNN: 2 spatial dims, one group, f16/bf16, output channels a
+// multiple of 8.
 bool nhwcConv(const Node& n) {
   const bool fwd = n.domain().empty() && n.op() == "Conv", bwd = n.domain() == "ampc" && n.op() == "ConvGrad";
   if (!fwd && !bwd) return false;
@@ -49,7 +50,7 @@ bool nhwcConv(const Node& n) {
   const DType t = x->type().dtype;
   if ((t != DType::f16 && t != DType::bf16) || x->type().shape.size() != 4 || w->type().shape.size() != 4) return false;
   if (n.getInt("group", 1) != 1 || (fwd && n.inputs().size() > 2 && n.inputs()[2])) return false;
-  return x->type().shape[1] % 8 == 0 && w->type().shape[0] % 8 == 0;
+  return w->type().shape[0] % 8 == 0;  // input channels not a multiple of 8 are padded (Lowering::conv)
 }
 std::set<const Value*> placeChannelsLast(const Graph& g) {
   std::map<const Value*, const Value*> parent;
@@ -497,6 +498,27 @@ struct Program::Lowering {
       if (v->type() != dy->type() || widenedSource(g, v)) return nullptr;
     return w;
   }
+  // A sum's ReLU gradient in one pass: Where(Greater(y, 0), Add(a, b), 0) whose Add has this Where
+  // as its one reader, a, b and the sum of one shape: out = y > 0 ? a + b : 0 (Ew::GateSum; exact:
+  // the sum is rounded once either way). The Add launches nothing and its result gets no bytes.
+  // Returns the Add that Where w reads through, or null.
+  static const Node* summedGate(const Graph& g, const Node& w) {
+    if (!isOnnx(w, "Where") || whereGated(g, w) || !isZeroScalar(w.inputs()[2])) return nullptr;
+    const Node* c = w.inputs()[0]->producer();
+    if (!c || !isOnnx(*c, "Greater") || !fusableComparison(g, *c) || !isZeroScalar(c->inputs()[1])) return nullptr;
+    const Value* sum = w.inputs()[1];
+    const Node* add = sum->producer();
+    if (!add || !isOnnx(*add, "Add") || allConstInputs(*add) || sum->uses().size() != 1 || g.isOutput(sum) || widenedSource(g, sum))
+      return nullptr;
+    if (!isFloat(sum->type().dtype) || sum->type().dtype == DType::f64) return nullptr;
+    for (const Value* v : add->inputs())
+      if (v->type() != sum->type() || widenedSource(g, v)) return nullptr;
+    return add;
+  }
+  static bool addGated(const Graph& g, const Node& add) {
+    const Value* r = add.result(0);
+    return isOnnx(add, "Add") && r->uses().size() == 1 && summedGate(g, *r->uses()[0].user) == &add;
+  }
   static bool whereGated(const Graph& g, const Node& w) {
     const Value* r = w.result(0);
     return isOnnx(w, "Where") && r->uses().size() == 1 && gatedGrad(g, *r->uses()[0].user) == &w;
@@ -676,49 +698,64 @@ void Program::Lowering::conv(bool grad) {
   bool anyNhwc = false;
   for (const Value* v : acts) anyNhwc = anyNhwc || (v && p.nhwc_.count(v));
   d.nhwc = anyNhwc && nhwcConv(n);
+  // NHWC with input channels not a multiple of 8 (the image's 3): cuDNN sees C rounded up to 8, the
+  // extra channels of x and the filter zero (so they add nothing); x, dX and dW lose them again.
+  const int64_t C0 = d.C;
+  if (d.nhwc) d.C = (d.C + 7) / 8 * 8;
+  const bool padded = d.C != C0;
   auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
   p.keep_.push_back(c);
   const size_t wsBytes = c->workspaceBytes(), eb = static_cast<size_t>(dtSize(t));
   size_t total = alignUp(wsBytes);
+  // A scratch copy at `off`, made on the way in (graph -> cuDNN) or out: a transpose2d(batch, R, C),
+  // or, for padded channels, [batch][C][P] <-> [batch][P][Cp].
+  enum class How { none, transpose, pad, unpad };
   struct Moved {
-    bool on = false;                  // a scratch copy at `off`
+    How how = How::none;
     size_t off = 0;
-    int64_t batch = 0, R = 0, C = 0;  // transpose2d of the copy, in the direction of the data
+    int64_t batch = 0, R = 0, C = 0, Cp = 0;
   };
-  auto shape4 = [&](const Value* v, bool toNhwc, bool result) {
+  auto take = [&](size_t elems) {
+    const size_t o = total;
+    total += alignUp(elems * eb);
+    return o;
+  };
+  auto shape4 = [&](const Value* v, bool result) {
     Moved m;
     if (!v || (p.nhwc_.count(v) != 0) == d.nhwc) return m;
     const auto& s = shape(v);
     const int64_t hw = s[2] * s[3];
-    m.on = true;
-    m.off = total;
-    total += alignUp(static_cast<size_t>(v->type().numel()) * eb);
+    if (padded && s[1] == C0) {  // x or dX of the padded convolution (NCHW in the graph)
+      m = {result ? How::unpad : How::pad, take(static_cast<size_t>(s[0] * hw * d.C)), s[0], 0, C0, d.C};
+      m.R = hw;
+      return m;
+    }
     // An input goes graph -> scratch; a result scratch -> graph.
-    const bool fromNchw = result ? !toNhwc : toNhwc;
-    m.batch = s[0];
-    m.R = fromNchw ? s[1] : hw;
-    m.C = fromNchw ? hw : s[1];
+    const bool fromNchw = result ? !d.nhwc : d.nhwc;
+    m = {How::transpose, take(static_cast<size_t>(v->type().numel())), s[0], fromNchw ? s[1] : hw, fromNchw ? hw : s[1], 0};
     return m;
   };
-  Moved mx = shape4(x, d.nhwc, false), my = shape4(acts[1], d.nhwc, !grad), mdx = shape4(acts[2], d.nhwc, true), mw, mdw;
-  if (d.nhwc) {  // the weights: KCRS in the graph, KRSC for cuDNN
+  Moved mx = shape4(x, false), my = shape4(acts[1], !grad), mdx = shape4(acts[2], true), mw, mdw;
+  if (d.nhwc) {  // the weights: KCRS in the graph, KRSC (channels padded) for cuDNN
     const auto& s = shape(w);
     const int64_t rs = s[2] * s[3];
-    mw = {true, total, s[0], s[1], rs};
-    total += alignUp(static_cast<size_t>(w->type().numel()) * eb);
-    if (needDw) {
-      mdw = {true, total, s[0], rs, s[1]};
-      total += alignUp(static_cast<size_t>(w->type().numel()) * eb);
-    }
+    const size_t elems = static_cast<size_t>(s[0] * rs * d.C);
+    mw = padded ? Moved{How::pad, take(elems), s[0], rs, C0, d.C} : Moved{How::transpose, take(elems), s[0], s[1], rs, 0};
+    if (needDw) mdw = padded ? Moved{How::unpad, take(elems), s[0], rs, C0, d.C} : Moved{How::transpose, take(elems), s[0], rs, s[1], 0};
   }
   const Scratch work = scratch(total);
   const int e = static_cast<int>(eb);
   // Operand pointers at launch: the scratch copy when moved, else the graph's bytes.
   auto at = [](const Moved& m, void* base, const void* graph) -> void* {
-    return m.on ? static_cast<char*>(base) + m.off : const_cast<void*>(graph);
+    return m.how != How::none ? static_cast<char*>(base) + m.off : const_cast<void*>(graph);
   };
   auto move = [e](const Moved& m, const void* src, void* dst, cudaStream_t st) {
-    return m.on ? transpose2d(src, dst, m.batch, m.R, m.C, e, st) : cudaSuccess;
+    switch (m.how) {
+      case How::transpose: return transpose2d(src, dst, m.batch, m.R, m.C, e, st);
+      case How::pad: return padChannelsLast(src, dst, m.batch, m.C, m.R, m.Cp, e, st);
+      case How::unpad: return unpadChannelsLast(src, dst, m.batch, m.C, m.R, m.Cp, e, st);
+      default: return cudaSuccess;
+    }
   };
   if (!grad) {
     const void *X = P(x), *W = P(w);
@@ -884,10 +921,13 @@ void Program::Lowering::lower() {
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
     if (reluFolded(p.g_, n)) return;          // written by the BatchNormalization or Add before it
     if (whereGated(p.g_, n)) return;          // read through by the BatchNormGrad after it
+    if (addGated(p.g_, n)) return;            // summed by the ReLU-gradient Where after it
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
-        EwArgs a = ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
+        const Node* sum = summedGate(p.g_, n);
+        EwArgs a = sum ? ewArgs(Ew::GateSum, {c.inputs()[0], c.inputs()[1], sum->inputs()[0], sum->inputs()[1]}, out(0))
+                       : ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
         a.cmp = *cmp;
         a.intMath = isInt(a.outType);
         add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
@@ -1113,7 +1153,7 @@ void Program::Lowering::lower() {
       const Node* relu = foldedRelu(p.g_, n);  // written through
       a.relu = relu != nullptr;
       a.nhwc = p.nhwc_.count(in(0)) != 0;
-      const Scratch ws = scratch(batchNormScratchBytes(a.C));
+      const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
       const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
       void* Y = P(relu ? relu->result(0) : out(0));
       void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
@@ -1251,7 +1291,7 @@ void Program::Lowering::lower() {
       BatchNormArgs a = bnArgs(in(1), in(2));
       a.nhwc = p.nhwc_.count(in(1)) != 0;
       if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
-      const Scratch ws = scratch(batchNormScratchBytes(a.C));
+      const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
       const Node* where = gatedGrad(p.g_, n);  // a Relu's gradient read through: dz gated by y
       const void *dY = P(where ? where->inputs()[1] : in(0)), *gate = where ? P(where->inputs()[0]->producer()->inputs()[0]) : nullptr;
       const void *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
@@ -1500,8 +1540,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     unwritten.insert(Lowering::unwritten(*n));
   }
   // A folded Relu runs where its producer does; a gated Where and its comparison where the
-  // BatchNormGrad that reads through them does. The values they stand in for get no bytes, nor
-  // does a ConvGrad's unread dX.
+  // BatchNormGrad that reads through them does; a gated Add where its Where does. The values they
+  // stand in for get no bytes, nor does a ConvGrad's unread dX.
   for (const auto& n : g.nodes()) {
     if (Lowering::reluFolded(g, *n)) {
       positions[indexOf[n.get()]] = positions[indexOf[n->inputs()[0]->producer()]];
@@ -1509,6 +1549,9 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     } else if (const Node* w = Lowering::gatedGrad(g, *n)) {
       positions[indexOf[w]] = positions[indexOf[w->inputs()[0]->producer()]] = positions[indexOf[n.get()]];
       unwritten.insert(w->result(0));
+    } else if (Lowering::addGated(g, *n)) {
+      positions[indexOf[n.get()]] = positions[indexOf[n->result(0)->uses()[0].user]];
+      unwritten.insert(n->result(0));
     } else if (n->domain() == "ampc" && n->op() == "ConvGrad" && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) {
       unwritten.insert(n->result(0));  // a dX nobody reads is not computed (Lowering::conv)
     }

@@ -41,7 +41,10 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
   TrainOptions o;
   o.optimizer = optimizer;
   o.precision = precision;
-  o.lr = optimizer == "sgd" ? 0.05f : 1e-3f;
+  // resnet_tiny (batch norm over 4 images) at SGD lr 0.05 with momentum 0.9 is chaotic: the f16/bf16
+  // rounding-order differences between the backends grew to 2.07e-2 / 1.97e-2 by step 20 (measured
+  // on the H200, the other steps below), so it trains at lr 0.01, where the trajectory is stable.
+  o.lr = optimizer == "sgd" ? (model == "resnet_tiny" ? 0.01f : 0.05f) : 1e-3f;
   o.momentum = 0.9f;
   o.clipNorm = 1.0f;
   o.autodiff.freeze = freeze;

@@ -195,6 +195,9 @@ std::vector<Case> cases() {
   // ReLU's gradient through the 16-byte path with a tail (7 x 33 elements).
   c.push_back({"Where_fused_comparison_tail", "input %y : $T[7,33]\ninput %dz : $T[7,33]\nconst %z : $T[] = [0.0]\n"
                                               "%g : bool[7,33] = Greater(%y, %z)\n%dy : $T[7,33] = Where(%g, %dz, %z)\noutput %dy"});
+  // The ReLU gradient of a sum, the Add folded into the Where (Ew::GateSum).
+  c.push_back({"Where_gate_sum", "input %y : $T[6,40]\ninput %a : $T[6,40]\ninput %b : $T[6,40]\nconst %z : $T[] = [0.0]\n"
+                                 "%s : $T[6,40] = Add(%a, %b)\n%g : bool[6,40] = Greater(%y, %z)\n%d : $T[6,40] = Where(%g, %s, %z)\noutput %d"});
   c.push_back({"MaxPool_dilated_padded", "input %x : $T[3,5,13,11]\n%y : $T[3,5,7,5], %i : i64[3,5,7,5] = MaxPool(%x) "
                                          "{dilations = [1, 2], kernel_shape = [3, 2], pads = [1, 0, 1, 1], strides = [2, 2]}\noutput %y\noutput %i"});
   c.push_back({"SCE_mean", "input %x : $T[16,10]\ninput %l : i64[16]\n%y : $T[], %lp : $T[16,10] = SoftmaxCrossEntropyLoss(%x, %l)\noutput %y\noutput %lp",
@@ -409,6 +412,47 @@ TEST(GpuProgram, ViewsAndFoldedCastsTakeNoBytes) {
   std::map<std::string, Tensor> in{{"x", randomTensor(g->lookup("x")->type(), 4.0)}, {"l", randomTensor(g->lookup("l")->type(), 1, 0, 1000)},
                                    {"d", randomTensor(g->lookup("d")->type())}};
   expectSameOnGpu(*g, in, "views and folded casts", 1.0);
+}
+
+// A stem as ResNet's, at f16 and bf16: the first convolution's output (3 input channels, padded to 8
+// for cuDNN's NHWC kernels), its batch norm and Relu are stored channels-last; the second
+// convolution converts its result back to NCHW for the graph output.
+TEST(GpuProgram, ChannelsLastStemMatchesTheCpu) {
+  AMPC_NEED_GPU();
+  for (const char* t : {"f16", "bf16"}) {
+    std::string text = R"(graph "stem" opset 17 {
+  input %x : $T[2,3,20,20]
+  input %w1 : $T[16,3,7,7]
+  input %s : f32[16]
+  input %b : f32[16]
+  input %m : f32[16]
+  input %v : f32[16]
+  input %w2 : $T[8,16,3,3]
+  %y1 : $T[2,16,10,10] = Conv(%x, %w1) {kernel_shape = [7, 7], pads = [3, 3, 3, 3], strides = [2, 2]}
+  %n : $T[2,16,10,10] = BatchNormalization(%y1, %s, %b, %m, %v) {training_mode = 1}
+  %r : $T[2,16,10,10] = Relu(%n)
+  %y2 : $T[2,8,10,10] = Conv(%r, %w2) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}
+  output %y2
+}
+)";
+    text = std::regex_replace(text, std::regex("\\$T"), t);
+    auto g = parseGraph(text);
+    {
+      cuda::Program p(*g, {});
+      EXPECT_TRUE(p.channelsLast(g->lookup("y1"))) << t;
+      EXPECT_TRUE(p.channelsLast(g->lookup("r"))) << t;
+      EXPECT_FALSE(p.channelsLast(g->lookup("y2"))) << t;  // a graph output
+      EXPECT_FALSE(p.channelsLast(g->lookup("x"))) << t;   // a graph input
+    }
+    std::map<std::string, Tensor> in;
+    for (const Value* v : g->inputs()) {
+      Tensor x = randomTensor(v->type(), v->name() == "w1" ? 0.2 : 1.0);
+      if (v->name() == "v")
+        for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::fabs(x.getDouble(i)) + 0.05);
+      in.emplace(v->name(), std::move(x));
+    }
+    expectSameOnGpu(*g, in, std::string("channels-last stem at ") + t, 1.0);
+  }
 }
 
 }  // namespace
