@@ -271,38 +271,27 @@ __global__ void bnSumsNhwc(const T* x, const T* dy, const T* gate, BatchNormArgs
   const int cg = threadIdx.x % G, RB = blockDim.x / G, rr = threadIdx.x / G;
   float K[V], s[V] = {}, q[V] = {}, sd[V] = {}, sdx[V] = {};
   loadPack<T, V>(x, cg * V, K);  // row 0: the shift
-  const int64_t R = a.N * a.S, step = static_cast<int64_t>(gridDim.x) * RB;
-  // Two rows per iteration: both rows' loads are in flight before either is summed.
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RB + rr; r < R; r += 2 * step) {
-    const bool two = r + step < R;
-    const int64_t i0 = r * C + cg * V, i1 = two ? (r + step) * C + cg * V : i0;
-    float xv[2][V], g[2][V] = {}, gt[2][V];
-    loadPack<T, V>(x, i0, xv[0]);
-    loadPack<T, V>(x, i1, xv[1]);
+  const int64_t R = a.N * a.S;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RB + rr; r < R; r += static_cast<int64_t>(gridDim.x) * RB) {
+    const int64_t i = r * C + cg * V;
+    float xv[V], g[V], gt[V];
+    loadPack<T, V>(x, i, xv);
     if constexpr (kGrad) {
-      loadPack<T, V>(dy, i0, g[0]);
-      loadPack<T, V>(dy, i1, g[1]);
+      loadPack<T, V>(dy, i, g);
       if (gate) {
-        loadPack<T, V>(gate, i0, gt[0]);
-        loadPack<T, V>(gate, i1, gt[1]);
+        loadPack<T, V>(gate, i, gt);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < V; ++e) g[h][e] = gt[h][e] > 0.0f ? g[h][e] : 0.0f;
+        for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
       }
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h == 1 && !two) break;
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float d = xv[h][e] - K[e];
-        s[e] += d;
-        q[e] += d * d;
-        if constexpr (kGrad) {
-          sd[e] += g[h][e];
-          sdx[e] += g[h][e] * d;
-        }
+    for (int e = 0; e < V; ++e) {
+      const float d = xv[e] - K[e];
+      s[e] += d;
+      q[e] += d * d;
+      if constexpr (kGrad) {
+        sd[e] += g[e];
+        sdx[e] += g[e] * d;
       }
     }
   }
@@ -761,30 +750,31 @@ int nhwcThreads(const BatchNormArgs& a, int v) {
   const int G = static_cast<int>(a.C / v);
   return G >= 256 ? G : G * (256 / G);
 }
-int nhwcSumBlocks(const BatchNormArgs& a, int v) {  // rows of about 32 per thread, at most kNhwcSumBlocks
-  const int64_t RB = nhwcThreads(a, v) / (a.C / v), R = a.N * a.S;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kNhwcSumBlocks, (R + RB * 32 - 1) / (RB * 32))));
-}
-size_t nhwcSumSmem(const BatchNormArgs& a, int v, int nq) { return static_cast<size_t>(nhwcThreads(a, v)) * v * nq * sizeof(float); }
-// The NHWC sums: per-block partials after the doubles and floats of the scratch, then their total.
-template <typename T, int V, bool kGrad>
-void launchSumsNhwc(const T* x, const T* dy, const T* gate, const BatchNormArgs& a, double* w, float* f, cudaStream_t st) {
-  const int blocks = nhwcSumBlocks(a, V), nq = kGrad ? 4 : 2;
-  float* partial = f + 6 * a.C;
-  bnSumsNhwc<T, V, kGrad><<<blocks, nhwcThreads(a, V), nhwcSumSmem(a, V, nq), st>>>(x, dy, gate, a, partial);
-  bnSumsNhwcTotal<<<gridFor(nq * a.C), 256, 0, st>>>(partial, blocks, nq * a.C, w);
-}
-// One wave of resident blocks (at most): each thread loads its V channels' constants once, then
-// streams many vectors (a block per few vectors spent its time on the constants: 3.5 ms for a
-// 411 MB batch-norm gradient).
-int nhwcApplyBlocks(const BatchNormArgs& a, int v) {
+// One wave: as many blocks of `kernel` as fit on the GPU at once (each thread then streams many
+// rows or vectors; its channel constants are loaded once), at most `most`.
+template <typename K>
+int oneWave(K kernel, int threads, size_t smem, int64_t most) {
   static const int sms = [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n > 0 ? n : 1;
   }();
-  return std::min(gridFor(a.N * a.S * (a.C / v), nhwcThreads(a, v)), sms * (2048 / nhwcThreads(a, v)));
+  int perSm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, smem) != cudaSuccess || perSm < 1) perSm = 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(most, static_cast<int64_t>(perSm) * sms)));
+}
+size_t nhwcSumSmem(const BatchNormArgs& a, int v, int nq) { return static_cast<size_t>(nhwcThreads(a, v)) * v * nq * sizeof(float); }
+// The NHWC sums: per-block partials after the doubles and floats of the scratch, then their total.
+template <typename T, int V, bool kGrad>
+void launchSumsNhwc(const T* x, const T* dy, const T* gate, const BatchNormArgs& a, double* w, float* f, cudaStream_t st) {
+  const int nq = kGrad ? 4 : 2, threads = nhwcThreads(a, V);
+  const size_t smem = nhwcSumSmem(a, V, nq);
+  const int64_t rows = (a.N * a.S + threads / (a.C / V) - 1) / (threads / (a.C / V));  // rows per block step
+  const int blocks = oneWave(bnSumsNhwc<T, V, kGrad>, threads, smem, std::min<int64_t>(kNhwcSumBlocks, rows));
+  float* partial = f + 6 * a.C;
+  bnSumsNhwc<T, V, kGrad><<<blocks, threads, smem, st>>>(x, dy, gate, a, partial);
+  bnSumsNhwcTotal<<<gridFor(nq * a.C), 256, 0, st>>>(partial, blocks, nq * a.C, w);
 }
 
 }  // namespace
@@ -832,7 +822,8 @@ cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const 
       } else {
         if (a.training) launchSumsNhwc<T, V, false>(X, nullptr, nullptr, a, w, f, st);
         bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, bias, mean, var, w, f, nullptr, nullptr, a, false);
-        bnApplyNhwc<T, V><<<nhwcApplyBlocks(a, V), nhwcThreads(a, V), 0, st>>>(X, static_cast<T*>(y), f, a);
+        const int threads = nhwcThreads(a, V);
+        bnApplyNhwc<T, V><<<oneWave(bnApplyNhwc<T, V>, threads, 0, gridFor(a.N * a.S * (a.C / V), threads)), threads, 0, st>>>(X, static_cast<T*>(y), f, a);
         return cudaSuccess;
       }
     }
@@ -862,7 +853,9 @@ cudaError_t batchNormGrad(const void* dy, const void* gate, const void* x, const
       } else {
         launchSumsNhwc<T, V, true>(X, G, Gate, a, w, f, st);
         bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, nullptr, mean, var, w, f, dscale, dbias, a, true);
-        bnGradApplyNhwc<T, V><<<nhwcApplyBlocks(a, V), nhwcThreads(a, V), 0, st>>>(G, Gate, X, static_cast<T*>(dx), f, a);
+        const int threads = nhwcThreads(a, V);
+        bnGradApplyNhwc<T, V><<<oneWave(bnGradApplyNhwc<T, V>, threads, 0, gridFor(a.N * a.S * (a.C / V), threads)), threads, 0, st>>>(
+            G, Gate, X, static_cast<T*>(dx), f, a);
         return cudaSuccess;
       }
     }
