@@ -688,6 +688,50 @@ __global__ void maxPoolNhwc(const T* x, T* y, int64_t* indices, PoolArgs a) {
       for (int e = 0; e < V; ++e) indices[v * V + e] = at[e];
   }
 }
+// MaxPool's gradient as a gather over x [N, H, W, C] (2 spatial dims), V channels per thread: each
+// input element sums dy over the windows that cover it and chose it (indices from maxPoolNhwc). The
+// same sums as ScatterAddFlat's scatter, without its f32 buffer and atomics.
+template <typename T, int V>
+__global__ void maxPoolGradNhwc(const T* dy, const int64_t* indices, T* dx, PoolArgs a) {
+  const int64_t G = a.C / V, OH = a.out[0], OW = a.out[1], IH = a.in[0], IW = a.in[1];
+  const int64_t total = a.N * IH * IW * G;
+  AMPC_GRID_LOOP(v, total) {
+    int64_t t = v / G;
+    const int64_t cg = v - t * G, w = t % IW;
+    t /= IW;
+    const int64_t h = t % IH, n = t / IH, self = v * V;  // the flat offset of channel cg * V here
+    float acc[V] = {};
+    for (int64_t kh = 0; kh < a.k[0]; ++kh) {
+      const int64_t nh = h + a.pad[0] - kh * a.d[0];
+      if (nh < 0 || nh % a.s[0] != 0 || nh / a.s[0] >= OH) continue;
+      for (int64_t kw = 0; kw < a.k[1]; ++kw) {
+        const int64_t nw = w + a.pad[1] - kw * a.d[1];
+        if (nw < 0 || nw % a.s[1] != 0 || nw / a.s[1] >= OW) continue;
+        const int64_t o = ((n * OH + nh / a.s[0]) * OW + nw / a.s[1]) * a.C + cg * V;
+        float g[V];
+        loadPack<T, V>(dy, o, g);
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          if (indices[o + e] == self + e) acc[e] += g[e];
+      }
+    }
+    storePack<T, V>(dx, self, acc);
+  }
+}
+// GlobalAveragePool of x [N, P, C]: y[n, c] = mean over p (f32 sums, one thread per (n, c)).
+template <typename T>
+__global__ void gapNhwc(const T* x, T* y, int64_t N, int64_t P, int64_t C) {
+  AMPC_GRID_LOOP(i, N * C) {
+    const int64_t n = i / C, c = i - n * C;
+    float acc = 0.0f;
+    for (int64_t p = 0; p < P; ++p) acc += toF(x[(n * P + p) * C + c]);
+    y[i] = fromF<T>(acc / static_cast<float>(P));
+  }
+}
+template <typename E>
+__global__ void broadcastNhwcKernel(const E* x, E* y, int64_t P, int64_t C, int64_t total) {
+  AMPC_GRID_LOOP(i, total) y[i] = x[i / (P * C) * C + i % C];
+}
 __global__ void avgPoolGradKernel(const void* dy, float* acc, PoolArgs a) {
   int64_t IS, P, taps;
   poolSizes(a, IS, P, taps);
@@ -922,6 +966,36 @@ cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a,
     maxPool2d<<<gridFor(P), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), indices, a);
   else if (plane32 && a.t == DT::f32) maxPool2d<<<gridFor(P), 256, 0, st>>>(static_cast<const float*>(x), static_cast<float*>(y), indices, a);
   else poolKernel<<<gridFor(P), 256, 0, st>>>(x, y, indices, a, true);
+  return cudaGetLastError();
+}
+
+cudaError_t maxPoolGradChannelsLast(const void* dy, const int64_t* indices, void* dx, const PoolArgs& a, cudaStream_t st) {
+  if (!a.nhwc || a.nsp != 2 || a.C % 8 != 0) return cudaErrorInvalidValue;
+  const int64_t vec = a.N * a.in[0] * a.in[1] * a.C / 8;
+  if (vec == 0) return cudaSuccess;
+  if (a.t == DT::f16) maxPoolGradNhwc<__half, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __half*>(dy), indices, static_cast<__half*>(dx), a);
+  else if (a.t == DT::bf16)
+    maxPoolGradNhwc<__nv_bfloat16, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(dy), indices, static_cast<__nv_bfloat16*>(dx), a);
+  else if (a.t == DT::f32) maxPoolGradNhwc<float, 4><<<gridFor(vec * 2), 256, 0, st>>>(static_cast<const float*>(dy), indices, static_cast<float*>(dx), a);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t globalAveragePoolChannelsLast(const void* x, void* y, DT t, int64_t N, int64_t P, int64_t C, cudaStream_t st) {
+  if (N * C == 0) return cudaSuccess;
+  if (t == DT::f16) gapNhwc<<<gridFor(N * C), 256, 0, st>>>(static_cast<const __half*>(x), static_cast<__half*>(y), N, P, C);
+  else if (t == DT::bf16) gapNhwc<<<gridFor(N * C), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), N, P, C);
+  else if (t == DT::f32) gapNhwc<<<gridFor(N * C), 256, 0, st>>>(static_cast<const float*>(x), static_cast<float*>(y), N, P, C);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t broadcastChannelsLast(const void* x, void* y, int64_t N, int64_t P, int64_t C, int elemBytes, cudaStream_t st) {
+  const int64_t total = N * P * C;
+  if (total == 0) return cudaSuccess;
+  if (elemBytes == 2) broadcastNhwcKernel<<<gridFor(total), 256, 0, st>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), P, C, total);
+  else if (elemBytes == 4) broadcastNhwcKernel<<<gridFor(total), 256, 0, st>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), P, C, total);
+  else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

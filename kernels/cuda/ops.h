@@ -206,6 +206,13 @@ struct PoolArgs {
 // MaxPool; indices (i64, may be null) are flat offsets into x, row-major.
 cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a, cudaStream_t st);
 cudaError_t averagePool(const void* x, void* y, const PoolArgs& a, cudaStream_t st);
+// MaxPool's gradient for a channels-last pool (a.nhwc): dx = the sum of dy over the windows whose
+// index chose each element (ScatterAddFlat's sums, gathered).
+cudaError_t maxPoolGradChannelsLast(const void* dy, const int64_t* indices, void* dx, const PoolArgs& a, cudaStream_t st);
+// GlobalAveragePool of x stored [N, P, C] (channels-last): y [N, C] the means over P.
+cudaError_t globalAveragePoolChannelsLast(const void* x, void* y, DT t, int64_t N, int64_t P, int64_t C, cudaStream_t st);
+// y [N, P, C] = x [N, C] broadcast over P (an Expand of [N, C, 1, 1] into a channels-last result).
+cudaError_t broadcastChannelsLast(const void* x, void* y, int64_t N, int64_t P, int64_t C, int elemBytes, cudaStream_t st);
 // AveragePoolGrad: `acc` f32 scratch of the input's size.
 cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st);
 

@@ -527,6 +527,7 @@ struct Program::Lowering {
   void lower();
   void gemm(bool isMatMul);
   void conv(bool grad);
+  PoolArgs poolArgs(const Node& m, const Value* x) const;
   void pool(bool isMax, bool grad);
   void reduce(Red op);
   void train();
@@ -801,21 +802,21 @@ void Program::Lowering::conv(bool grad) {
   });
 }
 
-void Program::Lowering::pool(bool isMax, bool grad) {
-  const Value* x = grad ? in(1) : in(0);
+// The window of pooling node m over x (m's attributes).
+PoolArgs Program::Lowering::poolArgs(const Node& m, const Value* x) const {
   const auto& xs = shape(x);
   const int nsp = static_cast<int>(xs.size()) - 2;
   if (nsp < 1 || nsp > 3) fail("pooling over 1 to 3 spatial dims only");
-  if (n.getInt("storage_order", 0) != 0) fail("storage_order = 1 is not supported on CUDA");
+  if (m.getInt("storage_order", 0) != 0) fail("storage_order = 1 is not supported on CUDA");
   const std::vector<int64_t> spatialIn(xs.begin() + 2, xs.end());
-  const Window w = windowOf(n, spatialIn, n.getInts("kernel_shape"), n.getInt("ceil_mode", 0) != 0);
+  const Window w = windowOf(m, spatialIn, m.getInts("kernel_shape"), m.getInt("ceil_mode", 0) != 0);
   PoolArgs a;
   a.nhwc = p.nhwc_.count(x) != 0;
   a.nsp = nsp;
   a.N = xs[0];
   a.C = xs[1];
   a.t = dt(x);
-  a.includePad = n.getInt("count_include_pad", 0) != 0;
+  a.includePad = m.getInt("count_include_pad", 0) != 0;
   for (int i = 0; i < nsp; ++i) {
     a.in[i] = spatialIn[i];
     a.out[i] = w.out[i];
@@ -825,6 +826,12 @@ void Program::Lowering::pool(bool isMax, bool grad) {
     a.pad[i] = w.padBegin[i];
     a.padEnd[i] = w.padEnd[i];
   }
+  return a;
+}
+
+void Program::Lowering::pool(bool isMax, bool grad) {
+  const Value* x = grad ? in(1) : in(0);
+  const PoolArgs a = poolArgs(n, x);
   if (grad) {
     const Scratch acc = scratch(sizeof(float) * x->type().numel());
     const void* dy = P(in(0));
@@ -849,6 +856,14 @@ void Program::Lowering::reduce(Red op) {
   const int64_t r = static_cast<int64_t>(xs.size());
   std::vector<int64_t> axes;
   if (n.op() == "GlobalAveragePool") {
+    if (p.nhwc_.count(x) && r == 4 && dt(out(0)) == dt(x)) {  // channels-last: a mean over the rows of [N, H * W, C]
+      const void* X = P(x);
+      void* Y = P(out(0));
+      const DT t = dt(x);
+      const int64_t N = xs[0], C = xs[1], HW = xs[2] * xs[3];
+      add([=](cudaStream_t st) { return globalAveragePoolChannelsLast(X, Y, t, N, HW, C, st); });
+      return;
+    }
     for (int64_t d = 2; d < r; ++d) axes.push_back(d);
   } else {
     axes = n.getInts("axes");
@@ -1025,6 +1040,14 @@ void Program::Lowering::lower() {
     if (op == "Expand") {
       const auto &os = shape(out(0)), &xs = shape(in(0));
       if (xs == os) return copyValue(in(0), out(0));
+      if (p.nhwc_.count(out(0)) && xs.size() == 4 && xs[0] == os[0] && xs[1] == os[1] && xs[2] * xs[3] == 1) {
+        const void* X = P(in(0));
+        void* Y = P(out(0));
+        const int64_t N = os[0], C = os[1], HW = os[2] * os[3];
+        const int eb = dtSize(dt(out(0)));
+        add([=](cudaStream_t st) { return broadcastChannelsLast(X, Y, N, HW, C, eb, st); });  // [N, C] over H * W
+        return;
+      }
       if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
       CopyArgs a;
       a.rank = static_cast<int>(os.size());
@@ -1227,6 +1250,16 @@ void Program::Lowering::lower() {
     if (op == "ScatterAddFlat") {
       const int64_t outN = out(0)->type().numel(), cnt = in(0)->type().numel();
       if (dt(in(1)) != DT::i64) fail("indices must be i64");
+      const Node* mp = in(1)->producer();
+      if (p.nhwc_.count(out(0)) && mp && isOnnx(*mp, "MaxPool") && mp->numResults() > 1 && mp->result(1) == in(1) && dt(in(0)) == dt(out(0))) {
+        // A channels-last max pool's gradient: gathered per input element (no f32 buffer, no atomics).
+        const PoolArgs a = poolArgs(*mp, mp->inputs()[0]);
+        const void* dY = P(in(0));
+        const int64_t* I = static_cast<const int64_t*>(P(in(1)));
+        void* dX = P(out(0));
+        add([=](cudaStream_t st) { return maxPoolGradChannelsLast(dY, I, dX, a, st); });
+        return;
+      }
       const Scratch acc = scratch(sizeof(float) * outN);
       const void* dY = P(in(0));
       const int64_t* I = static_cast<const int64_t*>(P(in(1)));
