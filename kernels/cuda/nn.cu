@@ -214,6 +214,13 @@ __device__ __forceinline__ int64_t bnChannel(int64_t v, int64_t total, uint32_t 
   if (total <= 0xffffffffll) return (static_cast<uint32_t>(v) / SV) % static_cast<uint32_t>(a.C);
   return (v / SV) % a.C;
 }
+// The value written for a normalised element y: y, or with a folded residual Add round(y) + r (the
+// Add's operand rounded first, as the unfused graph does), then a folded Relu.
+template <typename T>
+__device__ __forceinline__ float bnOut(float y, const BatchNormArgs& a, float r) {
+  if (a.residual) y = toF(fromF<T>(y)) + r;
+  return a.relu ? (y > 0.0f ? y : (y != y ? y : 0.0f)) : y;
+}
 template <typename T, int V>
 __global__ void bnApply(const T* x, T* y, const float* f, BatchNormArgs a) {
   const uint32_t SV = static_cast<uint32_t>(a.S / V);
@@ -222,13 +229,11 @@ __global__ void bnApply(const T* x, T* y, const float* f, BatchNormArgs a) {
   AMPC_GRID_LOOP(v, total) {
     const int64_t c = bnChannel(v, total, SV, a);
     const float m = k[4 * c], sc = k[4 * c + 1], b = k[4 * c + 2];
-    float xv[V];
+    float xv[V], rv[V] = {};
     loadPack<T, V>(x, v * V, xv);
+    if (a.residual) loadPack<T, V>(static_cast<const T*>(a.residual), v * V, rv);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float r = (xv[e] - m) * sc + b;
-      xv[e] = a.relu ? (r > 0.0f ? r : (r != r ? r : 0.0f)) : r;
-    }
+    for (int e = 0; e < V; ++e) xv[e] = bnOut<T>((xv[e] - m) * sc + b, a, rv[e]);
     storePack<T, V>(y, v * V, xv);
   }
 }
@@ -334,13 +339,11 @@ __global__ void bnApplyNhwc(const T* x, T* y, const float* f, BatchNormArgs a) {
   }
   const int64_t total = a.N * a.S * G;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < total; v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float xv[V];
+    float xv[V], rv[V] = {};
     loadPack<T, V>(x, v * V, xv);
+    if (a.residual) loadPack<T, V>(static_cast<const T*>(a.residual), v * V, rv);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float r = (xv[e] - m[e]) * sc[e] + b[e];
-      xv[e] = a.relu ? (r > 0.0f ? r : (r != r ? r : 0.0f)) : r;
-    }
+    for (int e = 0; e < V; ++e) xv[e] = bnOut<T>((xv[e] - m[e]) * sc[e] + b[e], a, rv[e]);
     storePack<T, V>(y, v * V, xv);
   }
 }
@@ -856,7 +859,7 @@ cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const 
   double* w = reinterpret_cast<double*>(ws);
   float* f = reinterpret_cast<float*>(w + 4 * a.C);
   if (cudaError_t e = cudaMemsetAsync(w, 0, sizeof(double) * 4 * a.C, st); e != cudaSuccess) return e;
-  const cudaError_t e = bnDispatch(a, {x, y}, [&](auto tag, auto vc) {
+  const cudaError_t e = bnDispatch(a, {x, y, a.residual}, [&](auto tag, auto vc) {
     using T = decltype(tag);
     constexpr int V = decltype(vc)::value;
     const T* X = static_cast<const T*>(x);

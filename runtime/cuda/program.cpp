@@ -478,6 +478,28 @@ struct Program::Lowering {
     if (isOnnx(n, "Add") && narrowedResult(g, n)) return nullptr;
     return &relu;
   }
+  // A residual Add folded into the BatchNormalization before it: Add(y, r) with y the batch norm's
+  // result read only there, r of y's shape and type and ready before the batch norm runs (made by
+  // an earlier node, or a graph input). The batch norm writes round(y) + r (and the Add's folded
+  // Relu) into the Add's result (or the Relu's); y gets no bytes. Returns the Add, or null.
+  static const Node* foldedResidual(const Graph& g, const Node& bn, const std::map<const Node*, int>& order) {
+    if (!isOnnx(bn, "BatchNormalization")) return nullptr;
+    const Value* y = bn.result(0);
+    if (y->uses().size() != 1 || g.isOutput(y)) return nullptr;
+    const Node& add = *y->uses()[0].user;
+    if (!isOnnx(add, "Add") || add.inputs()[0] == add.inputs()[1] || narrowedResult(g, add) || add.result(0)->type() != y->type()) return nullptr;
+    const Value* r = residualOf(add, y);
+    if (r->type() != y->type() || widenedSource(g, r)) return nullptr;
+    const Node* rp = r->producer();
+    return !rp || order.at(rp) < order.at(&bn) ? &add : nullptr;
+  }
+  static const Value* residualOf(const Node& add, const Value* y) { return add.inputs()[0] == y ? add.inputs()[1] : add.inputs()[0]; }
+  static bool addFoldedIntoNorm(const Graph& g, const Node& add, const std::map<const Node*, int>& order) {
+    if (!isOnnx(add, "Add")) return false;
+    for (const Value* v : add.inputs())
+      if (v && v->producer() && foldedResidual(g, *v->producer(), order) == &add) return true;
+    return false;
+  }
   static bool reluFolded(const Graph& g, const Node& relu) {
     const Node* p = isOnnx(relu, "Relu") && relu.inputs()[0] ? relu.inputs()[0]->producer() : nullptr;
     return p && foldedRelu(g, *p) == &relu;
@@ -937,6 +959,7 @@ void Program::Lowering::lower() {
     if (reluFolded(p.g_, n)) return;          // written by the BatchNormalization or Add before it
     if (whereGated(p.g_, n)) return;          // read through by the BatchNormGrad after it
     if (addGated(p.g_, n)) return;            // summed by the ReLU-gradient Where after it
+    if (addFoldedIntoNorm(p.g_, n, p.order_)) return;  // written by the BatchNormalization before it
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
@@ -1173,12 +1196,15 @@ void Program::Lowering::lower() {
       for (size_t i = 2; i < 5; ++i)
         if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
       if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("X must be f32, f16 or bf16");
-      const Node* relu = foldedRelu(p.g_, n);  // written through
+      // Written through: a Relu after it, or a residual Add (and that Add's Relu).
+      const Node* sum = foldedResidual(p.g_, n, p.order_);
+      const Node* relu = foldedRelu(p.g_, sum ? *sum : n);
       a.relu = relu != nullptr;
+      a.residual = sum ? P(residualOf(*sum, out(0))) : nullptr;
       a.nhwc = p.nhwc_.count(in(0)) != 0;
       const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
       const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
-      void* Y = P(relu ? relu->result(0) : out(0));
+      void* Y = P(relu ? relu->result(0) : sum ? sum->result(0) : out(0));
       void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
       void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
       add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws.f(), a, st); });
@@ -1549,6 +1575,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   // When each node's work runs: an optimizer group at its first node, a comparison fused into its
   // Where at the Where (the plan then keeps the comparison's operands alive until there).
   nhwc_ = placeChannelsLast(g);
+  for (const auto& n : g.nodes()) order_[n.get()] = static_cast<int>(order_.size());
   std::vector<size_t> leader = optimizerGroups(g);
   std::vector<int> positions(leader.size());
   std::map<const Node*, int> indexOf;
@@ -1572,9 +1599,10 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     }
     unwritten.insert(Lowering::unwritten(*n));
   }
-  // A folded Relu runs where its producer does; a gated Where and its comparison where the
-  // BatchNormGrad that reads through them does; a gated Add where its Where does. The values they
-  // stand in for get no bytes, nor does a ConvGrad's unread dX.
+  // A folded Relu runs where its producer does; a residual Add where the batch norm that writes it
+  // does; a gated Where and its comparison where the BatchNormGrad that reads through them does; a
+  // gated Add where its Where does. The values they stand in for get no bytes, nor does a
+  // ConvGrad's unread dX.
   for (const auto& n : g.nodes()) {
     if (Lowering::reluFolded(g, *n)) {
       positions[indexOf[n.get()]] = positions[indexOf[n->inputs()[0]->producer()]];
@@ -1582,6 +1610,9 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     } else if (const Node* w = Lowering::gatedGrad(g, *n)) {
       positions[indexOf[w]] = positions[indexOf[w->inputs()[0]->producer()]] = positions[indexOf[n.get()]];
       unwritten.insert(w->result(0));
+    } else if (const Node* add = Lowering::foldedResidual(g, *n, order_)) {
+      positions[indexOf[add]] = positions[indexOf[n.get()]];
+      unwritten.insert(n->result(0));
     } else if (Lowering::addGated(g, *n)) {
       positions[indexOf[n.get()]] = positions[indexOf[n->result(0)->uses()[0].user]];
       unwritten.insert(n->result(0));

@@ -184,6 +184,17 @@ std::vector<Case> cases() {
   c.push_back({"BatchNorm_relu_folded", "input %x : $T[6,4,5,8]\ninput %s : f32[4]\ninput %b : f32[4]\ninput %m : f32[4]\ninput %v : f32[4]\n"
                                         "%n : $T[6,4,5,8] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n%y : $T[6,4,5,8] = Relu(%n)\noutput %y",
                {{"v", {1.0, 0, 1, true}}}});
+  // A residual Add (and its Relu) written by the batch norm before it: a graph input as the
+  // residual, and a bottleneck's two batch norms, where the later one writes the sum.
+  c.push_back({"BatchNorm_residual_relu", "input %x : $T[6,8,5,4]\ninput %r : $T[6,8,5,4]\ninput %s : f32[8]\ninput %b : f32[8]\ninput %m : f32[8]\ninput %v : f32[8]\n"
+                                          "%n : $T[6,8,5,4] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n"
+                                          "%a : $T[6,8,5,4] = Add(%n, %r)\n%y : $T[6,8,5,4] = Relu(%a)\noutput %y",
+               {{"v", {1.0, 0, 1, true}}}});
+  c.push_back({"BatchNorm_pair_residual", "input %x : $T[4,16,3,3]\ninput %x2 : $T[4,16,3,3]\ninput %s : f32[16]\ninput %b : f32[16]\ninput %m : f32[16]\ninput %v : f32[16]\n"
+                                          "%n : $T[4,16,3,3] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n"
+                                          "%n2 : $T[4,16,3,3] = BatchNormalization(%x2, %s, %b, %m, %v) {training_mode = 1}\n"
+                                          "%a : $T[4,16,3,3] = Add(%n, %n2)\noutput %a",
+               {{"v", {1.0, 0, 1, true}}}});
   c.push_back({"Add_relu_folded", "input %a : $T[9,40]\ninput %b : $T[9,40]\n%s : $T[9,40] = Add(%a, %b)\n%y : $T[9,40] = Relu(%s)\noutput %y"});
   c.push_back({"Add_relu_folded_broadcast", "input %a : $T[3,4,7]\ninput %b : $T[4,1]\n%s : $T[3,4,7] = Add(%a, %b)\n%y : $T[3,4,7] = Relu(%s)\noutput %y"});
   c.push_back({"BatchNormGrad_gated", "domain \"ampc\" 1\ninput %dz : $T[8,3,4,4]\ninput %y : $T[8,3,4,4]\ninput %x : $T[8,3,4,4]\n"

@@ -185,13 +185,13 @@ def main():
     rows = []
     for model in a.models.split(","):
         onnx = export(model, a.work)
-        for p in a.ampc_precisions.split(","):
+        for p in [p for p in a.ampc_precisions.split(",") if p]:  # "" runs none
             r = ampc_run(model, p, onnx, a.work, a.warmup + a.steps)
             rows.append(dict(model=model, system="ampc", mode=p, **r))
             print(json.dumps(rows[-1]), flush=True)
             with open(os.path.join(a.out, "rows.jsonl"), "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
-        for mode in a.torch_modes.split(","):
+        for mode in [m for m in a.torch_modes.split(",") if m]:
             r = subprocess.run([sys.executable, __file__, "--torch-one", model, mode, "--warmup", str(a.warmup), "--steps", str(a.steps)],
                                capture_output=True, text=True)
             m = re.search(r"^RESULT (.*)$", r.stdout, re.M)
