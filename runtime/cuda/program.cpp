@@ -9,6 +9,7 @@
 #include "compiler/ops/registry.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cuda/train.h"
+#include "passes/channels_last.h"
 #include "runtime/cuda/libs.h"
 
 namespace ampc::cuda {
@@ -22,120 +23,9 @@ constexpr double kPaddedGemmWork = double{1 << 30};
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-// ---- channels-last placement ----
-// Convolutions on tensor cores want NHWC; with NCHW tensors cuDNN transposes around every call.
-// The 4-d activations of a convolutional network are stored channels-last (the IR's shapes stay
-// NCHW: only the bytes move) when every op that touches them has an NHWC form: a component of
-// values that must share a layout (an elementwise op's full-shape operands and result, a batch
-// norm's x / y / dy / dx, a max pool's x / y / indices and the ScatterAddFlat of its gradient) is
-// channels-last when none of them is pinned to NCHW (a graph input or output, a broadcast operand,
-// an op without an NHWC form) and a convolution reads or writes one of them. A convolution converts
-// an operand of the other layout through scratch (the image into the first one).
-
 // Element strides of the dims N, C, H, W of a value stored N, H, W, C.
 std::vector<int64_t> nhwcStrides(const std::vector<int64_t>& s) { return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}; }
-// A 4-d value whose layout matters: spatial size above one, channels a multiple of 8 (the
-// vectorised NHWC kernels) and at most 2048 (their per-block channel tables).
-bool layoutCandidate(const Value* v) {
-  if (!v || v->type().shape.size() != 4) return false;
-  const auto& s = v->type().shape;
-  return s[2] * s[3] > 1 && s[1] % 8 == 0 && s[1] <= 2048 && s[0] > 0;
-}
-// A convolution that runs NHWC on cuDNN: 2 spatial dims, one group, f16/bf16, output channels a
-// multiple of 8.
-bool nhwcConv(const Node& n) {
-  const bool fwd = n.domain().empty() && n.op() == "Conv", bwd = n.domain() == "ampc" && n.op() == "ConvGrad";
-  if (!fwd && !bwd) return false;
-  const Value *x = n.inputs()[fwd ? 0 : 1], *w = n.inputs()[fwd ? 1 : 2];
-  const DType t = x->type().dtype;
-  if ((t != DType::f16 && t != DType::bf16) || x->type().shape.size() != 4 || w->type().shape.size() != 4) return false;
-  if (n.getInt("group", 1) != 1 || (fwd && n.inputs().size() > 2 && n.inputs()[2])) return false;
-  return w->type().shape[0] % 8 == 0;  // input channels not a multiple of 8 are padded (Lowering::conv)
-}
-std::set<const Value*> placeChannelsLast(const Graph& g) {
-  std::map<const Value*, const Value*> parent;
-  std::function<const Value*(const Value*)> find = [&](const Value* v) -> const Value* {
-    auto it = parent.find(v);
-    if (it == parent.end()) return parent[v] = v;
-    if (it->second == v) return v;
-    return it->second = find(it->second);
-  };
-  std::set<const Value*> pinned, anchored;
-  auto join = [&](const Value* a, const Value* b) {
-    if (layoutCandidate(a) && layoutCandidate(b)) parent[find(a)] = find(b);
-    else if (layoutCandidate(a)) pinned.insert(a);
-    else if (layoutCandidate(b)) pinned.insert(b);
-  };
-  static const std::set<std::string> kElementwise = {"Add", "Sub", "Mul", "Div", "Where", "Relu", "Cast", "Greater", "Less",
-                                                     "GreaterOrEqual", "LessOrEqual", "Equal", "Neg", "Abs", "Identity"};
-  for (const auto& np : g.nodes()) {
-    const Node& n = *np;
-    const std::string& op = n.op();
-    const bool onnx = n.domain().empty(), ampc = n.domain() == "ampc";
-    std::vector<const Value*> touched;
-    for (const Value* v : n.inputs()) touched.push_back(v);
-    for (size_t i = 0; i < n.numResults(); ++i) touched.push_back(n.result(i));
-    auto pinAll = [&] {
-      for (const Value* v : touched)
-        if (layoutCandidate(v)) pinned.insert(v);
-    };
-    if ((onnx && op == "Conv") || (ampc && op == "ConvGrad")) {
-      // Its activations may have either layout (Lowering::conv converts); the weights never move.
-      const bool fwd = onnx;
-      for (const Value* v : fwd ? std::vector<const Value*>{n.inputs()[0], n.result(0)}
-                                : std::vector<const Value*>{n.inputs()[0], n.inputs()[1], n.result(0)})
-        if (layoutCandidate(v) && nhwcConv(n)) anchored.insert(v);
-      if (fwd && n.inputs().size() > 2 && n.inputs()[2]) pinned.insert(n.result(0));  // a bias: added NCHW
-      continue;
-    }
-    if (onnx && kElementwise.count(op)) {
-      const Value* r = n.result(0);
-      bool full = layoutCandidate(r);
-      for (const Value* v : n.inputs())
-        if (v && v->type().numel() != 1 && v->type().shape != r->type().shape) full = false;
-      if (!full) {
-        pinAll();
-        continue;
-      }
-      for (const Value* v : n.inputs())
-        if (v && v->type().numel() != 1) join(v, r);
-      continue;
-    }
-    if (onnx && op == "BatchNormalization") {
-      join(n.inputs()[0], n.result(0));
-      continue;
-    }
-    if (ampc && op == "BatchNormGrad") {
-      join(n.inputs()[0], n.inputs()[1]);
-      join(n.inputs()[1], n.result(0));
-      continue;
-    }
-    if (onnx && op == "MaxPool" && n.inputs()[0]->type().shape.size() == 4 && n.getInt("storage_order", 0) == 0) {
-      for (size_t i = 0; i < n.numResults(); ++i) join(n.inputs()[0], n.result(i));
-      continue;
-    }
-    if (ampc && op == "ScatterAddFlat" && n.result(0)->type().shape.size() == 4) {
-      join(n.inputs()[0], n.inputs()[1]);
-      join(n.inputs()[1], n.result(0));
-      continue;
-    }
-    if (onnx && op == "GlobalAveragePool") continue;  // reads either layout; [N, C, 1, 1] has none
-    if (onnx && op == "Expand" && n.inputs()[0]->type().shape.size() == 4 && n.inputs()[0]->type().shape[2] * n.inputs()[0]->type().shape[3] == 1)
-      continue;  // a broadcast of [N, C, 1, 1] writes either layout
-    pinAll();
-  }
-  for (const auto* list : {&g.inputs(), &g.params(), &g.consts(), &g.outputs()})
-    for (const Value* v : *list)
-      if (layoutCandidate(v)) pinned.insert(v);
-  std::set<const Value*> badRoots, goodRoots, out;
-  for (const Value* v : pinned) badRoots.insert(find(v));
-  for (const Value* v : anchored) goodRoots.insert(find(v));
-  for (const auto& [v, unused] : parent) {
-    const Value* r = find(v);
-    if (goodRoots.count(r) && !badRoots.count(r)) out.insert(v);
-  }
-  return out;
-}
+
 
 }  // namespace
 

@@ -103,7 +103,7 @@ class Program {
   void* scratch_ = nullptr;  // shared by every node's launches (GEMM and convolution workspaces too)
   std::map<const Value*, uint8_t*> maskFlags_;  // attention masks' tile flags, one buffer per mask value
   std::map<const Node*, int> order_;            // each node's index in the graph's order
-  std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (program.cpp: placeChannelsLast)
+  std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (passes/channels_last.h)
   size_t scratchBytes_ = 0;
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;
