@@ -123,6 +123,33 @@ __global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias,
 // Per-channel sums are reduced by C x P blocks, each over a slice of the batch, and added into w in
 // f64.
 
+// dy's V elements at i, zero where gate <= 0 (a Relu's gradient folded in; gate may be null).
+template <typename T, int V>
+__device__ __forceinline__ void loadGated(const T* dy, const T* gate, int64_t i, float (&g)[V]) {
+  loadPack<T, V>(dy, i, g);
+  if (!gate) return;
+  float gt[V];
+  loadPack<T, V>(gate, i, gt);
+#pragma unroll
+  for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+}
+// dx's V elements at i: A g + B (x - m) + D in training, else A g (per-element coefficients).
+template <typename T, int V>
+__device__ __forceinline__ void bnGradVector(const T* dy, const T* gate, const T* x, T* dx, int64_t i, const float (&m)[V], const float (&A)[V],
+                                             const float (&B)[V], const float (&D)[V], bool training) {
+  float g[V];
+  loadGated<T, V>(dy, gate, i, g);
+  if (training) {
+    float xv[V];
+    loadPack<T, V>(x, i, xv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) g[e] = A[e] * g[e] + B[e] * (xv[e] - m[e]) + D[e];
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) g[e] *= A[e];
+  }
+  storePack<T, V>(dx, i, g);
+}
 // Shift-free sums of one block's slice; kGrad adds the gradient sums (g = gate > 0 ? dy : 0).
 template <typename T, int V, bool kGrad>
 __global__ void bnSums(const T* x, const T* dy, const T* gate, BatchNormArgs a, double* w) {
@@ -134,17 +161,9 @@ __global__ void bnSums(const T* x, const T* dy, const T* gate, BatchNormArgs a, 
   for (uint32_t j = threadIdx.x; j < total; j += blockDim.x) {
     const uint32_t nn = j / SV;
     const int64_t i = ((n0 + nn) * a.C + c) * a.S + static_cast<int64_t>(j - nn * SV) * V;
-    float xv[V];
+    float xv[V], g[V];
     loadPack<T, V>(x, i, xv);
-    float g[V], gt[V];
-    if constexpr (kGrad) {
-      loadPack<T, V>(dy, i, g);
-      if (gate) {
-        loadPack<T, V>(gate, i, gt);
-#pragma unroll
-        for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
-      }
-    }
+    if constexpr (kGrad) loadGated<T, V>(dy, gate, i, g);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const float d = xv[e] - K;
@@ -244,24 +263,15 @@ __global__ void bnGradApply(const T* dy, const T* gate, const T* x, T* dx, const
   const float* k = f + 2 * a.C;
   AMPC_GRID_LOOP(v, total) {
     const int64_t c = bnChannel(v, total, SV, a);
-    const float m = k[4 * c], A = k[4 * c + 1], B = k[4 * c + 2], D = k[4 * c + 3];
-    float g[V], xv[V];
-    loadPack<T, V>(dy, v * V, g);
-    if (gate) {
-      float gt[V];
-      loadPack<T, V>(gate, v * V, gt);
+    float m[V], A[V], B[V], D[V];  // the channel's, for each element
 #pragma unroll
-      for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
+    for (int e = 0; e < V; ++e) {
+      m[e] = k[4 * c];
+      A[e] = k[4 * c + 1];
+      B[e] = k[4 * c + 2];
+      D[e] = k[4 * c + 3];
     }
-    if (a.training) {
-      loadPack<T, V>(x, v * V, xv);
-#pragma unroll
-      for (int e = 0; e < V; ++e) g[e] = A * g[e] + B * (xv[e] - m) + D;
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) g[e] *= A;
-    }
-    storePack<T, V>(dx, v * V, g);
+    bnGradVector<T, V>(dy, gate, x, dx, v * V, m, A, B, D, a.training);
   }
 }
 // NHWC: x is [R = N * S, C]. A block has G * (blockDim / G) threads for G = C / V channel groups;
@@ -279,16 +289,9 @@ __global__ void bnSumsNhwc(const T* x, const T* dy, const T* gate, BatchNormArgs
   const int64_t R = a.N * a.S;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RB + rr; r < R; r += static_cast<int64_t>(gridDim.x) * RB) {
     const int64_t i = r * C + cg * V;
-    float xv[V], g[V], gt[V];
+    float xv[V], g[V];
     loadPack<T, V>(x, i, xv);
-    if constexpr (kGrad) {
-      loadPack<T, V>(dy, i, g);
-      if (gate) {
-        loadPack<T, V>(gate, i, gt);
-#pragma unroll
-        for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
-      }
-    }
+    if constexpr (kGrad) loadGated<T, V>(dy, gate, i, g);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const float d = xv[e] - K[e];
@@ -362,23 +365,7 @@ __global__ void bnGradApplyNhwc(const T* dy, const T* gate, const T* x, T* dx, c
   }
   const int64_t total = a.N * a.S * G;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < total; v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float g[V], xv[V];
-    loadPack<T, V>(dy, v * V, g);
-    if (gate) {
-      float gt[V];
-      loadPack<T, V>(gate, v * V, gt);
-#pragma unroll
-      for (int e = 0; e < V; ++e) g[e] = gt[e] > 0.0f ? g[e] : 0.0f;
-    }
-    if (a.training) {
-      loadPack<T, V>(x, v * V, xv);
-#pragma unroll
-      for (int e = 0; e < V; ++e) g[e] = A[e] * g[e] + B[e] * (xv[e] - m[e]) + D[e];
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) g[e] *= A[e];
-    }
-    storePack<T, V>(dx, v * V, g);
+    bnGradVector<T, V>(dy, gate, x, dx, v * V, m, A, B, D, a.training);
   }
 }
 __global__ void bnRunning(const void* mean, const void* var, void* rm, void* rv, const float* ws, BatchNormArgs a) {
