@@ -1,0 +1,87 @@
+// The CUDA backend's folds (pure IR, so testable without a GPU): which nodes launch nothing because
+// a neighbour does their work (a cast read or written through, a comparison inside its Where, a
+// Relu written by the batch norm or Add before it, a residual Add written by a batch norm, a
+// ReLU gradient read through by BatchNormGrad or summed with its Add), where each node's work
+// runs, and which values are never written (no bytes in the memory plan). runtime/cuda/program.cpp
+// lowers by these decisions; tests/unit/folds_test.cpp checks them on the committed models.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc::folds {
+
+bool isOnnx(const Node& n, std::string_view op);
+bool isZeroScalar(const Value* v);  // a one-element constant 0
+// Every input a constant with data (and the op not random): the CUDA lowering computes such a node on the CPU.
+bool allConstInputs(const Node& n);
+
+// A float comparison whose one use is the condition of a Where (not a graph output) runs inside
+// that Where: the bool tensor is never written.
+bool fusedComparison(const Graph& g, const Node& c);
+
+// Casts folded into the ops around them (exact: the op widens to f32 and rounds once either way):
+// a widening Cast (f16/bf16 -> f32) all of whose readers can widen in registers is read through by
+// each of them, and a narrowing Cast (f32 -> f16/bf16) that is the one use of such an op's result
+// is written by it. The Cast itself launches nothing, and its f32 side gets no bytes.
+bool foldsCasts(const Node& n);  // the elementwise ops that read or write through casts
+bool isLossGrad(const Node& n);
+bool isLayerNorm(const Node& n);
+// Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
+// cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY.
+bool readsWidened(const Node& user, size_t i);
+bool isCastBetween(const Node& c, bool widening);
+// The widening Cast that produced v, when every reader of v reads through it; else null.
+const Node* widenedSource(const Graph& g, const Value* v);
+// The value a node reads for operand v: the narrow source of a folded widening Cast, or v.
+const Value* readThrough(const Graph& g, const Value* v);
+// The narrowing Cast that node n writes directly, or null: elementwise ops, the loss gradient and
+// LayerNormalization (its result 0) write through it.
+const Node* narrowedResult(const Graph& g, const Node& n);
+// A Cast that launches nothing: folded into its readers or its producer.
+bool castFolded(const Graph& g, const Node& c);
+// The f32 value a folded Cast stands in for, never written.
+const Value* castUnwritten(const Node& c);
+
+// Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
+// one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes with
+// rounding). Returns the Relu that n writes, or null.
+const Node* foldedRelu(const Graph& g, const Node& n);
+bool reluFolded(const Graph& g, const Node& relu);
+// A residual Add folded into the BatchNormalization before it: Add(y, r) with y the batch norm's
+// result read only there, r of y's shape and type and ready before the batch norm runs (made by an
+// earlier node in `order`, or a graph input). The batch norm writes round(y) + r (and the Add's
+// folded Relu) into the Add's result (or the Relu's); y gets no bytes. Returns the Add, or null.
+const Node* foldedResidual(const Graph& g, const Node& bn, const std::map<const Node*, int>& order);
+const Value* residualOf(const Node& add, const Value* y);  // the Add's operand that is not y
+bool addFoldedIntoNorm(const Graph& g, const Node& add, const std::map<const Node*, int>& order);
+// A Relu's gradient folded into the BatchNormGrad that reads it: Where(Greater(y, 0), dz, 0) whose
+// one reader is BatchNormGrad's dY, all of one type and shape. BatchNormGrad reads dz gated by y;
+// the Where and its comparison launch nothing, and dY gets no bytes. Returns the Where, or null.
+const Node* gatedGrad(const Graph& g, const Node& bnGrad);
+bool whereGated(const Graph& g, const Node& w);
+// A sum's ReLU gradient in one pass: Where(Greater(y, 0), Add(a, b), 0) whose Add has this Where as
+// its one reader, a, b and the sum of one shape: y > 0 ? a + b : 0 (exact: the sum is rounded once
+// either way). The Add launches nothing and its result gets no bytes. Returns the Add, or null.
+const Node* summedGate(const Graph& g, const Node& w);
+bool addGated(const Graph& g, const Node& add);
+
+// Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Per node
+// index, the index of its group's first node (or itself).
+std::vector<size_t> optimizerGroups(const Graph& g);
+
+// When each node's work runs (an index into the node order, for the memory plan), and the values
+// no launch writes.
+struct Schedule {
+  std::vector<size_t> leader;       // optimizerGroups
+  std::vector<int> positions;       // per node
+  std::set<const Value*> unwritten;
+  std::map<const Node*, int> order;  // each node's index
+};
+Schedule schedule(const Graph& g);
+
+}  // namespace ampc::folds

@@ -1,0 +1,147 @@
+// The CUDA backend's folds and schedule (runtime/folds.h), checked without a GPU on the committed
+// models' training steps: the memory plan over the schedule is sound, every value a launching node
+// reads (after the folds redirect its reads) is written and alive when the node runs, and every
+// value it writes is born then.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "compiler/onnx/onnx.h"
+#include "passes/autocast.h"
+#include "passes/memory_plan.h"
+#include "passes/pass.h"
+#include "passes/train_step.h"
+#include "runtime/folds.h"
+
+using namespace ampc;
+using namespace ampc::folds;
+
+namespace {
+
+std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
+  auto g = importOnnxFile((std::filesystem::path(AMPC_SOURCE_DIR) / "models" / (model + ".onnx")).string());
+  const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
+  createFuseAttentionPass(freeze)->run(*g);
+  createFuseGeluPass()->run(*g);
+  if (precision != DType::f32) {
+    PassManager pm;
+    AutocastOptions ao;
+    ao.low = precision;
+    pm.add(createAutocastPass(ao));
+    pm.add(createCastCleanupPass());
+    pm.run(*g);
+  }
+  TrainOptions o;
+  o.optimizer = optimizer;
+  o.precision = precision;
+  o.autodiff.freeze = freeze;
+  createTrainStepPass(o)->run(*g);
+  return g;
+}
+
+// A node that launches nothing: its work is done by a neighbour.
+bool foldedAway(const Graph& g, const Node& n, const std::map<const Node*, int>& order) {
+  return fusedComparison(g, n) || castFolded(g, n) || reluFolded(g, n) || whereGated(g, n) || addGated(g, n) ||
+         addFoldedIntoNorm(g, n, order);
+}
+
+// The values node n's launches read, as the CUDA lowering reads them.
+std::vector<const Value*> reads(const Graph& g, const Node& n, const std::map<const Node*, int>& order) {
+  std::vector<const Value*> r;
+  const Node* gate = gatedGrad(g, n);
+  const Node* sum = summedGate(g, n);
+  for (size_t i = 0; i < n.inputs().size(); ++i) {
+    const Value* v = n.inputs()[i];
+    if (!v) continue;
+    if (gate && i == 0) {  // dY: dz gated by y
+      r.push_back(gate->inputs()[1]);
+      r.push_back(gate->inputs()[0]->producer()->inputs()[0]);
+      continue;
+    }
+    if (sum && i == 1) {  // the sum's operands
+      for (const Value* a : sum->inputs()) r.push_back(a);
+      continue;
+    }
+    if (isOnnx(n, "Where") && i == 0 && v->producer() && fusedComparison(g, *v->producer())) {  // the comparison's operands
+      for (const Value* a : v->producer()->inputs()) r.push_back(readThrough(g, a));
+      continue;
+    }
+    r.push_back(readsWidened(n, i) ? readThrough(g, v) : v);
+  }
+  if (const Node* add = foldedResidual(g, n, order)) r.push_back(residualOf(*add, n.result(0)));
+  return r;
+}
+
+// The values node n's launches write.
+std::vector<const Value*> writes(const Graph& g, const Node& n, const std::map<const Node*, int>& order) {
+  std::vector<const Value*> w;
+  for (size_t i = 0; i < n.numResults(); ++i) w.push_back(n.result(i));
+  if (const Node* d = narrowedResult(g, n)) w[0] = d->result(0);
+  const Node* add = foldedResidual(g, n, order);
+  if (add) w[0] = add->result(0);
+  if (const Node* relu = foldedRelu(g, add ? *add : n)) w[0] = relu->result(0);
+  if (n.domain() == "ampc" && n.op() == "ConvGrad" && n.result(0)->uses().empty() && !g.isOutput(n.result(0))) w.erase(w.begin());
+  return w;
+}
+
+struct Counts {
+  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, summed = 0;
+};
+
+Counts check(const std::string& model, DType precision, const std::string& optimizer) {
+  SCOPED_TRACE(model);
+  auto g = trainGraph(model, precision, optimizer);
+  const Schedule s = schedule(*g);
+  const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten);
+  EXPECT_NO_THROW(checkMemoryPlan(plan));
+  Counts c;
+  for (const auto& np : g->nodes()) {
+    const Node& n = *np;
+    ++c.nodes;
+    c.relus += reluFolded(*g, n);
+    c.residuals += foldedResidual(*g, n, s.order) != nullptr;
+    c.gated += gatedGrad(*g, n) != nullptr;
+    c.summed += summedGate(*g, n) != nullptr;
+    if (foldedAway(*g, n, s.order)) {
+      ++c.foldedAway;
+      continue;
+    }
+    if (allConstInputs(n)) continue;  // computed on the CPU at load
+    const int at = s.positions[static_cast<size_t>(s.order.at(&n))];
+    for (const Value* v : reads(*g, n, s.order)) {
+      EXPECT_FALSE(s.unwritten.count(v)) << n.describe() << " reads " << v->name() << ", which nothing writes";
+      auto it = plan.slots.find(v);
+      if (it == plan.slots.end()) continue;  // an input, param or constant
+      EXPECT_LE(it->second.first, at) << n.describe() << " reads " << v->name() << " before it is made";
+      EXPECT_GE(it->second.last, at) << n.describe() << " reads " << v->name() << " after its bytes are free";
+    }
+    for (const Value* v : writes(*g, n, s.order)) {
+      EXPECT_FALSE(s.unwritten.count(v)) << n.describe() << " writes " << v->name() << ", planned without bytes";
+      auto it = plan.slots.find(v);
+      if (it != plan.slots.end()) EXPECT_EQ(it->second.first, at) << n.describe() << " writes " << v->name() << " outside its live range";
+    }
+  }
+  return c;
+}
+
+TEST(Folds, CommittedModelsPlanSoundly) {
+  for (const char* m : {"mlp", "cnn", "transformer", "gpt2_tiny", "resnet_tiny"})
+    for (DType p : {DType::f32, DType::f16, DType::bf16})
+      for (const char* opt : {"sgd", "adamw"}) check(m, p, opt);
+}
+
+// resnet_tiny: every Relu is written by the batch norm or Add before it, both residual Adds by a
+// batch norm, the five Relus after a batch norm have their gradients read through by its
+// BatchNormGrad, and the first block's output gradient (a sum of two) is summed in its Where.
+TEST(Folds, ResNetFolds) {
+  for (DType p : {DType::f32, DType::f16}) {
+    const Counts c = check("resnet_tiny", p, "sgd");
+    EXPECT_EQ(c.relus, 7);
+    EXPECT_EQ(c.residuals, 2);
+    EXPECT_EQ(c.gated, 5);
+    EXPECT_EQ(c.summed, 1);
+    EXPECT_GT(c.foldedAway, 7 + 2 + 2 * 5 + 1);
+  }
+}
+
+}  // namespace
