@@ -114,14 +114,15 @@ __global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias,
 // of 16, 8 or sizeof(T) bytes: the widest that divides S), so there is no per-element type switch
 // and no 64-bit division per element.
 //
-// Scratch: doubles w[4C], then floats f[6C]:
+// Scratch: doubles w[4C], then floats f[6C] (and for NHWC the per-block partial sums after them):
 //   w[c], w[C + c]            sums of x' and x'^2, x' = x - K_c (K_c the channel's first element,
 //                             so the one-pass variance keeps its precision)
 //   w[2C + c], w[3C + c]      sums of g and g x' (the gradient passes; g = dy, or 0 where gate <= 0)
 //   f[2c], f[2c + 1]          the mean and variance used
 //   f[2C + 4c .. 2C + 4c + 3] the apply pass's per-channel coefficients
-// Per-channel sums are reduced by C x P blocks, each over a slice of the batch, and added into w in
-// f64.
+// NCHW: per-channel sums are reduced by C x P blocks, each over a slice of the batch, and added
+// into w with f64 atomics (so with P > 1 the order, and the last bits, vary from run to run). NHWC:
+// see bnSumsNhwc (a fixed order).
 
 // dy's V elements at i, zero where gate <= 0 (a Relu's gradient folded in; gate may be null).
 template <typename T, int V>
