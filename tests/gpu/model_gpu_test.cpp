@@ -6,12 +6,9 @@
 #include <filesystem>
 #include <set>
 
-#include "compiler/onnx/onnx.h"
-#include "passes/autocast.h"
-#include "passes/pass.h"
-#include "passes/train_step.h"
 #include "runtime/cuda/trainer.h"
 #include "runtime/data.h"
+#include "tests/common/train_graph.h"
 #include "tests/gpu/gpu_util.h"
 
 using namespace ampc;
@@ -26,30 +23,15 @@ fs::path modelsDir() {
 }
 
 std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
-  auto g = importOnnxFile((modelsDir() / (model + ".onnx")).string());
-  const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
-  createFuseAttentionPass(freeze)->run(*g);  // as ampc's plans do: the fused attention and GELU kernels
-  createFuseGeluPass()->run(*g);
-  if (precision != DType::f32) {
-    PassManager pm;
-    AutocastOptions ao;
-    ao.low = precision;
-    pm.add(createAutocastPass(ao));
-    pm.add(createCastCleanupPass());
-    pm.run(*g);
-  }
   TrainOptions o;
   o.optimizer = optimizer;
-  o.precision = precision;
   // resnet_tiny (batch norm over 4 images) at SGD lr 0.05 with momentum 0.9 is chaotic: the f16/bf16
   // rounding-order differences between the backends grew to 2.07e-2 / 1.97e-2 by step 20 (measured
   // on the H200, the other steps below), so it trains at lr 0.01, where the trajectory is stable.
   o.lr = optimizer == "sgd" ? (model == "resnet_tiny" ? 0.01f : 0.05f) : 1e-3f;
   o.momentum = 0.9f;
   o.clipNorm = 1.0f;
-  o.autodiff.freeze = freeze;
-  createTrainStepPass(o)->run(*g);
-  return g;
+  return ampc::test::trainGraph(modelsDir(), model, precision, o);
 }
 
 std::map<std::string, std::pair<int64_t, int64_t>> ranges(const std::string& model) {

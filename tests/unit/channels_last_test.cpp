@@ -5,30 +5,15 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/text.h"
-#include "compiler/onnx/onnx.h"
-#include "passes/autocast.h"
 #include "passes/channels_last.h"
-#include "passes/pass.h"
-#include "passes/train_step.h"
+#include "tests/common/train_graph.h"
 
 using namespace ampc;
 
 namespace {
 
 std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision) {
-  auto g = importOnnxFile((std::filesystem::path(AMPC_SOURCE_DIR) / "models" / (model + ".onnx")).string());
-  if (precision != DType::f32) {
-    PassManager pm;
-    AutocastOptions ao;
-    ao.low = precision;
-    pm.add(createAutocastPass(ao));
-    pm.add(createCastCleanupPass());
-    pm.run(*g);
-  }
-  TrainOptions o;
-  o.precision = precision;
-  createTrainStepPass(o)->run(*g);
-  return g;
+  return ampc::test::trainGraph(std::filesystem::path(AMPC_SOURCE_DIR) / "models", model, precision, TrainOptions{});
 }
 
 // resnet_tiny at f16: every convolution's result and every gradient a ConvGrad reads or writes in

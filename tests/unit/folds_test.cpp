@@ -6,12 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/onnx/onnx.h"
-#include "passes/autocast.h"
 #include "passes/memory_plan.h"
-#include "passes/pass.h"
-#include "passes/train_step.h"
 #include "runtime/folds.h"
+#include "tests/common/train_graph.h"
 
 using namespace ampc;
 using namespace ampc::folds;
@@ -19,24 +16,9 @@ using namespace ampc::folds;
 namespace {
 
 std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
-  auto g = importOnnxFile((std::filesystem::path(AMPC_SOURCE_DIR) / "models" / (model + ".onnx")).string());
-  const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
-  createFuseAttentionPass(freeze)->run(*g);
-  createFuseGeluPass()->run(*g);
-  if (precision != DType::f32) {
-    PassManager pm;
-    AutocastOptions ao;
-    ao.low = precision;
-    pm.add(createAutocastPass(ao));
-    pm.add(createCastCleanupPass());
-    pm.run(*g);
-  }
   TrainOptions o;
   o.optimizer = optimizer;
-  o.precision = precision;
-  o.autodiff.freeze = freeze;
-  createTrainStepPass(o)->run(*g);
-  return g;
+  return ampc::test::trainGraph(std::filesystem::path(AMPC_SOURCE_DIR) / "models", model, precision, o);
 }
 
 // A node that launches nothing: its work is done by a neighbour.
