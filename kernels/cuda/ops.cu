@@ -315,6 +315,7 @@ __global__ void transpose2dKernel(const E* in, E* out, int64_t R, int64_t C) {
 }
 }  // namespace
 
+namespace {
 template <typename E>
 __global__ void padChannelsLastKernel(const E* in, E* out, int64_t C, int64_t P, int64_t Cp, int64_t n) {
   AMPC_GRID_LOOP(i, n) {  // i over out [batch][P][Cp]
@@ -329,6 +330,8 @@ __global__ void unpadChannelsLastKernel(const E* in, E* out, int64_t C, int64_t 
     out[i] = in[(b * P + p) * Cp + c];
   }
 }
+}  // namespace
+
 cudaError_t padChannelsLast(const void* src, void* dst, int64_t batch, int64_t C, int64_t P, int64_t Cp, int elemBytes, cudaStream_t st) {
   const int64_t n = batch * P * Cp;
   if (n == 0) return cudaSuccess;

@@ -29,7 +29,6 @@ size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 // Element strides of the dims N, C, H, W of a value stored N, H, W, C.
 std::vector<int64_t> nhwcStrides(const std::vector<int64_t>& s) { return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}; }
 
-
 }  // namespace
 
 int64_t hostSyncs() { return gSyncs.load(); }
