@@ -73,14 +73,34 @@ const Node* narrowedResult(const Graph& g, const Node& n) {
   const Node* d = r->uses()[0].user;
   return isCastBetween(*d, false) ? d : nullptr;
 }
+bool castWrittenByProducer(const Graph& g, const Node& c) {
+  return isCastBetween(c, false) && c.inputs()[0]->producer() && narrowedResult(g, *c.inputs()[0]->producer()) == &c;
+}
+// A narrowing Cast whose one reader is a DropoutGrad's dY (a residual-stream gradient cast down
+// for the Dropout's backward): DropoutGrad reads the f32 source and rounds it as the Cast would.
+const Node* narrowedGradInput(const Graph& g, const Node& n) {
+  if (n.domain() != "ampc" || n.op() != "DropoutGrad" || !n.inputs()[0]) return nullptr;
+  const Value* dy = n.inputs()[0];
+  const Node* c = dy->producer();
+  if (!c || !isCastBetween(*c, false) || dy->uses().size() != 1 || g.isOutput(dy) || castWrittenByProducer(g, *c)) return nullptr;
+  return c;
+}
+bool castReadByDropoutGrad(const Graph& g, const Node& c) {
+  const Value* r = c.numResults() == 1 ? c.result(0) : nullptr;
+  return r && r->uses().size() == 1 && narrowedGradInput(g, *r->uses()[0].user) == &c;
+}
 // A Cast that launches nothing: folded into its readers or its producer.
 bool castFolded(const Graph& g, const Node& c) {
   if (isCastBetween(c, true)) return widenedSource(g, c.result(0)) != nullptr;
-  if (isCastBetween(c, false)) return c.inputs()[0]->producer() && narrowedResult(g, *c.inputs()[0]->producer()) == &c;
-  return false;
+  return castWrittenByProducer(g, c) || (isCastBetween(c, false) && castReadByDropoutGrad(g, c));
 }
-// The f32 value a folded Cast stands in for, never written: it needs no bytes.
-const Value* castUnwritten(const Node& c) { return isCastBetween(c, true) ? c.result(0) : c.inputs()[0]; }
+// The value a folded Cast stands in for, never written: it needs no bytes. A widening Cast's f32
+// result, a narrowing Cast's f32 operand when its producer writes the narrow result, and the
+// narrow result when DropoutGrad reads the f32 operand.
+const Value* castUnwritten(const Graph& g, const Node& c) {
+  if (isCastBetween(c, true) || castReadByDropoutGrad(g, c)) return c.result(0);
+  return c.inputs()[0];
+}
 
 bool isOnnx(const Node& n, std::string_view op) { return n.domain().empty() && n.op() == op; }
 bool isZeroScalar(const Value* v) {
@@ -100,17 +120,19 @@ const Node* foldedRelu(const Graph& g, const Node& n) {
   if (isOnnx(n, "Add") && narrowedResult(g, n)) return nullptr;
   return &relu;
 }
-// A residual Add folded into the BatchNormalization before it: Add(y, r) with y the batch norm's
-// result read only there, r of y's shape and type and ready before the batch norm runs (made by
-// an earlier node, or a graph input). The batch norm writes round(y) + r (and the Add's folded
-// Relu) into the Add's result (or the Relu's); y gets no bytes. Returns the Add, or null.
+// A residual Add folded into the norm before it, a BatchNormalization (its y) or a LayerNormGrad
+// (its dX: a transformer's residual-stream gradient): Add(y, r) with y read only there, r of y's
+// shape and type and ready before the norm runs (made by an earlier node, or a graph input). The
+// norm writes round(y) + r (and the Add's folded Relu) into the Add's result (or the Relu's); y
+// gets no bytes. Returns the Add, or null.
 const Node* foldedResidual(const Graph& g, const Node& bn, const std::map<const Node*, int>& order) {
-  if (!isOnnx(bn, "BatchNormalization")) return nullptr;
+  if (!isOnnx(bn, "BatchNormalization") && !(bn.domain() == "ampc" && bn.op() == "LayerNormGrad")) return nullptr;
   const Value* y = bn.result(0);
   if (y->uses().size() != 1 || g.isOutput(y)) return nullptr;
   const Node& add = *y->uses()[0].user;
   if (!isOnnx(add, "Add") || add.inputs()[0] == add.inputs()[1] || narrowedResult(g, add) || add.result(0)->type() != y->type()) return nullptr;
   if (addGated(g, add)) return nullptr;  // already summed by a ReLU-gradient Where (Ew::GateSum reads y)
+  if (!isOnnx(bn, "BatchNormalization") && foldedRelu(g, add)) return nullptr;  // LayerNormGrad applies no Relu
   const Value* r = residualOf(add, y);
   if (r->type() != y->type() || widenedSource(g, r)) return nullptr;
   const Node* rp = r->producer();
@@ -121,6 +143,34 @@ bool addFoldedIntoNorm(const Graph& g, const Node& add, const std::map<const Nod
   if (!isOnnx(add, "Add")) return false;
   for (const Value* v : add.inputs())
     if (v && v->producer() && foldedResidual(g, *v->producer(), order) == &add) return true;
+  return false;
+}
+// A residual Add after a Dropout's widening Cast: Add(Cast(y) to f32, r) with y (f16/bf16) the
+// Dropout's result read only by that Cast, the Cast read only by the Add, r f32 of the sum's shape
+// and ready before the Dropout runs. The Dropout writes r + widen(y) into the Add's result (the
+// Add rounds once either way); y gets no bytes, the Cast and the Add launch nothing.
+const Node* droppedResidual(const Graph& g, const Node& d, const std::map<const Node*, int>& order) {
+  if (!isOnnx(d, "Dropout") || !isLowFloat(d.result(0)->type().dtype)) return nullptr;
+  const Value* y = d.result(0);
+  if (y->uses().size() != 1 || g.isOutput(y)) return nullptr;
+  const Node& c = *y->uses()[0].user;
+  if (!isCastBetween(c, true) || widenedSource(g, c.result(0)) != &c || c.result(0)->uses().size() != 1) return nullptr;
+  const Value* w = c.result(0);
+  const Node& add = *w->uses()[0].user;
+  if (!isOnnx(add, "Add") || add.inputs()[0] == add.inputs()[1] || add.result(0)->type() != w->type()) return nullptr;
+  if (narrowedResult(g, add) || foldedRelu(g, add) || addGated(g, add) || addFoldedIntoNorm(g, add, order)) return nullptr;
+  const Value* r = residualOf(add, w);
+  if (r->type() != w->type() || widenedSource(g, r)) return nullptr;
+  const Node* rp = r->producer();
+  return !rp || order.at(rp) < order.at(&d) ? &add : nullptr;
+}
+bool addFoldedIntoDropout(const Graph& g, const Node& add, const std::map<const Node*, int>& order) {
+  if (!isOnnx(add, "Add")) return false;
+  for (const Value* v : add.inputs()) {
+    const Node* c = v ? v->producer() : nullptr;
+    const Node* d = c && isCastBetween(*c, true) && c->inputs()[0] ? c->inputs()[0]->producer() : nullptr;
+    if (d && droppedResidual(g, *d, order) == &add) return true;
+  }
   return false;
 }
 bool reluFolded(const Graph& g, const Node& relu) {
@@ -219,13 +269,13 @@ Schedule schedule(const Graph& g) {
   for (const auto& n : g.nodes()) {
     if (!castFolded(g, *n)) continue;
     int& at = positions[indexOf[n.get()]];
-    if (isCastBetween(*n, true)) {
+    if (isCastBetween(*n, true) || castReadByDropoutGrad(g, *n)) {
       at = 0;
       for (const Use& u : n->result(0)->uses()) at = std::max(at, positions[indexOf[u.user]]);
     } else {
       at = positions[indexOf[n->inputs()[0]->producer()]];
     }
-    unwritten.insert(castUnwritten(*n));
+    unwritten.insert(castUnwritten(g, *n));
   }
   // A folded Relu runs where its producer does; a residual Add where the batch norm that writes it
   // does; a gated Where and its comparison where the BatchNormGrad that reads through them does; a
@@ -240,6 +290,9 @@ Schedule schedule(const Graph& g) {
       unwritten.insert(w->result(0));
     } else if (const Node* add = foldedResidual(g, *n, indexOf)) {
       positions[indexOf[add]] = positions[indexOf[n.get()]];
+      unwritten.insert(n->result(0));
+    } else if (const Node* dadd = droppedResidual(g, *n, indexOf)) {
+      positions[indexOf[dadd]] = positions[indexOf[n.get()]];
       unwritten.insert(n->result(0));
     } else if (addGated(g, *n)) {
       positions[indexOf[n.get()]] = positions[indexOf[n->result(0)->uses()[0].user]];

@@ -42,23 +42,36 @@ const Value* readThrough(const Graph& g, const Value* v);
 // The narrowing Cast that node n writes directly, or null: elementwise ops, the loss gradient and
 // LayerNormalization (its result 0) write through it.
 const Node* narrowedResult(const Graph& g, const Node& n);
+// A narrowing Cast whose one reader is a DropoutGrad's dY: DropoutGrad reads the f32 source and
+// rounds it as the Cast would. Returns the Cast that DropoutGrad n reads through, or null.
+const Node* narrowedGradInput(const Graph& g, const Node& n);
+bool castReadByDropoutGrad(const Graph& g, const Node& c);
 // A Cast that launches nothing: folded into its readers or its producer.
 bool castFolded(const Graph& g, const Node& c);
-// The f32 value a folded Cast stands in for, never written.
-const Value* castUnwritten(const Node& c);
+// The value a folded Cast stands in for, never written: a widening Cast's f32 result, a narrowing
+// Cast's f32 operand where its producer writes the narrow result, its narrow result where a
+// DropoutGrad reads the operand.
+const Value* castUnwritten(const Graph& g, const Node& c);
 
 // Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
 // one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes with
 // rounding). Returns the Relu that n writes, or null.
 const Node* foldedRelu(const Graph& g, const Node& n);
 bool reluFolded(const Graph& g, const Node& relu);
-// A residual Add folded into the BatchNormalization before it: Add(y, r) with y the batch norm's
-// result read only there, r of y's shape and type and ready before the batch norm runs (made by an
-// earlier node in `order`, or a graph input). The batch norm writes round(y) + r (and the Add's
-// folded Relu) into the Add's result (or the Relu's); y gets no bytes. Returns the Add, or null.
+// A residual Add folded into the norm before it: a BatchNormalization (its y) or a LayerNormGrad
+// (its dX, a transformer's residual-stream gradient). Add(y, r) with y read only there, r of y's
+// shape and type and ready before the norm runs (made by an earlier node in `order`, or a graph
+// input). The norm writes round(y) + r (and the Add's folded Relu) into the Add's result (or the
+// Relu's); y gets no bytes. Returns the Add, or null.
 const Node* foldedResidual(const Graph& g, const Node& bn, const std::map<const Node*, int>& order);
 const Value* residualOf(const Node& add, const Value* y);  // the Add's operand that is not y
 bool addFoldedIntoNorm(const Graph& g, const Node& add, const std::map<const Node*, int>& order);
+// A residual Add after a Dropout's widening Cast: Add(Cast(y) to f32, r) with y (f16/bf16) the
+// Dropout's result read only by that Cast, the Cast only by the Add, r f32 and ready before the
+// Dropout runs. The Dropout writes r + widen(y) into the Add's result (rounded once either way); y
+// gets no bytes, the Cast and the Add launch nothing. Returns the Add, or null.
+const Node* droppedResidual(const Graph& g, const Node& d, const std::map<const Node*, int>& order);
+bool addFoldedIntoDropout(const Graph& g, const Node& add, const std::map<const Node*, int>& order);
 // A Relu's gradient folded into the BatchNormGrad that reads it: Where(Greater(y, 0), dz, 0) whose
 // one reader is BatchNormGrad's dY, all of one type and shape. BatchNormGrad reads dz gated by y;
 // the Where and its comparison launch nothing, and dY gets no bytes. Returns the Where, or null.

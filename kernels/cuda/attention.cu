@@ -152,15 +152,19 @@ __device__ __forceinline__ bool skipTile(const uint8_t* flags, const AttentionAr
 
 // flags[mb][qt][kt] = 1 where key tile kt is dead (every mask entry <= kDead) for query tile qt and
 // every row of qt has a live key; else 2 where every mask entry of the tile is 0 (the kernels need
-// not read it), else 0. Grid (query tiles, mask batches); dynamic smem: two ints per key tile.
+// not read it); else 3 where the tile is causal (0 at key j <= query i, <= kDead above) and every
+// row of qt has a live key (the mma kernels take -inf above the diagonal without reading the mask:
+// the same probabilities, exactly 0); else 0. Grid (query tiles, mask batches); dynamic smem:
+// three ints per key tile.
 __global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
   extern __shared__ int dead[];
   __shared__ int alive[kTile];
   const int qt = blockIdx.x, nk = static_cast<int>((a.Tk + kTile - 1) / kTile), nq = gridDim.x;
   int* nonzero = dead + nk;
+  int* causal = nonzero + nk;
   const int64_t mb = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
   const int rows = static_cast<int>(a.Tq - i0 < kTile ? a.Tq - i0 : kTile);
-  for (int k = threadIdx.x; k < nk; k += blockDim.x) dead[k] = 1, nonzero[k] = 0;
+  for (int k = threadIdx.x; k < nk; k += blockDim.x) dead[k] = 1, nonzero[k] = 0, causal[k] = 1;
   for (int r = threadIdx.x; r < kTile; r += blockDim.x) alive[r] = r < rows ? 0 : 1;
   __syncthreads();
   for (int r = 0; r < rows; ++r) {
@@ -172,6 +176,7 @@ __global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
         alive[r] = 1;
       }
       if (v != 0.0f) nonzero[j / kTile] = 1;
+      if (j <= i0 + r ? v != 0.0f : v > kDead) causal[j / kTile] = 0;
     }
   }
   __syncthreads();
@@ -183,7 +188,7 @@ __global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
   }
   __syncthreads();
   for (int k = threadIdx.x; k < nk; k += blockDim.x)
-    flags[(mb * nq + qt) * nk + k] = static_cast<uint8_t>(dead[k] && allAlive ? 1 : nonzero[k] ? 0 : 2);
+    flags[(mb * nq + qt) * nk + k] = static_cast<uint8_t>(dead[k] && allAlive ? 1 : !nonzero[k] ? 2 : causal[k] && allAlive ? 3 : 0);
 }
 
 template <typename T>
@@ -492,7 +497,7 @@ __device__ void loadTileAsync(T* s, const T* g, int64_t ld, int64_t rows, int64_
 }
 
 // Tile flags (maskTilesKernel): 1 dead (skipped), 2 no mask entry other than 0 (the mask is not
-// read), 0 read it.
+// read), 3 causal (not read: -inf above the diagonal), 0 read it.
 // This block's flags (a row over key tiles, or a column over query tiles) staged in shared memory,
 // so the loops do not wait on global loads; more than kFlagsSmem tiles read them from global.
 constexpr int kFlagsSmem = 256;
@@ -520,20 +525,20 @@ size_t fwdSmemMma() { return 6 * kTile * kP * sizeof(T); }
 template <typename T>
 size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float); }
 
-// Grid (query tiles, N).
+// Grid (N, query tiles).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+__global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
                                                             const uint8_t* flags, AttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j]
   T* Vs = Ks + 3 * kTile * kP;          // 3 x [j][d]
   T* Qs = Ks + 2 * kTile * kP;          // [i][d]: K's third buffer, free until the loop's first prefetch
   __shared__ uint8_t flagsS[kFlagsSmem];
-  // The last query tiles first: under a causal mask they have the most key tiles, so the long
-  // blocks start early and the grid ends evenly.
-  const int qt = static_cast<int>(gridDim.x - 1 - blockIdx.x), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+  // Grid (N, query tiles), the last query tiles first over every head: under a causal mask they
+  // have the most key tiles, so the long blocks all start early and the grid ends on short ones.
+  const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
             tq = lane & 3;
-  const int64_t n = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
+  const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;
   const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
   const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
@@ -584,12 +589,15 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
         mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    const bool readMask = tf[kt] == 0;
+    const uint8_t flag = tf[kt];
+    const bool readMask = flag == 0;
     const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = rowI[r];
       const bool rowIn = i < a.Tq;
+      // a causal tile: keys above jLast are masked (only when flag is 3)
+      const int jLast = flag == 3 ? static_cast<int>(i - j0) : kTile;
       float mx = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -597,7 +605,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
         for (int c = 0; c < 2; ++c) {
           const int jl = nt * 8 + 2 * tq + c;
           float v = -INFINITY;
-          if (rowIn && jl < jRem) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j0 + jl) : 0.0f);
+          if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j0 + jl) : 0.0f);
           s[nt][2 * r + c] = v;
           mx = fmaxf(mx, v);
         }
@@ -676,7 +684,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
   }
 }
 
-// Grid (key tiles, N).
+// Grid (N, key tiles).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
                                                             const float* rowD, T* dKT, T* dV, float* dQacc, const uint8_t* flags,
@@ -690,8 +698,10 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 3 x [i]
   float* rowDs = rowL + 3 * kTile;                           // 3 x [i]
   __shared__ uint8_t flagsS[kFlagsSmem];
-  const int kt = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t n = blockIdx.y, j0 = static_cast<int64_t>(kt) * kTile;
+  // Grid (N, key tiles), the first key tiles first over every head (under a causal mask they have
+  // the most query tiles).
+  const int kt = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t n = blockIdx.x, j0 = static_cast<int64_t>(kt) * kTile;
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
   const TileFlags tf = stageFlags(flags, a, n, false, kt, flagsS);
@@ -764,7 +774,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         mma16816<T>(dp[2 * np + 1], vf, b[2], b[3]);
       }
     }
-    const bool readMask = tf[qt] == 0;
+    const uint8_t flag = tf[qt];
+    const bool readMask = flag == 0, causal = flag == 3;
     // s -> P (dropped), dp -> dS (scale included), element (key g + 8 r, query nt * 8 + 2 tq + c).
     // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
     // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
@@ -773,7 +784,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     auto element = [&](int nt, int r, int c, float f) {
       const int qi = nt * 8 + 2 * tq + c;
       float pd = 0.0f, ds = 0.0f;
-      if (qi < iRem && keyIn[r]) {
+      if (qi < iRem && keyIn[r] && !(causal && keyJ[r] > i0 + qi)) {
         const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
         pd = p * f;
         ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
@@ -903,7 +914,8 @@ cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, floa
     if (mmaPath(a)) {
       static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T>, fwdSmemMma<T>());
       if (mattr != cudaSuccess) return mattr;
-      attnFwdMmaKernel<T><<<grid, kThreads, fwdSmemMma<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT),
+      const dim3 mgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
+      attnFwdMmaKernel<T><<<mgrid, kThreads, fwdSmemMma<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                                   static_cast<const T*>(V), static_cast<T*>(O), lse, flags, a);
       return cudaGetLastError();
     }
@@ -933,7 +945,8 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
     if (mmaPath(a)) {
       static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T>, bwdSmemMma<T>());
       if (mattr != cudaSuccess) return mattr;
-      attnBwdMmaKernel<T><<<grid, kThreads, bwdSmemMma<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q),
+      const dim3 mgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
+      attnBwdMmaKernel<T><<<mgrid, kThreads, bwdSmemMma<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q),
                                                                   static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
                                                                   static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, flags, a);
       mma = true;
@@ -956,7 +969,7 @@ size_t attentionFlagBytes(const AttentionArgs& a) {
 cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st) {
   if (!a.mask || a.Tq == 0 || a.Tk == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.maskStride ? a.N : 1));
-  maskTilesKernel<<<grid, 256, 2 * sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
+  maskTilesKernel<<<grid, 256, 3 * sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
   return cudaGetLastError();
 }
 

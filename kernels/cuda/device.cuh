@@ -69,6 +69,14 @@ __device__ __forceinline__ T fromF(float v) {
   else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
   else return v;
 }
+// v rounded to storage type t and widened back (what a store of v as t and a load give).
+__device__ __forceinline__ float roundTo(DT t, float v) {
+  switch (t) {
+    case DT::f16: return __half2float(__float2half_rn(v));
+    case DT::bf16: return __bfloat162float(__float2bfloat16_rn(v));
+    default: return v;
+  }
+}
 // V consecutive elements of T in one load or store of V * sizeof(T) bytes (p + i aligned to it).
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack {
@@ -86,6 +94,27 @@ __device__ __forceinline__ void storePack(T* p, int64_t i, const float (&x)[V]) 
 #pragma unroll
   for (int e = 0; e < V; ++e) r.v[e] = fromF<T>(x[e]);
   *reinterpret_cast<Pack<T, V>*>(p + i) = r;
+}
+
+// Four consecutive elements of runtime type t (p + i aligned to four of them): one load or store
+// for f32/f16/bf16 (the switch is per four, and warp-uniform), element-wise otherwise.
+__device__ __forceinline__ void load4(const void* p, DT t, int64_t i, float (&o)[4]) {
+  switch (t) {
+    case DT::f32: loadPack<float, 4>(static_cast<const float*>(p), i, o); break;
+    case DT::f16: loadPack<__half, 4>(static_cast<const __half*>(p), i, o); break;
+    case DT::bf16: loadPack<__nv_bfloat16, 4>(static_cast<const __nv_bfloat16*>(p), i, o); break;
+    default:
+      for (int e = 0; e < 4; ++e) o[e] = loadF(p, t, i + e);
+  }
+}
+__device__ __forceinline__ void store4(void* p, DT t, int64_t i, const float (&x)[4]) {
+  switch (t) {
+    case DT::f32: storePack<float, 4>(static_cast<float*>(p), i, x); break;
+    case DT::f16: storePack<__half, 4>(static_cast<__half*>(p), i, x); break;
+    case DT::bf16: storePack<__nv_bfloat16, 4>(static_cast<__nv_bfloat16*>(p), i, x); break;
+    default:
+      for (int e = 0; e < 4; ++e) storeF(p, t, i + e, x[e]);
+  }
 }
 
 // Philox 4x32-10 on counter c with key (k0, k1), in place: the stream of kernels/cpu's Philox.

@@ -54,8 +54,8 @@ __global__ void layerNormKernel(const void* x, const void* scale, const void* bi
   }
 }
 // dx per row; the row's mean and 1/std go to ws for the column pass.
-__global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT st, void* dx, int64_t D, float eps,
-                                  float* ws) {
+__global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT st, void* dx, const void* res,
+                                  int64_t D, float eps, float* ws) {
   const int64_t row = blockIdx.x, base = row * D;
   float m, inv;
   rowStats(x, t, base, D, eps, m, inv);
@@ -69,7 +69,8 @@ __global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const v
   b = blockSum(b) / static_cast<float>(D);
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float xhat = (loadF(x, t, base + k) - m) * inv;
-    storeF(dx, t, base + k, inv * (loadF(dy, dyT, base + k) * loadF(scale, st, k) - a - xhat * b));
+    const float d = inv * (loadF(dy, dyT, base + k) * loadF(scale, st, k) - a - xhat * b);
+    storeF(dx, t, base + k, res ? loadF(res, t, base + k) + roundTo(t, d) : d);
   }
   if (threadIdx.x == 0) {
     ws[2 * row] = m;
@@ -107,6 +108,163 @@ __global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias,
     if (dscale) storeF(dscale, pt, k, acc[k]);
     if (dbias) storeF(dbias, pt, k, acc[D + k]);
   }
+}
+
+// Warp-per-row layer norm, for rows of D <= 32 * 4 * kLnChunks elements with D % 4 == 0 and every
+// buffer 16-byte aligned: lane l holds elements c * 128 + 4 l .. + 3 (c < kLnChunks) in registers,
+// so x and dy are read from memory once (the block-per-row kernels above read x three times through
+// a per-element type switch). Loads and stores are 4 elements wide; the type switch is per 4 and
+// warp-uniform. The formulas are the block kernels': mean, then the centred sum of squares.
+constexpr int kLnChunks = 8, kLnWarps = 8, kLnGradWarps = 4;
+// The backward's dscale/dbias: each of kLnGradBlocks blocks (a fixed count, so the sums' order does
+// not depend on the device: 4 per multiprocessor on an H200) adds its rows into per-block partials,
+// which one pass then sums in a fixed order: deterministic, no atomics.
+constexpr int kLnGradBlocks = 528;
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+// This lane's elements of row `base` (zeros past D) and the row's mean and 1 / std; CH chunks of
+// 128 elements cover D.
+template <int CH>
+__device__ __forceinline__ void warpRowStats(const void* x, DT t, int64_t base, int D, float eps, float (&v)[CH][4], float& m, float& inv) {
+  const int lane = threadIdx.x & 31;
+  float s = 0;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int k = c * 128 + lane * 4;
+    if (k < D) load4(x, t, base + k, v[c]);
+    else v[c][0] = v[c][1] = v[c][2] = v[c][3] = 0.0f;
+    s += (v[c][0] + v[c][1]) + (v[c][2] + v[c][3]);
+  }
+  m = warpSum(s) / static_cast<float>(D);
+  float q = 0;
+#pragma unroll
+  for (int c = 0; c < CH; ++c)
+    if (c * 128 + lane * 4 < D)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q += (v[c][e] - m) * (v[c][e] - m);
+  inv = 1.0f / sqrtf(warpSum(q) / static_cast<float>(D) + eps);
+}
+__global__ void __launch_bounds__(32 * kLnWarps) layerNormWarp(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT,
+                                                               DT pt, int64_t rows, int D, float eps, float* meanOut, float* invOut) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kLnWarps) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t base = row * D;
+  float v[kLnChunks][4], m, inv;
+  warpRowStats<kLnChunks>(x, t, base, D, eps, v, m, inv);
+#pragma unroll
+  for (int c = 0; c < kLnChunks; ++c) {
+    const int k = c * 128 + lane * 4;
+    if (k >= D) continue;
+    float sc[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o[4];
+    load4(scale, pt, k, sc);
+    if (bias) load4(bias, pt, k, b);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = (v[c][e] - m) * inv * sc[e] + b[e];
+    store4(y, yT, base + k, o);
+  }
+  if (lane == 0) {
+    if (meanOut) meanOut[row] = m;
+    if (invOut) invOut[row] = inv;
+  }
+}
+// dx for the rows of this warp (rows warp, warp + all warps, ...), and this block's partial dscale
+// and dbias (part[block][0 .. D) and [D .. 2D)). CH chunks of 128 elements cover D (instantiated for
+// 2, 4, 6, 8): a row's x and dy stay in registers; each lane accumulates its columns' sums in its
+// own float4 slots of shared memory (registers would cost occupancy), and the block adds its warps'
+// sums in warp order.
+template <int CH>
+__global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const void* dy, DT dyT, const void* x, const void* scale, DT t,
+                                                                       DT st, void* dx, const void* res, int64_t rows, int D, float eps,
+                                                                       float* part) {
+  __shared__ float4 acc[kLnGradWarps][2][32 * CH];  // [warp][dscale, dbias][column / 4]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) acc[warp][0][c * 32 + lane] = acc[warp][1][c * 32 + lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(kLnGradWarps) + warp; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kLnGradWarps) {
+    const int64_t base = row * D;
+    float v[CH][4], g[CH][4], m, inv;
+    warpRowStats<CH>(x, t, base, D, eps, v, m, inv);
+    float a = 0, b = 0;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const int k = c * 128 + lane * 4;
+      if (k >= D) continue;
+      float sc[4];
+      load4(dy, dyT, base + k, g[c]);
+      load4(scale, st, k, sc);
+      float4& ds = acc[warp][0][c * 32 + lane];
+      float4& db = acc[warp][1][c * 32 + lane];
+      float xh[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        xh[e] = (v[c][e] - m) * inv;
+        const float gs = g[c][e] * sc[e];
+        a += gs;
+        b += gs * xh[e];
+      }
+      ds = make_float4(ds.x + g[c][0] * xh[0], ds.y + g[c][1] * xh[1], ds.z + g[c][2] * xh[2], ds.w + g[c][3] * xh[3]);
+      db = make_float4(db.x + g[c][0], db.y + g[c][1], db.z + g[c][2], db.w + g[c][3]);
+    }
+    a = warpSum(a) / static_cast<float>(D);
+    b = warpSum(b) / static_cast<float>(D);
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const int k = c * 128 + lane * 4;
+      if (k >= D) continue;
+      float sc[4], o[4], r[4];
+      load4(scale, st, k, sc);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = inv * (g[c][e] * sc[e] - a - (v[c][e] - m) * inv * b);
+      if (res) {
+        load4(res, t, base + k, r);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = r[e] + roundTo(t, o[e]);
+      }
+      store4(dx, t, base + k, o);
+    }
+  }
+  __syncthreads();
+  const float* sums = reinterpret_cast<const float*>(acc);  // [warp][2][4 * 32 * CH]
+  constexpr int kCols = 4 * 32 * CH;
+  for (int k = threadIdx.x; k < D; k += blockDim.x) {
+    float ds = 0, db = 0;
+    for (int w = 0; w < kLnGradWarps; ++w) {
+      ds += sums[(w * 2) * kCols + k];
+      db += sums[(w * 2 + 1) * kCols + k];
+    }
+    part[blockIdx.x * 2 * static_cast<int64_t>(D) + k] = ds;
+    part[blockIdx.x * 2 * static_cast<int64_t>(D) + D + k] = db;
+  }
+}
+// dscale[k] (and dbias) = the blocks' partials summed in a fixed order: a block of 32 x 16 threads
+// per 32 columns, thread y summing blocks y, y + 16, ..., then the 16 sums in order (so enough
+// loads are in flight: one thread per column was latency-bound).
+constexpr int kLnSumRows = 16;
+__global__ void __launch_bounds__(32 * kLnSumRows) layerNormGradPartials(const float* part, int blocks, void* dscale, void* dbias, DT pt,
+                                                                         int64_t D) {
+  __shared__ float sums[kLnSumRows][33];
+  const int64_t k = blockIdx.x * 32 + threadIdx.x;
+  float s = 0;
+  if (k < 2 * D)
+    for (int b = threadIdx.y; b < blocks; b += kLnSumRows) s += part[b * 2 * D + k];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || k >= 2 * D) return;
+  for (int y = 1; y < kLnSumRows; ++y) s += sums[y][threadIdx.x];
+  void* out = k < D ? dscale : dbias;
+  if (out) storeF(out, pt, k < D ? k : k - D, s);
+}
+
+bool warpRows(int64_t D, std::initializer_list<const void*> ptrs) {
+  if (D % 4 != 0 || D > 32 * 4 * kLnChunks) return false;
+  for (const void* p : ptrs)
+    if (p && (reinterpret_cast<uintptr_t>(p) & 15) != 0) return false;
+  return true;
 }
 
 // ---- batch norm ----
@@ -823,14 +981,35 @@ cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, i
 cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT pt, int64_t rows, int64_t D, float eps,
                       float* mean, float* invStd, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
+  if (warpRows(D, {x, scale, bias, y})) {
+    const int64_t blocks = (rows + kLnWarps - 1) / kLnWarps;
+    layerNormWarp<<<static_cast<unsigned>(blocks), 32 * kLnWarps, 0, st>>>(x, scale, bias, y, t, yT, pt, rows, static_cast<int>(D), eps, mean,
+                                                                           invStd);
+    return cudaGetLastError();
+  }
   layerNormKernel<<<blocksFor(rows), kRowBlock, 0, st>>>(x, scale, bias, y, t, yT, pt, D, eps, mean, invStd);
   return cudaGetLastError();
 }
 
-cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
+size_t layerNormGradScratch(int64_t rows, int64_t D) {
+  return sizeof(float) * static_cast<size_t>(std::max<int64_t>(2 * (rows + D), 2 * D * kLnGradBlocks));
+}
+
+cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, const void* res, void* dscale, void* dbias,
                           DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
-  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, D, eps, ws);
+  if (warpRows(D, {dy, x, scale, dx, res})) {
+    const int blocks = static_cast<int>(std::min<int64_t>(kLnGradBlocks, (rows + kLnGradWarps - 1) / kLnGradWarps));
+    const int chunks = static_cast<int>((D + 127) / 128), d = static_cast<int>(D);
+    const unsigned th = 32 * kLnGradWarps;
+    if (chunks <= 2) layerNormGradWarp<2><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
+    else if (chunks <= 4) layerNormGradWarp<4><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
+    else if (chunks <= 6) layerNormGradWarp<6><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
+    else layerNormGradWarp<8><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
+    layerNormGradPartials<<<static_cast<unsigned>((2 * D + 31) / 32), dim3(32, kLnSumRows), 0, st>>>(ws, blocks, dscale, dbias, pT, D);
+    return cudaGetLastError();
+  }
+  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, D, eps, ws);
   float* acc = ws + 2 * rows;
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * 2 * D, st); e != cudaSuccess) return e;
   const int64_t colBlocks = (D + 31) / 32;

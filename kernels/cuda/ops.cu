@@ -144,7 +144,7 @@ __global__ void ewKernel(EwArgs g) {
 // The operand loops are unrolled over kMaxOperands with a guard, so every array is indexed
 // statically and stays in registers (a loop bound of g.nin put them in local memory); operands stay
 // packed until each element is widened. OP >= 0 fixes the op at compile time (the hot ones: Add,
-// Sub, Mul, Relu, WhereCmp, GateSum), so the op switch folds away and the kernel stays small enough for full
+// Sub, Mul, Relu, WhereCmp, GateSum, and the GELUs and their gradients), so the op switch folds away and the kernel stays small enough for full
 // occupancy; OP < 0 switches on g.op. WhereCmp's comparison runs here too (ReLU's gradient:
 // Where(Greater(y, 0), dy, 0)), and GateSum's (the ReLU gradient of a sum).
 template <int OP>
@@ -201,6 +201,10 @@ void launchVec(const EwArgs& a, cudaStream_t st) {
     case Ew::Relu: ewVec<T, static_cast<int>(Ew::Relu)><<<grid, 256, 0, st>>>(a); break;
     case Ew::WhereCmp: ewVec<T, static_cast<int>(Ew::WhereCmp)><<<grid, 256, 0, st>>>(a); break;
     case Ew::GateSum: ewVec<T, static_cast<int>(Ew::GateSum)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::Gelu: ewVec<T, static_cast<int>(Ew::Gelu)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::GeluGrad: ewVec<T, static_cast<int>(Ew::GeluGrad)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::GeluTanh: ewVec<T, static_cast<int>(Ew::GeluTanh)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::GeluTanhGrad: ewVec<T, static_cast<int>(Ew::GeluTanhGrad)><<<grid, 256, 0, st>>>(a); break;
     default: ewVec<T, -1><<<grid, 256, 0, st>>>(a); break;
   }
 }
@@ -485,72 +489,153 @@ cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t s
 }
 
 namespace {
-__global__ void columnPartial(const void* x, DT t, int64_t R, int64_t K, int64_t rowsPerBlock, float* acc) {
-  const int64_t k = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rowsPerBlock, r1 = min(R, r0 + rowsPerBlock);
-  float s = 0;
-  if (k < K)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) s += loadF(x, t, r * K + k);
-  __shared__ float part[8][33];
-  part[threadIdx.y][threadIdx.x] = s;
+// Column sums over slices of the rows: block (32, 8) covers 32 * kColVec columns of one slice, each
+// thread kColVec consecutive columns (vec: 16 bytes or two 16-byte loads) over rows ty, ty + 8, ...
+// of the slice; the block's 8 row groups are added in order and the slice's sums go to
+// part[slice][K]. No atomics: with columnTotal, the order of every sum is fixed by (R, K) alone.
+constexpr int kColVec = 8, kColSliceRows = 64, kColMaxSlices = 256;
+__global__ void columnPartial(const void* x, DT t, int64_t R, int64_t K, int64_t rowsPerSlice, bool vec, float* part) {
+  __shared__ float sums[8][32 * kColVec + 1];
+  const int64_t k0 = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * kColVec;
+  const int64_t r0 = blockIdx.y * rowsPerSlice, r1 = min(R, r0 + rowsPerSlice);
+  float s[kColVec] = {};
+  for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+    if (vec && k0 + kColVec <= K) {
+      float a[4], b[4];
+      load4(x, t, r * K + k0, a);
+      load4(x, t, r * K + k0 + 4, b);
+      for (int e = 0; e < 4; ++e) s[e] += a[e], s[4 + e] += b[e];
+    } else {
+      for (int e = 0; e < kColVec; ++e)
+        if (k0 + e < K) s[e] += loadF(x, t, r * K + k0 + e);
+    }
+  }
+  for (int e = 0; e < kColVec; ++e) sums[threadIdx.y][threadIdx.x * kColVec + e] = s[e];
   __syncthreads();
-  if (threadIdx.y == 0 && k < K) {
-    for (int j = 1; j < static_cast<int>(blockDim.y); ++j) s += part[j][threadIdx.x];
-    atomicAdd(acc + k, s);
+  if (threadIdx.y != 0) return;
+  for (int e = 0; e < kColVec; ++e) {
+    const int c = threadIdx.x + 32 * e;  // coalesced over the block's columns
+    const int64_t k = static_cast<int64_t>(blockIdx.x) * 32 * kColVec + c;
+    if (k >= K) continue;
+    float v = 0;
+    for (int y = 0; y < 8; ++y) v += sums[y][c];
+    part[blockIdx.y * K + k] = v;
   }
 }
-__global__ void scaleNarrow(const float* acc, void* out, DT t, int64_t n, float scale) {
-  AMPC_GRID_LOOP(i, n) storeF(out, t, i, acc[i] * scale);
+// out[k] = scale * the slices' partials summed in order (block (32, 16), as layerNormGradPartials).
+__global__ void columnTotal(const float* part, int slices, void* out, DT t, int64_t K, float scale) {
+  __shared__ float sums[16][33];
+  const int64_t k = blockIdx.x * 32 + threadIdx.x;
+  float v = 0;
+  if (k < K)
+    for (int sl = threadIdx.y; sl < slices; sl += 16) v += part[sl * K + k];
+  sums[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y != 0 || k >= K) return;
+  for (int y = 1; y < 16; ++y) v += sums[y][threadIdx.x];
+  storeF(out, t, k, v * scale);
+}
+int64_t columnSlices(int64_t R, int64_t K) {
+  const int64_t colBlocks = (K + 32 * kColVec - 1) / (32 * kColVec);
+  return std::max<int64_t>(1, std::min<int64_t>({(R + kColSliceRows - 1) / kColSliceRows, kColMaxSlices, (1024 + colBlocks - 1) / colBlocks}));
 }
 }  // namespace
 
-cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* acc, cudaStream_t st) {
+size_t reduceColumnsScratch(int64_t R, int64_t K) { return sizeof(float) * static_cast<size_t>(columnSlices(R, K) * K); }
+
+cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* part, cudaStream_t st) {
   if (K == 0) return cudaSuccess;
-  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * K, st); e != cudaSuccess) return e;
-  const int64_t colBlocks = (K + 31) / 32;
-  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((R + 63) / 64, (4096 + colBlocks - 1) / colBlocks));
-  const int64_t per = (R + slices - 1) / slices;
-  if (R > 0) columnPartial<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(x, t, R, K, per, acc);
-  scaleNarrow<<<gridFor(K), 256, 0, st>>>(acc, out, t, K, scale);
+  const int64_t slices = columnSlices(R, K), per = (R + slices - 1) / slices;
+  const int64_t colBlocks = (K + 32 * kColVec - 1) / (32 * kColVec);
+  const bool vec = (t == DT::f32 || t == DT::f16 || t == DT::bf16) && K % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  if (R > 0) {
+    columnPartial<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(x, t, R, K, per, vec, part);
+  } else if (cudaError_t e = cudaMemsetAsync(part, 0, sizeof(float) * K, st); e != cudaSuccess) {
+    return e;
+  }
+  columnTotal<<<static_cast<unsigned>((K + 31) / 32), dim3(32, 16), 0, st>>>(part, R > 0 ? static_cast<int>(slices) : 1, out, t, K, scale);
   return cudaGetLastError();
 }
 
 // ---- random ----
 
 namespace {
-// One thread per block of 4 elements (one Philox call), as kernels/cpu's dropoutUniform.
-__global__ void dropoutKernel(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, float scale, uint64_t seed,
-                              const uint64_t* stepp, uint32_t key) {
+// One thread per block of 4 elements (one Philox call), as kernels/cpu's dropoutUniform; whole
+// blocks move as one load and store each (vec: every buffer aligned to 4 elements), the mask as one
+// 32-bit store. With `sum`, a residual Add after the Dropout's widening Cast is folded in: sum =
+// res + widen(y) (f32), and y is not written.
+__global__ void dropoutKernel(const void* x, DT t, void* y, bool* mask, const float* res, float* sum, int64_t n, float ratio, float scale,
+                              uint64_t seed, const uint64_t* stepp, uint32_t key, bool vec) {
   const uint64_t step = *stepp;
   AMPC_GRID_LOOP(b, (n + 3) / 4) {
     uint32_t c[4] = {static_cast<uint32_t>(b), static_cast<uint32_t>(static_cast<uint64_t>(b) >> 32), static_cast<uint32_t>(step), key};
     philox(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+    bool keep[4];
+    for (int k = 0; k < 4; ++k) keep[k] = static_cast<float>(c[k] >> 8) * (1.0f / 16777216.0f) >= ratio;
+    const int64_t i0 = b * 4;
+    if (vec && i0 + 4 <= n) {
+      float v[4];
+      load4(x, t, i0, v);
+      for (int k = 0; k < 4; ++k) v[k] = keep[k] ? v[k] * scale : 0.0f;
+      if (sum) {
+        float r[4];
+        load4(res, DT::f32, i0, r);
+        for (int k = 0; k < 4; ++k) v[k] = r[k] + roundTo(t, v[k]);
+        store4(sum, DT::f32, i0, v);
+      } else {
+        store4(y, t, i0, v);
+      }
+      if (mask) *reinterpret_cast<uint32_t*>(mask + i0) = keep[0] | keep[1] << 8 | keep[2] << 16 | static_cast<uint32_t>(keep[3]) << 24;
+      continue;
+    }
     for (int k = 0; k < 4; ++k) {
-      const int64_t i = b * 4 + k;
+      const int64_t i = i0 + k;
       if (i >= n) break;
-      const float u = static_cast<float>(c[k] >> 8) * (1.0f / 16777216.0f);
-      const bool keep = u >= ratio;
-      storeF(y, t, i, keep ? loadF(x, t, i) * scale : 0.0f);
-      if (mask) mask[i] = keep;
+      const float v = keep[k] ? loadF(x, t, i) * scale : 0.0f;
+      if (sum) sum[i] = res[i] + roundTo(t, v);
+      else storeF(y, t, i, v);
+      if (mask) mask[i] = keep[k];
     }
   }
 }
-__global__ void dropoutGradKernel(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float scale) {
-  AMPC_GRID_LOOP(i, n) storeF(dx, t, i, mask[i] ? loadF(dy, t, i) * scale : 0.0f);
+// dx = mask ? round_t(dy) * scale : 0; dy is read as dyT (f32 when a narrowing Cast in front is read
+// through: rounded to t first, as the Cast would), four elements at a time where aligned.
+__global__ void dropoutGradKernel(const void* dy, DT dyT, DT t, const bool* mask, void* dx, int64_t n, float scale, bool vec) {
+  AMPC_GRID_LOOP(b, (n + 3) / 4) {
+    const int64_t i0 = b * 4;
+    if (vec && i0 + 4 <= n) {
+      float g[4];
+      load4(dy, dyT, i0, g);
+      const uint32_t m = *reinterpret_cast<const uint32_t*>(mask + i0);
+      for (int k = 0; k < 4; ++k) g[k] = (m >> (8 * k)) & 0xffu ? roundTo(t, g[k]) * scale : 0.0f;
+      store4(dx, t, i0, g);
+      continue;
+    }
+    for (int64_t i = i0; i < i0 + 4 && i < n; ++i) storeF(dx, t, i, mask[i] ? roundTo(t, loadF(dy, dyT, i)) * scale : 0.0f);
+  }
+}
+bool aligned4(std::initializer_list<std::pair<const void*, int>> bufs) {
+  for (const auto& [p, size] : bufs)
+    if (p && reinterpret_cast<uintptr_t>(p) % (4 * size) != 0) return false;
+  return true;
 }
 __global__ void addStepKernel(uint64_t* s) { *s += 1; }
 }  // namespace
 
-cudaError_t dropout(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, uint64_t seed, const uint64_t* step,
-                    uint32_t nodeKey, cudaStream_t st) {
+cudaError_t dropout(const void* x, DT t, void* y, bool* mask, const float* res, float* sum, int64_t n, float ratio, uint64_t seed,
+                    const uint64_t* step, uint32_t nodeKey, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
   const float scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
-  dropoutKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(x, t, y, mask, n, ratio, scale, seed, step, nodeKey);
+  const bool vec = aligned4({{x, dtSize(t)}, {y, dtSize(t)}, {mask, 1}, {res, 4}, {sum, 4}});
+  dropoutKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(x, t, y, mask, res, sum, n, ratio, scale, seed, step, nodeKey, vec);
   return cudaGetLastError();
 }
 
-cudaError_t dropoutGrad(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st) {
+cudaError_t dropoutGrad(const void* dy, DT dyT, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
-  dropoutGradKernel<<<gridFor(n), 256, 0, st>>>(dy, t, mask, dx, n, static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio))));
+  const bool vec = aligned4({{dy, dtSize(dyT)}, {dx, dtSize(t)}, {mask, 1}});
+  dropoutGradKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(dy, dyT, t, mask, dx, n, static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio))),
+                                                          vec);
   return cudaGetLastError();
 }
 

@@ -102,17 +102,21 @@ struct ReduceArgs {
 };
 cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t st);
 // out[k] = scale * sum_r x[r, k] for x [R, K] (float types): a bias gradient, a sum over leading
-// dims. Column tiles over slices of the rows, f32 partial sums in `acc` (K floats, zeroed here).
-cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* acc, cudaStream_t st);
+// dims. Column tiles over slices of the rows, each slice's f32 sums in `part`
+// (reduceColumnsScratch(R, K) bytes), then the slices summed in order: deterministic.
+size_t reduceColumnsScratch(int64_t R, int64_t K);
+cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* part, cudaStream_t st);
 
 // ---- random ---------------------------------------------------------------------------------
 // Dropout with the CPU backend's Philox stream (kernels/cpu/kernel.h): element i is kept when
 // uniform(seed, *step, nodeKey, i) >= ratio. `step` is a device counter (the step being run), so a
-// captured CUDA graph draws fresh masks on every replay. mask may be null.
-cudaError_t dropout(const void* x, DT t, void* y, bool* mask, int64_t n, float ratio, uint64_t seed, const uint64_t* step,
-                    uint32_t nodeKey, cudaStream_t st);
-// DropoutGrad: dx = mask ? dy / (1 - ratio) : 0.
-cudaError_t dropoutGrad(const void* dy, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st);
+// captured CUDA graph draws fresh masks on every replay. mask may be null. With `sum` (f32), a
+// residual Add after the result's widening Cast is folded in: sum = res + widen(y), y not written.
+cudaError_t dropout(const void* x, DT t, void* y, bool* mask, const float* res, float* sum, int64_t n, float ratio, uint64_t seed,
+                    const uint64_t* step, uint32_t nodeKey, cudaStream_t st);
+// DropoutGrad: dx = mask ? dy / (1 - ratio) : 0, dx of type t. dy is read as dyT: f32 when a
+// narrowing Cast to t in front is read through (dy rounded to t first, as the Cast does).
+cudaError_t dropoutGrad(const void* dy, DT dyT, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st);
 cudaError_t addStep(uint64_t* step, cudaStream_t st);
 
 // ---- fused attention (attention.cu) ----------------------------------------------------------
@@ -149,9 +153,11 @@ cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, i
 // narrowing Cast after it folds into the write).
 cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT st_, int64_t rows, int64_t D, float eps,
                       float* mean, float* invStd, cudaStream_t st);
-// LayerNormGrad -> dx, dscale, dbias; `ws` is f32 scratch of 2 * (rows + D). dy is read as dyT (a
-// widening Cast in front folds into the read), x and dx are t.
-cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, void* dscale, void* dbias,
+// LayerNormGrad -> dx, dscale, dbias; `ws` is scratch of layerNormGradScratch(rows, D) bytes. dy is
+// read as dyT (a widening Cast in front folds into the read), x, dx and `residual` are t. With a
+// residual (may be dx itself), dx gets dx + residual (a residual Add folded in).
+size_t layerNormGradScratch(int64_t rows, int64_t D);
+cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, const void* residual, void* dscale, void* dbias,
                           DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st);
 // BatchNormalization over [N, C, S]. Training: batch statistics, running stats updated into
 // runMeanOut/runVarOut (ONNX: momentum * running + (1 - momentum) * batch, population variance).

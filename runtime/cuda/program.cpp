@@ -658,7 +658,7 @@ void Program::Lowering::reduce(Red op) {
   if (leading) {
     const int64_t R = a.redN, K = a.outN;
     const float scale = op == Red::Mean ? 1.0f / static_cast<float>(R) : 1.0f;
-    const Scratch acc = scratch(sizeof(float) * K);
+    const Scratch acc = scratch(reduceColumnsScratch(R, K));
     const DT t = a.t;
     add([X, Y, t, R, K, scale, acc](cudaStream_t s) { return reduceColumns(X, t, Y, R, K, scale, acc.f(), s); });
     return;
@@ -694,7 +694,8 @@ void Program::Lowering::lower() {
     if (reluFolded(p.g_, n)) return;          // written by the BatchNormalization or Add before it
     if (whereGated(p.g_, n)) return;          // read through by the BatchNormGrad after it
     if (addGated(p.g_, n)) return;            // summed by the ReLU-gradient Where after it
-    if (addFoldedIntoNorm(p.g_, n, p.order_)) return;  // written by the BatchNormalization before it
+    if (addFoldedIntoNorm(p.g_, n, p.order_)) return;  // written by the BatchNormalization or LayerNormGrad before it
+    if (addFoldedIntoDropout(p.g_, n, p.order_)) return;  // written by the Dropout before it
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
@@ -962,7 +963,10 @@ void Program::Lowering::lower() {
       const bool training = has(2) && constScalar(2, 0) != 0;
       if (training && (ratio < 0.0f || ratio >= 1.0f)) fail("ratio must be in [0, 1)");
       bool* mask = n.numResults() > 1 ? static_cast<bool*>(P(out(1))) : nullptr;
-      if (!training || !p.opts_.dropout || ratio == 0.0f) {
+      // A residual Add after the result's widening Cast is written through: res + widen(y).
+      const Node* sum = droppedResidual(p.g_, n, p.order_);
+      const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
+      if (off && !sum) {
         copyValue(in(0), out(0));
         if (mask) {
           const int64_t cnt = out(1)->type().numel();
@@ -973,11 +977,14 @@ void Program::Lowering::lower() {
       const uint64_t seed = n.hasAttr("seed") ? static_cast<uint64_t>(n.getInt("seed", 0)) : p.opts_.seed;
       const uint32_t key = cpu::dropoutNodeKey(n);
       const void* X = P(in(0));
-      void* Y = P(out(0));
+      void* Y = sum ? nullptr : P(out(0));
+      const float* R = sum ? static_cast<const float*>(P(residualOf(*sum, out(0)->uses()[0].user->result(0)))) : nullptr;
+      float* S = sum ? static_cast<float*>(P(sum->result(0))) : nullptr;
       const DT t = dt(in(0));
       const int64_t cnt = in(0)->type().numel();
       const uint64_t* step = p.step_;
-      add([=](cudaStream_t st) { return dropout(X, t, Y, mask, cnt, ratio, seed, step, key, st); });
+      const float r = off ? 0.0f : ratio;  // off: every element kept, at scale 1
+      add([=](cudaStream_t st) { return dropout(X, t, Y, mask, R, S, cnt, r, seed, step, key, st); });
       return;
     }
     if (op == "Shape") {  // static: the dims are known now
@@ -1098,13 +1105,16 @@ void Program::Lowering::lower() {
       int64_t rows, D;
       rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
       if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
-      const Scratch ws = scratch(sizeof(float) * 2 * (rows + D));
+      const Scratch ws = scratch(layerNormGradScratch(rows, D));
       const Value* dy = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
-      const void *dY = P(dy), *X = P(in(1)), *S = P(in(2));
-      void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
+      // A residual Add after dX is written through: dX + r into the Add's result.
+      const Node* sum = foldedResidual(p.g_, n, p.order_);
+      const void *dY = P(dy), *X = P(in(1)), *S = P(in(2)), *R = sum ? P(residualOf(*sum, out(0))) : nullptr;
+      void *dX = P(sum ? sum->result(0) : out(0)), *dS = P(out(1)), *dB = P(out(2));
       const DT dyT = dt(dy), t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
+      if (sum && dt(out(0)) != t) fail("dX's type differs from X's");
       const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dS, dB, pt, rows, D, eps, ws.f(), st); });
+      add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, R, dS, dB, pt, rows, D, eps, ws.f(), st); });
       return;
     }
     if (op == "SoftmaxCrossEntropyLossGrad") {
@@ -1153,13 +1163,19 @@ void Program::Lowering::lower() {
     if (op == "DropoutGrad") {
       const float ratio = static_cast<float>(constScalar(2, 0.5));
       const bool training = has(3) && constScalar(3, 0) != 0;
-      if (!training || !p.opts_.dropout || ratio == 0.0f) return copyValue(in(0), out(0));
-      const void* dY = P(in(0));
+      // A narrowing Cast in front is read through: dY's f32 source, rounded here.
+      const Node* narrow = narrowedGradInput(p.g_, n);
+      const Value* dy = narrow ? narrow->inputs()[0] : in(0);
+      const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
+      if (off && !narrow) return copyValue(in(0), out(0));
+      const void* dY = P(dy);
       const bool* M = static_cast<const bool*>(P(in(1)));
       void* dX = P(out(0));
-      const DT t = dt(in(0));
+      const DT dyT = dt(dy), t = dt(out(0));
       const int64_t cnt = in(0)->type().numel();
-      add([=](cudaStream_t st) { return dropoutGrad(dY, t, M, dX, cnt, ratio, st); });
+      // off: the mask is all true (the Dropout filled it), so dx = round(dy) at scale 1
+      const float r = off ? 0.0f : ratio;
+      add([=](cudaStream_t st) { return dropoutGrad(dY, dyT, t, M, dX, cnt, r, st); });
       return;
     }
     if (op == "UnscaleCheck" || op == "ClipByGlobalNorm" || op == "StepIncrement" || op == "LearningRate" || op == "SGD" || op == "Adam" ||

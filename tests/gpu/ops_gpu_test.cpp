@@ -97,6 +97,8 @@ std::vector<Case> cases() {
   // Reductions.
   c.push_back({"ReduceSum", "input %x : $T[6,70,5]\nconst %a : i64[2] = [0, 2]\n%y : $T[1,70,1] = ReduceSum(%x, %a)\noutput %y"});
   c.push_back({"ReduceSum_leading", "input %x : $T[3,50,40]\nconst %a : i64[2] = [0, 1]\n%y : $T[1,1,40] = ReduceSum(%x, %a)\noutput %y"});
+  // A bias gradient's size: many row slices, and a last column tile that is partial (772 = 3 x 256 + 4).
+  c.push_back({"ReduceSum_bias_grad", "input %x : $T[4100,772]\nconst %a : i64[1] = [0]\n%y : $T[772] = ReduceSum(%x, %a) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMean_leading", "input %x : $T[300,1,33]\n%y : $T[33] = ReduceMean(%x) {axes = [0, 1], keepdims = 0}\noutput %y"});
   c.push_back({"ReduceSum_all", "input %x : $T[33,65]\n%y : $T[] = ReduceSum(%x) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMean", "input %x : $T[4,300]\n%y : $T[4] = ReduceMean(%x) {axes = [1], keepdims = 0}\noutput %y"});
@@ -147,6 +149,30 @@ std::vector<Case> cases() {
                             "%y : $T[6,5,96], %m : f32[6,5,1], %r : f32[6,5,1] = LayerNormalization(%x, %s, %b) {axis = -1}\noutput %y\noutput %m\noutput %r"});
   c.push_back({"LayerNormGrad", "domain \"ampc\" 1\ninput %dy : $T[10,64]\ninput %x : $T[10,64]\ninput %s : $T[64]\n"
                                 "%dx : $T[10,64], %ds : $T[64], %db : $T[64] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\noutput %dx\noutput %ds\noutput %db"});
+  // The warp-per-row kernels (D % 4 == 0, D <= 1024) at GPT-2's width and at a partial last chunk
+  // (520: five of six chunks), with more rows than the backward's warps (several rows per warp, the
+  // per-block partial sums); D = 1030 and D = 6 take the block-per-row kernels.
+  c.push_back({"LayerNorm_warp_rows", "input %x : $T[300,768]\ninput %s : $T[768]\ninput %b : $T[768]\n"
+                                      "%y : $T[300,768] = LayerNormalization(%x, %s, %b) {axis = -1}\noutput %y"});
+  c.push_back({"LayerNormGrad_warp_rows", "domain \"ampc\" 1\ninput %dy : $T[2100,520]\ninput %x : $T[2100,520]\ninput %s : $T[520]\n"
+                                          "%dx : $T[2100,520], %ds : $T[520], %db : $T[520] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n"
+                                          "output %dx\noutput %ds\noutput %db"});
+  for (const char* d : {"1030", "6"}) {
+    const std::string D = d;
+    c.push_back({"LayerNorm_block_rows_" + D, "domain \"ampc\" 1\ninput %x : $T[7," + D + "]\ninput %s : $T[" + D + "]\ninput %b : $T[" + D +
+                                                 "]\ninput %dy : $T[7," + D + "]\n%y : $T[7," + D + "] = LayerNormalization(%x, %s, %b) {axis = -1}\n"
+                                                 "%dx : $T[7," + D + "], %ds : $T[" + D + "], %db : $T[" + D + "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n"
+                                                 "output %y\noutput %dx\noutput %ds\noutput %db"});
+  }
+  // A residual-stream gradient: the Add after dX is written by LayerNormGrad (runtime/folds.h), on
+  // both kernels.
+  for (const char* shape : {"64,768", "5,6"}) {
+    const std::string x = shape, D = x.substr(x.find(',') + 1);
+    c.push_back({"LayerNormGrad_residual_" + x, "domain \"ampc\" 1\ninput %dy : $T[" + x + "]\ninput %x : $T[" + x + "]\ninput %s : $T[" + D +
+                                                   "]\ninput %r : $T[" + x + "]\n%dx : $T[" + x + "], %ds : $T[" + D + "], %db : $T[" + D +
+                                                   "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n%sum : $T[" + x + "] = Add(%r, %dx)\n"
+                                                   "output %sum\noutput %ds\noutput %db"});
+  }
   // As autocast leaves them in a transformer: an f32 LayerNorm whose result is cast down for a
   // GEMM (written through), and its gradient from a low dY cast up (read through).
   c.push_back({"LayerNorm_cast_folding", "domain \"ampc\" 1\ninput %x : f32[12,96]\ninput %s : f32[96]\ninput %b : f32[96]\ninput %dyl : $T[12,96]\n"
@@ -299,6 +325,35 @@ TEST(GpuDropout, MasksAreBitIdenticalToTheCpu) {
       eo.seed = 0x1234567890abcdefull;
       eo.step = step;
       expectSameOnGpu(*g, in, "dropout " + T + " step " + std::to_string(step), 1e-9, eo);
+    }
+}
+
+// A transformer block's output Dropout at f16/bf16 (runtime/folds.h): the residual Add after its
+// Cast up to the f32 stream is written by the Dropout, and the DropoutGrad reads its f32 gradient
+// through the Cast down. Bit-identical to the CPU, training and not (the mask all kept), and the
+// narrow values the folds stand in for get no bytes. At f32 there is nothing to fold.
+TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
+  AMPC_NEED_GPU();
+  for (const char* t : {"f32", "f16", "bf16"})
+    for (const char* training : {"1", "0"}) {
+      const std::string T = t, to = T == "f32" ? "1" : T == "f16" ? "10" : "16";
+      auto g = parseGraph("graph \"d\" opset 17 {\n  domain \"ampc\" 1\n  input %x : " + T + "[3,1001]\n  input %r : f32[3,1001]\n"
+                          "  input %g : f32[3,1001]\n  const %ra : f32[] = [0.3]\n  const %tr : bool[] = [" + training + "]\n"
+                          "  %y : " + T + "[3,1001], %m : bool[3,1001] = Dropout(%x, %ra, %tr)\n  %w : f32[3,1001] = Cast(%y) {to = 1}\n"
+                          "  %s : f32[3,1001] = Add(%w, %r)\n  %gl : " + T + "[3,1001] = Cast(%g) {to = " + to + "}\n"
+                          "  %dx : " + T + "[3,1001] = ampc::DropoutGrad(%gl, %m, %ra, %tr)\n  output %s\n  output %m\n  output %dx\n}\n");
+      std::map<std::string, Tensor> in;
+      for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
+      ExecOptions eo;
+      eo.seed = 0x1234567890abcdefull;
+      eo.step = 11;
+      const std::string what = "dropout folds " + T + " training " + training;
+      expectSameOnGpu(*g, in, what, 1e-9, eo);
+      cuda::Program prog(*g, {});
+      const MemoryPlan& plan = prog.memoryPlan();
+      const bool folded = T != "f32";
+      EXPECT_EQ(plan.slots.at(g->lookup("y")).bytes == 0, folded) << what;
+      EXPECT_EQ(plan.slots.at(g->lookup("gl")).bytes == 0, folded) << what;
     }
 }
 

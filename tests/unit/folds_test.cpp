@@ -24,7 +24,7 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
 // A node that launches nothing: its work is done by a neighbour.
 bool foldedAway(const Graph& g, const Node& n, const std::map<const Node*, int>& order) {
   return fusedComparison(g, n) || castFolded(g, n) || reluFolded(g, n) || whereGated(g, n) || addGated(g, n) ||
-         addFoldedIntoNorm(g, n, order);
+         addFoldedIntoNorm(g, n, order) || addFoldedIntoDropout(g, n, order);
 }
 
 // The values node n's launches read, as the CUDA lowering reads them.
@@ -32,9 +32,14 @@ std::vector<const Value*> reads(const Graph& g, const Node& n, const std::map<co
   std::vector<const Value*> r;
   const Node* gate = gatedGrad(g, n);
   const Node* sum = summedGate(g, n);
+  const Node* narrow = narrowedGradInput(g, n);
   for (size_t i = 0; i < n.inputs().size(); ++i) {
     const Value* v = n.inputs()[i];
     if (!v) continue;
+    if (narrow && i == 0) {  // DropoutGrad's dY: the narrowing Cast's f32 operand
+      r.push_back(narrow->inputs()[0]);
+      continue;
+    }
     if (gate && i == 0) {  // dY: dz gated by y
       r.push_back(gate->inputs()[1]);
       r.push_back(gate->inputs()[0]->producer()->inputs()[0]);
@@ -51,6 +56,7 @@ std::vector<const Value*> reads(const Graph& g, const Node& n, const std::map<co
     r.push_back(readsWidened(n, i) ? readThrough(g, v) : v);
   }
   if (const Node* add = foldedResidual(g, n, order)) r.push_back(residualOf(*add, n.result(0)));
+  if (const Node* add = droppedResidual(g, n, order)) r.push_back(residualOf(*add, n.result(0)->uses()[0].user->result(0)));
   return r;
 }
 
@@ -62,12 +68,13 @@ std::vector<const Value*> writes(const Graph& g, const Node& n, const std::map<c
   const Node* add = foldedResidual(g, n, order);
   if (add) w[0] = add->result(0);
   if (const Node* relu = foldedRelu(g, add ? *add : n)) w[0] = relu->result(0);
+  if (const Node* dadd = droppedResidual(g, n, order)) w[0] = dadd->result(0);
   if (n.domain() == "ampc" && n.op() == "ConvGrad" && n.result(0)->uses().empty() && !g.isOutput(n.result(0))) w.erase(w.begin());
   return w;
 }
 
 struct Counts {
-  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, summed = 0;
+  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, summed = 0, dropped = 0, narrowed = 0;
 };
 
 Counts check(const std::string& model, DType precision, const std::string& optimizer) {
@@ -84,6 +91,8 @@ Counts check(const std::string& model, DType precision, const std::string& optim
     c.residuals += foldedResidual(*g, n, s.order) != nullptr;
     c.gated += gatedGrad(*g, n) != nullptr;
     c.summed += summedGate(*g, n) != nullptr;
+    c.dropped += droppedResidual(*g, n, s.order) != nullptr;
+    c.narrowed += narrowedGradInput(*g, n) != nullptr;
     if (foldedAway(*g, n, s.order)) {
       ++c.foldedAway;
       continue;
@@ -123,6 +132,20 @@ TEST(Folds, ResNetFolds) {
     EXPECT_EQ(c.gated, 5);
     EXPECT_EQ(c.summed, 1);
     EXPECT_GT(c.foldedAway, 7 + 2 + 2 * 5 + 1);
+  }
+}
+
+// gpt2_tiny (two blocks, five LayerNorms): the residual stream's gradient sums are written by the
+// LayerNormGrad before them, all four (ln_f's gradient starts the stream: no sum after it). At
+// bf16 the four residual Adds after a block's Dropout (attention and MLP outputs, cast up to the
+// f32 stream) are written by that Dropout, and the four DropoutGrads read their f32 gradient
+// through its Cast down; at f32 there are no casts to fold.
+TEST(Folds, TransformerResiduals) {
+  for (DType p : {DType::f32, DType::bf16}) {
+    const Counts c = check("gpt2_tiny", p, "adamw");
+    EXPECT_EQ(c.residuals, 4);
+    EXPECT_EQ(c.dropped, p == DType::f32 ? 0 : 4);
+    EXPECT_EQ(c.narrowed, p == DType::f32 ? 0 : 4);
   }
 }
 
