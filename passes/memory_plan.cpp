@@ -15,7 +15,8 @@ bool overlaps(int a0, int a1, int b0, int b1) { return a0 <= b1 && b0 <= a1; }
 
 }  // namespace
 
-MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const std::set<const Value*>& unwritten) {
+MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const std::set<const Value*>& unwritten,
+                      const std::vector<std::pair<const Value*, int>>& extraReads) {
   if (!positions.empty() && positions.size() != g.numNodes()) throw Error("memory plan: one position per node expected");
   MemoryPlan p;
   std::vector<const Value*> values;
@@ -40,6 +41,8 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const s
   }
   for (const Value* o : g.outputs())
     if (auto it = p.slots.find(o); it != p.slots.end()) it->second.last = end;  // read after the step
+  for (const auto& [v, at] : extraReads)
+    if (auto it = p.slots.find(v); it != p.slots.end()) it->second.last = std::max(it->second.last, at);
   for (const auto& [v, s] : p.slots) p.totalBytes += aligned(s.bytes);
   // In place: group a result with an input it may overwrite.
   std::map<const Value*, int> groupOf;

@@ -36,8 +36,10 @@ struct MemoryPlan {
 // that one fused launch executes share a position, so none of them overwrites another's inputs, and
 // a node computed later, inside its consumer, keeps its operands alive until then.
 // `unwritten` (optional): values no backend ever writes (the wide side of a Cast folded into the ops
-// around it): they get no bytes.
-MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {}, const std::set<const Value*>& unwritten = {});
+// around it): they get no bytes. `extraReads` (optional): (value, position) reads that no node's
+// operands show (a fused kernel reading a value in place of the one its operand names).
+MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {}, const std::set<const Value*>& unwritten = {},
+                      const std::vector<std::pair<const Value*, int>>& extraReads = {});
 
 // Error if two values with overlapping live ranges overlap in the arena.
 void checkMemoryPlan(const MemoryPlan& p);

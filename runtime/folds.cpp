@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
 
 namespace ampc::folds {
@@ -219,6 +220,181 @@ bool whereGated(const Graph& g, const Node& w) {
   return isOnnx(w, "Where") && r->uses().size() == 1 && gatedGrad(g, *r->uses()[0].user) == &w;
 }
 
+// ---- attention operands in place ----
+namespace {
+bool isAttn(const Node& n) { return n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad"); }
+bool hasPerm(const Node& t, std::initializer_list<int64_t> p) {
+  return isOnnx(t, "Transpose") && t.getInts("perm") == std::vector<int64_t>(p);
+}
+// The mma.sync kernels' conditions (attention.cu's mmaPath), rank 4 and 16-byte rows.
+bool attnStrided(const Node& n) {
+  if (!isAttn(n)) return false;
+  const size_t q = n.op() == "AttentionGrad" ? 1 : 0;
+  const TensorType &Q = n.inputs()[q]->type(), &K = n.inputs()[q + 1]->type(), &V = n.inputs()[q + 2]->type();
+  return isLowFloat(Q.dtype) && Q.rank() == 4 && Q.shape[3] % 8 == 0 && Q.shape[3] <= 64 && V.shape[3] % 8 == 0 && V.shape[3] <= 64 &&
+         K.shape[3] % 8 == 0;
+}
+// Operand i of an attention node: 0 Q, 1 KT, 2 V, 3 dO, 4 O, else -1.
+int slotOf(const Node& n, size_t i) {
+  if (n.op() == "Attention") return i < 3 ? static_cast<int>(i) : -1;
+  static const int kGrad[] = {3, 0, 1, 2, 4};
+  return i < 5 ? kGrad[i] : -1;
+}
+bool onlyUse(const Graph& g, const Value* v, const Node** user) {
+  if (v->uses().size() != 1 || g.isOutput(v)) return false;
+  *user = v->uses()[0].user;
+  return true;
+}
+// u [B, T, H, D] as [B, H, T, D] or [B, H, D, T] rows (keyRows) at `base`, rows `sRow` apart.
+AttnOperand headsOf(const Value* base, int64_t offset, const std::vector<int64_t>& u, int64_t sRow, bool keyRows) {
+  AttnOperand o;
+  o.base = base;
+  o.offset = offset;
+  o.heads = u[2];
+  o.sRow = sRow;
+  o.sB = u[1] * sRow;
+  o.sH = u[3];
+  o.keyRows = keyRows;
+  return o;
+}
+AttnOperand contiguous(const Value* v) {
+  const auto& s = v->type().shape;
+  const size_t r = s.size();
+  AttnOperand o;
+  o.base = v;
+  o.sRow = s[r - 1];
+  o.sB = s[r - 2] * s[r - 1];
+  return o;
+}
+}  // namespace
+
+bool transposeReadInPlace(const Graph& g, const Node& t) {
+  const bool kt = hasPerm(t, {0, 2, 3, 1});
+  if ((!kt && !hasPerm(t, {0, 2, 1, 3})) || t.result(0)->uses().empty() || g.isOutput(t.result(0))) return false;
+  for (const Use& u : t.result(0)->uses()) {
+    if (!attnStrided(*u.user)) return false;
+    const int slot = slotOf(*u.user, u.operand);
+    if (kt ? slot != 1 : (slot != 0 && slot != 2 && slot != 3)) return false;
+  }
+  return true;
+}
+bool splitReadInPlace(const Graph& g, const Node& split) {
+  if (!isOnnx(split, "Split") || split.inputs()[0]->type().rank() != 3) return false;
+  const auto& xs = split.inputs()[0]->type().shape;
+  if (normalizeAxis(split.getInt("axis", 0), 3) != 2) return false;
+  for (size_t k = 0; k < split.numResults(); ++k) {
+    const Value* w = split.result(k);
+    const Node* r = nullptr;
+    if (w->type().shape[2] % 8 != 0 || !onlyUse(g, w, &r) || !isOnnx(*r, "Reshape")) return false;
+    const auto& us = r->result(0)->type().shape;
+    if (us.size() != 4 || us[0] != xs[0] || us[1] != xs[1] || r->result(0)->uses().empty() || g.isOutput(r->result(0))) return false;
+    for (const Use& u : r->result(0)->uses())
+      if (!transposeReadInPlace(g, *u.user)) return false;
+  }
+  return true;
+}
+const Node* outputTransposed(const Graph& g, const Node& a) {
+  if (a.domain() != "ampc" || a.op() != "Attention" || !attnStrided(a) || g.isOutput(a.result(0))) return nullptr;
+  const Node* t = nullptr;
+  for (const Use& u : a.result(0)->uses()) {
+    if (hasPerm(*u.user, {0, 2, 1, 3}) && !t) t = u.user;
+    else if (!(u.user->op() == "AttentionGrad" && u.operand == 4 && attnStrided(*u.user))) return nullptr;
+  }
+  return t;
+}
+const Node* gradTransposed(const Graph& g, const Node& a, size_t r) {
+  if (a.domain() != "ampc" || a.op() != "AttentionGrad" || !attnStrided(a) || r > 2) return nullptr;
+  const Node* t = nullptr;
+  if (!onlyUse(g, a.result(r), &t)) return nullptr;
+  return r == 1 ? (hasPerm(*t, {0, 3, 1, 2}) ? t : nullptr) : (hasPerm(*t, {0, 2, 1, 3}) ? t : nullptr);
+}
+const Node* gradConcat(const Graph& g, const Node& a) {
+  const Node* concat = nullptr;
+  for (size_t r = 0; r < 3; ++r) {
+    const Node* t = gradTransposed(g, a, r);
+    const Node *re = nullptr, *c = nullptr;
+    if (!t || !onlyUse(g, t->result(0), &re) || !isOnnx(*re, "Reshape") || re->result(0)->type().rank() != 3 ||
+        !onlyUse(g, re->result(0), &c) || !isOnnx(*c, "Concat") || (concat && c != concat))
+      return nullptr;
+    concat = c;
+  }
+  if (concat->inputs().size() != 3 || concat->result(0)->type().rank() != 3 || normalizeAxis(concat->getInt("axis", 0), 3) != 2) return nullptr;
+  for (const Value* v : concat->inputs())
+    if (v->type().shape[2] % 8 != 0) return nullptr;
+  return concat;
+}
+bool attnViewFolded(const Graph& g, const Node& n) {
+  if (transposeReadInPlace(g, n) || splitReadInPlace(g, n)) return true;
+  if (isOnnx(n, "Reshape")) {  // between a folded Split and its Transpose, or a folded grad Transpose and Concat
+    const Node* p = n.inputs()[0]->producer();
+    if (p && splitReadInPlace(g, *p)) return true;
+    const Node* c = n.result(0)->uses().size() == 1 ? n.result(0)->uses()[0].user : nullptr;
+    const Node* a = p && isOnnx(*p, "Transpose") && p->inputs()[0]->producer() ? p->inputs()[0]->producer() : nullptr;
+    return c && a && gradConcat(g, *a) == c;
+  }
+  if (isOnnx(n, "Transpose")) {
+    const Node* a = n.inputs()[0]->producer();
+    if (!a) return false;
+    if (outputTransposed(g, *a) == &n) return true;
+    for (size_t r = 0; r < 3; ++r)
+      if (gradTransposed(g, *a, r) == &n) return true;
+    return false;
+  }
+  if (isOnnx(n, "Concat") && n.inputs().size() == 3) {
+    const Node* re = n.inputs()[0]->producer();
+    const Node* t = re && isOnnx(*re, "Reshape") ? re->inputs()[0]->producer() : nullptr;
+    const Node* a = t && isOnnx(*t, "Transpose") ? t->inputs()[0]->producer() : nullptr;
+    return a && gradConcat(g, *a) == &n;
+  }
+  return false;
+}
+
+AttnOperand attnRead(const Graph& g, const Node& n, size_t i) {
+  const Value* v = n.inputs()[i];
+  const Node* p = v->producer();
+  if (!p || !attnStrided(n)) return contiguous(v);
+  if (slotOf(n, i) == 4) {  // O, read back from where Attention wrote it
+    if (const Node* t = outputTransposed(g, *p)) return headsOf(t->result(0), 0, t->result(0)->type().shape, t->result(0)->type().shape[2] * t->result(0)->type().shape[3], false);
+    return contiguous(v);
+  }
+  if (!transposeReadInPlace(g, *p)) return contiguous(v);
+  const bool keyRows = hasPerm(*p, {0, 2, 3, 1});
+  const Value* u = p->inputs()[0];
+  const auto& us = u->type().shape;
+  const Node* re = u->producer();
+  const Node* split = re && isOnnx(*re, "Reshape") ? re->inputs()[0]->producer() : nullptr;
+  if (split && splitReadInPlace(g, *split)) {
+    const Value* x = split->inputs()[0];
+    int64_t offset = 0;
+    for (size_t k = 0; split->result(k) != re->inputs()[0]; ++k) offset += split->result(k)->type().shape[2];
+    return headsOf(x, offset, us, x->type().shape[2], keyRows);
+  }
+  return headsOf(u, 0, us, us[2] * us[3], keyRows);
+}
+AttnOperand attnWrite(const Graph& g, const Node& n, size_t r) {
+  const Value* v = n.result(r);
+  if (n.op() == "Attention") {
+    if (const Node* t = outputTransposed(g, n); t && r == 0) {
+      const auto& ts = t->result(0)->type().shape;
+      return headsOf(t->result(0), 0, ts, ts[2] * ts[3], false);
+    }
+    return contiguous(v);
+  }
+  const Node* t = gradTransposed(g, n, r);
+  if (!t) return contiguous(v);
+  const auto& ts = t->result(0)->type().shape;
+  if (const Node* c = gradConcat(g, n)) {
+    const Value* re = t->result(0)->uses()[0].user->result(0);
+    int64_t offset = 0;
+    for (const Value* in : c->inputs()) {
+      if (in == re) break;
+      offset += in->type().shape[2];
+    }
+    return headsOf(c->result(0), offset, ts, c->result(0)->type().shape[2], r == 1);
+  }
+  return headsOf(t->result(0), 0, ts, ts[2] * ts[3], r == 1);
+}
+
 std::vector<size_t> optimizerGroups(const Graph& g) {
   std::vector<const Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
@@ -248,12 +424,26 @@ std::vector<size_t> optimizerGroups(const Graph& g) {
   return leader;
 }
 
+bool isParamCast(const Graph& g, const Node& n) {
+  return isCastBetween(n, false) && n.inputs()[0]->kind() == ValueKind::Param && !castFolded(g, n);
+}
+std::vector<size_t> groups(const Graph& g) {
+  std::vector<size_t> leader = optimizerGroups(g);
+  std::map<DType, size_t> first;  // per target type, the first parameter cast
+  size_t i = 0;
+  for (const auto& n : g.nodes()) {
+    if (isParamCast(g, *n)) leader[i] = first.try_emplace(n->result(0)->type().dtype, i).first->second;
+    ++i;
+  }
+  return leader;
+}
+
 Schedule schedule(const Graph& g) {
   Schedule s;
   for (const auto& n : g.nodes()) s.order[n.get()] = static_cast<int>(s.order.size());
-  // An optimizer group runs at its first node, a comparison fused into its Where at the Where
-  // (the plan then keeps the comparison's operands alive until there).
-  s.leader = optimizerGroups(g);
+  // An optimizer group and a parameter-cast group run at their first node, a comparison fused
+  // into its Where at the Where (the plan then keeps the comparison's operands alive until there).
+  s.leader = groups(g);
   const std::vector<size_t>& leader = s.leader;
   std::vector<int>& positions = s.positions;
   positions.resize(leader.size());
@@ -300,6 +490,51 @@ Schedule schedule(const Graph& g) {
     } else if (n->domain() == "ampc" && n->op() == "ConvGrad" && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) {
       unwritten.insert(n->result(0));  // a dX nobody reads is not computed
     }
+  }
+  // Attention operands in place: a read Transpose runs where its last reader does (its input, or the
+  // Split's, stays alive until then), the Split and Reshapes before it there too; a written
+  // Transpose (and its Reshape and Concat) where the attention node that writes it does. The
+  // values they stand in for get no bytes; O read back from the Transpose's result is a read of it.
+  for (const auto& n : g.nodes()) {
+    const int at = positions[indexOf[n.get()]];
+    if (transposeReadInPlace(g, *n)) {
+      int last = 0;
+      for (const Use& u : n->result(0)->uses()) last = std::max(last, positions[indexOf[u.user]]);
+      positions[indexOf[n.get()]] = last;
+      unwritten.insert(n->result(0));
+    } else if (const Node* t = outputTransposed(g, *n)) {
+      positions[indexOf[t]] = at;
+      unwritten.insert(n->result(0));
+      for (const Use& u : n->result(0)->uses())
+        if (u.user != t) s.extraReads.emplace_back(t->result(0), positions[indexOf[u.user]]);
+    } else if (n->domain() == "ampc" && n->op() == "AttentionGrad") {
+      const Node* c = gradConcat(g, *n);
+      for (size_t r = 0; r < 3; ++r)
+        if (const Node* t = gradTransposed(g, *n, r)) {
+          positions[indexOf[t]] = at;
+          unwritten.insert(n->result(r));
+          if (!c) continue;
+          const Node* re = t->result(0)->uses()[0].user;
+          positions[indexOf[re]] = at;
+          unwritten.insert(t->result(0));
+          unwritten.insert(re->result(0));
+        }
+      if (c) positions[indexOf[c]] = at;
+    }
+  }
+  for (const auto& n : g.nodes()) {  // after the Transposes have their positions
+    if (!splitReadInPlace(g, *n)) continue;
+    int last = 0;
+    for (size_t k = 0; k < n->numResults(); ++k) {
+      const Node* re = n->result(k)->uses()[0].user;
+      int reAt = 0;
+      for (const Use& u : re->result(0)->uses()) reAt = std::max(reAt, positions[indexOf[u.user]]);
+      positions[indexOf[re]] = reAt;
+      last = std::max(last, reAt);
+      unwritten.insert(n->result(k));
+      unwritten.insert(re->result(0));
+    }
+    positions[indexOf[n.get()]] = last;
   }
   return s;
 }

@@ -83,17 +83,53 @@ bool whereGated(const Graph& g, const Node& w);
 const Node* summedGate(const Graph& g, const Node& w);
 bool addGated(const Graph& g, const Node& add);
 
+// Attention operands in place. The fused attention's mma.sync kernels (f16/bf16, head dims and Tk
+// multiples of 8, rank 4) address every operand as element (n = b H + h, row, col) at
+// offset + b sB + h sH + row sRow + col, so the head transposes exporters put around attention need
+// not run, nor the Split of the QKV projection before them, nor the Concat of its gradient:
+//   reads: Q, V, dO = Transpose(u, (0,2,1,3)) and KT = Transpose(u, (0,2,3,1)) of u [B, T, H, D]
+//     whose every reader is such an attention operand: read from u (K as rows [j][d]); and u a
+//     Reshape of a Split output (last axis, every output so used): read from the Split's input.
+//   writes: O whose readers are one Transpose (0,2,1,3) and AttentionGrad operands: written into
+//     the Transpose's result, and read back from there; dQ, dV (Transpose (0,2,1,3)) and dKT
+//     (Transpose (0,3,1,2), dK written as rows): written into the Transpose's result, or, when all
+//     three are Reshaped into one Concat on the last axis, into the Concat's result.
+// The Transposes, Reshapes, Split and Concat launch nothing, and the values they stand in for get
+// no bytes.
+struct AttnOperand {
+  const Value* base = nullptr;  // whose bytes hold the operand
+  int64_t offset = 0, heads = 1, sB = 0, sH = 0, sRow = 0;  // elements
+  bool keyRows = false;         // K (or dK) as rows [j][d]: the [.., D, T] transpose is not made
+};
+// Where attention node n reads its operand i, or writes its result r (contiguous: base the value).
+AttnOperand attnRead(const Graph& g, const Node& n, size_t i);
+AttnOperand attnWrite(const Graph& g, const Node& n, size_t r);
+// The folds' nodes (each launches nothing).
+bool transposeReadInPlace(const Graph& g, const Node& t);
+bool splitReadInPlace(const Graph& g, const Node& split);
+const Node* outputTransposed(const Graph& g, const Node& attention);  // the Transpose Attention writes
+const Node* gradTransposed(const Graph& g, const Node& attnGrad, size_t r);
+const Node* gradConcat(const Graph& g, const Node& attnGrad);
+bool attnViewFolded(const Graph& g, const Node& n);  // any of the above, or a Reshape between them
+
 // Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Per node
 // index, the index of its group's first node (or itself).
 std::vector<size_t> optimizerGroups(const Graph& g);
 
+// A parameter's narrowing Cast (f32 -> f16/bf16, not folded): all of a target type run as one
+// multi-tensor launch at the first of them.
+bool isParamCast(const Graph& g, const Node& n);
+// optimizerGroups, with the parameter casts grouped too: per node index, its group's first node.
+std::vector<size_t> groups(const Graph& g);
+
 // When each node's work runs (an index into the node order, for the memory plan), and the values
 // no launch writes.
 struct Schedule {
-  std::vector<size_t> leader;       // optimizerGroups
+  std::vector<size_t> leader;       // groups
   std::vector<int> positions;       // per node
   std::set<const Value*> unwritten;
   std::map<const Node*, int> order;  // each node's index
+  std::vector<std::pair<const Value*, int>> extraReads;  // reads no operand shows (AttentionGrad's O in place)
 };
 Schedule schedule(const Graph& g);
 

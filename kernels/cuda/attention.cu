@@ -289,20 +289,31 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   }
 }
 
-// rowD[row] = sum_d dO[row, d] O[row, d] (f32), one warp per row.
+// The offset of slice n's first element (AttnLayout).
+__device__ __forceinline__ int64_t sliceAt(const AttnLayout& l, int64_t n) { return (n / l.heads) * l.sB + (n % l.heads) * l.sH; }
+
+// rowD[row] = sum_d dO[row, d] O[row, d] (f32), row = n Tq + i, one warp per row.
 template <typename T>
-__global__ void rowDotKernel(const T* dO, const T* O, float* rowD, int64_t rows, int64_t Dv) {
+__global__ void rowDotKernel(const T* dO, const T* O, float* rowD, AttentionArgs a) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
+  if (row >= a.N * a.Tq) return;
+  const int64_t n = row / a.Tq, i = row % a.Tq;
+  const T* g = dO + sliceAt(a.dO, n) + i * a.dO.sRow;
+  const T* o = O + sliceAt(a.o, n) + i * a.o.sRow;
   float s = 0.0f;
-  for (int64_t d = threadIdx.x & 31; d < Dv; d += 32) s += toF(dO[row * Dv + d]) * toF(O[row * Dv + d]);
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  for (int64_t d = threadIdx.x & 31; d < a.Dv; d += 32) s += toF(g[d]) * toF(o[d]);
+  for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
   if ((threadIdx.x & 31) == 0) rowD[row] = s;
 }
 
+// dQ (layout a.dq) from the f32 accumulator [N, Tq, D]: a warp per row (one division each).
 template <typename T>
-__global__ void fromF32Kernel(const float* x, T* y, int64_t n) {
-  AMPC_GRID_LOOP(i, n) y[i] = fromF<T>(x[i]);
+__global__ void fromF32Kernel(const float* x, T* y, AttentionArgs a) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= a.N * a.Tq) return;
+  const int64_t n = row / a.Tq, i = row % a.Tq;
+  T* dst = y + sliceAt(a.dq, n) + i * a.dq.sRow;
+  for (int64_t d = threadIdx.x & 31; d < a.D; d += 32) dst[d] = fromF<T>(x[row * a.D + d]);
 }
 
 // Grid (key tiles, N).
@@ -526,8 +537,8 @@ template <typename T>
 size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float); }
 
 // Grid (N, query tiles).
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+template <typename T, bool KR>
+__global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
                                                             const uint8_t* flags, AttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j]
@@ -547,13 +558,16 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
     while (kt < nk && tf[kt] == 1) ++kt;
     return kt;
   };
+  const T* Kn = KT + sliceAt(a.k, n);
+  const T* Vn = V + sliceAt(a.v, n);
   auto loadKV = [&](int kt, int buf) {
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    loadTileAsync(Ks + buf * kTile * kP, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
-    loadTileAsync(Vs + buf * kTile * kP, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
+    if constexpr (KR) loadTileAsync(Ks + buf * kTile * kP, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
+    else loadTileAsync(Ks + buf * kTile * kP, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                     // [d][j]
+    loadTileAsync(Vs + buf * kTile * kP, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   };
   // Three stages: tiles kt and k1 are in flight while kt is computed, k2 is issued.
-  loadTileAsync(Qs, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
+  loadTileAsync(Qs, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
   int k1 = kt < nk ? live(kt + 1) : nk;
@@ -584,7 +598,8 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        ldsm4t(b, bKN(Kb, ks * 16, np * 16));
+        if constexpr (KR) ldsm4(b, bNK(Kb, ks * 16, np * 16));
+        else ldsm4t(b, bKN(Kb, ks * 16, np * 16));
         mma16816<T>(s[2 * np], qf[ks], b[0], b[1]);
         mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
@@ -664,6 +679,7 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
     kt = k1;
     k1 = k2;
   }
+  T* const On = O + sliceAt(a.o, n);  // slice n's output (one division, after the loop)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -679,13 +695,13 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
     for (int nt = 0; nt < 8; ++nt) {
       const int d = nt * 8 + 2 * tq;
       if (d < a.Dv)
-        *reinterpret_cast<uint32_t*>(O + (n * a.Tq + i) * a.Dv + d) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(On + i * a.o.sRow + d) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
     }
   }
 }
 
 // Grid (N, key tiles).
-template <typename T>
+template <typename T, bool KR>
 __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
                                                             const float* rowD, T* dKT, T* dV, float* dQacc, const uint8_t* flags,
                                                             AttentionArgs a) {
@@ -710,10 +726,12 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     while (qt < nq && tf[qt] == 1) ++qt;
     return qt;
   };
+  const T* Qn = Q + sliceAt(a.q, n);
+  const T* dOn = dO + sliceAt(a.dO, n);
   auto loadQ = [&](int qt, int buf) {
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
-    loadTileAsync(Qs + buf * kTile * kP, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
-    loadTileAsync(dOs + buf * kTile * kP, dO + (n * a.Tq + i0) * a.Dv, a.Dv, a.Tq - i0, a.Dv);
+    loadTileAsync(Qs + buf * kTile * kP, Qn + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
+    loadTileAsync(dOs + buf * kTile * kP, dOn + i0 * a.dO.sRow, a.dO.sRow, a.Tq - i0, a.Dv);
     const int64_t row0 = n * a.Tq + i0;
     if (i0 + kTile <= a.Tq && row0 % 4 == 0) {  // whole tile, 16-byte aligned: with the tiles
       if (threadIdx.x < 32) {
@@ -728,8 +746,10 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       }
     }
   };
-  loadTileAsync(Ks, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
-  loadTileAsync(Vs, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
+  const T* Kn = KT + sliceAt(a.k, n);
+  if constexpr (KR) loadTileAsync(Ks, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
+  else loadTileAsync(Ks, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                        // [d][j]
+  loadTileAsync(Vs, V + sliceAt(a.v, n) + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   cpAsyncCommit();
   // Three stages, as the forward: query tiles qt and q1 in flight, q2 issued while qt is computed.
   int qt = live(0);
@@ -740,10 +760,14 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   cpAsyncCommit();
   cpAsyncWait<2>();
   __syncthreads();
-  // This warp's 16 keys of K (from KT [d][j]) as A fragments, kept; V's are loaded per tile (registers).
+  // This warp's 16 keys of K (from [d][j], or rows [j][d]) as A fragments, kept; V's are loaded per
+  // tile (registers).
   uint32_t kf[4][4];
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
+  for (int ks = 0; ks < 4; ++ks) {
+    if constexpr (KR) ldsm4(kf[ks], aRowMajor(Ks, warp * 16, ks * 16));
+    else ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
+  }
   float dk[8][4] = {}, dv[8][4] = {};
   const int64_t keyJ[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
   const bool keyIn[2] = {keyJ[0] < a.Tk, keyJ[1] < a.Tk};
@@ -842,7 +866,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8) * kP + col) = pack2<T>(dp[nt][2], dp[nt][3]);
     }
     __syncthreads();
-    // dQ (this warp's 16 queries x 64 d) = dS K: A = dS from dS^T [j][i], B = K from KT [d][j].
+    // dQ (this warp's 16 queries x 64 d) = dS K: A = dS from dS^T [j][i], B = K from [d][j] (or [j][d]).
     float dq[8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -851,7 +875,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        ldsm4(b, bNK(Ks, kk * 16, np * 16));
+        if constexpr (KR) ldsm4t(b, bKN(Ks, kk * 16, np * 16));
+        else ldsm4(b, bNK(Ks, kk * 16, np * 16));
         mma16816<T>(dq[2 * np], sa, b[0], b[1]);
         mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
       }
@@ -871,6 +896,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     qt = q1;
     q1 = q2;
   }
+  T* const dVn = dV + sliceAt(a.dv, n);  // slice n's outputs (a division each, after the loop)
+  T* const dKn = dKT + sliceAt(a.dk, n);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = keyJ[r];
@@ -878,10 +905,15 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int d = nt * 8 + 2 * tq;
-      if (d < a.Dv) *reinterpret_cast<uint32_t*>(dV + (n * a.Tk + j) * a.Dv + d) = pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
+      if (d < a.Dv) *reinterpret_cast<uint32_t*>(dVn + j * a.dv.sRow + d) = pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
       if (d < a.D) {
-        dKT[(n * a.D + d) * a.Tk + j] = fromF<T>(dk[nt][2 * r]);
-        dKT[(n * a.D + d + 1) * a.Tk + j] = fromF<T>(dk[nt][2 * r + 1]);
+        T* dk0 = dKn;
+        if (a.dkRows) {
+          *reinterpret_cast<uint32_t*>(dk0 + j * a.dk.sRow + d) = pack2<T>(dk[nt][2 * r], dk[nt][2 * r + 1]);
+        } else {
+          dk0[d * a.dk.sRow + j] = fromF<T>(dk[nt][2 * r]);
+          dk0[(d + 1) * a.dk.sRow + j] = fromF<T>(dk[nt][2 * r + 1]);
+        }
       }
     }
   }
@@ -912,11 +944,13 @@ cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, floa
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.N));
   if constexpr (!std::is_same_v<T, float>) {
     if (mmaPath(a)) {
-      static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T>, fwdSmemMma<T>());
-      if (mattr != cudaSuccess) return mattr;
+      // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
+      static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T, false>, fwdSmemMma<T>());
+      static const cudaError_t rattr = smemAttributes(attnFwdMmaKernel<T, true>, fwdSmemMma<T>());
+      if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
       const dim3 mgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
-      attnFwdMmaKernel<T><<<mgrid, kThreads, fwdSmemMma<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT),
-                                                                  static_cast<const T*>(V), static_cast<T*>(O), lse, flags, a);
+      (a.kRows ? attnFwdMmaKernel<T, true> : attnFwdMmaKernel<T, false>)<<<mgrid, kThreads, fwdSmemMma<T>(), st>>>(
+          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, flags, a);
       return cudaGetLastError();
     }
   }
@@ -938,17 +972,18 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   const int64_t nq = a.N * a.Tq * a.D;
   if (cudaError_t e = cudaMemsetAsync(dQacc, 0, sizeof(float) * nq, st); e != cudaSuccess) return e;
   const int64_t rows = a.N * a.Tq;
-  rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, rows, a.Dv);
+  rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, a);
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tk, kTile)), static_cast<unsigned>(a.N));
   bool mma = false;
   if constexpr (!std::is_same_v<T, float>) {
     if (mmaPath(a)) {
-      static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T>, bwdSmemMma<T>());
-      if (mattr != cudaSuccess) return mattr;
+      static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T, false>, bwdSmemMma<T>());
+      static const cudaError_t rattr = smemAttributes(attnBwdMmaKernel<T, true>, bwdSmemMma<T>());
+      if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
       const dim3 mgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
-      attnBwdMmaKernel<T><<<mgrid, kThreads, bwdSmemMma<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q),
-                                                                  static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
-                                                                  static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, flags, a);
+      (a.kRows ? attnBwdMmaKernel<T, true> : attnBwdMmaKernel<T, false>)<<<mgrid, kThreads, bwdSmemMma<T>(), st>>>(
+          static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
+          static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, flags, a);
       mma = true;
     }
   }
@@ -956,7 +991,7 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
     attnBwdKernel<T><<<grid, kThreads, bwdSmem<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                         static_cast<const T*>(V), lse, rowD, static_cast<T*>(dKT), static_cast<T*>(dV),
                                                         dQacc, flags, a);
-  fromF32Kernel<T><<<gridFor(nq), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), nq);
+  fromF32Kernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a);
   return cudaGetLastError();
 }
 

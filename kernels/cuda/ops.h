@@ -122,9 +122,17 @@ cudaError_t addStep(uint64_t* step, cudaStream_t st);
 // ---- fused attention (attention.cu) ----------------------------------------------------------
 // Q [N, Tq, D], KT [N, D, Tk], V [N, Tk, Dv] of type t (f32/f16/bf16), D and Dv <= 64; mask
 // (optional, maskType) [Tq, Tk] shared (maskStride 0) or [N, Tq, Tk] (maskStride Tq * Tk).
+// Where an attention operand's elements are: (n, row, col) at (n / heads) sB + (n % heads) sH +
+// row sRow + col, n over the N leading slices. Contiguous [N, rows, cols]: heads 1, sB = rows * cols,
+// sRow = cols. The WMMA and f32 kernels take contiguous operands only.
+struct AttnLayout {
+  int64_t heads = 1, sB = 0, sH = 0, sRow = 0;
+};
 struct AttentionArgs {
   DT t = DT::f32;
   int64_t N = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;
+  AttnLayout q, k, v, o, dO, dq, dk, dv;  // k, dk: [D, Tk] rows d (KT), or with kRows / dkRows [Tk, D] rows j
+  bool kRows = false, dkRows = false;
   const void* mask = nullptr;
   DT maskType = DT::f32;
   int64_t maskStride = 0;

@@ -69,6 +69,22 @@ __global__ void unscaleKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* 
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found = true;
 }
 
+// roles {src f32, dst f16/bf16}: four elements per thread and step (chunks start at multiples of
+// the chunk size, so the pack stays aligned when the tensors are), the rest one by one.
+__global__ void castKernel(AMPC_CHUNK_ARGS, void* const* roles, DT to) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const float* x = rolePtr<const float>(roles, n, 0, c.t);
+  void* y = roles[static_cast<size_t>(n) + c.t];
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
+  const int64_t packs = vec ? (c.end - c.begin) / 4 : 0;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[4];
+    load4(x, DT::f32, c.begin + 4 * p, v);
+    store4(y, to, c.begin + 4 * p, v);
+  }
+  for (int64_t i = c.begin + 4 * packs + threadIdx.x; i < c.end; i += blockDim.x) storeF(y, to, i, x[i]);
+}
+
 __global__ void normKernel(AMPC_CHUNK_ARGS, void* const* roles, double* normSq) {
   const Chunk c = chunkOf(ct, cs, sizes, chunk);
   const float* g = rolePtr<float>(roles, n, 0, c.t);
@@ -234,6 +250,12 @@ cudaError_t recordMetrics(const void* const values[5], const int types[5], doubl
     m.t[k] = types[k];
   }
   metricsKernel<<<1, 1, 0, st>>>(m, ring, pos, slots);
+  return cudaGetLastError();
+}
+
+cudaError_t castTensors(const TensorList& l, DT to, cudaStream_t st) {
+  if (l.chunks() == 0) return cudaSuccess;
+  castKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), to);
   return cudaGetLastError();
 }
 

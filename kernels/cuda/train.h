@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/ops.h"
+
 namespace ampc::cuda {
 
 // One multi-tensor launch's tensors: `roles` pointer lists of equal length (for example param,
@@ -37,6 +39,9 @@ class TensorList {
   void** roles_ = nullptr;
 };
 
+// Casts of many tensors in one launch: roles {src (f32), dst (`to`: f16 or bf16)} (the step's
+// parameter casts).
+cudaError_t castTensors(const TensorList& l, DT to, cudaStream_t st);
 // UnscaleCheck: roles {grad (f32), out (f32)}: out = grad * *invScale; *found = any non-finite out.
 cudaError_t unscaleCheck(const TensorList& l, const float* invScale, bool* found, cudaStream_t st);
 // ClipByGlobalNorm: roles {grad, out}. norm = ||grads||_2 (f64 accumulation, `normSq` scratch);

@@ -696,6 +696,7 @@ void Program::Lowering::lower() {
     if (addGated(p.g_, n)) return;            // summed by the ReLU-gradient Where after it
     if (addFoldedIntoNorm(p.g_, n, p.order_)) return;  // written by the BatchNormalization or LayerNormGrad before it
     if (addFoldedIntoDropout(p.g_, n, p.order_)) return;  // written by the Dropout before it
+    if (attnViewFolded(p.g_, n)) return;  // attention reads or writes through it in place
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
@@ -1145,18 +1146,32 @@ void Program::Lowering::lower() {
         a.flags = it->second;
       }
       const Scratch ws = scratch(attentionScratch(a, grad));
-      const void *Q = P(in(q)), *KT = P(in(q + 1)), *V = P(in(q + 2));
+      // Operands in place (runtime/folds.h): the head transposes, the QKV Split and the gradient's
+      // Concat around attention are read and written through strides.
+      bool inPlace = false;
+      auto at = [&](const AttnOperand& o, AttnLayout& l) {
+        l = {o.heads, o.sB, o.sH, o.sRow};
+        inPlace |= o.offset != 0 || o.heads != 1;
+        return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
+      };
+      const AttnOperand lk = attnRead(p.g_, n, q + 1);
+      const void *Q = at(attnRead(p.g_, n, q), a.q), *KT = at(lk, a.k), *V = at(attnRead(p.g_, n, q + 2), a.v);
+      a.kRows = lk.keyRows;
       if (!grad) {
         if (dt(out(1)) != DT::f32) fail("LSE must be f32");
-        void* O = P(out(0));
+        void* O = at(attnWrite(p.g_, n, 0), a.o);
         float* lse = static_cast<float*>(P(out(1)));
+        if (inPlace && (a.t == DT::f32 || a.D % 8 || a.Dv % 8 || a.Tk % 8)) fail("internal: strided attention operands off the mma.sync path");
         add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
         return;
       }
       if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
-      const void *dO = P(in(0)), *O = P(in(4));
+      const void *dO = at(attnRead(p.g_, n, 0), a.dO), *O = at(attnRead(p.g_, n, 4), a.o);
       const float* lse = static_cast<const float*>(P(in(5)));
-      void *dQ = P(out(0)), *dKT = P(out(1)), *dV = P(out(2));
+      const AttnOperand ldk = attnWrite(p.g_, n, 1);
+      void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
+      a.dkRows = ldk.keyRows;
+      if (inPlace && (a.t == DT::f32 || a.D % 8 || a.Dv % 8 || a.Tk % 8)) fail("internal: strided attention operands off the mma.sync path");
       add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
       return;
     }
@@ -1298,7 +1313,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   folds::Schedule sched = folds::schedule(g);
   order_ = std::move(sched.order);
   const std::vector<size_t>& leader = sched.leader;
-  plan_ = planMemory(g, sched.positions, sched.unwritten);
+  plan_ = planMemory(g, sched.positions, sched.unwritten, sched.extraReads);
   checkMemoryPlan(plan_);
   int64_t persistent = 0;
   for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})
@@ -1338,11 +1353,35 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
       lowerOptimizer(group);
       continue;
     }
+    if (folds::isParamCast(g, n)) {
+      std::vector<const Node*> group;
+      for (size_t j = i; j < nodes.size(); ++j)
+        if (leader[j] == i) group.push_back(nodes[j]);
+      lowerParamCasts(group);
+      continue;
+    }
     Lowering{*this, n}.lower();
   }
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
+}
+
+// The step's parameter casts to one type (folds::groups), as one multi-tensor launch.
+void Program::lowerParamCasts(const std::vector<const Node*>& group) {
+  std::vector<std::vector<void*>> roles(2);
+  std::vector<int64_t> sizes;
+  for (const Node* m : group) {
+    roles[0].push_back(ptr(m->inputs()[0]));
+    roles[1].push_back(ptr(m->result(0)));
+    sizes.push_back(m->result(0)->type().numel());
+  }
+  auto l = std::make_shared<TensorList>(sizes, roles);
+  keep_.push_back(l);
+  const DT to = group.front()->result(0)->type().dtype == DType::f16 ? DT::f16 : DT::bf16;
+  const Node& n = *group.front();
+  const std::string what = n.describe() + (group.size() > 1 ? " (+" + std::to_string(group.size() - 1) + " fused)" : "");
+  launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return castTensors(*l, to, st); }});
 }
 
 void Program::lowerOptimizer(const std::vector<const Node*>& group) {

@@ -91,6 +91,7 @@ class Program {
   struct Lowering;
   void* allocPersistent(size_t bytes);
   void lowerOptimizer(const std::vector<const Node*>& group);
+  void lowerParamCasts(const std::vector<const Node*>& group);
   void enqueueAll();
 
   const Graph& g_;

@@ -32,8 +32,11 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
   // residual fold. On the CPU, a relative noise of 2e-6 on every parameter after every step moves
   // the 20-step losses by up to 9.7e-4 (SGD 0.01) and 1.1e-3 (AdamW 1e-3) over 8 seeds, against
   // 6.9e-5 at SGD 0.003, 1.3e-5 at SGD 0.001 and 1.4e-5 at AdamW 1e-4. So it trains at SGD lr 0.002
-  // and AdamW lr 1e-4.
-  o.lr = optimizer == "sgd" ? (model == "resnet_tiny" ? 0.002f : 0.05f) : (model == "resnet_tiny" ? 1e-4f : 1e-3f);
+  // and AdamW lr 1e-4. The cnn at SGD lr 0.05 diverges at f16/bf16 (loss 2.74 -> 3.37 over the 20
+  // steps, measured on the H200), and its bf16 losses drifted 2.02e-2 apart by step 19 in one run of
+  // many; it trains at SGD lr 0.01.
+  const float sgd = model == "resnet_tiny" ? 0.002f : model == "cnn" ? 0.01f : 0.05f;
+  o.lr = optimizer == "sgd" ? sgd : (model == "resnet_tiny" ? 1e-4f : 1e-3f);
   o.momentum = 0.9f;
   o.clipNorm = 1.0f;
   return ampc::test::trainGraph(modelsDir(), model, precision, o);

@@ -434,6 +434,63 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
     }
 }
 
+// Attention operands in place (runtime/folds.h), as GPT-2 exports them: Q, K and V split from one
+// projection [B, T, 3C] and transposed to heads, O transposed back, dO transposed in, and the three
+// gradients transposed back and concatenated. Then the same with Q, K, V from separate inputs and
+// the gradients not concatenated. Against the CPU (which runs every node), causal mask, dropout on,
+// partial tiles (T = 136); and the values the folds stand in for get no bytes.
+TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
+  AMPC_NEED_GPU();
+  for (const char* t : {"f16", "bf16"})
+    for (const bool split : {true, false}) {
+      const std::string T = t, bthd = T + "[2,136,3,16]", bhtd = T + "[2,3,136,16]", bhdt = T + "[2,3,16,136]";
+      std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n  input %dy : " + T + "[2,136,48]\n  input %m : f32[1,1,136,136]\n";
+      text += "  const %s4 : i64[4] = [2, 136, 3, 16]\n  const %s3 : i64[3] = [2, 136, 48]\n";
+      if (split) {
+        text += "  input %x : " + T + "[2,136,144]\n  const %sp : i64[3] = [48, 48, 48]\n";
+        text += "  %q, %k, %v = Split(%x, %sp) {axis = 2}\n";  // shapes filled in below
+        for (const char* w : {"q", "k", "v"}) text += "  %" + std::string(w) + "r : " + bthd + " = Reshape(%" + w + ", %s4)\n";
+      } else {
+        for (const char* w : {"q", "k", "v"}) text += "  input %" + std::string(w) + "r : " + bthd + "\n";
+      }
+      text += "  %Q : " + bhtd + " = Transpose(%qr) {perm = [0, 2, 1, 3]}\n  %KT : " + bhdt + " = Transpose(%kr) {perm = [0, 2, 3, 1]}\n";
+      text += "  %V : " + bhtd + " = Transpose(%vr) {perm = [0, 2, 1, 3]}\n";
+      const std::string attrs = " {scale = 0.25, dropout_ratio = 0.1, dropout_key = 4242}";
+      text += "  %O : " + bhtd + ", %lse : f32[2,3,136] = ampc::Attention(%Q, %KT, %V, %m)" + attrs + "\n";
+      text += "  %Ot : " + bthd + " = Transpose(%O) {perm = [0, 2, 1, 3]}\n  %Or : " + T + "[2,136,48] = Reshape(%Ot, %s3)\n";
+      text += "  %dyr : " + bthd + " = Reshape(%dy, %s4)\n  %dO : " + bhtd + " = Transpose(%dyr) {perm = [0, 2, 1, 3]}\n";
+      text += "  %dQ : " + bhtd + ", %dKT : " + bhdt + ", %dV : " + bhtd + " = ampc::AttentionGrad(%dO, %Q, %KT, %V, %O, %lse, %m)" + attrs + "\n";
+      text += "  %dQt : " + bthd + " = Transpose(%dQ) {perm = [0, 2, 1, 3]}\n  %dKt : " + bthd + " = Transpose(%dKT) {perm = [0, 3, 1, 2]}\n";
+      text += "  %dVt : " + bthd + " = Transpose(%dV) {perm = [0, 2, 1, 3]}\n";
+      if (split) {
+        for (const char* w : {"dQ", "dK", "dV"}) text += "  %" + std::string(w) + "r : " + T + "[2,136,48] = Reshape(%" + w + "t, %s3)\n";
+        text += "  %dx : " + T + "[2,136,144] = Concat(%dQr, %dKr, %dVr) {axis = 2}\n  output %Or\n  output %dx\n}\n";
+      } else {
+        text += "  output %Or\n  output %dQt\n  output %dKt\n  output %dVt\n}\n";
+      }
+      text = std::regex_replace(text, std::regex("%q, %k, %v = "), "%q : " + T + "[2,136,48], %k : " + T + "[2,136,48], %v : " + T + "[2,136,48] = ");
+      auto g = parseGraph(text, "attention in place");
+      std::map<std::string, Tensor> in;
+      for (const Value* v : g->inputs()) {
+        Tensor x = randomTensor(v->type());
+        if (v->name() == "m")
+          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, e % 136 > e / 136 ? -3.4028234663852886e38 : 0.0);
+        in.emplace(v->name(), std::move(x));
+      }
+      ExecOptions eo;
+      eo.seed = 77;
+      eo.step = 3;
+      const std::string what = std::string("attention in place ") + t + (split ? " split/concat" : " transposes");
+      expectSameOnGpu(*g, in, what, 1.0, eo);
+      cuda::Program prog(*g, {});
+      const MemoryPlan& plan = prog.memoryPlan();
+      for (const char* v : {"Q", "KT", "V", "O", "dO", "dQ", "dKT", "dV"}) EXPECT_EQ(plan.slots.at(g->lookup(v)).bytes, 0) << what << ": " << v;
+      if (split)
+        for (const char* v : {"q", "qr", "dQt", "dKr"}) EXPECT_EQ(plan.slots.at(g->lookup(v)).bytes, 0) << what << ": " << v;
+      EXPECT_GT(plan.slots.at(g->lookup("Ot")).bytes, 0) << what;
+    }
+}
+
 // An op without a CUDA lowering is refused when the plan loads, naming the node and the op.
 TEST(GpuProgram, UnsupportedOpIsAnErrorNamingTheNode) {
   AMPC_NEED_GPU();

@@ -3,6 +3,7 @@
 // reads (after the folds redirect its reads) is written and alive when the node runs, and every
 // value it writes is born then.
 #include <filesystem>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -24,7 +25,7 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
 // A node that launches nothing: its work is done by a neighbour.
 bool foldedAway(const Graph& g, const Node& n, const std::map<const Node*, int>& order) {
   return fusedComparison(g, n) || castFolded(g, n) || reluFolded(g, n) || whereGated(g, n) || addGated(g, n) ||
-         addFoldedIntoNorm(g, n, order) || addFoldedIntoDropout(g, n, order);
+         addFoldedIntoNorm(g, n, order) || addFoldedIntoDropout(g, n, order) || attnViewFolded(g, n);
 }
 
 // The values node n's launches read, as the CUDA lowering reads them.
@@ -38,6 +39,10 @@ std::vector<const Value*> reads(const Graph& g, const Node& n, const std::map<co
     if (!v) continue;
     if (narrow && i == 0) {  // DropoutGrad's dY: the narrowing Cast's f32 operand
       r.push_back(narrow->inputs()[0]);
+      continue;
+    }
+    if (n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad")) {  // operands in place
+      r.push_back(attnRead(g, n, i).base);
       continue;
     }
     if (gate && i == 0) {  // dY: dz gated by y
@@ -69,19 +74,21 @@ std::vector<const Value*> writes(const Graph& g, const Node& n, const std::map<c
   if (add) w[0] = add->result(0);
   if (const Node* relu = foldedRelu(g, add ? *add : n)) w[0] = relu->result(0);
   if (const Node* dadd = droppedResidual(g, n, order)) w[0] = dadd->result(0);
+  if (n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad"))
+    for (size_t i = 0; i < (n.op() == "Attention" ? 1u : 3u); ++i) w[i] = attnWrite(g, n, i).base;
   if (n.domain() == "ampc" && n.op() == "ConvGrad" && n.result(0)->uses().empty() && !g.isOutput(n.result(0))) w.erase(w.begin());
   return w;
 }
 
 struct Counts {
-  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, summed = 0, dropped = 0, narrowed = 0;
+  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, summed = 0, dropped = 0, narrowed = 0, attnViews = 0;
 };
 
 Counts check(const std::string& model, DType precision, const std::string& optimizer) {
   SCOPED_TRACE(model);
   auto g = trainGraph(model, precision, optimizer);
   const Schedule s = schedule(*g);
-  const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten);
+  const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
   EXPECT_NO_THROW(checkMemoryPlan(plan));
   Counts c;
   for (const auto& np : g->nodes()) {
@@ -93,6 +100,7 @@ Counts check(const std::string& model, DType precision, const std::string& optim
     c.summed += summedGate(*g, n) != nullptr;
     c.dropped += droppedResidual(*g, n, s.order) != nullptr;
     c.narrowed += narrowedGradInput(*g, n) != nullptr;
+    c.attnViews += attnViewFolded(*g, n);
     if (foldedAway(*g, n, s.order)) {
       ++c.foldedAway;
       continue;
@@ -146,7 +154,28 @@ TEST(Folds, TransformerResiduals) {
     EXPECT_EQ(c.residuals, 4);
     EXPECT_EQ(c.dropped, p == DType::f32 ? 0 : 4);
     EXPECT_EQ(c.narrowed, p == DType::f32 ? 0 : 4);
+    // Per block at bf16: Q, K, V and dO's head Transposes read in place, the QKV Split and its three
+    // Reshapes, O's Transpose, the three gradient Transposes, their Reshapes and the Concat.
+    EXPECT_EQ(c.attnViews, p == DType::f32 ? 0 : 2 * 16);
   }
+}
+
+// The parameter casts of a step run as one launch per target type: every one of gpt2_tiny's bf16
+// weight casts has the first as its group leader, which runs before any of their readers.
+TEST(Folds, ParameterCastsInOneLaunch) {
+  auto g = trainGraph("gpt2_tiny", DType::bf16, "adamw");
+  const Schedule s = schedule(*g);
+  std::set<size_t> leaders;
+  int casts = 0;
+  for (const auto& n : g->nodes()) {
+    if (!isParamCast(*g, *n)) continue;
+    ++casts;
+    const size_t i = static_cast<size_t>(s.order.at(n.get()));
+    leaders.insert(s.leader[i]);
+    EXPECT_EQ(s.positions[i], static_cast<int>(s.leader[i]));
+  }
+  EXPECT_EQ(casts, 17);  // 8 per block (4 weights, 4 biases) and the tied embedding
+  EXPECT_EQ(leaders.size(), 1u);
 }
 
 }  // namespace
