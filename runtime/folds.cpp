@@ -33,11 +33,13 @@ bool foldsCasts(const Node& n) {
 bool isLossGrad(const Node& n) { return n.domain() == "ampc" && n.op() == "SoftmaxCrossEntropyLossGrad"; }
 bool isLayerNorm(const Node& n) { return n.domain().empty() && n.op() == "LayerNormalization"; }
 // Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
-// cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY.
+// cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY,
+// UnscaleCheck the gradients.
 bool readsWidened(const Node& user, size_t i) {
   if (foldsCasts(user)) return true;
   if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
   if (user.domain() == "ampc" && user.op() == "LayerNormGrad") return i == 0;
+  if (user.domain() == "ampc" && user.op() == "UnscaleCheck") return i >= 1;  // the gradients
   return isLossGrad(user) && i == 1;
 }
 bool isCastBetween(const Node& c, bool widening) {

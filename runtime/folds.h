@@ -32,7 +32,8 @@ bool foldsCasts(const Node& n);  // the elementwise ops that read or write throu
 bool isLossGrad(const Node& n);
 bool isLayerNorm(const Node& n);
 // Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
-// cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY.
+// cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY,
+// UnscaleCheck the gradients.
 bool readsWidened(const Node& user, size_t i);
 bool isCastBetween(const Node& c, bool widening);
 // The widening Cast that produced v, when every reader of v reads through it; else null.

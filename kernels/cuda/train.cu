@@ -55,14 +55,16 @@ __device__ __forceinline__ T* rolePtr(void* const* roles, int n, int r, int t) {
   return static_cast<T*>(roles[static_cast<size_t>(r) * n + t]);
 }
 
+// T: the gradients' type (f16/bf16 when a widening Cast in front is read through).
+template <typename T>
 __global__ void unscaleKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* invScale, bool* found) {
   const Chunk c = chunkOf(ct, cs, sizes, chunk);
-  const float* g = rolePtr<float>(roles, n, 0, c.t);
+  const T* g = rolePtr<const T>(roles, n, 0, c.t);
   float* o = rolePtr<float>(roles, n, 1, c.t);
   const float inv = *invScale;
   int bad = 0;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-    const float v = g[i] * inv;
+    const float v = toF(g[i]) * inv;
     o[i] = v;
     bad |= !isfinite(v);
   }
@@ -259,9 +261,15 @@ cudaError_t castTensors(const TensorList& l, DT to, cudaStream_t st) {
   return cudaGetLastError();
 }
 
-cudaError_t unscaleCheck(const TensorList& l, const float* invScale, bool* found, cudaStream_t st) {
-  if (cudaError_t e = cudaMemsetAsync(found, 0, 1, st); e != cudaSuccess) return e;
-  if (l.chunks() > 0) unscaleKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found);
+cudaError_t unscaleCheck(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, cudaStream_t st) {
+  if (clear)
+    if (cudaError_t e = cudaMemsetAsync(found, 0, 1, st); e != cudaSuccess) return e;
+  if (l.chunks() == 0) return cudaSuccess;
+  switch (t) {
+    case DT::f16: unscaleKernel<__half><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found); break;
+    case DT::bf16: unscaleKernel<__nv_bfloat16><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found); break;
+    default: unscaleKernel<float><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found); break;
+  }
   return cudaGetLastError();
 }
 

@@ -42,8 +42,10 @@ class TensorList {
 // Casts of many tensors in one launch: roles {src (f32), dst (`to`: f16 or bf16)} (the step's
 // parameter casts).
 cudaError_t castTensors(const TensorList& l, DT to, cudaStream_t st);
-// UnscaleCheck: roles {grad (f32), out (f32)}: out = grad * *invScale; *found = any non-finite out.
-cudaError_t unscaleCheck(const TensorList& l, const float* invScale, bool* found, cudaStream_t st);
+// UnscaleCheck: roles {grad (t: f32, or f16/bf16 read through a widening Cast), out (f32)}:
+// out = grad * *invScale; *found = any non-finite out (cleared first when `clear`: the node's first
+// launch of one per gradient type).
+cudaError_t unscaleCheck(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, cudaStream_t st);
 // ClipByGlobalNorm: roles {grad, out}. norm = ||grads||_2 (f64 accumulation, `normSq` scratch);
 // out = grad * min(1, maxNorm / (norm + 1e-6)) when maxNorm > 0 and !*found, else grad.
 cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st);

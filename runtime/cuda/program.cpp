@@ -1214,7 +1214,33 @@ void Program::Lowering::train() {
     if (dt(v) != DT::i64) fail("'" + v->name() + "' must be i64");
     return static_cast<int64_t*>(P(v));
   };
-  if (op == "UnscaleCheck" || op == "ClipByGlobalNorm") {
+  if (op == "UnscaleCheck") {
+    // One launch per gradient type: f32, and f16/bf16 gradients whose widening Cast is read through.
+    const size_t k = n.inputs().size() - 1;
+    std::map<DT, std::vector<size_t>> byType;
+    for (size_t i = 0; i < k; ++i) byType[dt(readThrough(p.g_, in(i + 1)))].push_back(i);
+    const float* inv = f32(in(0));
+    bool* found = const_cast<bool*>(flag(out(k)));
+    bool clear = true;
+    for (const auto& [t, idx] : byType) {
+      if (t != DT::f32 && t != DT::f16 && t != DT::bf16) fail("gradients must be f32, f16 or bf16");
+      std::vector<int64_t> sizes;
+      std::vector<void*> src, dst;
+      for (size_t i : idx) {
+        src.push_back(P(readThrough(p.g_, in(i + 1))));
+        dst.push_back(f32(out(i)));
+        sizes.push_back(in(i + 1)->type().numel());
+      }
+      auto l = std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src, dst});
+      p.keep_.push_back(l);
+      const DT gt = t;
+      add([l, gt, inv, found, clear](cudaStream_t st) { return unscaleCheck(*l, gt, inv, found, clear, st); });
+      clear = false;
+    }
+    if (byType.empty()) add([found](cudaStream_t st) { return cudaMemsetAsync(found, 0, 1, st); });
+    return;
+  }
+  if (op == "ClipByGlobalNorm") {
     const size_t k = n.inputs().size() - 1;
     std::vector<int64_t> sizes;
     std::vector<void*> src, dst;
@@ -1225,17 +1251,11 @@ void Program::Lowering::train() {
     }
     auto l = std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src, dst});
     p.keep_.push_back(l);
-    if (op == "UnscaleCheck") {
-      const float* inv = f32(in(0));
-      bool* found = const_cast<bool*>(flag(out(k)));
-      add([l, inv, found](cudaStream_t st) { return unscaleCheck(*l, inv, found, st); });
-    } else {
-      const bool* found = flag(in(0));
-      float* norm = f32(out(k));
-      const float maxNorm = n.getFloat("max_norm", 0.0f);
-      const Scratch sq = scratch(sizeof(double));
-      add([l, found, norm, maxNorm, sq](cudaStream_t st) { return clipByGlobalNorm(*l, found, maxNorm, reinterpret_cast<double*>(sq.f()), norm, st); });
-    }
+    const bool* found = flag(in(0));
+    float* norm = f32(out(k));
+    const float maxNorm = n.getFloat("max_norm", 0.0f);
+    const Scratch sq = scratch(sizeof(double));
+    add([l, found, norm, maxNorm, sq](cudaStream_t st) { return clipByGlobalNorm(*l, found, maxNorm, reinterpret_cast<double*>(sq.f()), norm, st); });
     return;
   }
   if (op == "StepIncrement") {
