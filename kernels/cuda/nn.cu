@@ -628,6 +628,27 @@ __global__ void sceGradRowsT(const void* dl, DT dlT, const T* x, const void* lab
   sceRowStatsT(xr, a.C, mx, s);
   const float inv = 1.0f / s;
   const int64_t step = blockDim.x;
+  if constexpr (!std::is_same_v<T, float>) {
+    // dx of x's type with the same alignment (GPT-2's logits and their gradient, bf16): 16-byte
+    // packs of 8 after the row's unaligned head, the rest element by element.
+    T* dxr = static_cast<T*>(dx) + base;
+    const uintptr_t ax = reinterpret_cast<uintptr_t>(xr) & 15;
+    if (a.gT == (std::is_same_v<T, __half> ? DT::f16 : DT::bf16) && ax == (reinterpret_cast<uintptr_t>(dxr) & 15) && ax % sizeof(T) == 0) {
+      const int64_t head = min(a.C, static_cast<int64_t>(((16 - ax) & 15) / sizeof(T))), packs = (a.C - head) / 8;
+      auto one = [&](int64_t j) { dxr[j] = fromF<T>(g * (expf(asF(xr[j]) - mx) * inv - (j == y ? 1.0f : 0.0f))); };
+      for (int64_t j = threadIdx.x; j < head; j += step) one(j);
+      for (int64_t p = threadIdx.x; p < packs; p += step) {
+        const int64_t j0 = head + 8 * p;
+        float v[8];
+        loadPack<T, 8>(xr, j0, v);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = g * (expf(v[k] - mx) * inv - (j0 + k == y ? 1.0f : 0.0f));
+        storePack<T, 8>(dxr, j0, v);
+      }
+      for (int64_t j = head + 8 * packs + threadIdx.x; j < a.C; j += step) one(j);
+      return;
+    }
+  }
   int64_t c = threadIdx.x;
   for (; c + 3 * step < a.C; c += 4 * step) {
     float v[4];
