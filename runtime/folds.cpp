@@ -32,14 +32,44 @@ bool foldsCasts(const Node& n) {
 }
 bool isLossGrad(const Node& n) { return n.domain() == "ampc" && n.op() == "SoftmaxCrossEntropyLossGrad"; }
 bool isLayerNorm(const Node& n) { return n.domain().empty() && n.op() == "LayerNormalization"; }
+// A Transpose that moves one group of adjacent input dims past another ([batch, R, C] ->
+// [batch, C, R] once adjacent dims are merged and size-1 dims dropped): the tiled kernel.
+bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C) {
+  if (!isOnnx(t, "Transpose") || !t.inputs()[0]) return false;
+  const auto& xs = t.inputs()[0]->type().shape;
+  const int64_t r = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> perm = t.getInts("perm");
+  if (perm.empty())
+    for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+  std::vector<std::vector<int64_t>> groups;  // output order; input dims of each group
+  for (int64_t d = 0; d < r; ++d) {
+    if (xs[perm[d]] == 1) continue;
+    if (!groups.empty() && groups.back().back() + 1 == perm[d]) groups.back().push_back(perm[d]);
+    else groups.push_back({perm[d]});
+  }
+  auto size = [&](const std::vector<int64_t>& grp) {
+    int64_t p = 1;
+    for (int64_t d : grp) p *= xs[d];
+    return p;
+  };
+  const size_t gn = groups.size();
+  if (gn < 2 || gn > 3 || groups[gn - 1].front() > groups[gn - 2].front() || (gn == 3 && groups[0].front() > groups[2].front())) return false;
+  batch = gn == 3 ? size(groups[0]) : 1;
+  R = size(groups[gn - 1]);
+  C = size(groups[gn - 2]);
+  return true;
+}
+
 // Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
 // cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY,
-// UnscaleCheck the gradients.
+// UnscaleCheck the gradients, a tiled Transpose its input.
 bool readsWidened(const Node& user, size_t i) {
   if (foldsCasts(user)) return true;
   if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
   if (user.domain() == "ampc" && user.op() == "LayerNormGrad") return i == 0;
   if (user.domain() == "ampc" && user.op() == "UnscaleCheck") return i >= 1;  // the gradients
+  int64_t b, r, c;
+  if (tiledTranspose(user, b, r, c)) return i == 0;  // converts in its tiles
   return isLossGrad(user) && i == 1;
 }
 bool isCastBetween(const Node& c, bool widening) {

@@ -33,8 +33,11 @@ bool isLossGrad(const Node& n);
 bool isLayerNorm(const Node& n);
 // Whether `user` reads its operand `i` through a widening Cast: elementwise ops any operand, the
 // cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY,
-// UnscaleCheck the gradients.
+// UnscaleCheck the gradients, a tiled Transpose its input (GPT-2's tied embedding gradient).
 bool readsWidened(const Node& user, size_t i);
+// A Transpose that is [batch, R, C] -> [batch, C, R] once adjacent input dims are merged and size-1
+// dims dropped: the CUDA backend's tiled kernel (transpose2d). Fills batch, R, C.
+bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C);
 bool isCastBetween(const Node& c, bool widening);
 // The widening Cast that produced v, when every reader of v reads through it; else null.
 const Node* widenedSource(const Graph& g, const Value* v);

@@ -72,6 +72,8 @@ cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& a, cudaStrea
 // out[b, c, r] = in[b, r, c] for b < batch, r < R, c < C (elements of 2 or 4 bytes): a transpose
 // that moves the innermost dim, through 32 x 32 tiles in shared memory (both sides coalesced).
 cudaError_t transpose2d(const void* src, void* dst, int64_t batch, int64_t R, int64_t C, int elemBytes, cudaStream_t st);
+// The same from f16/bf16 (`from`) to f32: a widening Cast in front read through.
+cudaError_t transpose2dWiden(const void* src, DT from, float* dst, int64_t batch, int64_t R, int64_t C, cudaStream_t st);
 // out[b, p, c] = c < C ? in[b, c, p] : 0 for c < Cp (NCHW -> NHWC with the channels padded with
 // zeros to Cp), and back: out[b, c, p] = in[b, p, c] for c < C. Elements of 2 or 4 bytes.
 cudaError_t padChannelsLast(const void* src, void* dst, int64_t batch, int64_t C, int64_t P, int64_t Cp, int elemBytes, cudaStream_t st);

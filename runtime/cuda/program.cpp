@@ -747,27 +747,20 @@ void Program::Lowering::lower() {
       std::vector<int64_t> perm = n.getInts("perm");
       if (perm.empty())
         for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
-      // Output dims that are adjacent in the input too move as one; size-1 dims do not move. A
-      // transpose that is then [batch, R, C] -> [batch, C, R] runs tiled (transpose2d).
-      std::vector<std::vector<int64_t>> groups;  // output order; input dims of each group
-      for (int64_t d = 0; d < r; ++d) {
-        if (xs[perm[d]] == 1) continue;
-        if (!groups.empty() && groups.back().back() + 1 == perm[d]) groups.back().push_back(perm[d]);
-        else groups.push_back({perm[d]});
-      }
-      auto size = [&](const std::vector<int64_t>& grp) {
-        int64_t p = 1;
-        for (int64_t d : grp) p *= xs[d];
-        return p;
-      };
+      // Tiled when it is [batch, R, C] -> [batch, C, R] (folds::tiledTranspose), reading an f16/bf16
+      // operand through a widening Cast in front when there is one.
+      int64_t batch = 1, R = 0, C = 0;
       const int eb = dtSize(dt(in(0)));
-      const size_t gn = groups.size();
-      if ((eb == 2 || eb == 4) && gn >= 2 && gn <= 3 && groups[gn - 1].front() < groups[gn - 2].front() &&
-          (gn == 2 || groups[0].front() < groups[2].front())) {
-        const int64_t batch = gn == 3 ? size(groups[0]) : 1, R = size(groups[gn - 1]), C = size(groups[gn - 2]);
-        const void* src = P(in(0));
+      if ((eb == 2 || eb == 4) && tiledTranspose(n, batch, R, C)) {
+        const Value* x = readThrough(p.g_, in(0));
+        const void* src = P(x);
         void* dst = P(out(0));
-        add([=](cudaStream_t st) { return transpose2d(src, dst, batch, R, C, eb, st); });
+        if (x != in(0)) {
+          const DT from = dt(x);
+          add([=](cudaStream_t st) { return transpose2dWiden(src, from, static_cast<float*>(dst), batch, R, C, st); });
+        } else {
+          add([=](cudaStream_t st) { return transpose2d(src, dst, batch, R, C, eb, st); });
+        }
         return;
       }
       const auto st = stridesOf(xs), os = stridesOf(shape(out(0)));

@@ -266,6 +266,11 @@ std::vector<Case> cases() {
                  "%y : $T[33,70] = ampc::Gelu(%x) {approximate = \"" + approx + "\"}\n"
                  "%dx : $T[33,70] = ampc::GeluGrad(%dy, %x) {approximate = \"" + approx + "\"}\noutput %y\noutput %dx",
                  {{"x", {2.5}}}});
+  // A tiled Transpose reading f16/bf16 through the widening Cast in front (GPT-2's tied embedding
+  // gradient), 2-d and batched; at f32 the Cast is not a widening one and both run.
+  c.push_back({"Transpose_widened", "input %x : $T[70,130]\n%c : f32[70,130] = Cast(%x) {to = 1}\n%y : f32[130,70] = Transpose(%c) {perm = [1, 0]}\noutput %y"});
+  c.push_back({"Transpose_widened_batched", "input %x : $T[3,40,50]\n%c : f32[3,40,50] = Cast(%x) {to = 1}\n"
+                                            "%y : f32[3,50,40] = Transpose(%c) {perm = [0, 2, 1]}\noutput %y"});
   c.push_back({"PadGrad", "domain \"ampc\" 1\ninput %dy : $T[6,7]\nconst %p : i64[4] = [1, 0, 2, 3]\n"
                           "%dx : $T[3,4] = ampc::PadGrad(%dy, %p) {shape = [3, 4]}\noutput %dx"});
   return c;

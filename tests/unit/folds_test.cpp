@@ -158,6 +158,14 @@ TEST(Folds, TransformerResiduals) {
     // Reshapes, O's Transpose, the three gradient Transposes, their Reshapes and the Concat.
     EXPECT_EQ(c.attnViews, p == DType::f32 ? 0 : 2 * 16);
   }
+  // The tied embedding's gradient from lm_head (bf16 GEMM, cast up, transposed): the Transpose
+  // reads the bf16 result through the Cast, which launches nothing.
+  auto g = trainGraph("gpt2_tiny", DType::bf16, "adamw");
+  const Value* wide = g->lookup("/model/lm_head/MatMul_grad/Gemm.f32");
+  ASSERT_NE(wide, nullptr);
+  EXPECT_TRUE(castFolded(*g, *wide->producer()));
+  EXPECT_EQ(wide->uses().size(), 1u);
+  EXPECT_EQ(wide->uses()[0].user->op(), "Transpose");
 }
 
 // The parameter casts of a step run as one launch per target type: every one of gpt2_tiny's bf16
