@@ -117,7 +117,9 @@ Counts check(const std::string& model, DType precision, const std::string& optim
     for (const Value* v : writes(*g, n, s.order)) {
       EXPECT_FALSE(s.unwritten.count(v)) << n.describe() << " writes " << v->name() << ", planned without bytes";
       auto it = plan.slots.find(v);
-      if (it != plan.slots.end()) EXPECT_EQ(it->second.first, at) << n.describe() << " writes " << v->name() << " outside its live range";
+      if (it != plan.slots.end()) {
+        EXPECT_EQ(it->second.first, at) << n.describe() << " writes " << v->name() << " outside its live range";
+      }
     }
   }
   return c;
