@@ -348,6 +348,9 @@ const Node* gradConcat(const Graph& g, const Node& a) {
     if (!t || !onlyUse(g, t->result(0), &re) || !isOnnx(*re, "Reshape") || re->result(0)->type().rank() != 3 ||
         !onlyUse(g, re->result(0), &c) || !isOnnx(*c, "Concat") || (concat && c != concat))
       return nullptr;
+    // [B, T, H, D] -> [B, T, H D]: the Concat's rows are the gradient's rows
+    const auto &ts = t->result(0)->type().shape, &rs = re->result(0)->type().shape;
+    if (rs[0] != ts[0] || rs[1] != ts[1]) return nullptr;
     concat = c;
   }
   if (concat->inputs().size() != 3 || concat->result(0)->type().rank() != 3 || normalizeAxis(concat->getInt("axis", 0), 3) != 2) return nullptr;
