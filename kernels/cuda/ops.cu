@@ -301,15 +301,19 @@ cudaError_t stridedCopy(const void* src, void* dst, const CopyArgs& args, cudaSt
 }
 
 namespace {
-template <typename E>
-__global__ void transpose2dKernel(const E* in, E* out, int64_t R, int64_t C) {
-  __shared__ E tile[32][33];
+// Through 32 x 32 tiles; Out is In (a raw copy of 2- or 4-byte elements) or f32 (f16/bf16 widened).
+template <typename In, typename Out>
+__global__ void transpose2dKernel(const In* in, Out* out, int64_t R, int64_t C) {
+  __shared__ Out tile[32][33];
   const int64_t b = blockIdx.z, r0 = static_cast<int64_t>(blockIdx.y) * 32, c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  const E* src = in + b * R * C;
-  E* dst = out + b * R * C;
+  const In* src = in + b * R * C;
+  Out* dst = out + b * R * C;
   for (int k = threadIdx.y; k < 32; k += blockDim.y) {
     const int64_t r = r0 + k, c = c0 + threadIdx.x;
-    if (r < R && c < C) tile[k][threadIdx.x] = src[r * C + c];
+    if (r < R && c < C) {
+      if constexpr (std::is_same_v<In, Out>) tile[k][threadIdx.x] = src[r * C + c];
+      else tile[k][threadIdx.x] = toF(src[r * C + c]);
+    }
   }
   __syncthreads();
   for (int k = threadIdx.y; k < 32; k += blockDim.y) {
@@ -357,39 +361,19 @@ cudaError_t transpose2d(const void* src, void* dst, int64_t batch, int64_t R, in
   if (batch * R * C == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32), static_cast<unsigned>(batch));
   if (elemBytes == 2)
-    transpose2dKernel<uint16_t><<<grid, dim3(32, 8), 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), R, C);
+    transpose2dKernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), R, C);
   else if (elemBytes == 4)
-    transpose2dKernel<uint32_t><<<grid, dim3(32, 8), 0, st>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), R, C);
+    transpose2dKernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), R, C);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
-namespace {
-// transpose2dKernel, widening f16/bf16 to f32 in the tile.
-template <typename In>
-__global__ void transpose2dWidenKernel(const In* in, float* out, int64_t R, int64_t C) {
-  __shared__ float tile[32][33];
-  const int64_t b = blockIdx.z, r0 = static_cast<int64_t>(blockIdx.y) * 32, c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  const In* src = in + b * R * C;
-  float* dst = out + b * R * C;
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const int64_t r = r0 + k, c = c0 + threadIdx.x;
-    if (r < R && c < C) tile[k][threadIdx.x] = toF(src[r * C + c]);
-  }
-  __syncthreads();
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const int64_t c = c0 + k, r = r0 + threadIdx.x;
-    if (r < R && c < C) dst[c * R + r] = tile[threadIdx.x][k];
-  }
-}
-}  // namespace
-
 cudaError_t transpose2dWiden(const void* src, DT from, float* dst, int64_t batch, int64_t R, int64_t C, cudaStream_t st) {
   if (batch * R * C == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32), static_cast<unsigned>(batch));
-  if (from == DT::f16) transpose2dWidenKernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const __half*>(src), dst, R, C);
-  else if (from == DT::bf16) transpose2dWidenKernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const __nv_bfloat16*>(src), dst, R, C);
+  if (from == DT::f16) transpose2dKernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const __half*>(src), dst, R, C);
+  else if (from == DT::bf16) transpose2dKernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const __nv_bfloat16*>(src), dst, R, C);
   else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
