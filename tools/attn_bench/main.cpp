@@ -1,7 +1,11 @@
 // attn_bench: device time of the fused attention kernels alone (ampc.Attention and
 // ampc.AttentionGrad, kernels/cuda/attention.cu) at one size, with and without their mask and
 // dropout, to see what each costs. Runs on the GPU machine (staged by tools/bench/stage_gpu.sh):
-//   attn_bench [--bh 96] [--seq 1024] [--dim 64] [--dtype bf16] [--reps 10]
+//   attn_bench [--bh 96] [--seq 1024] [--dim 64] [--dtype bf16] [--reps 10] [--layout contiguous|gpt2]
+// --layout gpt2 (with --heads, default 12; bh = batch x heads): the operands as GPT-2 exports them,
+// split from one [B, T, 3 H D] projection and transposed to heads, O transposed back and the
+// gradients concatenated; the CUDA backend reads and writes them in place (runtime/folds.h), so
+// this times the strided kernels (K as rows) that GPT-2 runs.
 // For each variant (no mask / causal mask, dropout 0 / 0.1) it prints the median forward and
 // backward milliseconds over --reps runs (events around each node) and the TFLOP/s they reach,
 // counting the causal half of the scores only where the mask is causal.
@@ -18,9 +22,9 @@
 using namespace ampc;
 
 int main(int argc, char** argv) {
-  int64_t bh = 96, seq = 1024, dim = 64;
+  int64_t bh = 96, seq = 1024, dim = 64, heads = 12;
   int reps = 10;
-  std::string dtype = "bf16";
+  std::string dtype = "bf16", layout = "contiguous";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--bh") bh = std::stoll(v);
@@ -28,10 +32,16 @@ int main(int argc, char** argv) {
     else if (k == "--dim") dim = std::stoll(v);
     else if (k == "--dtype") dtype = v;
     else if (k == "--reps") reps = std::stoi(v);
+    else if (k == "--heads") heads = std::stoll(v);
+    else if (k == "--layout") layout = v;
     else {
       std::fprintf(stderr, "attn_bench: unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if ((layout != "contiguous" && layout != "gpt2") || heads < 1 || bh % heads != 0) {
+    std::fprintf(stderr, "attn_bench: --layout is contiguous or gpt2, and --bh a multiple of --heads\n");
+    return 2;
   }
   try {
     for (const bool causal : {false, true})
@@ -47,6 +57,31 @@ int main(int argc, char** argv) {
         text += "  %dq : " + qs + ", %dkt : " + kts + ", %dv : " + qs + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs +
                 " @bwd\n";
         text += "  output %dq\n  output %dkt\n  output %dv\n}\n";
+        if (layout == "gpt2") {
+          const std::string B = std::to_string(bh / heads), H = std::to_string(heads), C = std::to_string(heads * dim);
+          const std::string bthd = T + "[" + B + "," + s + "," + H + "," + d + "]", bhtd = T + "[" + B + "," + H + "," + s + "," + d + "]",
+                            bhdt = T + "[" + B + "," + H + "," + d + "," + s + "]", btc = T + "[" + B + "," + s + "," + C + "]";
+          const std::string mask = causal ? ", %m" : "";
+          text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n  input %x : " + T + "[" + B + "," + s + "," + std::to_string(3 * heads * dim) +
+                 "]\n  input %dy : " + btc + "\n";
+          if (causal) text += "  input %m : f32[" + s + "," + s + "]\n";
+          text += "  const %s4 : i64[4] = [" + B + ", " + s + ", " + H + ", " + d + "]\n  const %s3 : i64[3] = [" + B + ", " + s + ", " + C + "]\n";
+          text += "  const %sp : i64[3] = [" + C + ", " + C + ", " + C + "]\n";
+          text += "  %q : " + btc + ", %k : " + btc + ", %v : " + btc + " = Split(%x, %sp) {axis = 2}\n";
+          for (const char* w : {"q", "k", "v"}) text += "  %" + std::string(w) + "r : " + bthd + " = Reshape(%" + w + ", %s4)\n";
+          text += "  %Q : " + bhtd + " = Transpose(%qr) {perm = [0, 2, 1, 3]}\n  %KT : " + bhdt + " = Transpose(%kr) {perm = [0, 2, 3, 1]}\n";
+          text += "  %V : " + bhtd + " = Transpose(%vr) {perm = [0, 2, 1, 3]}\n";
+          text += "  %O : " + bhtd + ", %lse : f32[" + B + "," + H + "," + s + "] = ampc::Attention(%Q, %KT, %V" + mask + ")" + attrs + " @fwd\n";
+          text += "  %Ot : " + bthd + " = Transpose(%O) {perm = [0, 2, 1, 3]}\n  %Or : " + btc + " = Reshape(%Ot, %s3)\n";
+          text += "  %dyr : " + bthd + " = Reshape(%dy, %s4)\n  %dO : " + bhtd + " = Transpose(%dyr) {perm = [0, 2, 1, 3]}\n";
+          text += "  %dQ : " + bhtd + ", %dKT : " + bhdt + ", %dV : " + bhtd + " = ampc::AttentionGrad(%dO, %Q, %KT, %V, %O, %lse" + mask + ")" +
+                  attrs + " @bwd\n";
+          text += "  %dQt : " + bthd + " = Transpose(%dQ) {perm = [0, 2, 1, 3]}\n  %dKt : " + bthd + " = Transpose(%dKT) {perm = [0, 3, 1, 2]}\n";
+          text += "  %dVt : " + bthd + " = Transpose(%dV) {perm = [0, 2, 1, 3]}\n";
+          for (const char* w : {"dQ", "dK", "dV"}) text += "  %" + std::string(w) + "r : " + btc + " = Reshape(%" + w + "t, %s3)\n";
+          text += "  %dx : " + T + "[" + B + "," + s + "," + std::to_string(3 * heads * dim) + "] = Concat(%dQr, %dKr, %dVr) {axis = 2}\n";
+          text += "  output %Or\n  output %dx\n}\n";
+        }
         auto g = parseGraph(text, "attn_bench");
         cuda::Program p(*g, {});
         std::mt19937_64 rng(1);
@@ -63,7 +98,10 @@ int main(int argc, char** argv) {
         for (int r = 0; r < reps + 1; ++r) {
           const auto t = p.profile();
           if (r == 0) continue;  // warm-up
-          for (const auto& x : t) (x.what.find("fwd") != std::string::npos ? fwd : bwd).push_back(x.ms);
+          for (const auto& x : t) {  // the two attention nodes (other nodes: the gpt2 layout's Reshape of dy)
+            if (x.what.find("fwd") != std::string::npos) fwd.push_back(x.ms);
+            else if (x.what.find("bwd") != std::string::npos) bwd.push_back(x.ms);
+          }
         }
         auto median = [](std::vector<double> v) {
           std::sort(v.begin(), v.end());
@@ -72,8 +110,8 @@ int main(int argc, char** argv) {
         const double f = median(fwd), bw = median(bwd);
         const double flops = 4.0 * static_cast<double>(bh) * static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(dim) *
                              (causal ? 0.5 : 1.0);
-        std::printf("%-6s mask %-6s dropout %.1f: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", dtype.c_str(),
-                    causal ? "causal" : "none", ratio, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+        std::printf("%-6s %s mask %-6s dropout %.1f: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", dtype.c_str(),
+                    layout.c_str(), causal ? "causal" : "none", ratio, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn_bench: %s\n", e.what());
