@@ -1147,6 +1147,9 @@ void Program::Lowering::lower() {
         inPlace |= o.offset != 0 || o.heads != 1;
         return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
       };
+      auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands
+        if (inPlace && (a.t == DT::f32 || a.D % 8 || a.Dv % 8 || a.Tk % 8)) fail("internal: strided attention operands off the mma.sync path");
+      };
       const AttnOperand lk = attnRead(p.g_, n, q + 1);
       const void *Q = at(attnRead(p.g_, n, q), a.q), *KT = at(lk, a.k), *V = at(attnRead(p.g_, n, q + 2), a.v);
       a.kRows = lk.keyRows;
@@ -1154,7 +1157,7 @@ void Program::Lowering::lower() {
         if (dt(out(1)) != DT::f32) fail("LSE must be f32");
         void* O = at(attnWrite(p.g_, n, 0), a.o);
         float* lse = static_cast<float*>(P(out(1)));
-        if (inPlace && (a.t == DT::f32 || a.D % 8 || a.Dv % 8 || a.Tk % 8)) fail("internal: strided attention operands off the mma.sync path");
+        checkInPlace();
         add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
         return;
       }
@@ -1164,7 +1167,7 @@ void Program::Lowering::lower() {
       const AttnOperand ldk = attnWrite(p.g_, n, 1);
       void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
       a.dkRows = ldk.keyRows;
-      if (inPlace && (a.t == DT::f32 || a.D % 8 || a.Dv % 8 || a.Tk % 8)) fail("internal: strided attention operands off the mma.sync path");
+      checkInPlace();
       add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
       return;
     }
