@@ -154,41 +154,58 @@ __device__ __forceinline__ bool skipTile(const uint8_t* flags, const AttentionAr
 // every row of qt has a live key; else 2 where every mask entry of the tile is 0 (the kernels need
 // not read it); else 3 where the tile is causal (0 at key j <= query i, <= kDead above) and every
 // row of qt has a live key (the mma kernels take -inf above the diagonal without reading the mask:
-// the same probabilities, exactly 0); else 0. Grid (query tiles, mask batches); dynamic smem:
-// three ints per key tile.
-__global__ void maskTilesKernel(AttentionArgs a, uint8_t* flags) {
-  extern __shared__ int dead[];
+// the same probabilities, exactly 0); else 0. Two launches: maskTileKernel looks at one tile per
+// block (its dead / nonzero / causal bits and which of its rows have a live key) and
+// maskFlagsKernel combines a query tile's rows over the key tiles.
+struct MaskTile {
+  uint64_t alive;  // bit r: row r has a key above kDead in this tile (rows past Tq: set)
+  uint32_t bits;   // 1 dead, 2 some entry nonzero, 4 causal
+};
+// Grid (key tiles, query tiles, mask batches), 256 threads: 16 entries each.
+__global__ void __launch_bounds__(256) maskTileKernel(AttentionArgs a, MaskTile* tiles) {
   __shared__ int alive[kTile];
-  const int qt = blockIdx.x, nk = static_cast<int>((a.Tk + kTile - 1) / kTile), nq = gridDim.x;
-  int* nonzero = dead + nk;
-  int* causal = nonzero + nk;
-  const int64_t mb = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
-  const int rows = static_cast<int>(a.Tq - i0 < kTile ? a.Tq - i0 : kTile);
-  for (int k = threadIdx.x; k < nk; k += blockDim.x) dead[k] = 1, nonzero[k] = 0, causal[k] = 1;
-  for (int r = threadIdx.x; r < kTile; r += blockDim.x) alive[r] = r < rows ? 0 : 1;
+  const int kt = blockIdx.x, qt = blockIdx.y, t = threadIdx.x;
+  const int64_t mb = blockIdx.z, i0 = static_cast<int64_t>(qt) * kTile, j0 = static_cast<int64_t>(kt) * kTile;
+  const int rows = static_cast<int>(a.Tq - i0 < kTile ? a.Tq - i0 : kTile), cols = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);
+  if (t < kTile) alive[t] = t < rows ? 0 : 1;
   __syncthreads();
-  for (int r = 0; r < rows; ++r) {
-    const int64_t row = mb * a.maskStride + (i0 + r) * a.Tk;
-    for (int64_t j = threadIdx.x; j < a.Tk; j += blockDim.x) {
-      const float v = loadF(a.mask, a.maskType, row + j);
-      if (v > kDead) {
-        dead[j / kTile] = 0;
-        alive[r] = 1;
-      }
-      if (v != 0.0f) nonzero[j / kTile] = 1;
-      if (j <= i0 + r ? v != 0.0f : v > kDead) causal[j / kTile] = 0;
-    }
+  float v[16];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {  // all loads first: 16 in flight per thread
+    const int e = t + 256 * k, r = e / kTile, c = e % kTile;
+    v[k] = r < rows && c < cols ? loadF(a.mask, a.maskType, mb * a.maskStride + (i0 + r) * a.Tk + j0 + c) : 0.0f;
   }
-  __syncthreads();
-  __shared__ int allAlive;
-  if (threadIdx.x == 0) {
-    int all = 1;
-    for (int r = 0; r < kTile; ++r) all &= alive[r];
-    allAlive = all;
+  int dead = 1, nonzero = 0, causal = 1;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const int e = t + 256 * k, r = e / kTile, c = e % kTile;
+    if (r >= rows || c >= cols) continue;
+    if (v[k] > kDead) dead = 0, alive[r] = 1;
+    if (v[k] != 0.0f) nonzero = 1;
+    if (j0 + c <= i0 + r ? v[k] != 0.0f : v[k] > kDead) causal = 0;
   }
-  __syncthreads();
-  for (int k = threadIdx.x; k < nk; k += blockDim.x)
-    flags[(mb * nq + qt) * nk + k] = static_cast<uint8_t>(dead[k] && allAlive ? 1 : !nonzero[k] ? 2 : causal[k] && allAlive ? 3 : 0);
+  dead = __syncthreads_and(dead);
+  nonzero = __syncthreads_or(nonzero);
+  causal = __syncthreads_and(causal);
+  if (t == 0) {
+    uint64_t m = 0;
+    for (int r = 0; r < kTile; ++r) m |= static_cast<uint64_t>(alive[r] != 0) << r;
+    const int nq = gridDim.y, nk = gridDim.x;
+    tiles[(mb * nq + qt) * nk + kt] = {m, static_cast<uint32_t>(dead | nonzero << 1 | causal << 2)};
+  }
+}
+// Grid (query tiles, mask batches), one warp: the key tiles' flags of query tile qt.
+__global__ void maskFlagsKernel(const MaskTile* tiles, uint8_t* flags, int nk) {
+  const int qt = blockIdx.x, nq = gridDim.x, lane = threadIdx.x;
+  const int64_t row = (static_cast<int64_t>(blockIdx.y) * nq + qt) * nk;
+  uint64_t alive = 0;
+  for (int k = lane; k < nk; k += 32) alive |= tiles[row + k].alive;
+  for (int o = 16; o > 0; o >>= 1) alive |= __shfl_xor_sync(0xffffffffu, alive, o);
+  const bool allAlive = alive == ~0ull;
+  for (int k = lane; k < nk; k += 32) {
+    const uint32_t b = tiles[row + k].bits;
+    flags[row + k] = static_cast<uint8_t>((b & 1) && allAlive ? 1 : !(b & 2) ? 2 : (b & 4) && allAlive ? 3 : 0);
+  }
 }
 
 template <typename T>
@@ -507,7 +524,7 @@ __device__ void loadTileAsync(T* s, const T* g, int64_t ld, int64_t rows, int64_
   }
 }
 
-// Tile flags (maskTilesKernel): 1 dead (skipped), 2 no mask entry other than 0 (the mask is not
+// Tile flags (maskTileKernel, maskFlagsKernel): 1 dead (skipped), 2 no mask entry other than 0 (the mask is not
 // read), 3 causal (not read: -inf above the diagonal), 0 read it.
 // This block's flags (a row over key tiles, or a column over query tiles) staged in shared memory,
 // so the loops do not wait on global loads; more than kFlagsSmem tiles read them from global.
@@ -531,14 +548,23 @@ __device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, in
   return {base, stride, smem};
 }
 
+// Keep bits (a.keep): the forward records each score's dropout decision, and the backward reads
+// them instead of drawing Philox again. A 64 x 64 tile is 128 words, one per lane of the forward:
+// word fw * 32 + g * 4 + tq, bit nt * 4 + r * 2 + c holds query fw * 16 + g + 8 r, key nt * 8 +
+// 2 tq + c (warp fw, lane (g, tq), fragment element (nt, r, c)).
+__device__ __forceinline__ int64_t keepTile(const AttentionArgs& a, int64_t n, int qt, int kt) {
+  const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  return ((n * nq + qt) * nk + kt) * 128;
+}
+
 template <typename T>
 size_t fwdSmemMma() { return 6 * kTile * kP * sizeof(T); }
 template <typename T>
-size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float); }
+size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float) + 3 * 128 * sizeof(uint32_t); }
 
 // Grid (N, query tiles).
 template <typename T, bool KR>
-__global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+__global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
                                                             const uint8_t* flags, AttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j]
@@ -646,6 +672,8 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
       // Keys 4q .. 4q + 3 of a row are one Philox draw; lanes tq and tq ^ 1 share it. The even lane
       // draws row g's, the odd lane row g + 8's, and they trade halves.
       const int odd = tq & 1;
+      const float sc = 1.0f / (1.0f - a.ratio);
+      uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int64_t i = odd ? rowI[1] : rowI[0], jq = j0 + nt * 8 + (tq >> 1) * 4;
@@ -655,13 +683,15 @@ __global__ void __launch_bounds__(kThreads) attnFwdMmaKernel(const T* Q, const T
         const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
         const float row0[2] = {odd ? got0 : u[0], odd ? got1 : u[1]};  // row g, keys 2 tq, 2 tq + 1
         const float row8[2] = {odd ? u[2] : got0, odd ? u[3] : got1};  // row g + 8
-        const float sc = 1.0f / (1.0f - a.ratio);
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          s[nt][c] *= row0[c] >= a.ratio ? sc : 0.0f;
-          s[nt][2 + c] *= row8[c] >= a.ratio ? sc : 0.0f;
+          const bool k0 = row0[c] >= a.ratio, k8 = row8[c] >= a.ratio;
+          s[nt][c] *= k0 ? sc : 0.0f;
+          s[nt][2 + c] *= k8 ? sc : 0.0f;
+          kb |= static_cast<uint32_t>(k0) << (nt * 4 + c) | static_cast<uint32_t>(k8) << (nt * 4 + 2 + c);
         }
       }
+      if (a.keep) a.keep[keepTile(a, n, qt, kt) + warp * 32 + lane] = kb;
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -713,6 +743,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   T* dSs = dOs + 3 * kTile * kP;        // [j][i]: dS^T, scale included
   float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 3 x [i]
   float* rowDs = rowL + 3 * kTile;                           // 3 x [i]
+  uint32_t* keepS = reinterpret_cast<uint32_t*>(rowDs + 3 * kTile);  // 3 x 128 words (a.keep)
   __shared__ uint8_t flagsS[kFlagsSmem];
   // Grid (N, key tiles), the first key tiles first over every head (under a causal mask they have
   // the most query tiles).
@@ -732,6 +763,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
     loadTileAsync(Qs + buf * kTile * kP, Qn + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
     loadTileAsync(dOs + buf * kTile * kP, dOn + i0 * a.dO.sRow, a.dO.sRow, a.Tq - i0, a.Dv);
+    if (a.keep && a.ratio > 0.0f && threadIdx.x < 32)  // the forward's keep bits of tile (qt, kt)
+      cpAsync16(keepS + buf * 128 + threadIdx.x * 4, a.keep + keepTile(a, n, qt, kt) + threadIdx.x * 4);
     const int64_t row0 = n * a.Tq + i0;
     if (i0 + kTile <= a.Tq && row0 % 4 == 0) {  // whole tile, 16-byte aligned: with the tiles
       if (threadIdx.x < 32) {
@@ -819,6 +852,22 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     const bool dropout = a.ratio > 0.0f;
     const float keep = dropout ? 1.0f / (1.0f - a.ratio) : 1.0f;
     const int x = g & 3;
+    if (dropout && a.keep) {
+      // Element (nt, r, c): query nt * 8 + 2 tq + c, key warp * 16 + g + 8 r of the tile, i.e. the
+      // forward's warp nt / 2, lane (2 tq + c, g / 2), element (2 warp + r, nt % 2, g % 2): one word
+      // per pair of n-tiles and c.
+      const uint32_t* kb = keepS + buf * 128;
+#pragma unroll
+      for (int np = 0; np < 4; ++np)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const uint32_t w = kb[np * 32 + (2 * tq + c) * 4 + (g >> 1)];
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) element(2 * np + h, r, c, w >> ((2 * warp + r) * 4 + h * 2 + (g & 1)) & 1u ? keep : 0.0f);
+        }
+    } else {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -842,6 +891,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
             element(4 * h + y, r, c, f);
           }
         }
+    }
     // dV += P^T dO, dK += dS^T Q (k: the 64 queries); dS^T to smem for dQ.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -997,15 +1047,24 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
 
 }  // namespace
 
+// The flags (a byte per tile), then the per-tile records maskTileKernel hands to maskFlagsKernel.
 size_t attentionFlagBytes(const AttentionArgs& a) {
-  return a.mask ? align256(static_cast<size_t>((a.maskStride ? a.N : 1) * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile))) : 0;
+  const size_t tiles = static_cast<size_t>((a.maskStride ? a.N : 1) * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile));
+  return a.mask ? align256(tiles) + align256(tiles * sizeof(MaskTile)) : 0;
 }
 
 cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st) {
   if (!a.mask || a.Tq == 0 || a.Tk == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.maskStride ? a.N : 1));
-  maskTilesKernel<<<grid, 256, 3 * sizeof(int) * cdiv(a.Tk, kTile), st>>>(a, flags);
+  const int64_t nq = cdiv(a.Tq, kTile), nk = cdiv(a.Tk, kTile), mb = a.maskStride ? a.N : 1;
+  MaskTile* tiles = reinterpret_cast<MaskTile*>(flags + align256(static_cast<size_t>(mb * nq * nk)));
+  maskTileKernel<<<dim3(static_cast<unsigned>(nk), static_cast<unsigned>(nq), static_cast<unsigned>(mb)), 256, 0, st>>>(a, tiles);
+  maskFlagsKernel<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(mb)), 32, 0, st>>>(tiles, flags, static_cast<int>(nk));
   return cudaGetLastError();
+}
+
+size_t attentionKeepBytes(const AttentionArgs& a) {
+  if (a.ratio <= 0.0f || !mmaPath(a)) return 0;
+  return align256(static_cast<size_t>(a.N * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile)) * 128 * sizeof(uint32_t));
 }
 
 size_t attentionScratch(const AttentionArgs& a, bool backward) {

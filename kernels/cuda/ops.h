@@ -143,11 +143,17 @@ struct AttentionArgs {
   const uint64_t* step = nullptr;    // device step counter (Dropout's)
   uint32_t key = 0;                  // the Dropout node's key
   const uint8_t* flags = nullptr;    // with a mask: its tile flags (attentionMaskTiles)
+  uint32_t* keep = nullptr;          // with dropout: the scores' keep bits, written by the forward and
+                                     // read by the backward of the same step (attentionKeepBytes)
 };
 // The mask's tile flags (which 64 x 64 tiles are dead, all zero, or read), computed once per mask
 // value and step and shared by every node that reads that mask: attentionFlagBytes(a) bytes.
 size_t attentionFlagBytes(const AttentionArgs& a);
 cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st);
+// Bytes of the keep bits (AttentionArgs::keep) the forward can record for its backward, so that the
+// backward need not draw the dropout stream again; 0 where the kernels for `a` take none (no
+// dropout, or off the f16/bf16 tensor-core path).
+size_t attentionKeepBytes(const AttentionArgs& a);
 // Scratch bytes the launches need (the backward's row sums and f32 dQ).
 size_t attentionScratch(const AttentionArgs& a, bool backward);
 // O [N, Tq, Dv], lse f32 [N, Tq].

@@ -1158,6 +1158,13 @@ void Program::Lowering::lower() {
         void* O = at(attnWrite(p.g_, n, 0), a.o);
         float* lse = static_cast<float*>(P(out(1)));
         checkInPlace();
+        // With dropout and a backward in this program: record the keep bits for it.
+        const bool hasGrad = std::any_of(out(1)->uses().begin(), out(1)->uses().end(),
+                                         [](const Use& u) { return u.user->op() == "AttentionGrad" && u.operand == 5; });
+        if (const size_t kb = attentionKeepBytes(a); kb && hasGrad) {
+          a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
+          p.keepBits_[out(1)] = a;
+        }
         add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
         return;
       }
@@ -1168,6 +1175,13 @@ void Program::Lowering::lower() {
       void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
       a.dkRows = ldk.keyRows;
       checkInPlace();
+      // The forward's keep bits, where it drew them with this node's shapes, mask and stream.
+      if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {
+        const AttentionArgs& f = it->second;
+        if (f.N == a.N && f.Tq == a.Tq && f.Tk == a.Tk && f.D == a.D && f.Dv == a.Dv && f.t == a.t && f.mask == a.mask &&
+            f.maskStride == a.maskStride && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
+          a.keep = f.keep;
+      }
       add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
       return;
     }

@@ -103,6 +103,9 @@ class Program {
   char* arena_ = nullptr;
   void* scratch_ = nullptr;  // shared by every node's launches (GEMM and convolution workspaces too)
   std::map<const Value*, uint8_t*> maskFlags_;  // attention masks' tile flags, one buffer per mask value
+  // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
+  // arguments that drew them: the backward reads them where its own arguments match.
+  std::map<const Value*, AttentionArgs> keepBits_;
   std::map<const Node*, int> order_;            // each node's index in the graph's order
   std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (passes/channels_last.h)
   size_t scratchBytes_ = 0;
