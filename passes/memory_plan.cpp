@@ -16,7 +16,7 @@ bool overlaps(int a0, int a1, int b0, int b1) { return a0 <= b1 && b0 <= a1; }
 }  // namespace
 
 MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const std::set<const Value*>& unwritten,
-                      const std::vector<std::pair<const Value*, int>>& extraReads) {
+                      const std::vector<std::pair<const Value*, int>>& extraReads, const std::map<const Value*, int64_t>& bytes) {
   if (!positions.empty() && positions.size() != g.numNodes()) throw Error("memory plan: one position per node expected");
   MemoryPlan p;
   std::vector<const Value*> values;
@@ -32,7 +32,8 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const s
     for (size_t i = 0; i < n->numResults(); ++i) {
       const Value* r = n->result(i);
       MemoryPlan::Slot s;
-      s.bytes = unwritten.count(r) ? 0 : static_cast<int64_t>(r->type().bytes());
+      const auto wide = bytes.find(r);
+      s.bytes = unwritten.count(r) ? 0 : wide != bytes.end() ? wide->second : static_cast<int64_t>(r->type().bytes());
       s.first = s.last = at(index);
       p.slots.emplace(r, s);
       values.push_back(r);

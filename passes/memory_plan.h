@@ -38,8 +38,10 @@ struct MemoryPlan {
 // `unwritten` (optional): values no backend ever writes (the wide side of a Cast folded into the ops
 // around it): they get no bytes. `extraReads` (optional): (value, position) reads that no node's
 // operands show (a fused kernel reading a value in place of the one its operand names).
+// `bytes` (optional): values stored in more bytes than their type's (a padded row pitch).
 MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {}, const std::set<const Value*>& unwritten = {},
-                      const std::vector<std::pair<const Value*, int>>& extraReads = {});
+                      const std::vector<std::pair<const Value*, int>>& extraReads = {},
+                      const std::map<const Value*, int64_t>& bytes = {});
 
 // Error if two values with overlapping live ranges overlap in the arena.
 void checkMemoryPlan(const MemoryPlan& p);

@@ -597,7 +597,7 @@ __device__ __forceinline__ void sceRowStatsT(const T* x, int64_t C, float& mx, f
 template <typename T>
 __global__ void sceRowsT(const T* x, const void* labels, const void* weights, float* ws, LossArgs a) {
   const int64_t row = blockIdx.x;
-  const T* xr = x + row * a.C;
+  const T* xr = x + row * (a.pitch ? a.pitch : a.C);
   float mx, s;
   sceRowStatsT(xr, a.C, mx, s);
   if (threadIdx.x == 0) {
@@ -615,9 +615,10 @@ __global__ void sceRowsT(const T* x, const void* labels, const void* weights, fl
 template <typename T>
 __global__ void sceGradRowsT(const void* dl, DT dlT, const T* x, const void* labels, const void* weights, void* dx, const float* ws,
                              LossArgs a, int64_t rows) {
-  const int64_t row = blockIdx.x, base = row * a.C;
-  const T* xr = x + base;
+  const int64_t row = blockIdx.x, base = row * (a.gPitch ? a.gPitch : a.C);  // dx's row
+  const T* xr = x + row * (a.pitch ? a.pitch : a.C);
   const int64_t y = loadI(labels, a.labelT, row);
+  for (int64_t c = a.C + threadIdx.x; c < a.gPitch; c += blockDim.x) storeF(dx, a.gT, base + c, 0.0f);  // the pad
   if ((a.hasIgnore && y == a.ignore) || y < 0 || y >= a.C) {
     for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) storeF(dx, a.gT, base + c, 0.0f);
     return;
@@ -1107,6 +1108,7 @@ cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* w
                                 const LossArgs& a, cudaStream_t st) {
   const int64_t rows = a.outer * a.inner;
   if (rows == 0) return cudaSuccess;
+  if (a.pitch && (a.inner != 1 || logProb)) return cudaErrorInvalidValue;  // pitched rows: the typed kernels only
   if (a.inner == 1 && !logProb && a.t == DT::f32)
     sceRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(static_cast<const float*>(x), labels, weights, ws, a);
   else if (a.inner == 1 && !logProb && a.t == DT::f16)
@@ -1124,6 +1126,7 @@ cudaError_t softmaxCrossEntropyGrad(const void* dloss, DT dlT, const void* x, co
                                     const LossArgs& a, cudaStream_t st) {
   const int64_t rows = a.outer * a.inner;
   if (rows == 0) return cudaSuccess;
+  if ((a.pitch || a.gPitch) && a.inner != 1) return cudaErrorInvalidValue;  // pitched rows: the typed kernels only
   sceWeights<<<gridFor(rows), 256, 0, st>>>(labels, weights, ws, a, rows);
   sceTotal<<<1, 1024, 0, st>>>(ws, rows, nullptr, a.t, a.reduction);
   if (a.inner == 1 && a.t == DT::f32)

@@ -211,6 +211,9 @@ struct LossArgs {
   bool hasIgnore = false;
   int64_t ignore = -100;
   DT t = DT::f32, labelT = DT::i64, outT = DT::f32, wT = DT::f32, gT = DT::f32;
+  // Row pitches (elements) of the scores and of their gradient where they are stored padded
+  // (inner == 1, f16/bf16, no log-probs); 0: C. The gradient's pad columns are written as zeros.
+  int64_t pitch = 0, gPitch = 0;
 };
 cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* weights, void* loss, void* logProb, float* ws,
                                 const LossArgs& a, cudaStream_t st);

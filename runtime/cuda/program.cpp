@@ -20,9 +20,6 @@ using namespace ampc::folds;  // the fold decisions the lowering follows (runtim
 namespace {
 std::atomic<int64_t> gSyncs{0};
 constexpr size_t kGemmWorkspace = size_t{32} << 20;
-// GEMMs of at least this many multiply-adds run on padded copies when a row stride is not a
-// multiple of 16 bytes (Lowering::gemm).
-constexpr double kPaddedGemmWork = double{1 << 30};
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
@@ -244,6 +241,11 @@ struct Program::Lowering {
     rows = D = 1;
     for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) (d < axis ? rows : D) *= s[d];
   }
+  // A value's row pitch in elements where folds::pitchedScores stores it padded, else 0.
+  int64_t pitchOf(const Value* v) const {
+    auto it = p.pitch_.find(v);
+    return it == p.pitch_.end() ? 0 : it->second;
+  }
   LossArgs lossArgs(const Value* scores, const Value* labels) const {
     LossArgs a;
     const auto& xs = shape(scores);
@@ -379,6 +381,12 @@ void Program::Lowering::gemm(bool isMatMul) {
     staged.push_back(d.transB ? Staged{b, d.N, d.K, pd.N, pd.K, false, zk} : Staged{b, d.K, d.N, pd.K, pd.N, zk, false});
     staged.push_back(Staged{y, d.M, d.N, pd.M, pd.N, false, false});
     for (Staged& q : staged) {
+      // In place (offset 0): already of the padded dims, or stored with the padded row pitch
+      // (folds::pitchedScores; its rows are a multiple of the unit there).
+      if (auto it = p.pitch_.find(q.v); it != p.pitch_.end()) {
+        if (it->second != q.pcols || q.rows != q.prows) fail("internal: a pitched operand off its GEMM's padded dims");
+        q.pcols = q.cols;
+      }
       q.offset = (q.rows == q.prows && q.cols == q.pcols) ? 0 : scratchBytes;  // 0: used in place
       if (q.offset) scratchBytes += alignUp(static_cast<size_t>(q.prows * q.pcols * eb));
     }
@@ -945,6 +953,7 @@ void Program::Lowering::lower() {
       const Value* x = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
       LossArgs a = lossArgs(x, in(1));
       a.outT = dt(out(0));
+      a.pitch = pitchOf(x);
       const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
       const void *X = P(x), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
       void* loss = P(out(0));
@@ -1118,6 +1127,8 @@ void Program::Lowering::lower() {
       const Value* g = narrow ? narrow->result(0) : out(0);
       LossArgs a = lossArgs(x, in(2));
       a.gT = dt(g);
+      a.pitch = pitchOf(x);
+      a.gPitch = pitchOf(g);
       const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
       const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
       const DT dlT = dt(in(0));
@@ -1343,7 +1354,10 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   folds::Schedule sched = folds::schedule(g);
   order_ = std::move(sched.order);
   const std::vector<size_t>& leader = sched.leader;
-  plan_ = planMemory(g, sched.positions, sched.unwritten, sched.extraReads);
+  pitch_ = pitchedScores(g);  // the loss's scores and their gradient with 16-byte row pitches
+  std::map<const Value*, int64_t> pitchedBytes;
+  for (const auto& [v, pitch] : pitch_) pitchedBytes[v] = v->type().numel() / v->type().shape.back() * pitch * static_cast<int64_t>(dtypeSize(v->type().dtype));
+  plan_ = planMemory(g, sched.positions, sched.unwritten, sched.extraReads, pitchedBytes);
   checkMemoryPlan(plan_);
   int64_t persistent = 0;
   for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})

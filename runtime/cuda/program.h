@@ -108,6 +108,7 @@ class Program {
   std::map<const Value*, AttentionArgs> keepBits_;
   std::map<const Node*, int> order_;            // each node's index in the graph's order
   std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (passes/channels_last.h)
+  std::map<const Value*, int64_t> pitch_;       // values stored with a padded row pitch (folds::pitchedScores)
   size_t scratchBytes_ = 0;
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;

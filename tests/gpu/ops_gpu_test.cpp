@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <regex>
 
+#include "tests/common/pitched_graph.h"
 #include "tests/gpu/gpu_util.h"
 
 using namespace ampc;
@@ -540,6 +541,26 @@ TEST(GpuProgram, ViewsAndFoldedCastsTakeNoBytes) {
   std::map<std::string, Tensor> in{{"x", randomTensor(g->lookup("x")->type(), 4.0)}, {"l", randomTensor(g->lookup("l")->type(), 1, 0, 1000)},
                                    {"d", randomTensor(g->lookup("d")->type())}};
   expectSameOnGpu(*g, in, "views and folded casts", 1.0);
+}
+
+// GPT-2's lm_head in small (tests/common/pitched_graph.h): the scores and their gradient are stored
+// with a row pitch of 1008 (folds::pitchedScores), no padded copies of them, and the results are
+// the CPU's, which stores them densely.
+TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
+  AMPC_NEED_GPU();
+  auto g = parseGraph(test::pitchedLossGraph(), "pitched");
+  cuda::Program p(*g, {});
+  const MemoryPlan& m = p.memoryPlan();
+  for (const char* v : {"z", "gb"}) EXPECT_EQ(m.slots.at(g->lookup(v)).bytes, 1040 * 1008 * 2) << v;
+  EXPECT_EQ(m.slots.at(g->lookup("gr")).offset, m.slots.at(g->lookup("gb")).offset);
+  Tensor labels = randomTensor(g->lookup("l")->type(), 1, 0, 1000);
+  for (int64_t r = 0; r < 1040; r += 37) labels.setDouble(r, 3);  // some rows ignored: their gradient rows are 0
+  std::map<std::string, Tensor> in{{"h", randomTensor(g->lookup("h")->type())},
+                                   {"w", randomTensor(g->lookup("w")->type(), 0.1)},
+                                   {"wt", randomTensor(g->lookup("wt")->type())},
+                                   {"l", std::move(labels)},
+                                   {"d", randomTensor(g->lookup("d")->type())}};
+  expectSameOnGpu(*g, in, "pitched loss scores", 1.0);
 }
 
 // A stem as ResNet's, at f16 and bf16: the first convolution's output (3 input channels, padded to 8

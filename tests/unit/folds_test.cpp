@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include "compiler/ir/text.h"
 #include "passes/memory_plan.h"
 #include "runtime/folds.h"
+#include "tests/common/pitched_graph.h"
 #include "tests/common/train_graph.h"
 
 using namespace ampc;
@@ -189,3 +191,19 @@ TEST(Folds, ParameterCastsInOneLaunch) {
 }
 
 }  // namespace
+
+// The loss's scores and their gradient, [1040, 1001] bf16 (rows of 2002 bytes), between three
+// products large enough for the padded path: both values (and the gradient's view) are stored with a
+// row pitch of 1008, the f32 sides of the folded casts not at all; as a graph output, or read by
+// anything else, a value keeps its own layout.
+TEST(Folds, LossScoresPitched) {
+  auto g = parseGraph(test::pitchedLossGraph(), "pitched");
+  const auto pitch = pitchedScores(*g);
+  EXPECT_EQ(pitch.size(), 3u);
+  for (const char* v : {"z", "gb", "gr"}) EXPECT_EQ(pitch.count(g->lookup(v)) ? pitch.at(g->lookup(v)) : 0, 1008) << v;
+  const MemoryPlan m = planMemory(*g, {}, {}, {}, {{g->lookup("z"), 1040 * 1008 * 2}});
+  EXPECT_EQ(m.slots.at(g->lookup("z")).bytes, 1040 * 1008 * 2);
+  // The logits as an output, and the gradient read by an elementwise op: neither is pitched.
+  auto g2 = parseGraph(test::pitchedLossGraph("  output %z\n  %n : bf16[1040,1001] = Neg(%gb)\n  output %n\n"), "kept");
+  EXPECT_TRUE(pitchedScores(*g2).empty());
+}
