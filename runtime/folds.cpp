@@ -184,6 +184,32 @@ bool lossReads(const Node& n, int operand) {
 }
 }  // namespace
 
+bool fusedGradChain(const Graph& g, const Node& u, const Node** clipOut) {
+  if (u.domain() != "ampc" || u.op() != "UnscaleCheck" || u.inputs().size() < 2 || u.numResults() != u.inputs().size()) return false;
+  const size_t k = u.inputs().size() - 1;
+  auto single = [&](const Value* r) -> const Use* { return g.isOutput(r) || r->uses().size() != 1 ? nullptr : &r->uses()[0]; };
+  auto optimizerGrad = [](const Use& use) {
+    const Node& o = *use.user;
+    return o.domain() == "ampc" && use.operand == 1 && (o.op() == "SGD" || (o.op() == "Adam" && o.getInt("lamb", 0) == 0));
+  };
+  const Use* first = single(u.result(0));
+  if (!first) return false;
+  const Node* clip = first->user->domain() == "ampc" && first->user->op() == "ClipByGlobalNorm" ? first->user : nullptr;
+  if (clip && (clip->inputs().size() != k + 1 || clip->inputs()[0] != u.result(k) || clip->numResults() < k)) return false;
+  for (size_t i = 0; i < k; ++i) {
+    const Use* use = single(u.result(i));
+    if (!use) return false;
+    if (clip) {
+      const Use* c = single(clip->result(i));
+      if (use->user != clip || use->operand != static_cast<int>(i) + 1 || !c || !optimizerGrad(*c)) return false;
+    } else if (!optimizerGrad(*use)) {
+      return false;
+    }
+  }
+  if (clipOut) *clipOut = clip;
+  return true;
+}
+
 std::map<const Value*, int64_t> pitchedScores(const Graph& g) {
   std::map<const Value*, int64_t> pitch;
   auto claim = [&](const Value* root, int64_t C, auto&& usesOk) {
@@ -614,6 +640,18 @@ Schedule schedule(const Graph& g) {
       unwritten.insert(n->result(0));
     } else if (n->domain() == "ampc" && n->op() == "ConvGrad" && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) {
       unwritten.insert(n->result(0));  // a dX nobody reads is not computed
+    }
+  }
+  // The gradient chain folded into the optimizer: the unscaled and clipped gradients get no bytes,
+  // and each gradient UnscaleCheck reads is read again by its optimizer node.
+  for (const auto& n : g.nodes()) {
+    const Node* clip = nullptr;
+    if (!fusedGradChain(g, *n, &clip)) continue;
+    for (size_t i = 0; i + 1 < n->inputs().size(); ++i) {
+      unwritten.insert(n->result(i));
+      const Value* read = clip ? clip->result(i) : n->result(i);
+      if (clip) unwritten.insert(read);
+      s.extraReads.emplace_back(readThrough(g, n->inputs()[i + 1]), positions[indexOf[read->uses()[0].user]]);
     }
   }
   // Attention operands in place: a read Transpose runs where its last reader does (its input, or the

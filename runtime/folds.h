@@ -57,6 +57,16 @@ bool castFolded(const Graph& g, const Node& c);
 // DropoutGrad reads the operand.
 const Value* castUnwritten(const Graph& g, const Node& c);
 
+// The step's gradient chain folded into the optimizer: an UnscaleCheck each of whose unscaled
+// gradients has one reader, either all one ClipByGlobalNorm (taking UnscaleCheck's found_inf) each
+// of whose clipped gradients has one reader, or directly, and those readers the gradient operand
+// of SGD or Adam/AdamW nodes (not LAMB); none a graph output. UnscaleCheck then only checks (and
+// sums the squares for the clip), the clip only writes its norm, and the optimizer reads each
+// gradient as UnscaleCheck did, unscaling and clipping it in registers with the same operations:
+// the unscaled and clipped gradients are never written. Returns whether `unscale` is such a node;
+// `clip` gets the ClipByGlobalNorm or null.
+bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nullptr);
+
 // Scores stored with a padded row pitch. A softmax cross-entropy loss over f16/bf16 scores
 // [rows, C] whose rows are not a multiple of 16 bytes (GPT-2's vocabulary of 50257 words) had its
 // scores and their gradient copied to a padded pitch around each of the three GEMMs that write or

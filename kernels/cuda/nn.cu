@@ -601,6 +601,7 @@ __global__ void sceRowsT(const T* x, const void* labels, const void* weights, fl
   float mx, s;
   sceRowStatsT(xr, a.C, mx, s);
   if (threadIdx.x == 0) {
+    if (a.rowStats) a.rowStats[2 * row] = mx, a.rowStats[2 * row + 1] = s;
     const float lse = logf(s) + mx;
     const int64_t y = loadI(labels, a.labelT, row);
     float l = 0, w = 0;
@@ -626,7 +627,8 @@ __global__ void sceGradRowsT(const void* dl, DT dlT, const T* x, const void* lab
   const float w = weights ? loadF(weights, a.wT, y) : 1.0f;
   const float g = (a.reduction == 0 ? loadF(dl, dlT, row) : a.reduction == 1 ? loadF(dl, dlT, 0) : loadF(dl, dlT, 0) / ws[2 * rows + 1]) * w;
   float mx, s;
-  sceRowStatsT(xr, a.C, mx, s);
+  if (a.rowStats) mx = a.rowStats[2 * row], s = a.rowStats[2 * row + 1];  // the loss's pass
+  else sceRowStatsT(xr, a.C, mx, s);
   const float inv = 1.0f / s;
   const int64_t step = blockDim.x;
   if constexpr (!std::is_same_v<T, float>) {
@@ -1108,7 +1110,7 @@ cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* w
                                 const LossArgs& a, cudaStream_t st) {
   const int64_t rows = a.outer * a.inner;
   if (rows == 0) return cudaSuccess;
-  if (a.pitch && (a.inner != 1 || logProb)) return cudaErrorInvalidValue;  // pitched rows: the typed kernels only
+  if ((a.pitch || a.rowStats) && (a.inner != 1 || logProb)) return cudaErrorInvalidValue;  // the typed kernels only
   if (a.inner == 1 && !logProb && a.t == DT::f32)
     sceRowsT<<<blocksFor(rows), kRowBlock, 0, st>>>(static_cast<const float*>(x), labels, weights, ws, a);
   else if (a.inner == 1 && !logProb && a.t == DT::f16)
@@ -1126,7 +1128,7 @@ cudaError_t softmaxCrossEntropyGrad(const void* dloss, DT dlT, const void* x, co
                                     const LossArgs& a, cudaStream_t st) {
   const int64_t rows = a.outer * a.inner;
   if (rows == 0) return cudaSuccess;
-  if ((a.pitch || a.gPitch) && a.inner != 1) return cudaErrorInvalidValue;  // pitched rows: the typed kernels only
+  if ((a.pitch || a.gPitch || a.rowStats) && a.inner != 1) return cudaErrorInvalidValue;  // the typed kernels only
   sceWeights<<<gridFor(rows), 256, 0, st>>>(labels, weights, ws, a, rows);
   sceTotal<<<1, 1024, 0, st>>>(ws, rows, nullptr, a.t, a.reduction);
   if (a.inner == 1 && a.t == DT::f32)

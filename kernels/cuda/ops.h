@@ -214,6 +214,9 @@ struct LossArgs {
   // Row pitches (elements) of the scores and of their gradient where they are stored padded
   // (inner == 1, f16/bf16, no log-probs); 0: C. The gradient's pad columns are written as zeros.
   int64_t pitch = 0, gPitch = 0;
+  // Each row's max and sum of exp(x - max) (two floats a row; inner == 1, no log-probs): the loss
+  // writes them, its gradient reads them instead of a second pass over the scores. Null: not kept.
+  float* rowStats = nullptr;
 };
 cudaError_t softmaxCrossEntropy(const void* x, const void* labels, const void* weights, void* loss, void* logProb, float* ws,
                                 const LossArgs& a, cudaStream_t st);

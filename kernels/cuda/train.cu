@@ -71,6 +71,41 @@ __global__ void unscaleKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* 
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found = true;
 }
 
+// UnscaleCheck folded into the optimizer: the check, and the squares for the clip's norm.
+template <typename T>
+__global__ void unscaleNormKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* invScale, bool* found, double* normSq) {
+  const Chunk c = chunkOf(ct, cs, sizes, chunk);
+  const T* g = rolePtr<const T>(roles, n, 0, c.t);
+  const float inv = *invScale;
+  int bad = 0;
+  double sq = 0;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const float v = toF(g[i]) * inv;
+    bad |= !isfinite(v);
+    sq += static_cast<double>(v) * v;
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found = true;
+  if (normSq) {
+    sq = blockSum(sq);
+    if (threadIdx.x == 0) atomicAdd(normSq, sq);
+  }
+}
+
+// An optimizer's view of its gradient (GradIn): the unscale and clip factors, read once a block.
+struct GradView {
+  float inv;
+  double coef;
+  bool unscale;
+  __device__ explicit GradView(const GradIn& gi) : inv(gi.invScale ? *gi.invScale : 1.0f), coef(1.0), unscale(gi.invScale != nullptr) {
+    if (gi.normSq && gi.maxNorm > 0 && !*gi.clipFound) coef = fmin(1.0, static_cast<double>(gi.maxNorm) / (sqrt(*gi.normSq) + 1e-6));
+  }
+  template <typename G>
+  __device__ __forceinline__ float operator()(const G* g, int64_t i) const {
+    const float u = unscale ? toF(g[i]) * inv : toF(g[i]);
+    return coef < 1.0 ? static_cast<float>(u * coef) : u;
+  }
+};
+
 // roles {src f32, dst f16/bf16}: four elements per thread and step (chunks start at multiples of
 // the chunk size, so the pack stays aligned when the tensors are), the rest one by one.
 __global__ void castKernel(AMPC_CHUNK_ARGS, void* const* roles, DT to) {
@@ -116,19 +151,23 @@ __global__ void lrKernel(const int64_t* step, float* out, float lr, int schedule
   *out = static_cast<float>(r);
 }
 
-__global__ void sgdKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp, const bool* found, float mom, float wd, bool nesterov) {
+template <typename G>
+__global__ void sgdKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp, const bool* found, float mom, float wd, bool nesterov,
+                          GradIn gin) {
   const Chunk c = chunkOf(ct, cs, sizes, chunk);
-  const float *p = rolePtr<float>(roles, n, 0, c.t), *g = rolePtr<float>(roles, n, 1, c.t), *buf = rolePtr<float>(roles, n, 2, c.t);
+  const float *p = rolePtr<float>(roles, n, 0, c.t), *buf = rolePtr<float>(roles, n, 2, c.t);
+  const G* g = rolePtr<const G>(roles, n, 1, c.t);
   float *po = rolePtr<float>(roles, n, 3, c.t), *bo = rolePtr<float>(roles, n, 4, c.t);
   const bool skip = *found;
   const float lr = *lrp;
+  const GradView gv(gin);
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
     if (skip) {
       po[i] = p[i];
       bo[i] = buf[i];
       continue;
     }
-    float d = g[i] + wd * p[i], b = buf[i];
+    float d = gv(g, i) + wd * p[i], b = buf[i];
     if (mom != 0.0f) {
       b = mom * b + d;
       d = nesterov ? d + mom * b : b;
@@ -152,10 +191,12 @@ __device__ __forceinline__ AdamConsts adamConsts(const float* lrp, const int64_t
 }
 
 // Adam / AdamW; with lamb, phase 1: the moments and the per-tensor ||p||^2, ||u||^2.
+template <typename G>
 __global__ void adamKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp, const int64_t* stepp, const bool* found, float b1, float b2,
-                           float eps, float wd, bool decoupled, bool lamb, double* norms) {
+                           float eps, float wd, bool decoupled, bool lamb, double* norms, GradIn gin) {
   const Chunk c = chunkOf(ct, cs, sizes, chunk);
-  const float *p = rolePtr<float>(roles, n, 0, c.t), *g = rolePtr<float>(roles, n, 1, c.t);
+  const float* p = rolePtr<float>(roles, n, 0, c.t);
+  const G* g = rolePtr<const G>(roles, n, 1, c.t);
   const float *m = rolePtr<float>(roles, n, 2, c.t), *v = rolePtr<float>(roles, n, 3, c.t);
   float *po = rolePtr<float>(roles, n, 4, c.t), *mo = rolePtr<float>(roles, n, 5, c.t), *vo = rolePtr<float>(roles, n, 6, c.t);
   if (*found) {
@@ -167,9 +208,10 @@ __global__ void adamKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp
     return;
   }
   const AdamConsts k = adamConsts(lrp, stepp, b1, b2, eps, wd);
+  const GradView gv(gin);
   double pn = 0, un = 0;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-    float pi = p[i], gi = g[i];
+    float pi = p[i], gi = gv(g, i);
     if (lamb) {
       const float mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
       const float u = (mi / k.bc1) / (sqrtf(vi / k.bc2) + eps) + wd * pi;
@@ -273,6 +315,26 @@ cudaError_t unscaleCheck(const TensorList& l, DT t, const float* invScale, bool*
   return cudaGetLastError();
 }
 
+cudaError_t unscaleCheckNorm(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, double* normSq, cudaStream_t st) {
+  if (clear) {
+    if (cudaError_t e = cudaMemsetAsync(found, 0, 1, st); e != cudaSuccess) return e;
+    if (normSq)
+      if (cudaError_t e = cudaMemsetAsync(normSq, 0, sizeof(double), st); e != cudaSuccess) return e;
+  }
+  if (l.chunks() == 0) return cudaSuccess;
+  switch (t) {
+    case DT::f16: unscaleNormKernel<__half><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found, normSq); break;
+    case DT::bf16: unscaleNormKernel<__nv_bfloat16><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found, normSq); break;
+    default: unscaleNormKernel<float><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found, normSq); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t clipNormOut(const double* normSq, float* normOut, cudaStream_t st) {
+  normOutKernel<<<1, 1, 0, st>>>(normSq, normOut);
+  return cudaGetLastError();
+}
+
 cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st) {
   if (cudaError_t e = cudaMemsetAsync(normSq, 0, sizeof(double), st); e != cudaSuccess) return e;
   if (l.chunks() > 0) {
@@ -293,18 +355,27 @@ cudaError_t learningRate(const int64_t* step, float* out, float lr, int schedule
   return cudaGetLastError();
 }
 
-cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, cudaStream_t st) {
-  if (l.chunks() > 0) sgdKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, found, momentum, weightDecay, nesterov);
+cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, const GradIn& gin,
+                cudaStream_t st) {
+  if (l.chunks() == 0) return cudaSuccess;
+  auto run = [&](auto kernel) { kernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, found, momentum, weightDecay, nesterov, gin); };
+  if (gin.t == DT::f16) run(sgdKernel<__half>);
+  else if (gin.t == DT::bf16) run(sgdKernel<__nv_bfloat16>);
+  else run(sgdKernel<float>);
   return cudaGetLastError();
 }
 
 cudaError_t adam(const TensorList& l, const float* lr, const int64_t* step, const bool* found, float beta1, float beta2, float eps,
-                 float weightDecay, bool decoupled, bool lamb, double* norms, cudaStream_t st) {
+                 float weightDecay, bool decoupled, bool lamb, double* norms, const GradIn& gin, cudaStream_t st) {
   if (l.chunks() == 0) return cudaSuccess;
   if (lamb)
     if (cudaError_t e = cudaMemsetAsync(norms, 0, sizeof(double) * 2 * l.tensors(), st); e != cudaSuccess) return e;
-  adamKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, decoupled, lamb,
-                                              norms);
+  auto run = [&](auto kernel) {
+    kernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, decoupled, lamb, norms, gin);
+  };
+  if (gin.t == DT::f16) run(adamKernel<__half>);
+  else if (gin.t == DT::bf16) run(adamKernel<__nv_bfloat16>);
+  else run(adamKernel<float>);
   if (lamb) lambApply<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, norms);
   return cudaGetLastError();
 }

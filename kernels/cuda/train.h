@@ -46,6 +46,23 @@ cudaError_t castTensors(const TensorList& l, DT to, cudaStream_t st);
 // out = grad * *invScale; *found = any non-finite out (cleared first when `clear`: the node's first
 // launch of one per gradient type).
 cudaError_t unscaleCheck(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, cudaStream_t st);
+// The gradient an optimizer reads where the step's UnscaleCheck (and ClipByGlobalNorm) fold into it
+// (folds::fusedGradChain): its role g holds UnscaleCheck's operand, of type t (f32, or f16/bf16
+// read through a widening Cast), and each element is u = g * *invScale, then with a clip
+// (normSq non-null) u * coef as ClipByGlobalNorm computes it: the same operations, so the same
+// values as the unfused nodes. The default reads an f32 gradient as it is.
+struct GradIn {
+  DT t = DT::f32;
+  const float* invScale = nullptr;  // null: g is the gradient itself
+  const double* normSq = nullptr;   // the clip's sum of squares; null: no clip
+  const bool* clipFound = nullptr;  // the clip's found_inf operand
+  float maxNorm = 0.0f;
+};
+// UnscaleCheck folded into the optimizer: roles {grad}; only *found, and with normSq the squares
+// of the unscaled gradients added into it (f64, zeroed first when `clear`). Nothing is written.
+cudaError_t unscaleCheckNorm(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, double* normSq, cudaStream_t st);
+// ClipByGlobalNorm folded into the optimizer: its norm output, from the sum of squares.
+cudaError_t clipNormOut(const double* normSq, float* normOut, cudaStream_t st);
 // ClipByGlobalNorm: roles {grad, out}. norm = ||grads||_2 (f64 accumulation, `normSq` scratch);
 // out = grad * min(1, maxNorm / (norm + 1e-6)) when maxNorm > 0 and !*found, else grad.
 cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st);
@@ -54,11 +71,12 @@ cudaError_t stepIncrement(const int64_t* step, const bool* found, int64_t* out, 
 // LearningRate for the 1-based step: schedule 0 constant, 1 linear warmup, 2 cosine.
 cudaError_t learningRate(const int64_t* step, float* out, float lr, int schedule, int64_t warmup, int64_t total, cudaStream_t st);
 // SGD: roles {p, g, buf, pOut, bufOut}.
-cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, cudaStream_t st);
+cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, const GradIn& gin,
+                cudaStream_t st);
 // Adam / AdamW: roles {p, g, m, v, pOut, mOut, vOut}; `step` the step count after the increment.
 // LAMB (lamb): the same roles; `norms` is f64 scratch of 2 per tensor.
 cudaError_t adam(const TensorList& l, const float* lr, const int64_t* step, const bool* found, float beta1, float beta2, float eps,
-                 float weightDecay, bool decoupled, bool lamb, double* norms, cudaStream_t st);
+                 float weightDecay, bool decoupled, bool lamb, double* norms, const GradIn& gin, cudaStream_t st);
 // ScalerUpdate (PyTorch's GradScaler plus hysteresis and bounds; 0: unbounded).
 cudaError_t scalerUpdate(const float* scale, const int64_t* tracker, const int64_t* left, const bool* found, float* scaleOut,
                          int64_t* trackerOut, int64_t* leftOut, float growthFactor, float backoffFactor, int64_t growthInterval,

@@ -954,6 +954,13 @@ void Program::Lowering::lower() {
       LossArgs a = lossArgs(x, in(1));
       a.outT = dt(out(0));
       a.pitch = pitchOf(x);
+      // Where a gradient of the same scores follows, the rows' max and sum are kept for it.
+      const bool hasGrad = std::any_of(x->uses().begin(), x->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); }) ||
+                           std::any_of(in(0)->uses().begin(), in(0)->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); });
+      if (hasGrad && a.inner == 1 && n.numResults() == 1 && !p.lossStats_.count(x)) {
+        a.rowStats = static_cast<float*>(p.allocPersistent(sizeof(float) * 2 * a.outer));
+        p.lossStats_[x] = a.rowStats;
+      }
       const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
       const void *X = P(x), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
       void* loss = P(out(0));
@@ -1129,6 +1136,7 @@ void Program::Lowering::lower() {
       a.gT = dt(g);
       a.pitch = pitchOf(x);
       a.gPitch = pitchOf(g);
+      if (auto it = p.lossStats_.find(x); it != p.lossStats_.end() && a.inner == 1) a.rowStats = it->second;
       const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
       const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
       const DT dlT = dt(in(0));
@@ -1243,6 +1251,26 @@ void Program::Lowering::train() {
     const float* inv = f32(in(0));
     bool* found = const_cast<bool*>(flag(out(k)));
     bool clear = true;
+    const Node* clip = nullptr;
+    if (fusedGradChain(p.g_, n, &clip)) {  // only the check (and the clip's squares): the optimizer unscales
+      double* normSq = clip ? p.chainNorm(&n) : nullptr;
+      for (const auto& [t, idx] : byType) {
+        if (t != DT::f32 && t != DT::f16 && t != DT::bf16) fail("gradients must be f32, f16 or bf16");
+        std::vector<int64_t> sizes;
+        std::vector<void*> src;
+        for (size_t i : idx) {
+          src.push_back(P(readThrough(p.g_, in(i + 1))));
+          sizes.push_back(in(i + 1)->type().numel());
+        }
+        auto l = std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src});
+        p.keep_.push_back(l);
+        const DT gt = t;
+        add([l, gt, inv, found, clear, normSq](cudaStream_t st) { return unscaleCheckNorm(*l, gt, inv, found, clear, normSq, st); });
+        clear = false;
+      }
+      if (byType.empty()) add([found](cudaStream_t st) { return cudaMemsetAsync(found, 0, 1, st); });
+      return;
+    }
     for (const auto& [t, idx] : byType) {
       if (t != DT::f32 && t != DT::f16 && t != DT::bf16) fail("gradients must be f32, f16 or bf16");
       std::vector<int64_t> sizes;
@@ -1263,6 +1291,14 @@ void Program::Lowering::train() {
   }
   if (op == "ClipByGlobalNorm") {
     const size_t k = n.inputs().size() - 1;
+    const Node* u = k ? in(1)->producer() : nullptr;
+    const Node* clip = nullptr;
+    if (u && fusedGradChain(p.g_, *u, &clip) && clip == &n) {  // folded: the optimizer clips; only the norm here
+      const double* normSq = p.chainNorm(u);
+      float* norm = n.numResults() > k ? f32(out(k)) : nullptr;
+      if (norm) add([normSq, norm](cudaStream_t st) { return clipNormOut(normSq, norm, st); });
+      return;
+    }
     std::vector<int64_t> sizes;
     std::vector<void*> src, dst;
     for (size_t i = 0; i < k; ++i) {
@@ -1428,15 +1464,52 @@ void Program::lowerParamCasts(const std::vector<const Node*>& group) {
   launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return castTensors(*l, to, st); }});
 }
 
+// The gradient an optimizer node reads: where the step's UnscaleCheck (and clip) fold into it
+// (folds::fusedGradChain), UnscaleCheck's operand and how to unscale and clip it; else the operand.
+std::pair<const Value*, GradIn> Program::gradIn(const Value* grad) {
+  const Node* prod = grad->producer();
+  const Node* u = prod && prod->op() == "ClipByGlobalNorm" ? prod->inputs()[1]->producer() : prod;
+  const Node* clip = nullptr;
+  if (!u || !fusedGradChain(g_, *u, &clip) || (clip ? clip != prod : u != prod)) return {grad, GradIn{}};
+  const Value* src = readThrough(g_, u->inputs()[static_cast<size_t>(grad->resultIndex()) + 1]);
+  GradIn gi;
+  gi.t = src->type().dtype == DType::f16 ? DT::f16 : src->type().dtype == DType::bf16 ? DT::bf16 : DT::f32;
+  gi.invScale = static_cast<const float*>(ptr(u->inputs()[0]));
+  if (clip) {
+    gi.normSq = chainNorm(u);
+    gi.clipFound = static_cast<const bool*>(ptr(clip->inputs()[0]));
+    gi.maxNorm = clip->getFloat("max_norm", 0.0f);
+  }
+  return {src, gi};
+}
+
 void Program::lowerOptimizer(const std::vector<const Node*>& group) {
+  // One launch per kind of gradient (f32, or UnscaleCheck's f16/bf16/f32 operand read in place).
+  std::map<std::pair<int, bool>, std::vector<const Node*>> parts;
+  for (const Node* m : group) {
+    const GradIn gi = gradIn(m->inputs()[1]).second;
+    parts[{static_cast<int>(gi.t), gi.invScale != nullptr}].push_back(m);
+  }
+  for (const auto& [kind, part] : parts) lowerOptimizerPart(part, group.size());
+}
+
+void Program::lowerOptimizerPart(const std::vector<const Node*>& group, size_t groupSize) {
   const Node& n = *group.front();
   const bool isSgd = n.op() == "SGD";
   const size_t tensors = isSgd ? 3 : 4, outs = isSgd ? 2 : 3;
   std::vector<std::vector<void*>> roles(tensors + outs);
   std::vector<int64_t> sizes;
+  GradIn gin;
   for (const Node* m : group) {
     for (size_t r = 0; r < tensors; ++r) {
       const Value* v = m->inputs()[r];
+      if (r == 1) {  // the gradient, as the step's folded UnscaleCheck and clip leave it
+        const auto [src, gi] = gradIn(v);
+        roles[r].push_back(ptr(src));
+        gin = gi;
+        if (!gi.invScale && v->type().dtype != DType::f32) throw Error(m->describe() + ": CUDA backend: optimizer gradients must be f32");
+        continue;
+      }
       if (v->type().dtype != DType::f32) throw Error(m->describe() + ": CUDA backend: optimizer state must be f32");
       roles[r].push_back(ptr(v));
     }
@@ -1447,11 +1520,11 @@ void Program::lowerOptimizer(const std::vector<const Node*>& group) {
   keep_.push_back(l);
   const float* lr = static_cast<const float*>(ptr(n.inputs()[isSgd ? 3 : 4]));
   const bool* found = static_cast<const bool*>(ptr(n.inputs()[isSgd ? 4 : 6]));
-  const std::string what = n.describe() + (group.size() > 1 ? " (+" + std::to_string(group.size() - 1) + " fused)" : "");
+  const std::string what = n.describe() + (groupSize > 1 ? " (+" + std::to_string(groupSize - 1) + " fused)" : "");
   if (isSgd) {
     const float mom = n.getFloat("momentum", 0.0f), wd = n.getFloat("weight_decay", 0.0f);
     const bool nesterov = n.getInt("nesterov", 0) != 0;
-    launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return sgd(*l, lr, found, mom, wd, nesterov, st); }});
+    launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return sgd(*l, lr, found, mom, wd, nesterov, gin, st); }});
     return;
   }
   const int64_t* step = static_cast<const int64_t*>(ptr(n.inputs()[5]));
@@ -1459,7 +1532,8 @@ void Program::lowerOptimizer(const std::vector<const Node*>& group) {
   const float wd = n.getFloat("weight_decay", 0.0f);
   const bool decoupled = n.getInt("decoupled", 0) != 0, lamb = n.getInt("lamb", 0) != 0;
   double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * sizes.size())) : nullptr;  // one per group
-  launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, st); }});
+  launches_.push_back(
+      {what, n.qualifiedOp(), [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, gin, st); }});
 }
 
 Program::~Program() {

@@ -18,6 +18,7 @@
 
 #include "compiler/ir/ir.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/train.h"
 #include "passes/memory_plan.h"
 
 namespace ampc::cuda {
@@ -91,6 +92,8 @@ class Program {
   struct Lowering;
   void* allocPersistent(size_t bytes);
   void lowerOptimizer(const std::vector<const Node*>& group);
+  void lowerOptimizerPart(const std::vector<const Node*>& group, size_t groupSize);
+  std::pair<const Value*, GradIn> gradIn(const Value* grad);
   void lowerParamCasts(const std::vector<const Node*>& group);
   void enqueueAll();
 
@@ -106,6 +109,16 @@ class Program {
   // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
+  // Cross-entropy losses' row statistics, by the scores they read: their gradients read them.
+  std::map<const Value*, float*> lossStats_;
+  // UnscaleCheck nodes folded into their optimizer (folds::fusedGradChain) with a clip: the sum of
+  // squares the clip's norm comes from.
+  std::map<const Node*, double*> chainNorm_;
+  double* chainNorm(const Node* unscale) {
+    double*& d = chainNorm_[unscale];
+    if (!d) d = static_cast<double*>(allocPersistent(sizeof(double)));
+    return d;
+  }
   std::map<const Node*, int> order_;            // each node's index in the graph's order
   std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (passes/channels_last.h)
   std::map<const Value*, int64_t> pitch_;       // values stored with a padded row pitch (folds::pitchedScores)

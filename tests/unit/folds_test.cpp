@@ -56,6 +56,20 @@ std::vector<const Value*> reads(const Graph& g, const Node& n, const std::map<co
       for (const Value* a : sum->inputs()) r.push_back(a);
       continue;
     }
+    if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam") && i == 1) {  // through a folded UnscaleCheck (and clip)
+      const Node* p = v->producer();
+      const Node* u = p && p->op() == "ClipByGlobalNorm" ? p->inputs()[1]->producer() : p;
+      const Node* clip = nullptr;
+      if (u && fusedGradChain(g, *u, &clip)) {
+        r.push_back(readThrough(g, u->inputs()[static_cast<size_t>(v->resultIndex()) + 1]));
+        continue;
+      }
+    }
+    if (n.domain() == "ampc" && n.op() == "ClipByGlobalNorm" && i > 0) {  // folded: reads only found_inf
+      const Node* u = n.inputs()[1]->producer();
+      const Node* clip = nullptr;
+      if (u && fusedGradChain(g, *u, &clip) && clip == &n) continue;
+    }
     if (isOnnx(n, "Where") && i == 0 && v->producer() && fusedComparison(g, *v->producer())) {  // the comparison's operands
       for (const Value* a : v->producer()->inputs()) r.push_back(readThrough(g, a));
       continue;
@@ -79,6 +93,13 @@ std::vector<const Value*> writes(const Graph& g, const Node& n, const std::map<c
   if (n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad"))
     for (size_t i = 0; i < (n.op() == "Attention" ? 1u : 3u); ++i) w[i] = attnWrite(g, n, i).base;
   if (n.domain() == "ampc" && n.op() == "ConvGrad" && n.result(0)->uses().empty() && !g.isOutput(n.result(0))) w.erase(w.begin());
+  // A folded gradient chain: UnscaleCheck writes only found_inf, the clip only its norm.
+  const Node* clip = nullptr;
+  const size_t k = n.inputs().size() - 1;
+  if (fusedGradChain(g, n, &clip)) w = {n.result(k)};
+  if (n.domain() == "ampc" && n.op() == "ClipByGlobalNorm" && n.inputs()[1]->producer() &&
+      fusedGradChain(g, *n.inputs()[1]->producer(), &clip) && clip == &n)
+    w = n.numResults() > k ? std::vector<const Value*>{n.result(k)} : std::vector<const Value*>{};
   return w;
 }
 
@@ -206,4 +227,28 @@ TEST(Folds, LossScoresPitched) {
   // The logits as an output, and the gradient read by an elementwise op: neither is pitched.
   auto g2 = parseGraph(test::pitchedLossGraph("  output %z\n  %n : bf16[1040,1001] = Neg(%gb)\n  output %n\n"), "kept");
   EXPECT_TRUE(pitchedScores(*g2).empty());
+}
+
+// The step's UnscaleCheck and ClipByGlobalNorm fold into SGD / AdamW (one chain per step): neither
+// the unscaled nor the clipped gradients get bytes. LAMB reads its gradients twice, so it keeps
+// them.
+TEST(Folds, GradChainFoldsIntoTheOptimizer) {
+  for (const char* m : {"mlp", "gpt2_tiny", "resnet_tiny"})
+    for (const char* opt : {"sgd", "adamw", "lamb"}) {
+      SCOPED_TRACE(std::string(m) + " " + opt);
+      auto g = trainGraph(m, DType::bf16, opt);
+      const Schedule s = schedule(*g);
+      int chains = 0;
+      for (const auto& n : g->nodes()) {
+        const Node* clip = nullptr;
+        if (!fusedGradChain(*g, *n, &clip)) continue;
+        ++chains;
+        ASSERT_NE(clip, nullptr);  // the plans always have the clip (its norm is a metric)
+        for (size_t i = 0; i + 1 < n->inputs().size(); ++i) {
+          EXPECT_TRUE(s.unwritten.count(n->result(i))) << n->result(i)->name();
+          EXPECT_TRUE(s.unwritten.count(clip->result(i))) << clip->result(i)->name();
+        }
+      }
+      EXPECT_EQ(chains, std::string(opt) == "lamb" ? 0 : 1);
+    }
 }
