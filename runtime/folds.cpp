@@ -643,7 +643,8 @@ Schedule schedule(const Graph& g) {
     }
   }
   // The gradient chain folded into the optimizer: the unscaled and clipped gradients get no bytes,
-  // and each gradient UnscaleCheck reads is read again by its optimizer node.
+  // and each optimizer node reads again the gradient UnscaleCheck read, UnscaleCheck's 1/scale and
+  // the clip's found_inf.
   for (const auto& n : g.nodes()) {
     const Node* clip = nullptr;
     if (!fusedGradChain(g, *n, &clip)) continue;
@@ -651,7 +652,10 @@ Schedule schedule(const Graph& g) {
       unwritten.insert(n->result(i));
       const Value* read = clip ? clip->result(i) : n->result(i);
       if (clip) unwritten.insert(read);
-      s.extraReads.emplace_back(readThrough(g, n->inputs()[i + 1]), positions[indexOf[read->uses()[0].user]]);
+      const int at = positions[indexOf[read->uses()[0].user]];
+      s.extraReads.emplace_back(readThrough(g, n->inputs()[i + 1]), at);
+      s.extraReads.emplace_back(n->inputs()[0], at);
+      if (clip) s.extraReads.emplace_back(clip->inputs()[0], at);
     }
   }
   // Attention operands in place: a read Transpose runs where its last reader does (its input, or the

@@ -16,7 +16,9 @@
 // Both: key tiles where every mask entry is <= -1e30 are skipped (their probabilities are exactly
 // 0 in f32), unless some row of the query tile has no key above -1e30 (then nothing is skipped, so
 // such rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
-// scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's.
+// scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's; on the mma.sync path the
+// forward also records its keep decisions (AttentionArgs::keep, one bit a score) and the backward
+// of the same step reads them instead of drawing again.
 #include <mma.h>
 
 #include <type_traits>
@@ -869,28 +871,28 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         }
     } else {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          if (dropout) {
-            const int64_t iq = i0 + (4 * h + x) * 8 + 2 * tq + c, key4 = j0 + warp * 16 + 8 * r + (g & ~3);
-            dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key4) >> 2, u);
-          }
-#pragma unroll
-          for (int y = 0; y < 4; ++y) {
-            float f = 1.0f;
+          for (int c = 0; c < 2; ++c) {
+            float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             if (dropout) {
-              const int src = (lane & ~12) | (y << 2);
-              const float v0 = __shfl_sync(0xffffffffu, u[0], src), v1 = __shfl_sync(0xffffffffu, u[1], src);
-              const float v2 = __shfl_sync(0xffffffffu, u[2], src), v3 = __shfl_sync(0xffffffffu, u[3], src);
-              f = (x == 0 ? v0 : x == 1 ? v1 : x == 2 ? v2 : v3) >= a.ratio ? keep : 0.0f;
+              const int64_t iq = i0 + (4 * h + x) * 8 + 2 * tq + c, key4 = j0 + warp * 16 + 8 * r + (g & ~3);
+              dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key4) >> 2, u);
             }
-            element(4 * h + y, r, c, f);
+#pragma unroll
+            for (int y = 0; y < 4; ++y) {
+              float f = 1.0f;
+              if (dropout) {
+                const int src = (lane & ~12) | (y << 2);
+                const float v0 = __shfl_sync(0xffffffffu, u[0], src), v1 = __shfl_sync(0xffffffffu, u[1], src);
+                const float v2 = __shfl_sync(0xffffffffu, u[2], src), v3 = __shfl_sync(0xffffffffu, u[3], src);
+                f = (x == 0 ? v0 : x == 1 ? v1 : x == 2 ? v2 : v3) >= a.ratio ? keep : 0.0f;
+              }
+              element(4 * h + y, r, c, f);
+            }
           }
-        }
     }
     // dV += P^T dO, dK += dS^T Q (k: the 64 queries); dS^T to smem for dQ.
 #pragma unroll

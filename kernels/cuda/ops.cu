@@ -378,6 +378,21 @@ cudaError_t transpose2dWiden(const void* src, DT from, float* dst, int64_t batch
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void nanKernel(const void* x, DT t, int64_t n, unsigned long long* count) {
+  unsigned long long c = 0;
+  AMPC_GRID_LOOP(i, n) c += isnan(loadF(x, t, i));
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+  if ((threadIdx.x & 31) == 0 && c) atomicAdd(count, c);
+}
+}  // namespace
+
+cudaError_t countNaN(const void* x, DT t, int64_t n, unsigned long long* count, cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  nanKernel<<<gridFor(n), 256, 0, st>>>(x, t, n, count);
+  return cudaGetLastError();
+}
+
 cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
   fillKernel<<<gridFor(n), 256, 0, st>>>(dst, t, n, v);

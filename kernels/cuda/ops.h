@@ -162,6 +162,10 @@ cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void*
 cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
                               void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st);
 
+// Plan checking (ProgramOptions::checkPlan): adds the count of NaN elements of x (n of type t) into
+// *count (the poison itself is cudaMemsetAsync to 0xFF bytes: NaN in f32, f16 and bf16).
+cudaError_t countNaN(const void* x, DT t, int64_t n, unsigned long long* count, cudaStream_t st);
+
 // ---- normalisation and losses (rows: [outer, axis, inner], a row is one (outer, inner) pair) --
 cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st);
 // LayerNorm over the last D elements of each of `rows` rows; scale/bias have D elements (bias may be

@@ -380,6 +380,10 @@ void Program::Lowering::gemm(bool isMatMul) {
     staged.push_back(d.transA ? Staged{a, d.K, d.M, pd.K, pd.M, zk, false} : Staged{a, d.M, d.K, pd.M, pd.K, false, zk});
     staged.push_back(d.transB ? Staged{b, d.N, d.K, pd.N, pd.K, false, zk} : Staged{b, d.K, d.N, pd.K, pd.N, zk, false});
     staged.push_back(Staged{y, d.M, d.N, pd.M, pd.N, false, false});
+    if (p.pitch_.count(y) && pd.N != d.N) {  // D kept padded (pitched): its pad columns from zero columns of B
+      if (d.transB) staged[1].zeroRows = true;
+      else staged[1].zeroCols = true;
+    }
     for (Staged& q : staged) {
       // In place (offset 0): already of the padded dims, or stored with the padded row pitch
       // (folds::pitchedScores; its rows are a multiple of the unit there).
@@ -1424,8 +1428,26 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   // Lowering, node by node; an optimizer group lowers at its first node.
   std::vector<const Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  // checkPlan: each float group's bytes, by the position after which nothing reads them.
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> freedAt;
+  if (o.checkPlan) {
+    std::map<int, std::pair<int, std::pair<int64_t, int64_t>>> groups;  // id -> (last, (offset, bytes))
+    std::set<int> nonFloat;
+    for (const auto& [v, s] : plan_.slots) {
+      if (!isFloat(v->type().dtype)) nonFloat.insert(s.group);
+      auto& gr = groups.try_emplace(s.group, s.last, std::make_pair(s.offset, s.bytes)).first->second;
+      gr.first = std::max(gr.first, s.last);
+      gr.second.second = std::max(gr.second.second, s.bytes);
+    }
+    for (const auto& [id, gr] : groups)
+      if (!nonFloat.count(id) && gr.second.second > 0 && gr.first < static_cast<int>(nodes.size())) freedAt[gr.first].push_back(gr.second);
+    nan_ = static_cast<unsigned long long*>(allocPersistent(sizeof(unsigned long long) * std::max<size_t>(nodes.size(), 1)));
+    check(cudaMemset(nan_, 0, sizeof(unsigned long long) * std::max<size_t>(nodes.size(), 1)), "plan check counters");
+    for (const Node* n : nodes) nodeNames_.push_back(n->describe());
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = *nodes[i];
+    if (o.checkPlan && i > 0) addPlanCheck(nodes, i - 1, freedAt);  // after node i - 1's launches
     if (leader[i] != i) continue;
     if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) {
       std::vector<const Node*> group;
@@ -1442,9 +1464,45 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     }
     Lowering{*this, n}.lower();
   }
+  if (o.checkPlan && !nodes.empty()) addPlanCheck(nodes, nodes.size() - 1, freedAt);
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
+}
+
+// checkPlan, after node `index`'s launches: count the NaN elements of its float results,
+// then poison the float groups whose last reader it was.
+void Program::addPlanCheck(const std::vector<const Node*>& nodes, size_t index,
+                           const std::map<int, std::vector<std::pair<int64_t, int64_t>>>& freedAt) {
+  const Node& n = *nodes[index];
+  unsigned long long* count = nan_ + index;
+  for (size_t r = 0; r < n.numResults(); ++r) {
+    const Value* v = n.result(r);
+    auto it = plan_.slots.find(v);
+    if (it == plan_.slots.end() || it->second.bytes == 0 || !isFloat(v->type().dtype) || v->type().dtype == DType::f64) continue;
+    const void* x = arena_ + it->second.offset;
+    const DT t = deviceType(v->type().dtype, v->name());
+    const int64_t cnt = v->type().numel();
+    launches_.push_back({"check " + n.describe(), "check", [=](cudaStream_t st) { return countNaN(x, t, cnt, count, st); }});
+  }
+  auto f = freedAt.find(static_cast<int>(index));
+  if (f == freedAt.end()) return;
+  for (const auto& [offset, bytes] : f->second) {
+    char* p = arena_ + offset;
+    const size_t b = static_cast<size_t>(bytes);
+    launches_.push_back({"poison after " + n.describe(), "check", [=](cudaStream_t st) { return cudaMemsetAsync(p, 0xFF, b, st); }});
+  }
+}
+
+std::vector<std::pair<std::string, int64_t>> Program::nanWriters() {
+  std::vector<std::pair<std::string, int64_t>> r;
+  if (!nan_) return r;
+  std::vector<unsigned long long> c(nodeNames_.size());
+  hostSync(stream_, "plan check");
+  check(cudaMemcpy(c.data(), nan_, sizeof(unsigned long long) * c.size(), cudaMemcpyDeviceToHost), "plan check counters");
+  for (size_t i = 0; i < c.size(); ++i)
+    if (c[i]) r.emplace_back(nodeNames_[i], static_cast<int64_t>(c[i]));
+  return r;
 }
 
 // The step's parameter casts to one type (folds::groups), as one multi-tensor launch.

@@ -41,6 +41,12 @@ struct ProgramOptions {
   bool cudaGraph = true;   // capture the run once after the first, then replay it
   uint64_t seed = 0;       // Dropout's Philox key
   bool dropout = true;     // false: Dropout is the identity (comparisons)
+  // Checks the memory plan against the kernels (amprun --check-plan): after each node, the bytes of
+  // every float value whose live range ended there are filled with NaN, and each node's float
+  // results are scanned for NaNs; nanWriters() names the nodes that wrote some. A kernel that reads
+  // a value after its bytes were given to another shows up as NaNs downstream. (Infinities are
+  // left alone: masks hold -inf by design.)
+  bool checkPlan = false;
 };
 
 DT deviceType(DType t, const std::string& where);
@@ -84,6 +90,9 @@ class Program {
   };
   std::vector<Timing> profile();
   const MemoryPlan& memoryPlan() const { return plan_; }
+  // With ProgramOptions::checkPlan: the nodes whose results held NaNs in the runs so far,
+  // in order, with how many elements (a counted host synchronisation).
+  std::vector<std::pair<std::string, int64_t>> nanWriters();
   // Whether v's bytes are stored channels-last (NHWC) rather than in its shape's NCHW order.
   bool channelsLast(const Value* v) const { return nhwc_.count(v) != 0; }
 
@@ -123,6 +132,9 @@ class Program {
   std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (passes/channels_last.h)
   std::map<const Value*, int64_t> pitch_;       // values stored with a padded row pitch (folds::pitchedScores)
   size_t scratchBytes_ = 0;
+  unsigned long long* nan_ = nullptr;  // checkPlan: per node, the NaN elements its results held
+  std::vector<std::string> nodeNames_;       // checkPlan: per node
+  void addPlanCheck(const std::vector<const Node*>& nodes, size_t index, const std::map<int, std::vector<std::pair<int64_t, int64_t>>>& freedAt);
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;
   struct Step {

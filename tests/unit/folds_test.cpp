@@ -60,8 +60,10 @@ std::vector<const Value*> reads(const Graph& g, const Node& n, const std::map<co
       const Node* p = v->producer();
       const Node* u = p && p->op() == "ClipByGlobalNorm" ? p->inputs()[1]->producer() : p;
       const Node* clip = nullptr;
-      if (u && fusedGradChain(g, *u, &clip)) {
+      if (u && fusedGradChain(g, *u, &clip)) {  // the gradient, 1/scale and the clip's found_inf
         r.push_back(readThrough(g, u->inputs()[static_cast<size_t>(v->resultIndex()) + 1]));
+        r.push_back(u->inputs()[0]);
+        if (clip) r.push_back(clip->inputs()[0]);
         continue;
       }
     }

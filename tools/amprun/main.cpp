@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0;
   uint64_t seed = 0;
-  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false;
+  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false;
   std::vector<std::string> intRanges;
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
@@ -208,6 +208,9 @@ int main(int argc, char** argv) {
   app.add_flag("--fixed-batch", fixedBatch, "train on the first batch every step (uploaded once)");
   app.add_flag("--no-cuda-graph", noCudaGraph, "cuda: launch every step's kernels instead of replaying one captured graph");
   app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
+  app.add_flag("--check-plan", checkPlan,
+               "cuda: check the memory plan: poison each value's bytes (NaN) when its last reader is done, and name the nodes whose "
+               "results held NaNs");
   app.add_option("--profile", profileTop, "cuda: after the steps, time one more step node by node and print the N costliest ops and nodes");
   app.add_option("--data", dataDir, "folder with one NAME.npy per graph input (leading dimension = samples)");
   app.add_flag("--shuffle", shuffle, "shuffle the samples every epoch (with --seed)");
@@ -335,6 +338,7 @@ int main(int argc, char** argv) {
       po.allowTf32 = allowTf32;
       po.cudaGraph = !noCudaGraph;
       po.seed = seed;
+      po.checkPlan = checkPlan;
       const auto memBase = cuda::deviceMemoryUsed(po.device);
       cuda::CudaTrainer trainer(g, po, static_cast<int>(std::max<int64_t>(logEvery, 1)));
       trainer.begin(static_cast<uint64_t>(done));
@@ -357,6 +361,11 @@ int main(int argc, char** argv) {
       drain(trainer.flush());
       report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
       if (profileTop > 0) printProfile(trainer.program().profile(), static_cast<size_t>(profileTop));
+      if (checkPlan) {
+        const auto bad = trainer.program().nanWriters();
+        std::printf("check-plan: %zu nodes wrote NaNs%s\n", bad.size(), bad.empty() ? "" : " (first 12, in order):");
+        for (size_t i = 0; i < bad.size() && i < 12; ++i) std::printf("  %lld  %s\n", static_cast<long long>(bad[i].second), bad[i].first.c_str());
+      }
       trainer.syncState();
       const auto& st = trainer.program().stats();
       report.cuda = true;
