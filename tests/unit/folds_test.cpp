@@ -18,9 +18,11 @@ using namespace ampc::folds;
 
 namespace {
 
-std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
+// `harness`: the settings of tools/bench/harness.py's plans (weight decay, clipping).
+std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer, bool harness = false) {
   TrainOptions o;
   o.optimizer = optimizer;
+  if (harness) o.weightDecay = 0.01f, o.clipNorm = 1.0f, o.momentum = 0.9f;
   return ampc::test::trainGraph(std::filesystem::path(AMPC_SOURCE_DIR) / "models", model, precision, o);
 }
 
@@ -109,9 +111,9 @@ struct Counts {
   int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, summed = 0, dropped = 0, narrowed = 0, attnViews = 0;
 };
 
-Counts check(const std::string& model, DType precision, const std::string& optimizer) {
-  SCOPED_TRACE(model);
-  auto g = trainGraph(model, precision, optimizer);
+Counts check(const std::string& model, DType precision, const std::string& optimizer, bool harness = false) {
+  SCOPED_TRACE(model + " " + optimizer + (harness ? " (harness settings)" : ""));
+  auto g = trainGraph(model, precision, optimizer, harness);
   const Schedule s = schedule(*g);
   const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
   EXPECT_NO_THROW(checkMemoryPlan(plan));
@@ -153,7 +155,8 @@ Counts check(const std::string& model, DType precision, const std::string& optim
 TEST(Folds, CommittedModelsPlanSoundly) {
   for (const char* m : {"mlp", "cnn", "transformer", "gpt2_tiny", "resnet_tiny"})
     for (DType p : {DType::f32, DType::f16, DType::bf16})
-      for (const char* opt : {"sgd", "adamw"}) check(m, p, opt);
+      for (const char* opt : {"sgd", "adamw"})
+        for (const bool harness : {false, true}) check(m, p, opt, harness);
 }
 
 // resnet_tiny: every Relu is written by the batch norm or Add before it, both residual Adds by a
