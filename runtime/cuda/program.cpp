@@ -1634,7 +1634,14 @@ void Program::upload(const Value* v, const Tensor& t) {
 Tensor Program::download(const Value* v) {
   Tensor t(v->type());
   ++gSyncs;
-  check(cudaMemcpyAsync(t.data.data(), ptr(v), t.data.size(), cudaMemcpyDeviceToHost, stream_), "download '" + v->name() + "'");
+  if (auto it = pitch_.find(v); it != pitch_.end()) {  // stored with a padded row pitch: its rows only
+    const size_t row = static_cast<size_t>(v->type().shape.back()) * dtypeSize(v->type().dtype);
+    const size_t pitch = static_cast<size_t>(it->second) * dtypeSize(v->type().dtype);
+    check(cudaMemcpy2DAsync(t.data.data(), row, ptr(v), pitch, row, row ? t.data.size() / row : 0, cudaMemcpyDeviceToHost, stream_),
+          "download '" + v->name() + "'");
+  } else {
+    check(cudaMemcpyAsync(t.data.data(), ptr(v), t.data.size(), cudaMemcpyDeviceToHost, stream_), "download '" + v->name() + "'");
+  }
   check(cudaStreamSynchronize(stream_), "download '" + v->name() + "'");
   return t;
 }
