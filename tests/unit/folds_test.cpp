@@ -232,6 +232,20 @@ TEST(Folds, LossScoresPitched) {
   // The logits as an output, and the gradient read by an elementwise op: neither is pitched.
   auto g2 = parseGraph(test::pitchedLossGraph("  output %z\n  %n : bf16[1040,1001] = Neg(%gb)\n  output %n\n"), "kept");
   EXPECT_TRUE(pitchedScores(*g2).empty());
+  // Too small for the padded GEMM path (a hidden width of 64: the rows then stay dense), or rows
+  // not a multiple of 8 (1036).
+  auto replaced = [](std::string t, const std::vector<std::pair<std::string, std::string>>& subs) {
+    for (const auto& [from, to] : subs)
+      for (size_t at = t.find(from); at != std::string::npos; at = t.find(from, at + to.size())) t.replace(at, from.size(), to);
+    return t;
+  };
+  const std::string small = replaced(test::pitchedLossGraph(), {{"h : bf16[1040,1040]", "h : bf16[1040,64]"},
+                                                                {"w : bf16[1040,1001]", "w : bf16[64,1001]"},
+                                                                {"wt : bf16[1001,1040]", "wt : bf16[1001,64]"},
+                                                                {"dh : bf16[8,130,1040]", "dh : bf16[8,130,64]"},
+                                                                {"dw : bf16[1040,1001]", "dw : bf16[64,1001]"}});
+  const std::string odd = replaced(test::pitchedLossGraph(), {{"[8, 130, 1001]", "[4, 259, 1001]"}, {"[8,130,", "[4,259,"}, {"1040", "1036"}});
+  for (const std::string& text : {small, odd}) EXPECT_TRUE(pitchedScores(*parseGraph(text, "kept")).empty()) << text;
 }
 
 // The step's UnscaleCheck and ClipByGlobalNorm fold into SGD / AdamW (one chain per step): neither
