@@ -4,7 +4,8 @@
 // Tiles of 64 queries x 64 keys, head dims up to 64 (zero-padded), four warps per block. f16/bf16
 // with head dims and Tk multiples of 8 run the mma.sync kernels further down (one-pass forward,
 // scores in registers). Otherwise the products run on tensor cores through WMMA 16x16x16 (f16/bf16
-// in, f32 accumulate) with the tiles in shared memory, or as f32 loops for f32, as follows.
+// in, f32 accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block
+// per lane (WarpMma<float>), as follows.
 // Scores and softmax are f32; the probabilities (and in the backward the score gradients) are
 // rounded to the storage type before their products, as the reference does.
 //   forward (one block per query tile): pass 1 computes each row's log-sum-exp over the key tiles;
@@ -37,8 +38,9 @@ inline constexpr int kLdT = sizeof(T) == 4 ? 68 : 72;
 
 // A warp's 16 x (16 nf) f32 accumulator tile: acc += A (16 x K) B (K x 16 nf), operands in shared
 // memory. AT: A is stored transposed (element (m, k) at A[k * lda + m]); BT: B is stored
-// transposed (element (k, n) at B[n * ldb + k]).
-template <typename T>
+// transposed (element (k, n) at B[n * ldb + k]). BTL: the instance's products read B transposed
+// (only the f32 tile below lays its columns out by it).
+template <typename T, bool BTL = false>
 struct WarpMma {
   nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[4];
   __device__ void zero() {
@@ -65,29 +67,75 @@ struct WarpMma {
     for (int f = 0; f < nf; ++f) nvcuda::wmma::store_matrix_sync(C + f * 16, acc[f], ldc, nvcuda::wmma::mem_row_major);
   }
 };
-// f32: the same tile as plain FMAs (lane: row lane / 2, 32 columns).
-template <>
-struct WarpMma<float> {
-  float acc[32];
+// f32: the same tile as FMAs on a 4 x 8 block per lane. Lane (rg, cg) = (lane / 8, lane % 8) owns
+// rows rg + 4 i (i < 4) and columns cg * 4 + c + 32 h (c < 4, h < 2; B read as stored, float4
+// along n) or cg + 8 c (c < 8; BTL, float4 along k). At the tiles' pitch of 68 floats every
+// float4 load of a warp is free of bank conflicts: 12 loads per 4 k and 128 FMAs (A as stored), or
+// 24 (AT, A's 16 elements read one by one). K is a multiple of 4; all 64 columns are computed (B's
+// tiles are 64 wide, zero-padded), `nf` limits the store.
+template <bool BTL>
+struct WarpMma<float, BTL> {
+  float acc[4][8];
   __device__ void zero() {
-    for (float& x : acc) x = 0.0f;
-  }
-  template <bool AT, bool BT>
-  __device__ void mma(const float* A, int lda, const float* B, int ldb, int K, int nf) {
-    const int lane = threadIdx.x & 31, r = lane >> 1, c0 = (lane & 1) * 32;
-    for (int k = 0; k < K; ++k) {
-      const float a = AT ? A[k * lda + r] : A[r * lda + k];
 #pragma unroll
-      for (int c = 0; c < 32; ++c) {
-        const int col = c0 + c;
-        if (col < nf * 16) acc[c] += a * (BT ? B[col * ldb + k] : B[k * ldb + col]);
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+  }
+  __device__ static int column(int cg, int j) { return BTL ? cg + 8 * j : cg * 4 + (j & 3) + 32 * (j >> 2); }
+  template <bool AT, bool BT>
+  __device__ void mma(const float* A, int lda, const float* B, int ldb, int K, int /*nf*/) {
+    static_assert(BT == BTL, "a WarpMma<float> instance reads B one way");
+    const int lane = threadIdx.x & 31, rg = lane >> 3, cg = lane & 7;
+    for (int k0 = 0; k0 < K; k0 += 4) {
+      float a[4][4];  // [row i][k0 + kk]
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (AT) {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) a[i][kk] = A[(k0 + kk) * lda + rg + 4 * i];
+        } else {
+          const float4 v = *reinterpret_cast<const float4*>(A + (rg + 4 * i) * lda + k0);
+          a[i][0] = v.x, a[i][1] = v.y, a[i][2] = v.z, a[i][3] = v.w;
+        }
+      }
+      if constexpr (BT) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float4 b = *reinterpret_cast<const float4*>(B + (cg + 8 * j) * ldb + k0);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float x = acc[i][j];
+            x = fmaf(a[i][0], b.x, x);
+            x = fmaf(a[i][1], b.y, x);
+            x = fmaf(a[i][2], b.z, x);
+            acc[i][j] = fmaf(a[i][3], b.w, x);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float4 b = *reinterpret_cast<const float4*>(B + (k0 + kk) * ldb + cg * 4 + 32 * h);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              acc[i][4 * h] = fmaf(a[i][kk], b.x, acc[i][4 * h]);
+              acc[i][4 * h + 1] = fmaf(a[i][kk], b.y, acc[i][4 * h + 1]);
+              acc[i][4 * h + 2] = fmaf(a[i][kk], b.z, acc[i][4 * h + 2]);
+              acc[i][4 * h + 3] = fmaf(a[i][kk], b.w, acc[i][4 * h + 3]);
+            }
+          }
       }
     }
   }
   __device__ void store(float* C, int ldc, int nf) {
-    const int lane = threadIdx.x & 31, r = lane >> 1, c0 = (lane & 1) * 32;
-    for (int c = 0; c < 32; ++c)
-      if (c0 + c < nf * 16) C[r * ldc + c0 + c] = acc[c];
+    const int lane = threadIdx.x & 31, rg = lane >> 3, cg = lane & 7;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (column(cg, j) < nf * 16) C[(rg + 4 * i) * ldc + column(cg, j)] = acc[i][j];
   }
 };
 
@@ -151,6 +199,18 @@ __device__ __forceinline__ bool skipTile(const uint8_t* flags, const AttentionAr
   const int64_t mb = a.maskStride ? n : 0;
   return flags[(mb * nq + qt) * nk + kt] == 1;
 }
+// Whether the tile's mask entries must be read: not where there is no mask, nor where every entry
+// is 0 (flag 2).
+__device__ __forceinline__ bool readsMask(const uint8_t* flags, const AttentionArgs& a, int64_t n, int qt, int kt) {
+  if (!a.mask || !flags) return a.mask != nullptr;
+  const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  const int64_t mb = a.maskStride ? n : 0;
+  return flags[(mb * nq + qt) * nk + kt] != 2;
+}
+// f32 tiles: P (and in the backward dS) overwrite the scores (dP) they are made from, element by
+// element (the same pitch), which keeps two f32 forward and backward blocks resident per SM.
+template <typename T>
+inline constexpr bool kAliasP = std::is_same_v<T, float>;
 
 // flags[mb][qt][kt] = 1 where key tile kt is dead (every mask entry <= kDead) for query tile qt and
 // every row of qt has a live key; else 2 where every mask entry of the tile is 0 (the kernels need
@@ -211,9 +271,9 @@ __global__ void maskFlagsKernel(const MaskTile* tiles, uint8_t* flags, int nk) {
 }
 
 template <typename T>
-size_t fwdSmem() { return 4 * kTile * kLdT<T> * sizeof(T) + kTile * kLdF * sizeof(float) + kTile * sizeof(float); }
+size_t fwdSmem() { return (kAliasP<T> ? 3 : 4) * kTile * kLdT<T> * sizeof(T) + kTile * kLdF * sizeof(float) + kTile * sizeof(float); }
 template <typename T>
-size_t bwdSmem() { return 6 * kTile * kLdT<T> * sizeof(T) + 2 * kTile * kLdF * sizeof(float) + 2 * kTile * sizeof(float); }
+size_t bwdSmem() { return (kAliasP<T> ? 4 : 6) * kTile * kLdT<T> * sizeof(T) + 2 * kTile * kLdF * sizeof(float) + 2 * kTile * sizeof(float); }
 
 // Grid (query tiles, N).
 template <typename T>
@@ -225,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   T* Ks = Qs + kTile * LT;  // [d][j]
   T* Vs = Ks + kTile * LT;  // [j][d]
   T* Ps = Vs + kTile * LT;  // [i][j]
-  float* Ss = reinterpret_cast<float*>(Ps + kTile * LT);
+  float* Ss = reinterpret_cast<float*>(kAliasP<T> ? Ps : Ps + kTile * LT);
   float* rowL = Ss + kTile * kLdF;
   const int qt = blockIdx.x, warp = threadIdx.x >> 5, t = threadIdx.x;
   const int64_t n = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
@@ -241,6 +301,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   for (int kt = 0; kt < nk; ++kt) {
     if (skipTile(flags, a, n, qt, kt)) continue;
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    const bool rm = readsMask(flags, a, n, qt, kt);
     __syncthreads();
     loadTile(Ks, LT, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     __syncthreads();
@@ -252,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
       float s[4], mt = -INFINITY;
       for (int c = 0; c < 4; ++c) {
         const int64_t j = j0 + c4 + c;
-        s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + maskAt(a, n, i, j) : -INFINITY;
+        s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, n, i, j) : 0.0f) : -INFINITY;
         mt = fmaxf(mt, s[c]);
       }
       mt = max16(mt);
@@ -278,6 +339,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   for (int kt = 0; kt < nk; ++kt) {
     if (skipTile(flags, a, n, qt, kt)) continue;
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    const bool rm = readsMask(flags, a, n, qt, kt);
     __syncthreads();
     loadTile(Ks, LT, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     loadTile(Vs, LT, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
@@ -292,7 +354,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
       for (int c = 0; c < 4; ++c) {
         const int64_t j = j0 + c4 + c;
         float p = 0.0f;
-        if (i < a.Tq && j < a.Tk) p = __expf(Ss[r * kLdF + c4 + c] * a.scale + maskAt(a, n, i, j) - rowL[r]) * f[c];
+        if (i < a.Tq && j < a.Tk) p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, n, i, j) : 0.0f) - rowL[r]) * f[c];
         Ps[r * LT + c4 + c] = fromF<T>(p);
       }
     }
@@ -348,8 +410,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
   T* dOs = Qs + kTile * LT;            // [i][d]
   T* Ps = dOs + kTile * LT;            // [i][j], dropped
   T* dSs = Ps + kTile * LT;            // [i][j], scale * dScores
-  float* Ss = reinterpret_cast<float*>(dSs + kTile * LT);
+  float* Ss = reinterpret_cast<float*>(kAliasP<T> ? Ps : dSs + kTile * LT);
   float* dPs = Ss + kTile * kLdF;
+  if constexpr (kAliasP<T>) Ps = reinterpret_cast<T*>(Ss), dSs = reinterpret_cast<T*>(dPs);
   float* rowL = dPs + kTile * kLdF;
   float* rowDs = rowL + kTile;
   const int kt = blockIdx.x, warp = threadIdx.x >> 5, t = threadIdx.x;
@@ -366,6 +429,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
   for (int qt = 0; qt < nq; ++qt) {
     if (skipTile(flags, a, n, qt, kt)) continue;
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
+    const bool rm = readsMask(flags, a, n, qt, kt);
     __syncthreads();
     loadTile(Qs, LT, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
     loadTile(dOs, LT, dO + (n * a.Tq + i0) * a.Dv, a.Dv, a.Tq - i0, a.Dv);
@@ -376,7 +440,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
     __syncthreads();
     scoresTile(Qs, Ks, Ss, dp);
     {
-      WarpMma<T> s;  // dP = dO V^T
+      WarpMma<T, true> s;  // dP = dO V^T
       s.zero();
       s.template mma<false, true>(dOs + warp * 16 * LT, LT, Vs, LT, dvp, 4);
       s.store(dPs + warp * 16 * kLdF, kLdF, 4);
@@ -391,7 +455,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
         const int64_t j = j0 + c4 + c;
         float pd = 0.0f, g = 0.0f;
         if (i < a.Tq && j < a.Tk) {
-          const float p = __expf(Ss[r * kLdF + c4 + c] * a.scale + maskAt(a, n, i, j) - rowL[r]);
+          const float p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, n, i, j) : 0.0f) - rowL[r]);
           pd = p * f[c];
           g = a.scale * p * (dPs[r * kLdF + c4 + c] * f[c] - rowDs[r]);
         }
@@ -404,9 +468,10 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
     dVacc.template mma<true, false>(Ps + warp * 16, LT, dOs, LT, kTile, dvp / 16);
     dKacc.template mma<true, false>(dSs + warp * 16, LT, Qs, LT, kTile, dp / 16);
     {
-      WarpMma<T> dq;
+      WarpMma<T, true> dq;
       dq.zero();
       dq.template mma<false, true>(dSs + warp * 16 * LT, LT, Ks, LT, kTile, dp / 16);  // dS K
+      if constexpr (kAliasP<T>) __syncthreads();  // every warp is done with P (in Ss) before dS K goes there
       dq.store(Ss + warp * 16 * kLdF, kLdF, dp / 16);
     }
     __syncthreads();
