@@ -62,12 +62,18 @@ Gemm::Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes) : h_(h)
   const cublasOperation_t opX = d.transB ? CUBLAS_OP_T : CUBLAS_OP_N, opY = d.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &opX, sizeof(opX)), "transa");
   check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &opY, sizeof(opY)), "transb");
-  if (d.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  auto setEpilogue = [&](cublasLtEpilogue_t epi) {
     check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+    if (epi == CUBLASLT_EPILOGUE_DEFAULT) return;
     const cudaDataType_t bt = cudaType(d.t);
     check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
-  }
+  };
+  using BG = GemmDesc::BiasGrad;
+  if (d.bias && d.biasGrad != BG::none) throw Error("internal: a GEMM with both a bias and a bias gradient");
+  if ((d.biasGrad == BG::ofB && d.transB) || (d.biasGrad == BG::ofA && !d.transA))
+    throw Error("internal: a bias gradient needs B as stored or A transposed");  // cuBLASLt's A not transposed, or its B transposed
+  if (d.bias) setEpilogue(CUBLASLT_EPILOGUE_BIAS);
+  if (d.biasGrad != BG::none) setEpilogue(d.biasGrad == BG::ofB ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB);
   x_ = d.transB ? layout(d.t, d.K, d.N, d.K, d.batch, d.strideB) : layout(d.t, d.N, d.K, d.N, d.batch, d.strideB);
   y_ = d.transA ? layout(d.t, d.M, d.K, d.M, d.batch, d.strideA) : layout(d.t, d.K, d.M, d.K, d.batch, d.strideA);
   out_ = layout(d.t, d.N, d.M, d.N, d.batch, d.strideD);
@@ -77,7 +83,12 @@ Gemm::Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes) : h_(h)
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace");
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, 1, &res, &found);
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, 1, &res, &found);
+  if (d_.biasGrad != BG::none && (s != CUBLAS_STATUS_SUCCESS || found == 0)) {  // no fused bias gradient here: the caller sums it
+    d_.biasGrad = BG::none;
+    setEpilogue(CUBLASLT_EPILOGUE_DEFAULT);
+    s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, 1, &res, &found);
+  }
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0)
     throw Error("cuBLASLt has no algorithm for this GEMM (M=" + std::to_string(d.M) + " N=" + std::to_string(d.N) + " K=" + std::to_string(d.K) +
@@ -93,7 +104,7 @@ Gemm::~Gemm() {
 }
 
 cublasStatus_t Gemm::run(const void* A, const void* B, const void* bias, void* D, void* workspace, cudaStream_t st) const {
-  if (d_.bias) {
+  if (d_.bias || d_.biasGrad != GemmDesc::BiasGrad::none) {
     cublasStatus_t s = cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     if (s != CUBLAS_STATUS_SUCCESS) return s;
   }

@@ -27,6 +27,12 @@ struct GemmDesc {
   int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false;
+  // The bias gradient: the sums of one operand over the contraction into the bias buffer, of D's
+  // type: of B (not transposed: N sums; cuBLASLt's BGRADA, B being its first operand) or of A
+  // (transposed: M sums; BGRADB). Where cuBLASLt has no algorithm for it, the Gemm runs without it
+  // and biasGrad() says so.
+  enum class BiasGrad { none, ofA, ofB };
+  BiasGrad biasGrad = BiasGrad::none;
   bool allowTf32 = false;
 };
 class Gemm {
@@ -35,7 +41,9 @@ class Gemm {
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
+  // `bias`: the bias read (bias) or the bias gradient written (biasGrad).
   cublasStatus_t run(const void* A, const void* B, const void* bias, void* D, void* workspace, cudaStream_t st) const;
+  bool biasGrad() const { return d_.biasGrad != GemmDesc::BiasGrad::none; }
 
  private:
   cublasLtHandle_t h_;

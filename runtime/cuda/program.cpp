@@ -395,8 +395,14 @@ void Program::Lowering::gemm(bool isMatMul) {
       if (q.offset) scratchBytes += alignUp(static_cast<size_t>(q.prows * q.pcols * eb));
     }
   }
+  // A bias gradient summed here (folds::biasGradGemm): by cuBLASLt's epilogue, or right after.
+  const Node* sums = folds::foldedBiasGrad(n, p.order_);
+  if (sums && padded) fail("internal: a bias gradient folded into a GEMM on padded copies");
+  const bool sumsA = sums && sums->inputs()[0] == a;  // dY^T X (else X^T dY)
+  if (sums) pd.biasGrad = sumsA ? GemmDesc::BiasGrad::ofA : GemmDesc::BiasGrad::ofB;
   auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), pd, kGemmWorkspace);
   p.keep_.push_back(g);
+  if (sums) bias = P(sums->result(0));
   const Scratch ws = scratch(scratchBytes);
   void* const* base = ws.base;
   const void *A = P(a), *B = P(b);
@@ -421,6 +427,14 @@ void Program::Lowering::gemm(bool isMatMul) {
                ? cudaSuccess
                : cudaErrorUnknown;
   });
+  if (sums && !g->biasGrad()) {
+    const void* X = sumsA ? A : B;
+    void* Y = P(sums->result(0));
+    const DT t = d.t;
+    const int64_t R = d.K, K = sumsA ? d.M : d.N;
+    const Scratch acc = scratch(reduceColumnsScratch(R, K));
+    add([X, Y, t, R, K, acc](cudaStream_t st) { return reduceColumns(X, t, Y, R, K, 1.0f, acc.f(), st); });
+  }
   if (offD) {
     const Staged q = staged[2];
     add([base, D, q, eb](cudaStream_t st) {
@@ -900,7 +914,7 @@ void Program::Lowering::lower() {
     if (op == "MaxPool") return pool(true, false);
     if (op == "AveragePool") return pool(false, false);
     if (op == "GlobalAveragePool") return reduce(Red::Mean);
-    if (op == "ReduceSum") return reduce(Red::Sum);
+    if (op == "ReduceSum") return folds::biasGradGemm(n, p.order_) ? void() : reduce(Red::Sum);  // else summed by its GEMM
     if (op == "ReduceMean") return reduce(Red::Mean);
     if (op == "ReduceMax") return reduce(Red::Max);
     if (op == "ReduceMin") return reduce(Red::Min);

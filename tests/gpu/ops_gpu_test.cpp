@@ -580,6 +580,34 @@ TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
   EXPECT_FALSE(nan);
 }
 
+// Bias gradients summed by the weight gradients' GEMMs (folds::biasGradGemm): X^T dY (GPT-2's
+// Conv1D) and dY^T X (torch.nn.Linear), against the CPU's ReduceSum. With 16-byte rows at f16 and
+// bf16 cuBLASLt's BGRADA / BGRADB epilogue does it (one launch for both nodes); at 50 columns, or
+// where cuBLASLt has no such algorithm, the GEMM's node sums them itself right after.
+TEST(GpuProgram, BiasGradientsInTheirGemms) {
+  AMPC_NEED_GPU();
+  for (const char* t : {"f32", "f16", "bf16"})
+    for (const bool linear : {false, true})
+      for (const int out : {96, 50}) {
+        const std::string T = t, O = std::to_string(out);
+        const std::string dw = linear ? "%dw : " + T + "[" + O + ",64] = Gemm(%dy, %x) {transA = 1}"
+                                      : "%dw : " + T + "[64," + O + "] = Gemm(%x, %dy) {transA = 1}";
+        const std::string text = "graph \"b\" opset 17 {\n  input %x : " + T + "[256,64]\n  input %dy : " + T + "[256," + O +
+                                 "]\n  const %ax : i64[1] = [0]\n  " + dw + "\n  %db : " + T + "[1," + O +
+                                 "] = ReduceSum(%dy, %ax) {keepdims = 1}\n  output %dw\n  output %db\n}\n";
+        const std::string what = T + (linear ? " dY^T X" : " X^T dY") + " out " + O;
+        auto g = parseGraph(text, "b");
+        {
+          cuda::Program p(*g, {});
+          std::printf("%s: %lld launch(es)\n", what.c_str(), static_cast<long long>(p.stats().launches));
+          if (T != "f32" && out == 96) EXPECT_EQ(p.stats().launches, 1) << what << ": the GEMM's epilogue sums the bias gradient";
+          EXPECT_LE(p.stats().launches, 2) << what;
+        }
+        std::map<std::string, Tensor> in{{"x", randomTensor(g->lookup("x")->type())}, {"dy", randomTensor(g->lookup("dy")->type())}};
+        expectSameOnGpu(*g, in, what, 1.0);
+      }
+}
+
 // A stem as ResNet's, at f16 and bf16: the first convolution's output (3 input channels, padded to 8
 // for cuDNN's NHWC kernels), its batch norm and Relu are stored channels-last; the second
 // convolution converts its result back to NCHW for the graph output.
