@@ -491,8 +491,9 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
       cuda::Program prog(*g, {});
       const MemoryPlan& plan = prog.memoryPlan();
       for (const char* v : {"Q", "KT", "V", "O", "dO", "dQ", "dKT", "dV"}) EXPECT_EQ(plan.slots.at(g->lookup(v)).bytes, 0) << what << ": " << v;
-      if (split)
+      if (split) {
         for (const char* v : {"q", "qr", "dQt", "dKr"}) EXPECT_EQ(plan.slots.at(g->lookup(v)).bytes, 0) << what << ": " << v;
+      }
       EXPECT_GT(plan.slots.at(g->lookup("Ot")).bytes, 0) << what;
     }
 }
@@ -566,9 +567,11 @@ TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
   // (The logits z cannot serve: their bytes go to gb and the products once the loss has read them.)
   const Value* gb = g->lookup("gb");
   const MemoryPlan::Slot& sg = m.slots.at(gb);
-  for (const auto& [v, s] : m.slots)
-    if (s.bytes > 0 && s.first > sg.last)
+  for (const auto& [v, s] : m.slots) {
+    if (s.bytes > 0 && s.first > sg.last) {
       EXPECT_TRUE(s.offset + s.bytes <= sg.offset || sg.offset + sg.bytes <= s.offset) << v->name() << " takes gb's bytes";
+    }
+  }
   auto ref = parseGraph(test::pitchedLossGraph("  output %gb\n"), "pitched-ref");
   auto cpu = createCpuBackend();
   const auto want = evaluate(*ref, in, *cpu, {});
@@ -600,7 +603,9 @@ TEST(GpuProgram, BiasGradientsInTheirGemms) {
         {
           cuda::Program p(*g, {});
           std::printf("%s: %lld launch(es)\n", what.c_str(), static_cast<long long>(p.stats().launches));
-          if (T != "f32" && out == 96) EXPECT_EQ(p.stats().launches, 1) << what << ": the GEMM's epilogue sums the bias gradient";
+          if (T != "f32" && out == 96) {
+            EXPECT_EQ(p.stats().launches, 1) << what << ": the GEMM's epilogue sums the bias gradient";
+          }
           EXPECT_LE(p.stats().launches, 2) << what;
         }
         std::map<std::string, Tensor> in{{"x", randomTensor(g->lookup("x")->type())}, {"dy", randomTensor(g->lookup("dy")->type())}};
