@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string_view>
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
@@ -39,6 +41,21 @@ std::string serialize(const Graph& g) {
   return bytes;
 }
 
+}  // namespace
+
+namespace {
+// Plan.checksum: FNV-1a 64 of the bytes before it, and its field as the file's last 9 bytes.
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+constexpr unsigned char kChecksumTag = (15 << 3) | 1;  // field 15, wire type fixed64
+std::string checksumField(uint64_t h) {
+  std::string f(1, static_cast<char>(kChecksumTag));
+  for (int i = 0; i < 8; ++i) f.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+  return f;
+}
 }  // namespace
 
 void writePlan(const std::string& path, const Graph& forward, const TrainOptions& o, const std::string& source) {
@@ -116,10 +133,13 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   c->set_max_scale(o.maxScale);
   c->set_batch_size(forward.inputs().empty() || forward.inputs()[0]->type().rank() == 0 ? 1 : forward.inputs()[0]->type().shape[0]);
 
+  std::string bytes;
+  if (!p.SerializeToString(&bytes)) throw Error(path + ": cannot serialize the plan");
+  bytes += checksumField(fnv1a64(bytes));
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !p.SerializeToOstream(&out) || !out.flush()) {
+    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush()) {
       std::remove(tmp.c_str());
       throw Error(path + ": cannot write the plan");
     }
@@ -133,12 +153,20 @@ LoadedPlan readPlan(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": no such file");
   std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw Error(path + ": cannot read the plan");
   plan::Plan p;
-  if (!p.ParseFromIstream(&in) || p.format_version() == 0 || p.step_model().empty())
+  if (!p.ParseFromString(bytes) || p.format_version() == 0 || p.step_model().empty())
     throw Error(path + ": not an ampc plan (truncated, or not written by ampc)");
   if (p.format_version() > kPlanFormatVersion)
     throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is newer than this amprun reads (" +
                 std::to_string(kPlanFormatVersion) + "); recompile the model with this ampc or update amprun");
+  if (p.format_version() >= 2) {
+    const size_t body = bytes.size() >= 9 ? bytes.size() - 9 : 0;
+    if (bytes.size() < 9 || bytes.compare(body, 9, checksumField(p.checksum())) != 0 ||
+        fnv1a64(std::string_view(bytes).substr(0, body)) != p.checksum())
+      throw Error(path + ": the plan is truncated or altered (its checksum does not match); compile the model again");
+  }
   LoadedPlan r;
   onnx::ModelProto m;
   if (!m.ParseFromString(p.step_model())) throw Error(path + ": the step graph does not parse");

@@ -9,7 +9,8 @@
 
 namespace ampc {
 
-inline constexpr uint32_t kPlanFormatVersion = 1;
+// 2: the plan ends with its checksum (plan.proto, Plan.checksum). Version 1 plans (none) still load.
+inline constexpr uint32_t kPlanFormatVersion = 2;
 
 struct LoadedPlan {
   std::unique_ptr<Graph> step;  // the train-step graph (state in its params)

@@ -145,6 +145,40 @@ TEST(Amprun, PlanVersionDumpAndUsage) {
   EXPECT_EQ(run(kAmprun + " " + p + " --steps 1").code, 2);  // neither --data nor --synthetic
 }
 
+// A plan ends with a checksum of everything before it: cut short anywhere (at a field boundary too,
+// where protobuf alone would parse what is left) or with one bit flipped, it is refused before a
+// step runs; a format-1 plan (no checksum) still loads.
+TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp16");
+  const std::string bytes = readBytes(p);
+  ASSERT_GT(bytes.size(), 1000u);
+  for (const size_t cut : {size_t{1}, size_t{8}, size_t{9}, size_t{10}, size_t{40}, bytes.size() / 2, bytes.size() - 16}) {
+    writeBytes(d.file("cut.ampplan"), bytes.substr(0, bytes.size() - cut));
+    auto r = run(kAmprun + " " + d.file("cut.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
+    EXPECT_EQ(r.code, 1) << cut << ": " << r.out;
+    EXPECT_NE(r.out.find("truncated"), std::string::npos) << cut << ": " << r.out;
+    EXPECT_EQ(r.out.find("step 1"), std::string::npos) << cut << ": a step ran: " << r.out;
+  }
+  std::string flipped = bytes;
+  flipped[flipped.size() / 3] ^= 0x10;
+  writeBytes(d.file("flip.ampplan"), flipped);
+  auto r = run(kAmprun + " " + d.file("flip.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("truncated or altered"), std::string::npos) << r.out;
+  r = run(kAmprun + " " + p + " --synthetic --int-range target=0:9 --steps 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  ampc::plan::Plan pb;
+  ASSERT_TRUE(pb.ParseFromString(bytes));
+  EXPECT_EQ(pb.format_version(), 2u);
+  EXPECT_NE(pb.checksum(), 0u);
+  pb.set_format_version(1);
+  pb.clear_checksum();
+  writeBytes(d.file("v1.ampplan"), pb.SerializeAsString());
+  r = run(kAmprun + " " + d.file("v1.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(Amprun, ScalerInTheMetricsFile) {
   // Inf in the samples of the 3rd and 4th batches (no shuffle): those steps are skipped and the
   // scale halves at each; growth after --growth-interval 2 clean steps; bounded by --max-scale.
