@@ -5,7 +5,7 @@
 namespace ampc {
 
 std::vector<Tensor> evaluate(const Graph& g, const std::map<std::string, Tensor>& inputs, Backend& backend,
-                             const ExecOptions& opts, const std::vector<const Value*>& extra) {
+                             const ExecOptions& opts, const std::vector<const Value*>& extra, const NodeObserver& observe) {
   std::unordered_map<const Value*, Tensor> live;          // node results still needed
   std::unordered_map<const Value*, const Tensor*> fixed;  // inputs, params, consts
   for (const Value* v : g.inputs()) {
@@ -37,6 +37,7 @@ std::vector<Tensor> evaluate(const Graph& g, const std::map<std::string, Tensor>
     std::vector<const Tensor*> ins;
     for (const Value* in : n->inputs()) ins.push_back(in ? lookup(in) : nullptr);
     auto outs = backend.run(*n, ins, opts);
+    if (observe) observe(*n, ins, outs);
     for (const Value* in : n->inputs())
       if (in && lastUse.count(in) && lastUse[in] == n.get()) live.erase(in);
     for (size_t i = 0; i < outs.size(); ++i) {

@@ -27,7 +27,7 @@ std::vector<std::pair<Value*, size_t>> stateUpdates(Graph& g) {
 Trainer::Trainer(Graph& g, Backend& backend) : g_(g), backend_(backend), writeBack_(stateUpdates(g)) {}
 
 Trainer::Metrics Trainer::step(const std::map<std::string, Tensor>& batch, ExecOptions opts) {
-  auto outs = evaluate(g_, batch, backend_, opts);
+  auto outs = evaluate(g_, batch, backend_, opts, {}, observe_);
   Metrics m;
   m.loss = outs[0].getDouble(0);
   m.lossScale = outs[1].getDouble(0);

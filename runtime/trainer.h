@@ -24,11 +24,14 @@ class Trainer {
   // Error if the graph is not a train-step graph.
   Trainer(Graph& g, Backend& backend);
   Metrics step(const std::map<std::string, Tensor>& batch, ExecOptions opts);
+  // Sees every node of every step as it runs (runtime/overflow.h).
+  void setObserver(NodeObserver o) { observe_ = std::move(o); }
 
  private:
   Graph& g_;
   Backend& backend_;
   std::vector<std::pair<Value*, size_t>> writeBack_;  // state param, index of its next value
+  NodeObserver observe_;
 };
 
 }  // namespace ampc

@@ -179,6 +179,46 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
+// --explain-overflow names the op that overflowed and why. Inputs 1e5 times too large overflow f16
+// in the forward pass (the input's cast into f16, on its way into fc1): the scaler cannot help, and
+// the advice (keep fc1 in f32) moves the overflow on. A loss scale of 1e30 overflows the backward's
+// first f16 cast: the scaler's business. In range, nothing is printed. It needs the CPU reference.
+TEST(Amprun, ExplainOverflowNamesTheOpAndWhy) {
+  TempDir d;
+  fs::create_directories(d.path / "data");
+  Tensor x = readNpy(kDigits + "/train/x.npy");
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, x.getDouble(i) * 1e5);
+  writeNpy(d.file("data/x.npy"), x);
+  fs::copy(kDigits + "/train/target.npy", d.file("data/target.npy"));
+  const std::string p = makePlan(d, "fp16");
+  auto r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 2 --explain-overflow");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 1: overflow: node 'x/cast_f16' (Cast)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 2: overflow: node 'x/cast_f16'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the forward pass"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ampc --fp32-nodes '/model/fc1/Gemm'"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("the backward pass"), std::string::npos) << r.out;
+  const std::string kept = d.file("kept.ampplan");
+  ASSERT_EQ(run(kAmpc + " " + kDigits + ".onnx --precision fp16 --fp32-nodes '/model/fc1/Gemm' -o " + kept).code, 0);
+  r = run(kAmprun + " " + kept + " --data " + d.file("data") + " --steps 1 --explain-overflow");
+  EXPECT_EQ(r.out.find("node 'x/cast_f16'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 1: overflow: node '/model/Relu_output_0/cast_f16' (Cast)"), std::string::npos) << r.out;
+
+  const std::string huge = d.file("huge_scale.ampplan");
+  ASSERT_EQ(run(kAmpc + " " + kDigits + ".onnx --precision fp16 --init-scale 1e30 --max-scale 1e38 -o " + huge).code, 0);
+  r = run(kAmprun + " " + huge + " --data " + kDigits + "/train --steps 2 --explain-overflow");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 1: overflow: node '/model/fc2/Gemm_output_0/cast_f32_grad/Cast' (Cast)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the backward pass, whose values carry the loss scale 1e+30"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the loss scale 5e+29"), std::string::npos) << r.out;  // step 2, after the backoff
+
+  r = run(kAmprun + " " + p + " --data " + kDigits + "/train --steps 3 --explain-overflow");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("overflow"), std::string::npos) << r.out;
+  r = run(kAmprunBin + " " + p + " --device cuda --data " + kDigits + "/train --steps 1 --explain-overflow");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
 TEST(Amprun, ScalerInTheMetricsFile) {
   // Inf in the samples of the 3rd and 4th batches (no shuffle): those steps are skipped and the
   // scale halves at each; growth after --growth-interval 2 clean steps; bounded by --max-scale.

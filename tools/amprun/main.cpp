@@ -16,9 +16,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "compiler/ops/registry.h"
 #include "runtime/data.h"
+#include "runtime/overflow.h"
 #include "runtime/plan.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
@@ -199,7 +201,8 @@ int main(int argc, char** argv) {
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0;
   uint64_t seed = 0;
-  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false;
+  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
+       explainOverflow = false;
   std::vector<std::string> intRanges;
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
@@ -211,6 +214,8 @@ int main(int argc, char** argv) {
   app.add_flag("--check-plan", checkPlan,
                "cuda: check the memory plan: poison each value's bytes (NaN) when its last reader is done, and name the nodes whose "
                "results held NaNs");
+  app.add_flag("--explain-overflow", explainOverflow,
+               "cpu: for each skipped step, name the first node that made an Inf or NaN from operands without one, and why");
   app.add_option("--profile", profileTop, "cuda: after the steps, time one more step node by node and print the N costliest ops and nodes");
   app.add_option("--data", dataDir, "folder with one NAME.npy per graph input (leading dimension = samples)");
   app.add_flag("--shuffle", shuffle, "shuffle the samples every epoch (with --seed)");
@@ -243,6 +248,10 @@ int main(int argc, char** argv) {
   }
   if (useCuda && !cudaBuilt) {
     std::cerr << "amprun: --device " << device << ": this amprun was built without CUDA\n";
+    return 2;
+  }
+  if (useCuda && explainOverflow) {
+    std::cerr << "amprun: --explain-overflow looks at every node's values on the CPU reference: give --device cpu\n";
     return 2;
   }
   if (!useCuda && profileTop > 0) {
@@ -321,14 +330,28 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!useCuda) {
       Trainer trainer(g, *backend);
+      std::optional<OverflowWatch> watch;
+      int explained = 0;
+      constexpr int kMaxExplained = 10;
+      if (explainOverflow) {
+        watch.emplace(g);
+        trainer.setObserver([&](const Node& n, const std::vector<const Tensor*>& in, const std::vector<Tensor>& out) { watch->observe(n, in, out); });
+      }
       for (int64_t s = done; s < steps; ++s) {
         if (!fixed || s == done) batch = data.next();
         ExecOptions o;
         o.seed = seed;
         o.step = static_cast<uint64_t>(s);
+        if (watch) watch->startStep();
+        const Value* sv = g.lookup("ampc.loss_scale");
+        const double scale = watch && sv && sv->data() ? sv->data()->getDouble(0) : 0.0;  // the scale this step runs with
         const auto a = std::chrono::steady_clock::now();
         auto m = trainer.step(batch, o);
         emit(s, m, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+        if (watch && m.skipped && explained < kMaxExplained) {
+          std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
+          std::cout.flush();
+        }
         if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
       }
     } else {
