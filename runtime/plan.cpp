@@ -41,9 +41,6 @@ std::string serialize(const Graph& g) {
   return bytes;
 }
 
-}  // namespace
-
-namespace {
 // Plan.checksum: FNV-1a 64 of the bytes before it, and its field as the file's last 9 bytes.
 uint64_t fnv1a64(std::string_view bytes) {
   uint64_t h = 14695981039346656037ull;
