@@ -333,6 +333,7 @@ int main(int argc, char** argv) {
       std::optional<OverflowWatch> watch;
       int explained = 0;
       constexpr int kMaxExplained = 10;
+      const Value* scaleParam = g.lookup("ampc.loss_scale");  // each step reads the scale it runs with
       if (explainOverflow) {
         watch.emplace(g);
         trainer.setObserver([&](const Node& n, const std::vector<const Tensor*>& in, const std::vector<Tensor>& out) { watch->observe(n, in, out); });
@@ -343,8 +344,7 @@ int main(int argc, char** argv) {
         o.seed = seed;
         o.step = static_cast<uint64_t>(s);
         if (watch) watch->startStep();
-        const Value* sv = g.lookup("ampc.loss_scale");
-        const double scale = watch && sv && sv->data() ? sv->data()->getDouble(0) : 0.0;  // the scale this step runs with
+        const double scale = watch && scaleParam && scaleParam->data() ? scaleParam->data()->getDouble(0) : 0.0;
         const auto a = std::chrono::steady_clock::now();
         auto m = trainer.step(batch, o);
         emit(s, m, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
