@@ -39,6 +39,10 @@ class PassManager {
 // The passes (one file each under passes/).
 std::unique_ptr<Pass> createInferShapesPass();    // infer_shapes.cpp
 std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
+// One step of fold-constants: infers n's result types and, when its inputs are constants, replaces
+// it by constants (n is then erased). The importer runs it node by node, so that each node sees
+// its inputs' types. Returns true if anything changed.
+bool inferAndFoldNode(Graph& g, Node* n);
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
 std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
 // Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node. `freeze`: the regex of

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <optional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -170,6 +171,11 @@ class Graph {
   std::string name = "main";
   int opset = 17;                              // default-domain opset
   std::map<std::string, int> domainOpsets;    // other domains the graph imports
+  // The model's own list of trainable initializers (ONNX metadata key "ampc.trainable", written
+  // by tools/export/ampc_export.py from named_parameters()); absent when the model has none.
+  std::optional<std::vector<std::string>> declaredTrainable;
+  // What import changed from the model as written, one line each (ampc prints them).
+  std::vector<std::string> importNotes;
 
   // Graph-level values, in order of creation within each kind.
   Value* addInput(const std::string& name, TensorType type);

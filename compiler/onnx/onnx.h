@@ -23,6 +23,11 @@ struct ImportOptions {
   // --bind NAME=FILE.npy: a graph input whose value is known at compile time (a shape or an index
   // that a static-shape graph needs) becomes a constant.
   std::map<std::string, Tensor> constInputs;
+  // A BatchNormalization in inference form (training_mode 0, one result) whose statistics are
+  // initializers is what PyTorch's dynamo exporter writes for a model in train() mode: ampc, a
+  // training compiler, gives it PyTorch's training semantics (batch statistics, running statistics
+  // updated). --batchnorm as-exported keeps the running statistics (a frozen BatchNorm).
+  bool batchNormAsExported = false;
 };
 
 // Reads and imports an .onnx file. Every failure is an Error whose message starts with the file

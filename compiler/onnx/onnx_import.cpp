@@ -2,6 +2,8 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cctype>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -135,7 +137,9 @@ class Importer {
     g_ = g.get();
     const auto& gp = m_.graph();
     g->name = gp.name().empty() ? "main" : gp.name();
+    inlineFunctions();
     readOpsets();
+    readMetadata();
     checkOps();
 
     std::unordered_set<std::string> initNames;
@@ -169,7 +173,12 @@ class Importer {
       if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
       g->addParam(t.name(), tensorFromProto(t, "initializer '" + t.name() + "'"));
     }
-    for (int i : topoOrder()) addNode(gp.node(i));
+    for (int i : topoOrder()) addNode(nodes_[i]);
+    if (trainingBatchNorms_)
+      g->importNotes.push_back(std::to_string(trainingBatchNorms_) +
+                               " BatchNormalization node(s) written in inference form (training_mode 0, as PyTorch's dynamo exporter "
+                               "writes a train()-mode BatchNorm) train with batch statistics and update their running statistics, "
+                               "as in PyTorch; --batchnorm as-exported keeps the running statistics");
     for (const auto& vi : gp.output()) {
       Value* v = g->lookup(vi.name());
       if (!v) fail("graph output '" + vi.name() + "' is not produced by any node, input or initializer");
@@ -223,7 +232,7 @@ class Importer {
   // schema registry knows each op's versions); otherwise it is an error naming the ops.
   void upgradeOpset() {
     std::set<std::string> changed;
-    for (const auto& n : m_.graph().node()) {
+    for (const auto& n : nodes_) {
       if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
       const auto* old = onnx::OpSchemaRegistry::Schema(n.op_type(), g_->opset, "");
       const auto* cur = onnx::OpSchemaRegistry::Schema(n.op_type(), kMinOpset, "");
@@ -253,8 +262,9 @@ class Importer {
       for (const auto& vi : *list) declared_[vi.name()] = &vi;
     std::string bad;
     int count = 0;
-    for (const auto& n : m_.graph().node()) {
+    for (const auto& n : nodes_) {
       if (lookupOp(n.domain(), n.op_type(), domainVersion(n.domain()))) continue;
+      if ((n.domain().empty() || n.domain() == "ai.onnx") && kImportLowered.count(n.op_type())) continue;
       const bool custom = !n.domain().empty() && n.domain() != "ai.onnx";
       if (custom && std::all_of(n.output().begin(), n.output().end(), [&](const std::string& o) { return o.empty() || declaredType(o); }))
         continue;
@@ -319,29 +329,29 @@ class Importer {
 
   // Node indices in a topological order; cycles and dangling inputs are errors naming the node.
   std::vector<int> topoOrder() {
-    const auto& gp = m_.graph();
+    const int count = static_cast<int>(nodes_.size());
     std::unordered_map<std::string, int> producer;
-    for (int i = 0; i < gp.node_size(); ++i)
-      for (const auto& o : gp.node(i).output()) {
+    for (int i = 0; i < count; ++i)
+      for (const auto& o : nodes_[i].output()) {
         if (o.empty()) continue;
         if (g_->lookup(o) || !producer.emplace(o, i).second)
-          fail(nodeLabel(gp.node(i)) + ": output '" + o + "' is defined twice");
+          fail(nodeLabel(nodes_[i]) + ": output '" + o + "' is defined twice");
       }
-    std::vector<int> pending(gp.node_size(), 0);
-    std::vector<std::vector<int>> users(gp.node_size());
-    for (int i = 0; i < gp.node_size(); ++i)
-      for (const auto& in : gp.node(i).input()) {
+    std::vector<int> pending(count, 0);
+    std::vector<std::vector<int>> users(count);
+    for (int i = 0; i < count; ++i)
+      for (const auto& in : nodes_[i].input()) {
         if (in.empty() || g_->lookup(in)) continue;
         auto it = producer.find(in);
         if (it == producer.end())
-          fail(nodeLabel(gp.node(i)) + ": input '" + in + "' is not produced by any node, graph input or initializer (dangling input)");
+          fail(nodeLabel(nodes_[i]) + ": input '" + in + "' is not produced by any node, graph input or initializer (dangling input)");
         ++pending[i];
         users[it->second].push_back(i);
       }
     // Kahn's algorithm; among ready nodes the earliest in the file goes first, so an already
     // sorted graph keeps its order.
     std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-    for (int i = 0; i < gp.node_size(); ++i)
+    for (int i = 0; i < count; ++i)
       if (!pending[i]) ready.push(i);
     std::vector<int> order;
     while (!ready.empty()) {
@@ -351,9 +361,9 @@ class Importer {
       for (int u : users[i])
         if (--pending[u] == 0) ready.push(u);
     }
-    if (static_cast<int>(order.size()) != gp.node_size()) {
-      for (int i = 0; i < gp.node_size(); ++i)
-        if (pending[i]) fail(nodeLabel(gp.node(i)) + " is part of a cycle: the graph is not a DAG");
+    if (static_cast<int>(order.size()) != count) {
+      for (int i = 0; i < count; ++i)
+        if (pending[i]) fail(nodeLabel(nodes_[i]) + " is part of a cycle: the graph is not a DAG");
     }
     return order;
   }
@@ -373,6 +383,12 @@ class Importer {
   }
 
   void addNode(const onnx::NodeProto& np) {
+    if ((np.domain().empty() || np.domain() == "ai.onnx") && kImportLowered.count(np.op_type())) {
+      lowerAtImport(np);
+      return;
+    }
+    for (const auto& in : np.input())
+      if (sequences_.count(in)) fail(nodeLabel(np) + ": input '" + in + "' is a sequence; ampc lowers sequences only into SequenceAt, ConcatFromSequence and SequenceLength");
     std::vector<Value*> ins;
     for (const auto& in : np.input()) ins.push_back(in.empty() ? nullptr : g_->lookup(in));
     // Trailing omitted optional inputs carry no meaning.
@@ -392,6 +408,293 @@ class Importer {
       if (!a.ref_attr_name().empty()) fail(nodeLabel(np) + " attribute '" + a.name() + "' refers to a function attribute");
       n->setAttr(a.name(), attrFromProto(a, np));
     }
+    if (n->domain().empty() && n->op() == "BatchNormalization") trainingBatchNorm(n);
+    inferNode(n);
+  }
+
+  // Types (and constant folding) node by node, so that the import-time lowerings below see their
+  // operands' types and constant data.
+  void inferNode(Node* n) {
+    try {
+      inferAndFoldNode(*g_, n);
+    } catch (const Error& e) {
+      fail(e.what());
+    }
+  }
+
+  // The dynamo exporter writes a train()-mode BatchNorm as the inference form; see ImportOptions.
+  void trainingBatchNorm(Node* n) {
+    if (opts_.batchNormAsExported || n->getInt("training_mode", 0) != 0 || n->numResults() != 1) return;
+    for (size_t i : {3, 4})
+      if (!n->input(i) || n->input(i)->kind() != ValueKind::Param) return;
+    n->setAttr("training_mode", int64_t{1});
+    for (const char* s : {".running_mean", ".running_var"}) g_->addResult(n, g_->uniqueName(n->result(0)->name() + s), TensorType{});
+    ++trainingBatchNorms_;
+  }
+
+  // ---- ops that import rewrites into registry ops
+
+  // CastLike becomes the Cast it is (the target dtype is known); sequences of static length
+  // become the tensors they hold (SplitToSequence -> Split, SequenceAt -> Identity, ...).
+  static inline const std::set<std::string> kImportLowered = {
+      "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
+      "SequenceInsert", "SequenceErase", "SequenceEmpty"};
+
+  Value* operand(const onnx::NodeProto& np, int i) {
+    if (i >= np.input_size() || np.input(i).empty()) return nullptr;
+    Value* v = g_->lookup(np.input(i));
+    if (!v) fail(nodeLabel(np) + ": input '" + np.input(i) + "' is a sequence where a tensor is expected");
+    return v;
+  }
+  const std::vector<Value*>& sequence(const onnx::NodeProto& np, int i) {
+    auto it = i < np.input_size() ? sequences_.find(np.input(i)) : sequences_.end();
+    if (it == sequences_.end()) fail(nodeLabel(np) + ": input " + std::to_string(i) + " must be a sequence of static length");
+    return it->second;
+  }
+  std::vector<int64_t> constIntsOf(const onnx::NodeProto& np, int i, const std::string& what) {
+    Value* v = operand(np, i);
+    const Tensor* t = v ? v->constData() : nullptr;
+    if (!t || !isInteger(t->type.dtype)) fail(nodeLabel(np) + ": " + what + " must be a compile-time integer constant");
+    std::vector<int64_t> r;
+    for (int64_t k = 0; k < t->numel(); ++k) r.push_back(t->getInt(k));
+    return r;
+  }
+  int64_t attrInt(const onnx::NodeProto& np, const std::string& name, int64_t dflt) {
+    for (const auto& a : np.attribute())
+      if (a.name() == name) {
+        if (a.type() != onnx::AttributeProto::INT) fail(nodeLabel(np) + " attribute '" + name + "' must be an int");
+        return a.i();
+      }
+    return dflt;
+  }
+  // A node of a registry op, created, typed and folded; returns its results.
+  std::vector<Value*> emit(const onnx::NodeProto& np, const std::string& op, const std::vector<Value*>& ins,
+                           const std::vector<std::string>& outs, std::map<std::string, Attribute> attrs = {}) {
+    std::vector<std::pair<std::string, TensorType>> res;
+    for (const auto& o : outs) res.emplace_back(o, TensorType{});
+    Node* n = g_->createNode(op, "", ins, res);
+    n->setName(np.name());
+    for (auto& [k, a] : attrs) n->setAttr(k, std::move(a));
+    inferNode(n);  // n may be folded away: look its results up by name
+    std::vector<Value*> r;
+    for (const auto& o : outs) r.push_back(g_->lookup(o));
+    return r;
+  }
+  std::string fresh(const onnx::NodeProto& np, const std::string& what) {
+    return g_->uniqueName((np.output_size() && !np.output(0).empty() ? np.output(0) : np.name()) + "." + what);
+  }
+  int64_t seqIndex(const onnx::NodeProto& np, int i, size_t size, bool insert) {
+    if (i >= np.input_size() || np.input(i).empty()) return insert ? static_cast<int64_t>(size) : static_cast<int64_t>(size) - 1;
+    auto v = constIntsOf(np, i, "the position");
+    if (v.size() != 1) fail(nodeLabel(np) + ": the position must be a scalar");
+    const int64_t n = static_cast<int64_t>(size) + (insert ? 1 : 0);
+    int64_t k = v[0] < 0 ? v[0] + static_cast<int64_t>(size) : v[0];
+    if (k < 0 || k >= n) fail(nodeLabel(np) + ": position " + std::to_string(v[0]) + " is outside the sequence of " + std::to_string(size));
+    return k;
+  }
+
+  void lowerAtImport(const onnx::NodeProto& np) {
+    const std::string& op = np.op_type();
+    const std::string out = np.output_size() ? np.output(0) : std::string();
+    if (out.empty()) fail(nodeLabel(np) + " has no output");
+    if (op == "CastLike") {
+      Value* x = operand(np, 0);
+      Value* like = operand(np, 1);
+      if (!x || !like) fail(nodeLabel(np) + " needs two inputs");
+      emit(np, "Cast", {x}, {out}, {{"to", static_cast<int64_t>(dtypeToOnnx(like->type().dtype))}});
+    } else if (op == "SplitToSequence") {
+      Value* x = operand(np, 0);
+      if (!x) fail(nodeLabel(np) + " needs an input");
+      const int64_t r = x->type().rank();
+      int64_t axis = attrInt(np, "axis", 0);
+      if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is out of range for " + x->type().str());
+      if (axis < 0) axis += r;
+      const int64_t dim = x->type().shape[axis];
+      std::vector<int64_t> sizes;
+      bool keep = true;
+      if (np.input_size() < 2 || np.input(1).empty()) {
+        sizes.assign(dim, 1);
+        keep = attrInt(np, "keepdims", 1) != 0;
+      } else {
+        Value* s = operand(np, 1);
+        auto v = constIntsOf(np, 1, "split");
+        if (s->type().rank() == 0) {
+          if (v[0] <= 0) fail(nodeLabel(np) + ": split must be positive");
+          for (int64_t left = dim; left > 0; left -= v[0]) sizes.push_back(std::min(left, v[0]));
+        } else {
+          sizes = v;
+        }
+      }
+      if (sizes.empty()) fail(nodeLabel(np) + ": splitting an empty axis gives an empty sequence");
+      std::vector<std::string> names;
+      for (size_t k = 0; k < sizes.size(); ++k) names.push_back(fresh(np, std::to_string(k)));
+      Value* split = g_->addConst(fresh(np, "split"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(sizes.size())}, sizes));
+      auto parts = emit(np, "Split", {x, split}, names, {{"axis", axis}});
+      if (!keep) {
+        Value* ax = g_->addConst(fresh(np, "axes"), Tensor::fromInts(DType::i64, {1}, {axis}));
+        for (auto& p : parts) p = emit(np, "Squeeze", {p, ax}, {fresh(np, "squeezed")})[0];
+      }
+      sequences_[out] = parts;
+    } else if (op == "SequenceConstruct") {
+      std::vector<Value*> items;
+      for (int i = 0; i < np.input_size(); ++i) items.push_back(operand(np, i));
+      sequences_[out] = items;
+    } else if (op == "SequenceEmpty") {
+      sequences_[out] = {};
+    } else if (op == "SequenceInsert") {
+      auto items = sequence(np, 0);
+      items.insert(items.begin() + seqIndex(np, 2, items.size(), true), operand(np, 1));
+      sequences_[out] = items;
+    } else if (op == "SequenceErase") {
+      auto items = sequence(np, 0);
+      if (items.empty()) fail(nodeLabel(np) + ": erasing from an empty sequence");
+      items.erase(items.begin() + seqIndex(np, 1, items.size(), false));
+      sequences_[out] = items;
+    } else if (op == "SequenceAt") {
+      const auto& items = sequence(np, 0);
+      if (items.empty()) fail(nodeLabel(np) + ": the sequence is empty");
+      int64_t k = seqIndex(np, 1, items.size(), false);
+      emit(np, "Identity", {items[k]}, {out});
+    } else if (op == "SequenceLength") {
+      g_->addConst(out, Tensor::fromInts(DType::i64, {}, {static_cast<int64_t>(sequence(np, 0).size())}));
+    } else if (op == "ConcatFromSequence") {
+      auto items = sequence(np, 0);
+      if (items.empty()) fail(nodeLabel(np) + ": the sequence is empty");
+      int64_t axis = attrInt(np, "axis", 0);
+      if (attrInt(np, "new_axis", 0) != 0) {
+        const int64_t r = items[0]->type().rank() + 1;
+        if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is out of range");
+        Value* ax = g_->addConst(fresh(np, "axes"), Tensor::fromInts(DType::i64, {1}, {axis < 0 ? axis + r : axis}));
+        for (auto& it : items) it = emit(np, "Unsqueeze", {it, ax}, {fresh(np, "unsqueezed")})[0];
+        axis = axis < 0 ? axis + r : axis;
+      }
+      emit(np, "Concat", items, {out}, {{"axis", axis}});
+    }
+  }
+
+  // ---- ONNX local functions (opset 18's exporters may emit them): each call is replaced by the
+  // function's body, its values renamed under the calling node's outputs, its attribute
+  // references resolved from the call's attributes.
+  void inlineFunctions() {
+    std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> fns;
+    for (const auto& f : m_.functions()) fns[{f.domain(), f.name()}] = &f;
+    int counter = 0;
+    std::function<void(const onnx::NodeProto&, int)> add = [&](const onnx::NodeProto& n, int depth) {
+      auto it = fns.find({n.domain(), n.op_type()});
+      if (it == fns.end()) {
+        nodes_.push_back(n);
+        return;
+      }
+      if (depth > 64) fail(nodeLabel(n) + ": functions nest more than 64 deep (recursive?)");
+      const onnx::FunctionProto& f = *it->second;
+      const std::string prefix = (n.name().empty() ? f.name() : n.name()) + "/" + std::to_string(counter++) + "/";
+      std::unordered_map<std::string, std::string> rename;
+      for (int i = 0; i < f.input_size(); ++i) rename[f.input(i)] = i < n.input_size() ? n.input(i) : std::string();
+      for (int i = 0; i < f.output_size(); ++i) rename[f.output(i)] = i < n.output_size() ? n.output(i) : std::string();
+      std::unordered_map<std::string, const onnx::AttributeProto*> given;
+      for (const auto& a : n.attribute()) given[a.name()] = &a;
+      auto name = [&](const std::string& v) -> std::string {
+        if (v.empty()) return v;
+        auto r = rename.find(v);
+        if (r != rename.end()) return r->second;
+        return rename[v] = prefix + v;
+      };
+      for (const auto& body : f.node()) {
+        onnx::NodeProto c = body;
+        c.set_name(prefix + body.name());
+        for (int i = 0; i < c.input_size(); ++i) c.set_input(i, name(body.input(i)));
+        for (int i = 0; i < c.output_size(); ++i) c.set_output(i, name(body.output(i)));
+        c.clear_attribute();
+        for (const auto& a : body.attribute()) {
+          if (a.ref_attr_name().empty()) {
+            *c.add_attribute() = a;
+            continue;
+          }
+          auto g = given.find(a.ref_attr_name());
+          if (g == given.end()) continue;  // an unset optional attribute: the op's default
+          onnx::AttributeProto* na = c.add_attribute();
+          *na = *g->second;
+          na->set_name(a.name());
+        }
+        add(c, depth + 1);
+      }
+    };
+    for (const auto& n : m_.graph().node()) add(n, 0);
+  }
+
+  void readMetadata() {
+    for (const auto& p : m_.metadata_props()) {
+      if (p.key() != "ampc.trainable") continue;
+      g_->declaredTrainable = parseNameList(p.value());
+    }
+  }
+  static void appendUtf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  // A JSON list of strings, as the export helper writes it.
+  std::vector<std::string> parseNameList(const std::string& s) {
+    std::vector<std::string> r;
+    size_t i = 0;
+    auto bad = [&]() { fail("metadata 'ampc.trainable' is not a JSON list of names"); };
+    auto ws = [&]() { while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i; };
+    ws();
+    if (i >= s.size() || s[i++] != '[') bad();
+    ws();
+    if (i < s.size() && s[i] == ']') return r;
+    while (true) {
+      ws();
+      if (i >= s.size() || s[i++] != '"') bad();
+      std::string name;
+      while (i < s.size() && s[i] != '"') {
+        if (s[i] == '\\') {
+          if (++i >= s.size()) bad();
+          char e = s[i];
+          if (e == 'u') {
+            auto hex4 = [&](size_t at) -> unsigned {
+              if (at + 4 > s.size() || s.substr(at, 4).find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) bad();
+              return static_cast<unsigned>(std::stoul(s.substr(at, 4), nullptr, 16));
+            };
+            unsigned cp = hex4(i + 1);
+            i += 4;
+            if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
+              if (i + 2 >= s.size() || s[i + 1] != '\\' || s[i + 2] != 'u') bad();
+              unsigned lo = hex4(i + 3);
+              if (lo < 0xDC00 || lo >= 0xE000) bad();
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+              i += 6;
+            }
+            appendUtf8(name, cp);
+          } else {
+            name += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+          }
+        } else {
+          name += s[i];
+        }
+        ++i;
+      }
+      if (i >= s.size()) bad();
+      ++i;
+      r.push_back(name);
+      ws();
+      if (i < s.size() && s[i] == ',') { ++i; continue; }
+      if (i < s.size() && s[i] == ']') break;
+      bad();
+    }
+    return r;
   }
 
   Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what) { return tensors_.tensorFromProto(p, what); }
@@ -401,6 +704,9 @@ class Importer {
   const ImportOptions& opts_;
   TensorReader tensors_;
   std::unordered_map<std::string, const onnx::ValueInfoProto*> declared_;
+  std::vector<onnx::NodeProto> nodes_;  // the graph's nodes, local functions inlined
+  std::unordered_map<std::string, std::vector<Value*>> sequences_;  // sequence values of static length
+  int trainingBatchNorms_ = 0;
   Graph* g_ = nullptr;
 };
 

@@ -54,6 +54,12 @@ void gradAbs(GB& b) {
   Value* pos = b.where(b.op("Greater", {b.x(0), z}), b.dy(0), b.scalar(0, dt(b.dy(0))));
   b.setGrad(0, b.where(b.op("Less", {b.x(0), z}), b.neg(b.dy(0)), pos));
 }
+void gradSin(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.op("Cos", {b.x(0)}))); }
+void gradCos(GB& b) { b.setGrad(0, b.neg(b.mul(b.dy(0), b.op("Sin", {b.x(0)})))); }
+// A prefix sum's gradient is the suffix sum of dY (exclusive stays exclusive).
+void gradCumSum(GB& b) {
+  b.setGrad(0, b.op("CumSum", {b.dy(0), b.x(1)}, {{"exclusive", b.node.getInt("exclusive", 0)}, {"reverse", int64_t{b.node.getInt("reverse", 0) == 0}}}));
+}
 void gradExp(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.y(0))); }
 void gradLog(GB& b) { b.setGrad(0, b.div(b.dy(0), b.x(0))); }
 void gradTanh(GB& b) {
@@ -324,6 +330,12 @@ void gradSlice(GB& b) {
 void gradGather(GB& b) {
   b.setGrad(0, b.op("GatherGrad", {b.dy(0), b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
+void gradGatherElements(GB& b) {
+  b.setGrad(0, b.op("GatherElementsGrad", {b.dy(0), b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
+}
+void gradGatherND(GB& b) {
+  b.setGrad(0, b.op("GatherNDGrad", {b.dy(0), b.x(1)}, {{"batch_dims", b.node.getInt("batch_dims", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
+}
 void gradExpand(GB& b) { b.setGrad(0, b.reduceTo(b.dy(0), shapeOf(b.x(0)))); }
 void gradTile(GB& b) {
   // dy viewed as [r0, d0, r1, d1, ...] summed over the repeat axes.
@@ -398,6 +410,8 @@ void registerGradOps(std::vector<OpDef>& t) {
   row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);
   row("SliceGrad", 3, 5, 1, inferWithShapeAttr);
   row("GatherGrad", 2, 2, 1, inferWithShapeAttr);
+  row("GatherElementsGrad", 2, 2, 1, inferWithShapeAttr);
+  row("GatherNDGrad", 2, 2, 1, inferWithShapeAttr);
   row("PadGrad", 2, 3, 1, inferWithShapeAttr);
   row("DropoutGrad", 2, 4, 1, inferDropoutGrad);
   row("GeluGrad", 2, 2, 1, inferGeluGrad);
@@ -426,6 +440,8 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Squeeze", gradReshapeLike}, {"Unsqueeze", gradReshapeLike}, {"Transpose", gradTranspose},
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
+      {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements},
+      {"GatherND", gradGatherND},
   };
   for (OpDef& d : t) {
     for (const auto& [name, fn] : rules)

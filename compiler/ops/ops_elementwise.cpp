@@ -103,6 +103,8 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Tanh", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Sigmoid", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Erf", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Sin", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Cos", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Gelu", 20, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Softplus", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
   row("LeakyRelu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
@@ -134,7 +136,7 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   // The ops whose result 0 may overwrite a same-sized input (memory planning): elementwise ones.
-  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "LeakyRelu", "Relu",
+  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Gelu", "Softplus", "LeakyRelu", "Relu",
                                 "Neg", "Abs", "Identity", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Dropout"})
     for (OpDef& d : t)
       if (d.name == name) d.inplace = true;

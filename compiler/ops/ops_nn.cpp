@@ -172,6 +172,15 @@ void inferReduce(InferContext& c) {
   c.setOut(0, TensorType{c.in(0).dtype, out});
 }
 
+// CumSum(x, axis) {exclusive, reverse}: x's type; the axis is a scalar constant.
+void inferCumSum(InferContext& c) {
+  c.check(c.in(1).rank() <= 1 && c.in(1).numel() == 1 && isInteger(c.in(1).dtype), "axis must be an integer scalar, got " + c.in(1).str());
+  if (c.constIn(1)) c.axis(c.constIn(1)->getInt(0), c.in(0).rank());
+  else c.fail("axis must be a compile-time constant");
+  c.check(c.in(0).dtype != DType::boolean, "x must be numeric, got " + c.in(0).str());
+  c.setOut(0, c.in(0));
+}
+
 void inferArgMax(InferContext& c) {
   auto s = c.in(0).shape;
   int64_t ax = c.axis(c.node().getInt("axis", 0), c.in(0).rank());
@@ -297,6 +306,7 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("ReduceMax", L, 1, 2, 1, 1, I, true, inferReduce);
   row("ReduceMin", L, 1, 2, 1, 1, I, true, inferReduce);
   row("ArgMax", L, 1, 1, 1, 1, C, false, inferArgMax);
+  row("CumSum", L, 2, 2, 1, 1, D, true, inferCumSum);
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
   t.back().loss = true;
   t.back().noGradOperands = 0b100;  // class weights

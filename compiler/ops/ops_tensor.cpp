@@ -129,6 +129,36 @@ void inferGather(InferContext& c) {
   c.setOut(0, TensorType{x.dtype, s});
 }
 
+// GatherElements(data, indices) {axis}: the result has the indices' shape.
+void inferGatherElements(InferContext& c) {
+  const auto& x = c.in(0);
+  const auto& ind = c.in(1);
+  c.check(x.rank() >= 1, "data must have rank >= 1");
+  c.check(ind.dtype == DType::i64 || ind.dtype == DType::i32, "indices must be i32 or i64, got " + ind.str());
+  c.check(ind.rank() == x.rank(), "indices " + ind.str() + " must have the data's rank " + std::to_string(x.rank()));
+  const int64_t ax = c.axis(c.node().getInt("axis", 0), x.rank());
+  for (int64_t d = 0; d < x.rank(); ++d)
+    c.check(d == ax || ind.shape[d] <= x.shape[d], "indices " + ind.str() + " are larger than the data " + x.str() + " off the axis");
+  c.setOut(0, TensorType{x.dtype, ind.shape});
+}
+
+// GatherND(data, indices) {batch_dims}: indices [B..., M..., k] pick slices of data [B..., D...]:
+// the result is [B..., M..., D[k:]...].
+void inferGatherND(InferContext& c) {
+  const auto& x = c.in(0);
+  const auto& ind = c.in(1);
+  c.check(ind.dtype == DType::i64, "indices must be i64, got " + ind.str());
+  const int64_t b = c.node().getInt("batch_dims", 0);
+  c.check(x.rank() >= 1 && ind.rank() >= 1, "data and indices must have rank >= 1");
+  c.check(b >= 0 && b < std::min(x.rank(), ind.rank()), "batch_dims " + std::to_string(b) + " must be below both ranks");
+  const int64_t k = ind.shape.back();
+  c.check(k >= 1 && k <= x.rank() - b, "the indices' last dim " + std::to_string(k) + " must be in [1, data rank - batch_dims]");
+  for (int64_t d = 0; d < b; ++d) c.check(x.shape[d] == ind.shape[d], "the batch dims of data and indices differ");
+  std::vector<int64_t> s(ind.shape.begin(), ind.shape.end() - 1);
+  s.insert(s.end(), x.shape.begin() + b + k, x.shape.end());
+  c.setOut(0, TensorType{x.dtype, s});
+}
+
 // ---- Squeeze / Unsqueeze: axes from input 1 (13+).
 void inferSqueeze(InferContext& c) {
   const auto& x = c.in(0);
@@ -268,6 +298,8 @@ void registerTensorOps(std::vector<OpDef>& t) {
   row("Split", L, 1, 2, 1, 1 << 16, true, inferSplit);
   row("Slice", L, 3, 5, 1, 1, true, inferSlice);
   row("Gather", L, 2, 2, 1, 1, true, inferGather);
+  row("GatherElements", L, 2, 2, 1, 1, true, inferGatherElements);
+  row("GatherND", L, 2, 2, 1, 1, true, inferGatherND);
   row("Squeeze", L, 1, 2, 1, 1, true, inferSqueeze);
   row("Unsqueeze", L, 2, 2, 1, 1, true, inferUnsqueeze);
   row("Expand", L, 2, 2, 1, 1, true, inferExpand);

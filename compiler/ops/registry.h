@@ -94,7 +94,7 @@ double nodeFlops(const Node& n);
 
 // The newest opset the registry covers, and the oldest.
 inline constexpr int kMinOpset = 13;
-inline constexpr int kMaxOpset = 21;
+inline constexpr int kMaxOpset = 23;
 
 // The row for (domain, op) at `opset`, or null (unknown op, or outside its opset range).
 const OpDef* lookupOp(std::string_view domain, std::string_view op, int opset);

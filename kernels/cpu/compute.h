@@ -62,6 +62,13 @@ void narrow(const std::vector<C>& v, Tensor& out) {
   }
 }
 
+// Row-major strides of a shape.
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& s);
+// GatherElements: the data offset each result element reads (indices checked; k_tensor.cpp).
+std::vector<int64_t> gatherElementsOffsets(KernelCtx& c, const std::vector<int64_t>& xs, const Tensor& ind, int64_t ax);
+// GatherND: each index tuple's slice offset in data (indices checked) and the slice length.
+std::vector<int64_t> gatherNDOffsets(KernelCtx& c, const std::vector<int64_t>& xs, const Tensor& ind, int64_t b, int64_t& slice);
+
 // Calls F<C>(ctx) with the compute type of dtype `t`: float kernels (F over float/double).
 template <template <typename> class F>
 void dispatchFloat(KernelCtx& c, DType t) {

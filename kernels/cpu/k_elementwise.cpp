@@ -47,6 +47,8 @@ AMPC_UNARY_FLOAT(LogK, std::log(x))
 AMPC_UNARY_FLOAT(TanhK, std::tanh(x))
 AMPC_UNARY_FLOAT(SigmoidK, x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
 AMPC_UNARY_FLOAT(ErfK, std::erf(x))
+AMPC_UNARY_FLOAT(SinK, std::sin(x))
+AMPC_UNARY_FLOAT(CosK, std::cos(x))
 AMPC_UNARY_FLOAT(SoftplusK, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
 #undef AMPC_UNARY_FLOAT
 
@@ -251,7 +253,7 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Sqrt", floatOp<SqrtK>}, {"Reciprocal", floatOp<ReciprocalK>}, {"Exp", floatOp<ExpK>},
       {"Log", floatOp<LogK>}, {"Tanh", floatOp<TanhK>}, {"Sigmoid", floatOp<SigmoidK>},
-      {"Erf", floatOp<ErfK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
+      {"Erf", floatOp<ErfK>}, {"Sin", floatOp<SinK>}, {"Cos", floatOp<CosK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
       {"LeakyRelu", floatOp<LeakyReluK>}, {"Relu", numericOp<ReluK>}, {"Neg", numericOp<NegK>},
       {"Abs", numericOp<AbsK>}, {"Clip", numericOp<ClipK>}, {"IsNaN", floatOp<IsNaNK>}, {"IsInf", floatOp<IsInfK>},
       {"Add", numericOp<AddK>}, {"Sub", numericOp<SubK>}, {"Mul", numericOp<MulK>}, {"Div", numericOp<DivK>},

@@ -214,6 +214,32 @@ struct GatherGradK {
   }
 };
 
+// GatherElementsGrad / GatherNDGrad(dY, indices) with the data's shape: scatter-adds (f64 sums).
+template <typename C>
+struct GatherElementsGradK {
+  static void run(KernelCtx& c) {
+    const auto xs = c.node.getInts("shape");
+    const auto off = gatherElementsOffsets(c, xs, c.in(1), normalizeAxis(c.node.getInt("axis", 0), static_cast<int64_t>(xs.size())));
+    const auto dy = widen<double>(c.in(0));
+    std::vector<double> dx(static_cast<size_t>(c.out(0).numel()), 0.0);
+    for (size_t i = 0; i < off.size(); ++i) dx[off[i]] += dy[i];
+    narrow(dx, c.out(0));
+  }
+};
+template <typename C>
+struct GatherNDGradK {
+  static void run(KernelCtx& c) {
+    const auto xs = c.node.getInts("shape");
+    int64_t slice = 1;
+    const auto off = gatherNDOffsets(c, xs, c.in(1), c.node.getInt("batch_dims", 0), slice);
+    const auto dy = widen<double>(c.in(0));
+    std::vector<double> dx(static_cast<size_t>(c.out(0).numel()), 0.0);
+    for (size_t t = 0; t < off.size(); ++t)
+      for (int64_t i = 0; i < slice; ++i) dx[off[t] + i] += dy[t * slice + i];
+    narrow(dx, c.out(0));
+  }
+};
+
 // PadGrad(dY, pads, axes?) with mode and the input's shape: each output element's gradient goes
 // back to the input element it was read from (none for constant fill).
 template <typename C>
@@ -295,7 +321,8 @@ void registerGradKernels(std::vector<KernelRow>& t) {
       {"SoftmaxCrossEntropyLossGrad", floatOn1<SceGradK>, "ampc"},
       {"NegativeLogLikelihoodLossGrad", floatOn1<NllGradK>, "ampc"},
       {"SliceGrad", floatOp<SliceGradK>, "ampc"},
-      {"GatherGrad", floatOp<GatherGradK>, "ampc"},
+      {"GatherGrad", floatOp<GatherGradK>, "ampc"}, {"GatherElementsGrad", floatOp<GatherElementsGradK>, "ampc"},
+      {"GatherNDGrad", floatOp<GatherNDGradK>, "ampc"},
       {"PadGrad", floatOp<PadGradK>, "ampc"},
       {"DropoutGrad", floatOp<DropoutGradK>, "ampc"},
   });

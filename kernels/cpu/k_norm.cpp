@@ -246,6 +246,41 @@ using SceLossK = LossK<C, true>;
 template <typename C>
 using NllLossK = LossK<C, false>;
 
+// CumSum(x, axis) {exclusive, reverse}: float sums in f64 (rounded once), integers in int64.
+template <typename A>
+void cumSumIn(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  const auto& s = x.type.shape;
+  const int64_t ax = normalizeAxis(c.in(1).getInt(0), x.type.rank());
+  const bool exclusive = c.node.getInt("exclusive", 0) != 0, reverse = c.node.getInt("reverse", 0) != 0;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= s[d];
+  for (size_t d = ax + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t n = s.empty() ? 1 : s[ax];
+  auto v = widen<A>(x);
+  std::vector<A> r(v.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      A acc = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t k = reverse ? n - 1 - j : j;
+        const size_t at = static_cast<size_t>((o * n + k) * inner + i);
+        if (exclusive) {
+          r[at] = acc;
+          acc += v[at];
+        } else {
+          acc += v[at];
+          r[at] = acc;
+        }
+      }
+    }
+  narrow(r, c.out(0));
+}
+void cumSumKernel(KernelCtx& c) {
+  if (isFloat(c.in(0).type.dtype)) cumSumIn<double>(c);
+  else cumSumIn<int64_t>(c);
+}
+
 template <template <typename> class F>
 void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
 template <template <typename> class F>
@@ -259,6 +294,7 @@ void registerNormKernels(std::vector<KernelRow>& t) {
       {"Softmax", floatOp<SoftmaxPlain>}, {"LogSoftmax", floatOp<LogSoftmaxK>},
       {"ReduceSum", numericOp<ReduceSumK>}, {"ReduceMean", numericOp<ReduceMeanK>},
       {"ReduceMax", numericOp<ReduceMaxK>}, {"ReduceMin", numericOp<ReduceMinK>}, {"ArgMax", numericOp<ArgMaxK>},
+      {"CumSum", cumSumKernel},
       {"SoftmaxCrossEntropyLoss", floatOp<SceLossK>}, {"NegativeLogLikelihoodLoss", floatOp<NllLossK>},
   });
 }

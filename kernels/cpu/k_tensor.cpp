@@ -7,6 +7,65 @@
 #include "kernels/cpu/families.h"
 
 namespace ampc::cpu {
+
+// Row-major strides of a shape.
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+// The data offset each GatherElements result element reads (indices checked first).
+std::vector<int64_t> gatherElementsOffsets(KernelCtx& c, const std::vector<int64_t>& xs, const Tensor& ind, int64_t ax) {
+  const auto is = ind.type.shape;
+  const auto xst = stridesOf(xs);
+  auto idx = ind.toInts();
+  std::vector<int64_t> off(idx.size());
+  Odometer o(is);
+  for (size_t i = 0; i < idx.size(); ++i, o.next()) {
+    int64_t k = idx[i];
+    if (k < -xs[ax] || k >= xs[ax]) c.fail("index " + std::to_string(k) + " is out of range for axis length " + std::to_string(xs[ax]));
+    if (k < 0) k += xs[ax];
+    int64_t at = 0;
+    for (size_t d = 0; d < is.size(); ++d) at += (static_cast<int64_t>(d) == ax ? k : o.idx[d]) * xst[d];
+    off[i] = at;
+  }
+  return off;
+}
+
+// GatherND's slices: for each index tuple, the element offset of its slice in data (checked), and
+// the slice's length in elements.
+std::vector<int64_t> gatherNDOffsets(KernelCtx& c, const std::vector<int64_t>& xs, const Tensor& ind, int64_t b, int64_t& slice) {
+  const auto& is = ind.type.shape;
+  const int64_t k = is.back();
+  const auto xst = stridesOf(xs);
+  slice = 1;
+  for (size_t d = b + k; d < xs.size(); ++d) slice *= xs[d];
+  int64_t batch = 1;
+  for (int64_t d = 0; d < b; ++d) batch *= is[d];
+  const int64_t tuples = k ? ind.numel() / k : 0;
+  const int64_t perBatch = batch ? tuples / batch : 0;
+  auto idx = ind.toInts();
+  std::vector<int64_t> off(tuples);
+  for (int64_t t = 0; t < tuples; ++t) {
+    // The batch position's offset: its multi-index over the first b dims.
+    int64_t bi = t / std::max<int64_t>(perBatch, 1), at = 0;
+    for (int64_t d = b; d-- > 0;) {
+      at += (bi % is[d]) * xst[d];
+      bi /= is[d];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t dim = xs[b + j];
+      int64_t v = idx[t * k + j];
+      if (v < -dim || v >= dim) c.fail("index " + std::to_string(v) + " is out of range for dim length " + std::to_string(dim));
+      if (v < 0) v += dim;
+      at += v * xst[b + j];
+    }
+    off[t] = at;
+  }
+  return off;
+}
+
 namespace {
 
 // memcpy that accepts empty ranges (an empty vector's data() may be null, which memcpy forbids).
@@ -114,6 +173,24 @@ void gatherKernel(KernelCtx& c) {
     for (int64_t j = 0; j < n; ++j)
       copyBytes(out.data.data() + (o * n + j) * inner * e, x.data.data() + (o * dim + idx[j]) * inner * e,
                   static_cast<size_t>(inner) * e);
+}
+
+void gatherElementsKernel(KernelCtx& c) {
+  const Tensor &x = c.in(0), &ind = c.in(1);
+  const int64_t ax = normalizeAxis(c.node.getInt("axis", 0), x.type.rank());
+  const auto off = gatherElementsOffsets(c, x.type.shape, ind, ax);
+  const size_t e = dtypeSize(x.type.dtype);
+  Tensor& out = c.out(0);
+  for (size_t i = 0; i < off.size(); ++i) std::memcpy(out.data.data() + i * e, x.data.data() + off[i] * e, e);
+}
+
+void gatherNDKernel(KernelCtx& c) {
+  const Tensor &x = c.in(0), &ind = c.in(1);
+  int64_t slice = 1;
+  const auto off = gatherNDOffsets(c, x.type.shape, ind, c.node.getInt("batch_dims", 0), slice);
+  const size_t e = dtypeSize(x.type.dtype);
+  Tensor& out = c.out(0);
+  for (size_t t = 0; t < off.size(); ++t) copyBytes(out.data.data() + t * slice * e, x.data.data() + off[t] * e, static_cast<size_t>(slice) * e);
 }
 
 void expandKernel(KernelCtx& c) {
@@ -267,7 +344,7 @@ void registerTensorKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Reshape", copyKernel}, {"Flatten", copyKernel}, {"Squeeze", copyKernel}, {"Unsqueeze", copyKernel},
       {"Identity", copyKernel}, {"Transpose", transposeKernel}, {"Concat", concatKernel}, {"Split", splitKernel},
-      {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
+      {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"GatherElements", gatherElementsKernel}, {"GatherND", gatherNDKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
       {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel},
       {"Shape", shapeKernel}, {"ConstantOfShape", constantOfShapeKernel}, {"Constant", constantKernel},
       {"Range", rangeKernel},

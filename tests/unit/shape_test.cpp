@@ -127,6 +127,17 @@ const Case kCases[] = {
     {17, "input %x : f32[2,3,4]", 1, "ReduceMin(%x) {axes = [5]}", "error: axis 5 is out of range for rank 3"},
     {17, "input %x : f32[2,3,4]\n input %ax : i64[1]", 1, "ReduceSum(%x, %ax)", "error: must be a compile-time constant"},
     {17, "input %x : f32[2,3,4]", 1, "ArgMax(%x) {axis = -1, keepdims = 0}", "i64[2,3]"},
+    {17, "input %x : i64[2,3]\n const %ax : i64[] = [1]", 1, "CumSum(%x, %ax) {reverse = 1}", "i64[2,3]"},
+    {17, "input %x : f32[2,3]\n const %ax : i64[] = [2]", 1, "CumSum(%x, %ax)", "error: axis 2 is out of range for rank 2"},
+    {17, "input %x : f32[2,3]\n input %ax : i64[]", 1, "CumSum(%x, %ax)", "error: axis must be a compile-time constant"},
+    {17, "input %x : f16[4]", 1, "Sin(%x)", "f16[4]"},
+    {17, "input %x : f32[4]", 1, "Cos(%x)", "f32[4]"},
+    {17, "input %x : i64[4]", 1, "Sin(%x)", "error: input 0 must be a float tensor"},
+    {17, "input %x : f32[3,4]\n input %i : i64[3,2]", 1, "GatherElements(%x, %i) {axis = 1}", "f32[3,2]"},
+    {17, "input %x : f32[3,4]\n input %i : i64[3]", 1, "GatherElements(%x, %i)", "error: indices i64[3] must have the data's rank 2"},
+    {17, "input %x : f32[3,4,5]\n input %i : i64[2,2]", 1, "GatherND(%x, %i)", "f32[2,5]"},
+    {17, "input %x : f32[3,4,5]\n input %i : i64[3,2,1]", 1, "GatherND(%x, %i) {batch_dims = 1}", "f32[3,2,5]"},
+    {17, "input %x : f32[3,4]\n input %i : i64[2,3]", 1, "GatherND(%x, %i)", "error: the indices' last dim 3 must be in [1, data rank - batch_dims]"},
     // Losses.
     {17, "input %s : f32[8,10]\n input %y : i64[8]", 2, "SoftmaxCrossEntropyLoss(%s, %y)", "f32[]; f32[8,10]"},
     {17, "input %s : f32[8,10,5]\n input %y : i64[8,5]", 1, "SoftmaxCrossEntropyLoss(%s, %y) {ignore_index = -100, reduction = \"none\"}", "f32[8,5]"},
@@ -198,9 +209,9 @@ TEST(ShapeInference, EveryCase) {
 
 TEST(ShapeInference, OpsetRanges) {
   EXPECT_NE(lookupOp("", "Add", 13), nullptr);
-  EXPECT_NE(lookupOp("", "Add", 21), nullptr);
+  EXPECT_NE(lookupOp("", "Add", 23), nullptr);
   EXPECT_EQ(lookupOp("", "Add", 12), nullptr);
-  EXPECT_EQ(lookupOp("", "Add", 22), nullptr);
+  EXPECT_EQ(lookupOp("", "Add", 24), nullptr);
   EXPECT_EQ(lookupOp("", "LayerNormalization", 16), nullptr);
   EXPECT_NE(lookupOp("ai.onnx", "Gelu", 20), nullptr);
   EXPECT_EQ(lookupOp("com.example", "Add", 17), nullptr);

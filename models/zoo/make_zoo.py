@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""The model-zoo conformance suite: small configurations of real architectures (timm,
+torchvision-style, Hugging Face transformers), exported by PyTorch >= 2.9 with both of its
+exporters, with PyTorch's own reference numbers on the same weights and batch.
+
+    python3 models/zoo/make_zoo.py OUTDIR [FAMILY...]      # run where torch, timm, transformers are
+
+For each family it writes, under OUTDIR/FAMILY/:
+    FAMILY.dynamo.onnx, FAMILY.torchscript.onnx   (an exporter that fails is named in report.json)
+    inputs/NAME.npy        the batch (graph input names)
+    grads/PARAM.npy        torch.autograd's fp32 gradients on the initial weights (CPU), by
+                           named_parameters() name; the .onnx files' "ampc.trainable" key lists
+                           the initializer each parameter became
+    ref.json               {"loss0": fp32 loss, "sgd_lr": lr, "sgd_fp32": [3 losses, CPU],
+                            "amp_fp16": {"loss": [20], "skipped": [20]}, "amp_bf16": {...}}
+                           (AMP on CUDA when present: autocast, GradScaler at fp16)
+OUTDIR/report.json says what exported and what failed, with the error.
+Every dropout probability is 0 and stochastic depth is off: masks cannot match across
+frameworks.
+"""
+import copy
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "export"))
+from ampc_export import export_training_graph  # noqa: E402
+
+SGD_LR = 0.05
+AMP_STEPS = 20
+
+
+class ImageLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, target):
+        return F.cross_entropy(self.model(x), target)
+
+
+class LMLoss(nn.Module):
+    """Token-level cross-entropy over an HF model's logits (no shift: targets are given)."""
+
+    def __init__(self, model, with_mask=False, seq2seq=False):
+        super().__init__()
+        self.model = model
+        self.with_mask = with_mask
+        self.seq2seq = seq2seq
+
+    def forward(self, input_ids, *rest):
+        if self.seq2seq:
+            decoder_input_ids, target = rest
+            logits = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
+        elif self.with_mask:
+            attention_mask, target = rest
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        else:
+            (target,) = rest
+            logits = self.model(input_ids=input_ids).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def images(g, n, c, h, classes=10):
+    return {"x": torch.randn(n, c, h, h, generator=g), "target": torch.randint(0, classes, (n,), generator=g)}
+
+
+def tokens(g, n, t, vocab, mask=False, dec=False):
+    d = {"input_ids": torch.randint(0, vocab, (n, t), generator=g)}
+    if mask:
+        m = torch.ones(n, t, dtype=torch.int64)
+        m[-1, t - t // 4:] = 0  # the last sample is padded
+        d["attention_mask"] = m
+    if dec:
+        d["decoder_input_ids"] = torch.randint(0, vocab, (n, t), generator=g)
+    d["target"] = torch.randint(0, vocab, (n, t), generator=g)
+    return d
+
+
+# ---- families: name -> () -> (module with loss, inputs dict)
+
+def vit():
+    from timm.models.vision_transformer import VisionTransformer
+    m = VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
+                          num_classes=10, drop_rate=0.0, drop_path_rate=0.0)
+    return ImageLoss(m), images
+
+
+def convnext():
+    from timm.models.convnext import ConvNeXt
+    m = ConvNeXt(depths=(1, 1, 1, 1), dims=(16, 24, 32, 48), num_classes=10, ls_init_value=0.1, drop_path_rate=0.0)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 64)
+
+
+def efficientnet():
+    from timm.models.efficientnet import _gen_efficientnet
+    m = _gen_efficientnet("efficientnet_b0", channel_multiplier=0.25, depth_multiplier=0.34, pretrained=False,
+                          num_classes=10, drop_rate=0.0, drop_path_rate=0.0)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 64)
+
+
+def mobilenetv3():
+    from timm.models.mobilenetv3 import _gen_mobilenet_v3
+    m = _gen_mobilenet_v3("mobilenetv3_large_100", channel_multiplier=0.25, pretrained=False, num_classes=10,
+                          num_features=128, drop_rate=0.0, drop_path_rate=0.0)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 64)
+
+
+def resnet_timm():
+    from timm.models.resnet import ResNet, BasicBlock
+    m = ResNet(BasicBlock, (1, 1, 1, 1), channels=(8, 16, 32, 64), stem_width=16, num_classes=10)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 32)
+
+
+def resnet_tv():
+    """torchvision's ResNet class and blocks, narrowed: the same ops as resnet50 (Bottleneck)."""
+    import torchvision.models.resnet as R
+    m = R.ResNet(R.Bottleneck, [1, 1, 1, 1], num_classes=10)
+    # Narrow every conv and norm of the stock class to a fraction of its channels: same graph, few weights.
+    return ImageLoss(_narrow_resnet(m)), lambda g: images(g, 4, 3, 32)
+
+
+def _narrow_resnet(m, div=8):
+    import torchvision.models.resnet as R
+
+    def conv(c):
+        return nn.Conv2d(3 if c.in_channels == 3 else c.in_channels // div, c.out_channels // div, c.kernel_size,
+                         c.stride, c.padding, bias=c.bias is not None)
+    for mod in list(m.modules()):
+        for name, ch in list(mod.named_children()):
+            if isinstance(ch, nn.Conv2d):
+                setattr(mod, name, conv(ch))
+            elif isinstance(ch, nn.BatchNorm2d):
+                setattr(mod, name, nn.BatchNorm2d(ch.num_features // div))
+    m.fc = nn.Linear(m.fc.in_features // div, 10)
+    return m
+
+
+def bert():
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                     max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return LMLoss(BertForMaskedLM(cfg), with_mask=True), lambda g: tokens(g, 2, 16, 96, mask=True)
+
+
+def distilbert():
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    cfg = DistilBertConfig(vocab_size=96, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=32,
+                           dropout=0.0, attention_dropout=0.0)
+    return LMLoss(DistilBertForMaskedLM(cfg), with_mask=True), lambda g: tokens(g, 2, 16, 96, mask=True)
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, use_cache=False)
+    return LMLoss(GPT2LMHeadModel(cfg)), lambda g: tokens(g, 2, 16, 96)
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=32, use_cache=False)
+    return LMLoss(LlamaForCausalLM(cfg)), lambda g: tokens(g, 2, 16, 96)
+
+
+def qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=32, use_cache=False)
+    return LMLoss(Qwen2ForCausalLM(cfg)), lambda g: tokens(g, 2, 16, 96)
+
+
+def t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+    cfg = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+                   dropout_rate=0.0, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                   use_cache=False, decoder_start_token_id=0)
+    return LMLoss(T5ForConditionalGeneration(cfg), seq2seq=True), lambda g: tokens(g, 2, 16, 96, dec=True)
+
+
+FAMILIES = {
+    "vit": vit, "convnext": convnext, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
+    "resnet_timm": resnet_timm, "resnet_tv": resnet_tv, "bert": bert, "distilbert": distilbert,
+    "gpt2": gpt2, "llama": llama, "qwen2": qwen2, "t5": t5,
+}
+
+
+def zero_dropout(model):
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+
+
+def sgd_losses(model, inputs, steps, device, amp=None):
+    """Plain SGD at SGD_LR on one batch; the loss before each update (and whether it was skipped)."""
+    model = copy.deepcopy(model).to(device)
+    args = [v.to(device) for v in inputs.values()]
+    opt = torch.optim.SGD(model.parameters(), lr=SGD_LR)
+    scaler = torch.amp.GradScaler(device) if amp == torch.float16 else None
+    losses, skipped = [], []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if amp is None:
+            loss = model(*args)
+        else:
+            with torch.autocast(device, dtype=amp):
+                loss = model(*args)
+        losses.append(float(loss.detach().float()))
+        if scaler is None:
+            loss.backward()
+            opt.step()
+            skipped.append(0)
+        else:
+            scaler.scale(loss).backward()
+            before = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            skipped.append(int(scaler.get_scale() < before))
+    return losses, skipped
+
+
+def make(name, out, report):
+    torch.manual_seed(0)
+    model, make_inputs = FAMILIES[name]()
+    zero_dropout(model)
+    model.train()
+    g = torch.Generator().manual_seed(1234)
+    inputs = make_inputs(g)
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    for k, v in inputs.items():
+        np.save(os.path.join(d, "inputs", k + ".npy"), v.numpy())
+    nparams = sum(p.numel() for p in model.parameters())
+    rep = {"params": nparams, "inputs": list(inputs)}
+    args = tuple(inputs.values())
+    init = copy.deepcopy(model.state_dict())
+    for exporter in ("dynamo", "torchscript"):
+        path = os.path.join(d, f"{name}.{exporter}.onnx")
+        try:
+            names = export_training_graph(model, args, path, dynamo=exporter == "dynamo", input_names=list(inputs))
+            model.load_state_dict(init)
+            import onnx
+            p = onnx.load(path)
+            ops = sorted({(n.domain + "::" if n.domain else "") + n.op_type for n in p.graph.node})
+            rep[exporter] = {"ok": True, "bytes": os.path.getsize(path), "opset": [(o.domain, o.version) for o in p.opset_import],
+                             "ops": ops, "functions": [f.name for f in p.functions],
+                             "outputs": [o.name for o in p.graph.output], "trainable": len(names),
+                             "initializers": len(p.graph.initializer)}
+        except Exception as e:  # noqa: BLE001 - the report names the failure
+            model.load_state_dict(init)
+            rep[exporter] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:2000]}",
+                             "trace": traceback.format_exc()[-3000:]}
+            if os.path.exists(path):
+                os.remove(path)
+    # References on the initial weights.
+    m = copy.deepcopy(model)
+    loss = m(*args)
+    loss.backward()
+    os.makedirs(os.path.join(d, "grads"), exist_ok=True)
+    for pname, p in m.named_parameters():
+        if p.grad is not None:
+            np.save(os.path.join(d, "grads", pname + ".npy"), p.grad.numpy().astype(np.float32))
+    ref = {"loss0": float(loss), "sgd_lr": SGD_LR}
+    ref["sgd_fp32"], _ = sgd_losses(model, inputs, 3, "cpu")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    for key, dt in (("amp_fp16", torch.float16), ("amp_bf16", torch.bfloat16)):
+        if dev == "cpu" and dt == torch.float16:
+            continue
+        try:
+            l, s = sgd_losses(model, inputs, AMP_STEPS, dev, dt)
+            ref[key] = {"loss": l, "skipped": s, "device": dev}
+        except Exception as e:  # noqa: BLE001
+            ref[key] = {"error": str(e)[:500]}
+    with open(os.path.join(d, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    rep["loss0"] = ref["loss0"]
+    report[name] = rep
+    print(f"{name}: {nparams} params, loss {ref['loss0']:.6f}, dynamo {rep['dynamo']['ok']}, "
+          f"torchscript {rep['torchscript']['ok']}", flush=True)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    names = sys.argv[2:] or list(FAMILIES)
+    os.makedirs(out, exist_ok=True)
+    report = {"torch": torch.__version__}
+    try:
+        import timm, transformers, onnx  # noqa: E401
+        report.update(timm=timm.__version__, transformers=transformers.__version__, onnx=onnx.__version__)
+        import onnxscript
+        report["onnxscript"] = onnxscript.__version__
+    except Exception as e:  # noqa: BLE001
+        report["versions_error"] = str(e)
+    for name in names:
+        try:
+            make(name, out, report)
+        except Exception as e:  # noqa: BLE001
+            report[name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
+            print(f"{name}: FAILED {e}", flush=True)
+        with open(os.path.join(out, "report.json"), "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

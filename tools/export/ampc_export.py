@@ -1,0 +1,90 @@
+"""Export a PyTorch training graph for ampc, with the trainable set PyTorch has.
+
+    from ampc_export import export_training_graph
+    export_training_graph(WithLoss(model), (x, target), "model.onnx", dynamo=True,
+                          input_names=["x", "target"])
+
+The module's forward must return the scalar loss. Either of PyTorch's exporters (PyTorch >= 2.1;
+dynamo needs onnxscript): dynamo=True is torch.onnx.export(..., dynamo=True, optimize=False),
+the default exporter since PyTorch 2.9 (opset 18 and up); dynamo=False is the TorchScript
+exporter at opset 17 in TrainingMode.TRAINING without constant folding. Both keep BatchNorm,
+Dropout and the parameters as a training graph needs them.
+
+The model file then carries the metadata key "ampc.trainable": a JSON list of the ONNX
+initializer names that are the module's named_parameters() with requires_grad. Registered
+buffers (masks, position ids, running statistics) and frozen parameters are not listed, so
+ampc trains exactly what PyTorch trains. A parameter whose initializer the exporter renamed
+(tied weights, deduplicated constants) is found by its value.
+"""
+import json
+import os
+
+import torch
+
+TRAINABLE_KEY = "ampc.trainable"
+
+
+def trainable_initializers(module, proto, model_dir="."):
+    """ONNX initializer names of `module`'s trainable parameters, in named_parameters() order."""
+    import numpy as np
+    from onnx import numpy_helper
+    inits = {t.name: t for t in proto.graph.initializer}
+    names, unmatched = [], []
+    for pname, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        if pname in inits:
+            names.append(pname)
+        else:
+            unmatched.append((pname, p))
+    if unmatched:
+        taken = set(names)
+        for pname, p in unmatched:
+            want = p.detach().cpu().float().numpy()
+            hit = None
+            for iname, t in inits.items():
+                if iname in taken or tuple(t.dims) != tuple(want.shape):
+                    continue
+                arr = numpy_helper.to_array(t, base_dir=model_dir) if t.data_location == 1 else numpy_helper.to_array(t)
+                if arr.dtype.kind == "f" and np.array_equal(arr.astype(np.float32), want):
+                    hit = iname
+                    break
+            if hit is None:
+                raise RuntimeError(f"ampc_export: parameter {pname!r} has no initializer in the exported graph")
+            names.append(hit)
+            taken.add(hit)
+    return names
+
+
+def export_training_graph(module, args, path, *, dynamo=True, input_names=None, output_names=("loss",),
+                          opset=None, external_data=None):
+    import onnx
+    module.train()
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    args = tuple(args)
+    if dynamo:
+        kw = dict(dynamo=True, optimize=False, input_names=input_names, output_names=list(output_names))
+        if opset:
+            kw["opset_version"] = opset
+        if external_data is not None:
+            kw["external_data"] = external_data
+        torch.onnx.export(module, args, path, **kw)
+    else:
+        torch.onnx.export(module, args, path, dynamo=False, opset_version=opset or 17,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=input_names, output_names=list(output_names))
+    # Tracing ran the forward in training mode: put the running statistics back.
+    module.load_state_dict(state)
+    model_dir = os.path.dirname(os.path.abspath(path))
+    proto = onnx.load(path, load_external_data=False)
+    names = trainable_initializers(module, proto, model_dir)
+    keep = [(m.key, m.value) for m in proto.metadata_props if m.key != TRAINABLE_KEY]
+    del proto.metadata_props[:]
+    for k, v in keep:
+        e = proto.metadata_props.add()
+        e.key, e.value = k, v
+    entry = proto.metadata_props.add()
+    entry.key = TRAINABLE_KEY
+    entry.value = json.dumps(names)
+    onnx.save(proto, path)
+    return names
