@@ -7,6 +7,7 @@
 #include "passes/autodiff.h"
 
 #include <algorithm>
+#include <cmath>
 #include <regex>
 #include <set>
 #include <unordered_map>
@@ -51,27 +52,49 @@ std::unordered_set<const Value*> lossDeps(const Graph& g, const Value* loss) {
   return deps;
 }
 
+std::unique_ptr<std::regex> optionRegex(const std::string& flag, const std::string& re) {
+  if (re.empty()) return nullptr;
+  try {
+    return std::make_unique<std::regex>(re);
+  } catch (const std::regex_error& e) {
+    throw Error(flag + ": bad regex '" + re + "': " + e.what());
+  }
+}
+
+bool allFinite(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t.getDouble(i))) return false;
+  return true;
+}
+
 std::vector<Value*> candidates(const Graph& g, const AutodiffOptions& opts) {
-  std::unique_ptr<std::regex> freeze;
-  if (!opts.freeze.empty()) {
-    try {
-      freeze = std::make_unique<std::regex>(opts.freeze);
-    } catch (const std::regex_error& e) {
-      throw Error("--freeze: bad regex '" + opts.freeze + "': " + e.what());
-    }
-  }
   std::vector<Value*> r;
-  for (Value* p : g.params()) {
-    if (!isFloat(p->type().dtype)) continue;
-    if (freeze && std::regex_match(p->name(), *freeze)) continue;
-    bool state = false;
-    for (const Use& u : p->uses()) state |= u.user->def() && (u.user->def()->stateOperands >> u.operand & 1);
-    if (!state) r.push_back(p);
-  }
+  for (const auto& p : paramPolicy(g, opts))
+    if (p.candidate) r.push_back(p.param);
   return r;
 }
 
 }  // namespace
+
+std::vector<ParamPolicy> paramPolicy(const Graph& g, const AutodiffOptions& opts) {
+  const auto freeze = optionRegex("--freeze", opts.freeze);
+  const auto only = optionRegex("--trainable", opts.trainable);
+  std::unordered_set<std::string> listed;
+  if (g.declaredTrainable) listed.insert(g.declaredTrainable->begin(), g.declaredTrainable->end());
+  std::vector<ParamPolicy> r;
+  for (Value* p : g.params()) {
+    if (!isFloat(p->type().dtype)) continue;
+    bool state = false;
+    for (const Use& u : p->uses()) state |= u.user->def() && (u.user->def()->stateOperands >> u.operand & 1);
+    if (state) r.push_back({p, false, "op state (" + p->uses()[0].user->op() + " statistics)"});
+    else if (freeze && std::regex_match(p->name(), *freeze)) r.push_back({p, false, "--freeze"});
+    else if (only) r.push_back({p, std::regex_match(p->name(), *only), std::regex_match(p->name(), *only) ? "--trainable" : "not matched by --trainable"});
+    else if (g.declaredTrainable) r.push_back({p, listed.count(p->name()) != 0, listed.count(p->name()) ? "the model's ampc.trainable list" : "not in the model's ampc.trainable list (a buffer)"});
+    else if (p->data() && !allFinite(*p->data())) r.push_back({p, false, "holds Inf or NaN (a mask buffer, not a parameter)"});
+    else r.push_back({p, true, "a float initializer"});
+  }
+  return r;
+}
 
 std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts) {
   if (g.outputs().empty()) return {};

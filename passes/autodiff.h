@@ -13,12 +13,25 @@ namespace ampc {
 
 struct AutodiffOptions {
   std::string freeze;  // --freeze REGEX: parameters whose name matches are not trained
+  // --trainable REGEX: only parameters whose name matches are trained (instead of the model's
+  // ampc.trainable list or the default rule); --freeze still applies.
+  std::string trainable;
   // The loss gradient's seed: a scalar value of the graph (the loss scale S), or 1 when empty.
   std::string seed;
 };
 
-// The parameters autodiff trains: float initializers that are not frozen, not an op's state
-// (BatchNorm's running statistics), and on a differentiable path to the loss.
+// Whether a float initializer is a training candidate, and if not, why. In order: an op's state
+// (BatchNorm's running statistics) is not; --freeze matches are not; with --trainable, exactly its
+// matches are; else with the model's ampc.trainable list, exactly its names are; else every float
+// initializer is, except those holding Inf or NaN (masks: a registered buffer, not a parameter).
+struct ParamPolicy {
+  Value* param;
+  bool candidate;
+  std::string why;  // the rule that decided
+};
+std::vector<ParamPolicy> paramPolicy(const Graph& g, const AutodiffOptions& opts);
+
+// The parameters autodiff trains: the candidates above that reach the loss on a differentiable path.
 std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts);
 
 std::unique_ptr<Pass> createAutodiffPass(const AutodiffOptions& opts = {});

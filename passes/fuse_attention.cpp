@@ -81,16 +81,10 @@ bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
 
 // Values computed from a trainable parameter: a mask among them needs a gradient, so its
 // attention stays unfused.
-std::unordered_set<const Value*> trainedCone(const Graph& g, const std::string& freeze) {
+std::unordered_set<const Value*> trainedCone(const Graph& g, const AutodiffOptions& opts) {
   std::unordered_set<const Value*> cone;
-  std::regex fr;
-  try {
-    if (!freeze.empty()) fr = std::regex(freeze);
-  } catch (const std::regex_error& e) {
-    throw Error("--freeze: bad regex '" + freeze + "': " + e.what());
-  }
-  for (const Value* p : g.params())
-    if (isFloat(p->type().dtype) && (freeze.empty() || !std::regex_match(p->name(), fr))) cone.insert(p);
+  for (const auto& p : paramPolicy(g, opts))
+    if (p.candidate) cone.insert(p.param);
   for (const auto& n : g.nodes()) {
     bool hit = false;
     for (const Value* v : n->inputs()) hit |= v && cone.count(v);
@@ -213,10 +207,10 @@ void rewrite(Graph& g, const Match& m) {
 
 class FuseAttentionPass final : public Pass {
  public:
-  explicit FuseAttentionPass(std::string freeze) : freeze_(std::move(freeze)) {}
+  explicit FuseAttentionPass(AutodiffOptions opts) : opts_(std::move(opts)) {}
   std::string name() const override { return "fuse-attention"; }
   bool run(Graph& g) override {
-    const auto trained = trainedCone(g, freeze_);
+    const auto trained = trainedCone(g, opts_);
     std::vector<Node*> softmaxes;
     for (const auto& n : g.nodes())
       if (n->domain().empty() && n->op() == "Softmax") softmaxes.push_back(n.get());
@@ -232,11 +226,11 @@ class FuseAttentionPass final : public Pass {
   }
 
  private:
-  std::string freeze_;
+  AutodiffOptions opts_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> createFuseAttentionPass(const std::string& freeze) { return std::make_unique<FuseAttentionPass>(freeze); }
+std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts) { return std::make_unique<FuseAttentionPass>(opts); }
 
 }  // namespace ampc

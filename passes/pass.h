@@ -45,9 +45,10 @@ std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
 bool inferAndFoldNode(Graph& g, Node* n);
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
 std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
-// Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node. `freeze`: the regex of
-// parameters that are not trained (a mask computed from a trained parameter stays unfused).
-std::unique_ptr<Pass> createFuseAttentionPass(const std::string& freeze = {});  // fuse_attention.cpp
+// Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node. `opts` says which
+// parameters are trained (a mask computed from a trained parameter stays unfused).
+struct AutodiffOptions;  // passes/autodiff.h
+std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts);  // fuse_attention.cpp
 // GELU written out op by op (tanh or erf form) -> one ampc.Gelu (backward: one ampc.GeluGrad).
 std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 

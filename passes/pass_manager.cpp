@@ -16,7 +16,7 @@ const PassEntry kPasses[] = {
     {"infer-shapes", createInferShapesPass},
     {"fold-constants", createFoldConstantsPass},
     {"dce", createDcePass},
-    {"fuse-attention", [] { return createFuseAttentionPass(); }},
+    {"fuse-attention", [] { return createFuseAttentionPass(AutodiffOptions{}); }},
     {"fuse-gelu", createFuseGeluPass},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},

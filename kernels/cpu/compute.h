@@ -62,8 +62,6 @@ void narrow(const std::vector<C>& v, Tensor& out) {
   }
 }
 
-// Row-major strides of a shape.
-std::vector<int64_t> stridesOf(const std::vector<int64_t>& s);
 // GatherElements: the data offset each result element reads (indices checked; k_tensor.cpp).
 std::vector<int64_t> gatherElementsOffsets(KernelCtx& c, const std::vector<int64_t>& xs, const Tensor& ind, int64_t ax);
 // GatherND: each index tuple's slice offset in data (indices checked) and the slice length.

@@ -8,13 +8,6 @@
 
 namespace ampc::cpu {
 
-// Row-major strides of a shape.
-std::vector<int64_t> stridesOf(const std::vector<int64_t>& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
 // The data offset each GatherElements result element reads (indices checked first).
 std::vector<int64_t> gatherElementsOffsets(KernelCtx& c, const std::vector<int64_t>& xs, const Tensor& ind, int64_t ax) {
   const auto is = ind.type.shape;

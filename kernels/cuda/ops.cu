@@ -73,6 +73,8 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
       case Ew::Relu: return a > 0 ? a : (a != a ? a : 0.0f);
       case Ew::IsNaN: return a != a;
       case Ew::IsInf: return isinf(a) && ((a > 0 && g.detectPos) || (a < 0 && g.detectNeg));
+      case Ew::Sin: return sinf(a);
+      case Ew::Cos: return cosf(a);
       default: break;
     }
   }
@@ -448,6 +450,98 @@ cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float*
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
   if (outer * n * inner > 0) gatherGradKernel<<<gridFor(outer * n * inner), 256, 0, st>>>(dy, t, idx, idxType, acc, outer, dim, n, inner);
   narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
+  return cudaGetLastError();
+}
+
+namespace {
+// Data offset of output element i, or -1 where an index is out of range.
+__device__ int64_t indexOffset(const IndexGeom& g, const void* idx, DT it, int64_t i) {
+  if (g.mode == IndexMode::Elements) {
+    int64_t off = 0, rest = i;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      int64_t m = rest % g.ishape[d];
+      rest /= g.ishape[d];
+      if (d == g.axis) {
+        m = loadI(idx, it, i);
+        if (m < 0) m += g.xshape[d];
+        if (m < 0 || m >= g.xshape[d]) return -1;
+      }
+      off += m * g.xstride[d];
+    }
+    return off;
+  }
+  const int64_t t = i / g.slice, s = i % g.slice;
+  int64_t bi = t / g.perBatch, off = s;
+  for (int d = g.b - 1; d >= 0; --d) {
+    off += (bi % g.ishape[d]) * g.xstride[d];
+    bi /= g.ishape[d];
+  }
+  for (int j = 0; j < g.k; ++j) {
+    int64_t v = loadI(idx, it, t * g.k + j);
+    const int64_t dim = g.xshape[g.b + j];
+    if (v < 0) v += dim;
+    if (v < 0 || v >= dim) return -1;
+    off += v * g.xstride[g.b + j];
+  }
+  return off;
+}
+template <typename E>
+__global__ void indexGatherKernel(const E* x, const void* idx, DT it, E* out, IndexGeom g) {
+  AMPC_GRID_LOOP(i, g.n) {
+    const int64_t off = indexOffset(g, idx, it, i);
+    out[i] = off < 0 ? E(0) : x[off];
+  }
+}
+__global__ void indexGatherGradKernel(const void* dy, DT t, const void* idx, DT it, float* acc, IndexGeom g) {
+  AMPC_GRID_LOOP(i, g.n) {
+    const int64_t off = indexOffset(g, idx, it, i);
+    if (off >= 0) atomicAdd(acc + off, loadF(dy, t, i));
+  }
+}
+template <typename A>
+__global__ void cumSumKernel(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse) {
+  AMPC_GRID_LOOP(line, outer * inner) {
+    const int64_t o = line / inner, in = line % inner;
+    A acc = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = (o * n + (reverse ? n - 1 - j : j)) * inner + in;
+      A v;
+      if constexpr (std::is_integral_v<A>) v = loadI(x, t, at);
+      else v = loadF(x, t, at);
+      if (!exclusive) acc += v;
+      if constexpr (std::is_integral_v<A>) storeI(out, t, at, acc);
+      else storeF(out, t, at, acc);
+      if (exclusive) acc += v;
+    }
+  }
+}
+}  // namespace
+
+cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, cudaStream_t st) {
+  if (g.n == 0) return cudaSuccess;
+  const int grid = gridFor(g.n);
+  switch (elemBytes) {
+    case 1: indexGatherKernel<uint8_t><<<grid, 256, 0, st>>>(static_cast<const uint8_t*>(x), idx, idxType, static_cast<uint8_t*>(out), g); break;
+    case 2: indexGatherKernel<uint16_t><<<grid, 256, 0, st>>>(static_cast<const uint16_t*>(x), idx, idxType, static_cast<uint16_t*>(out), g); break;
+    case 4: indexGatherKernel<uint32_t><<<grid, 256, 0, st>>>(static_cast<const uint32_t*>(x), idx, idxType, static_cast<uint32_t*>(out), g); break;
+    default: indexGatherKernel<uint64_t><<<grid, 256, 0, st>>>(static_cast<const uint64_t*>(x), idx, idxType, static_cast<uint64_t*>(out), g); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outN, const IndexGeom& g,
+                            cudaStream_t st) {
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
+  if (g.n > 0) indexGatherGradKernel<<<gridFor(g.n), 256, 0, st>>>(dy, t, idx, idxType, acc, g);
+  if (outN > 0) narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
+  return cudaGetLastError();
+}
+
+cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st) {
+  if (outer * inner == 0 || n == 0) return cudaSuccess;
+  const bool intType = t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8;
+  if (intType) cumSumKernel<int64_t><<<gridFor(outer * inner), 256, 0, st>>>(x, out, t, outer, n, inner, exclusive, reverse);
+  else cumSumKernel<float><<<gridFor(outer * inner), 256, 0, st>>>(x, out, t, outer, n, inner, exclusive, reverse);
   return cudaGetLastError();
 }
 

@@ -31,6 +31,7 @@ enum class Ew : int {
   GateSum,
   // unary
   Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
+  Sin, Cos,
 };
 // How an operand is read for output element i: at i (same shape), at 0 (one element), at
 // (i / div) % mod (its non-1 dims are one block of the output's dims: a row, a column, a mask over
@@ -89,6 +90,27 @@ cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float*
                        int64_t inner, cudaStream_t st);
 // ScatterAddFlat: acc (f32, zeroed here) [outN] += dy[i] at idx[i] (i64); then out = acc.
 cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, cudaStream_t st);
+
+// GatherElements and GatherND: output element i reads data at an offset built from the indices
+// (negative indices wrap; out of range reads 0). Elements: i walks the indices' shape (ishape),
+// and the axis dim of its multi-index is replaced by the index. ND: index tuples of k entries,
+// the first b dims batch dims (tuples per batch: perBatch), each tuple a slice of `slice` elements.
+enum class IndexMode : int { Elements, ND };
+struct IndexGeom {
+  IndexMode mode = IndexMode::Elements;
+  int rank = 0;  // the data's rank
+  int64_t n = 0;  // output elements
+  int64_t xstride[kMaxRank] = {}, xshape[kMaxRank] = {}, ishape[kMaxRank] = {};
+  int axis = 0;                       // Elements
+  int b = 0, k = 1;                   // ND
+  int64_t slice = 1, perBatch = 1;    // ND
+};
+cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, cudaStream_t st);
+// Their gradients: acc (f32, zeroed here) of outN elements += dy[i] at i's data offset; then out = acc.
+cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outN, const IndexGeom& g,
+                            cudaStream_t st);
+// CumSum along one axis of x viewed as [outer, n, inner]: float types sum in f32, integers in int64.
+cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st);
 
 // ---- reductions -----------------------------------------------------------------------------
 enum class Red : int { Sum, Mean, Max, Min };

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "export"))
 from ampc_export import export_training_graph  # noqa: E402
 
-SGD_LR = 0.05
+SGD_LR = 0.01  # small enough that 20 steps on one batch do not memorise it (losses stay comparable)
 AMP_STEPS = 20
 
 
@@ -89,7 +89,7 @@ def vit():
     from timm.models.vision_transformer import VisionTransformer
     m = VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
                           num_classes=10, drop_rate=0.0, drop_path_rate=0.0)
-    return ImageLoss(m), images
+    return ImageLoss(m), lambda g: images(g, 4, 3, 32)
 
 
 def convnext():
@@ -108,14 +108,14 @@ def efficientnet():
 def mobilenetv3():
     from timm.models.mobilenetv3 import _gen_mobilenet_v3
     m = _gen_mobilenet_v3("mobilenetv3_large_100", channel_multiplier=0.25, pretrained=False, num_classes=10,
-                          num_features=128, drop_rate=0.0, drop_path_rate=0.0)
+                          drop_rate=0.0, drop_path_rate=0.0)
     return ImageLoss(m), lambda g: images(g, 4, 3, 64)
 
 
 def resnet_timm():
     from timm.models.resnet import ResNet, BasicBlock
     m = ResNet(BasicBlock, (1, 1, 1, 1), channels=(8, 16, 32, 64), stem_width=16, num_classes=10)
-    return ImageLoss(m), lambda g: images(g, 4, 3, 32)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 64)
 
 
 def resnet_tv():
@@ -123,7 +123,7 @@ def resnet_tv():
     import torchvision.models.resnet as R
     m = R.ResNet(R.Bottleneck, [1, 1, 1, 1], num_classes=10)
     # Narrow every conv and norm of the stock class to a fraction of its channels: same graph, few weights.
-    return ImageLoss(_narrow_resnet(m)), lambda g: images(g, 4, 3, 32)
+    return ImageLoss(_narrow_resnet(m)), lambda g: images(g, 4, 3, 64)
 
 
 def _narrow_resnet(m, div=8):
@@ -185,10 +185,33 @@ def t5():
     return LMLoss(T5ForConditionalGeneration(cfg), seq2seq=True), lambda g: tokens(g, 2, 16, 96, dec=True)
 
 
+# Architectures beyond the list: the suite is for the class, not for a list.
+def mixer():
+    from timm.models.mlp_mixer import MlpMixer
+    m = MlpMixer(num_classes=10, img_size=32, patch_size=8, num_blocks=2, embed_dim=32, drop_rate=0.0, drop_path_rate=0.0)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 32)
+
+
+def mobilenetv2_tv():
+    import torchvision
+    m = torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.25)
+    zero_dropout(m)
+    return ImageLoss(m), lambda g: images(g, 4, 3, 64)
+
+
+def roberta():
+    from transformers import RobertaConfig, RobertaForMaskedLM
+    cfg = RobertaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        pad_token_id=1)
+    return LMLoss(RobertaForMaskedLM(cfg), with_mask=True), lambda g: tokens(g, 2, 16, 96, mask=True)
+
+
 FAMILIES = {
     "vit": vit, "convnext": convnext, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
     "resnet_timm": resnet_timm, "resnet_tv": resnet_tv, "bert": bert, "distilbert": distilbert,
     "gpt2": gpt2, "llama": llama, "qwen2": qwen2, "t5": t5,
+    "mixer": mixer, "mobilenetv2_tv": mobilenetv2_tv, "roberta": roberta,
 }
 
 
@@ -245,6 +268,8 @@ def make(name, out, report):
         path = os.path.join(d, f"{name}.{exporter}.onnx")
         try:
             names = export_training_graph(model, args, path, dynamo=exporter == "dynamo", input_names=list(inputs))
+            pnames = [n for n, p in model.named_parameters() if p.requires_grad]
+            rep.setdefault("names", {})[exporter] = dict(zip(pnames, names))
             model.load_state_dict(init)
             import onnx
             p = onnx.load(path)
@@ -269,6 +294,17 @@ def make(name, out, report):
             np.save(os.path.join(d, "grads", pname + ".npy"), p.grad.numpy().astype(np.float32))
     ref = {"loss0": float(loss), "sgd_lr": SGD_LR}
     ref["sgd_fp32"], _ = sgd_losses(model, inputs, 3, "cpu")
+    # The same in f64 (epsilons as the f32 graph holds them): how far apart two correct f32 runs may drift.
+    m64 = copy.deepcopy(model)
+    for mod in m64.modules():
+        if hasattr(mod, "eps") and isinstance(mod.eps, float):
+            mod.eps = float(np.float32(mod.eps))
+    in64 = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
+    try:
+        ref["sgd_fp64"], _ = sgd_losses(m64.double(), in64, 3, "cpu")
+    except Exception as e:  # noqa: BLE001 - a model whose code forces f32 somewhere
+        ref["sgd_fp64_error"] = str(e)[:300]
+    ref["names"] = rep.get("names", {})
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     for key, dt in (("amp_fp16", torch.float16), ("amp_bf16", torch.bfloat16)):
         if dev == "cpu" and dt == torch.float16:

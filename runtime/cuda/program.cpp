@@ -229,6 +229,34 @@ struct Program::Lowering {
     add([d, bytes](cudaStream_t st) { return cudaMemsetAsync(d, 0, bytes, st); });
   }
 
+  // GatherElements / GatherND (and their gradients) over data of shape xs: the node's index geometry.
+  IndexGeom indexGeom(const Node& n, const std::vector<int64_t>& xs) const {
+    IndexGeom g;
+    const bool nd = n.op() == "GatherND" || n.op() == "GatherNDGrad";
+    const auto& is = n.input(1)->type().shape;
+    if (xs.size() > static_cast<size_t>(kMaxRank) || is.size() > static_cast<size_t>(kMaxRank))
+      throw Error(n.describe() + ": rank above " + std::to_string(kMaxRank) + " is not supported on CUDA");
+    g.mode = nd ? IndexMode::ND : IndexMode::Elements;
+    g.rank = static_cast<int>(xs.size());
+    const auto st = stridesOf(xs);
+    for (size_t d = 0; d < xs.size(); ++d) g.xshape[d] = xs[d], g.xstride[d] = st[d];
+    for (size_t d = 0; d < is.size(); ++d) g.ishape[d] = is[d];
+    if (!nd) {
+      g.axis = static_cast<int>(normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())));
+      g.n = n.input(1)->type().numel();
+      return g;
+    }
+    g.b = static_cast<int>(n.getInt("batch_dims", 0));
+    g.k = static_cast<int>(is.back());
+    for (size_t d = g.b + g.k; d < xs.size(); ++d) g.slice *= xs[d];
+    int64_t batch = 1;
+    for (int d = 0; d < g.b; ++d) batch *= is[d];
+    const int64_t tuples = g.k ? n.input(1)->type().numel() / g.k : 0;
+    g.perBatch = std::max<int64_t>(batch ? tuples / batch : 0, 1);
+    g.n = tuples * g.slice;
+    return g;
+  }
+
   // [outer, dim, inner] around `axis` of shape s.
   static void split(const std::vector<int64_t>& s, int64_t axis, int64_t& outer, int64_t& dim, int64_t& inner) {
     outer = inner = 1;
@@ -713,7 +741,8 @@ void Program::Lowering::lower() {
       {"And", Ew::And}, {"Or", Ew::Or}, {"Where", Ew::Where}, {"Sqrt", Ew::Sqrt}, {"Reciprocal", Ew::Reciprocal},
       {"Exp", Ew::Exp}, {"Log", Ew::Log}, {"Tanh", Ew::Tanh}, {"Sigmoid", Ew::Sigmoid}, {"Erf", Ew::Erf},
       {"Softplus", Ew::Softplus}, {"LeakyRelu", Ew::LeakyRelu}, {"Relu", Ew::Relu}, {"Neg", Ew::Neg}, {"Abs", Ew::Abs},
-      {"Not", Ew::Not}, {"IsNaN", Ew::IsNaN}, {"IsInf", Ew::IsInf}, {"Cast", Ew::Copy}, {"CastLike", Ew::Copy}};
+      {"Not", Ew::Not}, {"IsNaN", Ew::IsNaN}, {"IsInf", Ew::IsInf}, {"Cast", Ew::Copy}, {"CastLike", Ew::Copy},
+      {"Sin", Ew::Sin}, {"Cos", Ew::Cos}};
   if (!ampcDomain && n.domain().empty()) {
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
@@ -908,6 +937,26 @@ void Program::Lowering::lower() {
       add([=](cudaStream_t st) { return gather(X, I, it, Y, eb, outer, dim, cnt, inner, st); });
       return;
     }
+    if (op == "GatherElements" || op == "GatherND") {
+      const IndexGeom g = indexGeom(n, shape(in(0)));
+      const void *X = P(in(0)), *I = P(in(1));
+      const DT it = dt(in(1));
+      void* Y = P(out(0));
+      const int eb = dtSize(dt(in(0)));
+      add([=](cudaStream_t st) { return indexGather(X, eb, I, it, Y, g, st); });
+      return;
+    }
+    if (op == "CumSum") {
+      const auto& xs = shape(in(0));
+      int64_t outer, dim, inner;
+      split(xs, normalizeAxis(constInts(1).at(0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+      const void* X = P(in(0));
+      void* Y = P(out(0));
+      const DT t = dt(in(0));
+      const bool excl = n.getInt("exclusive", 0) != 0, rev = n.getInt("reverse", 0) != 0;
+      add([=](cudaStream_t st) { return cumSum(X, Y, t, outer, dim, inner, excl, rev, st); });
+      return;
+    }
     if (op == "MatMul") return gemm(true);
     if (op == "Gemm") return gemm(false);
     if (op == "Conv") return conv(false);
@@ -1074,6 +1123,16 @@ void Program::Lowering::lower() {
       void* dX = P(out(0));
       const DT t = dt(in(0)), it = dt(in(1));
       add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, st); });
+      return;
+    }
+    if (op == "GatherElementsGrad" || op == "GatherNDGrad") {
+      const IndexGeom g = indexGeom(n, n.getInts("shape"));
+      const int64_t outN = out(0)->type().numel();
+      const Scratch acc = scratch(sizeof(float) * std::max<int64_t>(outN, 1));
+      const void *dY = P(in(0)), *I = P(in(1));
+      void* dX = P(out(0));
+      const DT t = dt(in(0)), it = dt(in(1));
+      add([=](cudaStream_t st) { return indexGatherGrad(dY, t, I, it, acc.f(), dX, outN, g, st); });
       return;
     }
     if (op == "SliceGrad") {

@@ -31,7 +31,7 @@ std::vector<Case> cases() {
   auto unary = [&](const std::string& op, const std::string& attrs = "", bool positive = false) {
     c.push_back({op, "input %x : $T[7,33]\n%y : $T[7,33] = " + op + "(%x)" + attrs + "\noutput %y", {{"x", {2.0, 0, 1, positive}}}});
   };
-  for (const char* op : {"Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Relu", "Neg", "Abs", "Reciprocal"}) unary(op);
+  for (const char* op : {"Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Relu", "Neg", "Abs", "Reciprocal", "Sin", "Cos"}) unary(op);
   unary("Sqrt", "", true);
   unary("Log", "", true);
   unary("LeakyRelu", " {alpha = 0.2}");
@@ -94,6 +94,16 @@ std::vector<Case> cases() {
   c.push_back({"Split", "input %x : $T[5,6]\nconst %s : i64[2] = [2, 4]\n%a : $T[5,2], %b : $T[5,4] = Split(%x, %s) {axis = -1}\noutput %a\noutput %b"});
   c.push_back({"Pad", "input %x : $T[3,4]\nconst %p : i64[4] = [1, 0, 2, 3]\nconst %v : $T[] = [1.5]\n%y : $T[6,7] = Pad(%x, %p, %v)\noutput %y"});
   c.push_back({"Gather", "input %x : $T[20,6]\ninput %i : i64[3,5]\n%y : $T[3,5,6] = Gather(%x, %i) {axis = 0}\noutput %y", {{"i", {1, -20, 19}}}});
+  c.push_back({"GatherElements", "input %x : $T[5,9,3]\ninput %i : i64[5,4,3]\n%y : $T[5,4,3] = GatherElements(%x, %i) {axis = 1}\noutput %y",
+               {{"i", {1, -9, 8}}}});
+  c.push_back({"GatherND", "input %x : $T[4,6,5]\ninput %i : i64[3,2]\n%y : $T[3,5] = GatherND(%x, %i)\noutput %y", {{"i", {1, -4, 3}}}});
+  c.push_back({"GatherND_batch", "input %x : $T[4,6,5]\ninput %i : i64[4,3,1]\n%y : $T[4,3,5] = GatherND(%x, %i) {batch_dims = 1}\noutput %y",
+               {{"i", {1, 0, 5}}}});
+  c.push_back({"GatherND_i64", "input %x : i64[3,7]\ninput %i : i64[5,2]\n%y : i64[5] = GatherND(%x, %i)\noutput %y",
+               {{"x", {1, -50, 50}}, {"i", {1, 0, 2}}}, false});
+  c.push_back({"CumSum", "input %x : $T[4,37,3]\nconst %a : i64[] = [1]\n%y : $T[4,37,3] = CumSum(%x, %a)\n"
+                         "%z : $T[4,37,3] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\noutput %y\noutput %z"});
+  c.push_back({"CumSum_i64", "input %x : i64[2,50]\nconst %a : i64[] = [-1]\n%y : i64[2,50] = CumSum(%x, %a)\noutput %y", {{"x", {1, 0, 2}}}, false});
   c.push_back({"Gather_axis1", "input %x : $T[4,9,3]\ninput %i : i32[2]\n%y : $T[4,2,3] = Gather(%x, %i) {axis = 1}\noutput %y", {{"i", {1, 0, 8}}}});
   // Reductions.
   c.push_back({"ReduceSum", "input %x : $T[6,70,5]\nconst %a : i64[2] = [0, 2]\n%y : $T[1,70,1] = ReduceSum(%x, %a)\noutput %y"});
@@ -256,6 +266,12 @@ std::vector<Case> cases() {
                                    "%g : f32[48,1001] = ampc::SoftmaxCrossEntropyLossGrad(%d, %xf, %l) {ignore_index = 5, reduction = \"mean\"}\n"
                                    "%gl : $T[48,1001] = Cast(%g) {to = $TO}\noutput %y\noutput %gl",
                {{"x", {4.0}}, {"l", {1, 0, 9}}}});
+  c.push_back({"GatherElementsGrad", "domain \"ampc\" 1\ninput %dy : $T[5,4,3]\ninput %i : i64[5,4,3]\n"
+                                     "%dx : $T[5,9,3] = ampc::GatherElementsGrad(%dy, %i) {axis = 1, shape = [5, 9, 3]}\noutput %dx",
+               {{"i", {1, 0, 8}}}});
+  c.push_back({"GatherNDGrad", "domain \"ampc\" 1\ninput %dy : $T[4,3,5]\ninput %i : i64[4,3,1]\n"
+                               "%dx : $T[4,6,5] = ampc::GatherNDGrad(%dy, %i) {batch_dims = 1, shape = [4, 6, 5]}\noutput %dx",
+               {{"i", {1, 0, 5}}}});
   c.push_back({"GatherGrad", "domain \"ampc\" 1\ninput %dy : $T[3,5,6]\ninput %i : i64[3,5]\n"
                              "%dx : $T[20,6] = ampc::GatherGrad(%dy, %i) {axis = 0, shape = [20, 6]}\noutput %dx",
                {{"i", {1, -20, 19}}}});

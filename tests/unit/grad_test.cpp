@@ -133,6 +133,12 @@ const Case kCases[] = {
     {"param %x : f64[3,4]\n const %p : i64[4] = [1, 2, 2, 3]\n %y : f64[6,9] = Pad(%x, %p) {mode = \"reflect\"}\n"
      " const %q : i64[4] = [0, 1, 2, 0]\n %z : f64[5,5] = Pad(%x, %q)\n %e : f64[5,5] = Pad(%x, %q) {mode = \"edge\"}\n output %y\n output %z\n output %e"},
     {"param %x : f64[2,4,4]\n const %k : i64[] = [1]\n %y : f64[2,4,4] = Trilu(%x, %k)\n output %y"},
+    {"param %x : f64[3,4]\n %s : f64[3,4] = Sin(%x)\n %c : f64[3,4] = Cos(%x)\n output %s\n output %c"},
+    {"param %x : f64[3,5]\n const %a : i64[] = [-1]\n %y : f64[3,5] = CumSum(%x, %a)\n %z : f64[3,5] = CumSum(%x, %a) {exclusive = 1}\n"
+     " %w : f64[3,5] = CumSum(%x, %a) {reverse = 1}\n output %y\n output %z\n output %w"},
+    {"param %x : f64[3,4]\n const %i : i64[2,4] = [0, 1, 2, 0, 0, 1, -1, 0]\n %y : f64[2,4] = GatherElements(%x, %i)\n output %y"},
+    {"param %x : f64[3,4,2]\n const %i : i64[3,2] = [0, 1, 2, 3, 0, 1]\n %y : f64[3,2] = GatherND(%x, %i)\n"
+     " const %j : i64[3,2,1] = [1, 1, 0, 3, 2, 2]\n %z : f64[3,2,2] = GatherND(%x, %j) {batch_dims = 1}\n output %y\n output %z"},
 };
 
 }  // namespace

@@ -138,6 +138,11 @@ const Case kCases[] = {
     {"input %x : f32[10,8]\n const %st : i64[2] = [-1, 1]\n const %en : i64[2] = [-100, 7]\n const %ax : i64[2] = [0, -1]\n const %sp : i64[2] = [-3, 2]\n %y : f32[4,3] = Slice(%x, %st, %en, %ax, %sp)\n output %y"},
     {"input %x : f32[5,4]\n const %i : i64[2,2] = [0, -1, 3, 2]\n %y : f32[5,2,2] = Gather(%x, %i) {axis = -1}\n output %y"},
     {"input %x : f32[1,3,1,2]\n const %a : i64[1] = [-2]\n %y : f32[1,3,2] = Squeeze(%x, %a)\n output %y"},
+    {"input %x : f32[3,4]\n %s : f32[3,4] = Sin(%x)\n %c : f32[3,4] = Cos(%x)\n %y : f32[3,4] = Add(%s, %c)\n output %y", {-4, 4}},
+    {"input %x : f32[3,5]\n const %a : i64[] = [1]\n %y : f32[3,5] = CumSum(%x, %a)\n %z : f32[3,5] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\n output %y\n output %z", {0.5, 2}},
+    {"input %x : f32[3,4]\n const %i : i64[3,2] = [0, 3, -1, 1, 2, 2]\n %y : f32[3,2] = GatherElements(%x, %i) {axis = 1}\n output %y"},
+    {"input %x : f32[3,4,5]\n const %i : i64[2,2] = [0, 1, 2, -1]\n %y : f32[2,5] = GatherND(%x, %i)\n const %j : i64[3,1] = [1, 0, 3]\n"
+     " %z : f32[3,5] = GatherND(%x, %j) {batch_dims = 1}\n output %y\n output %z"},
     {"input %x : f32[3,2]\n const %a : i64[2] = [0, -1]\n %y : f32[1,3,2,1] = Unsqueeze(%x, %a)\n output %y"},
     {"input %x : f32[3,1]\n const %s : i64[3] = [2, 1, 4]\n %y : f32[2,3,4] = Expand(%x, %s)\n output %y"},
     {"input %x : f32[2,3,4]\n %y : f32[6,4] = Flatten(%x) {axis = -1}\n output %y"},

@@ -16,6 +16,7 @@
 #include <map>
 #include <regex>
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "compiler/ir/text.h"
@@ -64,7 +65,7 @@ void writeAtomically(const std::string& path, const std::string& text) {
   if (ec) throw Error(path + ": rename failed: " + ec.message());
 }
 
-void printSummary(const Graph& g) {
+void printSummary(const Graph& g, const AutodiffOptions& ad) {
   std::map<std::string, int> counts;
   for (const auto& n : g.nodes()) counts[n->qualifiedOp()]++;
   fmt::print("graph '{}' opset {}: {} nodes\n", g.name, g.opset, g.numNodes());
@@ -77,6 +78,19 @@ void printSummary(const Graph& g) {
   fmt::print("params: {} tensors, {} elements, {} bytes\n", g.params().size(), elems, bytes);
   for (const Value* v : g.inputs()) fmt::print("input  {} : {}\n", v->name(), v->type().str());
   for (const Value* v : g.outputs()) fmt::print("output {} : {}\n", v->name(), v->type().str());
+  // What a plan trains, and why each other float initializer is frozen.
+  if (g.outputs().empty()) return;
+  const auto trained = trainableParams(g, ad);
+  const std::set<const Value*> on(trained.begin(), trained.end());
+  int64_t trainedElems = 0;
+  for (const Value* p : trained) trainedElems += p->type().numel();
+  fmt::print("trained: {} tensors, {} elements{}\n", trained.size(), trainedElems,
+             g.declaredTrainable ? " (the model lists its trainable parameters: ampc.trainable)" : "");
+  for (const auto& p : paramPolicy(g, ad)) {
+    const bool t = on.count(p.param) != 0;
+    const std::string why = t ? p.why : p.candidate ? "no differentiable path to the loss" : p.why;
+    fmt::print("  {} {} : {}  ({})\n", t ? "train " : "frozen", p.param->name(), p.param->type().str(), why);
+  }
 }
 
 // A file name for a value name: characters a path cannot hold become '_'.
@@ -153,6 +167,12 @@ int main(int argc, char** argv) {
   AutodiffOptions adOpts;
   app.add_flag("--grad", grad, "build the backward graph: outputs become the loss and one <param>_grad per trainable parameter");
   app.add_option("--freeze", adOpts.freeze, "--grad and plans: parameters whose name matches this regex are not trained");
+  app.add_option("--trainable", adOpts.trainable,
+                 "--grad and plans: train exactly the parameters whose name matches this regex (over the model's ampc.trainable list)");
+  std::string batchNorm = "train";
+  app.add_option("--batchnorm", batchNorm,
+                 "inference-form BatchNormalization of a training graph: train (batch statistics, as PyTorch's train()) or as-exported")
+      ->check(CLI::IsMember({"train", "as-exported"}));
   // Training plan (the default output): optimizer, schedule, clipping, loss scaling.
   TrainOptions train;
   std::string betas, lossScale = "auto";
@@ -208,6 +228,7 @@ int main(int argc, char** argv) {
   }
   try {
     ImportOptions opts;
+    opts.batchNormAsExported = batchNorm == "as-exported";
     for (const auto& s : shapes) {
       auto eq = s.find('=');
       if (eq == std::string::npos || eq == 0) {
@@ -289,7 +310,7 @@ int main(int argc, char** argv) {
     AutocastReport ampReport;
     // Plans (and --train, which shows a plan's graph) fuse attention and GELU before autocast paints them.
     if ((plan || trainStep) && !noFuse) {
-      pm.add(createFuseAttentionPass(adOpts.freeze));
+      pm.add(createFuseAttentionPass(adOpts));
       pm.add(createFuseGeluPass());
     }
     if (amp) {
@@ -302,6 +323,7 @@ int main(int argc, char** argv) {
     }
     if (trainStep) pm.add(createTrainStepPass(train));
     auto g = load(model, opts);
+    for (const auto& note : g->importNotes) std::cerr << "ampc: note: " << model << ": " << note << "\n";
     const int castsBefore = countCasts(*g);
     try {
       pm.run(*g);
@@ -313,7 +335,7 @@ int main(int argc, char** argv) {
       if (report) std::cout << formatReport(ampReport);
       if (!reportJsonPath.empty()) writeAtomically(reportJsonPath, reportJson(ampReport));
     }
-    if (summary) printSummary(*g);
+    if (summary) printSummary(*g, adOpts);
     if (eval) runEval(*g, evalArgs);
     if (emit == "text") {
       std::string text = printGraph(*g);

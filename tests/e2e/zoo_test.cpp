@@ -1,0 +1,229 @@
+// The model zoo (models/zoo, made by models/zoo/make_zoo.py with PyTorch 2.11, timm and
+// transformers): small configurations of real architectures, each exported by both of PyTorch's
+// exporters, checked on the CPU backend against PyTorch on the same weights and batch:
+//   - the forward loss (ampc --eval) within 1e-4 relative;
+//   - every parameter gradient (ampc --grad), and exactly PyTorch's trainable set;
+//   - the losses of 3 fp32 SGD steps (a plan run by amprun) within 1e-4 relative;
+//   - fp16 (dynamic loss scaling) and bf16 plans over 20 SGD steps: every loss within 5% of
+//     PyTorch AMP's (autocast, GradScaler at fp16) and the skipped steps within one.
+// The families are found on disk: a new folder with a ref.json is a new case.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "runtime/npy.h"
+#include "tests/unit/test_util.h"
+
+using namespace ampc;
+using namespace ampc::test;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kAmpc = AMPC_BIN;
+const std::string kAmprun = std::string(AMPC_BINARY_DIR) + "/tools/amprun --device cpu";
+const fs::path kZoo = fs::path(AMPC_SOURCE_DIR) / "models" / "zoo";
+
+struct Case {
+  std::string family, exporter;
+  fs::path dir() const { return kZoo / family; }
+  std::string model() const { return (dir() / (family + "." + exporter + ".onnx")).string(); }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> r;
+  if (!fs::exists(kZoo)) return r;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(kZoo))
+    if (e.is_directory() && fs::exists(e.path() / "ref.json")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& d : dirs)
+    for (const char* ex : {"dynamo", "torchscript"})
+      if (fs::exists(d / (d.filename().string() + "." + ex + ".onnx"))) r.push_back({d.filename().string(), ex});
+  return r;
+}
+
+json readJson(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+
+// Relative L2 error of got against want (f64 sums).
+double relL2(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double d = got.getDouble(i) - want.getDouble(i);
+    num += d * d;
+    den += want.getDouble(i) * want.getDouble(i);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// One field of every line of a metrics file, in step order.
+std::vector<double> metric(const std::string& path, const std::string& field) {
+  std::vector<double> r;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) r.push_back(json::parse(l).at(field).get<double>());
+  return r;
+}
+
+// Trains the case's model with amprun on the CPU and returns the metrics file's path.
+std::string train(const Case& c, const TempDir& t, const std::string& precision, int steps) {
+  const json ref = readJson(c.dir() / "ref.json");
+  const std::string plan = t.file(precision + ".ampplan"), metrics = t.file(precision + ".jsonl");
+  std::ostringstream lr;
+  lr << ref.at("sgd_lr").get<double>();
+  auto r = run(kAmpc + " " + c.model() + " --precision " + precision + " --optimizer sgd --lr " + lr.str() + " -o " + plan);
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run(kAmprun + " " + plan + " --data " + (c.dir() / "inputs").string() + " --steps " + std::to_string(steps) + " --log-every 1 --metrics " + metrics);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return metrics;
+}
+
+class Zoo : public ::testing::TestWithParam<Case> {};
+
+}  // namespace
+
+TEST_P(Zoo, ForwardLossMatchesPyTorch) {
+  const Case& c = GetParam();
+  const json ref = readJson(c.dir() / "ref.json");
+  TempDir t;
+  auto r = run(kAmpc + " " + c.model() + " --eval --no-dropout --inputs " + (c.dir() / "inputs").string() + " --outputs " + t.path.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double loss = readNpy(t.file("loss.npy")).getDouble(0);
+  const double want = ref.at("loss0").get<double>();
+  std::printf("%s.%s: loss %.7f, PyTorch %.7f (rel %.2e)\n", c.family.c_str(), c.exporter.c_str(), loss, want, rel(loss, want));
+  EXPECT_LT(rel(loss, want), 1e-4);
+}
+
+TEST_P(Zoo, GradientsAndTrainableSetMatchPyTorch) {
+  const Case& c = GetParam();
+  TempDir t;
+  const std::string g = t.file("grad.onnx");
+  auto r = run(kAmpc + " " + c.model() + " --grad --emit onnx -o " + g);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(kAmpc + " " + g + " --eval --no-dropout --inputs " + (c.dir() / "inputs").string() + " --outputs " + t.path.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  // PyTorch's parameters are the grads/ files (named_parameters() names); ampc's are the
+  // <initializer>_grad outputs: both exporters name initializers after the parameters.
+  // ref.json's names map a parameter to the initializer the exporter made of it (a tied weight
+  // is named after one of its uses).
+  const json ref = readJson(c.dir() / "ref.json");
+  std::map<std::string, std::string> onnxName;
+  if (ref.contains("names") && ref["names"].contains(c.exporter))
+    for (const auto& [k, v] : ref["names"][c.exporter].items()) onnxName[k] = v.get<std::string>();
+  std::set<std::string> torchParams, ampcParams;
+  std::map<std::string, std::string> torchOf;  // initializer -> grads/ file stem
+  for (const auto& e : fs::directory_iterator(c.dir() / "grads")) {
+    const std::string p = e.path().stem().string();
+    const std::string init = onnxName.count(p) ? onnxName[p] : p;
+    torchParams.insert(init);
+    torchOf[init] = p;
+  }
+  for (const auto& e : fs::directory_iterator(t.path)) {
+    const std::string f = e.path().filename().string();
+    if (f.size() > 9 && f.substr(f.size() - 9) == "_grad.npy") ampcParams.insert(f.substr(0, f.size() - 9));
+  }
+  ASSERT_FALSE(torchParams.empty());
+  std::vector<std::string> extra, missing;
+  std::set_difference(ampcParams.begin(), ampcParams.end(), torchParams.begin(), torchParams.end(), std::back_inserter(extra));
+  std::set_difference(torchParams.begin(), torchParams.end(), ampcParams.begin(), ampcParams.end(), std::back_inserter(missing));
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += " " + x;
+    return s;
+  };
+  EXPECT_TRUE(extra.empty()) << "ampc trains what PyTorch does not:" << join(extra);
+  EXPECT_TRUE(missing.empty()) << "ampc does not train:" << join(missing);
+  // Each gradient within 1e-4 of PyTorch's in relative L2, with an absolute floor of 1e-6 of the
+  // largest gradient's norm: a gradient that is 0 in exact arithmetic (a key bias under softmax, a
+  // bias before a norm) is the rounding noise of cancelling sums in both (f32's unit roundoff is
+  // 6e-8, summed over the batch and the positions).
+  std::map<std::string, std::pair<Tensor, Tensor>> pairs;
+  double largest = 0;
+  for (const auto& p : torchParams) {
+    if (!ampcParams.count(p)) continue;
+    Tensor got = readNpy(t.file(p + "_grad.npy")), want = readNpy((c.dir() / "grads" / (torchOf[p] + ".npy")).string());
+    ASSERT_EQ(got.type.shape, want.type.shape) << p;
+    double n2 = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) n2 += want.getDouble(i) * want.getDouble(i);
+    largest = std::max(largest, std::sqrt(n2));
+    pairs.emplace(p, std::make_pair(std::move(got), std::move(want)));
+  }
+  ASSERT_GT(largest, 0.0);
+  double worst = 0;
+  std::string worstName;
+  for (const auto& [p, gw] : pairs) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < gw.second.numel(); ++i) {
+      const double d = gw.first.getDouble(i) - gw.second.getDouble(i);
+      num += d * d;
+      den += gw.second.getDouble(i) * gw.second.getDouble(i);
+    }
+    const double e = std::sqrt(num) / std::max(std::sqrt(den), 1e-2 * largest);  // 1e-4 of it: 1e-6 of the largest
+    if (e > worst) worst = e, worstName = p;
+    EXPECT_LT(e, 1e-4) << p << " (relative L2 " << relL2(gw.first, gw.second) << ")";
+  }
+  std::printf("%s.%s: %zu gradients, worst relative L2 %.2e (%s)\n", c.family.c_str(), c.exporter.c_str(), torchParams.size(), worst,
+              worstName.c_str());
+}
+
+TEST_P(Zoo, ThreeSgdStepsMatchPyTorch) {
+  const Case& c = GetParam();
+  const json ref = readJson(c.dir() / "ref.json");
+  TempDir t;
+  const auto got = metric(train(c, t, "fp32", 3), "loss");
+  const auto want = ref.at("sgd_fp32").get<std::vector<double>>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    std::printf("%s.%s: SGD step %zu loss %.7f, PyTorch %.7f (rel %.2e)\n", c.family.c_str(), c.exporter.c_str(), i + 1, got[i], want[i],
+                rel(got[i], want[i]));
+    EXPECT_LT(rel(got[i], want[i]), 1e-4) << "step " << i + 1;
+  }
+}
+
+TEST_P(Zoo, MixedPrecisionTracksPyTorchAmp) {
+  const Case& c = GetParam();
+  const json ref = readJson(c.dir() / "ref.json");
+  TempDir t;
+  for (const char* p : {"fp16", "bf16"}) {
+    const std::string key = std::string("amp_") + p;
+    if (!ref.contains(key) || !ref[key].contains("loss")) continue;  // made without a GPU: no fp16 reference
+    const auto want = ref[key]["loss"].get<std::vector<double>>();
+    const auto wantSkipped = ref[key]["skipped"].get<std::vector<int>>();
+    const std::string m = train(c, t, p, static_cast<int>(want.size()));
+    const auto got = metric(m, "loss"), skipped = metric(m, "skipped");
+    ASSERT_EQ(got.size(), want.size()) << p;
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, rel(got[i], want[i]));
+      EXPECT_LT(rel(got[i], want[i]), 0.05) << p << " step " << i + 1 << ": " << got[i] << " vs PyTorch AMP " << want[i];
+    }
+    int ours = 0, theirs = 0;
+    for (double s : skipped) ours += s != 0;
+    for (int s : wantSkipped) theirs += s != 0;
+    EXPECT_LE(std::abs(ours - theirs), 1) << p << ": skipped " << ours << " steps, PyTorch AMP " << theirs;
+    std::printf("%s.%s %s: %zu steps, worst loss deviation from PyTorch AMP %.2e, skipped %d (PyTorch %d)\n", c.family.c_str(),
+                c.exporter.c_str(), p, want.size(), worst, ours, theirs);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Zoo, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.family + "_" + i.param.exporter; });
+
+TEST(ZooSuite, HasEveryFamily) {
+  // The suite is found on disk; a lost folder must not pass silently.
+  std::set<std::string> families;
+  for (const auto& c : cases()) families.insert(c.family);
+  for (const char* f : {"bert", "convnext", "distilbert", "efficientnet", "gpt2", "llama", "qwen2", "resnet_timm", "resnet_tv", "t5"})
+    EXPECT_TRUE(families.count(f)) << "models/zoo/" << f << " is missing";
+}
