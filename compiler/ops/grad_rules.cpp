@@ -60,6 +60,51 @@ void gradCos(GB& b) { b.setGrad(0, b.neg(b.mul(b.dy(0), b.op("Sin", {b.x(0)}))))
 void gradCumSum(GB& b) {
   b.setGrad(0, b.op("CumSum", {b.dy(0), b.x(1)}, {{"exclusive", b.node.getInt("exclusive", 0)}, {"reverse", int64_t{b.node.getInt("reverse", 0) == 0}}}));
 }
+// dY where the mask holds, else 0.
+Value* gated(GB& b, Value* mask, Value* v) { return b.where(mask, v, b.scalar(0, dt(v))); }
+void gradHardSigmoid(GB& b) {  // alpha where 0 < alpha x + beta < 1
+  const DType t = dt(b.x(0));
+  const double a = b.node.getFloat("alpha", 0.2f), be = b.node.getFloat("beta", 0.5f);
+  Value* z = b.add(b.mul(b.x(0), b.scalar(a, t)), b.scalar(be, t));
+  Value* in = b.op("And", {b.op("Greater", {z, b.scalar(0, t)}), b.op("Less", {z, b.scalar(1, t)})});
+  b.setGrad(0, gated(b, in, b.mul(b.dy(0), b.scalar(a, t))));
+}
+void gradHardSwish(GB& b) {  // 0 below -3, 1 above 3, x/3 + 1/2 between
+  const DType t = dt(b.x(0));
+  Value* x = b.x(0);
+  Value* mid = b.mul(b.dy(0), b.add(b.div(x, b.scalar(3, t)), b.scalar(0.5, t)));
+  Value* upper = b.where(b.op("Greater", {x, b.scalar(3, t)}), b.dy(0), mid);
+  b.setGrad(0, gated(b, b.op("GreaterOrEqual", {x, b.scalar(-3, t)}), upper));
+}
+// Elu / Selu / Celu: from the output where x <= 0 (y + alpha for Elu, y + gamma alpha for Selu,
+// y / alpha + 1 for Celu), the slope (1 or gamma) above.
+void gradExpLinear(GB& b, double slope, Value* below) {
+  Value* pos = b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))});
+  Value* up = slope == 1 ? b.dy(0) : b.mul(b.dy(0), b.scalar(slope, dt(b.x(0))));
+  b.setGrad(0, b.where(pos, up, b.mul(b.dy(0), below)));
+}
+void gradElu(GB& b) { gradExpLinear(b, 1, b.add(b.y(0), b.scalar(b.node.getFloat("alpha", 1.0f), dt(b.x(0))))); }
+void gradSelu(GB& b) {
+  const double a = b.node.getFloat("alpha", 1.67326319217681884765625f), g = b.node.getFloat("gamma", 1.05070102214813232421875f);
+  gradExpLinear(b, g, b.add(b.y(0), b.scalar(a * g, dt(b.x(0)))));
+}
+void gradCelu(GB& b) {
+  const DType t = dt(b.x(0));
+  const double a = b.node.getFloat("alpha", 1.0f);
+  gradExpLinear(b, 1, b.add(b.div(b.y(0), b.scalar(a, t)), b.scalar(1, t)));
+}
+void gradMish(GB& b) {  // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2), sp = softplus(x)
+  const DType t = dt(b.x(0));
+  Value* th = b.op("Tanh", {b.op("Softplus", {b.x(0)})});
+  Value* sech2 = b.sub(b.scalar(1, t), b.mul(th, th));
+  Value* d = b.add(th, b.mul(b.mul(b.x(0), b.op("Sigmoid", {b.x(0)})), sech2));
+  b.setGrad(0, b.mul(b.dy(0), d));
+}
+void gradPRelu(GB& b) {
+  Value* neg = b.op("Less", {b.x(0), b.scalar(0, dt(b.x(0)))});
+  if (b.needs(0)) b.setGrad(0, b.where(neg, b.mul(b.dy(0), b.x(1)), b.dy(0)));
+  if (b.needs(1)) b.setGrad(1, b.reduceTo(gated(b, neg, b.mul(b.dy(0), b.x(0))), shapeOf(b.x(1))));
+}
 void gradExp(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.y(0))); }
 void gradLog(GB& b) { b.setGrad(0, b.div(b.dy(0), b.x(0))); }
 void gradTanh(GB& b) {
@@ -441,7 +486,8 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
       {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements},
-      {"GatherND", gradGatherND},
+      {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
+      {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"PRelu", gradPRelu},
   };
   for (OpDef& d : t) {
     for (const auto& [name, fn] : rules)

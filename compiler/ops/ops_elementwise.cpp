@@ -53,6 +53,17 @@ void inferLogic(InferContext& c) {
   if (c.numInputs() == 1) c.setOut(0, c.in(0));
   else inferBinary(c, DType::boolean);
 }
+void inferPRelu(InferContext& c) {  // the slope broadcasts to X (unidirectionally)
+  requireFloat(c, 0);
+  requireSameDType(c, 0, 1);
+  auto s = broadcastShapes(c, c.in(0).shape, c.in(1).shape);
+  c.check(s == c.in(0).shape, "slope " + c.in(1).str() + " must broadcast to X " + c.in(0).str());
+  c.setOut(0, c.in(0));
+}
+void inferMod(InferContext& c) {
+  inferBinary(c, std::nullopt);
+  if (isFloat(c.in(0).dtype)) c.check(c.node().getInt("fmod", 0) != 0, "a float Mod needs fmod = 1");
+}
 void inferPow(InferContext& c) {
   if (!isFloat(c.in(0).dtype) && !isInteger(c.in(0).dtype)) c.fail("base must be numeric");
   c.setOut(0, TensorType{c.in(0).dtype, broadcastShapes(c, c.in(0).shape, c.in(1).shape)});
@@ -105,6 +116,19 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Erf", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Sin", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Cos", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("HardSigmoid", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("HardSwish", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Elu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Selu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Celu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Mish", 18, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  // Piecewise constant: zero gradient almost everywhere, as PyTorch gives.
+  row("Floor", L, 1, 1, 1, 1, I, false, inferUnaryFloat);
+  row("Ceil", L, 1, 1, 1, 1, I, false, inferUnaryFloat);
+  row("Round", L, 1, 1, 1, 1, I, false, inferUnaryFloat);
+  row("Sign", L, 1, 1, 1, 1, I, false, inferUnaryAny);
+  row("PRelu", L, 2, 2, 1, 1, I, true, inferPRelu);
+  row("Mod", L, 2, 2, 1, 1, I, false, inferMod);
   row("Gelu", 20, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Softplus", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
   row("LeakyRelu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
@@ -136,7 +160,8 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   // The ops whose result 0 may overwrite a same-sized input (memory planning): elementwise ones.
-  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Gelu", "Softplus", "LeakyRelu", "Relu",
+  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "HardSigmoid", "HardSwish", "Elu", "Selu",
+                                "Celu", "Mish", "Floor", "Ceil", "Round", "Sign", "PRelu", "Mod", "Gelu", "Softplus", "LeakyRelu", "Relu",
                                 "Neg", "Abs", "Identity", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Dropout"})
     for (OpDef& d : t)
       if (d.name == name) d.inplace = true;

@@ -49,6 +49,11 @@ AMPC_UNARY_FLOAT(SigmoidK, x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) /
 AMPC_UNARY_FLOAT(ErfK, std::erf(x))
 AMPC_UNARY_FLOAT(SinK, std::sin(x))
 AMPC_UNARY_FLOAT(CosK, std::cos(x))
+AMPC_UNARY_FLOAT(HardSwishK, x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5))))
+AMPC_UNARY_FLOAT(MishK, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
+AMPC_UNARY_FLOAT(FloorK, std::floor(x))
+AMPC_UNARY_FLOAT(CeilK, std::ceil(x))
+AMPC_UNARY_FLOAT(RoundK, std::nearbyint(x))  // halves to even (the default rounding mode)
 AMPC_UNARY_FLOAT(SoftplusK, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
 #undef AMPC_UNARY_FLOAT
 
@@ -64,6 +69,63 @@ struct AbsK {
 template <typename C>
 struct ReluK {
   static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x > 0 ? x : (x != x ? x : C(0)); }); }
+};
+// Activations with attributes (ONNX's defaults).
+template <typename C>
+struct HardSigmoidK {
+  static void run(KernelCtx& c) {
+    const C a = static_cast<C>(c.node.getFloat("alpha", 0.2f)), b = static_cast<C>(c.node.getFloat("beta", 0.5f));
+    unaryMap<C>(c, [a, b](C x) -> C { return std::max(C(0), std::min(C(1), a * x + b)); });
+  }
+};
+template <typename C>
+struct EluK {
+  static void run(KernelCtx& c) {
+    const C a = static_cast<C>(c.node.getFloat("alpha", 1.0f));
+    unaryMap<C>(c, [a](C x) -> C { return x > 0 ? x : a * std::expm1(x); });
+  }
+};
+template <typename C>
+struct SeluK {
+  static void run(KernelCtx& c) {
+    const C a = static_cast<C>(c.node.getFloat("alpha", 1.67326319217681884765625f)),
+            g = static_cast<C>(c.node.getFloat("gamma", 1.05070102214813232421875f));
+    unaryMap<C>(c, [a, g](C x) -> C { return x > 0 ? g * x : g * a * std::expm1(x); });
+  }
+};
+template <typename C>
+struct CeluK {
+  static void run(KernelCtx& c) {
+    const C a = static_cast<C>(c.node.getFloat("alpha", 1.0f));
+    if (a == 0) c.fail("alpha must not be 0");
+    unaryMap<C>(c, [a](C x) -> C { return x > 0 ? x : a * std::expm1(x / a); });
+  }
+};
+template <typename C>
+struct SignK {
+  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x > 0 ? C(1) : x < 0 ? C(-1) : x; }); }
+};
+template <typename C>
+struct PReluK {
+  static void run(KernelCtx& c) { binaryMap<C>(c, [](C x, C s) -> C { return x < 0 ? s * x : x; }); }
+};
+// Mod: fmod = 1 is C's fmod (the dividend's sign); fmod = 0 (integers) takes the divisor's sign.
+template <typename C>
+struct ModK {
+  static void run(KernelCtx& c) {
+    const bool fm = c.node.getInt("fmod", 0) != 0;
+    binaryMap<C>(c, [fm](C a, C b) -> C {
+      if constexpr (std::is_integral_v<C>) {
+        if (b == 0) return 0;
+        if (b == -1) return 0;  // also INT64_MIN % -1, which would trap
+        C r = a % b;
+        if (!fm && r != 0 && ((r < 0) != (b < 0))) r += b;
+        return r;
+      } else {
+        return std::fmod(a, b);
+      }
+    });
+  }
 };
 template <typename C>
 struct LeakyReluK {
@@ -253,7 +315,10 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Sqrt", floatOp<SqrtK>}, {"Reciprocal", floatOp<ReciprocalK>}, {"Exp", floatOp<ExpK>},
       {"Log", floatOp<LogK>}, {"Tanh", floatOp<TanhK>}, {"Sigmoid", floatOp<SigmoidK>},
-      {"Erf", floatOp<ErfK>}, {"Sin", floatOp<SinK>}, {"Cos", floatOp<CosK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
+      {"Erf", floatOp<ErfK>}, {"Sin", floatOp<SinK>}, {"Cos", floatOp<CosK>},
+      {"HardSigmoid", floatOp<HardSigmoidK>}, {"HardSwish", floatOp<HardSwishK>}, {"Elu", floatOp<EluK>}, {"Selu", floatOp<SeluK>},
+      {"Celu", floatOp<CeluK>}, {"Mish", floatOp<MishK>}, {"Floor", floatOp<FloorK>}, {"Ceil", floatOp<CeilK>},
+      {"Round", floatOp<RoundK>}, {"Sign", numericOp<SignK>}, {"PRelu", floatOp<PReluK>}, {"Mod", numericOp<ModK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
       {"LeakyRelu", floatOp<LeakyReluK>}, {"Relu", numericOp<ReluK>}, {"Neg", numericOp<NegK>},
       {"Abs", numericOp<AbsK>}, {"Clip", numericOp<ClipK>}, {"IsNaN", floatOp<IsNaNK>}, {"IsInf", floatOp<IsInfK>},
       {"Add", numericOp<AddK>}, {"Sub", numericOp<SubK>}, {"Mul", numericOp<MulK>}, {"Div", numericOp<DivK>},

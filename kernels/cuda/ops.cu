@@ -45,6 +45,17 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
     case Ew::And: return a && b;
     case Ew::Or: return a || b;
     case Ew::Clip: return a < b ? b : (a > c ? c : a);
+    case Ew::Sign: return a > 0 ? C(1) : a < 0 ? C(-1) : a;
+    case Ew::PRelu: return a < 0 ? b * a : a;
+    case Ew::Mod:
+      if constexpr (std::is_integral_v<C>) {
+        if (b == 0 || b == -1) return 0;
+        C r = a % b;
+        if (!g.fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+        return r;
+      } else {
+        return fmodf(a, b);
+      }
     case Ew::Copy: return a;
     case Ew::Neg: return -a;
     case Ew::Abs: return a < 0 ? -a : a;
@@ -75,6 +86,15 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
       case Ew::IsInf: return isinf(a) && ((a > 0 && g.detectPos) || (a < 0 && g.detectNeg));
       case Ew::Sin: return sinf(a);
       case Ew::Cos: return cosf(a);
+      case Ew::HardSigmoid: return fmaxf(0.0f, fminf(1.0f, g.alpha * a + g.beta));
+      case Ew::HardSwish: return a * fmaxf(0.0f, fminf(1.0f, a / 6.0f + 0.5f));
+      case Ew::Elu: return a > 0 ? a : g.alpha * expm1f(a);
+      case Ew::Selu: return a > 0 ? g.beta * a : g.beta * g.alpha * expm1f(a);
+      case Ew::Celu: return a > 0 ? a : g.alpha * expm1f(a / g.alpha);
+      case Ew::Mish: return a * tanhf(a > 0 ? a + log1pf(expf(-a)) : log1pf(expf(a)));
+      case Ew::Floor: return floorf(a);
+      case Ew::Ceil: return ceilf(a);
+      case Ew::Round: return rintf(a);
       default: break;
     }
   }

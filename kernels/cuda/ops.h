@@ -31,7 +31,9 @@ enum class Ew : int {
   GateSum,
   // unary
   Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
-  Sin, Cos,
+  Sin, Cos, HardSigmoid, HardSwish, Elu, Selu, Celu, Mish, Floor, Ceil, Round, Sign,
+  // binary, late additions
+  PRelu, Mod,
 };
 // How an operand is read for output element i: at i (same shape), at 0 (one element), at
 // (i / div) % mod (its non-1 dims are one block of the output's dims: a row, a column, a mask over
@@ -51,7 +53,9 @@ struct EwArgs {
   int64_t div[kMaxOperands] = {1, 1, 1, 1}, mod[kMaxOperands] = {1, 1, 1, 1};  // Access::Block
   void* out = nullptr;
   DT outType = DT::f32;
-  float alpha = 0.01f;               // LeakyRelu
+  float alpha = 0.01f;               // LeakyRelu, HardSigmoid, Elu, Selu, Celu
+  float beta = 0.0f;                 // HardSigmoid's beta, Selu's gamma
+  int fmod = 0;                      // Mod
   int detectNeg = 1, detectPos = 1;  // IsInf
   bool intMath = false;              // compute in int64 (integer operands), else in f32
   bool relu = false;                 // max(0, result): a Relu folded into the op (float ops)

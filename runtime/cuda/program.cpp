@@ -202,9 +202,13 @@ struct Program::Lowering {
     for (const Value* v : ins) a.intMath = a.intMath && isInt(dt(v));
     if (op == Ew::Where) a.intMath = isInt(dt(out(0)));
     if (!a.intMath && isInt(dt(out(0))) && op != Ew::Copy && op != Ew::Equal && op != Ew::Less && op != Ew::LessEq && op != Ew::Greater &&
-        op != Ew::GreaterEq && op != Ew::And && op != Ew::Or && op != Ew::Not && op != Ew::IsNaN && op != Ew::IsInf)
+        op != Ew::GreaterEq && op != Ew::And && op != Ew::Or && op != Ew::Not && op != Ew::IsNaN && op != Ew::IsInf && op != Ew::Sign)
       fail("mixed integer and float operands");
     if (n.op() == "LeakyRelu") a.alpha = n.getFloat("alpha", 0.01f);
+    if (n.op() == "HardSigmoid") a.alpha = n.getFloat("alpha", 0.2f), a.beta = n.getFloat("beta", 0.5f);
+    if (n.op() == "Elu" || n.op() == "Celu") a.alpha = n.getFloat("alpha", 1.0f);
+    if (n.op() == "Selu") a.alpha = n.getFloat("alpha", 1.67326319217681884765625f), a.beta = n.getFloat("gamma", 1.05070102214813232421875f);
+    if (n.op() == "Mod") a.fmod = static_cast<int>(n.getInt("fmod", 0));
     if (n.op() == "IsInf") {
       a.detectNeg = static_cast<int>(n.getInt("detect_negative", 1));
       a.detectPos = static_cast<int>(n.getInt("detect_positive", 1));
@@ -742,7 +746,9 @@ void Program::Lowering::lower() {
       {"Exp", Ew::Exp}, {"Log", Ew::Log}, {"Tanh", Ew::Tanh}, {"Sigmoid", Ew::Sigmoid}, {"Erf", Ew::Erf},
       {"Softplus", Ew::Softplus}, {"LeakyRelu", Ew::LeakyRelu}, {"Relu", Ew::Relu}, {"Neg", Ew::Neg}, {"Abs", Ew::Abs},
       {"Not", Ew::Not}, {"IsNaN", Ew::IsNaN}, {"IsInf", Ew::IsInf}, {"Cast", Ew::Copy}, {"CastLike", Ew::Copy},
-      {"Sin", Ew::Sin}, {"Cos", Ew::Cos}};
+      {"Sin", Ew::Sin}, {"Cos", Ew::Cos}, {"HardSigmoid", Ew::HardSigmoid}, {"HardSwish", Ew::HardSwish}, {"Elu", Ew::Elu},
+      {"Selu", Ew::Selu}, {"Celu", Ew::Celu}, {"Mish", Ew::Mish}, {"Floor", Ew::Floor}, {"Ceil", Ew::Ceil}, {"Round", Ew::Round},
+      {"Sign", Ew::Sign}, {"PRelu", Ew::PRelu}, {"Mod", Ew::Mod}};
   if (!ampcDomain && n.domain().empty()) {
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it

@@ -1,15 +1,22 @@
 // The model zoo (models/zoo, made by models/zoo/make_zoo.py with PyTorch 2.11, timm and
 // transformers): small configurations of real architectures, each exported by both of PyTorch's
-// exporters, checked on the CPU backend against PyTorch on the same weights and batch:
+// exporters, checked against PyTorch on the same weights and batch:
 //   - the forward loss (ampc --eval) within 1e-4 relative;
 //   - every parameter gradient (ampc --grad), and exactly PyTorch's trainable set;
-//   - the losses of 3 fp32 SGD steps (a plan run by amprun) within 1e-4 relative;
-//   - fp16 (dynamic loss scaling) and bf16 plans over 20 SGD steps: every loss within 5% of
-//     PyTorch AMP's (autocast, GradScaler at fp16) and the skipped steps within one.
+//   - the losses of 3 fp32 SGD steps (a plan run by amprun) within 1e-4 relative, or within twice
+//     PyTorch's own f32 error (its f32 run against its f64 run) where that is larger: a model so
+//     sensitive that correct f32 runs drift apart (BatchNorm over few values, ReLU6 kinks);
+//   - fp16 (dynamic loss scaling) and bf16 plans over 20 SGD steps: the skipped steps within one
+//     of PyTorch AMP's (autocast, GradScaler at fp16), and every loss within 5% of PyTorch AMP's up
+//     to the step where PyTorch's own AMP run leaves its fp32 run by more than 5% (past that, the
+//     trajectory is too sensitive for two AMP runs to agree; the test prints that horizon).
+// The plans run on the CPU backend; AMPC_ZOO_DEVICE=cuda runs them on the GPU (amprun --device), and
+// AMPC_ZOO_BIN names the folder of ampc and amprun where the build folder is not at hand.
 // The families are found on disk: a new folder with a ref.json is a new case.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,9 +33,15 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kAmpc = AMPC_BIN;
-const std::string kAmprun = std::string(AMPC_BINARY_DIR) + "/tools/amprun --device cpu";
-const fs::path kZoo = fs::path(AMPC_SOURCE_DIR) / "models" / "zoo";
+std::string envOr(const char* name, const std::string& dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : dflt;
+}
+const std::string kBin = envOr("AMPC_ZOO_BIN", "");
+const std::string kAmpc = kBin.empty() ? AMPC_BIN : kBin + "/ampc";
+const std::string kAmprun = (kBin.empty() ? std::string(AMPC_BINARY_DIR) + "/tools/amprun" : kBin + "/amprun") + " --device " +
+                            envOr("AMPC_ZOO_DEVICE", "cpu");
+const fs::path kZoo = envOr("AMPC_ZOO_DIR", (fs::path(AMPC_SOURCE_DIR) / "models" / "zoo").string());
 
 struct Case {
   std::string family, exporter;
@@ -72,7 +85,10 @@ std::vector<double> metric(const std::string& path, const std::string& field) {
   std::vector<double> r;
   std::ifstream in(path);
   for (std::string l; std::getline(in, l);)
-    if (!l.empty()) r.push_back(json::parse(l).at(field).get<double>());
+    if (!l.empty()) {
+      const json v = json::parse(l).at(field);
+      r.push_back(v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>());
+    }
   return r;
 }
 
@@ -183,38 +199,79 @@ TEST_P(Zoo, ThreeSgdStepsMatchPyTorch) {
   TempDir t;
   const auto got = metric(train(c, t, "fp32", 3), "loss");
   const auto want = ref.at("sgd_fp32").get<std::vector<double>>();
+  const auto exact = ref.at("sgd_fp64").get<std::vector<double>>();
   ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(exact.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
-    std::printf("%s.%s: SGD step %zu loss %.7f, PyTorch %.7f (rel %.2e)\n", c.family.c_str(), c.exporter.c_str(), i + 1, got[i], want[i],
-                rel(got[i], want[i]));
-    EXPECT_LT(rel(got[i], want[i]), 1e-4) << "step " << i + 1;
+    const double tol = std::max(1e-4, 2 * rel(want[i], exact[i]));
+    std::printf("%s.%s: SGD step %zu loss %.7f, PyTorch %.7f (rel %.2e, tolerance %.1e)\n", c.family.c_str(), c.exporter.c_str(), i + 1,
+                got[i], want[i], rel(got[i], want[i]), tol);
+    EXPECT_LT(rel(got[i], want[i]), tol) << "step " << i + 1;
   }
+}
+
+// models/zoo/expectations.txt: "FAMILY.EXPORTER PRECISION reason" for each mixed-precision run known
+// to miss the criterion; a listed run that starts to pass fails the test (remove its line).
+std::map<std::string, std::string> ampExpectations() {
+  std::map<std::string, std::string> r;
+  std::ifstream in(kZoo / "expectations.txt");
+  for (std::string l; std::getline(in, l);) {
+    if (l.empty() || l[0] == '#') continue;
+    std::istringstream ss(l);
+    std::string name, prec, reason;
+    ss >> name >> prec;
+    std::getline(ss, reason);
+    r[name + " " + prec] = reason;
+  }
+  return r;
 }
 
 TEST_P(Zoo, MixedPrecisionTracksPyTorchAmp) {
   const Case& c = GetParam();
   const json ref = readJson(c.dir() / "ref.json");
+  const auto expected = ampExpectations();
   TempDir t;
+  int checked = 0;
   for (const char* p : {"fp16", "bf16"}) {
     const std::string key = std::string("amp_") + p;
     if (!ref.contains(key) || !ref[key].contains("loss")) continue;  // made without a GPU: no fp16 reference
+    ++checked;
     const auto want = ref[key]["loss"].get<std::vector<double>>();
     const auto wantSkipped = ref[key]["skipped"].get<std::vector<int>>();
+    const auto fp32 = ref.at("fp32_20").get<std::vector<double>>();
+    ASSERT_EQ(fp32.size(), want.size());
+    // The horizon: the steps before PyTorch's AMP leaves PyTorch's fp32 by more than 5% (a step
+    // PyTorch's scaler skipped repeats the loss before it and is compared with that).
+    size_t horizon = 0;
+    for (size_t i = 0, done = 0; i < want.size(); ++i) {
+      done += i > 0 && wantSkipped[i - 1] == 0;
+      if (rel(want[i], fp32[std::min(done, fp32.size() - 1)]) > 0.05) break;
+      horizon = i + 1;
+    }
     const std::string m = train(c, t, p, static_cast<int>(want.size()));
     const auto got = metric(m, "loss"), skipped = metric(m, "skipped");
     ASSERT_EQ(got.size(), want.size()) << p;
+    std::string why;
     double worst = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
+    for (size_t i = 0; i < horizon; ++i) {
       worst = std::max(worst, rel(got[i], want[i]));
-      EXPECT_LT(rel(got[i], want[i]), 0.05) << p << " step " << i + 1 << ": " << got[i] << " vs PyTorch AMP " << want[i];
+      if (rel(got[i], want[i]) >= 0.05 && why.empty())
+        why = "step " + std::to_string(i + 1) + ": " + std::to_string(got[i]) + " vs PyTorch AMP " + std::to_string(want[i]);
     }
+    if (horizon < 3) why += (why.empty() ? "" : "; ") + std::string("PyTorch's own AMP leaves its fp32 run within 2 steps");
     int ours = 0, theirs = 0;
-    for (double s : skipped) ours += s != 0;
-    for (int s : wantSkipped) theirs += s != 0;
-    EXPECT_LE(std::abs(ours - theirs), 1) << p << ": skipped " << ours << " steps, PyTorch AMP " << theirs;
-    std::printf("%s.%s %s: %zu steps, worst loss deviation from PyTorch AMP %.2e, skipped %d (PyTorch %d)\n", c.family.c_str(),
-                c.exporter.c_str(), p, want.size(), worst, ours, theirs);
+    for (double x : skipped) ours += x != 0;
+    for (int x : wantSkipped) theirs += x != 0;
+    if (std::abs(ours - theirs) > 1) why += (why.empty() ? "" : "; ") + ("skipped " + std::to_string(ours) + " steps, PyTorch " + std::to_string(theirs));
+    double after = 0;
+    for (size_t i = horizon; i < want.size(); ++i) after = std::max(after, rel(got[i], want[i]));
+    std::printf("%s.%s %s: steps 1-%zu of %zu within %.2e of PyTorch AMP (after: %.2e), skipped %d (PyTorch %d)%s\n", c.family.c_str(),
+                c.exporter.c_str(), p, horizon, want.size(), worst, after, ours, theirs, why.empty() ? "" : (": " + why).c_str());
+    auto listed = expected.find(c.family + "." + c.exporter + " " + p);
+    if (listed == expected.end()) EXPECT_TRUE(why.empty()) << p << ": " << why;
+    else EXPECT_FALSE(why.empty()) << p << " passes but models/zoo/expectations.txt lists it (" << listed->second << "): remove the line";
   }
+  EXPECT_GT(checked, 0) << "ref.json has no AMP reference";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Zoo, ::testing::ValuesIn(cases()),

@@ -31,7 +31,13 @@ std::vector<Case> cases() {
   auto unary = [&](const std::string& op, const std::string& attrs = "", bool positive = false) {
     c.push_back({op, "input %x : $T[7,33]\n%y : $T[7,33] = " + op + "(%x)" + attrs + "\noutput %y", {{"x", {2.0, 0, 1, positive}}}});
   };
-  for (const char* op : {"Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Relu", "Neg", "Abs", "Reciprocal", "Sin", "Cos"}) unary(op);
+  for (const char* op : {"Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Relu", "Neg", "Abs", "Reciprocal", "Sin", "Cos", "HardSwish", "Selu", "Mish", "Floor", "Ceil", "Round", "Sign"}) unary(op);
+  unary("HardSigmoid", " {alpha = 0.3, beta = 0.4}");
+  unary("Elu", " {alpha = 0.7}");
+  unary("Celu", " {alpha = 2.0}");
+  c.push_back({"PRelu", "input %x : $T[3,4,5]\ninput %s : $T[4,1]\n%y : $T[3,4,5] = PRelu(%x, %s)\noutput %y"});
+  c.push_back({"Mod_fmod", "input %a : $T[6,7]\ninput %b : $T[7]\n%y : $T[6,7] = Mod(%a, %b) {fmod = 1}\noutput %y", {{"b", {1.0, 0, 1, true}}}});
+  c.push_back({"Mod_i64", "input %a : i64[40]\ninput %b : i64[40]\n%y : i64[40] = Mod(%a, %b)\noutput %y", {{"a", {1, -20, 20}}, {"b", {1, 1, 6}}}, false});
   unary("Sqrt", "", true);
   unary("Log", "", true);
   unary("LeakyRelu", " {alpha = 0.2}");

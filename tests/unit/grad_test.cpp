@@ -133,6 +133,10 @@ const Case kCases[] = {
     {"param %x : f64[3,4]\n const %p : i64[4] = [1, 2, 2, 3]\n %y : f64[6,9] = Pad(%x, %p) {mode = \"reflect\"}\n"
      " const %q : i64[4] = [0, 1, 2, 0]\n %z : f64[5,5] = Pad(%x, %q)\n %e : f64[5,5] = Pad(%x, %q) {mode = \"edge\"}\n output %y\n output %z\n output %e"},
     {"param %x : f64[2,4,4]\n const %k : i64[] = [1]\n %y : f64[2,4,4] = Trilu(%x, %k)\n output %y"},
+    {"param %x : f64[4,5]\n %a : f64[4,5] = HardSigmoid(%x) {alpha = 0.3, beta = 0.4}\n %b : f64[4,5] = HardSwish(%x)\n"
+     " %c : f64[4,5] = Elu(%x) {alpha = 0.7}\n %d : f64[4,5] = Selu(%x)\n %e : f64[4,5] = Celu(%x) {alpha = 2.0}\n %f : f64[4,5] = Mish(%x)\n"
+     " output %a\n output %b\n output %c\n output %d\n output %e\n output %f", -4, 4},
+    {"param %x : f64[2,3,4]\n param %s : f64[3,1]\n %y : f64[2,3,4] = PRelu(%x, %s)\n output %y"},
     {"param %x : f64[3,4]\n %s : f64[3,4] = Sin(%x)\n %c : f64[3,4] = Cos(%x)\n output %s\n output %c"},
     {"param %x : f64[3,5]\n const %a : i64[] = [-1]\n %y : f64[3,5] = CumSum(%x, %a)\n %z : f64[3,5] = CumSum(%x, %a) {exclusive = 1}\n"
      " %w : f64[3,5] = CumSum(%x, %a) {reverse = 1}\n output %y\n output %z\n output %w"},

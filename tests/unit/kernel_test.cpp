@@ -139,6 +139,14 @@ const Case kCases[] = {
     {"input %x : f32[5,4]\n const %i : i64[2,2] = [0, -1, 3, 2]\n %y : f32[5,2,2] = Gather(%x, %i) {axis = -1}\n output %y"},
     {"input %x : f32[1,3,1,2]\n const %a : i64[1] = [-2]\n %y : f32[1,3,2] = Squeeze(%x, %a)\n output %y"},
     {"input %x : f32[3,4]\n %s : f32[3,4] = Sin(%x)\n %c : f32[3,4] = Cos(%x)\n %y : f32[3,4] = Add(%s, %c)\n output %y", {-4, 4}},
+    {"input %x : f32[4,6]\n %a : f32[4,6] = HardSigmoid(%x) {alpha = 0.3, beta = 0.4}\n %b : f32[4,6] = HardSwish(%x)\n"
+     " %c : f32[4,6] = Elu(%x) {alpha = 0.7}\n %d : f32[4,6] = Selu(%x)\n %e : f32[4,6] = Celu(%x) {alpha = 2.0}\n %f : f32[4,6] = Mish(%x)\n"
+     " output %a\n output %b\n output %c\n output %d\n output %e\n output %f", {-5, 5}},
+    {"input %x : f32[4,6]\n %a : f32[4,6] = Floor(%x)\n %b : f32[4,6] = Ceil(%x)\n %c : f32[4,6] = Round(%x)\n %d : f32[4,6] = Sign(%x)\n"
+     " output %a\n output %b\n output %c\n output %d", {-5, 5}},
+    {"input %x : f32[2,3,4]\n input %s : f32[3,1]\n %y : f32[2,3,4] = PRelu(%x, %s)\n output %y"},
+    {"input %a : f32[3,4]\n input %b : f32[4]\n %y : f32[3,4] = Mod(%a, %b) {fmod = 1}\n output %y", {0.5, 4}},
+    {"input %a : i64[3,4]\n input %b : i64[4]\n %y : i64[3,4] = Mod(%a, %b)\n %f : f32[3,4] = Cast(%y) {to = 1}\n output %f", {}, -7, 7},
     {"input %x : f32[3,5]\n const %a : i64[] = [1]\n %y : f32[3,5] = CumSum(%x, %a)\n %z : f32[3,5] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\n output %y\n output %z", {0.5, 2}},
     {"input %x : f32[3,4]\n const %i : i64[3,2] = [0, 3, -1, 1, 2, 2]\n %y : f32[3,2] = GatherElements(%x, %i) {axis = 1}\n output %y"},
     {"input %x : f32[3,4,5]\n const %i : i64[2,2] = [0, 1, 2, -1]\n %y : f32[2,5] = GatherND(%x, %i)\n const %j : i64[3,1] = [1, 0, 3]\n"

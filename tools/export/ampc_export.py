@@ -25,20 +25,21 @@ TRAINABLE_KEY = "ampc.trainable"
 
 
 def trainable_initializers(module, proto, model_dir="."):
-    """ONNX initializer names of `module`'s trainable parameters, in named_parameters() order."""
+    """(parameter name, ONNX initializer name) of `module`'s trainable parameters, in
+    named_parameters() order."""
     import numpy as np
     from onnx import numpy_helper
     inits = {t.name: t for t in proto.graph.initializer}
-    names, unmatched = [], []
+    pairs, unmatched = {}, []
     for pname, p in module.named_parameters():
         if not p.requires_grad:
             continue
         if pname in inits:
-            names.append(pname)
+            pairs[pname] = pname
         else:
             unmatched.append((pname, p))
     if unmatched:
-        taken = set(names)
+        taken = set(pairs.values())
         for pname, p in unmatched:
             want = p.detach().cpu().float().numpy()
             hit = None
@@ -51,9 +52,9 @@ def trainable_initializers(module, proto, model_dir="."):
                     break
             if hit is None:
                 raise RuntimeError(f"ampc_export: parameter {pname!r} has no initializer in the exported graph")
-            names.append(hit)
+            pairs[pname] = hit
             taken.add(hit)
-    return names
+    return [(pname, pairs[pname]) for pname, p in module.named_parameters() if p.requires_grad]
 
 
 def export_training_graph(module, args, path, *, dynamo=True, input_names=None, output_names=("loss",),
@@ -77,7 +78,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     module.load_state_dict(state)
     model_dir = os.path.dirname(os.path.abspath(path))
     proto = onnx.load(path, load_external_data=False)
-    names = trainable_initializers(module, proto, model_dir)
+    pairs = trainable_initializers(module, proto, model_dir)
     keep = [(m.key, m.value) for m in proto.metadata_props if m.key != TRAINABLE_KEY]
     del proto.metadata_props[:]
     for k, v in keep:
@@ -85,6 +86,6 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         e.key, e.value = k, v
     entry = proto.metadata_props.add()
     entry.key = TRAINABLE_KEY
-    entry.value = json.dumps(names)
+    entry.value = json.dumps([init for _, init in pairs], ensure_ascii=False)
     onnx.save(proto, path)
-    return names
+    return pairs

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Full-size real models, as a new user brings them: exported with PyTorch's default (dynamo)
+exporter through tools/export/ampc_export.py, compiled by ampc at bf16 and trained by
+`amprun --bench` on the GPU, beside PyTorch eager AMP bf16 (autocast) on the same model, batch and
+optimizer (SGD, lr 0.01) in the same call.
+
+    python3 tools/bench/zoo_full.py --out DIR [--models vit_s,convnext_t,...] [--steps 20]
+
+Appends one JSON row per model to DIR/rows.jsonl as it is measured (ampc step ms and peak GiB,
+torch step ms and peak GiB, or the error that stopped it) and prints a table at the end.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "export"))
+from ampc_export import export_training_graph  # noqa: E402
+
+
+class ImageLoss(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.model = m
+
+    def forward(self, x, target):
+        return F.cross_entropy(self.model(x), target)
+
+
+class LMLoss(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.model = m
+
+    def forward(self, input_ids, target):
+        logits = self.model(input_ids=input_ids).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def image(ctor, batch, size=224):
+    def make():
+        return ImageLoss(ctor()), {"x": torch.randn(batch, 3, size, size), "target": torch.randint(0, 1000, (batch,))}
+    return make
+
+
+def lm(ctor, batch, seq, vocab):
+    def make():
+        return LMLoss(ctor()), {"input_ids": torch.randint(0, vocab, (batch, seq)), "target": torch.randint(0, vocab, (batch, seq))}
+    return make
+
+
+def timm_model(name):
+    import timm
+    return lambda: timm.create_model(name, pretrained=False, drop_rate=0.0, drop_path_rate=0.0)
+
+
+def bert_base():
+    from transformers import BertConfig, BertForMaskedLM
+    return BertForMaskedLM(BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
+def llama_100m():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return LlamaForCausalLM(LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                                        num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=1024,
+                                        use_cache=False))
+
+
+def resnet50():
+    import torchvision
+    return torchvision.models.resnet50()
+
+
+MODELS = {
+    "vit_s": image(timm_model("vit_small_patch16_224"), 64),
+    "convnext_t": image(timm_model("convnext_tiny"), 32),
+    "efficientnet_b0": image(timm_model("efficientnet_b0"), 64),
+    "mobilenetv3_l": image(timm_model("mobilenetv3_large_100"), 64),
+    "resnet50": image(resnet50, 64),
+    "bert_base": lm(bert_base, 8, 128, 30522),
+    "llama_100m": lm(llama_100m, 4, 512, 32000),
+}
+
+
+def torch_amp(model, inputs, steps):
+    model = model.cuda().train()
+    args = [v.cuda() for v in inputs.values()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(steps + 3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(*args)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    model.cpu()
+    torch.cuda.empty_cache()
+    return times[len(times) // 2], peak, float(loss)
+
+
+def run_ampc(path, work, steps, ampc, amprun):
+    plan = os.path.join(work, "m.ampplan")
+    t0 = time.perf_counter()
+    r = subprocess.run([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan], capture_output=True, text=True)
+    compile_s = time.perf_counter() - t0
+    if r.returncode != 0:
+        return {"ampc_error": (r.stdout + r.stderr).strip()[-1500:], "compile_s": compile_s}
+    r = subprocess.run([amprun, plan, "--device", "cuda", "--synthetic", "--steps", str(steps), "--bench"], capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    if r.returncode != 0:
+        return {"ampc_error": out.strip()[-1500:], "compile_s": compile_s}
+    row = {"compile_s": compile_s, "bench": out.strip()[-800:]}
+    m = re.search(r"step time: median ([0-9.]+) ms", out)
+    if m:
+        row["ampc_ms"] = float(m.group(1))
+    m = re.search(r"peak device memory \(measured\) ([0-9.]+) MiB", out)
+    if m:
+        row["ampc_peak_gib"] = float(m.group(1)) / 1024
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--work", default="/tmp/ampc-full")
+    ap.add_argument("--ampc", default="ampc")
+    ap.add_argument("--amprun", default="amprun")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    for name in a.models.split(","):
+        row = {"model": name}
+        work = os.path.join(a.work, name)
+        os.makedirs(work, exist_ok=True)
+        try:
+            torch.manual_seed(0)
+            model, inputs = MODELS[name]()
+            row["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
+            path = os.path.join(work, name + ".onnx")
+            t0 = time.perf_counter()
+            export_training_graph(model, tuple(inputs.values()), path, dynamo=True, input_names=list(inputs), external_data=True)
+            row["export_s"] = time.perf_counter() - t0
+            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun))
+            row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
+        except Exception as e:  # noqa: BLE001 - the row says what stopped it
+            row["error"] = f"{type(e).__name__}: {str(e)[:800]}"
+            row["trace"] = traceback.format_exc()[-1500:]
+        with open(os.path.join(a.out, "rows.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k not in ("trace", "bench")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
