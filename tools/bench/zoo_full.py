@@ -143,6 +143,7 @@ def main():
     ap.add_argument("--work", default="/tmp/ampc-full")
     ap.add_argument("--ampc", default="ampc")
     ap.add_argument("--amprun", default="amprun")
+    ap.add_argument("--export-only", action="store_true", help="export the models into --work and stop (CPU only)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for name in a.models.split(","):
@@ -154,9 +155,13 @@ def main():
             model, inputs = MODELS[name]()
             row["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
             path = os.path.join(work, name + ".onnx")
-            t0 = time.perf_counter()
-            export_training_graph(model, tuple(inputs.values()), path, dynamo=True, input_names=list(inputs), external_data=True)
-            row["export_s"] = time.perf_counter() - t0
+            if not os.path.exists(path):  # exported by an earlier --export-only run, else now
+                t0 = time.perf_counter()
+                export_training_graph(model, tuple(inputs.values()), path, dynamo=True, input_names=list(inputs), external_data=True)
+                row["export_s"] = time.perf_counter() - t0
+            if a.export_only:
+                print(json.dumps(row), flush=True)
+                continue
             row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun))
             row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
         except Exception as e:  # noqa: BLE001 - the row says what stopped it
