@@ -45,6 +45,11 @@ void exportOnnxFile(const Graph& g, const std::string& path);
 // One TensorProto (inline or external data under modelDir); Errors start with `file` and name `what`.
 Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what);
 
+// Whether import rewrites this default-domain op into registry ops (CastLike, sequences of
+// static length, and ops that are compositions: InstanceNormalization, GroupNormalization,
+// RMSNormalization, ReduceL1/L2/SumSquare/LogSum/LogSumExp).
+bool importLowersOp(const std::string& op);
+
 // Parses "2x3x32x32" (Error on anything else).
 std::vector<int64_t> parseShapeSpec(const std::string& s);
 

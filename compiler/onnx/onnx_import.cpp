@@ -436,10 +436,21 @@ class Importer {
 
   // CastLike becomes the Cast it is (the target dtype is known); sequences of static length
   // become the tensors they hold (SplitToSequence -> Split, SequenceAt -> Identity, ...).
+  // Ops that are compositions of registry ops (norms over groups or instances, the reductions
+  // built on sums) become those compositions, so they get every registry op's shape rule,
+  // gradient, CPU and CUDA kernel. Each starts with a Cast of its input to its own dtype: autocast
+  // keeps a model's Casts, so the composition keeps the op's precision (f32 under autocast)
+  // instead of squaring or exponentiating in f16.
   static inline const std::set<std::string> kImportLowered = {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
-      "SequenceInsert", "SequenceErase", "SequenceEmpty"};
+      "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
+      "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"};
 
+
+ public:
+  static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
+
+ private:
   Value* operand(const onnx::NodeProto& np, int i) {
     if (i >= np.input_size() || np.input(i).empty()) return nullptr;
     Value* v = g_->lookup(np.input(i));
@@ -473,8 +484,9 @@ class Importer {
     std::vector<std::pair<std::string, TensorType>> res;
     for (const auto& o : outs) res.emplace_back(o, TensorType{});
     Node* n = g_->createNode(op, "", ins, res);
-    n->setName(np.name());
+    n->setName(np.name().empty() ? outs[0] : np.name());
     for (auto& [k, a] : attrs) n->setAttr(k, std::move(a));
+    if (!n->def()) fail(nodeLabel(np) + ": ampc writes it with " + op + ", which opset " + std::to_string(g_->opset) + " lacks");
     inferNode(n);  // n may be folded away: look its results up by name
     std::vector<Value*> r;
     for (const auto& o : outs) r.push_back(g_->lookup(o));
@@ -493,10 +505,155 @@ class Importer {
     return k;
   }
 
+  float attrFloat(const onnx::NodeProto& np, const std::string& name, float dflt) {
+    for (const auto& a : np.attribute())
+      if (a.name() == name) {
+        if (a.type() != onnx::AttributeProto::FLOAT) fail(nodeLabel(np) + " attribute '" + name + "' must be a float");
+        return a.f();
+      }
+    return dflt;
+  }
+  std::vector<int64_t> attrInts(const onnx::NodeProto& np, const std::string& name) {
+    for (const auto& a : np.attribute())
+      if (a.name() == name) return {a.ints().begin(), a.ints().end()};
+    return {};
+  }
+  bool hasAttr(const onnx::NodeProto& np, const std::string& name) {
+    return std::any_of(np.attribute().begin(), np.attribute().end(), [&](const auto& a) { return a.name() == name; });
+  }
+  Value* constI64(const onnx::NodeProto& np, const std::string& what, const std::vector<int64_t>& v) {
+    return g_->addConst(fresh(np, what), Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v));
+  }
+  Value* scalarOf(const onnx::NodeProto& np, const std::string& what, double v, DType t) {
+    return g_->addConst(fresh(np, what), Tensor::fromDoubles(t, {}, {v}));
+  }
+  // One registry node of the composition, named after the node it stands for.
+  Value* step(const onnx::NodeProto& np, const std::string& op, const std::vector<Value*>& ins, std::map<std::string, Attribute> attrs = {},
+              const std::string& out = {}) {
+    return emit(np, op, ins, {out.empty() ? fresh(np, op) : out}, std::move(attrs))[0];
+  }
+  Value* castTo(const onnx::NodeProto& np, Value* x, DType t, const std::string& out = {}) {
+    return step(np, "Cast", {x}, {{"to", static_cast<int64_t>(dtypeToOnnx(t))}}, out);
+  }
+  Value* floatOperand(const onnx::NodeProto& np, int i) {
+    Value* v = operand(np, i);
+    if (!v) fail(nodeLabel(np) + ": input " + std::to_string(i) + " is missing");
+    if (!isFloat(v->type().dtype)) fail(nodeLabel(np) + ": input " + std::to_string(i) + " must be a float tensor, got " + v->type().str());
+    return v;
+  }
+
+  // A Reduce* node over constant axes (none: all): axes as an input where the opset has it (ReduceSum
+  // from 13, the others from 18), else as the attribute.
+  Value* reduceNode(const onnx::NodeProto& np, const std::string& red, Value* v, const std::optional<std::vector<int64_t>>& axes,
+                    int64_t keepdims, int64_t noop = 0) {
+    std::map<std::string, Attribute> attrs{{"keepdims", keepdims}};
+    if (noop) attrs["noop_with_empty_axes"] = noop;
+    std::vector<Value*> ins{v};
+    if (axes && (red == "ReduceSum" || g_->opset >= 18)) ins.push_back(constI64(np, "axes", *axes));
+    else if (axes) attrs["axes"] = *axes;
+    return step(np, red, ins, attrs);
+  }
+
+  // InstanceNormalization and GroupNormalization: x viewed as [N, G, rest] is normalised over its
+  // last axis (LayerNormalization with unit scale), then scaled per channel (per group for
+  // GroupNormalization before opset 21, whose scale and bias are [num_groups]).
+  void lowerGroupNorm(const onnx::NodeProto& np, bool instance, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    Value* scale = floatOperand(np, 1);
+    Value* bias = floatOperand(np, 2);
+    const auto& xs = x->type().shape;
+    if (xs.size() < 2) fail(nodeLabel(np) + ": X must be N x C x ..., got " + x->type().str());
+    const int64_t n = xs[0], c = xs[1];
+    const int64_t groups = instance ? c : attrInt(np, "num_groups", 0);
+    if (groups <= 0 || c % groups) fail(nodeLabel(np) + ": num_groups " + std::to_string(groups) + " must divide the " + std::to_string(c) + " channels");
+    const bool perGroup = !instance && g_->opset < 21;
+    const int64_t params = perGroup ? groups : c;
+    for (Value* p : {scale, bias})
+      if (p->type().shape != std::vector<int64_t>{params})
+        fail(nodeLabel(np) + ": scale and bias must be [" + std::to_string(params) + "] at opset " + std::to_string(g_->opset) + ", got " + p->type().str());
+    const float eps = attrFloat(np, "epsilon", 1e-5f);
+    const DType t = x->type().dtype;
+    Value* xr = step(np, "Reshape", {castTo(np, x, t), constI64(np, "groups", {n, groups, -1})});
+    Value* norm;
+    if (lookupOp("", "LayerNormalization", g_->opset)) {
+      Value* one = g_->addConst(fresh(np, "one"), Tensor::fromDoubles(t, {1}, {1.0}));
+      norm = step(np, "LayerNormalization", {xr, one}, {{"axis", int64_t{-1}}, {"epsilon", eps}});
+    } else {  // before opset 17: (x - mean) / sqrt(var + eps) written out
+      Value* d = step(np, "Sub", {xr, reduceNode(np, "ReduceMean", xr, std::vector<int64_t>{2}, 1)});
+      Value* var = reduceNode(np, "ReduceMean", step(np, "Mul", {d, d}), std::vector<int64_t>{2}, 1);
+      norm = step(np, "Div", {d, step(np, "Sqrt", {step(np, "Add", {var, scalarOf(np, "eps", eps, t)})})});
+    }
+    std::vector<int64_t> pshape(xs.size(), 1);
+    if (perGroup) {  // scale [G] over [N, G, rest]
+      Value* sc = step(np, "Reshape", {scale, constI64(np, "gshape", {groups, 1})});
+      Value* bi = step(np, "Reshape", {bias, constI64(np, "gshape", {groups, 1})});
+      Value* y = step(np, "Add", {step(np, "Mul", {norm, sc}), bi});
+      step(np, "Reshape", {y, constI64(np, "xshape", xs)}, {}, out);
+      return;
+    }
+    pshape.pop_back();
+    pshape[0] = c;  // [C, 1, ...]: broadcasts over N and the spatial dims
+    Value* y = step(np, "Reshape", {norm, constI64(np, "xshape", xs)});
+    Value* sc = step(np, "Reshape", {scale, constI64(np, "cshape", pshape)});
+    Value* bi = step(np, "Reshape", {bias, constI64(np, "cshape", pshape)});
+    step(np, "Add", {step(np, "Mul", {y, sc}), bi}, {}, out);
+  }
+
+  // RMSNormalization (opset 23): X / sqrt(mean(X^2 over the dims from axis) + epsilon) * scale,
+  // computed in stash_type (f32 by default).
+  void lowerRmsNorm(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    Value* scale = floatOperand(np, 1);
+    const int64_t r = x->type().rank();
+    int64_t axis = attrInt(np, "axis", -1);
+    if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is out of range");
+    if (axis < 0) axis += r;
+    auto stash = dtypeFromOnnx(static_cast<int>(attrInt(np, "stash_type", 1)));
+    if (!stash || !isFloat(*stash)) fail(nodeLabel(np) + ": stash_type must be a float type");
+    std::vector<int64_t> axes;
+    for (int64_t d = axis; d < r; ++d) axes.push_back(d);
+    Value* xs = castTo(np, x, *stash);
+    Value* ms = reduceNode(np, "ReduceMean", step(np, "Mul", {xs, xs}), axes, 1);
+    Value* rms = step(np, "Sqrt", {step(np, "Add", {ms, scalarOf(np, "eps", attrFloat(np, "epsilon", 1e-5f), *stash)})});
+    Value* y = castTo(np, step(np, "Div", {xs, rms}), x->type().dtype);
+    step(np, "Mul", {y, scale}, {}, out);
+  }
+
+  // ReduceL1 / L2 / SumSquare / LogSum / LogSumExp over ReduceSum (and ReduceMax), axes from the
+  // attribute (before opset 18) or input 1.
+  void lowerReduce(const onnx::NodeProto& np, const std::string& op, const std::string& out) {
+    Value* x = operand(np, 0);
+    if (!x) fail(nodeLabel(np) + " needs an input");
+    const int64_t keep = attrInt(np, "keepdims", 1);
+    std::optional<std::vector<int64_t>> axes;
+    if (np.input_size() > 1 && !np.input(1).empty()) axes = constIntsOf(np, 1, "axes");
+    else if (hasAttr(np, "axes")) axes = attrInts(np, "axes");
+    const int64_t noop = attrInt(np, "noop_with_empty_axes", 0);
+    if (axes && axes->empty() && !noop) axes.reset();  // an empty list reduces over every axis
+    auto reduce = [&](const std::string& red, Value* v, int64_t keepdims) { return reduceNode(np, red, v, axes, keepdims, noop); };
+    Value* xc = isFloat(x->type().dtype) ? castTo(np, x, x->type().dtype) : x;
+    if (op == "ReduceL1") {
+      step(np, "Identity", {reduce("ReduceSum", step(np, "Abs", {xc}), keep)}, {}, out);
+    } else if (op == "ReduceL2" || op == "ReduceSumSquare") {
+      Value* s = reduce("ReduceSum", step(np, "Mul", {xc, xc}), keep);
+      step(np, op == "ReduceL2" ? "Sqrt" : "Identity", {s}, {}, out);
+    } else if (op == "ReduceLogSum") {
+      step(np, "Log", {reduce("ReduceSum", xc, keep)}, {}, out);
+    } else {  // LogSumExp, shifted by the max so that exp cannot overflow
+      Value* m = reduce("ReduceMax", xc, 1);
+      Value* s = reduce("ReduceSum", step(np, "Exp", {step(np, "Sub", {xc, m})}), keep);
+      Value* mo = keep ? m : reduce("ReduceMax", xc, 0);
+      step(np, "Add", {step(np, "Log", {s}), mo}, {}, out);
+    }
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     const std::string out = np.output_size() ? np.output(0) : std::string();
     if (out.empty()) fail(nodeLabel(np) + " has no output");
+    if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);
+    if (op == "RMSNormalization") return lowerRmsNorm(np, out);
+    if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {
       Value* x = operand(np, 0);
       Value* like = operand(np, 1);
@@ -715,6 +872,8 @@ class Importer {
 Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what) {
   return TensorReader(modelDir, file).tensorFromProto(p, what);
 }
+
+bool importLowersOp(const std::string& op) { return Importer::lowersOp(op); }
 
 std::vector<int64_t> parseShapeSpec(const std::string& s) {
   std::vector<int64_t> r;

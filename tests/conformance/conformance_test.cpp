@@ -42,6 +42,7 @@ bool usesOnlyRegistryOps(const onnx::ModelProto& m) {
     if (!n.domain().empty() && n.domain() != "ai.onnx") return false;
     bool known = false;
     for (const OpDef& d : allOps()) known |= d.name == n.op_type();
+    known |= importLowersOp(n.op_type());
     if (!known) return false;
   }
   return true;

@@ -49,6 +49,9 @@ struct Case {
   std::string model() const { return (dir() / (family + "." + exporter + ".onnx")).string(); }
 };
 
+// gtest prints a parameter with this (ctest lists the tests by it).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.family << "." << c.exporter; }
+
 std::vector<Case> cases() {
   std::vector<Case> r;
   if (!fs::exists(kZoo)) return r;

@@ -7,6 +7,7 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "runtime/evaluator.h"
 #include "tests/unit/test_util.h"
 
 using namespace ampc;
@@ -333,4 +334,211 @@ TEST(OnnxImport, ParseShapeSpec) {
   EXPECT_THROW(parseShapeSpec("2x"), Error);
   EXPECT_THROW(parseShapeSpec("2,3"), Error);
   EXPECT_THROW(parseShapeSpec(""), Error);
+}
+
+// ---- what the dynamo exporter writes, and the ops import rewrites into registry ops
+
+namespace {
+
+onnx::AttributeProto* intAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+  return a;
+}
+void floatAttr(onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+std::vector<float> ramp(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.7f * static_cast<float>(i) + 0.3f);
+  return v;
+}
+Tensor evalOne(const Graph& g, const std::map<std::string, Tensor>& feeds) {
+  auto backend = createCpuBackend();
+  return evaluate(g, feeds, *backend)[0];
+}
+
+}  // namespace
+
+// The dynamo exporter writes a train()-mode BatchNorm as BatchNormalization with training_mode 0
+// and one result. Read as written, it normalises with the running statistics (the wrong losses
+// of issue 18); ampc gives it training semantics, and --batchnorm as-exported keeps it.
+TEST(OnnxImport, InferenceFormBatchNormTrainsWithBatchStatistics) {
+  TempDir d;
+  auto m = newModel(18);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4, 3, 2, 2});
+  addFloatInit(g, "s", {3}, {1, 2, 3});
+  addFloatInit(g, "b", {3}, {0, 0.5, -1});
+  addFloatInit(g, "rm", {3}, {0, 0, 0});
+  addFloatInit(g, "rv", {3}, {1, 1, 1});
+  floatAttr(addNode(g, "BatchNormalization", {"x", "s", "b", "rm", "rv"}, {"y"}, "bn"), "momentum", 0.9f);
+  addOutput(g, "y");
+  writeModel(d.file("bn.onnx"), m);
+  auto trained = importOnnxFile(d.file("bn.onnx"));
+  const Node& bn = *trained->nodes().front();
+  EXPECT_EQ(bn.getInt("training_mode", 0), 1);
+  EXPECT_EQ(bn.numResults(), 3u);  // the running statistics' updates, which the train step writes back
+  ASSERT_EQ(trained->importNotes.size(), 1u);
+  EXPECT_NE(trained->importNotes[0].find("1 BatchNormalization"), std::string::npos);
+  // Batch statistics: every channel of the result has mean b[c] and variance s[c]^2 (eps aside).
+  Tensor x(TensorType{DType::f32, {4, 3, 2, 2}});
+  auto v = ramp(48, 5.0f);
+  for (int64_t i = 0; i < 48; ++i) x.setDouble(i, v[i] + 3.0);
+  Tensor y = evalOne(*trained, {{"x", x}});
+  const double bias[3] = {0, 0.5, -1};
+  for (int64_t c = 0; c < 3; ++c) {
+    double mean = 0;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t k = 0; k < 4; ++k) mean += y.getDouble((n * 3 + c) * 4 + k) / 16;
+    EXPECT_NEAR(mean, bias[c], 1e-5) << c;
+  }
+  ImportOptions asExported;
+  asExported.batchNormAsExported = true;
+  auto frozen = importOnnxFile(d.file("bn.onnx"), asExported);
+  EXPECT_EQ(frozen->nodes().front()->getInt("training_mode", 0), 0);
+  EXPECT_TRUE(frozen->importNotes.empty());
+  Tensor yf = evalOne(*frozen, {{"x", x}});
+  EXPECT_NEAR(yf.getDouble(0), (x.getDouble(0) - 0) / std::sqrt(1 + 1e-5) * 1 + 0, 1e-4);  // running statistics
+}
+
+// SplitToSequence / SequenceAt (GPT-2's QKV split), CastLike and a local function, as the dynamo
+// exporter writes them, import as registry ops and compute what they say.
+TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
+  TempDir d;
+  auto m = newModel(18);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 7});
+  addTensorInput(g, "h", onnx::TensorProto::FLOAT16, {1});
+  addInt64Init(g, "chunk", {3});
+  g->mutable_initializer(0)->clear_dims();  // a scalar: chunks of 3 (the last one shorter)
+  intAttr(addNode(g, "SplitToSequence", {"x", "chunk"}, {"seq"}, "split"), "axis", 1);
+  auto* idx = addNode(g, "Constant", {}, {"two"}, "c2");
+  auto* a = idx->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  a->mutable_t()->add_int64_data(2);
+  addNode(g, "SequenceAt", {"seq", "two"}, {"last"}, "at");
+  addNode(g, "CastLike", {"last", "h"}, {"lh"}, "castlike");
+  addNode(g, "Twice", {"lh"}, {"y"}, "call", "local");
+  addOutput(g, "y");
+  auto* f = m.add_functions();
+  f->set_name("Twice");
+  f->set_domain("local");
+  f->add_input("a");
+  f->add_output("b");
+  auto* fo = f->add_opset_import();
+  fo->set_domain("");
+  fo->set_version(18);
+  auto* add = f->add_node();
+  add->set_op_type("Add");
+  add->add_input("a");
+  add->add_input("a");
+  add->add_output("b");
+  auto* lo = m.add_opset_import();
+  lo->set_domain("local");
+  lo->set_version(1);
+  writeModel(d.file("seq.onnx"), m);
+  auto gr = importOnnxFile(d.file("seq.onnx"));
+  std::map<std::string, int> ops;
+  for (const auto& n : gr->nodes()) ops[n->op()]++;
+  EXPECT_EQ(ops["Split"], 1);
+  EXPECT_EQ(ops["Cast"], 1);
+  EXPECT_EQ(ops["Add"], 1);
+  EXPECT_EQ(ops.count("SplitToSequence") + ops.count("SequenceAt") + ops.count("CastLike") + ops.count("Twice"), 0u);
+  ASSERT_EQ(gr->outputs()[0]->type().str(), "f16[2,1]");  // the third chunk of 7 in threes: one column, as h's dtype
+  Tensor x(TensorType{DType::f32, {2, 7}});
+  for (int64_t i = 0; i < 14; ++i) x.setDouble(i, 0.25 * static_cast<double>(i));
+  Tensor h(TensorType{DType::f16, {1}});
+  Tensor y = evalOne(*gr, {{"x", x}, {"h", h}});
+  EXPECT_EQ(y.getDouble(0), 2 * x.getDouble(6));
+  EXPECT_EQ(y.getDouble(1), 2 * x.getDouble(13));
+  // A sequence whose split is not a compile-time constant is refused, naming the node.
+  g->mutable_initializer()->Clear();
+  addTensorInput(g, "chunk", onnx::TensorProto::INT64, {});
+  writeModel(d.file("dyn.onnx"), m);
+  expectImportError(d.file("dyn.onnx"), {"node 'split' (SplitToSequence)", "split must be a compile-time integer constant"});
+}
+
+// GroupNormalization (scale per group before opset 21, per channel from 21), InstanceNormalization
+// and RMSNormalization (opset 23) against their definitions, computed here in double.
+TEST(OnnxImport, NormCompositionsMatchTheirDefinitions) {
+  const int64_t N = 2, C = 4, S = 3, G = 2;
+  Tensor x(TensorType{DType::f32, {N, C, S}});
+  auto xv = ramp(N * C * S, 3.0f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, xv[i]);
+  auto check = [&](int opset, const std::string& op, int64_t params, auto want) {
+    SCOPED_TRACE(op + " at opset " + std::to_string(opset));
+    TempDir d;
+    auto m = newModel(opset);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {N, C, S});
+    addFloatInit(g, "s", {params}, ramp(params, 1.5f));
+    std::vector<std::string> ins{"x", "s"};
+    if (op != "RMSNormalization") {
+      addFloatInit(g, "b", {params}, ramp(params + 3, 0.5f));
+      g->mutable_initializer(1)->clear_float_data();
+      for (int64_t i = 0; i < params; ++i) g->mutable_initializer(1)->add_float_data(0.1f * static_cast<float>(i) - 0.2f);
+      ins.push_back("b");
+    }
+    auto* n = addNode(g, op, ins, {"y"}, "norm");
+    if (op == "GroupNormalization") intAttr(n, "num_groups", G);
+    floatAttr(n, "epsilon", 1e-3f);
+    addOutput(g, "y");
+    writeModel(d.file("m.onnx"), m);
+    auto gr = importOnnxFile(d.file("m.onnx"));
+    Tensor y = evalOne(*gr, {{"x", x}});
+    double worst = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) worst = std::max(worst, std::abs(y.getDouble(i) - want(i)));
+    EXPECT_LT(worst, 2e-5);
+  };
+  auto sc = ramp(C, 1.5f);
+  auto stats = [&](int64_t n, int64_t c0, int64_t c1, bool rms) {  // over channels [c0, c1) of sample n, every position
+    double s = 0, q = 0, k = 0;
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t p = 0; p < S; ++p) {
+        const double v = x.getDouble((n * C + c) * S + p);
+        s += v, q += v * v, ++k;
+      }
+    const double mean = rms ? 0 : s / k;
+    return std::pair{mean, q / k - mean * mean};
+  };
+  auto bias = [](int64_t i) { return 0.1 * static_cast<double>(i) - 0.2; };
+  auto at = [&](int64_t i, int64_t& n, int64_t& c) { n = i / (C * S), c = (i / S) % C; };
+  for (int opset : {18, 21}) {
+    const bool perGroup = opset < 21;
+    auto gsc = ramp(G, 1.5f);
+    check(opset, "GroupNormalization", perGroup ? G : C, [&](int64_t i) {
+      int64_t n, c;
+      at(i, n, c);
+      const int64_t grp = c / (C / G);
+      auto [mean, var] = stats(n, grp * (C / G), (grp + 1) * (C / G), false);
+      const double z = (x.getDouble(i) - mean) / std::sqrt(var + static_cast<double>(1e-3f));
+      return perGroup ? z * gsc[grp] + bias(grp) : z * sc[c] + bias(c);
+    });
+  }
+  check(17, "InstanceNormalization", C, [&](int64_t i) {
+    int64_t n, c;
+    at(i, n, c);
+    auto [mean, var] = stats(n, c, c + 1, false);
+    return (x.getDouble(i) - mean) / std::sqrt(var + static_cast<double>(1e-3f)) * sc[c] + bias(c);
+  });
+  check(13, "InstanceNormalization", C, [&](int64_t i) {  // before LayerNormalization: written out
+    int64_t n, c;
+    at(i, n, c);
+    auto [mean, var] = stats(n, c, c + 1, false);
+    return (x.getDouble(i) - mean) / std::sqrt(var + static_cast<double>(1e-3f)) * sc[c] + bias(c);
+  });
+  auto rsc = ramp(S, 1.5f);
+  check(23, "RMSNormalization", S, [&](int64_t i) {  // over the last axis
+    double q = 0;
+    for (int64_t p = 0; p < S; ++p) q += x.getDouble(i / S * S + p) * x.getDouble(i / S * S + p) / S;
+    return x.getDouble(i) / std::sqrt(q + static_cast<double>(1e-3f)) * rsc[i % S];
+  });
 }
