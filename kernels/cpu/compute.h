@@ -81,6 +81,29 @@ void dispatchNumeric(KernelCtx& c, DType t) {
   else F<int64_t>::run(c);
 }
 
+// Kernels that sum (GEMM, convolution, pools, norms, reductions, softmax, attention, losses and the
+// scatter-adds of gradients): f32 computes in f64 and rounds once, so the reference's f32 is at least
+// as accurate as any f32 implementation (PyTorch's CPU kernels also sum float in double); f16 and
+// bf16 compute in f32, as a GPU does.
+template <template <typename> class F>
+void dispatchSumming(KernelCtx& c, DType t) {
+  if (t == DType::f32) F<double>::run(c);
+  else dispatchFloat<F>(c, t);
+}
+template <template <typename> class F>
+void dispatchSummingNumeric(KernelCtx& c, DType t) {
+  if (t == DType::f32) F<double>::run(c);
+  else dispatchNumeric<F>(c, t);
+}
+// The same, as kernel-table entries reading the dtype of input 0 (or 1: the gradients whose input
+// 0 is dY, which a cast fold may leave in another dtype).
+template <template <typename> class F>
+void summingOp(KernelCtx& c) { dispatchSumming<F>(c, c.in(0).type.dtype); }
+template <template <typename> class F>
+void summingOn1(KernelCtx& c) { dispatchSumming<F>(c, c.in(1).type.dtype); }
+template <template <typename> class F>
+void summingNumericOp(KernelCtx& c) { dispatchSummingNumeric<F>(c, c.in(0).type.dtype); }
+
 // A multi-index walking a shape in row-major order.
 struct Odometer {
   std::vector<int64_t> dims, idx;

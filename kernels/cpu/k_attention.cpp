@@ -169,8 +169,8 @@ void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
 
 void registerAttentionKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
-      {"Attention", floatOp<AttentionK>, "ampc"},
-      {"AttentionGrad", floatOp<AttentionGradK>, "ampc"},
+      {"Attention", summingOp<AttentionK>, "ampc"},
+      {"AttentionGrad", summingOp<AttentionGradK>, "ampc"},
   });
 }
 

@@ -315,15 +315,15 @@ void floatOn1(KernelCtx& c) { dispatchFloat<F>(c, c.in(1).type.dtype); }
 void registerGradKernels(std::vector<KernelRow>& t) {
   registerLinearGradKernels(t);
   t.insert(t.end(), {
-      {"ScatterAddFlat", floatOp<ScatterAddFlatK>, "ampc"},
-      {"BatchNormGrad", floatOn1<BatchNormGradK>, "ampc"},
-      {"LayerNormGrad", floatOn1<LayerNormGradK>, "ampc"},
-      {"SoftmaxCrossEntropyLossGrad", floatOn1<SceGradK>, "ampc"},
-      {"NegativeLogLikelihoodLossGrad", floatOn1<NllGradK>, "ampc"},
-      {"SliceGrad", floatOp<SliceGradK>, "ampc"},
-      {"GatherGrad", floatOp<GatherGradK>, "ampc"}, {"GatherElementsGrad", floatOp<GatherElementsGradK>, "ampc"},
+      {"ScatterAddFlat", summingOp<ScatterAddFlatK>, "ampc"},
+      {"BatchNormGrad", summingOn1<BatchNormGradK>, "ampc"},
+      {"LayerNormGrad", summingOn1<LayerNormGradK>, "ampc"},
+      {"SoftmaxCrossEntropyLossGrad", summingOn1<SceGradK>, "ampc"},
+      {"NegativeLogLikelihoodLossGrad", summingOn1<NllGradK>, "ampc"},
+      {"SliceGrad", summingOp<SliceGradK>, "ampc"},
+      {"GatherGrad", summingOp<GatherGradK>, "ampc"}, {"GatherElementsGrad", floatOp<GatherElementsGradK>, "ampc"},
       {"GatherNDGrad", floatOp<GatherNDGradK>, "ampc"},
-      {"PadGrad", floatOp<PadGradK>, "ampc"},
+      {"PadGrad", summingOp<PadGradK>, "ampc"},
       {"DropoutGrad", floatOp<DropoutGradK>, "ampc"},
   });
 }

@@ -351,18 +351,18 @@ struct MaxPoolAnyK {
 }  // namespace
 
 void registerLinearGradKernels(std::vector<KernelRow>& t) {
-  t.push_back({"ConvGrad", floatOp<ConvGradK>, "ampc"});
-  t.push_back({"AveragePoolGrad", floatOp<AveragePoolGradK>, "ampc"});
+  t.push_back({"ConvGrad", summingOp<ConvGradK>, "ampc"});
+  t.push_back({"AveragePoolGrad", summingOp<AveragePoolGradK>, "ampc"});
 }
 
 void registerLinearKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
-      {"MatMul", [](KernelCtx& c) { dispatchNumeric<MatMulK>(c, c.in(0).type.dtype); }},
-      {"Gemm", [](KernelCtx& c) { dispatchNumeric<GemmK>(c, c.in(0).type.dtype); }},
-      {"Conv", floatOp<ConvK>},
+      {"MatMul", summingNumericOp<MatMulK>},
+      {"Gemm", summingNumericOp<GemmK>},
+      {"Conv", summingOp<ConvK>},
       {"MaxPool", [](KernelCtx& c) { dispatchNumeric<MaxPoolAnyK>(c, c.in(0).type.dtype); }},
-      {"AveragePool", floatOp<AveragePoolK>},
-      {"GlobalAveragePool", floatOp<GlobalAveragePoolK>},
+      {"AveragePool", summingOp<AveragePoolK>},
+      {"GlobalAveragePool", summingOp<GlobalAveragePoolK>},
   });
 }
 

@@ -290,12 +290,12 @@ void numericOp(KernelCtx& c) { dispatchNumeric<F>(c, c.in(0).type.dtype); }
 
 void registerNormKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
-      {"BatchNormalization", floatOp<BatchNormK>}, {"LayerNormalization", floatOp<LayerNormK>},
-      {"Softmax", floatOp<SoftmaxPlain>}, {"LogSoftmax", floatOp<LogSoftmaxK>},
-      {"ReduceSum", numericOp<ReduceSumK>}, {"ReduceMean", numericOp<ReduceMeanK>},
+      {"BatchNormalization", summingOp<BatchNormK>}, {"LayerNormalization", summingOp<LayerNormK>},
+      {"Softmax", summingOp<SoftmaxPlain>}, {"LogSoftmax", summingOp<LogSoftmaxK>},
+      {"ReduceSum", summingNumericOp<ReduceSumK>}, {"ReduceMean", summingNumericOp<ReduceMeanK>},
       {"ReduceMax", numericOp<ReduceMaxK>}, {"ReduceMin", numericOp<ReduceMinK>}, {"ArgMax", numericOp<ArgMaxK>},
       {"CumSum", cumSumKernel},
-      {"SoftmaxCrossEntropyLoss", floatOp<SceLossK>}, {"NegativeLogLikelihoodLoss", floatOp<NllLossK>},
+      {"SoftmaxCrossEntropyLoss", summingOp<SceLossK>}, {"NegativeLogLikelihoodLoss", summingOp<NllLossK>},
   });
 }
 

@@ -8,6 +8,8 @@ exporters, with PyTorch's own reference numbers on the same weights and batch.
 For each family it writes, under OUTDIR/FAMILY/:
     FAMILY.dynamo.onnx, FAMILY.torchscript.onnx   (an exporter that fails is named in report.json)
     inputs/NAME.npy        the batch (graph input names)
+    grads64/PARAM.npy      the same in f64 (the exact reference; --grads64-only FAMILY... adds it to an
+                           existing folder from its TorchScript export's weights)
     grads/PARAM.npy        torch.autograd's fp32 gradients on the initial weights (CPU), by
                            named_parameters() name; the .onnx files' "ampc.trainable" key lists
                            the initializer each parameter became
@@ -252,6 +254,49 @@ def sgd_losses(model, inputs, steps, device, amp=None):
     return losses, skipped
 
 
+def f64_copy(model):
+    """The model in f64, with the epsilons the f32 graph holds (f32-rounded)."""
+    m = copy.deepcopy(model)
+    for mod in m.modules():
+        if hasattr(mod, "eps") and isinstance(mod.eps, float):
+            mod.eps = float(np.float32(mod.eps))
+    return m.double()
+
+
+def write_grads64(model, inputs, d):
+    """grads64/PARAM.npy: the gradients in f64 on the same weights and batch (the exact reference:
+    PyTorch's own f32 gradients of an ill-conditioned model are off by up to a few percent)."""
+    m = f64_copy(model)
+    m(*[v.double() if v.is_floating_point() else v for v in inputs.values()]).backward()
+    os.makedirs(os.path.join(d, "grads64"), exist_ok=True)
+    for pname, p in m.named_parameters():
+        if p.grad is not None:
+            np.save(os.path.join(d, "grads64", pname + ".npy"), p.grad.numpy())
+
+
+def grads64_only(name, zoo):
+    """Adds grads64/ to an existing zoo folder, weights from its TorchScript export (no exporter run)."""
+    import onnx
+    from onnx import numpy_helper
+    torch.manual_seed(0)
+    model, _ = FAMILIES[name]()
+    zero_dropout(model)
+    model.train()
+    d = os.path.join(zoo, name)
+    proto = onnx.load(os.path.join(d, f"{name}.torchscript.onnx"))
+    w = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
+    state = model.state_dict()
+    model.load_state_dict({k: v for k, v in w.items() if k in state}, strict=False)
+    ref = json.load(open(os.path.join(d, "ref.json")))
+    order = json.load(open(os.path.join(zoo, "report.json")))[name]["inputs"]  # the forward's argument order
+    inputs = {k: torch.from_numpy(np.load(os.path.join(d, "inputs", k + ".npy"))) for k in order}
+    loss = model(*inputs.values())
+    if abs(float(loss) - ref["loss0"]) > 1e-4 * abs(ref["loss0"]):
+        sys.exit(f"{name}: rebuilt model's loss {float(loss)} is not the reference's {ref['loss0']}")
+    write_grads64(model, inputs, d)
+    print(f"{name}: wrote grads64")
+
+
 def make(name, out, report):
     torch.manual_seed(0)
     model, make_inputs = FAMILIES[name]()
@@ -294,17 +339,14 @@ def make(name, out, report):
     for pname, p in m.named_parameters():
         if p.grad is not None:
             np.save(os.path.join(d, "grads", pname + ".npy"), p.grad.numpy().astype(np.float32))
+    write_grads64(model, inputs, d)
     ref = {"loss0": float(loss), "sgd_lr": SGD_LR}
     ref["sgd_fp32"], _ = sgd_losses(model, inputs, 3, "cpu")
     ref["fp32_20_device"] = "cuda" if torch.cuda.is_available() else "cpu"
     # The same in f64 (epsilons as the f32 graph holds them): how far apart two correct f32 runs may drift.
-    m64 = copy.deepcopy(model)
-    for mod in m64.modules():
-        if hasattr(mod, "eps") and isinstance(mod.eps, float):
-            mod.eps = float(np.float32(mod.eps))
     in64 = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
     try:
-        ref["sgd_fp64"], _ = sgd_losses(m64.double(), in64, 3, "cpu")
+        ref["sgd_fp64"], _ = sgd_losses(f64_copy(model), in64, 3, "cpu")
     except Exception as e:  # noqa: BLE001 - a model whose code forces f32 somewhere
         ref["sgd_fp64_error"] = str(e)[:300]
     ref["names"] = rep.get("names", {})
@@ -333,6 +375,10 @@ def make(name, out, report):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    if sys.argv[1] == "--grads64-only":
+        for name in sys.argv[3:]:
+            grads64_only(name, sys.argv[2])
+        return
     out = sys.argv[1]
     names = sys.argv[2:] or list(FAMILIES)
     os.makedirs(out, exist_ok=True)

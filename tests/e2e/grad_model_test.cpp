@@ -56,6 +56,7 @@ std::map<std::string, Tensor> gradients(const std::string& model, std::optional<
     const std::string& n = g->outputs()[i]->name();
     r.emplace(n.substr(0, n.size() - 5), std::move(outs[i]));  // drop "_grad"
   }
+  r.emplace("", std::move(outs[0]));  // the loss
   return r;
 }
 
@@ -80,6 +81,7 @@ void compareWithTorch(const std::string& m, const fs::path& dir, const std::map<
   }
   int compared = 0, zero = 0;
   double worst = 0;
+  EXPECT_EQ(ours.size(), want.size() + 1) << "gradients of parameters PyTorch does not have";  // + the loss
   for (const auto& [name, w] : want) {
     auto it = ours.find(name);
     ASSERT_NE(it, ours.end()) << "no gradient for " << name;
@@ -115,6 +117,35 @@ TEST_P(GradVsTorch, EveryParameterGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GradVsTorch, ::testing::Values("mlp", "cnn", "transformer", "resnet18"));
+
+// The CPU reference's f32 is as accurate as PyTorch's: on resnet18 at batch 2 (ill-conditioned:
+// its last BatchNorms see 2 values per channel), the f32 loss and every f32 gradient are within
+// twice PyTorch's own f32 error, both measured against f64 (the f64 loss is ampc's f64 run, which
+// matches PyTorch's f64 gradients to 1e-7 above).
+TEST(CpuAccuracy, Resnet18F32WithinTwicePyTorchsErrorAgainstF64) {
+  const std::string m = "resnet18";
+  if (!fs::exists(modelPath(m)) || !fs::exists(refDir(m) / "grads")) GTEST_SKIP() << m << ": no model or reference (python3-torch missing?)";
+  const auto ours = gradients(m, std::nullopt), exact = gradients(m, std::nullopt, true);
+  const Tensor torchLoss = readNpy((refDir(m) / "loss.npy").string());
+  const double loss64 = exact.at("").getDouble(0);
+  const double ourLossErr = std::abs(ours.at("").getDouble(0) - loss64), torchLossErr = std::abs(torchLoss.getDouble(0) - loss64);
+  std::printf("resnet18 f32 loss error against f64: ampc %.3g, PyTorch %.3g\n", ourLossErr, torchLossErr);
+  EXPECT_LE(ourLossErr, 2 * torchLossErr + 1e-7);
+  int compared = 0;
+  double worstRatio = 0;
+  std::string worstName;
+  for (const auto& e : fs::directory_iterator(refDir(m) / "grads")) {
+    const std::string name = e.path().stem().string();
+    const Tensor torch32 = readNpy(e.path().string()), torch64 = readNpy((refDir(m) / "grads64" / e.path().filename()).string());
+    const double torchErr = relL2(torch32, torch64), ourErr = relL2(ours.at(name), torch64);
+    const double ratio = ourErr / std::max(torchErr, 1e-7);  // 1e-7: f32's rounding of an exact gradient
+    if (ratio > worstRatio) worstRatio = ratio, worstName = name;
+    EXPECT_LE(ourErr, 2 * std::max(torchErr, 1e-7)) << name << ": ampc " << ourErr << ", PyTorch " << torchErr;
+    ++compared;
+  }
+  std::printf("resnet18: %d f32 gradients against f64, worst ampc/PyTorch error ratio %.2f (%s)\n", compared, worstRatio, worstName.c_str());
+  EXPECT_GT(compared, 40);
+}
 
 // Mixed-precision gradients: FP32 tensors, and close to the fp32 gradients. The issue asks for 2e-2
 // relative L2 per tensor; on these random-init models PyTorch's own AMP misses that too (bf16
