@@ -64,6 +64,18 @@ void inferMod(InferContext& c) {
   inferBinary(c, std::nullopt);
   if (isFloat(c.in(0).dtype)) c.check(c.node().getInt("fmod", 0) != 0, "a float Mod needs fmod = 1");
 }
+// RandomUniformLike, RandomNormalLike, Bernoulli: the input's shape, dtype `dtype` or the input's.
+void inferRandomLike(InferContext& c) {
+  DType t = c.in(0).dtype;
+  if (c.node().hasAttr("dtype")) {
+    auto d = dtypeFromOnnx(static_cast<int>(c.node().getInt("dtype", 0)));
+    c.check(d.has_value(), "dtype names a type ampc does not support");
+    t = *d;
+  }
+  if (c.node().op() == "Bernoulli") requireFloat(c, 0);
+  else c.check(isFloat(t), "the result must be a float type, got " + std::string(dtypeName(t)));
+  c.setOut(0, TensorType{t, c.in(0).shape});
+}
 void inferPow(InferContext& c) {
   if (!isFloat(c.in(0).dtype) && !isInteger(c.in(0).dtype)) c.fail("base must be numeric");
   c.setOut(0, TensorType{c.in(0).dtype, broadcastShapes(c, c.in(0).shape, c.in(1).shape)});
@@ -158,6 +170,13 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Or", L, 2, 2, 1, 1, C, false, inferLogic);
   row("IsNaN", L, 1, 1, 1, 1, I, false, inferIsNaN);
   row("IsInf", L, 1, 1, 1, 1, I, false, inferIsNaN);
+  // Random draws on Dropout's Philox stream, keyed by (seed, step, node): the same numbers on every
+  // backend, and regenerated identically for a resumed run.
+  for (const char* op : {"RandomUniformLike", "RandomNormalLike", "Bernoulli"}) {
+    row(op, op[0] == 'B' ? 15 : L, 1, 1, 1, 1, C, false, inferRandomLike);
+    t.back().random = true;
+    t.back().dtypeAttr = "dtype";
+  }
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   // The ops whose result 0 may overwrite a same-sized input (memory planning): elementwise ones.
   for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "HardSigmoid", "HardSwish", "Elu", "Selu",

@@ -304,6 +304,31 @@ struct DropoutK {
   }
 };
 
+// RandomUniformLike {low, high}, RandomNormalLike {mean, scale} (Box-Muller over stream elements
+// 2i and 2i+1), Bernoulli (1 where the draw is below the input's probability): Dropout's stream.
+void randomKernel(KernelCtx& c) {
+  const uint64_t seed = c.node.hasAttr("seed") ? static_cast<uint64_t>(static_cast<int64_t>(c.node.getFloat("seed", 0))) : c.opts.seed;
+  const uint32_t key = dropoutNodeKey(c.node);
+  Tensor& out = c.out(0);
+  const int64_t n = out.numel();
+  std::vector<double> v(static_cast<size_t>(n));
+  const std::string& op = c.node.op();
+  if (op == "RandomUniformLike") {
+    const double lo = c.node.getFloat("low", 0.0f), hi = c.node.getFloat("high", 1.0f);
+    for (int64_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * dropoutUniform(seed, c.opts.step, key, i);
+  } else if (op == "RandomNormalLike") {
+    const double mean = c.node.getFloat("mean", 0.0f), scale = c.node.getFloat("scale", 1.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const double u1 = 1.0 - dropoutUniform(seed, c.opts.step, key, 2 * i), u2 = dropoutUniform(seed, c.opts.step, key, 2 * i + 1);
+      v[i] = mean + scale * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    }
+  } else {
+    const auto p = widen<double>(c.in(0));
+    for (int64_t i = 0; i < n; ++i) v[i] = dropoutUniform(seed, c.opts.step, key, i) < p[i] ? 1.0 : 0.0;
+  }
+  narrow(v, out);
+}
+
 template <template <typename> class F>
 void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
 template <template <typename> class F>
@@ -326,7 +351,8 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
       {"Equal", numericOp<EqualK>}, {"Less", numericOp<LessK>}, {"LessOrEqual", numericOp<LessOrEqualK>},
       {"Greater", numericOp<GreaterK>}, {"GreaterOrEqual", numericOp<GreaterOrEqualK>},
       {"And", numericOp<AndK>}, {"Or", numericOp<OrK>}, {"Not", notKernel}, {"Where", whereKernel},
-      {"Dropout", floatOp<DropoutK>},
+      {"Dropout", floatOp<DropoutK>}, {"RandomUniformLike", randomKernel}, {"RandomNormalLike", randomKernel},
+      {"Bernoulli", randomKernel},
   });
 }
 

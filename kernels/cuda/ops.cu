@@ -557,6 +557,30 @@ cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, f
   return cudaGetLastError();
 }
 
+namespace {
+template <typename E>
+__global__ void triluKernel(const E* x, E* y, int64_t n, int64_t R, int64_t C, int64_t k, bool upper) {
+  AMPC_GRID_LOOP(i, n) {
+    const int64_t j = i % C, r = (i / C) % R;
+    const bool keep = upper ? (j - r >= k) : (j - r <= k);
+    y[i] = keep ? x[i] : E(0);
+  }
+}
+}  // namespace
+
+cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_t R, int64_t C, int64_t k, bool upper, cudaStream_t st) {
+  const int64_t n = batches * R * C;
+  if (n == 0) return cudaSuccess;
+  const int g = gridFor(n);
+  switch (elemBytes) {
+    case 1: triluKernel<uint8_t><<<g, 256, 0, st>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), n, R, C, k, upper); break;
+    case 2: triluKernel<uint16_t><<<g, 256, 0, st>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), n, R, C, k, upper); break;
+    case 4: triluKernel<uint32_t><<<g, 256, 0, st>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), n, R, C, k, upper); break;
+    default: triluKernel<uint64_t><<<g, 256, 0, st>>>(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), n, R, C, k, upper); break;
+  }
+  return cudaGetLastError();
+}
+
 cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st) {
   if (outer * inner == 0 || n == 0) return cudaSuccess;
   const bool intType = t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8;
@@ -770,6 +794,37 @@ cudaError_t dropout(const void* x, DT t, void* y, bool* mask, const float* res, 
   const float scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
   const bool vec = aligned4({{x, dtSize(t)}, {y, dtSize(t)}, {mask, 1}, {res, 4}, {sum, 4}});
   dropoutKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(x, t, y, mask, res, sum, n, ratio, scale, seed, step, nodeKey, vec);
+  return cudaGetLastError();
+}
+
+namespace {
+__device__ __forceinline__ float streamUniform(uint64_t seed, uint64_t step, uint32_t key, uint64_t i) {
+  float u[4];
+  dropoutUniform4(seed, step, key, i >> 2, u);
+  return u[i & 3];
+}
+__global__ void randomKernel(RandomMode mode, const void* p, DT pt, void* out, DT t, int64_t n, float a, float b, uint64_t seed,
+                             const uint64_t* stepp, uint32_t key) {
+  const uint64_t step = *stepp;
+  AMPC_GRID_LOOP(i, n) {
+    float v;
+    if (mode == RandomMode::Uniform) {
+      v = a + (b - a) * streamUniform(seed, step, key, i);
+    } else if (mode == RandomMode::Normal) {
+      const double u1 = 1.0 - streamUniform(seed, step, key, 2 * i), u2 = streamUniform(seed, step, key, 2 * i + 1);
+      v = static_cast<float>(a + b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    } else {
+      v = streamUniform(seed, step, key, i) < loadF(p, pt, i) ? 1.0f : 0.0f;
+    }
+    storeF(out, t, i, v);
+  }
+}
+}  // namespace
+
+cudaError_t randomFill(RandomMode mode, const void* p, DT pt, void* out, DT t, int64_t n, float a, float b, uint64_t seed,
+                       const uint64_t* step, uint32_t nodeKey, cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  randomKernel<<<gridFor(n), 256, 0, st>>>(mode, p, pt, out, t, n, a, b, seed, step, nodeKey);
   return cudaGetLastError();
 }
 

@@ -113,6 +113,8 @@ cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxTyp
 // Their gradients: acc (f32, zeroed here) of outN elements += dy[i] at i's data offset; then out = acc.
 cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outN, const IndexGeom& g,
                             cudaStream_t st);
+// Trilu over [batches, R, C]: keeps element (i, j) where j - i >= k (upper) or j - i <= k (lower), else 0.
+cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_t R, int64_t C, int64_t k, bool upper, cudaStream_t st);
 // CumSum along one axis of x viewed as [outer, n, inner]: float types sum in f32, integers in int64.
 cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st);
 
@@ -146,6 +148,11 @@ cudaError_t dropout(const void* x, DT t, void* y, bool* mask, const float* res, 
 // narrowing Cast to t in front is read through (dy rounded to t first, as the Cast does).
 cudaError_t dropoutGrad(const void* dy, DT dyT, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st);
 cudaError_t addStep(uint64_t* step, cudaStream_t st);
+// RandomUniformLike (a + (b - a) u), RandomNormalLike (a + b z, Box-Muller over draws 2i, 2i+1) and
+// Bernoulli (u < p[i]) on Dropout's stream: the CPU's numbers.
+enum class RandomMode : int { Uniform, Normal, Bernoulli };
+cudaError_t randomFill(RandomMode mode, const void* p, DT pt, void* out, DT t, int64_t n, float a, float b, uint64_t seed,
+                       const uint64_t* step, uint32_t nodeKey, cudaStream_t st);
 
 // ---- fused attention (attention.cu) ----------------------------------------------------------
 // Q [N, Tq, D], KT [N, D, Tk], V [N, Tk, Dv] of type t (f32/f16/bf16), D and Dv <= 64; mask

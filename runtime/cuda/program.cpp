@@ -952,6 +952,17 @@ void Program::Lowering::lower() {
       add([=](cudaStream_t st) { return indexGather(X, eb, I, it, Y, g, st); });
       return;
     }
+    if (op == "Trilu") {
+      const auto& xs = shape(in(0));
+      const int64_t R = xs[xs.size() - 2], Cc = xs.back(), batches = R * Cc ? in(0)->type().numel() / (R * Cc) : 0;
+      const int64_t k = has(1) ? static_cast<int64_t>(constScalar(1, 0)) : 0;
+      const bool upper = n.getInt("upper", 1) != 0;
+      const void* X = P(in(0));
+      void* Y = P(out(0));
+      const int eb = dtSize(dt(in(0)));
+      add([=](cudaStream_t st) { return trilu(X, Y, eb, batches, R, Cc, k, upper, st); });
+      return;
+    }
     if (op == "CumSum") {
       const auto& xs = shape(in(0));
       int64_t outer, dim, inner;
@@ -1068,6 +1079,20 @@ void Program::Lowering::lower() {
       const uint64_t* step = p.step_;
       const float r = off ? 0.0f : ratio;  // off: every element kept, at scale 1
       add([=](cudaStream_t st) { return dropout(X, t, Y, mask, R, S, cnt, r, seed, step, key, st); });
+      return;
+    }
+    if (op == "RandomUniformLike" || op == "RandomNormalLike" || op == "Bernoulli") {
+      const RandomMode mode = op == "RandomUniformLike" ? RandomMode::Uniform : op == "RandomNormalLike" ? RandomMode::Normal : RandomMode::Bernoulli;
+      const float a = mode == RandomMode::Uniform ? n.getFloat("low", 0.0f) : n.getFloat("mean", 0.0f);
+      const float b = mode == RandomMode::Uniform ? n.getFloat("high", 1.0f) : n.getFloat("scale", 1.0f);
+      const uint64_t seed = n.hasAttr("seed") ? static_cast<uint64_t>(static_cast<int64_t>(n.getFloat("seed", 0))) : p.opts_.seed;
+      const uint32_t key = cpu::dropoutNodeKey(n);
+      const void* Pr = P(in(0));
+      const DT pt = dt(in(0)), t = dt(out(0));
+      void* Y = P(out(0));
+      const int64_t cnt = out(0)->type().numel();
+      const uint64_t* step = p.step_;
+      add([=](cudaStream_t st) { return randomFill(mode, Pr, pt, Y, t, cnt, a, b, seed, step, key, st); });
       return;
     }
     if (op == "Shape") {  // static: the dims are known now

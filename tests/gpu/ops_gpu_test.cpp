@@ -35,6 +35,9 @@ std::vector<Case> cases() {
   unary("HardSigmoid", " {alpha = 0.3, beta = 0.4}");
   unary("Elu", " {alpha = 0.7}");
   unary("Celu", " {alpha = 2.0}");
+  c.push_back({"Random", "input %x : $T[9,33]\n%u : $T[9,33] = RandomUniformLike(%x) {high = 3.0, low = -1.0}\n"
+                         "%n : $T[9,33] = RandomNormalLike(%x)\n%b : $T[9,33] = Bernoulli(%x)\noutput %u\noutput %n\noutput %b",
+               {{"x", {0.3, 0, 1, true}}}});
   c.push_back({"PRelu", "input %x : $T[3,4,5]\ninput %s : $T[4,1]\n%y : $T[3,4,5] = PRelu(%x, %s)\noutput %y"});
   c.push_back({"Mod_fmod", "input %a : $T[6,7]\ninput %b : $T[7]\n%y : $T[6,7] = Mod(%a, %b) {fmod = 1}\noutput %y", {{"b", {1.0, 0, 1, true}}}});
   c.push_back({"Mod_i64", "input %a : i64[40]\ninput %b : i64[40]\n%y : i64[40] = Mod(%a, %b)\noutput %y", {{"a", {1, -20, 20}}, {"b", {1, 1, 6}}}, false});
@@ -107,6 +110,8 @@ std::vector<Case> cases() {
                {{"i", {1, 0, 5}}}});
   c.push_back({"GatherND_i64", "input %x : i64[3,7]\ninput %i : i64[5,2]\n%y : i64[5] = GatherND(%x, %i)\noutput %y",
                {{"x", {1, -50, 50}}, {"i", {1, 0, 2}}}, false});
+  c.push_back({"Trilu", "input %x : $T[3,5,7]\nconst %k : i64[] = [1]\n%u : $T[3,5,7] = Trilu(%x, %k)\n%l : $T[3,5,7] = Trilu(%x) {upper = 0}\n"
+                        "output %u\noutput %l"});
   c.push_back({"CumSum", "input %x : $T[4,37,3]\nconst %a : i64[] = [1]\n%y : $T[4,37,3] = CumSum(%x, %a)\n"
                          "%z : $T[4,37,3] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\noutput %y\noutput %z"});
   c.push_back({"CumSum_i64", "input %x : i64[2,50]\nconst %a : i64[] = [-1]\n%y : i64[2,50] = CumSum(%x, %a)\noutput %y", {{"x", {1, 0, 2}}}, false});
@@ -523,13 +528,13 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
 // An op without a CUDA lowering is refused when the plan loads, naming the node and the op.
 TEST(GpuProgram, UnsupportedOpIsAnErrorNamingTheNode) {
   AMPC_NEED_GPU();
-  auto g = parseGraph("graph \"u\" opset 17 {\n  input %x : f32[4,4]\n  %y : f32[4,4] = Trilu(%x) @my_trilu\n  output %y\n}\n");
+  auto g = parseGraph("graph \"u\" opset 17 {\n  input %x : f32[4,4]\n  %y : i64[4] = ArgMax(%x) {axis = 1, keepdims = 0} @my_argmax\n  output %y\n}\n");
   try {
     cuda::Program p(*g, {});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("my_trilu"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("Trilu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("my_argmax"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ArgMax"), std::string::npos) << e.what();
   }
 }
 

@@ -145,6 +145,8 @@ const Case kCases[] = {
     {"input %x : f32[4,6]\n %a : f32[4,6] = Floor(%x)\n %b : f32[4,6] = Ceil(%x)\n %c : f32[4,6] = Round(%x)\n %d : f32[4,6] = Sign(%x)\n"
      " output %a\n output %b\n output %c\n output %d", {-5, 5}},
     {"input %x : f32[2,3,4]\n input %s : f32[3,1]\n %y : f32[2,3,4] = PRelu(%x, %s)\n output %y"},
+    {"input %x : f32[6,7]\n %u : f32[6,7] = RandomUniformLike(%x) {high = 3.0, low = -1.0}\n %n : f32[6,7] = RandomNormalLike(%x) {mean = 1.0}\n"
+     " %b : f32[6,7] = Bernoulli(%x)\n output %u\n output %n\n output %b", {0.05, 0.95}},
     {"input %a : f32[3,4]\n input %b : f32[4]\n %y : f32[3,4] = Mod(%a, %b) {fmod = 1}\n output %y", {0.5, 4}},
     {"input %a : i64[3,4]\n input %b : i64[4]\n %y : i64[3,4] = Mod(%a, %b)\n %f : f32[3,4] = Cast(%y) {to = 1}\n output %f", {}, -7, 7},
     {"input %x : f32[3,5]\n const %a : i64[] = [1]\n %y : f32[3,5] = CumSum(%x, %a)\n %z : f32[3,5] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\n output %y\n output %z", {0.5, 2}},
@@ -456,4 +458,42 @@ TEST(KernelReference, DropoutMaskIsKeyedAndScaled) {
   EXPECT_NE(evaluate(*g, {{"x", x}}, *backend, o)[1].data, a[1].data);  // a new step draws a new mask
   o.dropout = false;
   EXPECT_EQ(evaluate(*g, {{"x", x}}, *backend, o)[0].data, x.data);  // --no-dropout: identity
+}
+
+// The random ops draw Dropout's Philox stream: the moments their attributes give, a new stream for
+// every step and seed, and the same numbers again for the same (seed, step).
+TEST(KernelReference, RandomOpsDrawTheDropoutStream) {
+  auto g = parseGraph("graph \"r\" opset 20 {\n input %x : f32[100,100]\n"
+                      " %u : f32[100,100] = RandomUniformLike(%x) {high = 3.0, low = -1.0}\n"
+                      " %n : f32[100,100] = RandomNormalLike(%x) {mean = 1.0, scale = 2.0}\n"
+                      " %b : f32[100,100] = Bernoulli(%x)\n output %u\n output %n\n output %b\n}\n",
+                      "random");
+  Tensor p(TensorType{DType::f32, {100, 100}});
+  for (int64_t i = 0; i < p.numel(); ++i) p.setDouble(i, 0.25);
+  auto backend = createCpuBackend();
+  auto run = [&](uint64_t seed, uint64_t step) {
+    ExecOptions o;
+    o.seed = seed;
+    o.step = step;
+    return evaluate(*g, {{"x", p}}, *backend, o);
+  };
+  auto moments = [](const Tensor& t) {
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) s += t.getDouble(i), q += t.getDouble(i) * t.getDouble(i);
+    const double m = s / static_cast<double>(t.numel());
+    return std::pair{m, q / static_cast<double>(t.numel()) - m * m};
+  };
+  const auto a = run(7, 3);
+  auto [um, uv] = moments(a[0]);
+  EXPECT_NEAR(um, 1.0, 0.05);        // uniform on [-1, 3): mean 1, variance 16/12
+  EXPECT_NEAR(uv, 16.0 / 12, 0.05);
+  auto [nm, nv] = moments(a[1]);
+  EXPECT_NEAR(nm, 1.0, 0.06);        // normal(1, 2)
+  EXPECT_NEAR(nv, 4.0, 0.2);
+  auto [bm, bv] = moments(a[2]);
+  EXPECT_NEAR(bm, 0.25, 0.02);       // ones at the rate the input gives
+  for (int64_t i = 0; i < a[2].numel(); ++i) EXPECT_TRUE(a[2].getDouble(i) == 0 || a[2].getDouble(i) == 1);
+  EXPECT_EQ(run(7, 3)[0].data, a[0].data);  // regenerated identically (a resumed run, the GPU)
+  EXPECT_NE(run(7, 4)[0].data, a[0].data);  // a new step draws anew
+  EXPECT_NE(run(8, 3)[1].data, a[1].data);  // and so does another seed
 }
