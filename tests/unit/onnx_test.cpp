@@ -7,6 +7,7 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "passes/autodiff.h"
 #include "runtime/evaluator.h"
 #include "tests/unit/test_util.h"
 
@@ -541,4 +542,46 @@ TEST(OnnxImport, NormCompositionsMatchTheirDefinitions) {
     for (int64_t p = 0; p < S; ++p) q += x.getDouble(i / S * S + p) * x.getDouble(i / S * S + p) / S;
     return x.getDouble(i) / std::sqrt(q + static_cast<double>(1e-3f)) * rsc[i % S];
   });
+}
+
+// The trainable set: the model's ampc.trainable list (the export helper writes it from
+// named_parameters()), else every float initializer but masks (Inf/NaN) and op state; --trainable
+// and --freeze over either.
+TEST(OnnxImport, TrainableSetFollowsTheModel) {
+  TempDir d;
+  auto m = newModel(18);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 2});
+  addFloatInit(g, "w", {2, 2}, {1, 2, 3, 4});
+  addFloatInit(g, "pos", {2, 2}, {0.5, 0.5, 0.5, 0.5});                       // a registered buffer
+  addFloatInit(g, "mask", {2, 2}, {0, -INFINITY, 0, 0});                      // a causal mask
+  addNode(g, "MatMul", {"x", "w"}, {"h"}, "mm");
+  addNode(g, "Add", {"h", "pos"}, {"h2"}, "addpos");
+  addNode(g, "Add", {"h2", "mask"}, {"h3"}, "addmask");
+  addNode(g, "ReduceSum", {"h3"}, {"loss"}, "sum");
+  intAttr(g->mutable_node(3), "keepdims", 0);
+  addOutput(g, "loss");
+  auto names = [](const std::vector<Value*>& v) {
+    std::string s;
+    for (const Value* p : v) s += (s.empty() ? "" : ",") + p->name();
+    return s;
+  };
+  writeModel(d.file("plain.onnx"), m);
+  auto plain = importOnnxFile(d.file("plain.onnx"));
+  EXPECT_FALSE(plain->declaredTrainable.has_value());
+  EXPECT_EQ(names(trainableParams(*plain, {})), "w,pos");  // the mask holds -inf: not a parameter
+  auto* meta = m.add_metadata_props();
+  meta->set_key("ampc.trainable");
+  meta->set_value("[\"w\"]");
+  writeModel(d.file("listed.onnx"), m);
+  auto listed = importOnnxFile(d.file("listed.onnx"));
+  EXPECT_EQ(names(trainableParams(*listed, {})), "w");
+  AutodiffOptions only;
+  only.trainable = "pos|mask";
+  EXPECT_EQ(names(trainableParams(*listed, only)), "pos,mask");
+  only.freeze = "mask";
+  EXPECT_EQ(names(trainableParams(*listed, only)), "pos");
+  meta->set_value("[\"w\", broken");
+  writeModel(d.file("bad.onnx"), m);
+  expectImportError(d.file("bad.onnx"), {"ampc.trainable", "not a JSON list"});
 }
