@@ -23,26 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "export"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "zoo"))
 from ampc_export import export_training_graph  # noqa: E402
-
-
-class ImageLoss(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.model = m
-
-    def forward(self, x, target):
-        return F.cross_entropy(self.model(x), target)
-
-
-class LMLoss(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.model = m
-
-    def forward(self, input_ids, target):
-        logits = self.model(input_ids=input_ids).logits
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+from make_zoo import ImageLoss, LMLoss  # noqa: E402  the zoo's loss wrappers
 
 
 def image(ctor, batch, size=224):
