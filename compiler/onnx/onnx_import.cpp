@@ -470,13 +470,19 @@ class Importer {
     for (int64_t k = 0; k < t->numel(); ++k) r.push_back(t->getInt(k));
     return r;
   }
-  int64_t attrInt(const onnx::NodeProto& np, const std::string& name, int64_t dflt) {
+  // The node's attribute `name` (null if absent); one of another kind than `type` is an error.
+  const onnx::AttributeProto* findAttr(const onnx::NodeProto& np, const std::string& name, onnx::AttributeProto::AttributeType type,
+                                       const char* kind) {
     for (const auto& a : np.attribute())
       if (a.name() == name) {
-        if (a.type() != onnx::AttributeProto::INT) fail(nodeLabel(np) + " attribute '" + name + "' must be an int");
-        return a.i();
+        if (a.type() != type) fail(nodeLabel(np) + " attribute '" + name + "' must be " + kind);
+        return &a;
       }
-    return dflt;
+    return nullptr;
+  }
+  int64_t attrInt(const onnx::NodeProto& np, const std::string& name, int64_t dflt) {
+    const auto* a = findAttr(np, name, onnx::AttributeProto::INT, "an int");
+    return a ? a->i() : dflt;
   }
   // A node of a registry op, created, typed and folded; returns its results.
   std::vector<Value*> emit(const onnx::NodeProto& np, const std::string& op, const std::vector<Value*>& ins,
@@ -506,20 +512,13 @@ class Importer {
   }
 
   float attrFloat(const onnx::NodeProto& np, const std::string& name, float dflt) {
-    for (const auto& a : np.attribute())
-      if (a.name() == name) {
-        if (a.type() != onnx::AttributeProto::FLOAT) fail(nodeLabel(np) + " attribute '" + name + "' must be a float");
-        return a.f();
-      }
-    return dflt;
+    const auto* a = findAttr(np, name, onnx::AttributeProto::FLOAT, "a float");
+    return a ? a->f() : dflt;
   }
-  std::vector<int64_t> attrInts(const onnx::NodeProto& np, const std::string& name) {
-    for (const auto& a : np.attribute())
-      if (a.name() == name) return {a.ints().begin(), a.ints().end()};
-    return {};
-  }
-  bool hasAttr(const onnx::NodeProto& np, const std::string& name) {
-    return std::any_of(np.attribute().begin(), np.attribute().end(), [&](const auto& a) { return a.name() == name; });
+  std::optional<std::vector<int64_t>> attrInts(const onnx::NodeProto& np, const std::string& name) {
+    const auto* a = findAttr(np, name, onnx::AttributeProto::INTS, "a list of ints");
+    if (!a) return std::nullopt;
+    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
   }
   Value* constI64(const onnx::NodeProto& np, const std::string& what, const std::vector<int64_t>& v) {
     return g_->addConst(fresh(np, what), Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v));
@@ -627,7 +626,7 @@ class Importer {
     const int64_t keep = attrInt(np, "keepdims", 1);
     std::optional<std::vector<int64_t>> axes;
     if (np.input_size() > 1 && !np.input(1).empty()) axes = constIntsOf(np, 1, "axes");
-    else if (hasAttr(np, "axes")) axes = attrInts(np, "axes");
+    else axes = attrInts(np, "axes");
     const int64_t noop = attrInt(np, "noop_with_empty_axes", 0);
     if (axes && axes->empty() && !noop) axes.reset();  // an empty list reduces over every axis
     auto reduce = [&](const std::string& red, Value* v, int64_t keepdims) { return reduceNode(np, red, v, axes, keepdims, noop); };

@@ -48,7 +48,7 @@ struct Dropout {
     on = ratio > 0.0f && c.opts.dropout;
     if (ratio < 0.0f || ratio >= 1.0f) c.fail("dropout_ratio must be in [0, 1), got " + std::to_string(ratio));
     scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
-    seed = c.node.hasAttr("seed") ? static_cast<uint64_t>(c.node.getInt("seed", 0)) : c.opts.seed;
+    seed = randomSeed(c.node, c.opts.seed);
     step = c.opts.step;
     key = static_cast<uint32_t>(c.node.getInt("dropout_key", 0));
   }

@@ -291,7 +291,7 @@ struct DropoutK {
     auto x = widen<C>(c.in(0));
     std::vector<uint8_t> keep(x.size(), 1);
     if (training && c.opts.dropout && ratio > 0.0f) {
-      const uint64_t seed = c.node.hasAttr("seed") ? static_cast<uint64_t>(c.node.getInt("seed", 0)) : c.opts.seed;
+      const uint64_t seed = randomSeed(c.node, c.opts.seed);
       const uint32_t key = dropoutNodeKey(c.node);
       const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(ratio)));
       for (size_t i = 0; i < x.size(); ++i) {
@@ -307,7 +307,7 @@ struct DropoutK {
 // RandomUniformLike {low, high}, RandomNormalLike {mean, scale} (Box-Muller over stream elements
 // 2i and 2i+1), Bernoulli (1 where the draw is below the input's probability): Dropout's stream.
 void randomKernel(KernelCtx& c) {
-  const uint64_t seed = c.node.hasAttr("seed") ? static_cast<uint64_t>(static_cast<int64_t>(c.node.getFloat("seed", 0))) : c.opts.seed;
+  const uint64_t seed = randomSeed(c.node, c.opts.seed);
   const uint32_t key = dropoutNodeKey(c.node);
   Tensor& out = c.out(0);
   const int64_t n = out.numel();

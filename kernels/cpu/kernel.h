@@ -64,6 +64,9 @@ struct Philox {
 };
 // Dropout keep/drop for element i: the same stream on every backend, keyed by (seed, step, node).
 uint32_t dropoutNodeKey(const Node& n);  // stable hash of the node's first result name
+// The seed of a random op's stream: its "seed" attribute (an int for Dropout's extension, a float
+// for RandomUniformLike, RandomNormalLike and Bernoulli), else the run's seed.
+uint64_t randomSeed(const Node& n, uint64_t runSeed);
 // Uniform in [0, 1) with 24 bits, for element `i` of the stream (seed, step, nodeKey).
 float dropoutUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i);
 

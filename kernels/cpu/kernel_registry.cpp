@@ -91,6 +91,13 @@ uint32_t dropoutNodeKey(const Node& n) {
   return h;
 }
 
+uint64_t randomSeed(const Node& n, uint64_t runSeed) {
+  const Attribute* a = n.attr("seed");
+  if (!a) return runSeed;
+  if (const auto* f = std::get_if<float>(a)) return static_cast<uint64_t>(static_cast<int64_t>(*f));
+  return static_cast<uint64_t>(n.getInt("seed", 0));
+}
+
 float dropoutUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i) {
   // Counter: (element block, step, node); key: the seed. One block gives 4 elements.
   const uint64_t blk = i >> 2;

@@ -114,7 +114,7 @@ struct Program::Lowering {
     const float ratio = n.getFloat("dropout_ratio", 0.0f);
     if (ratio < 0.0f || ratio >= 1.0f) fail("dropout_ratio must be in [0, 1)");
     a.ratio = p.opts_.dropout ? ratio : 0.0f;
-    a.seed = n.hasAttr("seed") ? static_cast<uint64_t>(n.getInt("seed", 0)) : p.opts_.seed;
+    a.seed = cpu::randomSeed(n, p.opts_.seed);
     a.step = p.step_;
     a.key = static_cast<uint32_t>(n.getInt("dropout_key", 0));
     return a;
@@ -1068,7 +1068,7 @@ void Program::Lowering::lower() {
         }
         return;
       }
-      const uint64_t seed = n.hasAttr("seed") ? static_cast<uint64_t>(n.getInt("seed", 0)) : p.opts_.seed;
+      const uint64_t seed = cpu::randomSeed(n, p.opts_.seed);
       const uint32_t key = cpu::dropoutNodeKey(n);
       const void* X = P(in(0));
       void* Y = sum ? nullptr : P(out(0));
@@ -1085,7 +1085,7 @@ void Program::Lowering::lower() {
       const RandomMode mode = op == "RandomUniformLike" ? RandomMode::Uniform : op == "RandomNormalLike" ? RandomMode::Normal : RandomMode::Bernoulli;
       const float a = mode == RandomMode::Uniform ? n.getFloat("low", 0.0f) : n.getFloat("mean", 0.0f);
       const float b = mode == RandomMode::Uniform ? n.getFloat("high", 1.0f) : n.getFloat("scale", 1.0f);
-      const uint64_t seed = n.hasAttr("seed") ? static_cast<uint64_t>(static_cast<int64_t>(n.getFloat("seed", 0))) : p.opts_.seed;
+      const uint64_t seed = cpu::randomSeed(n, p.opts_.seed);
       const uint32_t key = cpu::dropoutNodeKey(n);
       const void* Pr = P(in(0));
       const DT pt = dt(in(0)), t = dt(out(0));
