@@ -63,12 +63,18 @@ std::unique_ptr<std::regex> optionRegex(const std::string& flag, const std::stri
 }
 
 bool allFinite(const Tensor& t) {
-  if (t.type.dtype == DType::f32) {  // the common case, read in place: it scans every weight
+  if (t.type.dtype == DType::f32) {  // the common case: it scans every weight, so on the exponent bits
+    const uint8_t* p = t.data.data();  // (a loop the compiler vectorizes), in blocks that stop early
     const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      float x;
-      std::memcpy(&x, t.data.data() + 4 * i, 4);
-      if (!std::isfinite(x)) return false;
+    for (int64_t b = 0; b < n; b += 4096) {
+      uint32_t bad = 0;
+      const int64_t e = std::min<int64_t>(n, b + 4096);
+      for (int64_t i = b; i < e; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, p + 4 * i, 4);
+        bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+      }
+      if (bad) return false;
     }
     return true;
   }

@@ -14,7 +14,12 @@
 #include "passes/memory_plan.h"
 #include "runtime/plan.pb.h"  // generated from runtime/plan.proto
 #include <cstring>
+#include <map>
+#include <random>
 #include <set>
+
+#include "runtime/hash.h"
+#include "runtime/safetensors.h"
 
 namespace ampc {
 namespace {
@@ -35,18 +40,43 @@ plan::Role roleOf(const Value* v, const std::set<const Value*>& trained, const s
   return plan::CONSTANT;
 }
 
+// A graph without its initializers' data (that goes to the weights file).
 std::string serialize(const Graph& g) {
   std::string bytes;
-  if (!exportOnnx(g).SerializeToString(&bytes)) throw Error("plan: cannot serialize the graph");
+  if (!exportOnnx(g, ExportOptions{.initializerData = false}).SerializeToString(&bytes))
+    throw Error("plan: cannot serialize the graph");
   return bytes;
 }
 
-// Plan.checksum: FNV-1a 64 of the bytes before it, and its field as the file's last 9 bytes.
-uint64_t fnv1a64(std::string_view bytes) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
+// The data of every initializer of `g`, shared (not copied), for ImportOptions::initializerData.
+std::map<std::string, Tensor> initializersOf(const Graph& g) {
+  std::map<std::string, Tensor> r;
+  for (const Value* v : g.params())
+    if (v->data()) r.emplace(v->name(), *v->data());
+  return r;
 }
+
+bool allZero(const Tensor& t) {
+  if (t.data.knownZero()) return !t.data.empty();
+  const uint8_t* p = t.data.data();
+  const size_t n = t.data.size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    if (w) return false;
+  }
+  for (; i < n; ++i)
+    if (p[i]) return false;
+  return n > 0;
+}
+
+std::string weightsPathOf(const std::string& planPath, const std::string& file) {
+  return (std::filesystem::path(planPath).parent_path() / file).string();
+}
+
+// Plan.checksum: XXH3-64 of the bytes before it, and its field as the file's last 9 bytes.
+uint64_t planHash(std::string_view bytes) { return hash64(bytes.data(), bytes.size()); }
 constexpr unsigned char kChecksumTag = (15 << 3) | 1;  // field 15, wire type fixed64
 std::string checksumField(uint64_t h) {
   std::string f(1, static_cast<char>(kChecksumTag));
@@ -64,9 +94,29 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   p.set_eval_model(evalBytes);
   onnx::ModelProto copy;
   copy.ParseFromString(evalBytes);
-  auto step = importOnnxModel(copy, "", source);
+  ImportOptions shared;
+  shared.initializerData = initializersOf(forward);  // the step graph shares the weights
+  auto step = importOnnxModel(copy, "", source, shared);
   createTrainStepPass(o)->run(*step);
   p.set_step_model(serialize(*step));
+
+  // The weights file: every initializer of the step graph (the forward's are among them) once,
+  // except those that start at zero (optimizer state, zero biases), which the reader recreates.
+  Safetensors weights;
+  std::set<std::string> zeros;
+  for (const Value* v : step->params()) {
+    if (!v->data()) throw Error(path + ": initializer '" + v->name() + "' has no data");
+    if (allZero(*v->data())) zeros.insert(v->name());
+    else weights.tensors.emplace(v->name(), *v->data());
+  }
+  std::random_device rd;
+  char id[33];
+  std::snprintf(id, sizeof id, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  weights.metadata["ampc.plan"] = id;
+  const std::string weightsFile = std::filesystem::path(path).filename().string() + ".safetensors";
+  p.set_weights_file(weightsFile);
+  p.set_weights_id(id);
+  writeSafetensors(weightsPathOf(path, weightsFile), weights);
 
   std::set<const Value*> trained, stateful;
   for (const auto& n : step->nodes())
@@ -85,6 +135,7 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
       t->set_role(roleOf(v, trained, stateful));
       t->set_dtype(std::string(dtypeName(v->type().dtype)));
       for (int64_t d : v->type().shape) t->add_shape(d);
+      if (zeros.count(v->name())) t->set_zeros(true);
     }
   const MemoryPlan mem = planMemory(*step);
   checkMemoryPlan(mem);
@@ -132,7 +183,7 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
 
   std::string bytes;
   if (!p.SerializeToString(&bytes)) throw Error(path + ": cannot serialize the plan");
-  bytes += checksumField(fnv1a64(bytes));
+  bytes += checksumField(planHash(bytes));
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -158,20 +209,54 @@ LoadedPlan readPlan(const std::string& path) {
   if (p.format_version() > kPlanFormatVersion)
     throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is newer than this amprun reads (" +
                 std::to_string(kPlanFormatVersion) + "); recompile the model with this ampc or update amprun");
-  if (p.format_version() >= 2) {
+  if (p.format_version() < kOldestPlanFormat)
+    throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is older than this amprun reads (" +
+                std::to_string(kOldestPlanFormat) + " to " + std::to_string(kPlanFormatVersion) + "); compile the model again");
+  {
     const size_t body = bytes.size() >= 9 ? bytes.size() - 9 : 0;
     if (bytes.size() < 9 || bytes.compare(body, 9, checksumField(p.checksum())) != 0 ||
-        fnv1a64(std::string_view(bytes).substr(0, body)) != p.checksum())
+        planHash(std::string_view(bytes).substr(0, body)) != p.checksum())
       throw Error(path + ": the plan is truncated or altered (its checksum does not match); compile the model again");
   }
   LoadedPlan r;
+  // The initial state: views of the mapped weights file (checked tensor by tensor), and zeros.
+  ImportOptions io;
+  {
+    const std::string& wf = p.weights_file();
+    if (wf.empty() || wf.find('/') != std::string::npos || wf == "." || wf == "..")
+      throw Error(path + ": the plan names a bad weights file '" + wf + "'");
+    const std::string wpath = weightsPathOf(path, wf);
+    if (!std::filesystem::is_regular_file(wpath, ec))
+      throw Error(path + ": its weights file '" + wpath + "' is missing (a plan travels with its .safetensors)");
+    Safetensors w = readSafetensors(wpath);
+    auto id = w.metadata.find("ampc.plan");
+    if (id == w.metadata.end() || id->second != p.weights_id())
+      throw Error(path + ": '" + wpath + "' holds the weights of another compile (plan id " + p.weights_id() + ", file " +
+                  (id == w.metadata.end() ? std::string("none") : id->second) + "); compile the model again");
+    for (const auto& t : p.tensors()) {
+      if (t.role() == plan::ACTIVATION || t.role() == plan::INPUT) continue;
+      auto dt = dtypeFromName(t.dtype());
+      if (!dt) throw Error(path + ": tensor '" + t.name() + "' has an unknown dtype '" + t.dtype() + "'");
+      TensorType type{*dt, {t.shape().begin(), t.shape().end()}};
+      if (!type.sizeFits()) throw Error(path + ": tensor '" + t.name() + "' has a bad shape");
+      if (t.zeros()) {
+        io.initializerData.emplace(t.name(), Tensor(type));
+        continue;
+      }
+      auto it = w.tensors.find(t.name());
+      if (it == w.tensors.end()) throw Error(path + ": '" + wpath + "' has no tensor '" + t.name() + "'");
+      if (it->second.type != type)
+        throw Error(path + ": tensor '" + t.name() + "' is " + it->second.type.str() + " in '" + wpath + "', the plan says " + type.str());
+      io.initializerData.emplace(t.name(), std::move(it->second));
+    }
+  }
   onnx::ModelProto m;
   if (!m.ParseFromString(p.step_model())) throw Error(path + ": the step graph does not parse");
-  r.step = importOnnxModel(m, "", path);
+  r.step = importOnnxModel(m, "", path, io);
   if (!p.eval_model().empty()) {
     onnx::ModelProto e;
     if (!e.ParseFromString(p.eval_model())) throw Error(path + ": the eval graph does not parse");
-    r.eval = importOnnxModel(e, "", path);
+    r.eval = importOnnxModel(e, "", path, io);
   }
   const auto& c = p.config();
   auto& o = r.options;

@@ -9,8 +9,11 @@
 
 namespace ampc {
 
-// 2: the plan ends with its checksum (plan.proto, Plan.checksum). Version 1 plans (none) still load.
-inline constexpr uint32_t kPlanFormatVersion = 2;
+// 2: the plan ends with its checksum (plan.proto, Plan.checksum).
+// 3: the weights are in a safetensors file beside the plan (Plan.weights_file), stored once.
+// Older plans are refused: they embedded the weights three times and no ampc writes them now.
+inline constexpr uint32_t kPlanFormatVersion = 3;
+inline constexpr uint32_t kOldestPlanFormat = 3;
 
 struct LoadedPlan {
   std::unique_ptr<Graph> step;  // the train-step graph (state in its params)
@@ -21,7 +24,8 @@ struct LoadedPlan {
   std::string dump;             // a readable listing (amprun --dump)
 };
 
-// Builds the plan of `forward` (already painted) with `opts` and writes it atomically.
+// Builds the plan of `forward` (already painted) with `opts` and writes it atomically, with its
+// weights file `<path>.safetensors` beside it (written first, also atomically).
 void writePlan(const std::string& path, const Graph& forward, const TrainOptions& opts, const std::string& source);
 // Error naming the file: missing, not a plan, a newer format version.
 LoadedPlan readPlan(const std::string& path);

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/hash.h"
+
 namespace ampc {
 namespace {
 
@@ -33,7 +35,15 @@ bool writeAll(int fd, const void* p, size_t n) {
   return true;
 }
 
+std::string hex64(uint64_t h) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+
 }  // namespace
+
+std::string tensorHash(const Tensor& t) { return hex64(hash64(t.data.data(), t.data.size())); }
 
 void writeSafetensors(const std::string& path, const Safetensors& st) {
   nlohmann::json h = nlohmann::json::object();
@@ -45,7 +55,11 @@ void writeSafetensors(const std::string& path, const Safetensors& st) {
     h[name] = {{"dtype", code}, {"shape", t.type.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
-  if (!st.metadata.empty()) h["__metadata__"] = st.metadata;
+  std::map<std::string, std::string> meta = st.metadata;
+  nlohmann::json hashes = nlohmann::json::object();
+  for (const auto& [name, t] : st.tensors) hashes[name] = tensorHash(t);
+  meta[kHashKey] = hashes.dump();
+  h["__metadata__"] = meta;
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   const uint64_t hlen = header.size();
@@ -78,21 +92,26 @@ Safetensors readSafetensors(const std::string& path) {
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(path + ": no such file");
   if (size < 8) throw Error(path + ": truncated (no header)");
-  std::string bytes(static_cast<size_t>(size), '\0');
-  std::ifstream in(path, std::ios::binary);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) throw Error(path + ": could not read the file");
+  // Mapped, not read: each tensor is a view of the file, paged in when it is used.
+  Bytes file;
+  try {
+    file = Bytes::mapFile(path);
+  } catch (const std::exception& e) {
+    throw Error(std::string(e.what()));
+  }
+  if (file.size() != size) throw Error(path + ": changed while it was read");
   uint64_t hlen = 0;
-  for (int i = 0; i < 8; ++i) hlen |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i) hlen |= static_cast<uint64_t>(file[i]) << (8 * i);
   if (hlen > size - 8) throw Error(path + ": truncated or not safetensors (header of " + std::to_string(hlen) + " bytes)");
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(bytes.substr(8, static_cast<size_t>(hlen)));
+    h = nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + hlen);
   } catch (const std::exception& e) {
     throw Error(path + ": the header is not valid JSON: " + e.what());
   }
   if (!h.is_object()) throw Error(path + ": the header is not a JSON object");
   const uint64_t dataSize = size - 8 - hlen;
-  const char* data = bytes.data() + 8 + hlen;
+  const uint64_t data = 8 + hlen;
   Safetensors st;
   for (const auto& [name, v] : h.items()) {
     if (name == "__metadata__") {
@@ -123,9 +142,27 @@ Safetensors readSafetensors(const std::string& path) {
     if (b > e || e > dataSize) throw Error(what + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + "] run past the " +
                                            std::to_string(dataSize) + " data bytes (truncated file?)");
     if (e - b != type.bytes()) throw Error(what + ": " + type.str() + " needs " + std::to_string(type.bytes()) + " bytes, the offsets give " + std::to_string(e - b));
-    Tensor t(type);
-    if (!t.data.empty()) std::memcpy(t.data.data(), data + b, t.data.size());
+    Tensor t;
+    t.type = type;
+    t.data = file.slice(data + b, e - b);
     st.tensors.emplace(name, std::move(t));
+  }
+  // Written by ampc: every tensor's hash is checked, so a flipped byte is refused, not trained on.
+  if (auto it = st.metadata.find(kHashKey); it != st.metadata.end()) {
+    nlohmann::json hashes;
+    try {
+      hashes = nlohmann::json::parse(it->second);
+    } catch (const std::exception&) {
+      throw Error(path + ": the tensor hashes (" + std::string(kHashKey) + ") are not valid JSON");
+    }
+    if (!hashes.is_object()) throw Error(path + ": the tensor hashes (" + std::string(kHashKey) + ") are not a JSON object");
+    for (const auto& [name, t] : st.tensors) {
+      if (!hashes.contains(name) || !hashes[name].is_string()) throw Error(path + ": tensor '" + name + "' has no hash");
+      if (hashes[name].get<std::string>() != tensorHash(t))
+        throw Error(path + ": tensor '" + name + "' is corrupt (its xxh3 hash does not match the one written with it)");
+    }
+    if (hashes.size() != st.tensors.size()) throw Error(path + ": the hashes name tensors that the file does not hold");
+    st.metadata.erase(it);
   }
   return st;
 }

@@ -16,7 +16,12 @@ struct Safetensors {
   std::map<std::string, std::string> metadata;
 };
 
-// Writes atomically: a temp file beside `path`, fsync, rename, fsync of the folder. A failure
+// The metadata key under which ampc writes each tensor's XXH3-64 hash (a JSON object, name -> 16
+// hex digits). readSafetensors checks them and drops the key; files from elsewhere have none.
+inline constexpr const char* kHashKey = "ampc.xxh3";
+std::string tensorHash(const Tensor& t);
+
+// Tensors are views of the mapped file (no copy). Writes atomically: a temp file beside `path`, fsync, rename, fsync of the folder. A failure
 // leaves any previous file at `path` untouched.
 void writeSafetensors(const std::string& path, const Safetensors& st);
 // Error naming the file (and the tensor) for a missing, truncated or malformed file.

@@ -35,13 +35,13 @@ std::string TensorType::str() const {
 
 namespace {
 template <typename T>
-T load(const std::vector<uint8_t>& d, int64_t i) {
+T load(const Bytes& d, int64_t i) {
   T v;
   std::memcpy(&v, d.data() + i * sizeof(T), sizeof(T));
   return v;
 }
 template <typename T>
-void store(std::vector<uint8_t>& d, int64_t i, T v) {
+void store(Bytes& d, int64_t i, T v) {
   std::memcpy(d.data() + i * sizeof(T), &v, sizeof(T));
 }
 }  // namespace

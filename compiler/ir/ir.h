@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "compiler/ir/bytes.h"
 #include "compiler/ir/dtype.h"
 
 namespace ampc {
@@ -42,7 +43,7 @@ struct TensorType {
 // A dense tensor value (initializers, constants, tensor attributes), little-endian raw bytes.
 struct Tensor {
   TensorType type;
-  std::vector<uint8_t> data;  // type.bytes() long
+  Bytes data;  // type.bytes() long; shared by copies (copy on write), possibly a view of a mapped file
 
   Tensor() = default;
   explicit Tensor(TensorType t) : type(std::move(t)), data(type.bytes()) {}

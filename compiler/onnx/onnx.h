@@ -28,6 +28,10 @@ struct ImportOptions {
   // training compiler, gives it PyTorch's training semantics (batch statistics, running statistics
   // updated). --batchnorm as-exported keeps the running statistics (a frozen BatchNorm).
   bool batchNormAsExported = false;
+  // Initializers whose data comes from the caller, not the model: the model declares them (name,
+  // type, shape) and holds no data for them. A plan's graphs are read this way, their weights
+  // viewed from the plan's weights file.
+  std::map<std::string, Tensor> initializerData;
 };
 
 // Reads and imports an .onnx file. Every failure is an Error whose message starts with the file
@@ -37,8 +41,20 @@ std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptio
 std::unique_ptr<Graph> importOnnxModel(const onnx::ModelProto& model, const std::string& modelDir,
                                        const std::string& file, const ImportOptions& opts = {});
 
-// Exports; runs onnx::checker::check_model on the result (Error if it fails).
-onnx::ModelProto exportOnnx(const Graph& g);
+// Imports a parsed model that the graph may keep alive: initializers' inline data is viewed in
+// place instead of copied.
+std::unique_ptr<Graph> importOnnxModel(std::shared_ptr<const onnx::ModelProto> model, const std::string& modelDir,
+                                       const std::string& file, const ImportOptions& opts = {});
+
+struct ExportOptions {
+  // Initializers are declared (name, type, shape) without their data, which travels beside the
+  // model (a plan's weights file; ImportOptions::initializerData reads it back). Such a model is
+  // not checked by onnx::checker, which would ask for the data.
+  bool initializerData = true;
+};
+
+// Exports; runs onnx::checker::check_model on the result (Error if it fails) when it holds its data.
+onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts = {});
 // Exports and writes atomically (temp file + rename).
 void exportOnnxFile(const Graph& g, const std::string& path);
 

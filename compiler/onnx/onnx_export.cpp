@@ -11,11 +11,11 @@
 namespace ampc {
 namespace {
 
-void tensorToProto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+void tensorToProto(const Tensor& t, const std::string& name, onnx::TensorProto* p, bool withData = true) {
   p->set_name(name);
   p->set_data_type(dtypeToOnnx(t.type.dtype));
   for (int64_t d : t.type.shape) p->add_dims(d);
-  p->set_raw_data(t.data.data(), t.data.size());
+  if (withData) p->set_raw_data(t.data.data(), t.data.size());
 }
 
 void valueInfo(const Value* v, onnx::ValueInfoProto* vi) {
@@ -62,7 +62,7 @@ int64_t irVersionFor(int opset) {
 
 }  // namespace
 
-onnx::ModelProto exportOnnx(const Graph& g) {
+onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
   onnx::ModelProto m;
   m.set_ir_version(irVersionFor(g.opset));
   m.set_producer_name("ampc");
@@ -79,7 +79,7 @@ onnx::ModelProto exportOnnx(const Graph& g) {
   for (const Value* v : g.inputs()) valueInfo(v, gp->add_input());
   for (const Value* v : g.params()) {
     if (!v->data()) throw Error("cannot export: param '" + v->name() + "' has no data");
-    tensorToProto(*v->data(), v->name(), gp->add_initializer());
+    tensorToProto(*v->data(), v->name(), gp->add_initializer(), opts.initializerData);
   }
   // Constants become Constant nodes, in order, ahead of the graph's nodes.
   for (const Value* v : g.consts()) {
@@ -104,7 +104,7 @@ onnx::ModelProto exportOnnx(const Graph& g) {
   for (const Value* v : g.outputs()) valueInfo(v, gp->add_output());
   // The checker knows opsets up to the ONNX library's own; newer graphs are exported unchecked.
   const int checkerMax = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at("").second;
-  if (g.opset > checkerMax) return m;
+  if (g.opset > checkerMax || !opts.initializerData) return m;
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {

@@ -1,5 +1,8 @@
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
+#include <fcntl.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -29,10 +32,14 @@ std::string nodeLabel(const onnx::NodeProto& n) {
 // Reads TensorProtos (inline or external data) for one model file.
 class TensorReader {
  public:
-  TensorReader(std::string dir, std::string file) : dir_(std::move(dir)), file_(std::move(file)) {}
+  // `owner` keeps the parsed model alive: when set, inline raw data is viewed in place, not copied.
+  TensorReader(std::string dir, std::string file, std::shared_ptr<const void> owner = nullptr)
+      : dir_(std::move(dir)), file_(std::move(file)), owner_(std::move(owner)) {}
 
 
-  Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what) {
+  // `inModel`: p is part of the model that `owner` keeps alive (an initializer), so its inline data
+  // may be viewed in place; protos copied out of the model (inlined nodes) are always copied.
+  Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what, bool inModel = false) {
     auto dt = dtypeFromOnnx(p.data_type());
     if (!dt) fail(what + " has ONNX element type " + std::to_string(p.data_type()) + ", which ampc does not support");
     TensorType type{*dt, {}};
@@ -53,8 +60,15 @@ class TensorReader {
     if (p.data_location() == onnx::TensorProto::EXTERNAL) return readExternal(p, what, type);
     if (p.has_raw_data()) {
       if (p.raw_data().size() != bytes) sizeError(p.raw_data().size());
-      Tensor t(type);
-      if (bytes) std::memcpy(t.data.data(), p.raw_data().data(), bytes);
+      Tensor t;
+      t.type = type;
+      const auto* raw = reinterpret_cast<const uint8_t*>(p.raw_data().data());
+      if (owner_ && inModel) {
+        t.data = Bytes::view(owner_, raw, bytes);
+      } else {
+        t.data = Bytes(bytes);
+        if (bytes) std::memcpy(t.data.data(), raw, bytes);
+      }
       return t;
     }
     switch (*dt) {
@@ -112,23 +126,36 @@ class TensorReader {
     if (ec || fileSize < static_cast<uintmax_t>(offset) + bytes)
       fail(what + ": external data file '" + location + "' is too short (" + std::to_string(fileSize) + " bytes; need " +
            std::to_string(offset + bytes) + ")");
-    Tensor t(type);
-    std::ifstream in(full, std::ios::binary);
-    in.seekg(offset);
-    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
-    if (!in) fail(what + ": could not read external data file '" + location + "'");
+    // The file is mapped once, and every tensor in it is a view: nothing is read until it is used,
+    // and a model larger than memory's free part still imports.
+    auto it = mapped_.find(full.string());
+    if (it == mapped_.end()) {
+      try {
+        it = mapped_.emplace(full.string(), Bytes::mapFile(full.string())).first;
+      } catch (const std::exception& e) {
+        fail(what + ": could not map external data file '" + location + "': " + e.what());
+      }
+    }
+    if (it->second.size() < static_cast<size_t>(offset) + bytes)
+      fail(what + ": external data file '" + location + "' changed while it was read");
+    Tensor t;
+    t.type = type;
+    t.data = it->second.slice(static_cast<size_t>(offset), bytes);
     return t;
   }
 
  private:
   [[noreturn]] void fail(const std::string& msg) const { throw Error(file_ + ": " + msg); }
   std::string dir_, file_;
+  std::shared_ptr<const void> owner_;
+  std::map<std::string, Bytes> mapped_;  // external data files, by canonical path
 };
 
 class Importer {
  public:
-  Importer(const onnx::ModelProto& m, std::string dir, std::string file, const ImportOptions& o)
-      : m_(m), file_(file), opts_(o), tensors_(std::move(dir), std::move(file)) {}
+  Importer(const onnx::ModelProto& m, std::string dir, std::string file, const ImportOptions& o,
+           std::shared_ptr<const void> owner = nullptr)
+      : m_(m), file_(file), opts_(o), tensors_(std::move(dir), std::move(file), std::move(owner)) {}
 
   std::unique_ptr<Graph> run() {
     if (!m_.has_graph()) fail("has no graph (not an ONNX model?)");
@@ -171,7 +198,7 @@ class Importer {
     }
     for (const auto& t : gp.initializer()) {
       if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
-      g->addParam(t.name(), tensorFromProto(t, "initializer '" + t.name() + "'"));
+      g->addParam(t.name(), initializer(t));
     }
     for (int i : topoOrder()) addNode(nodes_[i]);
     if (trainingBatchNorms_)
@@ -855,6 +882,21 @@ class Importer {
 
   Tensor tensorFromProto(const onnx::TensorProto& p, const std::string& what) { return tensors_.tensorFromProto(p, what); }
 
+  // An initializer's data: from the proto, or (ImportOptions::initializerData) from the caller,
+  // for a proto that declares the tensor's type and holds no data of its own.
+  Tensor initializer(const onnx::TensorProto& t) {
+    const std::string what = "initializer '" + t.name() + "'";
+    auto it = opts_.initializerData.find(t.name());
+    if (it == opts_.initializerData.end()) return tensors_.tensorFromProto(t, what, /*inModel=*/true);
+    const bool hasData = t.has_raw_data() || t.float_data_size() || t.double_data_size() || t.int64_data_size() ||
+                         t.int32_data_size() || t.data_location() == onnx::TensorProto::EXTERNAL;
+    if (hasData) fail(what + " holds data and is also supplied from outside the model");
+    TensorType type{dtypeFromOnnx(t.data_type()).value_or(DType::f32), {t.dims().begin(), t.dims().end()}};
+    if (!dtypeFromOnnx(t.data_type()) || it->second.type != type)
+      fail(what + " is declared " + type.str() + " but its supplied data is " + it->second.type.str());
+    return it->second;
+  }
+
   const onnx::ModelProto& m_;
   std::string file_;
   const ImportOptions& opts_;
@@ -894,6 +936,11 @@ std::unique_ptr<Graph> importOnnxModel(const onnx::ModelProto& model, const std:
   return Importer(model, modelDir, file, opts).run();
 }
 
+std::unique_ptr<Graph> importOnnxModel(std::shared_ptr<const onnx::ModelProto> model, const std::string& modelDir,
+                                       const std::string& file, const ImportOptions& opts) {
+  return Importer(*model, modelDir, file, opts, model).run();
+}
+
 std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptions& opts) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw Error(path + ": no such file");
@@ -901,14 +948,19 @@ std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptio
   if (ec) throw Error(path + ": could not read the file");
   if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max()))
     throw Error(path + ": larger than 2 GiB; store the weights as external data");
-  std::string bytes(static_cast<size_t>(size), '\0');
-  std::ifstream in(path, std::ios::binary);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) throw Error(path + ": could not read the file");
-  onnx::ModelProto model;
-  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    throw Error(path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");
+  // Parsed from the file in chunks, so the model is in memory once (not also as a byte string), and
+  // its initializers' inline data is viewed in place by the graph's tensors.
+  auto model = std::make_shared<onnx::ModelProto>();
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path + ": could not read the file");
+    google::protobuf::io::FileInputStream in(fd);
+    in.SetCloseOnDelete(true);
+    const bool ok = model->ParseFromZeroCopyStream(&in) && in.GetErrno() == 0;
+    if (!ok) throw Error(path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");
+  }
   std::string dir = fs::path(path).parent_path().string();
-  return importOnnxModel(model, dir, path, opts);
+  return importOnnxModel(std::shared_ptr<const onnx::ModelProto>(std::move(model)), dir, path, opts);
 }
 
 }  // namespace ampc

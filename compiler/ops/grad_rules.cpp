@@ -381,6 +381,18 @@ void gradGatherElements(GB& b) {
 void gradGatherND(GB& b) {
   b.setGrad(0, b.op("GatherNDGrad", {b.dy(0), b.x(1)}, {{"batch_dims", b.node.getInt("batch_dims", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
+// Scatter: the updates' gradient is read back where they were written; the data's gradient is dY
+// where the data survived (reduction none: zero where an update overwrote it; add: all of dY).
+void gradScatter(GB& b, const char* gather, const std::map<std::string, Attribute>& attrs) {
+  const bool add = b.node.getString("reduction", "none") == "add";
+  if (b.needs(2)) b.setGrad(2, b.op(gather, {b.dy(0), b.x(1)}, attrs));
+  if (b.needs(0)) {
+    if (add) b.setGrad(0, b.dy(0));
+    else b.setGrad(0, b.op(b.node.op(), {b.dy(0), b.x(1), b.zerosLike(b.x(2))}, b.node.attrs()));
+  }
+}
+void gradScatterElements(GB& b) { gradScatter(b, "GatherElements", {{"axis", b.node.getInt("axis", 0)}}); }
+void gradScatterND(GB& b) { gradScatter(b, "GatherND", {}); }
 void gradExpand(GB& b) { b.setGrad(0, b.reduceTo(b.dy(0), shapeOf(b.x(0)))); }
 void gradTile(GB& b) {
   // dy viewed as [r0, d0, r1, d1, ...] summed over the repeat axes.
@@ -486,6 +498,7 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
       {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements},
+      {"ScatterElements", gradScatterElements}, {"ScatterND", gradScatterND},
       {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
       {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"PRelu", gradPRelu},
   };

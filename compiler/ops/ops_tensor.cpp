@@ -159,6 +159,40 @@ void inferGatherND(InferContext& c) {
   c.setOut(0, TensorType{x.dtype, s});
 }
 
+// ScatterElements / ScatterND(data, indices, updates) {reduction}: the result is data with the
+// updates written (or added) where the indices say. Reductions mul/max/min are refused.
+void checkScatterReduction(InferContext& c) {
+  const std::string r = c.node().getString("reduction", "none");
+  c.check(r == "none" || r == "add", "reduction '" + r + "' is not supported (none and add are)");
+  c.check(c.in(2).dtype == c.in(0).dtype, "updates " + c.in(2).str() + " must have the data's dtype " + c.in(0).str());
+}
+void inferScatterElements(InferContext& c) {
+  const auto& x = c.in(0);
+  const auto& ind = c.in(1);
+  c.check(x.rank() >= 1, "data must have rank >= 1");
+  c.check(ind.dtype == DType::i64 || ind.dtype == DType::i32, "indices must be i32 or i64, got " + ind.str());
+  c.check(ind.rank() == x.rank(), "indices " + ind.str() + " must have the data's rank " + std::to_string(x.rank()));
+  c.check(c.in(2).shape == ind.shape, "updates " + c.in(2).str() + " must have the indices' shape " + ind.str());
+  const int64_t ax = c.axis(c.node().getInt("axis", 0), x.rank());
+  for (int64_t d = 0; d < x.rank(); ++d)
+    c.check(d == ax || ind.shape[d] <= x.shape[d], "indices " + ind.str() + " are larger than the data " + x.str() + " off the axis");
+  checkScatterReduction(c);
+  c.setOut(0, x);
+}
+void inferScatterND(InferContext& c) {
+  const auto& x = c.in(0);
+  const auto& ind = c.in(1);
+  c.check(ind.dtype == DType::i64, "indices must be i64, got " + ind.str());
+  c.check(x.rank() >= 1 && ind.rank() >= 1, "data and indices must have rank >= 1");
+  const int64_t k = ind.shape.back();
+  c.check(k >= 1 && k <= x.rank(), "the indices' last dim " + std::to_string(k) + " must be in [1, data rank]");
+  std::vector<int64_t> want(ind.shape.begin(), ind.shape.end() - 1);
+  want.insert(want.end(), x.shape.begin() + k, x.shape.end());
+  c.check(c.in(2).shape == want, "updates " + c.in(2).str() + " must have shape " + TensorType{x.dtype, want}.str());
+  checkScatterReduction(c);
+  c.setOut(0, x);
+}
+
 // ---- Squeeze / Unsqueeze: axes from input 1 (13+).
 void inferSqueeze(InferContext& c) {
   const auto& x = c.in(0);
@@ -300,6 +334,8 @@ void registerTensorOps(std::vector<OpDef>& t) {
   row("Gather", L, 2, 2, 1, 1, true, inferGather);
   row("GatherElements", L, 2, 2, 1, 1, true, inferGatherElements);
   row("GatherND", L, 2, 2, 1, 1, true, inferGatherND);
+  row("ScatterElements", L, 3, 3, 1, 1, true, inferScatterElements);
+  row("ScatterND", L, 3, 3, 1, 1, true, inferScatterND);
   row("Squeeze", L, 1, 2, 1, 1, true, inferSqueeze);
   row("Unsqueeze", L, 2, 2, 1, 1, true, inferUnsqueeze);
   row("Expand", L, 2, 2, 1, 1, true, inferExpand);

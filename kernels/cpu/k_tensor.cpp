@@ -186,6 +186,35 @@ void gatherNDKernel(KernelCtx& c) {
   for (size_t t = 0; t < off.size(); ++t) copyBytes(out.data.data() + t * slice * e, x.data.data() + off[t] * e, static_cast<size_t>(slice) * e);
 }
 
+// ScatterElements / ScatterND: data copied, then each update written (or added, in f64 for floats
+// and int64 for integers, rounded once per element) at its offset, in index order.
+void scatterWrite(KernelCtx& c, const std::vector<int64_t>& off, int64_t slice) {
+  const Tensor &x = c.in(0), &upd = c.in(2);
+  Tensor& out = c.out(0);
+  copyBytes(out.data.data(), x.data.data(), x.data.size());
+  const size_t e = dtypeSize(x.type.dtype);
+  if (c.node.getString("reduction", "none") != "add") {
+    for (size_t t = 0; t < off.size(); ++t) copyBytes(out.data.data() + off[t] * e, upd.data.data() + t * slice * e, static_cast<size_t>(slice) * e);
+    return;
+  }
+  const bool fl = isFloat(x.type.dtype);
+  for (size_t t = 0; t < off.size(); ++t)
+    for (int64_t i = 0; i < slice; ++i) {
+      const int64_t at = off[t] + i, from = static_cast<int64_t>(t) * slice + i;
+      if (fl) out.setDouble(at, out.getDouble(at) + upd.getDouble(from));
+      else out.setInt(at, out.getInt(at) + upd.getInt(from));
+    }
+}
+void scatterElementsKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  scatterWrite(c, gatherElementsOffsets(c, x.type.shape, c.in(1), normalizeAxis(c.node.getInt("axis", 0), x.type.rank())), 1);
+}
+void scatterNDKernel(KernelCtx& c) {
+  int64_t slice = 1;
+  const auto off = gatherNDOffsets(c, c.in(0).type.shape, c.in(1), 0, slice);
+  scatterWrite(c, off, slice);
+}
+
 void expandKernel(KernelCtx& c) {
   const Tensor& x = c.in(0);
   Tensor& out = c.out(0);
@@ -337,7 +366,8 @@ void registerTensorKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Reshape", copyKernel}, {"Flatten", copyKernel}, {"Squeeze", copyKernel}, {"Unsqueeze", copyKernel},
       {"Identity", copyKernel}, {"Transpose", transposeKernel}, {"Concat", concatKernel}, {"Split", splitKernel},
-      {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"GatherElements", gatherElementsKernel}, {"GatherND", gatherNDKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
+      {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"GatherElements", gatherElementsKernel}, {"GatherND", gatherNDKernel},
+      {"ScatterElements", scatterElementsKernel}, {"ScatterND", scatterNDKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
       {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel},
       {"Shape", shapeKernel}, {"ConstantOfShape", constantOfShapeKernel}, {"Constant", constantKernel},
       {"Range", rangeKernel},

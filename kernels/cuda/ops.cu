@@ -558,6 +558,45 @@ cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, f
 }
 
 namespace {
+template <typename E, bool Add>
+__global__ void indexScatterKernel(const E* upd, const void* idx, DT it, E* out, IndexGeom g) {
+  AMPC_GRID_LOOP(i, g.n) {
+    const int64_t off = indexOffset(g, idx, it, i);
+    if (off < 0) continue;
+    if constexpr (Add) atomicAdd(out + off, upd[i]);
+    else out[off] = upd[i];
+  }
+}
+template <typename E, bool Add>
+void launchScatter(const void* upd, const void* idx, DT it, void* out, const IndexGeom& g, cudaStream_t st) {
+  indexScatterKernel<E, Add><<<gridFor(g.n), 256, 0, st>>>(static_cast<const E*>(upd), idx, it, static_cast<E*>(out), g);
+}
+}  // namespace
+
+cudaError_t indexScatter(const void* upd, DT t, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, bool add,
+                         cudaStream_t st) {
+  if (g.n == 0) return cudaSuccess;
+  if (!add) {
+    switch (elemBytes) {
+      case 1: launchScatter<uint8_t, false>(upd, idx, idxType, out, g, st); break;
+      case 2: launchScatter<uint16_t, false>(upd, idx, idxType, out, g, st); break;
+      case 4: launchScatter<uint32_t, false>(upd, idx, idxType, out, g, st); break;
+      default: launchScatter<uint64_t, false>(upd, idx, idxType, out, g, st); break;
+    }
+    return cudaGetLastError();
+  }
+  switch (t) {
+    case DT::f32: launchScatter<float, true>(upd, idx, idxType, out, g, st); break;
+    case DT::f16: launchScatter<__half, true>(upd, idx, idxType, out, g, st); break;
+    case DT::bf16: launchScatter<__nv_bfloat16, true>(upd, idx, idxType, out, g, st); break;
+    case DT::i32: launchScatter<int, true>(upd, idx, idxType, out, g, st); break;
+    case DT::i64: launchScatter<unsigned long long, true>(upd, idx, idxType, out, g, st); break;  // two's complement adds alike
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+namespace {
 template <typename E>
 __global__ void triluKernel(const E* x, E* y, int64_t n, int64_t R, int64_t C, int64_t k, bool upper) {
   AMPC_GRID_LOOP(i, n) {

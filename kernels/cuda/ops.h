@@ -113,6 +113,10 @@ cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxTyp
 // Their gradients: acc (f32, zeroed here) of outN elements += dy[i] at i's data offset; then out = acc.
 cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outN, const IndexGeom& g,
                             cudaStream_t st);
+// ScatterElements / ScatterND after out = data: update i goes to its data offset (IndexGeom as for
+// the gather that reads it back; out of range: skipped). add: atomic adds (f32, f16, bf16, i32, i64).
+cudaError_t indexScatter(const void* upd, DT t, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, bool add,
+                         cudaStream_t st);
 // Trilu over [batches, R, C]: keeps element (i, j) where j - i >= k (upper) or j - i <= k (lower), else 0.
 cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_t R, int64_t C, int64_t k, bool upper, cudaStream_t st);
 // CumSum along one axis of x viewed as [outer, n, inner]: float types sum in f32, integers in int64.

@@ -236,7 +236,7 @@ struct Program::Lowering {
   // GatherElements / GatherND (and their gradients) over data of shape xs: the node's index geometry.
   IndexGeom indexGeom(const Node& n, const std::vector<int64_t>& xs) const {
     IndexGeom g;
-    const bool nd = n.op() == "GatherND" || n.op() == "GatherNDGrad";
+    const bool nd = n.op() == "GatherND" || n.op() == "GatherNDGrad" || n.op() == "ScatterND";
     const auto& is = n.input(1)->type().shape;
     if (xs.size() > static_cast<size_t>(kMaxRank) || is.size() > static_cast<size_t>(kMaxRank))
       throw Error(n.describe() + ": rank above " + std::to_string(kMaxRank) + " is not supported on CUDA");
@@ -952,6 +952,23 @@ void Program::Lowering::lower() {
       add([=](cudaStream_t st) { return indexGather(X, eb, I, it, Y, g, st); });
       return;
     }
+    if (op == "ScatterElements" || op == "ScatterND") {
+      // out = data, then the updates written (or added) over it; the updates walk the geometry of
+      // the gather that reads them back.
+      const IndexGeom g = indexGeom(n, shape(in(0)));
+      const void *X = P(in(0)), *I = P(in(1)), *U = P(in(2));
+      void* Y = P(out(0));
+      const DT t = dt(in(0)), it = dt(in(1));
+      const int eb = dtSize(t);
+      const size_t bytes = in(0)->type().bytes();
+      const bool accumulate = n.getString("reduction", "none") == "add";
+      add([=](cudaStream_t st) {
+        if (Y != X)
+          if (cudaError_t e = cudaMemcpyAsync(Y, X, bytes, cudaMemcpyDeviceToDevice, st); e != cudaSuccess) return e;
+        return indexScatter(U, t, eb, I, it, Y, g, accumulate, st);
+      });
+      return;
+    }
     if (op == "Trilu") {
       const auto& xs = shape(in(0));
       const int64_t R = xs[xs.size() - 2], Cc = xs.back(), batches = R * Cc ? in(0)->type().numel() / (R * Cc) : 0;
@@ -1522,7 +1539,11 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
       where_[v] = d;
       if (v->kind() != ValueKind::Input) {
         if (!v->data()) throw Error("'" + v->name() + "' has no data");
-        check(cudaMemcpy(d, v->data()->data.data(), v->data()->data.size(), cudaMemcpyHostToDevice), "upload '" + v->name() + "'");
+        // Straight from the host tensor (a view of the mapped weights file): no staging copy. State
+        // that starts at zero (optimizer moments) is set on the device, never paged in on the host.
+        const Bytes& b = v->data()->data;
+        if (b.knownZero()) check(cudaMemset(d, 0, b.size()), "zero '" + v->name() + "'");
+        else check(cudaMemcpy(d, b.data(), b.size(), cudaMemcpyHostToDevice), "upload '" + v->name() + "'");
       }
     }
   for (const auto& [v, s] : plan_.slots) where_[v] = arena_ + s.offset;

@@ -8,6 +8,7 @@
 
 #include "runtime/npy.h"
 #include "runtime/plan.pb.h"
+#include "runtime/safetensors.h"
 #include "tests/unit/test_util.h"
 
 using namespace ampc;
@@ -147,7 +148,7 @@ TEST(Amprun, PlanVersionDumpAndUsage) {
 
 // A plan ends with a checksum of everything before it: cut short anywhere (at a field boundary too,
 // where protobuf alone would parse what is left) or with one bit flipped, it is refused before a
-// step runs; a format-1 plan (no checksum) still loads.
+// step runs; a plan of an older format (1 without a checksum, 2 with its weights inside) is refused.
 TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   TempDir d;
   const std::string p = makePlan(d, "fp16");
@@ -170,13 +171,58 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   EXPECT_EQ(r.code, 0) << r.out;
   ampc::plan::Plan pb;
   ASSERT_TRUE(pb.ParseFromString(bytes));
-  EXPECT_EQ(pb.format_version(), 2u);
+  EXPECT_EQ(pb.format_version(), 3u);
   EXPECT_NE(pb.checksum(), 0u);
   pb.set_format_version(1);
   pb.clear_checksum();
   writeBytes(d.file("v1.ampplan"), pb.SerializeAsString());
   r = run(kAmprun + " " + d.file("v1.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("plan format version 1 is older"), std::string::npos) << r.out;
+}
+
+// The weights live once, in a safetensors file beside the plan, every tensor under its own hash: a
+// flipped byte, a missing file, or the weights of another compile are refused before a step runs,
+// naming the file (and the tensor). The plan and its weights stay within 1.1x of the weights' bytes
+// (the optimizer's zero state is not stored).
+TEST(Amprun, PlanWeightsFileIsVerified) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp16", "--optimizer adamw");
+  const std::string w = p + ".safetensors";
+  ASSERT_TRUE(fs::exists(w));
+  Safetensors st = readSafetensors(w);
+  size_t paramBytes = 0;
+  for (const auto& [name, t] : st.tensors) {
+    EXPECT_EQ(name.find(".adam_"), std::string::npos) << name << ": zero state stored";
+    if (name.rfind("model.", 0) == 0) paramBytes += t.data.size();
+  }
+  EXPECT_GT(paramBytes, 30000u);
+  EXPECT_LE(static_cast<double>(fs::file_size(p) + fs::file_size(w)), 1.1 * static_cast<double>(paramBytes) + 65536)
+      << fs::file_size(p) << " + " << fs::file_size(w) << " for " << paramBytes << " bytes of weights";
+  const std::string bytes = readBytes(w);
+  const std::string steps = " --synthetic --int-range target=0:9 --steps 1";
+  // One flipped bit in the last tensor's data.
+  std::string flipped = bytes;
+  flipped[flipped.size() - 5] ^= 0x04;
+  writeBytes(w, flipped);
+  auto r = run(kAmprun + " " + p + steps);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is corrupt"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(w), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  fs::remove(w);
+  r = run(kAmprun + " " + p + steps);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("weights file"), std::string::npos) << r.out;
+  // Another compile's weights beside this plan.
+  TempDir other;
+  const std::string q = makePlan(other, "fp16", "--optimizer adamw");
+  writeBytes(w, readBytes(q + ".safetensors"));
+  r = run(kAmprun + " " + p + steps);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("another compile"), std::string::npos) << r.out;
+  writeBytes(w, bytes);
+  EXPECT_EQ(run(kAmprun + " " + p + steps).code, 0);
 }
 
 // --explain-overflow names the op that overflowed and why. Inputs 1e5 times too large overflow f16

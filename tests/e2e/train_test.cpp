@@ -125,7 +125,7 @@ TEST(TrainStep, DynamicLossScalerSkipsAndAdapts) {
   poisoned.at("x").setDouble(7, INFINITY);  // Inf in the data: every gradient becomes non-finite
   auto snapshot = [&] {
     std::map<std::string, std::vector<uint8_t>> s;
-    for (const Value* p : g->params()) s[p->name()] = p->data()->data;
+    for (const Value* p : g->params()) { const Bytes& b = p->data()->data; s[p->name()].assign(b.begin(), b.end()); }
     return s;
   };
   // Steps with Inf injected, and the scale each step must use.

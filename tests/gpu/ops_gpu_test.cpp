@@ -105,6 +105,14 @@ std::vector<Case> cases() {
   c.push_back({"Gather", "input %x : $T[20,6]\ninput %i : i64[3,5]\n%y : $T[3,5,6] = Gather(%x, %i) {axis = 0}\noutput %y", {{"i", {1, -20, 19}}}});
   c.push_back({"GatherElements", "input %x : $T[5,9,3]\ninput %i : i64[5,4,3]\n%y : $T[5,4,3] = GatherElements(%x, %i) {axis = 1}\noutput %y",
                {{"i", {1, -9, 8}}}});
+  c.push_back({"ScatterElements_add", "input %x : $T[5,9,3]\ninput %u : $T[5,4,3]\ninput %i : i64[5,4,3]\n"
+                                      "%y : $T[5,9,3] = ScatterElements(%x, %i, %u) {axis = 1, reduction = \"add\"}\noutput %y",
+               {{"i", {1, -9, 8}}}});
+  c.push_back({"ScatterElements", "input %x : $T[3,4]\ninput %u : $T[2,4]\nconst %i : i64[2,4] = [0, 1, 2, 0, 2, 0, 1, 1]\n"
+                                  "%y : $T[3,4] = ScatterElements(%x, %i, %u)\noutput %y"});
+  c.push_back({"ScatterND", "input %x : $T[6,5]\ninput %u : $T[2,5]\nconst %i : i64[2,1] = [4, -6]\n%y : $T[6,5] = ScatterND(%x, %i, %u)\n"
+                            "input %v : $T[7,5]\ninput %j : i64[7,1]\n%z : $T[6,5] = ScatterND(%x, %j, %v) {reduction = \"add\"}\noutput %y\noutput %z",
+               {{"j", {1, -6, 5}}}});
   c.push_back({"GatherND", "input %x : $T[4,6,5]\ninput %i : i64[3,2]\n%y : $T[3,5] = GatherND(%x, %i)\noutput %y", {{"i", {1, -4, 3}}}});
   c.push_back({"GatherND_batch", "input %x : $T[4,6,5]\ninput %i : i64[4,3,1]\n%y : $T[4,3,5] = GatherND(%x, %i) {batch_dims = 1}\noutput %y",
                {{"i", {1, 0, 5}}}});

@@ -153,6 +153,10 @@ const Case kCases[] = {
     {"input %x : f32[3,4]\n const %i : i64[3,2] = [0, 3, -1, 1, 2, 2]\n %y : f32[3,2] = GatherElements(%x, %i) {axis = 1}\n output %y"},
     {"input %x : f32[3,4,5]\n const %i : i64[2,2] = [0, 1, 2, -1]\n %y : f32[2,5] = GatherND(%x, %i)\n const %j : i64[3,1] = [1, 0, 3]\n"
      " %z : f32[3,5] = GatherND(%x, %j) {batch_dims = 1}\n output %y\n output %z"},
+    {"input %x : f32[3,4]\n input %u : f32[2,4]\n const %i : i64[2,4] = [0, 1, 2, 0, 2, 0, 1, 1]\n"
+     " %y : f32[3,4] = ScatterElements(%x, %i, %u)\n %z : f32[3,4] = ScatterElements(%x, %i, %u) {reduction = \"add\"}\n output %y\n output %z"},
+    {"input %x : f32[4,3]\n input %u : f32[2,3]\n const %i : i64[2,1] = [3, -3]\n %y : f32[4,3] = ScatterND(%x, %i, %u)\n"
+     " const %j : i64[3,2] = [0, 1, 0, 1, 3, 2]\n input %v : f32[3]\n %z : f32[4,3] = ScatterND(%x, %j, %v) {reduction = \"add\"}\n output %y\n output %z"},
     {"input %x : f32[3,2]\n const %a : i64[2] = [0, -1]\n %y : f32[1,3,2,1] = Unsqueeze(%x, %a)\n output %y"},
     {"input %x : f32[3,1]\n const %s : i64[3] = [2, 1, 4]\n %y : f32[2,3,4] = Expand(%x, %s)\n output %y"},
     {"input %x : f32[2,3,4]\n %y : f32[6,4] = Flatten(%x) {axis = -1}\n output %y"},

@@ -4,6 +4,7 @@
 #include <onnx/checker.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
@@ -244,6 +245,52 @@ TEST(OnnxImport, ExternalDataStaysInTheModelFolder) {
   expectImportError(model("w.bin", "12"), {"length 12 does not match"});
   std::filesystem::create_symlink(d.path / "outside.bin", d.path / "m" / "link.bin");
   expectImportError(model("link.bin", ""), {"escapes the model's folder"});
+}
+
+// A model over protobuf's 2 GiB keeps its weights as external data: offsets past 2^31 (and 2^32)
+// work, the file is mapped rather than read (a sparse 5 GiB file costs nothing), and the graph's
+// tensors are views of the mapping until something writes them (then that tensor alone is copied).
+TEST(OnnxImport, ExternalDataPastTwoGiBIsMappedNotRead) {
+  TempDir d;
+  std::vector<float> w = {1.5f, -2.0f, 3.25f, 4.0f};
+  const int64_t offset = (int64_t{1} << 32) + 4096;  // past 4 GiB
+  {
+    std::ofstream out(d.file("big.bin"), std::ios::binary);
+    out.seekp(offset);
+    out.write(reinterpret_cast<const char*>(w.data()), 16);
+    out.seekp((int64_t{5} << 30) - 1);
+    out.put('\0');
+  }
+  auto m = newModel();
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4});
+  addExternalInit(g, "w", {4}, "big.bin", std::to_string(offset), "16");
+  addNode(g, "Mul", {"x", "w"}, {"y"}, "scale");
+  addOutput(g, "y");
+  writeModel(d.file("model.onnx"), m);
+  auto graph = importOnnxFile(d.file("model.onnx"));
+  Value* v = graph->lookup("w");
+  ASSERT_NE(v->data(), nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(v->data()->getDouble(i), w[i]);
+  EXPECT_TRUE(v->data()->data.shared()) << "the initializer was copied, not viewed";
+  Tensor copy = *v->data();
+  copy.setDouble(0, 7.0);  // copy on write: the graph's tensor (and the file) keep their value
+  EXPECT_FALSE(copy.data.shared());
+  EXPECT_EQ(copy.getDouble(0), 7.0);
+  EXPECT_EQ(v->data()->getDouble(0), 1.5);
+  EXPECT_EQ(copy.getDouble(1), -2.0);
+  // Inline data (raw_data) of a model read from its file is viewed in place too.
+  auto inl = newModel();
+  addTensorInput(inl.mutable_graph(), "x", onnx::TensorProto::FLOAT, {4});
+  auto* wt = addFloatInit(inl.mutable_graph(), "w", {4}, w);
+  wt->clear_float_data();
+  wt->set_raw_data(w.data(), w.size() * 4);
+  addNode(inl.mutable_graph(), "Mul", {"x", "w"}, {"y"}, "scale");
+  addOutput(inl.mutable_graph(), "y");
+  writeModel(d.file("inline.onnx"), inl);
+  auto gi = importOnnxFile(d.file("inline.onnx"));
+  EXPECT_TRUE(gi->lookup("w")->data()->data.shared());
+  EXPECT_EQ(gi->lookup("w")->data()->getDouble(2), 3.25);
 }
 
 TEST(OnnxImport, SymbolicDimsAndShapeSubgraphFolding) {

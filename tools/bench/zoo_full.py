@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "zoo"))
 from ampc_export import export_training_graph  # noqa: E402
 from make_zoo import ImageLoss, LMLoss  # noqa: E402  the zoo's loss wrappers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_size import weight_bytes  # noqa: E402
 
 
 def image(ctor, batch, size=224):
@@ -57,6 +59,21 @@ def llama_100m():
                                         use_cache=False))
 
 
+def llama_1_5b():
+    """1.6B parameters (24 layers, 2048 wide, MLP 8192, 16 heads over 4 KV heads): 6.4 GB of f32
+    weights, past protobuf's 2 GiB, so its ONNX file carries them as external data."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return LlamaForCausalLM(LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                                        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=1024,
+                                        use_cache=False))
+
+
+def gpt2_124m():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return GPT2LMHeadModel(cfg)
+
+
 def resnet50():
     import torchvision
     return torchvision.models.resnet50()
@@ -70,7 +87,19 @@ MODELS = {
     "resnet50": image(resnet50, 64),
     "bert_base": lm(bert_base, 8, 128, 30522),
     "llama_100m": lm(llama_100m, 4, 512, 32000),
+    "gpt2_124m": lm(gpt2_124m, 8, 1024, 50257),
+    "llama_1_5b": lm(llama_1_5b, 4, 512, 32000),
 }
+
+
+def run_measured(cmd):
+    """Runs cmd; returns (exit code, output, wall seconds, peak resident MiB of that process)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = p.stdout.read()  # to EOF; the process is reaped below, with its own rusage
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, out, time.perf_counter() - t0, usage.ru_maxrss / 1024
 
 
 def torch_amp(model, inputs, steps):
@@ -99,16 +128,19 @@ def torch_amp(model, inputs, steps):
 
 def run_ampc(path, work, steps, ampc, amprun):
     plan = os.path.join(work, "m.ampplan")
-    t0 = time.perf_counter()
-    r = subprocess.run([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan], capture_output=True, text=True)
-    compile_s = time.perf_counter() - t0
-    if r.returncode != 0:
-        return {"ampc_error": (r.stdout + r.stderr).strip()[-1500:], "compile_s": compile_s}
+    code, out, compile_s, rss = run_measured([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan])
+    if code != 0:
+        return {"ampc_error": out.strip()[-1500:], "compile_s": compile_s}
+    wb = weight_bytes(path)
+    files = os.path.getsize(plan) + os.path.getsize(plan + ".safetensors")
+    size = {"compile_s": compile_s, "compile_rss_mib": rss, "weights_mib": wb / 2**20, "compile_rss_x": rss * 2**20 / wb,
+            "plan_files_mib": files / 2**20, "plan_files_x": files / wb}
+    print(json.dumps(size), flush=True)
     r = subprocess.run([amprun, plan, "--device", "cuda", "--synthetic", "--steps", str(steps), "--bench"], capture_output=True, text=True)
     out = r.stdout + r.stderr
     if r.returncode != 0:
-        return {"ampc_error": out.strip()[-1500:], "compile_s": compile_s}
-    row = {"compile_s": compile_s, "bench": out.strip()[-800:]}
+        return {"ampc_error": out.strip()[-1500:], **size}
+    row = {**size, "bench": out.strip()[-800:]}
     m = re.search(r"step time: median ([0-9.]+) ms", out)
     if m:
         row["ampc_ms"] = float(m.group(1))
@@ -127,6 +159,8 @@ def main():
     ap.add_argument("--ampc", default="ampc")
     ap.add_argument("--amprun", default="amprun")
     ap.add_argument("--export-only", action="store_true", help="export the models into --work and stop (CPU only)")
+    ap.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
+    ap.add_argument("--no-torch", action="store_true", help="measure ampc only (compile size, step time)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for name in a.models.split(","):
@@ -137,16 +171,19 @@ def main():
             torch.manual_seed(0)
             model, inputs = MODELS[name]()
             row["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
-            path = os.path.join(work, name + ".onnx")
+            path = os.path.join(work, name + ("" if a.exporter == "dynamo" else "_ts") + ".onnx")
             if not os.path.exists(path):  # exported by an earlier --export-only run, else now
                 t0 = time.perf_counter()
-                export_training_graph(model, tuple(inputs.values()), path, dynamo=True, input_names=list(inputs), external_data=True)
+                dyn = a.exporter == "dynamo"
+                export_training_graph(model, tuple(inputs.values()), path, dynamo=dyn, input_names=list(inputs),
+                                      external_data=True if dyn else None)
                 row["export_s"] = time.perf_counter() - t0
             if a.export_only:
                 print(json.dumps(row), flush=True)
                 continue
             row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun))
-            row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
+            if not a.no_torch:
+                row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
         except Exception as e:  # noqa: BLE001 - the row says what stopped it
             row["error"] = f"{type(e).__name__}: {str(e)[:800]}"
             row["trace"] = traceback.format_exc()[-1500:]
