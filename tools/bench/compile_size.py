@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How ampc's compile scales with the weights: wall time and peak resident memory of `ampc` (one
-process, measured with wait4), and the bytes of the plan plus its weights file, each against the
+process, measured by /usr/bin/time), and the bytes of the plan plus its weights file, each against the
 bytes of the model's float weights.
 
     compile_size.py MODEL.onnx [--precision bf16] [--work DIR]
@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
@@ -33,6 +32,17 @@ def make_gpt124(path):
     idx = torch.randint(0, 50257, (1, seq))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     export(model, (idx, idx.clone()), ["idx", "target"], path)
+
+
+def measure(cmd):
+    """Runs cmd under /usr/bin/time; returns (exit code, output, wall seconds, peak resident bytes of
+    that process alone). Not wait4's rusage of a child forked from this interpreter: a fork starts
+    with the parent's resident set, and ru_maxrss keeps it across exec (with torch loaded, GBs)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        p = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", tf.name] + cmd, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        wall, kb = tf.read().split()[-2:]
+    return p.returncode, p.stdout, float(wall), int(kb) * 1024
 
 
 def weight_bytes(path):
@@ -64,18 +74,12 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="ampc-size-")
     plan = os.path.join(work, "m.ampplan")
     cmd = [a.ampc, a.model, "--precision", a.precision, "-o", plan] + a.flags.split()
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
+    code, out, wall, rss = measure(cmd)
     if code != 0:
         print(out)
         return code
     wb = weight_bytes(a.model)
     files = os.path.getsize(plan) + os.path.getsize(plan + ".safetensors")
-    rss = usage.ru_maxrss * 1024
     row = {"model": a.model, "weights_mb": round(wb / 1e6, 1), "compile_s": round(wall, 2), "peak_rss_mb": round(rss / 1e6, 1),
            "peak_rss_x_weights": round(rss / wb, 3), "plan_mb": round(os.path.getsize(plan) / 1e6, 2),
            "plan_plus_weights_file_x_weights": round(files / wb, 4)}

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ampc_export import export_training_graph  # noqa: E402
 from make_zoo import ImageLoss, LMLoss  # noqa: E402  the zoo's loss wrappers
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_size import weight_bytes  # noqa: E402
+from compile_size import measure, weight_bytes  # noqa: E402
 
 
 def image(ctor, batch, size=224):
@@ -92,16 +92,6 @@ MODELS = {
 }
 
 
-def run_measured(cmd):
-    """Runs cmd; returns (exit code, output, wall seconds, peak resident MiB of that process)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = p.stdout.read()  # to EOF; the process is reaped below, with its own rusage
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, out, time.perf_counter() - t0, usage.ru_maxrss / 1024
-
-
 def torch_amp(model, inputs, steps):
     model = model.cuda().train()
     args = [v.cuda() for v in inputs.values()]
@@ -128,12 +118,12 @@ def torch_amp(model, inputs, steps):
 
 def run_ampc(path, work, steps, ampc, amprun):
     plan = os.path.join(work, "m.ampplan")
-    code, out, compile_s, rss = run_measured([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan])
+    code, out, compile_s, rss = measure([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan])
     if code != 0:
         return {"ampc_error": out.strip()[-1500:], "compile_s": compile_s}
     wb = weight_bytes(path)
     files = os.path.getsize(plan) + os.path.getsize(plan + ".safetensors")
-    size = {"compile_s": compile_s, "compile_rss_mib": rss, "weights_mib": wb / 2**20, "compile_rss_x": rss * 2**20 / wb,
+    size = {"compile_s": compile_s, "compile_rss_mib": rss / 2**20, "weights_mib": wb / 2**20, "compile_rss_x": rss / wb,
             "plan_files_mib": files / 2**20, "plan_files_x": files / wb}
     print(json.dumps(size), flush=True)
     r = subprocess.run([amprun, plan, "--device", "cuda", "--synthetic", "--steps", str(steps), "--bench"], capture_output=True, text=True)
