@@ -58,6 +58,15 @@ class TensorReader {
     };
     // Sizes are checked against the data before anything is allocated.
     if (p.data_location() == onnx::TensorProto::EXTERNAL) return readExternal(p, what, type);
+    if (inModel && !p.has_raw_data() && rawViews_) {
+      if (auto it = rawViews_->find(p.name()); it != rawViews_->end()) {  // raw data left in the mapped file
+        if (it->second.size() != bytes) sizeError(it->second.size());
+        Tensor t;
+        t.type = type;
+        t.data = it->second;
+        return t;
+      }
+    }
     if (p.has_raw_data()) {
       if (p.raw_data().size() != bytes) sizeError(p.raw_data().size());
       Tensor t;
@@ -149,13 +158,19 @@ class TensorReader {
   std::string dir_, file_;
   std::shared_ptr<const void> owner_;
   std::map<std::string, Bytes> mapped_;  // external data files, by canonical path
+
+ public:
+  // Initializers' raw data that stayed in the mapped model file (importOnnxFile), by name.
+  const std::map<std::string, Bytes>* rawViews_ = nullptr;
 };
 
 class Importer {
  public:
   Importer(const onnx::ModelProto& m, std::string dir, std::string file, const ImportOptions& o,
-           std::shared_ptr<const void> owner = nullptr)
-      : m_(m), file_(file), opts_(o), tensors_(std::move(dir), std::move(file), std::move(owner)) {}
+           std::shared_ptr<const void> owner = nullptr, const std::map<std::string, Bytes>* rawViews = nullptr)
+      : m_(m), file_(file), opts_(o), tensors_(std::move(dir), std::move(file), std::move(owner)) {
+    tensors_.rawViews_ = rawViews;
+  }
 
   std::unique_ptr<Graph> run() {
     if (!m_.has_graph()) fail("has no graph (not an ONNX model?)");
@@ -178,6 +193,7 @@ class Importer {
     for (const auto& [name, t] : opts_.constInputs)
       if (!inputNames.count(name) || initNames.count(name)) fail("--bind names '" + name + "', which is not a graph input");
     for (const auto& vi : gp.input()) {
+      if (vi.name().empty()) fail("a graph input has no name");
       if (initNames.count(vi.name())) continue;  // older exporters list initializers as inputs too
       auto bound = opts_.constInputs.find(vi.name());
       if (bound == opts_.constInputs.end()) {
@@ -197,6 +213,7 @@ class Importer {
       g->addConst(vi.name(), bound->second);
     }
     for (const auto& t : gp.initializer()) {
+      if (t.name().empty()) fail("an initializer has no name");
       if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
       g->addParam(t.name(), initializer(t));
     }
@@ -941,6 +958,125 @@ std::unique_ptr<Graph> importOnnxModel(std::shared_ptr<const onnx::ModelProto> m
   return Importer(*model, modelDir, file, opts, model).run();
 }
 
+namespace {
+
+// The protobuf wire format, just enough to find the initializers' raw data in a mapped .onnx file:
+// ModelProto.graph (7) -> GraphProto.initializer (5) -> TensorProto.name (8), raw_data (9).
+struct Wire {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool varint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+      const uint8_t b = *p++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  // One field: its number, wire type and [begin, end) of the whole field (tag included) and, for a
+  // length-delimited field, of its payload.
+  bool field(uint32_t& number, int& type, const uint8_t*& begin, const uint8_t*& payload, const uint8_t*& stop) {
+    begin = p;
+    uint64_t tag, n = 0;
+    if (!varint(tag)) return false;
+    number = static_cast<uint32_t>(tag >> 3);
+    type = static_cast<int>(tag & 7);
+    payload = p;
+    switch (type) {
+      case 0: if (!varint(n)) return false; break;
+      case 1: if (end - p < 8) return false; p += 8; break;
+      case 5: if (end - p < 4) return false; p += 4; break;
+      case 2:
+        if (!varint(n) || n > static_cast<uint64_t>(end - p)) return false;
+        payload = p;
+        p += n;
+        break;
+      default: return false;  // groups: not in ONNX
+    }
+    stop = p;
+    return true;
+  }
+};
+
+void putVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void putLen(std::string& out, uint32_t number, const std::string& payload) {
+  putVarint(out, (static_cast<uint64_t>(number) << 3) | 2);
+  putVarint(out, payload.size());
+  out += payload;
+}
+
+// The model's bytes without the raw data of its large initializers, which become views of `file`;
+// false if the bytes are not a well-formed message (the caller then parses normally, for its error).
+bool stripRawData(const Bytes& file, std::string& model, std::map<std::string, Bytes>& views) {
+  constexpr size_t kMinView = 4096;  // small tensors stay inline
+  const uint8_t* base = file.data();
+  auto tensor = [&](const uint8_t* b, const uint8_t* e, std::string& out) {
+    Wire w{b, e};
+    std::string name;
+    const uint8_t *raw = nullptr, *rawEnd = nullptr;
+    const uint8_t *fb, *pl, *st;
+    uint32_t num;
+    int type;
+    while (w.p < w.end) {
+      if (!w.field(num, type, fb, pl, st)) return false;
+      if (num == 8 && type == 2) name.assign(reinterpret_cast<const char*>(pl), st - pl);
+      if (num == 9 && type == 2) raw = pl, rawEnd = st;
+    }
+    if (!raw || static_cast<size_t>(rawEnd - raw) < kMinView || name.empty() || views.count(name)) {
+      out.assign(reinterpret_cast<const char*>(b), e - b);
+      return true;
+    }
+    w = Wire{b, e};
+    while (w.p < w.end) {
+      w.field(num, type, fb, pl, st);
+      if (!(num == 9 && type == 2)) out.append(reinterpret_cast<const char*>(fb), st - fb);
+    }
+    views.emplace(name, file.slice(static_cast<size_t>(raw - base), static_cast<size_t>(rawEnd - raw)));
+    return true;
+  };
+  auto graph = [&](const uint8_t* b, const uint8_t* e, std::string& out) {
+    Wire w{b, e};
+    const uint8_t *fb, *pl, *st;
+    uint32_t num;
+    int type;
+    while (w.p < w.end) {
+      if (!w.field(num, type, fb, pl, st)) return false;
+      if (num == 5 && type == 2) {
+        std::string t;
+        if (!tensor(pl, st, t)) return false;
+        putLen(out, 5, t);
+      } else {
+        out.append(reinterpret_cast<const char*>(fb), st - fb);
+      }
+    }
+    return true;
+  };
+  Wire w{base, base + file.size()};
+  const uint8_t *fb, *pl, *st;
+  uint32_t num;
+  int type;
+  while (w.p < w.end) {
+    if (!w.field(num, type, fb, pl, st)) return false;
+    if (num == 7 && type == 2) {
+      std::string g;
+      if (!graph(pl, st, g)) return false;
+      putLen(model, 7, g);
+    } else {
+      model.append(reinterpret_cast<const char*>(fb), st - fb);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptions& opts) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw Error(path + ": no such file");
@@ -948,8 +1084,28 @@ std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptio
   if (ec) throw Error(path + ": could not read the file");
   if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max()))
     throw Error(path + ": larger than 2 GiB; store the weights as external data");
-  // Parsed from the file in chunks, so the model is in memory once (not also as a byte string), and
-  // its initializers' inline data is viewed in place by the graph's tensors.
+  std::string dir = fs::path(path).parent_path().string();
+  // The file is mapped, and the initializers' inline raw data stays there: the graph's tensors view
+  // it, and only the rest of the model (its structure) is parsed. So a TorchScript export's weights
+  // are neither copied into protobuf strings nor read before they are used.
+  auto views = std::make_shared<std::map<std::string, Bytes>>();
+  try {
+    Bytes file = Bytes::mapFile(path);
+    std::string stripped;
+    if (stripRawData(file, stripped, *views)) {
+      auto model = std::make_shared<onnx::ModelProto>();
+      if (model->ParseFromString(stripped)) {
+        std::shared_ptr<const onnx::ModelProto> m(std::move(model));
+        return Importer(*m, dir, path, opts, m, views.get()).run();
+      }
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception&) {
+    // not mappable: parse from the stream below
+  }
+  // Otherwise parsed from the file in chunks, so the model is in memory once (not also as a byte
+  // string), and its initializers' inline data is viewed in place by the graph's tensors.
   auto model = std::make_shared<onnx::ModelProto>();
   {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -959,7 +1115,6 @@ std::unique_ptr<Graph> importOnnxFile(const std::string& path, const ImportOptio
     const bool ok = model->ParseFromZeroCopyStream(&in) && in.GetErrno() == 0;
     if (!ok) throw Error(path + ": not a valid ONNX model (the protobuf does not parse: truncated or not ONNX)");
   }
-  std::string dir = fs::path(path).parent_path().string();
   return importOnnxModel(std::shared_ptr<const onnx::ModelProto>(std::move(model)), dir, path, opts);
 }
 

@@ -279,18 +279,30 @@ TEST(OnnxImport, ExternalDataPastTwoGiBIsMappedNotRead) {
   EXPECT_EQ(copy.getDouble(0), 7.0);
   EXPECT_EQ(v->data()->getDouble(0), 1.5);
   EXPECT_EQ(copy.getDouble(1), -2.0);
-  // Inline data (raw_data) of a model read from its file is viewed in place too.
+  // Inline data (raw_data) of a model read from its file is viewed in place too: large tensors in
+  // the mapped file (the rest of the model is parsed without them), small ones in the parsed model.
+  std::vector<float> big(3000), small = {0.5f, 1.5f};
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f - 7.0f;
   auto inl = newModel();
-  addTensorInput(inl.mutable_graph(), "x", onnx::TensorProto::FLOAT, {4});
-  auto* wt = addFloatInit(inl.mutable_graph(), "w", {4}, w);
-  wt->clear_float_data();
-  wt->set_raw_data(w.data(), w.size() * 4);
+  addTensorInput(inl.mutable_graph(), "x", onnx::TensorProto::FLOAT, {3000});
+  for (auto [name, v] : {std::pair{"w", &big}, std::pair{"s", &small}}) {
+    auto* wt = addFloatInit(inl.mutable_graph(), name, {static_cast<int64_t>(v->size())}, *v);
+    wt->clear_float_data();
+    wt->set_raw_data(v->data(), v->size() * 4);
+  }
   addNode(inl.mutable_graph(), "Mul", {"x", "w"}, {"y"}, "scale");
+  addNode(inl.mutable_graph(), "ReduceSum", {"s"}, {"z"}, "sum");
   addOutput(inl.mutable_graph(), "y");
+  addOutput(inl.mutable_graph(), "z");
   writeModel(d.file("inline.onnx"), inl);
   auto gi = importOnnxFile(d.file("inline.onnx"));
-  EXPECT_TRUE(gi->lookup("w")->data()->data.shared());
-  EXPECT_EQ(gi->lookup("w")->data()->getDouble(2), 3.25);
+  for (const char* name : {"w", "s"}) EXPECT_TRUE(gi->lookup(name)->data()->data.shared()) << name;
+  for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(gi->lookup("w")->data()->getDouble(static_cast<int64_t>(i)), big[i]) << i;
+  EXPECT_EQ(gi->lookup("s")->data()->getDouble(1), 1.5);
+  // The same bytes cut short: the stripped parse fails and the ordinary one names the file.
+  const std::string bytes = readBytes(d.file("inline.onnx"));
+  writeBytes(d.file("cut.onnx"), bytes.substr(0, bytes.size() - 100));
+  expectImportError(d.file("cut.onnx"), {"cut.onnx", "not a valid ONNX model"});
 }
 
 TEST(OnnxImport, SymbolicDimsAndShapeSubgraphFolding) {
