@@ -1041,38 +1041,27 @@ bool stripRawData(const Bytes& file, std::string& model, std::map<std::string, B
     views.emplace(name, file.slice(static_cast<size_t>(raw - base), static_cast<size_t>(rawEnd - raw)));
     return true;
   };
-  auto graph = [&](const uint8_t* b, const uint8_t* e, std::string& out) {
+  // Copies the fields of the message [b, e) to out, the length-delimited field `number` rewritten
+  // by `inner` (its payload in, its new payload out).
+  auto rewrite = [](const uint8_t* b, const uint8_t* e, std::string& out, uint32_t number, const auto& inner) {
     Wire w{b, e};
     const uint8_t *fb, *pl, *st;
     uint32_t num;
     int type;
     while (w.p < w.end) {
       if (!w.field(num, type, fb, pl, st)) return false;
-      if (num == 5 && type == 2) {
-        std::string t;
-        if (!tensor(pl, st, t)) return false;
-        putLen(out, 5, t);
-      } else {
+      if (num != number || type != 2) {
         out.append(reinterpret_cast<const char*>(fb), st - fb);
+        continue;
       }
+      std::string payload;
+      if (!inner(pl, st, payload)) return false;
+      putLen(out, number, payload);
     }
     return true;
   };
-  Wire w{base, base + file.size()};
-  const uint8_t *fb, *pl, *st;
-  uint32_t num;
-  int type;
-  while (w.p < w.end) {
-    if (!w.field(num, type, fb, pl, st)) return false;
-    if (num == 7 && type == 2) {
-      std::string g;
-      if (!graph(pl, st, g)) return false;
-      putLen(model, 7, g);
-    } else {
-      model.append(reinterpret_cast<const char*>(fb), st - fb);
-    }
-  }
-  return true;
+  auto graph = [&](const uint8_t* b, const uint8_t* e, std::string& out) { return rewrite(b, e, out, 5, tensor); };
+  return rewrite(base, base + file.size(), model, 7, graph);
 }
 
 }  // namespace
