@@ -488,7 +488,7 @@ class Importer {
   static inline const std::set<std::string> kImportLowered = {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
-      "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"};
+      "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum"};
 
 
  public:
@@ -690,12 +690,114 @@ class Importer {
     }
   }
 
+  // Einsum as Transpose, Reshape, ReduceSum and batched MatMul: operands are contracted left to
+  // right, each pair as one [batch, M, K] x [batch, K, N] MatMul, letters no later term needs summed
+  // away first. Diagonals (a letter twice in one term), ellipses and broadcast dims are refused.
+  struct Term {
+    Value* v;
+    std::string letters;  // one per dim of v
+  };
+  Term einsumTranspose(const onnx::NodeProto& np, Term t, const std::string& order) {
+    if (order == t.letters) return t;
+    std::vector<int64_t> perm;
+    for (char c : order) perm.push_back(static_cast<int64_t>(t.letters.find(c)));
+    return {step(np, "Transpose", {t.v}, {{"perm", perm}}), order};
+  }
+  Term einsumKeep(const onnx::NodeProto& np, Term t, const std::string& keep) {
+    std::vector<int64_t> axes;
+    std::string left;
+    for (size_t d = 0; d < t.letters.size(); ++d) {
+      if (keep.find(t.letters[d]) == std::string::npos) axes.push_back(static_cast<int64_t>(d));
+      else left += t.letters[d];
+    }
+    if (axes.empty()) return t;
+    return {reduceNode(np, "ReduceSum", t.v, axes, 0), left};
+  }
+  Value* einsumReshape(const onnx::NodeProto& np, Value* v, const std::vector<int64_t>& shape) {
+    return v->type().shape == shape ? v : step(np, "Reshape", {v, constI64(np, "shape", shape)});
+  }
+  void lowerEinsum(const onnx::NodeProto& np, const std::string& out) {
+    const auto* eq = findAttr(np, "equation", onnx::AttributeProto::STRING, "a string");
+    if (!eq) fail(nodeLabel(np) + " needs an equation");
+    std::string e;
+    for (char c : eq->s())
+      if (c != ' ') e += c;
+    if (e.find('.') != std::string::npos) fail(nodeLabel(np) + ": equation '" + eq->s() + "': ellipsis (...) is not supported");
+    const auto arrow = e.find("->");
+    const std::string lhs = e.substr(0, arrow);
+    std::vector<Term> terms;
+    std::map<char, int64_t> size;
+    size_t pos = 0;
+    for (int i = 0; pos <= lhs.size(); ++i) {
+      const size_t comma = lhs.find(',', pos);
+      const std::string letters = lhs.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      Value* v = operand(np, i);
+      if (!v) fail(nodeLabel(np) + ": equation '" + eq->s() + "' names more operands than the node has");
+      if (static_cast<int64_t>(letters.size()) != v->type().rank())
+        fail(nodeLabel(np) + ": term '" + letters + "' has " + std::to_string(letters.size()) + " letters for input " + std::to_string(i) + " " +
+             v->type().str());
+      for (size_t d = 0; d < letters.size(); ++d) {
+        const char c = letters[d];
+        if (!std::isalpha(static_cast<unsigned char>(c))) fail(nodeLabel(np) + ": bad equation '" + eq->s() + "'");
+        if (letters.find(c) != d) fail(nodeLabel(np) + ": term '" + letters + "' repeats '" + c + "' (a diagonal): not supported");
+        const int64_t n = v->type().shape[d];
+        if (size.count(c) && size[c] != n)
+          fail(nodeLabel(np) + ": letter '" + c + "' is " + std::to_string(size[c]) + " and " + std::to_string(n) + " (broadcasting is not supported)");
+        size[c] = n;
+      }
+      terms.push_back({v, letters});
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+    if (static_cast<int>(terms.size()) != np.input_size()) fail(nodeLabel(np) + ": the equation has " + std::to_string(terms.size()) + " terms for " + std::to_string(np.input_size()) + " inputs");
+    std::string result;
+    if (arrow != std::string::npos) {
+      result = e.substr(arrow + 2);
+      for (size_t d = 0; d < result.size(); ++d)
+        if (!size.count(result[d]) || result.find(result[d]) != d) fail(nodeLabel(np) + ": bad output term '" + result + "'");
+    } else {  // implicit: the letters that appear once, in alphabetical order
+      std::map<char, int> count;
+      for (const auto& t : terms)
+        for (char c : t.letters) ++count[c];
+      for (auto [c, k] : count)
+        if (k == 1) result += c;
+    }
+    Term cur = terms[0];
+    for (size_t k = 1; k < terms.size(); ++k) {
+      std::string need = result;  // letters the result or a later term still needs
+      for (size_t j = k + 1; j < terms.size(); ++j) need += terms[j].letters;
+      Term a = einsumKeep(np, cur, need + terms[k].letters), b = einsumKeep(np, terms[k], need + cur.letters);
+      std::string batch, am, con, bn;
+      for (char c : a.letters) {
+        const bool inB = b.letters.find(c) != std::string::npos, needed = need.find(c) != std::string::npos;
+        (inB ? (needed ? batch : con) : am) += c;
+      }
+      for (char c : b.letters)
+        if (a.letters.find(c) == std::string::npos) bn += c;
+      auto prod = [&](const std::string& ls) {
+        int64_t p = 1;
+        for (char c : ls) p *= size[c];
+        return p;
+      };
+      a = einsumTranspose(np, a, batch + am + con);
+      b = einsumTranspose(np, b, batch + con + bn);
+      Value* av = einsumReshape(np, a.v, {prod(batch), prod(am), prod(con)});
+      Value* bv = einsumReshape(np, b.v, {prod(batch), prod(con), prod(bn)});
+      std::vector<int64_t> shape;
+      for (char c : batch + am + bn) shape.push_back(size[c]);
+      cur = {einsumReshape(np, step(np, "MatMul", {av, bv}), shape), batch + am + bn};
+    }
+    cur = einsumTranspose(np, einsumKeep(np, cur, result), result);
+    step(np, "Identity", {cur.v}, {}, out);
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     const std::string out = np.output_size() ? np.output(0) : std::string();
     if (out.empty()) fail(nodeLabel(np) + " has no output");
     if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);
     if (op == "RMSNormalization") return lowerRmsNorm(np, out);
+    if (op == "Einsum") return lowerEinsum(np, out);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {
       Value* x = operand(np, 0);

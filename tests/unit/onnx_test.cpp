@@ -413,6 +413,12 @@ void floatAttr(onnx::NodeProto* n, const std::string& name, float v) {
   a->set_type(onnx::AttributeProto::FLOAT);
   a->set_f(v);
 }
+void stringAttr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
 std::vector<float> ramp(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.7f * static_cast<float>(i) + 0.3f);
@@ -524,6 +530,105 @@ TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
   addTensorInput(g, "chunk", onnx::TensorProto::INT64, {});
   writeModel(d.file("dyn.onnx"), m);
   expectImportError(d.file("dyn.onnx"), {"node 'split' (SplitToSequence)", "split must be a compile-time integer constant"});
+}
+
+// Einsum, lowered to Transpose/Reshape/ReduceSum/MatMul, against a naive sum over every letter
+// assignment computed here in double: batch matmul, transposes, outer and inner products,
+// summed-out letters, implicit output, three operands. Diagonals and ellipses are refused.
+TEST(OnnxImport, EinsumMatchesItsDefinition) {
+  struct Case {
+    std::string eq;
+    std::vector<std::vector<int64_t>> shapes;
+  };
+  const std::map<char, int64_t> dim = {{'a', 2}, {'b', 3}, {'i', 4}, {'j', 5}, {'k', 3}, {'c', 2}, {'d', 4}};
+  auto shapeOf = [&](const std::string& t) {
+    std::vector<int64_t> s;
+    for (char c : t) s.push_back(dim.at(c));
+    return s;
+  };
+  const std::vector<std::string> eqs = {"bij,bjk->bik", "ij->ji", "i,j->ij", "i,i->", "ij->i", "bij,bkj->bki", "ij,jk",
+                                        "ab,bc,cd->ad", "aij,jk->ka", "ij,ij->ij"};
+  for (const std::string& eq : eqs) {
+    SCOPED_TRACE(eq);
+    const auto arrow = eq.find("->");
+    std::vector<std::string> terms;
+    for (size_t p = 0;;) {
+      const size_t c = eq.find(',', p);
+      terms.push_back(eq.substr(p, std::min(c, arrow) - p));
+      if (c == std::string::npos || c > arrow) break;
+      p = c + 1;
+    }
+    std::string outT;
+    if (arrow != std::string::npos) {
+      outT = eq.substr(arrow + 2);
+    } else {
+      std::map<char, int> n;
+      for (auto& t : terms)
+        for (char c : t) ++n[c];
+      for (auto [c, k] : n)
+        if (k == 1) outT += c;
+    }
+    TempDir d;
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> vals;
+    for (size_t t = 0; t < terms.size(); ++t) {
+      names.push_back("x" + std::to_string(t));
+      auto sh = shapeOf(terms[t]);
+      int64_t n = 1;
+      for (auto v : sh) n *= v;
+      vals.push_back(ramp(static_cast<size_t>(n) + t, 1.0f + static_cast<float>(t)));
+      vals.back().resize(static_cast<size_t>(n));
+      addFloatInit(g, names.back(), sh, vals.back());
+    }
+    auto* n = addNode(g, "Einsum", names, {"y"}, "einsum");
+    stringAttr(n, "equation", eq);
+    addOutput(g, "y");
+    writeModel(d.file("m.onnx"), m);
+    auto gr = importOnnxFile(d.file("m.onnx"));
+    EXPECT_EQ(gr->outputs()[0]->type().shape, shapeOf(outT));
+    Tensor y = evalOne(*gr, {});
+    // Naive: every assignment of every letter.
+    std::string letters;
+    for (auto& t : terms)
+      for (char c : t)
+        if (letters.find(c) == std::string::npos) letters += c;
+    std::vector<double> want(static_cast<size_t>(std::max<int64_t>(y.numel(), 1)), 0.0);
+    std::map<char, int64_t> at;
+    for (char c : letters) at[c] = 0;
+    auto offset = [&](const std::string& t) {
+      int64_t o = 0;
+      for (char c : t) o = o * dim.at(c) + at[c];
+      return o;
+    };
+    for (bool more = true; more;) {
+      double p = 1;
+      for (size_t t = 0; t < terms.size(); ++t) p *= vals[t][static_cast<size_t>(offset(terms[t]))];
+      want[static_cast<size_t>(offset(outT))] += p;
+      more = false;
+      for (size_t k = letters.size(); k-- > 0;) {
+        if (++at[letters[k]] < dim.at(letters[k])) {
+          more = true;
+          break;
+        }
+        at[letters[k]] = 0;
+      }
+    }
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+    for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.getDouble(i), want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  }
+  for (auto [eq, why] : {std::pair{"ii->i", "a diagonal"}, std::pair{"...ij->...ji", "ellipsis"}}) {
+    TempDir d;
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addFloatInit(g, "x", {4, 4}, ramp(16, 1.0f));
+    auto* n = addNode(g, "Einsum", {"x"}, {"y"}, "einsum_node");
+    stringAttr(n, "equation", eq);
+    addOutput(g, "y");
+    writeModel(d.file("m.onnx"), m);
+    expectImportError(d.file("m.onnx"), {"node 'einsum_node' (Einsum)", why});
+  }
 }
 
 // GroupNormalization (scale per group before opset 21, per channel from 21), InstanceNormalization
