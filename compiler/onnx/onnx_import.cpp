@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <cstring>
 #include <filesystem>
@@ -488,7 +489,8 @@ class Importer {
   static inline const std::set<std::string> kImportLowered = {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
-      "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum"};
+      "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
+      "RotaryEmbedding", "Attention"};
 
 
  public:
@@ -791,6 +793,140 @@ class Importer {
     step(np, "Identity", {cur.v}, {}, out);
   }
 
+  Value* sliceLast(const onnx::NodeProto& np, Value* x, int64_t b, int64_t e, int64_t step = 1) {
+    return this->step(np, "Slice", {x, constI64(np, "starts", {b}), constI64(np, "ends", {e}), constI64(np, "axes", {-1}),
+                                    constI64(np, "steps", {step})});
+  }
+  Value* reshapeTo(const onnx::NodeProto& np, Value* v, const std::vector<int64_t>& shape) {
+    return v->type().shape == shape ? v : step(np, "Reshape", {v, constI64(np, "shape", shape)});
+  }
+
+  // RotaryEmbedding (opset 23): X [B, H, S, D] (or [B, S, H*D] with num_heads) rotated in its first
+  // rotary_embedding_dim channels by the cos/sin caches (picked by position_ids, else [B, S, rot/2]),
+  // as halves or interleaved pairs: (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2).
+  void lowerRotary(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    Value* cosc = floatOperand(np, 1);
+    Value* sinc = floatOperand(np, 2);
+    Value* pos = operand(np, 3);
+    const auto xs = x->type().shape;
+    const int64_t heads = attrInt(np, "num_heads", 0);
+    const bool interleaved = attrInt(np, "interleaved", 0) != 0;
+    if (xs.size() != 3 && xs.size() != 4) fail(nodeLabel(np) + ": X must be 3-D or 4-D, got " + x->type().str());
+    if (xs.size() == 3 && (heads <= 0 || xs[2] % heads)) fail(nodeLabel(np) + ": a 3-D X needs num_heads dividing its last dim");
+    // Work in [B, S, H, D] (3-D input) or [B, H, S, D] (4-D): the caches broadcast over H.
+    Value* v = xs.size() == 3 ? reshapeTo(np, x, {xs[0], xs[1], heads, xs[2] / heads}) : x;
+    const int64_t D = v->type().shape[3], B = xs[0], S = xs.size() == 3 ? xs[1] : xs[2];
+    int64_t rot = attrInt(np, "rotary_embedding_dim", 0);
+    if (rot == 0) rot = D;
+    if (rot <= 0 || rot > D || rot % 2) fail(nodeLabel(np) + ": rotary_embedding_dim " + std::to_string(rot) + " must be even and at most " + std::to_string(D));
+    Value* c = pos ? step(np, "Gather", {cosc, pos}) : cosc;
+    Value* sn = pos ? step(np, "Gather", {sinc, pos}) : sinc;
+    const std::vector<int64_t> want{B, S, rot / 2};
+    if (c->type().shape != want || sn->type().shape != want)
+      fail(nodeLabel(np) + ": the caches give " + c->type().str() + " and " + sn->type().str() + "; X needs " + TensorType{x->type().dtype, want}.str());
+    const int64_t hAxis = xs.size() == 3 ? 2 : 1;
+    c = step(np, "Unsqueeze", {c, constI64(np, "axes", {hAxis})});
+    sn = step(np, "Unsqueeze", {sn, constI64(np, "axes", {hAxis})});
+    Value* xr = rot == D ? v : sliceLast(np, v, 0, rot);
+    Value* x1 = interleaved ? sliceLast(np, xr, 0, rot, 2) : sliceLast(np, xr, 0, rot / 2);
+    Value* x2 = interleaved ? sliceLast(np, xr, 1, rot, 2) : sliceLast(np, xr, rot / 2, rot);
+    Value* re = step(np, "Sub", {step(np, "Mul", {c, x1}), step(np, "Mul", {sn, x2})});
+    Value* im = step(np, "Add", {step(np, "Mul", {sn, x1}), step(np, "Mul", {c, x2})});
+    Value* y;
+    if (interleaved) {  // (re_0, im_0, re_1, im_1, ...)
+      Value* last = constI64(np, "axes", {-1});
+      auto shape = xr->type().shape;
+      y = reshapeTo(np, step(np, "Concat", {step(np, "Unsqueeze", {re, last}), step(np, "Unsqueeze", {im, last})}, {{"axis", int64_t{-1}}}), shape);
+    } else {
+      y = step(np, "Concat", {re, im}, {{"axis", int64_t{-1}}});
+    }
+    if (rot < D) y = step(np, "Concat", {y, sliceLast(np, v, rot, D)}, {{"axis", int64_t{-1}}});
+    step(np, "Reshape", {y, constI64(np, "shape", xs)}, {}, out);
+  }
+
+  // Attention (opset 23): softmax(scale * Q K^T (softcapped) + mask + causal) V over [B, H, S, D]
+  // (3-D inputs with q_num_heads / kv_num_heads), K/V heads repeated for grouped-query attention,
+  // past_key / past_value concatenated (present_key / present_value are the results). The
+  // qk_matmul_output result is refused.
+  void lowerAttention(const onnx::NodeProto& np) {
+    Value* q = floatOperand(np, 0);
+    Value* k = floatOperand(np, 1);
+    Value* v = floatOperand(np, 2);
+    Value* mask = operand(np, 3);
+    Value* pastK = operand(np, 4);
+    Value* pastV = operand(np, 5);
+    if (np.input_size() > 6 && !np.input(6).empty()) fail(nodeLabel(np) + ": nonpad_kv_seqlen is not supported");
+    if (np.output_size() > 3 && !np.output(3).empty()) fail(nodeLabel(np) + ": the qk_matmul_output result is not supported");
+    const int64_t rank = q->type().rank();
+    if (rank != 3 && rank != 4) fail(nodeLabel(np) + ": Q must be 3-D or 4-D, got " + q->type().str());
+    if (k->type().rank() != rank || v->type().rank() != rank) fail(nodeLabel(np) + ": Q, K and V must have the same rank");
+    const int64_t B = q->type().shape[0];
+    auto heads = [&](Value* t, int64_t n) {  // [B, S, n*d] -> [B, n, S, d]
+      const auto& s = t->type().shape;
+      if (n <= 0 || s[2] % n) fail(nodeLabel(np) + ": 3-D inputs need q_num_heads and kv_num_heads dividing their last dims");
+      return step(np, "Transpose", {reshapeTo(np, t, {s[0], s[1], n, s[2] / n})}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+    };
+    if (rank == 3) {
+      q = heads(q, attrInt(np, "q_num_heads", 0));
+      k = heads(k, attrInt(np, "kv_num_heads", 0));
+      v = heads(v, attrInt(np, "kv_num_heads", 0));
+    }
+    if (pastK) k = step(np, "Concat", {pastK, k}, {{"axis", int64_t{2}}});
+    if (pastV) v = step(np, "Concat", {pastV, v}, {{"axis", int64_t{2}}});
+    if (np.output_size() > 1 && !np.output(1).empty()) step(np, "Identity", {k}, {}, np.output(1));
+    if (np.output_size() > 2 && !np.output(2).empty()) step(np, "Identity", {v}, {}, np.output(2));
+    const auto qs = q->type().shape, ks = k->type().shape, vs = v->type().shape;
+    const int64_t Hq = qs[1], Hk = ks[1], Sq = qs[2], Sk = ks[2], D = qs[3];
+    if (ks[0] != B || vs[0] != B || ks[3] != D || vs[1] != Hk || vs[2] != Sk)
+      fail(nodeLabel(np) + ": Q " + q->type().str() + ", K " + k->type().str() + " and V " + v->type().str() + " do not fit together");
+    if (Hq % Hk) fail(nodeLabel(np) + ": " + std::to_string(Hq) + " query heads are not a multiple of " + std::to_string(Hk) + " KV heads");
+    auto repeat = [&](Value* t) {  // [B, Hk, S, d] -> [B, Hq, S, d], each KV head repeated in place
+      if (Hq == Hk) return t;
+      const auto s = t->type().shape;
+      Value* u = step(np, "Unsqueeze", {t, constI64(np, "axes", {2})});
+      Value* e = step(np, "Expand", {u, constI64(np, "shape", {s[0], s[1], Hq / Hk, s[2], s[3]})});
+      return reshapeTo(np, e, {s[0], Hq, s[2], s[3]});
+    };
+    k = repeat(k);
+    v = repeat(v);
+    const DType dt = q->type().dtype;
+    float scale = attrFloat(np, "scale", 0.0f);
+    if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(D));
+    Value* kt = step(np, "Transpose", {k}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
+    Value* sc = step(np, "Mul", {step(np, "MatMul", {q, kt}), scalarOf(np, "scale", scale, dt)});
+    const float softcap = attrFloat(np, "softcap", 0.0f);
+    if (softcap > 0) {
+      Value* cap = scalarOf(np, "softcap", softcap, dt);
+      sc = step(np, "Mul", {step(np, "Tanh", {step(np, "Div", {sc, cap})}), cap});
+    }
+    if (mask) {
+      const auto& ms = mask->type().shape;
+      if (ms.empty() || ms.back() != Sk) fail(nodeLabel(np) + ": attn_mask " + mask->type().str() + " must end in the key length " + std::to_string(Sk));
+      if (mask->type().dtype == DType::boolean) {
+        mask = step(np, "Where", {mask, scalarOf(np, "zero", 0.0, dt), scalarOf(np, "neg_inf", -INFINITY, dt)});
+      } else if (!isFloat(mask->type().dtype)) {
+        fail(nodeLabel(np) + ": attn_mask must be bool or float, got " + mask->type().str());
+      }
+      sc = step(np, "Add", {sc, mask});
+    }
+    if (attrInt(np, "is_causal", 0)) {  // key j is visible to query i when j <= i + past length
+      const int64_t past = pastK ? pastK->type().shape[2] : 0;
+      std::vector<double> bias(static_cast<size_t>(Sq * Sk));
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t j = 0; j < Sk; ++j) bias[i * Sk + j] = j <= i + past ? 0.0 : -INFINITY;
+      sc = step(np, "Add", {sc, g_->addConst(fresh(np, "causal"), Tensor::fromDoubles(dt, {Sq, Sk}, bias))});
+    }
+    Value* y = step(np, "MatMul", {step(np, "Softmax", {sc}, {{"axis", int64_t{-1}}}), v});
+    const std::string out = np.output(0);
+    if (rank == 3) {
+      Value* t = step(np, "Transpose", {y}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+      step(np, "Reshape", {t, constI64(np, "shape", {B, Sq, Hq * vs[3]})}, {}, out);
+    } else {
+      step(np, "Identity", {y}, {}, out);
+    }
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     const std::string out = np.output_size() ? np.output(0) : std::string();
@@ -798,6 +934,8 @@ class Importer {
     if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);
     if (op == "RMSNormalization") return lowerRmsNorm(np, out);
     if (op == "Einsum") return lowerEinsum(np, out);
+    if (op == "RotaryEmbedding") return lowerRotary(np, out);
+    if (op == "Attention") return lowerAttention(np);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {
       Value* x = operand(np, 0);

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
@@ -628,6 +629,167 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
     addOutput(g, "y");
     writeModel(d.file("m.onnx"), m);
     expectImportError(d.file("m.onnx"), {"node 'einsum_node' (Einsum)", why});
+  }
+}
+
+// Opset 23's RotaryEmbedding and Attention, lowered at import, against their definitions written
+// here in double: halves and interleaved pairs, partial rotation, 3-D inputs, position ids or per-
+// batch caches; grouped-query heads, bool and float masks, causal with a past, softcap, 3-D inputs.
+namespace {
+onnx::TensorProto* addInit(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& dims, int type,
+                           const std::vector<double>& v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (auto d : dims) t->add_dims(d);
+  for (double x : v) {
+    if (type == onnx::TensorProto::FLOAT) t->add_float_data(static_cast<float>(x));
+    else if (type == onnx::TensorProto::INT64) t->add_int64_data(static_cast<int64_t>(x));
+    else t->add_int32_data(static_cast<int32_t>(x));  // BOOL
+  }
+  return t;
+}
+std::vector<double> wave(size_t n, double scale, double phase = 0.3) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(scale * std::sin(0.61 * static_cast<double>(i) + phase));
+  return v;
+}
+int64_t prod(const std::vector<int64_t>& s) {
+  int64_t p = 1;
+  for (auto d : s) p *= d;
+  return p;
+}
+// Imports the single-node opset-23 model and evaluates output 0 against want(i).
+void checkNode(onnx::ModelProto& m, const std::function<double(int64_t)>& want, const std::vector<int64_t>& shape) {
+  TempDir d;
+  addOutput(m.mutable_graph(), "y");
+  writeModel(d.file("m.onnx"), m);
+  auto g = importOnnxFile(d.file("m.onnx"));
+  ASSERT_EQ(g->outputs()[0]->type().shape, shape);
+  Tensor y = evalOne(*g, {});
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(y.getDouble(i), want(i), 2e-5 * (1 + std::abs(want(i)))) << "element " << i;
+}
+}  // namespace
+
+TEST(OnnxImport, RotaryEmbeddingMatchesItsDefinition) {
+  const int64_t B = 2, H = 3, S = 4, P = 6;
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    const bool interleaved = variant == 1, threeD = variant == 2, withPos = variant != 2;
+    const int64_t D = variant == 2 ? 6 : 8, rot = variant == 1 ? 4 : D;
+    auto m = newModel(23);
+    auto* g = m.mutable_graph();
+    const std::vector<int64_t> xs = threeD ? std::vector<int64_t>{B, S, H * D} : std::vector<int64_t>{B, H, S, D};
+    const auto x = wave(static_cast<size_t>(prod(xs)), 1.0);
+    addInit(g, "x", xs, onnx::TensorProto::FLOAT, x);
+    const std::vector<int64_t> cs = withPos ? std::vector<int64_t>{P, rot / 2} : std::vector<int64_t>{B, S, rot / 2};
+    const auto cosv = wave(static_cast<size_t>(prod(cs)), 1.0, 0.1), sinv = wave(static_cast<size_t>(prod(cs)), 1.0, 1.7);
+    addInit(g, "cos", cs, onnx::TensorProto::FLOAT, cosv);
+    addInit(g, "sin", cs, onnx::TensorProto::FLOAT, sinv);
+    const std::vector<double> pos = {5, 0, 2, 2, 1, 3, 4, 0};
+    std::vector<std::string> ins{"x", "cos", "sin"};
+    if (withPos) {
+      addInit(g, "pos", {B, S}, onnx::TensorProto::INT64, pos);
+      ins.push_back("pos");
+    }
+    auto* n = addNode(g, "RotaryEmbedding", ins, {"y"}, "rope");
+    intAttr(n, "interleaved", interleaved);
+    if (rot != D) intAttr(n, "rotary_embedding_dim", rot);
+    if (threeD) intAttr(n, "num_heads", H);
+    checkNode(m, [&](int64_t i) {
+      int64_t b, h, t, dd;  // element i as (b, h, s, d)
+      if (threeD) b = i / (S * H * D), t = i / (H * D) % S, h = i / D % H, dd = i % D;
+      else b = i / (H * S * D), h = i / (S * D) % H, t = i / D % S, dd = i % D;
+      auto X = [&](int64_t e) { return threeD ? x[((b * S + t) * H + h) * D + e] : x[((b * H + h) * S + t) * D + e]; };
+      if (dd >= rot) return X(dd);
+      const int64_t row = withPos ? static_cast<int64_t>(pos[b * S + t]) : b * S + t;
+      const int64_t j = interleaved ? dd / 2 : dd % (rot / 2);
+      const double c = cosv[row * (rot / 2) + j], sn = sinv[row * (rot / 2) + j];
+      const double x1 = interleaved ? X(2 * j) : X(j), x2 = interleaved ? X(2 * j + 1) : X(j + rot / 2);
+      const bool first = interleaved ? dd % 2 == 0 : dd < rot / 2;
+      return first ? c * x1 - sn * x2 : sn * x1 + c * x2;
+    }, xs);
+  }
+}
+
+TEST(OnnxImport, AttentionMatchesItsDefinition) {
+  struct Case {
+    int64_t B, Hq, Hk, Sq, Sk, D, past;
+    bool threeD, causal;
+    int mask;  // 0 none, 1 bool [Sq, Sk], 2 float [B, 1, Sq, Sk]
+    float softcap, scale;
+  };
+  const Case cases[] = {{2, 4, 2, 3, 5, 4, 0, false, false, 1, 0, 0},   {1, 2, 2, 4, 4, 8, 0, false, true, 0, 2.0f, 0},
+                        {2, 4, 2, 3, 3, 4, 0, true, true, 2, 0, 0.3f}, {1, 2, 1, 2, 5, 4, 3, false, true, 0, 0, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("case Hq " + std::to_string(c.Hq) + " Sk " + std::to_string(c.Sk));
+    auto m = newModel(23);
+    auto* g = m.mutable_graph();
+    const int64_t Snew = c.Sk - c.past;
+    auto shp = [&](int64_t h, int64_t s) {
+      return c.threeD ? std::vector<int64_t>{c.B, s, h * c.D} : std::vector<int64_t>{c.B, h, s, c.D};
+    };
+    const auto q = wave(static_cast<size_t>(prod(shp(c.Hq, c.Sq))), 1.0, 0.2), k = wave(static_cast<size_t>(prod(shp(c.Hk, Snew))), 1.0, 0.9),
+               v = wave(static_cast<size_t>(prod(shp(c.Hk, Snew))), 1.0, 2.1);
+    addInit(g, "q", shp(c.Hq, c.Sq), onnx::TensorProto::FLOAT, q);
+    addInit(g, "k", shp(c.Hk, Snew), onnx::TensorProto::FLOAT, k);
+    addInit(g, "v", shp(c.Hk, Snew), onnx::TensorProto::FLOAT, v);
+    std::vector<std::string> ins{"q", "k", "v"};
+    std::vector<double> mask;
+    if (c.mask == 1) {
+      for (int64_t i = 0; i < c.Sq * c.Sk; ++i) mask.push_back((i * 7 % 5) != 1 || i % c.Sk == 0);
+      addInit(g, "mask", {c.Sq, c.Sk}, onnx::TensorProto::BOOL, mask);
+    } else if (c.mask == 2) {
+      mask = wave(static_cast<size_t>(c.B * c.Sq * c.Sk), 0.8, 0.5);
+      addInit(g, "mask", {c.B, 1, c.Sq, c.Sk}, onnx::TensorProto::FLOAT, mask);
+    }
+    ins.push_back(c.mask ? "mask" : "");
+    std::vector<double> pk, pv;
+    if (c.past) {
+      pk = wave(static_cast<size_t>(c.B * c.Hk * c.past * c.D), 1.0, 1.3);
+      pv = wave(static_cast<size_t>(c.B * c.Hk * c.past * c.D), 1.0, 0.4);
+      addInit(g, "pk", {c.B, c.Hk, c.past, c.D}, onnx::TensorProto::FLOAT, pk);
+      addInit(g, "pv", {c.B, c.Hk, c.past, c.D}, onnx::TensorProto::FLOAT, pv);
+      ins.push_back("pk");
+      ins.push_back("pv");
+    }
+    auto* n = addNode(g, "Attention", ins, {"y"}, "attn");
+    if (c.causal) intAttr(n, "is_causal", 1);
+    if (c.threeD) intAttr(n, "q_num_heads", c.Hq), intAttr(n, "kv_num_heads", c.Hk);
+    if (c.softcap > 0) floatAttr(n, "softcap", c.softcap);
+    if (c.scale > 0) floatAttr(n, "scale", c.scale);
+    // The definition: element (b, h, i, d) of Y.
+    auto at = [&](const std::vector<double>& t, int64_t H, int64_t S, int64_t b, int64_t h, int64_t s, int64_t d) {
+      return c.threeD ? t[((b * S + s) * H + h) * c.D + d] : t[((b * H + h) * S + s) * c.D + d];
+    };
+    auto K = [&](const std::vector<double>& cur, const std::vector<double>& past, int64_t b, int64_t h, int64_t j, int64_t d) {
+      return j < c.past ? past[((b * c.Hk + h) * c.past + j) * c.D + d] : at(cur, c.Hk, Snew, b, h, j - c.past, d);
+    };
+    const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.D));
+    auto want = [&](int64_t idx) {
+      int64_t b, h, i, dd;
+      if (c.threeD) b = idx / (c.Sq * c.Hq * c.D), i = idx / (c.Hq * c.D) % c.Sq, h = idx / c.D % c.Hq, dd = idx % c.D;
+      else b = idx / (c.Hq * c.Sq * c.D), h = idx / (c.Sq * c.D) % c.Hq, i = idx / c.D % c.Sq, dd = idx % c.D;
+      const int64_t kh = h / (c.Hq / c.Hk);
+      std::vector<double> sc(static_cast<size_t>(c.Sk));
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < c.Sk; ++j) {
+        double s = 0;
+        for (int64_t e = 0; e < c.D; ++e) s += at(q, c.Hq, c.Sq, b, h, i, e) * K(k, pk, b, kh, j, e);
+        s *= scale;
+        if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+        if (c.mask == 1 && !mask[i * c.Sk + j]) s = -INFINITY;
+        if (c.mask == 2) s += mask[(b * c.Sq + i) * c.Sk + j];
+        if (c.causal && j > i + c.past) s = -INFINITY;
+        sc[j] = s;
+        mx = std::max(mx, s);
+      }
+      double z = 0, y = 0;
+      for (int64_t j = 0; j < c.Sk; ++j) z += std::exp(sc[j] - mx);
+      for (int64_t j = 0; j < c.Sk; ++j) y += std::exp(sc[j] - mx) / z * K(v, pv, b, kh, j, dd);
+      return y;
+    };
+    checkNode(m, want, shp(c.Hq, c.Sq));
   }
 }
 
