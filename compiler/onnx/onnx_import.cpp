@@ -490,7 +490,7 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention"};
+      "RotaryEmbedding", "Attention", "ConvTranspose"};
 
 
  public:
@@ -927,6 +927,104 @@ class Importer {
     }
   }
 
+  // Pads axis `a` of v by `before` / `after` zeros; a negative amount crops.
+  Value* padAxis(const onnx::NodeProto& np, Value* v, int64_t a, int64_t before, int64_t after) {
+    const int64_t r = v->type().rank(), len = v->type().shape[a];
+    if (before < 0 || after < 0) {
+      const int64_t b = std::max<int64_t>(0, -before), e = len - std::max<int64_t>(0, -after);
+      if (e <= b) fail(nodeLabel(np) + ": its padding crops away the whole axis");
+      v = step(np, "Slice", {v, constI64(np, "starts", {b}), constI64(np, "ends", {e}), constI64(np, "axes", {a})});
+      before = std::max<int64_t>(before, 0), after = std::max<int64_t>(after, 0);
+    }
+    if (before == 0 && after == 0) return v;
+    std::vector<int64_t> pads(2 * r, 0);
+    pads[a] = before, pads[r + a] = after;
+    return step(np, "Pad", {v, constI64(np, "pads", pads)});
+  }
+
+  // ConvTranspose as a Conv: the input's spatial dims get stride - 1 zeros between elements, are
+  // padded by (k - 1) * dilation - pad at each end (plus output_padding at the end; negative
+  // amounts crop), and are convolved at stride 1 with the kernel flipped and its channel dims
+  // swapped per group. Every step is differentiable, so the kernel trains as it does in PyTorch.
+  void lowerConvTranspose(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    Value* w = floatOperand(np, 1);
+    Value* bias = operand(np, 2);
+    const auto xs = x->type().shape, ws = w->type().shape;
+    const int64_t r = x->type().rank(), sp = r - 2;
+    if (r < 3 || r > 5 || w->type().rank() != r) fail(nodeLabel(np) + ": X " + x->type().str() + " and W " + w->type().str() + " must be 3-D to 5-D alike");
+    const int64_t group = attrInt(np, "group", 1);
+    if (group <= 0 || xs[1] != ws[0] || ws[0] % group)
+      fail(nodeLabel(np) + ": W " + w->type().str() + " does not fit X " + x->type().str() + " with group " + std::to_string(group));
+    auto ints = [&](const char* name, int64_t dflt, size_t n) {
+      auto v = attrInts(np, name).value_or(std::vector<int64_t>(n, dflt));
+      if (v.size() != n) fail(nodeLabel(np) + ": " + name + " must have " + std::to_string(n) + " entries");
+      return v;
+    };
+    const auto strides = ints("strides", 1, sp), dil = ints("dilations", 1, sp), outPad = ints("output_padding", 0, sp);
+    auto pads = ints("pads", 0, 2 * sp);
+    if (auto ks = attrInts(np, "kernel_shape"); ks && *ks != std::vector<int64_t>(ws.begin() + 2, ws.end()))
+      fail(nodeLabel(np) + ": kernel_shape differs from W's spatial dims");
+    std::string autoPad = "NOTSET";
+    if (const auto* a = findAttr(np, "auto_pad", onnx::AttributeProto::STRING, "a string")) autoPad = a->s();
+    const auto outShape = attrInts(np, "output_shape");
+    for (int64_t i = 0; i < sp; ++i) {
+      const int64_t k = (ws[2 + i] - 1) * dil[i] + 1, full = strides[i] * (xs[2 + i] - 1) + outPad[i] + k;
+      if (strides[i] <= 0 || dil[i] <= 0) fail(nodeLabel(np) + ": strides and dilations must be positive");
+      int64_t want = -1;
+      if (outShape) {
+        if (static_cast<int64_t>(outShape->size()) != sp) fail(nodeLabel(np) + ": output_shape must have one entry per spatial dim");
+        want = (*outShape)[i];
+      } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+        want = xs[2 + i] * strides[i];
+      } else if (autoPad == "VALID") {
+        pads[i] = pads[sp + i] = 0;
+      } else if (autoPad != "NOTSET") {
+        fail(nodeLabel(np) + ": auto_pad '" + autoPad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+      }
+      if (want >= 0) {
+        const int64_t total = full - want;  // negative: the output grows past the last input's reach (zeros and bias)
+        const bool upper = autoPad == "SAME_UPPER";
+        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor(total / 2), as ONNX's reference
+        pads[i] = upper ? half : total - half;
+        pads[sp + i] = upper ? total - half : half;
+      }
+    }
+    // Zeros between the input's elements: [.., L, ..] -> [.., L, s, ..] -> [.., L * s, ..] -> the first (L - 1) * s + 1.
+    Value* u = x;
+    for (int64_t i = 0; i < sp; ++i) {
+      if (strides[i] == 1) continue;
+      const int64_t a = 2 + i, L = u->type().shape[a];
+      Value* e = step(np, "Unsqueeze", {u, constI64(np, "axes", {a + 1})});
+      e = padAxis(np, e, a + 1, 0, strides[i] - 1);
+      auto shape = u->type().shape;
+      shape[a] = L * strides[i];
+      u = padAxis(np, reshapeTo(np, e, shape), a, 0, -(strides[i] - 1));
+    }
+    for (int64_t i = 0; i < sp; ++i) {
+      const int64_t edge = (ws[2 + i] - 1) * dil[i];
+      u = padAxis(np, u, 2 + i, edge - pads[i], edge - pads[sp + i] + outPad[i]);
+    }
+    // W [Cin, Cout/g, k...] -> [Cout, Cin/g, k...], flipped in k.
+    const int64_t cin = ws[0], coutG = ws[1];
+    std::vector<int64_t> grouped{group, cin / group, coutG};
+    grouped.insert(grouped.end(), ws.begin() + 2, ws.end());
+    std::vector<int64_t> perm{0, 2, 1};
+    for (int64_t i = 0; i < sp; ++i) perm.push_back(3 + i);
+    Value* wt = step(np, "Transpose", {reshapeTo(np, w, grouped)}, {{"perm", perm}});
+    std::vector<int64_t> convW{group * coutG, cin / group};
+    convW.insert(convW.end(), ws.begin() + 2, ws.end());
+    wt = reshapeTo(np, wt, convW);
+    std::vector<int64_t> axes, starts(sp, -1), ends(sp, std::numeric_limits<int64_t>::min()), steps(sp, -1);
+    for (int64_t i = 0; i < sp; ++i) axes.push_back(2 + i);
+    wt = step(np, "Slice", {wt, constI64(np, "starts", starts), constI64(np, "ends", ends), constI64(np, "axes", axes), constI64(np, "steps", steps)});
+    std::vector<Value*> ins{u, wt};
+    if (bias) ins.push_back(bias);
+    std::map<std::string, Attribute> attrs{{"group", group}, {"dilations", dil}, {"strides", std::vector<int64_t>(sp, 1)},
+                                           {"pads", std::vector<int64_t>(2 * sp, 0)}};
+    step(np, "Conv", ins, attrs, out);
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     const std::string out = np.output_size() ? np.output(0) : std::string();
@@ -934,6 +1032,7 @@ class Importer {
     if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);
     if (op == "RMSNormalization") return lowerRmsNorm(np, out);
     if (op == "Einsum") return lowerEinsum(np, out);
+    if (op == "ConvTranspose") return lowerConvTranspose(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
