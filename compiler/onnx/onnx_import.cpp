@@ -490,7 +490,7 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose"};
+      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize"};
 
 
  public:
@@ -1025,6 +1025,113 @@ class Importer {
     step(np, "Conv", ins, attrs, out);
   }
 
+  // Resize, nearest and linear: per resized axis, the source coordinate of each output index (by
+  // coordinate_transformation_mode) becomes constant index tables, and the axis is resampled with
+  // Gather (nearest) or two Gathers blended by constant weights (linear; axes in turn, which is
+  // multilinear interpolation). Cubic, antialias, tf_crop_and_resize and aspect-ratio policies are
+  // refused.
+  std::string attrString(const onnx::NodeProto& np, const std::string& name, const std::string& dflt) {
+    const auto* a = findAttr(np, name, onnx::AttributeProto::STRING, "a string");
+    return a ? a->s() : dflt;
+  }
+  void lowerResize(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = operand(np, 0);
+    if (!x) fail(nodeLabel(np) + " needs an input");
+    const auto xs = x->type().shape;
+    const int64_t r = x->type().rank();
+    const std::string mode = attrString(np, "mode", "nearest");
+    const std::string ctm = attrString(np, "coordinate_transformation_mode", "half_pixel");
+    const std::string nearest = attrString(np, "nearest_mode", "round_prefer_floor");
+    if (mode != "nearest" && mode != "linear") fail(nodeLabel(np) + ": mode '" + mode + "' is not supported (nearest and linear are)");
+    if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" && ctm != "asymmetric")
+      fail(nodeLabel(np) + ": coordinate_transformation_mode '" + ctm + "' is not supported");
+    if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil")
+      fail(nodeLabel(np) + ": nearest_mode '" + nearest + "' is not supported");
+    if (attrInt(np, "antialias", 0)) fail(nodeLabel(np) + ": antialias is not supported");
+    if (mode == "linear" && !isFloat(x->type().dtype)) fail(nodeLabel(np) + ": linear resizing needs a float tensor");
+    std::vector<int64_t> axes;
+    if (auto a = attrInts(np, "axes")) {
+      for (int64_t v : *a) axes.push_back(v < 0 ? v + r : v);
+    } else {
+      for (int64_t d = 0; d < r; ++d) axes.push_back(d);
+    }
+    for (int64_t a : axes)
+      if (a < 0 || a >= r) fail(nodeLabel(np) + ": axes are out of range");
+    std::vector<double> scale(r, 1.0);
+    std::vector<int64_t> outLen = xs;
+    auto constOf = [&](int i) -> const Tensor* {
+      Value* v = operand(np, i);
+      if (!v) return nullptr;
+      const Tensor* t = v->constData();
+      if (!t) fail(nodeLabel(np) + ": input " + std::to_string(i) + " must be a compile-time constant");
+      return t->numel() ? t : nullptr;
+    };
+    const Tensor* sc = constOf(2);
+    const Tensor* sz = np.input_size() > 3 ? constOf(3) : nullptr;
+    if (!sc == !sz) fail(nodeLabel(np) + ": exactly one of scales and sizes must be given");
+    const Tensor* given = sc ? sc : sz;
+    if (given->numel() != static_cast<int64_t>(axes.size())) fail(nodeLabel(np) + ": scales/sizes need one entry per axis");
+    if (sz && attrString(np, "keep_aspect_ratio_policy", "stretch") != "stretch")
+      fail(nodeLabel(np) + ": keep_aspect_ratio_policy other than stretch is not supported");
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const int64_t a = axes[k];
+      if (sc) {
+        scale[a] = sc->getDouble(static_cast<int64_t>(k));
+        if (!(scale[a] > 0)) fail(nodeLabel(np) + ": scales must be positive");
+        outLen[a] = static_cast<int64_t>(std::floor(static_cast<double>(xs[a]) * scale[a]));
+      } else {
+        outLen[a] = sz->getInt(static_cast<int64_t>(k));
+        if (outLen[a] <= 0) fail(nodeLabel(np) + ": sizes must be positive");
+        scale[a] = static_cast<double>(outLen[a]) / static_cast<double>(xs[a]);
+      }
+    }
+    Value* v = x;
+    for (int64_t a = 0; a < r; ++a) {
+      const int64_t in = xs[a], n = outLen[a];
+      if (n == in && scale[a] == 1.0) continue;
+      std::vector<int64_t> i0(n), i1(n);
+      std::vector<double> w(n);
+      for (int64_t o = 0; o < n; ++o) {
+        const double s = scale[a];
+        double src;
+        if (ctm == "asymmetric") src = o / s;
+        else if (ctm == "align_corners") {  // the resized length is in * scale, unrounded, when scales are given
+          const double len = sc ? static_cast<double>(in) * s : static_cast<double>(n);
+          src = len == 1.0 ? 0.0 : static_cast<double>(o) * (in - 1) / (len - 1);
+        }
+        else if (ctm == "pytorch_half_pixel") src = n > 1 ? (o + 0.5) / s - 0.5 : 0.0;
+        else src = (o + 0.5) / s - 0.5;
+        if (mode == "nearest") {
+          double k;
+          if (nearest == "floor") k = std::floor(src);
+          else if (nearest == "ceil") k = std::ceil(src);
+          else if (nearest == "round_prefer_ceil") k = std::floor(src + 0.5);
+          else k = std::ceil(src - 0.5);
+          i0[o] = std::clamp<int64_t>(static_cast<int64_t>(k), 0, in - 1);
+        } else {
+          src = std::clamp(src, 0.0, static_cast<double>(in - 1));
+          i0[o] = static_cast<int64_t>(std::floor(src));
+          i1[o] = std::min<int64_t>(i0[o] + 1, in - 1);
+          w[o] = src - static_cast<double>(i0[o]);
+        }
+      }
+      auto gather = [&](const std::vector<int64_t>& idx) {
+        return step(np, "Gather", {v, constI64(np, "index", idx)}, {{"axis", a}});
+      };
+      if (mode == "nearest") {
+        v = gather(i0);
+        continue;
+      }
+      Value* lo = gather(i0);
+      Value* hi = gather(i1);
+      std::vector<int64_t> wshape(r, 1);
+      wshape[a] = n;
+      Value* wt = g_->addConst(fresh(np, "weight"), Tensor::fromDoubles(x->type().dtype, wshape, w));
+      v = step(np, "Add", {lo, step(np, "Mul", {step(np, "Sub", {hi, lo}), wt})});
+    }
+    step(np, "Identity", {v}, {}, out);
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     const std::string out = np.output_size() ? np.output(0) : std::string();
@@ -1033,6 +1140,7 @@ class Importer {
     if (op == "RMSNormalization") return lowerRmsNorm(np, out);
     if (op == "Einsum") return lowerEinsum(np, out);
     if (op == "ConvTranspose") return lowerConvTranspose(np, out);
+    if (op == "Resize") return lowerResize(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);

@@ -127,7 +127,8 @@ Outcome runCase(const fs::path& dir, const onnx::ModelProto& m, Backend& backend
         if (unsupportedByDesign(err.what())) return {"skip", firstLine(err.what())};
         if (std::string(err.what()).find("compile-time constant") == std::string::npos) return {"fail", "import: " + firstLine(err.what())};
         for (size_t i = 0; i < ins.size(); ++i)
-          if (!isFloat(values[i].type.dtype) || values[i].type.rank() == 0) opts.constInputs[ins[i]->name()] = values[i];
+          if (!isFloat(values[i].type.dtype) || values[i].type.rank() == 0 || (values[i].type.rank() == 1 && values[i].numel() <= 8))
+            opts.constInputs[ins[i]->name()] = values[i];  // short float vectors: Resize's scales
         try {
           g = importOnnxModel(m, dir.string(), modelPath, opts);
         } catch (const Error& err2) {
