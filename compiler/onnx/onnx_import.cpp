@@ -621,7 +621,9 @@ class Importer {
     Value* xr = step(np, "Reshape", {castTo(np, x, t), constI64(np, "groups", {n, groups, -1})});
     Value* norm;
     if (lookupOp("", "LayerNormalization", g_->opset)) {
-      Value* one = g_->addConst(fresh(np, "one"), Tensor::fromDoubles(t, {1}, {1.0}));
+      // Unit scale over the whole normalised row (not a broadcast [1]: backends take a row-sized scale).
+      const int64_t row = x->type().numel() / std::max<int64_t>(n * groups, 1);
+      Value* one = g_->addConst(fresh(np, "one"), Tensor::fromDoubles(t, {row}, std::vector<double>(static_cast<size_t>(row), 1.0)));
       norm = step(np, "LayerNormalization", {xr, one}, {{"axis", int64_t{-1}}, {"epsilon", eps}});
     } else {  // before opset 17: (x - mean) / sqrt(var + eps) written out
       Value* d = step(np, "Sub", {xr, reduceNode(np, "ReduceMean", xr, std::vector<int64_t>{2}, 1)});

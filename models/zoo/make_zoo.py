@@ -212,11 +212,47 @@ def roberta():
     return LMLoss(RobertaForMaskedLM(cfg), with_mask=True), lambda g: tokens(g, 2, 16, 96, mask=True)
 
 
+class TinyUNet(nn.Module):
+    """A small encoder-decoder of the image-to-image kind (segmentation, diffusion): GroupNorm and
+    SiLU, a strided conv down, spatial self-attention written with torch.einsum, ConvTranspose2d
+    (grouped, with output_padding) and F.interpolate (bilinear and nearest) back up, a skip
+    connection; pooled to class logits so that it trains with the zoo's cross-entropy."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.inp = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm1 = nn.GroupNorm(2, 8)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.norm2 = nn.GroupNorm(4, 16)
+        self.qkv = nn.Conv2d(16, 48, 1)
+        self.up = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.up2 = nn.ConvTranspose2d(8, 8, 4, stride=2, padding=1)
+        self.out = nn.Conv2d(16, 8, 3, padding=1)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        h = F.silu(self.norm1(self.inp(x)))                       # [n, 8, 16, 16]
+        d = F.silu(self.norm2(self.down(h)))                      # [n, 16, 8, 8]
+        q, k, v = self.qkv(d).flatten(2).chunk(3, dim=1)          # [n, 16, 64] each
+        a = torch.softmax(torch.einsum("bcn,bcm->bnm", q, k) / 4.0, dim=-1)
+        d = d + torch.einsum("bnm,bcm->bcn", a, v).reshape(d.shape)
+        u = self.up(d)                                            # [n, 8, 16, 16]
+        u = u + F.interpolate(d[:, :8], scale_factor=2, mode="bilinear", align_corners=False)
+        u = torch.cat([u, F.interpolate(h[:, :, ::2, ::2], scale_factor=2, mode="nearest")], dim=1)
+        y = F.silu(self.out(u))                                   # [n, 8, 16, 16]
+        y = self.up2(y)                                           # [n, 8, 32, 32]
+        return self.head(y.mean(dim=(2, 3)))
+
+
+def unet():
+    return ImageLoss(TinyUNet()), lambda g: images(g, 4, 3, 16)
+
+
 FAMILIES = {
     "vit": vit, "convnext": convnext, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
     "resnet_timm": resnet_timm, "resnet_tv": resnet_tv, "bert": bert, "distilbert": distilbert,
     "gpt2": gpt2, "llama": llama, "qwen2": qwen2, "t5": t5,
-    "mixer": mixer, "mobilenetv2_tv": mobilenetv2_tv, "roberta": roberta,
+    "mixer": mixer, "mobilenetv2_tv": mobilenetv2_tv, "roberta": roberta, "unet": unet,
 }
 
 
