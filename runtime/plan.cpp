@@ -116,7 +116,6 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   const std::string weightsFile = std::filesystem::path(path).filename().string() + ".safetensors";
   p.set_weights_file(weightsFile);
   p.set_weights_id(id);
-  writeSafetensors(weightsPathOf(path, weightsFile), weights);
 
   std::set<const Value*> trained, stateful;
   for (const auto& n : step->nodes())
@@ -184,17 +183,23 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   std::string bytes;
   if (!p.SerializeToString(&bytes)) throw Error(path + ": cannot serialize the plan");
   bytes += checksumField(planHash(bytes));
+  // The weights first, then the plan, each atomically; if the plan cannot be written, its new
+  // weights file goes too, so a failed compile leaves no output behind.
+  const std::string weightsPath = weightsPathOf(path, weightsFile);
+  writeSafetensors(weightsPath, weights);
   const std::string tmp = path + ".tmp";
+  auto failed = [&](const std::string& why) {
+    std::remove(tmp.c_str());
+    std::remove(weightsPath.c_str());
+    throw Error(path + ": " + why);
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush()) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": cannot write the plan");
-    }
+    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush()) failed("cannot write the plan");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(path + ": rename failed: " + ec.message());
+  if (ec) failed("rename failed: " + ec.message());
 }
 
 LoadedPlan readPlan(const std::string& path) {
