@@ -100,6 +100,14 @@ std::map<std::string, Tensor> DataSource::next() {
   return b;
 }
 
+void DataSource::setPosition(Position p) {
+  const int64_t maxEpoch = int64_t{1} << 40;
+  if (p.epoch < 0 || p.epoch > maxEpoch || p.index < 0 || (!synthetic_ && p.index > samples_))
+    throw Error("data position epoch " + std::to_string(p.epoch) + ", index " + std::to_string(p.index) + " is outside the data (" +
+                std::to_string(samples_) + " samples)");
+  pos_ = p;
+}
+
 std::map<std::string, Tensor> DataSource::batchAt(int64_t start) const {
   std::map<std::string, Tensor> b;
   for (const Value* v : inputs_) {

@@ -29,7 +29,8 @@ class DataSource {
   std::map<std::string, Tensor> batchAt(int64_t start) const;
   int64_t batchSize() const { return batch_; }
   Position position() const { return pos_; }
-  void setPosition(Position p) { pos_ = p; }
+  // Error if p cannot be a position of this data (a checkpoint's metadata is not trusted).
+  void setPosition(Position p);
   int64_t samples() const { return samples_; }
   int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / batch_; }
 

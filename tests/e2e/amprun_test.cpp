@@ -93,6 +93,45 @@ TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
   EXPECT_EQ(readBytes(d.file("c.safetensors")), readBytes(d.file("a.safetensors")));
 }
 
+// A checkpoint's metadata is not trusted: a negative or out-of-range data position, a step that is
+// not a whole integer, another run's seed, or a `latest` that leaves the folder is refused before a
+// step runs, naming the file (these crashed or resumed wrongly before); a flipped tensor byte fails
+// that tensor's hash.
+TEST(Amprun, CheckpointMetadataIsRangeChecked) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp32");
+  const std::string common = " --data " + kDigits + "/train --shuffle --seed 3";
+  ASSERT_EQ(run(kAmprun + " " + p + common + " --steps 4 --checkpoint " + d.file("ck") + " --checkpoint-every 4").code, 0);
+  const std::string good = d.file("ck/ckpt-00000004.safetensors");
+  const Safetensors orig = readSafetensors(good);
+  auto expectRefused = [&](const std::string& key, const std::string& value, const std::string& want) {
+    SCOPED_TRACE(key + " = " + value);
+    Safetensors st = orig;
+    st.metadata[key] = value;
+    writeSafetensors(d.file("bad.safetensors"), st);
+    auto r = run(kAmprun + " " + p + common + " --steps 8 --resume " + d.file("bad.safetensors"));
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("step 5"), std::string::npos) << "a step ran: " << r.out;
+  };
+  expectRefused("data_index", "-300", "data_index = '-300' is not an integer in [0,");
+  expectRefused("data_index", "100000", "is outside the data");
+  expectRefused("data_epoch", "-1", "data_epoch = '-1'");
+  expectRefused("step", "12abc", "step = '12abc'");
+  expectRefused("seed", "4", "written by a run with --seed 4; this run has --seed 3");
+  writeBytes(d.file("ck/latest"), "../bad.safetensors\n");
+  auto r = run(kAmprun + " " + p + common + " --steps 8 --resume " + d.file("ck"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not a checkpoint file in this folder"), std::string::npos) << r.out;
+  std::string bytes = readBytes(good);
+  bytes[bytes.size() - 3] ^= 0x20;
+  writeBytes(d.file("flip.safetensors"), bytes);
+  r = run(kAmprun + " " + p + common + " --steps 8 --resume " + d.file("flip.safetensors"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is corrupt"), std::string::npos) << r.out;
+  EXPECT_EQ(run(kAmprun + " " + p + common + " --steps 8 --resume " + good).code, 0);  // the original still resumes
+}
+
 TEST(Amprun, BadDataIsRefusedBeforeTheFirstStep) {
   TempDir d;
   const std::string p = makePlan(d, "fp32");

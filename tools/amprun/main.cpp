@@ -71,12 +71,32 @@ struct Resumed {
   DataSource::Position pos;
 };
 
-Resumed resume(const std::string& where, Graph& g) {
+// A checkpoint's integer metadata, parsed whole and range-checked: nothing in the file is trusted.
+int64_t metaInt(const Safetensors& st, const std::string& file, const char* key, int64_t lo, int64_t hi) {
+  auto it = st.metadata.find(key);
+  if (it == st.metadata.end()) throw Error(file + ": not an ampc checkpoint (metadata '" + key + "' is missing)");
+  const std::string& s = it->second;
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || v < lo || v > hi)
+    throw Error(file + ": checkpoint metadata " + key + " = '" + s + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+Resumed resume(const std::string& where, Graph& g, uint64_t seed) {
   std::string file = where;
   if (fs::is_directory(where)) {
     std::ifstream in(fs::path(where) / "latest");
     std::string name;
     if (!(in >> name)) throw Error(where + ": no checkpoint ('latest' is missing)");
+    // `latest` names a file in this folder, nothing else.
+    if (name.find('/') != std::string::npos || name == "." || name == ".." || fs::path(name).filename() != name)
+      throw Error(where + "/latest: names '" + name + "', which is not a checkpoint file in this folder");
     file = (fs::path(where) / name).string();
   }
   Safetensors st = readSafetensors(file);
@@ -88,13 +108,13 @@ Resumed resume(const std::string& where, Graph& g) {
     p->setData(std::move(it->second));
   }
   Resumed r;
-  try {
-    r.step = std::stoll(st.metadata.at("step"));
-    r.pos.epoch = std::stoll(st.metadata.at("data_epoch"));
-    r.pos.index = std::stoll(st.metadata.at("data_index"));
-  } catch (const std::exception&) {
-    throw Error(file + ": not an ampc checkpoint (metadata step/data_epoch/data_index missing)");
-  }
+  const int64_t big = int64_t{1} << 52;
+  r.step = metaInt(st, file, "step", 0, big);
+  r.pos.epoch = metaInt(st, file, "data_epoch", 0, big);
+  r.pos.index = metaInt(st, file, "data_index", 0, big);
+  if (auto it = st.metadata.find("seed"); it == st.metadata.end() || it->second != std::to_string(seed))
+    throw Error(file + ": written by a run with --seed " + (it == st.metadata.end() ? std::string("(none)") : it->second) +
+                "; this run has --seed " + std::to_string(seed) + " (the data order would differ)");
   return r;
 }
 
@@ -286,9 +306,13 @@ int main(int argc, char** argv) {
     DataSource data = synthetic ? DataSource::synthetic(ins, seed, ranges) : DataSource::fromDir(dataDir, ins, shuffle, seed);
     int64_t done = 0;
     if (!resumeFrom.empty()) {
-      Resumed r = resume(resumeFrom, g);
+      Resumed r = resume(resumeFrom, g, seed);
       done = r.step;
-      data.setPosition(r.pos);
+      try {
+        data.setPosition(r.pos);
+      } catch (const Error& e) {
+        throw Error(resumeFrom + ": " + e.what());
+      }
     }
     // The metrics file continues a resumed run: lines past the checkpoint's step are dropped.
     std::vector<std::string> kept;
