@@ -1,5 +1,7 @@
 #include "runtime/data.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -98,6 +100,22 @@ std::map<std::string, Tensor> DataSource::next() {
   }
   pos_.index += batch_;
   return b;
+}
+
+std::string DataSource::firstNonFinite() const {
+  for (const Value* v : inputs_) {
+    auto it = data_.find(v->name());
+    if (it == data_.end() || !isFloat(it->second.type.dtype)) continue;
+    const Tensor& t = it->second;
+    const int64_t n = t.numel(), row = samples_ ? n / samples_ : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = t.getDouble(i);
+      if (!std::isfinite(x))
+        return "input '" + v->name() + "' sample " + std::to_string(row ? i / row : 0) + " (element " + std::to_string(row ? i % row : i) +
+               ": " + (std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + ")";
+    }
+  }
+  return {};
 }
 
 void DataSource::setPosition(Position p) {

@@ -32,6 +32,9 @@ class DataSource {
   // Error if p cannot be a position of this data (a checkpoint's metadata is not trusted).
   void setPosition(Position p);
   int64_t samples() const { return samples_; }
+  // --check-data: the first sample holding a NaN or Inf, as "input 'x' sample 17 (element 3: nan)";
+  // empty when every float input is finite (and for synthetic data).
+  std::string firstNonFinite() const;
   int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / batch_; }
 
  private:

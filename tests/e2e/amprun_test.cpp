@@ -33,6 +33,13 @@ std::string makePlan(const TempDir& d, const std::string& precision, const std::
   return p;
 }
 
+// d/data: the digits' training targets with these inputs x.
+void writeDigitsWith(const TempDir& d, const Tensor& x) {
+  fs::create_directories(d.path / "data");
+  writeNpy(d.file("data/x.npy"), x);
+  fs::copy(kDigits + "/train/target.npy", d.file("data/target.npy"), fs::copy_options::overwrite_existing);
+}
+
 double accuracy(const std::string& out) {
   std::smatch m;
   if (!std::regex_search(out, m, std::regex(R"(accuracy ([0-9.]+)%)"))) return -1;
@@ -80,17 +87,49 @@ TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
   EXPECT_EQ(ma, mb);
   EXPECT_EQ(readBytes(d.file("a.safetensors")), readBytes(d.file("b.safetensors")));
 
-  // A truncated checkpoint is refused; the previous one still resumes.
+  // A truncated checkpoint named as a file is refused. The folder's newest one truncated: the run
+  // falls back to the previous checkpoint, says so naming both, and still ends where the
+  // uninterrupted run ends, its metrics file too.
   const std::string last = d.file("ckpt/ckpt-00000010.safetensors");
   const std::string bytes = readBytes(last);
   writeBytes(last, bytes.substr(0, bytes.size() / 2));
-  auto bad = run(kAmprun + " " + p + common + " --steps 20 --resume " + d.file("ckpt"));
+  auto bad = run(kAmprun + " " + p + common + " --steps 20 --resume " + last);
   EXPECT_EQ(bad.code, 1) << bad.out;
   EXPECT_NE(bad.out.find("ckpt-00000010.safetensors"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("truncated"), std::string::npos) << bad.out;
-  auto prev = run(kAmprun + " " + p + common + " --steps 20 --resume " + d.file("ckpt/ckpt-00000005.safetensors") + " --save " + d.file("c.safetensors"));
+  auto prev = run(kAmprun + " " + p + common + " --steps 20 --metrics " + d.file("b.jsonl") + " --resume " + d.file("ckpt") + " --save " +
+                  d.file("c.safetensors"));
   EXPECT_EQ(prev.code, 0) << prev.out;
+  EXPECT_NE(prev.out.find("ckpt-00000010.safetensors"), std::string::npos) << prev.out;
+  EXPECT_NE(prev.out.find("resuming from the previous checkpoint"), std::string::npos) << prev.out;
+  EXPECT_NE(prev.out.find("ckpt-00000005.safetensors"), std::string::npos) << prev.out;
   EXPECT_EQ(readBytes(d.file("c.safetensors")), readBytes(d.file("a.safetensors")));
+  EXPECT_EQ(metricsWithoutTime(d.file("b.jsonl")), ma);
+  // Nothing to resume from yet says so.
+  auto none = run(kAmprun + " " + p + common + " --steps 2 --resume " + d.file("never"));
+  EXPECT_EQ(none.code, 1) << none.out;
+  EXPECT_NE(none.out.find("no checkpoint yet"), std::string::npos) << none.out;
+}
+
+// Inf in the data: --check-data names the sample before step 1; without it, the collapse guard
+// stops the run after --max-skipped overflow-skipped steps in a row, pointing at both tools.
+TEST(Amprun, NonFiniteDataIsNamed) {
+  TempDir d;
+  Tensor x = readNpy(kDigits + "/train/x.npy");
+  x.setDouble(64 * 37 + 5, INFINITY);  // sample 37, element 5
+  writeDigitsWith(d, x);
+  const std::string p = makePlan(d, "fp16");
+  auto r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 5 --check-data");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("input 'x' sample 37 (element 5: inf) is not finite"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+  for (int64_t i = 0; i < x.numel(); i += 64) x.setDouble(i, NAN);  // every sample: every step overflows
+  writeNpy(d.file("data/x.npy"), x);
+  r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 100 --max-skipped 8");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("step 8: 8 steps in a row were skipped"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--explain-overflow"), std::string::npos) << r.out;
+  EXPECT_EQ(run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 12 --max-skipped 0").code, 0);
 }
 
 // A checkpoint's metadata is not trusted: a negative or out-of-range data position, a step that is
@@ -270,11 +309,9 @@ TEST(Amprun, PlanWeightsFileIsVerified) {
 // first f16 cast: the scaler's business. In range, nothing is printed. It needs the CPU reference.
 TEST(Amprun, ExplainOverflowNamesTheOpAndWhy) {
   TempDir d;
-  fs::create_directories(d.path / "data");
   Tensor x = readNpy(kDigits + "/train/x.npy");
   for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, x.getDouble(i) * 1e5);
-  writeNpy(d.file("data/x.npy"), x);
-  fs::copy(kDigits + "/train/target.npy", d.file("data/target.npy"));
+  writeDigitsWith(d, x);
   const std::string p = makePlan(d, "fp16");
   auto r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 2 --explain-overflow");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -88,24 +88,50 @@ int64_t metaInt(const Safetensors& st, const std::string& file, const char* key,
   return v;
 }
 
+Resumed resumeFile(const std::string& file, Graph& g, uint64_t seed);
+
+// A folder resumes from the checkpoint `latest` names; if that one is damaged, from the newest
+// other checkpoint that loads, with a note naming both.
 Resumed resume(const std::string& where, Graph& g, uint64_t seed) {
-  std::string file = where;
-  if (fs::is_directory(where)) {
-    std::ifstream in(fs::path(where) / "latest");
-    std::string name;
-    if (!(in >> name)) throw Error(where + ": no checkpoint ('latest' is missing)");
-    // `latest` names a file in this folder, nothing else.
-    if (name.find('/') != std::string::npos || name == "." || name == ".." || fs::path(name).filename() != name)
-      throw Error(where + "/latest: names '" + name + "', which is not a checkpoint file in this folder");
-    file = (fs::path(where) / name).string();
+  std::error_code ec;
+  if (!fs::exists(where, ec)) throw Error(where + ": no checkpoint yet (nothing is there); run without --resume to start");
+  if (!fs::is_directory(where, ec)) return resumeFile(where, g, seed);
+  std::ifstream in(fs::path(where) / "latest");
+  std::string name;
+  if (!(in >> name)) throw Error(where + ": no checkpoint yet ('latest' is missing); run without --resume to start");
+  // `latest` names a file in this folder, nothing else.
+  if (name.find('/') != std::string::npos || name == "." || name == ".." || fs::path(name).filename() != name)
+    throw Error(where + "/latest: names '" + name + "', which is not a checkpoint file in this folder");
+  const std::string newest = (fs::path(where) / name).string();
+  try {
+    return resumeFile(newest, g, seed);
+  } catch (const Error& first) {
+    std::vector<std::string> older;
+    for (const auto& e : fs::directory_iterator(where, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f != name && f.rfind("ckpt-", 0) == 0 && e.path().extension() == ".safetensors") older.push_back(e.path().string());
+    }
+    std::sort(older.rbegin(), older.rend());  // ckpt-%08d: by name is by step, newest first
+    for (const auto& f : older) {
+      try {
+        Resumed r = resumeFile(f, g, seed);
+        std::cerr << "amprun: note: " << first.what() << "\namprun: note: resuming from the previous checkpoint " << f << " instead\n";
+        return r;
+      } catch (const Error&) {
+      }
+    }
+    throw;
   }
+}
+
+Resumed resumeFile(const std::string& file, Graph& g, uint64_t seed) {
   Safetensors st = readSafetensors(file);
-  for (Value* p : g.params()) {
+  // Everything is checked before the graph takes any of it.
+  for (const Value* p : g.params()) {
     auto it = st.tensors.find(p->name());
     if (it == st.tensors.end()) throw Error(file + ": has no tensor '" + p->name() + "' (a checkpoint of another plan?)");
     if (it->second.type != p->type())
       throw Error(file + ": tensor '" + p->name() + "' is " + it->second.type.str() + ", the plan has " + p->type().str());
-    p->setData(std::move(it->second));
   }
   Resumed r;
   const int64_t big = int64_t{1} << 52;
@@ -115,6 +141,7 @@ Resumed resume(const std::string& where, Graph& g, uint64_t seed) {
   if (auto it = st.metadata.find("seed"); it == st.metadata.end() || it->second != std::to_string(seed))
     throw Error(file + ": written by a run with --seed " + (it == st.metadata.end() ? std::string("(none)") : it->second) +
                 "; this run has --seed " + std::to_string(seed) + " (the data order would differ)");
+  for (Value* p : g.params()) p->setData(std::move(st.tensors.at(p->name())));
   return r;
 }
 
@@ -219,10 +246,10 @@ void printProfile(const std::vector<cuda::Program::Timing>& t, size_t top) {
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
-  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0;
+  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
-       explainOverflow = false;
+       explainOverflow = false, checkData = false;
   std::vector<std::string> intRanges;
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
@@ -250,6 +277,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", ckptEvery, "checkpoint every N steps (and at the end)");
   app.add_option("--resume", resumeFrom, "resume from a checkpoint folder (its latest) or file");
   app.add_option("--eval-data", evalDir, "after training: loss and accuracy on held-out data");
+  app.add_flag("--check-data", checkData, "before step 1: scan --data for NaN and Inf and name the first bad sample");
+  app.add_option("--max-skipped", maxSkipped,
+                 "stop with an error after this many overflow-skipped steps in a row (default 50; 0: never)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -304,6 +334,8 @@ int main(int argc, char** argv) {
       ranges[r.substr(0, eq)] = {std::stoll(r.substr(eq + 1, colon - eq - 1)), std::stoll(r.substr(colon + 1))};
     }
     DataSource data = synthetic ? DataSource::synthetic(ins, seed, ranges) : DataSource::fromDir(dataDir, ins, shuffle, seed);
+    if (checkData)
+      if (const std::string bad = data.firstNonFinite(); !bad.empty()) throw Error(dataDir + ": " + bad + " is not finite (--check-data)");
     int64_t done = 0;
     if (!resumeFrom.empty()) {
       Resumed r = resume(resumeFrom, g, seed);
@@ -329,10 +361,12 @@ int main(int argc, char** argv) {
     const bool fixed = fixedBatch || bench;  // one batch, uploaded once
     const bool tty = isatty(2) && !bench;
     std::vector<double> stepMs;
+    int64_t skippedInARow = 0;
     // One finished step's metrics line and progress.
     auto emit = [&](int64_t s, const Trainer::Metrics& m, double wallMs) {
       const double ms = m.ms >= 0 ? m.ms : wallMs;
       stepMs.push_back(ms);
+      skippedInARow = m.skipped ? skippedInARow + 1 : 0;
       if (metrics.is_open())
         metrics << fmt::format(R"({{"step": {}, "loss": {}, "loss_scale": {}, "skipped": {}, "grad_norm": {}, "lr": {}, "step_ms": {:.3f}}})",
                                s + 1, num(m.loss), num(m.lossScale), m.skipped ? "true" : "false", num(m.gradNorm), num(m.lr), ms)
@@ -345,6 +379,18 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "step {}/{}: loss {:.6f}, loss scale {:g}{}, grad norm {:.4g}, lr {:.4g}, {:.2f} ms\n", s + 1, steps, m.loss,
                    m.lossScale, m.skipped ? " (skipped)" : "", m.gradNorm, m.lr, ms);
       }
+      // The collapse guard: a run that only skips is not training (NaN/Inf data, a model that overflows).
+      if (maxSkipped > 0 && skippedInARow >= maxSkipped) {
+        if (metrics.is_open()) metrics.flush();
+        throw Error("step " + std::to_string(s + 1) + ": " + std::to_string(skippedInARow) +
+                    " steps in a row were skipped for Inf/NaN gradients (loss scale now " + fmt::format("{:g}", m.lossScale) +
+                    "); check the data with --check-data, and find the op with --explain-overflow (--max-skipped 0 runs on)");
+      }
+    };
+    // A checkpoint carries the metrics up to its step to disk first, so a resumed run continues them.
+    auto checkpoint = [&](int64_t step) {
+      if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
+      writeCheckpoint(ckptDir, g, step, data.position(), seed);
     };
     std::unique_ptr<Backend> backend = createCpuBackend();
     BenchReport report;
@@ -376,7 +422,7 @@ int main(int argc, char** argv) {
           std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
           std::cout.flush();
         }
-        if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
+        if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) checkpoint(s + 1);
       }
     } else {
 #if AMPC_CUDA_BUILT
@@ -402,7 +448,7 @@ int main(int argc, char** argv) {
         if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) {
           drain(trainer.flush());
           trainer.syncState();
-          writeCheckpoint(ckptDir, g, s + 1, data.position(), seed);
+          checkpoint(s + 1);
         }
       }
       drain(trainer.flush());
@@ -425,7 +471,7 @@ int main(int argc, char** argv) {
     }
     report.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
-    if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) writeCheckpoint(ckptDir, g, steps, data.position(), seed);
+    if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) checkpoint(steps);
     if (!savePath.empty()) {
       Safetensors st;
       for (const Value* p : plan.eval->params())
