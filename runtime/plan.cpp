@@ -263,6 +263,14 @@ LoadedPlan readPlan(const std::string& path) {
     if (!e.ParseFromString(p.eval_model())) throw Error(path + ": the eval graph does not parse");
     r.eval = importOnnxModel(e, "", path, io);
   }
+  // The structure the runtime relies on, checked before anything runs: both graphs, and the five
+  // metrics (loss, loss_scale, found_inf, grad_norm, lr) as one element each.
+  if (!r.eval) throw Error(path + ": the plan has no forward graph (eval_model); compile the model again");
+  if (r.step->outputs().size() < 5) throw Error(path + ": the step graph has fewer than the 5 metric outputs");
+  for (size_t i = 0; i < 5; ++i)
+    if (r.step->outputs()[i]->type().numel() != 1)
+      throw Error(path + ": metric output '" + r.step->outputs()[i]->name() + "' is " + r.step->outputs()[i]->type().str() +
+                  ", not one element");
   const auto& c = p.config();
   auto& o = r.options;
   o.precision = dtypeFromName(c.precision()).value_or(DType::f32);

@@ -128,6 +128,17 @@ struct LossGradK {
     const bool hasIgnore = c.node.hasAttr("ignore_index");
     const int64_t ignore = c.node.getInt("ignore_index", 0);
     const std::string red = c.node.getString("reduction", "mean");
+    // Everything an index or a size reads is checked first (a plan's graph is not trusted).
+    if (static_cast<int64_t>(labels.size()) != s.outer * s.inner)
+      c.fail("labels hold " + std::to_string(labels.size()) + " entries for " + std::to_string(s.outer * s.inner) + " positions");
+    if (!weights.empty() && static_cast<int64_t>(weights.size()) != s.axis)
+      c.fail("weights hold " + std::to_string(weights.size()) + " entries for " + std::to_string(s.axis) + " classes");
+    if (dl.size() != (red == "none" ? labels.size() : size_t{1}))
+      c.fail("the loss gradient holds " + std::to_string(dl.size()) + " elements; reduction '" + red + "' needs " +
+             std::to_string(red == "none" ? labels.size() : size_t{1}));
+    for (int64_t y : labels)
+      if (!(hasIgnore && y == ignore) && (y < 0 || y >= s.axis))
+        c.fail("label " + std::to_string(y) + " is outside [0, " + std::to_string(s.axis) + ")");
     C wsum = 0;
     for (size_t k = 0; k < labels.size(); ++k)
       if (!(hasIgnore && labels[k] == ignore)) wsum += weights.empty() ? C(1) : weights[labels[k]];
@@ -137,7 +148,6 @@ struct LossGradK {
         const size_t k = static_cast<size_t>(o * s.inner + i);
         const int64_t y = labels[k];
         if (hasIgnore && y == ignore) continue;
-        if (y < 0 || y >= s.axis) c.fail("label " + std::to_string(y) + " is outside [0, " + std::to_string(s.axis) + ")");
         const C w = weights.empty() ? C(1) : weights[y];
         const C g = (red == "none" ? dl[k] : red == "sum" ? dl[0] : dl[0] / wsum) * w;
         if (kSoftmax) {

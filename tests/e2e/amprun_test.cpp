@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "runtime/npy.h"
+#include "runtime/hash.h"
 #include "runtime/plan.pb.h"
 #include "runtime/safetensors.h"
 #include "tests/unit/test_util.h"
@@ -257,6 +258,19 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   r = run(kAmprun + " " + d.file("v1.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("plan format version 1 is older"), std::string::npos) << r.out;
+  // A plan whose checksum is right but whose structure is not (no forward graph) is refused too.
+  ASSERT_TRUE(pb.ParseFromString(bytes));
+  pb.clear_eval_model();
+  pb.clear_checksum();
+  std::string body = pb.SerializeAsString();
+  const uint64_t h = hash64(body.data(), body.size());
+  body.push_back(static_cast<char>((15 << 3) | 1));
+  for (int i = 0; i < 8; ++i) body.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+  writeBytes(d.file("noeval.ampplan"), body);
+  fs::copy(p + ".safetensors", d.file("noeval.ampplan.safetensors"));
+  r = run(kAmprun + " " + d.file("noeval.ampplan") + " --synthetic --int-range target=0:9 --steps 1 --save " + d.file("w.safetensors"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("has no forward graph"), std::string::npos) << r.out;
 }
 
 // The weights live once, in a safetensors file beside the plan, every tensor under its own hash: a

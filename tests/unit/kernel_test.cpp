@@ -501,3 +501,29 @@ TEST(KernelReference, RandomOpsDrawTheDropoutStream) {
   EXPECT_NE(run(7, 4)[0].data, a[0].data);  // a new step draws anew
   EXPECT_NE(run(8, 3)[1].data, a[1].data);  // and so does another seed
 }
+
+// A crafted loss gradient (a plan is not trusted): labels outside the classes, or a loss gradient
+// of the wrong size, are errors naming the node, checked before the class weights are read.
+TEST(KernelReference, LossGradientChecksLabelsBeforeReadingWeights) {
+  auto g = parseGraph(
+      "graph \"t\" opset 17 {\n  domain \"ampc\" 1\n  input %dl : f32[]\n  input %x : f32[2,3]\n  input %y : i64[2]\n  input %w : f32[3]\n"
+      "  %dx : f32[2,3] = ampc::SoftmaxCrossEntropyLossGrad(%dl, %x, %y, %w) @lossgrad\n  output %dx\n}\n",
+      "case");
+  auto backend = createCpuBackend();
+  std::map<std::string, Tensor> feeds{{"dl", Tensor::fromDoubles(DType::f32, {}, {1.0})},
+                                      {"x", Tensor::fromDoubles(DType::f32, {2, 3}, {0.1, 0.2, 0.3, -1, 0, 1})},
+                                      {"y", Tensor::fromInts(DType::i64, {2}, {1, 300})},
+                                      {"w", Tensor::fromDoubles(DType::f32, {3}, {1, 2, 3})}};
+  try {
+    evaluate(*g, feeds, *backend);
+    ADD_FAILURE() << "label 300 of 3 classes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 300 is outside [0, 3)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("lossgrad"), std::string::npos) << e.what();
+  }
+  feeds["y"] = Tensor::fromInts(DType::i64, {2}, {1, 2});
+  Tensor dx = evaluate(*g, feeds, *backend)[0];
+  // mean over weights 2 + 3: row 0's label 1 gets (softmax - 1) * 2 / 5.
+  double z = std::exp(0.1) + std::exp(0.2) + std::exp(0.3);
+  EXPECT_NEAR(dx.getDouble(1), (std::exp(0.2) / z - 1) * 2 / 5, 1e-6);
+}
