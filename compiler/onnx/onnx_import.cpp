@@ -26,6 +26,39 @@ namespace fs = std::filesystem;
 namespace ampc {
 namespace {
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool validUtf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (!len || i + len > n) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += len;
+  }
+  return true;
+}
+// s with every byte outside printable ASCII written \xNN (for messages about bad names).
+std::string escapedName(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) r += static_cast<char>(c);
+    else {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      r += b;
+    }
+  }
+  return r;
+}
+
 std::string nodeLabel(const onnx::NodeProto& n) {
   return "node '" + n.name() + "' (" + (n.domain().empty() || n.domain() == "ai.onnx" ? "" : n.domain() + ".") + n.op_type() + ")";
 }
@@ -181,6 +214,7 @@ class Importer {
     const auto& gp = m_.graph();
     g->name = gp.name().empty() ? "main" : gp.name();
     inlineFunctions();
+    checkNames(gp);
     readOpsets();
     readMetadata();
     checkOps();
@@ -424,6 +458,27 @@ class Importer {
       case onnx::AttributeProto::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
       case onnx::AttributeProto::TENSOR: return tensorFromProto(a.t(), what);
       default: fail(what + " has a kind ampc does not support (graphs, sparse tensors, type protos)");
+    }
+  }
+
+  // Every name is UTF-8 (names travel into plans, reports and JSON): one that is not is refused
+  // here, where the model can still be fixed, not by amprun later.
+  void checkNames(const onnx::GraphProto& gp) {
+    auto check = [&](const std::string& name, const std::string& what) {
+      if (!validUtf8(name)) fail(what + " '" + escapedName(name) + "' is not valid UTF-8");
+    };
+    check(gp.name(), "the graph's name");
+    for (const auto& v : gp.input()) check(v.name(), "graph input");
+    for (const auto& v : gp.output()) check(v.name(), "graph output");
+    for (const auto& t : gp.initializer()) check(t.name(), "initializer");
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const auto& n = nodes_[i];
+      const std::string where = "node " + std::to_string(i);
+      check(n.name(), where + "'s name");
+      check(n.op_type(), where + "'s op");
+      check(n.domain(), where + "'s domain");
+      for (const auto& v : n.input()) check(v, where + "'s input");
+      for (const auto& v : n.output()) check(v, where + "'s output");
     }
   }
 

@@ -116,6 +116,26 @@ TEST(OnnxImport, MutatedModelsNeverCrash) {
   EXPECT_GT(errors, 0);
 }
 
+// A name that is not UTF-8 (an invalid byte, an overlong form, a surrogate) is refused at import,
+// naming the file and showing the bytes, instead of making a plan that amprun cannot read.
+TEST(OnnxImport, NamesMustBeUtf8) {
+  TempDir d;
+  for (const std::string bad : {std::string("relu\xff"), std::string("a\xc0\xaf"), std::string("s\xed\xa0\x80")}) {
+    auto m = reluModel();
+    m.mutable_graph()->mutable_node(0)->set_name(bad);
+    writeModel(d.file("bad.onnx"), m);
+    expectImportError(d.file("bad.onnx"), {"bad.onnx", "node 0's name", "is not valid UTF-8"});
+  }
+  auto m = reluModel();
+  m.mutable_graph()->mutable_node(0)->set_name("r\xc3\xa9lu \xe2\x9c\x93");  // UTF-8: accepted
+  writeModel(d.file("ok.onnx"), m);
+  EXPECT_NO_THROW(importOnnxFile(d.file("ok.onnx")));
+  auto e = reluModel();
+  e.mutable_graph()->mutable_node(0)->set_name("relu\xff");
+  writeModel(d.file("esc.onnx"), e);
+  expectImportError(d.file("esc.onnx"), {"'relu\\xff'"});
+}
+
 TEST(OnnxImport, CycleNamesTheNode) {
   TempDir d;
   auto m = newModel();
