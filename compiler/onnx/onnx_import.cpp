@@ -772,9 +772,6 @@ class Importer {
     if (axes.empty()) return t;
     return {reduceNode(np, "ReduceSum", t.v, axes, 0), left};
   }
-  Value* einsumReshape(const onnx::NodeProto& np, Value* v, const std::vector<int64_t>& shape) {
-    return v->type().shape == shape ? v : step(np, "Reshape", {v, constI64(np, "shape", shape)});
-  }
   void lowerEinsum(const onnx::NodeProto& np, const std::string& out) {
     const auto* eq = findAttr(np, "equation", onnx::AttributeProto::STRING, "a string");
     if (!eq) fail(nodeLabel(np) + " needs an equation");
@@ -840,11 +837,11 @@ class Importer {
       };
       a = einsumTranspose(np, a, batch + am + con);
       b = einsumTranspose(np, b, batch + con + bn);
-      Value* av = einsumReshape(np, a.v, {prod(batch), prod(am), prod(con)});
-      Value* bv = einsumReshape(np, b.v, {prod(batch), prod(con), prod(bn)});
+      Value* av = reshapeTo(np, a.v, {prod(batch), prod(am), prod(con)});
+      Value* bv = reshapeTo(np, b.v, {prod(batch), prod(con), prod(bn)});
       std::vector<int64_t> shape;
       for (char c : batch + am + bn) shape.push_back(size[c]);
-      cur = {einsumReshape(np, step(np, "MatMul", {av, bv}), shape), batch + am + bn};
+      cur = {reshapeTo(np, step(np, "MatMul", {av, bv}), shape), batch + am + bn};
     }
     cur = einsumTranspose(np, einsumKeep(np, cur, result), result);
     step(np, "Identity", {cur.v}, {}, out);

@@ -129,8 +129,8 @@ void inferGather(InferContext& c) {
   c.setOut(0, TensorType{x.dtype, s});
 }
 
-// GatherElements(data, indices) {axis}: the result has the indices' shape.
-void inferGatherElements(InferContext& c) {
+// The indices of GatherElements / ScatterElements {axis} against their data (inputs 0 and 1).
+void checkElementsIndices(InferContext& c) {
   const auto& x = c.in(0);
   const auto& ind = c.in(1);
   c.check(x.rank() >= 1, "data must have rank >= 1");
@@ -139,7 +139,12 @@ void inferGatherElements(InferContext& c) {
   const int64_t ax = c.axis(c.node().getInt("axis", 0), x.rank());
   for (int64_t d = 0; d < x.rank(); ++d)
     c.check(d == ax || ind.shape[d] <= x.shape[d], "indices " + ind.str() + " are larger than the data " + x.str() + " off the axis");
-  c.setOut(0, TensorType{x.dtype, ind.shape});
+}
+
+// GatherElements(data, indices) {axis}: the result has the indices' shape.
+void inferGatherElements(InferContext& c) {
+  checkElementsIndices(c);
+  c.setOut(0, TensorType{c.in(0).dtype, c.in(1).shape});
 }
 
 // GatherND(data, indices) {batch_dims}: indices [B..., M..., k] pick slices of data [B..., D...]:
@@ -167,17 +172,10 @@ void checkScatterReduction(InferContext& c) {
   c.check(c.in(2).dtype == c.in(0).dtype, "updates " + c.in(2).str() + " must have the data's dtype " + c.in(0).str());
 }
 void inferScatterElements(InferContext& c) {
-  const auto& x = c.in(0);
-  const auto& ind = c.in(1);
-  c.check(x.rank() >= 1, "data must have rank >= 1");
-  c.check(ind.dtype == DType::i64 || ind.dtype == DType::i32, "indices must be i32 or i64, got " + ind.str());
-  c.check(ind.rank() == x.rank(), "indices " + ind.str() + " must have the data's rank " + std::to_string(x.rank()));
-  c.check(c.in(2).shape == ind.shape, "updates " + c.in(2).str() + " must have the indices' shape " + ind.str());
-  const int64_t ax = c.axis(c.node().getInt("axis", 0), x.rank());
-  for (int64_t d = 0; d < x.rank(); ++d)
-    c.check(d == ax || ind.shape[d] <= x.shape[d], "indices " + ind.str() + " are larger than the data " + x.str() + " off the axis");
+  checkElementsIndices(c);
+  c.check(c.in(2).shape == c.in(1).shape, "updates " + c.in(2).str() + " must have the indices' shape " + c.in(1).str());
   checkScatterReduction(c);
-  c.setOut(0, x);
+  c.setOut(0, c.in(0));
 }
 void inferScatterND(InferContext& c) {
   const auto& x = c.in(0);
