@@ -6,6 +6,9 @@
 //   therefore spreads forward through infer and clear ops until an allow op takes it low.
 //   Integer and bool tensors are never cast; custom-domain ops are FP32; an explicit Cast in the
 //   model keeps its target; user pins win over everything. Graph outputs keep their dtypes.
+//   An allow op whose results are only the angles of Sin/Cos (through clear ops) runs FP32: a
+//   rotary or sinusoidal embedding's positions x frequencies reach hundreds of radians, where a
+//   bf16 angle is off by a whole period (Hugging Face computes them with autocast disabled).
 #include "passes/autocast.h"
 
 #include <algorithm>
@@ -24,6 +27,7 @@ std::string_view ampRuleName(AmpRule r) {
     case AmpRule::Loss: return "loss (FP32)";
     case AmpRule::ExplicitCast: return "cast in the model";
     case AmpRule::NotFloat: return "no float data";
+    case AmpRule::Angle: return "angle of Sin/Cos (FP32)";
   }
   return "?";
 }
@@ -101,7 +105,29 @@ class AutocastPass : public Pass {
     return it != opts_.opCategories.end() ? it->second : n.def()->amp;
   }
 
-  Decision decide(const Node& n) const {
+  // Whether every use of n's results, followed through clear ops, is the input of Sin or Cos.
+  bool onlyAngles(const Graph& g, const Node& n) const {
+    std::vector<const Value*> work;
+    for (size_t i = 0; i < n.numResults(); ++i) work.push_back(n.result(i));
+    bool any = false;
+    for (size_t k = 0; k < work.size() && k < 256; ++k) {
+      if (g.isOutput(work[k]) || work[k]->uses().empty()) return false;
+      for (const auto& use : work[k]->uses()) {
+        const Node* u = use.user;
+        if (!u->def() || !u->domain().empty()) return false;
+        if (u->op() == "Sin" || u->op() == "Cos") {
+          any = true;
+        } else if (categoryOf(*u) == AmpCategory::Clear && !u->def()->explicitCast) {
+          for (size_t i = 0; i < u->numResults(); ++i) work.push_back(u->result(i));
+        } else {
+          return false;
+        }
+      }
+    }
+    return any && work.size() <= 256;
+  }
+
+  Decision decide(const Graph& g, const Node& n) const {
     const OpDef* d = n.def();
     bool anyFloat = false;
     for (const Value* v : n.inputs()) anyFloat |= v && isFloat(v->type().dtype);
@@ -111,7 +137,7 @@ class AutocastPass : public Pass {
     if (!d) return {DType::f32, AmpRule::CustomOp};
     if (d->explicitCast) return {std::nullopt, AmpRule::ExplicitCast};
     switch (categoryOf(n)) {
-      case AmpCategory::Allow: return {opts_.low, AmpRule::AllowList};
+      case AmpCategory::Allow: return onlyAngles(g, n) ? Decision{DType::f32, AmpRule::Angle} : Decision{opts_.low, AmpRule::AllowList};
       case AmpCategory::Deny: return {DType::f32, d->loss ? AmpRule::Loss : AmpRule::DenyList};
       case AmpCategory::Infer:
       case AmpCategory::Clear: {
@@ -150,7 +176,7 @@ class AutocastPass : public Pass {
 
   // Paints one node; returns the number of casts it inserted.
   int paint(Graph& g, Node* n) {
-    const Decision dec = decide(*n);
+    const Decision dec = decide(g, *n);
     int inserted = 0;
     if (dec.precision) {
       const uint32_t keep = n->def() ? n->def()->fp32Operands : 0;

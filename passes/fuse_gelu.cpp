@@ -8,6 +8,11 @@
 // intermediate value must have its one use inside the pattern. Eight forward nodes (and about
 // fifteen backward ones) become one each way, so the [tokens, 4 x width] activations are read and
 // written once instead of a dozen times.
+//
+// SiLU (swish), x * Sigmoid(x) in either operand order with the Sigmoid used only there, becomes one
+// ampc.Silu, whose backward is one ampc.SiluGrad: PyTorch's silu is one kernel each way, so a bf16
+// SiLU is rounded once, not after the Sigmoid and again after the Mul (and its gradient once, not
+// through the Sigmoid's and the Mul's separate gradients summed at low precision).
 #include <cmath>
 #include <vector>
 
@@ -108,6 +113,18 @@ struct Matcher {
   }
 };
 
+// r = Mul(x, Sigmoid(x)) (either order), the Sigmoid's result used only by r: the Sigmoid.
+Node* siluSigmoid(const Graph& g, const Node& r) {
+  if (!r.domain().empty() || r.op() != "Mul" || r.numInputs() != 2) return nullptr;
+  for (int i = 0; i < 2; ++i) {
+    Node* s = r.input(i) ? r.input(i)->producer() : nullptr;
+    if (s && s->domain().empty() && s->op() == "Sigmoid" && s->input(0) == r.input(1 - i) && singleUse(g, r.input(i)) &&
+        isFloat(r.input(1 - i)->type().dtype) && r.input(1 - i)->type().shape == r.result(0)->type().shape)
+      return s;
+  }
+  return nullptr;
+}
+
 class FuseGeluPass final : public Pass {
  public:
   std::string name() const override { return "fuse-gelu"; }
@@ -119,6 +136,20 @@ class FuseGeluPass final : public Pass {
     bool changed = false;
     for (Node* r : muls) {
       if (std::find(erased.begin(), erased.end(), r) != erased.end()) continue;
+      if (Node* s = siluSigmoid(g, *r)) {
+        g.domainOpsets.emplace(kGradDomain, 1);
+        Value* old = r->result(0);
+        const std::string oldName = old->name();
+        Node* silu = g.createNode("Silu", kGradDomain, {s->input(0)}, {{g.uniqueName(oldName + ".silu"), old->type()}}, r);
+        silu->setName(r->name() + "/Silu");
+        old->replaceAllUsesWith(silu->result(0));
+        g.eraseNode(r);
+        g.eraseNode(s);
+        erased.push_back(r);
+        g.renameValue(silu->result(0), oldName);
+        changed = true;
+        continue;
+      }
       Matcher m{g, {}};
       Value* x = nullptr;
       std::string form;

@@ -137,6 +137,7 @@ void gradGelu(GB& b) {
   if (approx != "none" && approx != "tanh") b.fail("unknown approximate '" + approx + "'");
   b.setGrad(0, b.op("GeluGrad", {b.dy(0), b.x(0)}, {{"approximate", approx}}, kGradDomain));
 }
+void gradSilu(GB& b) { b.setGrad(0, b.op("SiluGrad", {b.dy(0), b.x(0)}, {}, kGradDomain)); }
 void gradClip(GB& b) {
   Value* x = b.x(0);
   Value* inside = nullptr;
@@ -473,8 +474,16 @@ void registerGradOps(std::vector<OpDef>& t) {
   row("DropoutGrad", 2, 4, 1, inferDropoutGrad);
   row("GeluGrad", 2, 2, 1, inferGeluGrad);
   t.back().inplace = true;
+  row("SiluGrad", 2, 2, 1, inferGeluGrad);
+  t.back().inplace = true;
   // ampc.Gelu: ONNX's Gelu (opset 20) for graphs of older opsets (fuse-gelu makes it).
   t.push_back(OpDef{"Gelu", kGradDomain, 1, 1, 1, 1, 1, 1, AmpCategory::Infer, true, [](InferContext& c) {
+                      c.check(isFloat(c.in(0).dtype), "X must be a float tensor, got " + c.in(0).str());
+                      c.setOut(0, c.in(0));
+                    }});
+  t.back().inplace = true;
+  // ampc.Silu: x * sigmoid(x) in one op, rounded once (fuse-gelu makes it of x * Sigmoid(x)).
+  t.push_back(OpDef{"Silu", kGradDomain, 1, 1, 1, 1, 1, 1, AmpCategory::Infer, true, [](InferContext& c) {
                       c.check(isFloat(c.in(0).dtype), "X must be a float tensor, got " + c.in(0).str());
                       c.setOut(0, c.in(0));
                     }});
@@ -507,6 +516,7 @@ void attachGradRules(std::vector<OpDef>& t) {
       if (d.domain.empty() && d.name == name) d.grad = fn;
     if (d.domain == kGradDomain && d.name == "Attention") d.grad = gradAttention;
     if (d.domain == kGradDomain && d.name == "Gelu") d.grad = gradGelu;
+    if (d.domain == kGradDomain && d.name == "Silu") d.grad = gradSilu;
   }
 }
 

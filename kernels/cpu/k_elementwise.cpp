@@ -158,6 +158,29 @@ struct GeluGradK {
     narrow(dy, c.out(0));
   }
 };
+// ampc.Silu (fuse-gelu makes it of x * Sigmoid(x)) and its gradient dY * s (1 + x (1 - s)),
+// s = sigmoid(x): each computed in the compute type and rounded once.
+template <typename C>
+C sigmoidOf(C x) {
+  return x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x));
+}
+template <typename C>
+struct SiluK {
+  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x * sigmoidOf(x); }); }
+};
+template <typename C>
+struct SiluGradK {
+  static void run(KernelCtx& c) {
+    auto dy = widen<C>(c.in(0));
+    const auto x = widen<C>(c.in(1));
+    for (size_t i = 0; i < dy.size(); ++i) {
+      const C s = sigmoidOf(x[i]);
+      dy[i] = dy[i] * s * (C(1) + x[i] * (C(1) - s));
+    }
+    narrow(dy, c.out(0));
+  }
+};
+
 template <typename C>
 struct GeluK {
   static void run(KernelCtx& c) {
@@ -343,7 +366,7 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
       {"Erf", floatOp<ErfK>}, {"Sin", floatOp<SinK>}, {"Cos", floatOp<CosK>},
       {"HardSigmoid", floatOp<HardSigmoidK>}, {"HardSwish", floatOp<HardSwishK>}, {"Elu", floatOp<EluK>}, {"Selu", floatOp<SeluK>},
       {"Celu", floatOp<CeluK>}, {"Mish", floatOp<MishK>}, {"Floor", floatOp<FloorK>}, {"Ceil", floatOp<CeilK>},
-      {"Round", floatOp<RoundK>}, {"Sign", numericOp<SignK>}, {"PRelu", floatOp<PReluK>}, {"Mod", numericOp<ModK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
+      {"Round", floatOp<RoundK>}, {"Sign", numericOp<SignK>}, {"PRelu", floatOp<PReluK>}, {"Mod", numericOp<ModK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Silu", floatOp<SiluK>, "ampc"}, {"SiluGrad", floatOp<SiluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
       {"LeakyRelu", floatOp<LeakyReluK>}, {"Relu", numericOp<ReluK>}, {"Neg", numericOp<NegK>},
       {"Abs", numericOp<AbsK>}, {"Clip", numericOp<ClipK>}, {"IsNaN", floatOp<IsNaNK>}, {"IsInf", floatOp<IsInfK>},
       {"Add", numericOp<AddK>}, {"Sub", numericOp<SubK>}, {"Mul", numericOp<MulK>}, {"Div", numericOp<DivK>},

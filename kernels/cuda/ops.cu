@@ -79,6 +79,11 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
         const float k = 0.7978845608028654f, c3 = 0.044715f, t = tanhf(k * (b + c3 * b * b * b));
         return a * (0.5f * (1.0f + t) + 0.5f * b * (1.0f - t * t) * k * (1.0f + 3.0f * c3 * b * b));
       }
+      case Ew::Silu: return a * (a >= 0 ? 1.0f / (1.0f + expf(-a)) : expf(a) / (1.0f + expf(a)));
+      case Ew::SiluGrad: {
+        const float s = b >= 0 ? 1.0f / (1.0f + expf(-b)) : expf(b) / (1.0f + expf(b));
+        return a * s * (1.0f + b * (1.0f - s));
+      }
       case Ew::Softplus: return a > 0 ? a + log1pf(expf(-a)) : log1pf(expf(a));
       case Ew::LeakyRelu: return a >= 0 ? a : g.alpha * a;
       case Ew::Relu: return a > 0 ? a : (a != a ? a : 0.0f);
@@ -227,6 +232,8 @@ void launchVec(const EwArgs& a, cudaStream_t st) {
     case Ew::GeluGrad: ewVec<T, static_cast<int>(Ew::GeluGrad)><<<grid, 256, 0, st>>>(a); break;
     case Ew::GeluTanh: ewVec<T, static_cast<int>(Ew::GeluTanh)><<<grid, 256, 0, st>>>(a); break;
     case Ew::GeluTanhGrad: ewVec<T, static_cast<int>(Ew::GeluTanhGrad)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::Silu: ewVec<T, static_cast<int>(Ew::Silu)><<<grid, 256, 0, st>>>(a); break;
+    case Ew::SiluGrad: ewVec<T, static_cast<int>(Ew::SiluGrad)><<<grid, 256, 0, st>>>(a); break;
     default: ewVec<T, -1><<<grid, 256, 0, st>>>(a); break;
   }
 }

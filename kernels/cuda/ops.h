@@ -34,6 +34,8 @@ enum class Ew : int {
   Sin, Cos, HardSigmoid, HardSwish, Elu, Selu, Celu, Mish, Floor, Ceil, Round, Sign,
   // binary, late additions
   PRelu, Mod,
+  // SiLU x * sigmoid(x) (unary) and its gradient (dY, X) -> dY * SiLU'(X), each rounded once
+  Silu, SiluGrad,
 };
 // How an operand is read for output element i: at i (same shape), at 0 (one element), at
 // (i / div) % mod (its non-1 dims are one block of the output's dims: a row, a column, a mask over

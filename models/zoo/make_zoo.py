@@ -8,8 +8,8 @@ exporters, with PyTorch's own reference numbers on the same weights and batch.
 For each family it writes, under OUTDIR/FAMILY/:
     FAMILY.dynamo.onnx, FAMILY.torchscript.onnx   (an exporter that fails is named in report.json)
     inputs/NAME.npy        the batch (graph input names)
-    grads64/PARAM.npy      the same in f64 (the exact reference; --grads64-only FAMILY... adds it to an
-                           existing folder from its TorchScript export's weights)
+    grads64/PARAM.npy      the same in f64 (the exact reference; --grads64-only ZOO FAMILY... adds it to an
+                           existing folder from its export's weights)
     grads/PARAM.npy        torch.autograd's fp32 gradients on the initial weights (CPU), by
                            named_parameters() name; the .onnx files' "ampc.trainable" key lists
                            the initializer each parameter became
@@ -19,6 +19,7 @@ For each family it writes, under OUTDIR/FAMILY/:
                             "names": {exporter: {parameter: initializer}}}
                            (fp32_20 and AMP on CUDA when present, TF32 off; AMP is autocast,
                            with GradScaler at fp16)
+                           --amp-refs ZOO [FAMILY...] adds amp_grad_err, amp_fp16_cpu and amp_bf16_cpu (see amp_refs)
 OUTDIR/report.json says what exported and what failed, with the error.
 Every dropout probability is 0 and stochastic depth is off: masks cannot match across
 frameworks.
@@ -310,27 +311,108 @@ def write_grads64(model, inputs, d):
             np.save(os.path.join(d, "grads64", pname + ".npy"), p.grad.numpy())
 
 
-def grads64_only(name, zoo):
-    """Adds grads64/ to an existing zoo folder, weights from its TorchScript export (no exporter run)."""
+def rebuild(name, zoo):
+    """The family's model with the weights of its committed export (no exporter run), its batch and
+    its ref.json; exits when the rebuilt model's loss is not the reference's."""
     import onnx
     from onnx import numpy_helper
     torch.manual_seed(0)
-    model, _ = FAMILIES[name]()
+    model, make_inputs = FAMILIES[name]()
     zero_dropout(model)
     model.train()
     d = os.path.join(zoo, name)
-    proto = onnx.load(os.path.join(d, f"{name}.torchscript.onnx"))
-    w = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
-    state = model.state_dict()
-    model.load_state_dict({k: v for k, v in w.items() if k in state}, strict=False)
     ref = json.load(open(os.path.join(d, "ref.json")))
-    order = json.load(open(os.path.join(zoo, "report.json")))[name]["inputs"]  # the forward's argument order
+    exporter = "torchscript" if os.path.exists(os.path.join(d, f"{name}.torchscript.onnx")) else "dynamo"
+    proto = onnx.load(os.path.join(d, f"{name}.{exporter}.onnx"))
+    w = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
+    for param, init in ref.get("names", {}).get(exporter, {}).items():  # a parameter the exporter renamed (a tied weight)
+        if init in w:
+            w.setdefault(param, w[init])
+    state = model.state_dict()
+    missing = [k for k, v in model.named_parameters() if k not in w]
+    if missing:
+        sys.exit(f"{name}: the {exporter} export has no initializer for {missing[:5]}")
+    model.load_state_dict({k: v for k, v in w.items() if k in state}, strict=False)
+    order = list(make_inputs(torch.Generator().manual_seed(1234)))  # the forward's argument order
     inputs = {k: torch.from_numpy(np.load(os.path.join(d, "inputs", k + ".npy"))) for k in order}
     loss = model(*inputs.values())
     if abs(float(loss) - ref["loss0"]) > 1e-4 * abs(ref["loss0"]):
         sys.exit(f"{name}: rebuilt model's loss {float(loss)} is not the reference's {ref['loss0']}")
+    return model, inputs, ref, d
+
+
+def grads64_only(name, zoo):
+    """Adds grads64/ to an existing zoo folder, weights from its export (no exporter run)."""
+    model, inputs, _, d = rebuild(name, zoo)
     write_grads64(model, inputs, d)
     print(f"{name}: wrote grads64")
+
+
+def grad_error(grads, d):
+    """The median, over the parameters whose reference gradient is at least 1e-2 of the largest
+    (in L2), of |g - ref| / |ref|, against the folder's reference gradients (grads64/ where present,
+    else grads/): the measure tests/e2e/zoo_test.cpp applies to ampc's mixed-precision gradients.
+    A gradient that is 0 in exact arithmetic (a bias before a norm, a zero-initialised head's inputs)
+    is rounding noise in any precision and is left out."""
+    refdir = os.path.join(d, "grads64") if os.path.isdir(os.path.join(d, "grads64")) else os.path.join(d, "grads")
+    refs = {f[:-4]: np.load(os.path.join(refdir, f)).astype(np.float64) for f in os.listdir(refdir)}
+    largest = max(np.linalg.norm(r) for r in refs.values())
+    errs = [np.linalg.norm(grads[k].astype(np.float64) - r) / np.linalg.norm(r)
+            for k, r in refs.items() if np.linalg.norm(r) >= 1e-2 * largest]
+    return float(np.median(errs))
+
+
+def amp_grads(model, inputs, device, amp, scale):
+    """The first step's parameter gradients under autocast (the loss times scale, unscaled in f32)."""
+    m = copy.deepcopy(model).to(device)
+    args = [v.to(device) for v in inputs.values()]
+    with torch.autocast(device, dtype=amp):
+        loss = m(*args)
+    (loss.float() * scale).backward()
+    return {k: (p.grad.float() / scale).cpu().numpy() for k, p in m.named_parameters() if p.grad is not None}
+
+
+def amp_refs(name, zoo):
+    """Adds to an existing zoo folder's ref.json what the mixed-precision test compares against
+    besides PyTorch's CUDA AMP trajectory (run on the GPU machine, TF32 off):
+      amp_grad_err: {fp16, bf16}: the first step's AMP gradients' error (grad_error) on CUDA, fp16
+                    at the first loss scale PyTorch's GradScaler kept;
+      amp_fp16_cpu, amp_bf16_cpu: {"loss", "skipped"}: 20 steps of CPU autocast, a second implementation
+                    of the same AMP semantics (oneDNN rather than cuDNN/cuBLAS): where the two
+                    implementations part by more than 5%, no third can be held to 5% of either."""
+    model, inputs, ref, d = rebuild(name, zoo)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    errs = {"fp32": grad_error(fp32_grads(model, inputs, dev), d)}
+    lead = next((i for i, s in enumerate(ref["amp_fp16"]["skipped"]) if not s), 0)
+    for key, dt, scale in (("fp16", torch.float16, 65536.0 / 2 ** lead), ("bf16", torch.bfloat16, 1.0)):
+        try:
+            errs[key] = grad_error(amp_grads(model, inputs, dev, dt, scale), d)
+        except Exception as e:  # noqa: BLE001 - CPU autocast without fp16 (PyTorch < 2.4)
+            errs[key + "_error"] = str(e)[:300]
+    ref["amp_grad_err"] = errs
+    ref["amp_grad_err"]["device"] = dev
+    for key, dt in (("amp_fp16_cpu", torch.float16), ("amp_bf16_cpu", torch.bfloat16)):
+        with torch.autocast("cpu", dtype=dt):  # an old PyTorch disables CPU autocast at fp16 with a warning
+            if (torch.ones(2, 2) @ torch.ones(2, 2)).dtype != dt:
+                ref[key] = {"error": f"this PyTorch's CPU autocast does not run {dt}"}
+                continue
+        try:
+            l, s = sgd_losses(model, inputs, AMP_STEPS, "cpu", dt)
+            ref[key] = {"loss": l, "skipped": s, "device": "cpu"}
+        except Exception as e:  # noqa: BLE001 - an op CPU autocast lacks at this dtype
+            ref[key] = {"error": str(e)[:500]}
+    with open(os.path.join(d, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    print(f"{name}: gradient error {errs}; "
+          f"CPU bf16 {[round(x, 4) for x in ref['amp_bf16_cpu'].get('loss', [])]}", flush=True)
+
+
+def fp32_grads(model, inputs, device):
+    m = copy.deepcopy(model).to(device)
+    m(*[v.to(device) for v in inputs.values()]).backward()
+    return {k: p.grad.cpu().numpy() for k, p in m.named_parameters() if p.grad is not None}
 
 
 def make(name, out, report):
@@ -411,9 +493,9 @@ def make(name, out, report):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    if sys.argv[1] == "--grads64-only":
-        for name in sys.argv[3:]:
-            grads64_only(name, sys.argv[2])
+    if sys.argv[1] in ("--grads64-only", "--amp-refs"):
+        for name in sys.argv[3:] or [n for n in FAMILIES if os.path.exists(os.path.join(sys.argv[2], n, "ref.json"))]:
+            (grads64_only if sys.argv[1] == "--grads64-only" else amp_refs)(name, sys.argv[2])
         return
     out = sys.argv[1]
     names = sys.argv[2:] or list(FAMILIES)

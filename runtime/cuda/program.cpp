@@ -1138,6 +1138,8 @@ void Program::Lowering::lower() {
       if (op == "Gelu") return elementwise(t ? Ew::GeluTanh : Ew::Gelu, {in(0)});
       return elementwise(t ? Ew::GeluTanhGrad : Ew::GeluGrad, {in(0), in(1)});
     }
+    if (op == "Silu") return elementwise(Ew::Silu, {in(0)});
+    if (op == "SiluGrad") return elementwise(Ew::SiluGrad, {in(0), in(1)});
     if (op == "ConvGrad") return conv(true);
     if (op == "AveragePoolGrad") return pool(false, true);
     if (op == "ScatterAddFlat") {

@@ -126,11 +126,34 @@ TEST(Amprun, NonFiniteDataIsNamed) {
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
   for (int64_t i = 0; i < x.numel(); i += 64) x.setDouble(i, NAN);  // every sample: every step overflows
   writeNpy(d.file("data/x.npy"), x);
-  r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 100 --max-skipped 8");
+  r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 100 --max-skipped 8 --metrics " + d.file("m.jsonl"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("step 8: 8 steps in a row were skipped"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--explain-overflow"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.file("m.jsonl"))) << "a failed run left its metrics file";
+  // --min-scale: each step reports the scale it ran with, 65536 at step 1, halved by each skip: 512 at step 8.
+  r = run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 100 --max-skipped 0 --min-scale 1000");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("step 8: the loss scale fell to 512, below --min-scale 1000"), std::string::npos) << r.out;
   EXPECT_EQ(run(kAmprun + " " + p + " --data " + d.file("data") + " --steps 12 --max-skipped 0").code, 0);
+}
+
+// A resumed run that fails leaves the metrics file with its checkpoint's lines, as it found them.
+TEST(Amprun, FailedResumeKeepsTheCheckpointsMetrics) {
+  TempDir d;
+  writeDigitsWith(d, readNpy(kDigits + "/train/x.npy"));
+  const std::string p = makePlan(d, "fp16");
+  const std::string common = " --data " + d.file("data") + " --metrics " + d.file("m.jsonl") + " --checkpoint " + d.file("ck") + " --checkpoint-every 4";
+  ASSERT_EQ(run(kAmprun + " " + p + common + " --steps 4").code, 0);
+  const std::string before = readBytes(d.file("m.jsonl"));
+  ASSERT_FALSE(before.empty());
+  Tensor x = readNpy(kDigits + "/train/x.npy");
+  for (int64_t i = 0; i < x.numel(); i += 64) x.setDouble(i, NAN);
+  writeNpy(d.file("data/x.npy"), x);
+  auto r = run(kAmprun + " " + p + common + " --steps 40 --max-skipped 3 --resume " + d.file("ck"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("step 7: 3 steps in a row were skipped"), std::string::npos) << r.out;
+  EXPECT_EQ(readBytes(d.file("m.jsonl")), before);
 }
 
 // A checkpoint's metadata is not trusted: a negative or out-of-range data position, a step that is

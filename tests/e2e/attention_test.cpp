@@ -1,4 +1,4 @@
-// Fused attention and GELU (passes/fuse_attention.cpp, passes/fuse_gelu.cpp, kernels/cpu) on the CPU
+// Fused attention, GELU and SiLU (passes/fuse_attention.cpp, passes/fuse_gelu.cpp, kernels/cpu) on the CPU
 // reference: the passes find the attention and the GELU of transformers' GPT-2 (models/gpt2_tiny.onnx, exported by
 // tools/bench/export_models.py --gpt2-tiny) and of PyTorch's MultiheadAttention
 // (models/transformer.onnx); training the fused graph gives the losses and weights of the graph it
@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <random>
 
+#include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
 #include "compiler/ops/registry.h"
 #include "passes/autocast.h"
 #include "passes/pass.h"
 #include "passes/train_step.h"
 #include "runtime/backend.h"
+#include "runtime/evaluator.h"
 #include "runtime/trainer.h"
 
 using namespace ampc;
@@ -168,4 +170,62 @@ TEST(FusedAttentionPass, NoScoreTensorsRemain) {
     }
   EXPECT_EQ(scores, 0);
   EXPECT_EQ(count(*g, "AttentionGrad"), 2);
+}
+
+// fuse-gelu's SiLU: x * Sigmoid(x), in either operand order, becomes one ampc.Silu; a Sigmoid with
+// another use stays. The fused graph computes the same values (f64, fresh random data), and at
+// bf16 each output is the f32 SiLU of the bf16 input rounded once (PyTorch's silu), where the
+// unfused pair rounds after the Sigmoid and again after the Mul.
+TEST(FuseSilu, OneRoundingAtBf16) {
+  const char* text = R"(graph "silu" opset 17 {
+  input %x : f32[4,64]
+  %s : f32[4,64] = Sigmoid(%x)
+  %a : f32[4,64] = Mul(%x, %s)
+  %t : f32[4,64] = Sigmoid(%a)
+  %b : f32[4,64] = Mul(%t, %a)
+  %u : f32[4,64] = Sigmoid(%b)
+  %c : f32[4,64] = Mul(%b, %u)
+  %d : f32[4,64] = Add(%c, %u)
+  output %d
+})";
+  auto fused = parseGraph(text, "silu"), plain = parseGraph(text, "silu");
+  EXPECT_TRUE(createFuseGeluPass()->run(*fused));
+  EXPECT_EQ(count(*fused, "Silu"), 2) << "x*Sigmoid(x) and Sigmoid(a)*a";
+  EXPECT_EQ(count(*fused, "Sigmoid"), 1) << "the Sigmoid that the Add also reads is not fused";
+  verify(*fused);
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(-8, 8);
+  Tensor x(TensorType{DType::f32, {4, 64}});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, u(rng));
+  auto backend = createCpuBackend();
+  const Tensor want = evaluate(*plain, {{"x", x}}, *backend)[0], got = evaluate(*fused, {{"x", x}}, *backend)[0];
+  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(got.getDouble(i), want.getDouble(i), 1e-5 * (1 + std::fabs(want.getDouble(i)))) << i;
+
+  // At bf16 (an activation the model made bf16, as a Conv's output under autocast): one Silu is
+  // bf16(x * sigmoid(x)) exactly.
+  auto one = parseGraph(R"(graph "one" opset 17 {
+  input %x : f32[256]
+  %h : bf16[256] = Cast(%x) {to = 16}
+  %s : bf16[256] = Sigmoid(%h)
+  %y : bf16[256] = Mul(%s, %h)
+  output %y
+})", "one");
+  createFuseGeluPass()->run(*one);
+  ASSERT_EQ(count(*one, "Silu"), 1);
+  AutocastOptions ao;
+  ao.low = DType::bf16;
+  createAutocastPass(ao)->run(*one);
+  createCastCleanupPass()->run(*one);
+  Tensor xs(TensorType{DType::f32, {256}});
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.setDouble(i, u(rng));
+  const Tensor y = evaluate(*one, {{"x", xs}}, *backend)[0];
+  int rounded = 0;
+  for (int64_t i = 0; i < xs.numel(); ++i) {
+    const float xb = bf16ToFloat(floatToBf16(static_cast<float>(xs.getDouble(i))));
+    const float sig = xb >= 0 ? 1.0f / (1.0f + std::exp(-xb)) : std::exp(xb) / (1.0f + std::exp(xb));
+    const float exact = xb * sig;
+    ASSERT_EQ(static_cast<float>(y.getDouble(i)), bf16ToFloat(floatToBf16(exact))) << "element " << i << " of x = " << xb;
+    rounded += static_cast<float>(y.getDouble(i)) != exact;
+  }
+  EXPECT_GT(rounded, 0) << "the output was not rounded to bf16: autocast did not paint the Silu";
 }

@@ -7,11 +7,14 @@
 
 #include <cmath>
 #include <filesystem>
+#include <random>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "ampc/ampc.h"
+#include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "passes/autocast.h"
 #include "runtime/evaluator.h"
 #include "runtime/npy.h"
 #include "tests/e2e/model_refs.h"
@@ -187,4 +190,57 @@ TEST(AutocastCli, ReportAndOverrides) {
   r = test::run(ampc + " " + mlp + " --report --fp32-ops NoSuchOp");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("unknown op 'NoSuchOp'"), std::string::npos) << r.out;
+}
+
+// A rotary embedding's angles, positions x frequencies, run FP32 (HF computes them with autocast
+// off): at bf16 an angle near 2000 rad is off by up to 4 rad, a cosine of the wrong sign. The
+// MatMul that also feeds a non-angle use stays low. Fresh random frequencies each run.
+TEST(Autocast, RotaryAnglesRunFp32) {
+  const char* text = R"(graph "rope" opset 18 {
+  input %pos : i64[1,2048,1]
+  param %inv : f32[1,1,16]
+  input %h : f32[2048,16]
+  param %w : f32[16,16]
+  %p : f32[1,2048,1] = Cast(%pos) {to = 1}
+  %f : f32[1,2048,16] = MatMul(%p, %inv)
+  %e : f32[1,2048,32] = Concat(%f, %f) {axis = -1}
+  %c : f32[1,2048,32] = Cos(%e)
+  %s : f32[1,2048,32] = Sin(%e)
+  %hw : f32[2048,16] = MatMul(%h, %w)
+  %hs : f32[2048,16] = Sin(%hw)
+  %o : f32[2048,16] = Add(%hs, %hw)
+  output %c
+  output %s
+  output %o
+})";
+  auto g = parseGraph(text, "rope");
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(0.5, 1.0);
+  Tensor inv(TensorType{DType::f32, {1, 1, 16}}), w(TensorType{DType::f32, {16, 16}});
+  for (int64_t i = 0; i < inv.numel(); ++i) inv.setDouble(i, u(rng) / std::pow(10.0, i / 8.0));  // 1 .. 1e-2 rad per position
+  for (int64_t i = 0; i < w.numel(); ++i) w.setDouble(i, u(rng) - 0.75);
+  for (Value* p : g->params()) p->setData(p->name() == "inv" ? inv : w);
+  AutocastOptions ao;
+  ao.low = DType::bf16;
+  AutocastReport rep;
+  createAutocastPass(ao, &rep)->run(*g);
+  std::string angleRule, otherPrecision;
+  for (const auto& r : rep.rows)
+    if (r.op == "MatMul") (r.ir->result(0)->name() == "f" ? angleRule : otherPrecision) = r.precision + " " + r.rule;
+  EXPECT_EQ(angleRule, "f32 angle of Sin/Cos (FP32)");
+  EXPECT_EQ(otherPrecision.substr(0, 4), "bf16") << otherPrecision;
+
+  Tensor pos(TensorType{DType::i64, {1, 2048, 1}}), h(TensorType{DType::f32, {2048, 16}});
+  for (int64_t i = 0; i < 2048; ++i) pos.setDouble(i, static_cast<double>(i));
+  for (int64_t i = 0; i < h.numel(); ++i) h.setDouble(i, u(rng));
+  auto backend = createCpuBackend();
+  const auto outs = evaluate(*g, {{"pos", pos}, {"h", h}}, *backend);
+  double worst = 0;
+  for (int64_t t = 0; t < 2048; ++t)
+    for (int64_t j = 0; j < 32; ++j) {
+      const double angle = static_cast<double>(t) * static_cast<double>(static_cast<float>(inv.getDouble(j % 16)));
+      worst = std::max(worst, std::fabs(outs[0].getDouble(t * 32 + j) - std::cos(angle)));
+      worst = std::max(worst, std::fabs(outs[1].getDouble(t * 32 + j) - std::sin(angle)));
+    }
+  EXPECT_LT(worst, 1e-3) << "cos/sin of the positions against f64";
 }

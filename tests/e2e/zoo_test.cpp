@@ -9,7 +9,10 @@
 //   - fp16 (dynamic loss scaling) and bf16 plans over 20 SGD steps: the skipped steps within one
 //     of PyTorch AMP's (autocast, GradScaler at fp16), and every loss within 5% of PyTorch AMP's up
 //     to the step where PyTorch's own AMP run leaves its fp32 run by more than 5% (past that, the
-//     trajectory is too sensitive for two AMP runs to agree; the test prints that horizon).
+//     trajectory is too sensitive for two AMP runs to agree), and up to the step where PyTorch's CPU
+//     autocast leaves its CUDA autocast by more than 5% (two implementations of the same AMP); the
+//     test prints that horizon;
+//   - the first step's bf16 gradients as accurate, against the exact ones, as PyTorch AMP's.
 // The plans run on the CPU backend; AMPC_ZOO_DEVICE=cuda runs them on the GPU (amprun --device), and
 // AMPC_ZOO_BIN names the folder of ampc and amprun where the build folder is not at hand.
 // The families are found on disk: a new folder with a ref.json is a new case.
@@ -124,41 +127,82 @@ TEST_P(Zoo, ForwardLossMatchesPyTorch) {
   EXPECT_LT(rel(loss, want), 1e-4);
 }
 
-TEST_P(Zoo, GradientsAndTrainableSetMatchPyTorch) {
-  const Case& c = GetParam();
-  TempDir t;
-  const std::string g = t.file("grad.onnx");
-  auto r = run(kAmpc + " " + c.model() + " --grad --emit onnx -o " + g);
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = run(kAmpc + " " + g + " --eval --no-dropout --inputs " + (c.dir() / "inputs").string() + " --outputs " + t.path.string());
-  ASSERT_EQ(r.code, 0) << r.out;
-  // PyTorch's parameters are the grads/ files (named_parameters() names); ampc's are the
-  // <initializer>_grad outputs: both exporters name initializers after the parameters.
-  // ref.json's names map a parameter to the initializer the exporter made of it (a tied weight
-  // is named after one of its uses).
+namespace {
+
+// A case's gradients: ampc's (ampc --grad at a precision, evaluated on the CPU backend) and the
+// reference, PyTorch's f64 gradients (grads64/) where the folder has them (an ill-conditioned
+// model's f32 gradients, PyTorch's too, are off by up to a few percent), else its f32 (grads/).
+// PyTorch's are by named_parameters() name, ampc's <initializer>_grad outputs by initializer; both
+// exporters name initializers after the parameters, and ref.json's names map a parameter to the
+// initializer the exporter made of it (a tied weight is named after one of its uses).
+struct Gradients {
+  std::map<std::string, Tensor> ampc, ref;  // by initializer
+  bool exact = false;                        // ref is f64
+};
+
+Gradients gradients(const Case& c, const TempDir& t, const std::string& precision) {
+  Gradients r;
+  const std::string g = t.file("grad_" + precision + ".onnx");
+  const fs::path out = t.path / ("grads_" + precision);
+  fs::create_directories(out);
+  auto x = run(kAmpc + " " + c.model() + " --grad" + (precision == "fp32" ? "" : " --precision " + precision) + " --emit onnx -o " + g);
+  EXPECT_EQ(x.code, 0) << x.out;
+  x = run(kAmpc + " " + g + " --eval --no-dropout --inputs " + (c.dir() / "inputs").string() + " --outputs " + out.string());
+  EXPECT_EQ(x.code, 0) << x.out;
   const json ref = readJson(c.dir() / "ref.json");
   std::map<std::string, std::string> onnxName;
   if (ref.contains("names") && ref["names"].contains(c.exporter))
     for (const auto& [k, v] : ref["names"][c.exporter].items()) onnxName[k] = v.get<std::string>();
-  // The reference: PyTorch's f64 gradients (grads64/) where the folder has them, the exact ones (an
-  // ill-conditioned model's f32 gradients, PyTorch's too, are off by up to a few percent), else its f32.
-  const fs::path refGrads = fs::exists(c.dir() / "grads64") ? c.dir() / "grads64" : c.dir() / "grads";
-  std::set<std::string> torchParams, ampcParams;
-  std::map<std::string, std::string> torchOf;  // initializer -> reference file stem
-  for (const auto& e : fs::directory_iterator(refGrads)) {
+  r.exact = fs::exists(c.dir() / "grads64");
+  for (const auto& e : fs::directory_iterator(c.dir() / (r.exact ? "grads64" : "grads"))) {
     const std::string p = e.path().stem().string();
-    const std::string init = onnxName.count(p) ? onnxName[p] : p;
-    torchParams.insert(init);
-    torchOf[init] = p;
+    r.ref.emplace(onnxName.count(p) ? onnxName[p] : p, readNpy(e.path().string()));
   }
-  for (const auto& e : fs::directory_iterator(t.path)) {
+  for (const auto& e : fs::directory_iterator(out)) {
     const std::string f = e.path().filename().string();
-    if (f.size() > 9 && f.substr(f.size() - 9) == "_grad.npy") ampcParams.insert(f.substr(0, f.size() - 9));
+    if (f.size() > 9 && f.substr(f.size() - 9) == "_grad.npy") r.ampc.emplace(f.substr(0, f.size() - 9), readNpy(e.path().string()));
   }
-  ASSERT_FALSE(torchParams.empty());
+  return r;
+}
+
+double l2(const Tensor& t) {
+  double n2 = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) n2 += t.getDouble(i) * t.getDouble(i);
+  return std::sqrt(n2);
+}
+
+// Each parameter's gradient error: |got - ref| / max(|ref|, 1e-2 |largest ref|) in L2. The floor:
+// a gradient that is 0 in exact arithmetic (a key bias under softmax, a bias before a norm) is the
+// rounding noise of cancelling sums in both. make_zoo.py's grad_error is the median of the same.
+std::map<std::string, double> gradErrors(const Gradients& g) {
+  double largest = 0;
+  for (const auto& [p, r] : g.ref) largest = std::max(largest, l2(r));
+  EXPECT_GT(largest, 0.0);
+  std::map<std::string, double> e;
+  for (const auto& [p, r] : g.ref) {
+    auto it = g.ampc.find(p);
+    if (it == g.ampc.end()) continue;
+    EXPECT_EQ(it->second.type.shape, r.type.shape) << p;
+    if (it->second.type.shape != r.type.shape) continue;
+    double num = 0;
+    for (int64_t i = 0; i < r.numel(); ++i) num += std::pow(it->second.getDouble(i) - r.getDouble(i), 2);
+    e[p] = std::sqrt(num) / std::max(l2(r), 1e-2 * largest);
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST_P(Zoo, GradientsAndTrainableSetMatchPyTorch) {
+  const Case& c = GetParam();
+  TempDir t;
+  const Gradients g = gradients(c, t, "fp32");
+  ASSERT_FALSE(g.ref.empty());
   std::vector<std::string> extra, missing;
-  std::set_difference(ampcParams.begin(), ampcParams.end(), torchParams.begin(), torchParams.end(), std::back_inserter(extra));
-  std::set_difference(torchParams.begin(), torchParams.end(), ampcParams.begin(), ampcParams.end(), std::back_inserter(missing));
+  for (const auto& [p, _] : g.ampc)
+    if (!g.ref.count(p)) extra.push_back(p);
+  for (const auto& [p, _] : g.ref)
+    if (!g.ampc.count(p)) missing.push_back(p);
   auto join = [](const std::vector<std::string>& v) {
     std::string s;
     for (const auto& x : v) s += " " + x;
@@ -166,37 +210,15 @@ TEST_P(Zoo, GradientsAndTrainableSetMatchPyTorch) {
   };
   EXPECT_TRUE(extra.empty()) << "ampc trains what PyTorch does not:" << join(extra);
   EXPECT_TRUE(missing.empty()) << "ampc does not train:" << join(missing);
-  // Each gradient within 1e-4 of PyTorch's in relative L2, with an absolute floor of 1e-6 of the
-  // largest gradient's norm: a gradient that is 0 in exact arithmetic (a key bias under softmax, a
-  // bias before a norm) is the rounding noise of cancelling sums in both (f32's unit roundoff is
-  // 6e-8, summed over the batch and the positions).
-  std::map<std::string, std::pair<Tensor, Tensor>> pairs;
-  double largest = 0;
-  for (const auto& p : torchParams) {
-    if (!ampcParams.count(p)) continue;
-    Tensor got = readNpy(t.file(p + "_grad.npy")), want = readNpy((refGrads / (torchOf[p] + ".npy")).string());
-    ASSERT_EQ(got.type.shape, want.type.shape) << p;
-    double n2 = 0;
-    for (int64_t i = 0; i < want.numel(); ++i) n2 += want.getDouble(i) * want.getDouble(i);
-    largest = std::max(largest, std::sqrt(n2));
-    pairs.emplace(p, std::make_pair(std::move(got), std::move(want)));
-  }
-  ASSERT_GT(largest, 0.0);
+  // Each gradient within 1e-4 (f32's unit roundoff is 6e-8, summed over the batch and the positions).
   double worst = 0;
   std::string worstName;
-  for (const auto& [p, gw] : pairs) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < gw.second.numel(); ++i) {
-      const double d = gw.first.getDouble(i) - gw.second.getDouble(i);
-      num += d * d;
-      den += gw.second.getDouble(i) * gw.second.getDouble(i);
-    }
-    const double e = std::sqrt(num) / std::max(std::sqrt(den), 1e-2 * largest);  // 1e-4 of it: 1e-6 of the largest
+  for (const auto& [p, e] : gradErrors(g)) {
     if (e > worst) worst = e, worstName = p;
-    EXPECT_LT(e, 1e-4) << p << " (relative L2 " << relL2(gw.first, gw.second) << ")";
+    EXPECT_LT(e, 1e-4) << p << " (relative L2 " << relL2(g.ampc.at(p), g.ref.at(p)) << ")";
   }
-  std::printf("%s.%s: %zu gradients against PyTorch's %s, worst relative L2 %.2e (%s)\n", c.family.c_str(), c.exporter.c_str(),
-              torchParams.size(), refGrads.filename() == "grads64" ? "f64" : "f32", worst, worstName.c_str());
+  std::printf("%s.%s: %zu gradients against PyTorch's %s, worst error %.2e (%s)\n", c.family.c_str(), c.exporter.c_str(), g.ref.size(),
+              g.exact ? "f64" : "f32", worst, worstName.c_str());
 }
 
 TEST_P(Zoo, ThreeSgdStepsMatchPyTorch) {
@@ -214,6 +236,41 @@ TEST_P(Zoo, ThreeSgdStepsMatchPyTorch) {
                 got[i], want[i], rel(got[i], want[i]), tol);
     EXPECT_LT(rel(got[i], want[i]), tol) << "step " << i + 1;
   }
+}
+
+// The bf16 gradients of the first step, against the exact ones, are as accurate as PyTorch AMP's on
+// CUDA (ref.json's amp_grad_err, made by make_zoo.py --amp-refs with the same measure): the median
+// over parameters of each gradient's error within twice PyTorch's (issue 18's bound for the CPU
+// reference's f32 error). A single step is not chaotic, unlike a trajectory: an op that ampc rounds
+// where PyTorch does not, or a wrong mixed-precision gradient, shows here.
+TEST_P(Zoo, MixedPrecisionGradientsAsAccurateAsPyTorchAmp) {
+  const Case& c = GetParam();
+  const json ref = readJson(c.dir() / "ref.json");
+  ASSERT_TRUE(ref.contains("amp_grad_err") && ref["amp_grad_err"].contains("bf16"))
+      << "ref.json has no amp_grad_err: python3 models/zoo/make_zoo.py --amp-refs models/zoo " << c.family << " (on the GPU machine)";
+  TempDir t;
+  const Gradients g = gradients(c, t, "bf16");
+  // make_zoo.py's grad_error: over the parameters whose exact gradient is at least 1e-2 of the
+  // largest, the median of |got - exact| / |exact| (a gradient that is 0 in exact arithmetic is
+  // rounding noise in any precision).
+  double largest = 0;
+  for (const auto& [p, r] : g.ref) largest = std::max(largest, l2(r));
+  std::vector<double> v;
+  for (const auto& [p, r] : g.ref) {
+    auto it = g.ampc.find(p);
+    ASSERT_TRUE(it != g.ampc.end()) << "ampc's bf16 gradients lack " << p;
+    ASSERT_EQ(it->second.type.shape, r.type.shape) << p;
+    if (l2(r) >= 1e-2 * largest) v.push_back(relL2(it->second, r));
+  }
+  ASSERT_FALSE(v.empty());
+  std::sort(v.begin(), v.end());
+  const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  const double theirs = ref["amp_grad_err"]["bf16"].get<double>();
+  std::printf("%s.%s bf16: median gradient error %.3e over %zu parameters, PyTorch AMP (%s) %.3e, ratio %.2f; PyTorch fp32 %.3e\n",
+              c.family.c_str(), c.exporter.c_str(), median, v.size(), ref["amp_grad_err"].value("device", "?").c_str(), theirs,
+              median / theirs, ref["amp_grad_err"].value("fp32", 0.0));
+  EXPECT_LE(median, 2 * theirs);
+  EXPECT_GT(median, 1e-5) << "bf16 gradients as exact as f32 ones: the graph did not run at bf16";
 }
 
 // models/zoo/expectations.txt: "FAMILY.EXPORTER PRECISION reason" for each mixed-precision run known
@@ -248,10 +305,16 @@ TEST_P(Zoo, MixedPrecisionTracksPyTorchAmp) {
     ASSERT_EQ(fp32.size(), want.size());
     // The horizon: the steps before PyTorch's AMP leaves PyTorch's fp32 by more than 5% (a step
     // PyTorch's scaler skipped repeats the loss before it and is compared with that).
+    // It ends too where PyTorch's CPU autocast (a second implementation of the same semantics,
+    // amp_fp16_cpu/amp_bf16_cpu) leaves its CUDA autocast by more than 5%: past that step no third
+    // implementation can be held to 5% of either.
+    std::vector<double> other;
+    if (ref.contains(key + "_cpu") && ref[key + "_cpu"].contains("loss")) other = ref[key + "_cpu"]["loss"].get<std::vector<double>>();
     size_t horizon = 0;
     for (size_t i = 0, done = 0; i < want.size(); ++i) {
       done += i > 0 && wantSkipped[i - 1] == 0;
       if (rel(want[i], fp32[std::min(done, fp32.size() - 1)]) > 0.05) break;
+      if (i < other.size() && rel(other[i], want[i]) > 0.05) break;
       horizon = i + 1;
     }
     const std::string m = train(c, t, p, static_cast<int>(want.size()));
@@ -264,7 +327,7 @@ TEST_P(Zoo, MixedPrecisionTracksPyTorchAmp) {
       if (rel(got[i], want[i]) >= 0.05 && why.empty())
         why = "step " + std::to_string(i + 1) + ": " + std::to_string(got[i]) + " vs PyTorch AMP " + std::to_string(want[i]);
     }
-    if (horizon < 3) why += (why.empty() ? "" : "; ") + std::string("PyTorch's own AMP leaves its fp32 run within 2 steps");
+    if (horizon < 3) why += (why.empty() ? "" : "; ") + std::string("PyTorch's own AMP leaves its fp32 run, or its CPU autocast, within 2 steps");
     int ours = 0, theirs = 0;
     for (double x : skipped) ours += x != 0;
     for (int x : wantSkipped) theirs += x != 0;

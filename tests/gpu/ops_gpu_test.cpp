@@ -302,6 +302,9 @@ std::vector<Case> cases() {
                  "%y : $T[33,70] = ampc::Gelu(%x) {approximate = \"" + approx + "\"}\n"
                  "%dx : $T[33,70] = ampc::GeluGrad(%dy, %x) {approximate = \"" + approx + "\"}\noutput %y\noutput %dx",
                  {{"x", {2.5}}}});
+  c.push_back({"Silu_fused", "domain \"ampc\" 1\ninput %x : $T[33,70]\ninput %dy : $T[33,70]\n%y : $T[33,70] = ampc::Silu(%x)\n"
+                            "%dx : $T[33,70] = ampc::SiluGrad(%dy, %x)\noutput %y\noutput %dx",
+               {{"x", {6.0}}}});
   // A tiled Transpose reading f16/bf16 through the widening Cast in front (GPT-2's tied embedding
   // gradient), 2-d and batched; at f32 the Cast is not a widening one and both run.
   c.push_back({"Transpose_widened", "input %x : $T[70,130]\n%c : f32[70,130] = Cast(%x) {to = 1}\n%y : f32[130,70] = Transpose(%c) {perm = [1, 0]}\noutput %y"});

@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
   std::string betas, lossScale = "auto";
   app.add_option("--optimizer", train.optimizer, "plan: sgd, adam, adamw or lamb")->check(CLI::IsMember({"sgd", "adam", "adamw", "lamb"}));
   bool noFuse = false;
-  app.add_flag("--no-fuse", noFuse, "plans: keep attention and GELU as the model wrote them (no ampc.Attention, ampc.Gelu)");
+  app.add_flag("--no-fuse", noFuse,
+               "plans and --grad: keep attention, GELU and SiLU as the model wrote them (no ampc.Attention, ampc.Gelu, ampc.Silu)");
   bool trainStep = false;
   app.add_flag("--train", trainStep, "apply the training step (with the plan flags) before --emit text/onnx, to see it");
   app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
@@ -308,8 +309,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     AutocastReport ampReport;
-    // Plans (and --train, which shows a plan's graph) fuse attention and GELU before autocast paints them.
-    if ((plan || trainStep) && !noFuse) {
+    // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
+    // fuse attention, GELU and SiLU before autocast paints them.
+    if ((plan || trainStep || grad) && !noFuse) {
       pm.add(createFuseAttentionPass(adOpts));
       pm.add(createFuseGeluPass());
     }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -247,6 +248,7 @@ int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50;
+  double minScale = 0;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
        explainOverflow = false, checkData = false;
@@ -280,6 +282,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-data", checkData, "before step 1: scan --data for NaN and Inf and name the first bad sample");
   app.add_option("--max-skipped", maxSkipped,
                  "stop with an error after this many overflow-skipped steps in a row (default 50; 0: never)");
+  app.add_option("--min-scale", minScale, "stop with an error when the dynamic loss scale falls below this (default 0: never)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -312,6 +315,9 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --device " << device << ": no CUDA device is present\n";
     return 2;
   }
+  // A failed run leaves the metrics file as it found it: a fresh run's is removed, a resumed run's
+  // holds the lines up to its checkpoint again (so the next --resume continues it).
+  std::function<void()> undoMetrics;
   try {
     LoadedPlan plan = readPlan(planPath);
     if (dump) {
@@ -357,6 +363,15 @@ int main(int argc, char** argv) {
       metrics.open(metricsPath, std::ios::trunc);
       if (!metrics) throw Error(metricsPath + ": cannot write");
       for (const auto& l : kept) metrics << l << "\n";
+      undoMetrics = [&metricsPath, kept, resumed = done > 0] {
+        std::error_code ec;
+        if (!resumed) {
+          fs::remove(metricsPath, ec);
+          return;
+        }
+        std::ofstream out(metricsPath, std::ios::trunc);
+        for (const auto& l : kept) out << l << "\n";
+      };
     }
     const bool fixed = fixedBatch || bench;  // one batch, uploaded once
     const bool tty = isatty(2) && !bench;
@@ -380,8 +395,10 @@ int main(int argc, char** argv) {
                    m.lossScale, m.skipped ? " (skipped)" : "", m.gradNorm, m.lr, ms);
       }
       // The collapse guard: a run that only skips is not training (NaN/Inf data, a model that overflows).
+      if (minScale > 0 && m.lossScale < minScale)
+        throw Error("step " + std::to_string(s + 1) + ": the loss scale fell to " + fmt::format("{:g}", m.lossScale) + ", below --min-scale " +
+                    fmt::format("{:g}", minScale) + "; check the data with --check-data, and find the op with --explain-overflow");
       if (maxSkipped > 0 && skippedInARow >= maxSkipped) {
-        if (metrics.is_open()) metrics.flush();
         throw Error("step " + std::to_string(s + 1) + ": " + std::to_string(skippedInARow) +
                     " steps in a row were skipped for Inf/NaN gradients (loss scale now " + fmt::format("{:g}", m.lossScale) +
                     "); check the data with --check-data, and find the op with --explain-overflow (--max-skipped 0 runs on)");
@@ -481,9 +498,11 @@ int main(int argc, char** argv) {
     if (!evalDir.empty()) evaluateOn(evalDir, *plan.eval, g, *backend);
     if (bench) printBench(report, stepMs, steps - done, logEvery);
   } catch (const Error& e) {
+    if (undoMetrics) undoMetrics();
     std::cerr << "amprun: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
+    if (undoMetrics) undoMetrics();
     std::cerr << "amprun: error: " << e.what() << "\n";
     return 1;
   }
