@@ -273,8 +273,9 @@ TEST_P(Zoo, MixedPrecisionGradientsAsAccurateAsPyTorchAmp) {
   EXPECT_GT(median, 1e-5) << "bf16 gradients as exact as f32 ones: the graph did not run at bf16";
 }
 
-// models/zoo/expectations.txt: "FAMILY.EXPORTER PRECISION reason" for each mixed-precision run known
-// to miss the criterion; a listed run that starts to pass fails the test (remove its line).
+// models/zoo/expectations.txt: "FAMILY.EXPORTER PRECISION[@DEVICE] reason" for each mixed-precision
+// run known to miss the criterion (@cpu or @cuda: on that backend only); a listed run that starts to
+// pass fails the test (remove its line).
 std::map<std::string, std::string> ampExpectations() {
   std::map<std::string, std::string> r;
   std::ifstream in(kZoo / "expectations.txt");
@@ -336,7 +337,9 @@ TEST_P(Zoo, MixedPrecisionTracksPyTorchAmp) {
     for (size_t i = horizon; i < want.size(); ++i) after = std::max(after, rel(got[i], want[i]));
     std::printf("%s.%s %s: steps 1-%zu of %zu within %.2e of PyTorch AMP (after: %.2e), skipped %d (PyTorch %d)%s\n", c.family.c_str(),
                 c.exporter.c_str(), p, horizon, want.size(), worst, after, ours, theirs, why.empty() ? "" : (": " + why).c_str());
-    auto listed = expected.find(c.family + "." + c.exporter + " " + p);
+    const std::string name = c.family + "." + c.exporter + " " + p;
+    auto listed = expected.find(name + "@" + envOr("AMPC_ZOO_DEVICE", "cpu"));
+    if (listed == expected.end()) listed = expected.find(name);
     if (listed == expected.end()) EXPECT_TRUE(why.empty()) << p << ": " << why;
     else EXPECT_FALSE(why.empty()) << p << " passes but models/zoo/expectations.txt lists it (" << listed->second << "): remove the line";
   }
