@@ -48,7 +48,8 @@ DataSource DataSource::synthetic(const std::vector<const Value*>& inputs, uint64
   d.synthetic_ = true;
   d.intRanges_ = std::move(ranges);
   for (const auto& [name, r] : d.intRanges_) {
-    if (std::none_of(inputs.begin(), inputs.end(), [&](const Value* v) { return v->name() == name; }))
+    const std::string& n = name;  // (clang before 16 cannot capture a structured binding)
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const Value* v) { return v->name() == n; }))
       throw Error("--int-range names '" + name + "', which is not a graph input");
     if (r.first > r.second) throw Error("--int-range " + name + ": LO > HI");
   }

@@ -42,6 +42,17 @@ void BroadcastIter::next() {
   }
 }
 
+int64_t checkedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) throw Error(std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
+  return r;
+}
+int64_t checkedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) throw Error(std::to_string(a) + " x " + std::to_string(b) + " overflows int64");
+  return r;
+}
+
 int64_t normalizeAxis(int64_t a, int64_t r) {
   if (a < -r || a >= std::max<int64_t>(r, 1))
     throw Error("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
@@ -65,19 +76,19 @@ Window windowOf(const Node& n, const std::vector<int64_t>& in, const std::vector
     if (s <= 0 || d <= 0 || k <= 0) throw Error("strides, dilations and kernel must be positive");
     int64_t pb = pads[i], pe = pads[i + sp];
     if (pb < 0 || pe < 0) throw Error("pads must be non-negative");
-    int64_t ext = (k - 1) * d + 1, out;
+    int64_t ext = checkedAdd(checkedMul(k - 1, d), 1), out;
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      out = (in[i] + s - 1) / s;
-      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in[i]);
+      out = in[i] / s + (in[i] % s != 0);
+      int64_t total = std::max<int64_t>(0, checkedAdd(checkedMul(out - 1, s), ext) - in[i]);
       pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
       pe = total - pb;
     } else {
       if (autoPad == "VALID") pb = pe = 0;
       else if (autoPad != "NOTSET") throw Error("unknown auto_pad '" + autoPad + "'");
-      int64_t span = in[i] + pb + pe - ext;
+      const int64_t padded = checkedAdd(checkedAdd(in[i], pb), pe), span = padded - ext;
       if (span < 0)
-        throw Error("the window (" + std::to_string(ext) + ") is larger than the padded input (" + std::to_string(in[i] + pb + pe) + ")");
-      out = (ceilMode ? (span + s - 1) / s : span / s) + 1;
+        throw Error("the window (" + std::to_string(ext) + ") is larger than the padded input (" + std::to_string(padded) + ")");
+      out = (ceilMode ? span / s + (span % s != 0) : span / s) + 1;
       if (ceilMode && (out - 1) * s >= in[i] + pb) --out;  // the last window would start in the padding
     }
     w.padBegin.push_back(pb);
@@ -122,8 +133,10 @@ SliceSpec sliceSpecOf(const std::vector<int64_t>& x, const std::vector<int64_t>&
       b = clampIdx(starts[i], 0, dim - 1);
       e = ends[i] < -dim ? -1 : clampIdx(ends[i], -1, dim - 1);
     }
-    int64_t len = st > 0 ? (e - b + st - 1) / st : (b - e + (-st) - 1) / (-st);
-    s.out[ax] = std::max<int64_t>(0, len);
+    // ceil(span / |step|) without overflow (|step| may be INT64_MIN's magnitude).
+    const int64_t span = st > 0 ? e - b : b - e;
+    const uint64_t mag = st > 0 ? static_cast<uint64_t>(st) : uint64_t{0} - static_cast<uint64_t>(st);
+    s.out[ax] = span <= 0 ? 0 : static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / mag + 1);
     s.start[ax] = b;
     s.step[ax] = st;
   }

@@ -13,6 +13,11 @@ namespace ampc {
 
 std::vector<int64_t> stridesOf(const std::vector<int64_t>& shape);  // row-major, in elements
 
+// int64 arithmetic of shape rules and geometry: an overflow throws Error ("... overflows int64")
+// instead of wrapping to a wrong shape.
+int64_t checkedAdd(int64_t a, int64_t b);
+int64_t checkedMul(int64_t a, int64_t b);
+
 // Index of the input element that output element `i` reads under numpy broadcasting.
 int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& outShape, const std::vector<int64_t>& inShape);
 

@@ -12,6 +12,15 @@
 namespace ampc {
 namespace {
 
+// checkedAdd/checkedMul failing with the node named.
+int64_t checked(const InferContext& c, int64_t (*op)(int64_t, int64_t), int64_t a, int64_t b) {
+  try {
+    return op(a, b);
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+}
+
 // ---- Reshape
 void inferReshape(InferContext& c) {
   auto target = c.constInts(1);
@@ -28,7 +37,7 @@ void inferReshape(InferContext& c) {
       infer = static_cast<int64_t>(i);
     } else {
       c.check(target[i] >= 0, "negative dim in the target shape");
-      known *= target[i];
+      known = checked(c, checkedMul, known, target[i]);
     }
   }
   int64_t n = c.in(0).numel();
@@ -72,7 +81,7 @@ void inferConcat(InferContext& c) {
     c.check(t.rank() == first.rank(), "input " + std::to_string(i) + " rank differs: " + t.str() + " vs " + first.str());
     for (int64_t d = 0; d < first.rank(); ++d)
       if (d != ax) c.check(t.shape[d] == s[d], "input " + std::to_string(i) + " " + t.str() + " differs off the concat axis");
-    s[ax] += t.shape[ax];
+    s[ax] = checked(c, checkedAdd, s[ax], t.shape[ax]);
   }
   c.setOut(0, TensorType{first.dtype, s});
 }
@@ -86,7 +95,12 @@ void inferSplit(InferContext& c) {
   if (c.hasInput(1)) {
     sizes = c.constInts(1);
     c.check(static_cast<int64_t>(sizes.size()) == n, "split has " + std::to_string(sizes.size()) + " entries for " + std::to_string(n) + " outputs");
-    c.check(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == dim, "split sizes do not sum to the axis length " + std::to_string(dim));
+    int64_t sum = 0;
+    for (int64_t v : sizes) {
+      c.check(v >= 0, "split sizes must be non-negative");
+      sum = checked(c, checkedAdd, sum, v);
+    }
+    c.check(sum == dim, "split sizes do not sum to the axis length " + std::to_string(dim));
   } else {
     if (c.node().hasAttr("num_outputs")) c.check(c.node().getInt("num_outputs", 0) == n, "num_outputs differs from the number of outputs");
     int64_t chunk = (dim + n - 1) / n;
@@ -235,7 +249,7 @@ void inferTile(InferContext& c) {
   auto s = c.in(0).shape;
   for (size_t i = 0; i < s.size(); ++i) {
     c.check(rep[i] >= 0, "repeats must be non-negative");
-    s[i] *= rep[i];
+    s[i] = checked(c, checkedMul, s[i], rep[i]);
   }
   c.setOut(0, TensorType{c.in(0).dtype, s});
 }
@@ -247,7 +261,7 @@ void inferFlatten(InferContext& c) {
   c.check(a >= -x.rank() && a <= x.rank(), "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(x.rank()));
   if (a < 0) a += x.rank();
   int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < x.rank(); ++i) (i < a ? outer : inner) *= x.shape[i];
+  for (int64_t i = 0; i < x.rank(); ++i) (i < a ? outer : inner) = checked(c, checkedMul, i < a ? outer : inner, x.shape[i]);
   c.setOut(0, TensorType{x.dtype, {outer, inner}});
 }
 
@@ -266,7 +280,7 @@ void inferPad(InferContext& c) {
   size_t n = axes.size();
   for (size_t i = 0; i < n; ++i) {
     int64_t ax = c.axis(axes[i], x.rank());
-    s[ax] += pads[i] + pads[i + n];
+    s[ax] = checked(c, checkedAdd, s[ax], checked(c, checkedAdd, pads[i], pads[i + n]));
     c.check(s[ax] >= 0, "pads shrink axis " + std::to_string(ax) + " below zero");
   }
   c.setOut(0, TensorType{x.dtype, s});

@@ -41,6 +41,9 @@ std::vector<int64_t> InferContext::constInts(size_t i) const {
 }
 
 void InferContext::setOut(size_t i, TensorType t) {
+  // Every shape rule's result: no negative dim, an element count that fits (a rule's arithmetic
+  // gone wrong is refused here rather than allocated or indexed).
+  if (!t.sizeFits()) fail("output " + std::to_string(i) + " would be " + t.str() + ": a negative dim or more elements than fit");
   if (outputs.size() <= i) outputs.resize(i + 1);
   outputs[i] = std::move(t);
 }

@@ -58,13 +58,30 @@ AMPC_UNARY_FLOAT(SoftplusK, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(st
 #undef AMPC_UNARY_FLOAT
 
 // Unary numeric ops (floats and integers).
+// Integer results that leave int64 (a shape computation folded at compile time, a crafted model)
+// are an error naming the node, never a wrapped value.
+template <typename C>
+C checkedInt(KernelCtx& c, bool overflowed, C r, const char* what) {
+  if (overflowed) c.fail(std::string("integer overflow in ") + what + " (the result leaves int64)");
+  return r;
+}
 template <typename C>
 struct NegK {
-  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return -x; }); }
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>)
+      unaryMap<C>(c, [&c](C x) -> C { return x == std::numeric_limits<C>::min() ? checkedInt(c, true, x, "Neg") : -x; });
+    else
+      unaryMap<C>(c, [](C x) -> C { return -x; });
+  }
 };
 template <typename C>
 struct AbsK {
-  static void run(KernelCtx& c) { unaryMap<C>(c, [](C x) -> C { return x < 0 ? -x : x; }); }
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>)
+      unaryMap<C>(c, [&c](C x) -> C { return x == std::numeric_limits<C>::min() ? checkedInt(c, true, x, "Abs") : (x < 0 ? -x : x); });
+    else
+      unaryMap<C>(c, [](C x) -> C { return x < 0 ? -x : x; });
+  }
 };
 template <typename C>
 struct ReluK {
@@ -220,15 +237,42 @@ struct ClipK {
 // Binary ops.
 template <typename C>
 struct AddK {
-  static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a + b; }); }
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>)
+      binaryMap<C>(c, [&c](C a, C b) -> C {
+        C r;
+        const bool over = __builtin_add_overflow(a, b, &r);
+        return checkedInt(c, over, r, "Add");
+      });
+    else
+      binaryMap<C>(c, [](C a, C b) -> C { return a + b; });
+  }
 };
 template <typename C>
 struct SubK {
-  static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a - b; }); }
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>)
+      binaryMap<C>(c, [&c](C a, C b) -> C {
+        C r;
+        const bool over = __builtin_sub_overflow(a, b, &r);
+        return checkedInt(c, over, r, "Sub");
+      });
+    else
+      binaryMap<C>(c, [](C a, C b) -> C { return a - b; });
+  }
 };
 template <typename C>
 struct MulK {
-  static void run(KernelCtx& c) { binaryMap<C>(c, [](C a, C b) -> C { return a * b; }); }
+  static void run(KernelCtx& c) {
+    if constexpr (std::is_integral_v<C>)
+      binaryMap<C>(c, [&c](C a, C b) -> C {
+        C r;
+        const bool over = __builtin_mul_overflow(a, b, &r);
+        return checkedInt(c, over, r, "Mul");
+      });
+    else
+      binaryMap<C>(c, [](C a, C b) -> C { return a * b; });
+  }
 };
 template <typename C>
 struct DivK {

@@ -162,12 +162,15 @@ struct ReduceK {
     for (size_t i = 0; i < x.size(); ++i, it.next()) {
       C& o = out[it.offset()];
       const C v = x[i];
-      if constexpr (kOp == Red::Sum || kOp == Red::Mean) o += v;
+      if constexpr ((kOp == Red::Sum || kOp == Red::Mean) && std::is_integral_v<C>) {
+        if (__builtin_add_overflow(o, v, &o)) c.fail("integer overflow in the sum (the result leaves int64)");
+      } else if constexpr (kOp == Red::Sum || kOp == Red::Mean) o += v;
       else if constexpr (kOp == Red::Max) o = (v > o || v != v) ? v : o;
       else o = (v < o || v != v) ? v : o;
     }
     if constexpr (kOp == Red::Mean) {
       const C n = static_cast<C>(outN ? static_cast<int64_t>(x.size()) / outN : 0);
+      if (std::is_integral_v<C> && n == 0) c.fail("the mean of an empty integer tensor");
       for (auto& o : out) o /= n;
     }
     narrow(out, c.out(0));

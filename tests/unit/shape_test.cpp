@@ -210,6 +210,19 @@ const Case kCases[] = {
     {17, "input %x : f32[2,3]", 1, "Cast(%x) {to = 10}", "f16[2,3]"},
     {17, "input %x : f32[2,3]", 1, "Cast(%x) {to = 8}", "error: 'to' names a dtype ampc does not support"},
     {17, "input %x : f32[2,3]\n input %y : bf16[]", 1, "CastLike(%x, %y)", "bf16[2,3]"},
+    // int64 arithmetic that would wrap is refused, naming the node (issue 21: these compiled to
+    // wrapped shapes such as f32[0,3,4]).
+    {17, "input %x : f32[2,3]\n const %p : i64[4] = [9223372036854775807, 0, 1, 0]", 1, "Pad(%x, %p)", "error: overflows int64"},
+    {17, "input %x : f32[2,3]\n const %p : i64[4] = [0, 0, -9223372036854775807, 0]", 1, "Pad(%x, %p)", "error: pads shrink axis"},
+    {17, "input %x : f32[5,3]\n const %st : i64[1] = [4]\n const %en : i64[1] = [-9223372036854775807]\n const %ax : i64[1] = [0]\n"
+         " const %sp : i64[1] = [-9223372036854775808]", 1, "Slice(%x, %st, %en, %ax, %sp)", "f32[1,3]"},
+    {17, "input %x : f32[5,3]\n const %st : i64[1] = [0]\n const %en : i64[1] = [5]\n const %ax : i64[1] = [0]\n"
+         " const %sp : i64[1] = [9223372036854775807]", 1, "Slice(%x, %st, %en, %ax, %sp)", "f32[1,3]"},
+    {17, "input %x : f32[65536,65536]\n const %r : i64[2] = [65536, 65536]", 1, "Tile(%x, %r)", "error: more elements than fit"},
+    {17, "input %x : f32[2,3]\n const %r : i64[2] = [4611686018427387904, 3]", 1, "Tile(%x, %r)", "error: overflows int64"},
+    {17, "input %x : f32[2,3]\n const %s : i64[2] = [4611686018427387904, 4]", 1, "Reshape(%x, %s)", "error: overflows int64"},
+    {17, "input %x : f32[7]\n const %s : i64[2] = [9223372036854775807, -9223372036854775800]", 2, "Split(%x, %s)", "error: split sizes must be non-negative"},
+    {17, "input %x : f32[1,1,8,8]\n param %w : f32[1,1,3,3]", 1, "Conv(%x, %w) {dilations = [4611686018427387904, 1]}", "error: overflows int64"},
 };
 
 }  // namespace
