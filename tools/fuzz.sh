@@ -27,7 +27,7 @@ cp tests/golden/*.ir "$seeds/ir_text/"
 ASAN_OPTIONS=detect_leaks=0 build-fuzz/tools/ampc models/mlp.onnx --precision fp16 --optimizer adamw -o "$seeds/seed.ampplan" >/dev/null
 head -c -9 "$seeds/seed.ampplan" > "$seeds/plan/mlp.body"   # the body: fuzz_plan appends the checksum
 cp "$seeds/seed.ampplan.safetensors" "$seeds/safetensors/"
-find models/ref tests/golden -name '*.npy' 2>/dev/null | head -20 | while read -r f; do cp "$f" "$seeds/npy/$(echo "$f" | tr / _)"; done
+for f in $(find models/ref -name '*.npy' | sort | awk 'NR % 9 == 1 && ++n <= 24'); do cp "$f" "$seeds/npy/$(echo "$f" | tr / _)"; done
 status=0
 for d in "${drivers[@]}"; do
   corpus=build-fuzz/corpus/$d

@@ -2,7 +2,7 @@
 # Installs every build and test dependency from Debian's packages. Idempotent: it does nothing
 # when all are present. CUDA 13 is expected at /usr/local/cuda (the build goes on without it).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ ccache pkg-config
+pkgs=(cmake ninja-build g++ ccache pkg-config clang libclang-rt-14-dev libomp-dev
       libonnx-dev libprotobuf-dev protobuf-compiler libgtest-dev libcli11-dev nlohmann-json3-dev
       libfmt-dev libbenchmark-dev libxxhash-dev
       python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn libonnx-testdata)
