@@ -41,7 +41,10 @@ for i in $(seq 1 "$trials"); do
   if cmp -s "$s" "$work/ref.safetensors" && [ "$(strip "$m")" = "$(strip "$work/ref.jsonl")" ]; then
     ok=$((ok + 1))
   else
-    echo "killtest: trial $i differs from the uninterrupted run:"; tail -3 "$work/out$i"
+    echo "killtest: trial $i differs from the uninterrupted run:"
+    cmp "$s" "$work/ref.safetensors" || true
+    diff <(strip "$m") <(strip "$work/ref.jsonl") | head -6 || true
+    tail -3 "$work/out$i"
   fi
 done
 echo "killtest: $ok of $trials trials equal the uninterrupted run (weights byte-identical, metrics equal), after $kills kills; a full run takes ${full_ms} ms"

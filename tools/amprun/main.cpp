@@ -358,19 +358,32 @@ int main(int argc, char** argv) {
       std::ifstream in(metricsPath);
       for (std::string line; std::getline(in, line) && static_cast<int64_t>(kept.size()) < done;) kept.push_back(line);
     }
+    // A resumed run's file is cut back to the checkpoint by replacing it whole (a temporary file
+    // renamed over it), never truncated in place: a kill between a truncation and the rewrite
+    // would lose the lines before the checkpoint.
+    auto replaceMetrics = [&metricsPath](const std::vector<std::string>& lines) {
+      const std::string tmp = metricsPath + ".tmp";
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        for (const auto& l : lines) out << l << "\n";
+        if (!out.flush()) throw Error(metricsPath + ": cannot write");
+      }
+      std::error_code ec;
+      fs::rename(tmp, metricsPath, ec);
+      if (ec) throw Error(metricsPath + ": rename failed: " + ec.message());
+    };
     std::ofstream metrics;
     if (!metricsPath.empty()) {
-      metrics.open(metricsPath, std::ios::trunc);
+      if (done > 0) replaceMetrics(kept);
+      metrics.open(metricsPath, done > 0 ? std::ios::app : std::ios::trunc);
       if (!metrics) throw Error(metricsPath + ": cannot write");
-      for (const auto& l : kept) metrics << l << "\n";
-      undoMetrics = [&metricsPath, kept, resumed = done > 0] {
+      undoMetrics = [&metricsPath, replaceMetrics, kept, resumed = done > 0] {
         std::error_code ec;
-        if (!resumed) {
-          fs::remove(metricsPath, ec);
-          return;
-        }
-        std::ofstream out(metricsPath, std::ios::trunc);
-        for (const auto& l : kept) out << l << "\n";
+        if (!resumed) fs::remove(metricsPath, ec);
+        else try {
+            replaceMetrics(kept);
+          } catch (const Error&) {
+          }
       };
     }
     const bool fixed = fixedBatch || bench;  // one batch, uploaded once
