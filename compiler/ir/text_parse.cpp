@@ -146,6 +146,10 @@ class Parser {
     return t;
   }
   Tensor parseTensorData(const TensorType& t) {
+    // Each element takes at least one character: a type larger than the rest of the text cannot
+    // be filled, and is refused before its bytes are allocated.
+    if (t.numel() > static_cast<int64_t>(s_.size() - std::min(pos_, s_.size())))
+      fail("the text holds fewer than the " + std::to_string(t.numel()) + " elements of " + t.str());
     Tensor r(t);
     expect('[');
     int64_t i = 0;

@@ -65,4 +65,6 @@ TEST(Text, ErrorsNameLineAndColumn) {
   expectError("graph \"g\" opset 17 {\n  input %x : f32[2]\n  input %x : f32[2]\n", "t.ir:3:9: value %x is defined twice");
   expectError("graph \"g\" opset 17 {\n  const %c : i64[2] = [1]\n}\n", "1 elements for i64[2]");
   expectError("graph \"g\" opset 17 {\n  input %x : f32[2]\n", "expected input, param, const, output or a node");
+  // A constant declared larger than its text is refused before 1.2 TB is allocated (fuzz_ir_text).
+  expectError("graph \"g\" opset 17 {\n  const %c : i64[155555555555] = [2]\n}\n", "the text holds fewer than the 155555555555 elements");
 }
