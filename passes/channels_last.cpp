@@ -35,8 +35,11 @@ std::set<const Value*> placeChannelsLast(const Graph& g) {
     else if (layoutCandidate(a)) pinned.insert(a);
     else if (layoutCandidate(b)) pinned.insert(b);
   };
+  // Elementwise ops the CUDA backend runs on flat memory: any layout, the same for all operands.
   static const std::set<std::string> kElementwise = {"Add", "Sub", "Mul", "Div", "Where", "Relu", "Cast", "Greater", "Less",
-                                                     "GreaterOrEqual", "LessOrEqual", "Equal", "Neg", "Abs", "Identity"};
+                                                     "GreaterOrEqual", "LessOrEqual", "Equal", "Neg", "Abs", "Identity",
+                                                     "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip"};
+  static const std::set<std::string> kAmpcElementwise = {"Silu", "SiluGrad", "Gelu", "GeluGrad"};
   for (const auto& np : g.nodes()) {
     const Node& n = *np;
     const std::string& op = n.op();
@@ -57,7 +60,7 @@ std::set<const Value*> placeChannelsLast(const Graph& g) {
       if (fwd && n.inputs().size() > 2 && n.inputs()[2]) pinned.insert(n.result(0));  // a bias: added NCHW
       continue;
     }
-    if (onnx && kElementwise.count(op)) {
+    if ((onnx && kElementwise.count(op)) || (ampc && kAmpcElementwise.count(op))) {
       const Value* r = n.result(0);
       bool full = layoutCandidate(r);
       for (const Value* v : n.inputs())
