@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "compiler/ops/registry.h"
+#include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/overflow.h"
 #include "runtime/plan.h"
@@ -45,105 +46,6 @@ std::string num(double v) {
   if (std::isnan(v)) return "\"NaN\"";  // JSON has no NaN or Infinity: written as strings
   if (std::isinf(v)) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
   return fmt::format("{:.9g}", v);
-}
-
-// The checkpoint of the state after `step` steps: every state param, the data position and the
-// seed, in DIR/ckpt-STEP.safetensors; DIR/latest names the newest. Both written atomically.
-void writeCheckpoint(const std::string& dir, const Graph& g, int64_t step, const DataSource::Position& pos, uint64_t seed) {
-  fs::create_directories(dir);
-  Safetensors st;
-  for (const Value* p : g.params())
-    if (p->data()) st.tensors.emplace(p->name(), *p->data());
-  st.metadata = {{"step", std::to_string(step)}, {"data_epoch", std::to_string(pos.epoch)}, {"data_index", std::to_string(pos.index)},
-                 {"seed", std::to_string(seed)}, {"format", "ampc-checkpoint-1"}};
-  const std::string name = fmt::format("ckpt-{:08d}.safetensors", step);
-  writeSafetensors((fs::path(dir) / name).string(), st);
-  const std::string latest = (fs::path(dir) / "latest").string(), tmp = latest + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << name << "\n";
-    if (!out.flush()) throw Error(latest + ": write failed");
-  }
-  fs::rename(tmp, latest);
-}
-
-struct Resumed {
-  int64_t step = 0;
-  DataSource::Position pos;
-};
-
-// A checkpoint's integer metadata, parsed whole and range-checked: nothing in the file is trusted.
-int64_t metaInt(const Safetensors& st, const std::string& file, const char* key, int64_t lo, int64_t hi) {
-  auto it = st.metadata.find(key);
-  if (it == st.metadata.end()) throw Error(file + ": not an ampc checkpoint (metadata '" + key + "' is missing)");
-  const std::string& s = it->second;
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size() || v < lo || v > hi)
-    throw Error(file + ": checkpoint metadata " + key + " = '" + s + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return v;
-}
-
-Resumed resumeFile(const std::string& file, Graph& g, uint64_t seed);
-
-// A folder resumes from the checkpoint `latest` names; if that one is damaged, from the newest
-// other checkpoint that loads, with a note naming both.
-Resumed resume(const std::string& where, Graph& g, uint64_t seed) {
-  std::error_code ec;
-  if (!fs::exists(where, ec)) throw Error(where + ": no checkpoint yet (nothing is there); run without --resume to start");
-  if (!fs::is_directory(where, ec)) return resumeFile(where, g, seed);
-  std::ifstream in(fs::path(where) / "latest");
-  std::string name;
-  if (!(in >> name)) throw Error(where + ": no checkpoint yet ('latest' is missing); run without --resume to start");
-  // `latest` names a file in this folder, nothing else.
-  if (name.find('/') != std::string::npos || name == "." || name == ".." || fs::path(name).filename() != name)
-    throw Error(where + "/latest: names '" + name + "', which is not a checkpoint file in this folder");
-  const std::string newest = (fs::path(where) / name).string();
-  try {
-    return resumeFile(newest, g, seed);
-  } catch (const Error& first) {
-    std::vector<std::string> older;
-    for (const auto& e : fs::directory_iterator(where, ec)) {
-      const std::string f = e.path().filename().string();
-      if (f != name && f.rfind("ckpt-", 0) == 0 && e.path().extension() == ".safetensors") older.push_back(e.path().string());
-    }
-    std::sort(older.rbegin(), older.rend());  // ckpt-%08d: by name is by step, newest first
-    for (const auto& f : older) {
-      try {
-        Resumed r = resumeFile(f, g, seed);
-        std::cerr << "amprun: note: " << first.what() << "\namprun: note: resuming from the previous checkpoint " << f << " instead\n";
-        return r;
-      } catch (const Error&) {
-      }
-    }
-    throw;
-  }
-}
-
-Resumed resumeFile(const std::string& file, Graph& g, uint64_t seed) {
-  Safetensors st = readSafetensors(file);
-  // Everything is checked before the graph takes any of it.
-  for (const Value* p : g.params()) {
-    auto it = st.tensors.find(p->name());
-    if (it == st.tensors.end()) throw Error(file + ": has no tensor '" + p->name() + "' (a checkpoint of another plan?)");
-    if (it->second.type != p->type())
-      throw Error(file + ": tensor '" + p->name() + "' is " + it->second.type.str() + ", the plan has " + p->type().str());
-  }
-  Resumed r;
-  const int64_t big = int64_t{1} << 52;
-  r.step = metaInt(st, file, "step", 0, big);
-  r.pos.epoch = metaInt(st, file, "data_epoch", 0, big);
-  r.pos.index = metaInt(st, file, "data_index", 0, big);
-  if (auto it = st.metadata.find("seed"); it == st.metadata.end() || it->second != std::to_string(seed))
-    throw Error(file + ": written by a run with --seed " + (it == st.metadata.end() ? std::string("(none)") : it->second) +
-                "; this run has --seed " + std::to_string(seed) + " (the data order would differ)");
-  for (Value* p : g.params()) p->setData(std::move(st.tensors.at(p->name())));
-  return r;
 }
 
 // Mean loss and accuracy of the forward graph (with the trained state) over `dir`'s full batches.
