@@ -234,44 +234,35 @@ struct ClipK {
   }
 };
 
-// Binary ops.
+// Binary ops. Add, Sub and Mul: floats as they are; integers through the overflow builtin
+// (`overflows(a, b, &r)`), an overflow an error naming the node.
+template <typename C, typename F, typename O>
+void arithmetic(KernelCtx& c, F f, O overflows, const char* what) {
+  if constexpr (std::is_integral_v<C>)
+    binaryMap<C>(c, [&](C a, C b) -> C {
+      C r;
+      const bool over = overflows(a, b, &r);
+      return checkedInt(c, over, r, what);
+    });
+  else
+    binaryMap<C>(c, f);
+}
 template <typename C>
 struct AddK {
   static void run(KernelCtx& c) {
-    if constexpr (std::is_integral_v<C>)
-      binaryMap<C>(c, [&c](C a, C b) -> C {
-        C r;
-        const bool over = __builtin_add_overflow(a, b, &r);
-        return checkedInt(c, over, r, "Add");
-      });
-    else
-      binaryMap<C>(c, [](C a, C b) -> C { return a + b; });
+    arithmetic<C>(c, [](C a, C b) -> C { return a + b; }, [](auto a, auto b, auto* r) { return __builtin_add_overflow(a, b, r); }, "Add");
   }
 };
 template <typename C>
 struct SubK {
   static void run(KernelCtx& c) {
-    if constexpr (std::is_integral_v<C>)
-      binaryMap<C>(c, [&c](C a, C b) -> C {
-        C r;
-        const bool over = __builtin_sub_overflow(a, b, &r);
-        return checkedInt(c, over, r, "Sub");
-      });
-    else
-      binaryMap<C>(c, [](C a, C b) -> C { return a - b; });
+    arithmetic<C>(c, [](C a, C b) -> C { return a - b; }, [](auto a, auto b, auto* r) { return __builtin_sub_overflow(a, b, r); }, "Sub");
   }
 };
 template <typename C>
 struct MulK {
   static void run(KernelCtx& c) {
-    if constexpr (std::is_integral_v<C>)
-      binaryMap<C>(c, [&c](C a, C b) -> C {
-        C r;
-        const bool over = __builtin_mul_overflow(a, b, &r);
-        return checkedInt(c, over, r, "Mul");
-      });
-    else
-      binaryMap<C>(c, [](C a, C b) -> C { return a * b; });
+    arithmetic<C>(c, [](C a, C b) -> C { return a * b; }, [](auto a, auto b, auto* r) { return __builtin_mul_overflow(a, b, r); }, "Mul");
   }
 };
 template <typename C>
