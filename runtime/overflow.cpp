@@ -9,22 +9,6 @@ namespace ampc {
 
 namespace {
 
-struct Scan {
-  int64_t inf = 0, nan = 0;
-  double largest = 0;  // largest finite |x|
-};
-Scan scan(const Tensor& t) {
-  Scan s;
-  if (!isFloat(t.type.dtype)) return s;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const double x = t.getDouble(i);
-    if (std::isnan(x)) ++s.nan;
-    else if (std::isinf(x)) ++s.inf;
-    else s.largest = std::max(s.largest, std::fabs(x));
-  }
-  return s;
-}
-
 // The largest finite value of a float type.
 double largestOf(DType t) {
   switch (t) {
@@ -42,6 +26,18 @@ std::string forwardName(const std::string& n) {
 }
 
 }  // namespace
+
+FiniteScan scanFinite(const Tensor& t) {
+  FiniteScan s;
+  if (!isFloat(t.type.dtype)) return s;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double x = t.getDouble(i);
+    if (std::isnan(x)) ++s.nan;
+    else if (std::isinf(x)) ++s.inf;
+    else s.largest = std::max(s.largest, std::fabs(x));
+  }
+  return s;
+}
 
 OverflowWatch::OverflowWatch(const Graph& g) {
   const Value* scale = g.lookup("ampc.loss_scale");
@@ -64,40 +60,47 @@ OverflowWatch::OverflowWatch(const Graph& g) {
 
 void OverflowWatch::observe(const Node& n, const std::vector<const Tensor*>& ins, const std::vector<Tensor>& outs) {
   if (found()) return;
-  for (size_t r = 0; r < outs.size(); ++r) {
-    const Scan s = scan(outs[r]);
-    if (s.inf == 0 && s.nan == 0) continue;
-    bool inNan = false, inInf = false;
-    std::vector<std::string> operands;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      if (!ins[i] || !isFloat(ins[i]->type.dtype)) continue;
-      const Scan o = scan(*ins[i]);
-      inNan |= o.nan > 0;
-      inInf |= o.inf > 0;
-      std::string d = fmt::format("{} {} max |x| {:.4g}", n.inputs()[i]->name(), ins[i]->type.str(), o.largest);
-      if (o.inf || o.nan) d += fmt::format(" ({} Inf, {} NaN)", o.inf, o.nan);
-      operands.push_back(std::move(d));
-    }
-    const bool makesNan = s.nan > 0 && !inNan, makesInf = s.inf > 0 && !inInf && !inNan;
-    if (!makesNan && !makesInf) continue;
-    found_.node = n.name().empty() ? n.result(0)->name() : n.name();
-    found_.op = n.qualifiedOp();
-    found_.target = forwardName(found_.node);
-    if (n.op() == "Cast")  // a cast autocast placed: the op it feeds is the one to keep in f32
-      for (const Use& u : n.result(r)->uses())
-        if (u.user->op() != "Cast") {
-          found_.target = forwardName(u.user->name().empty() ? u.user->result(0)->name() : u.user->name());
-          break;
-        }
-    found_.type = outs[r].type.dtype;
-    found_.scaled = scaled_.count(&n) != 0;
-    found_.inf = s.inf;
-    found_.nan = s.nan;
-    found_.count = outs[r].numel();
-    found_.largestFinite = s.largest;
-    found_.operands = std::move(operands);
-    return;
+  std::vector<std::pair<const Value*, FiniteScan>> operands;
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (ins[i] && isFloat(ins[i]->type.dtype)) operands.emplace_back(n.inputs()[i], scanFinite(*ins[i]));
+  for (size_t r = 0; r < outs.size() && !found(); ++r) {
+    const FiniteScan s = scanFinite(outs[r]);
+    if (s.inf || s.nan) observeScans(n, r, s, operands);
   }
+}
+
+void OverflowWatch::observeScans(const Node& n, size_t r, const FiniteScan& s, const std::vector<std::pair<const Value*, FiniteScan>>& operands,
+                                 const std::vector<std::string>& fusedWith) {
+  if (found() || (s.inf == 0 && s.nan == 0)) return;
+  bool inNan = false, inInf = false;
+  std::vector<std::string> described;
+  for (const auto& [v, o] : operands) {
+    inNan |= o.nan > 0;
+    inInf |= o.inf > 0;
+    std::string d = fmt::format("{} {} max |x| {:.4g}", v->name(), v->type().str(), o.largest);
+    if (o.inf || o.nan) d += fmt::format(" ({} Inf, {} NaN)", o.inf, o.nan);
+    described.push_back(std::move(d));
+  }
+  const bool makesNan = s.nan > 0 && !inNan, makesInf = s.inf > 0 && !inInf && !inNan;
+  if (!makesNan && !makesInf) return;
+  const Value* res = n.result(r);
+  found_.node = n.name().empty() ? n.result(0)->name() : n.name();
+  found_.op = n.qualifiedOp();
+  found_.target = forwardName(found_.node);
+  if (n.op() == "Cast")  // a cast autocast placed: the op it feeds is the one to keep in f32
+    for (const Use& u : res->uses())
+      if (u.user->op() != "Cast") {
+        found_.target = forwardName(u.user->name().empty() ? u.user->result(0)->name() : u.user->name());
+        break;
+      }
+  found_.type = res->type().dtype;
+  found_.scaled = scaled_.count(&n) != 0;
+  found_.inf = s.inf;
+  found_.nan = s.nan;
+  found_.count = res->type().numel();
+  found_.largestFinite = s.largest;
+  found_.operands = std::move(described);
+  found_.fusedWith = fusedWith;
 }
 
 std::string OverflowWatch::explain(int64_t step, double lossScale) const {
@@ -107,6 +110,11 @@ std::string OverflowWatch::explain(int64_t step, double lossScale) const {
   const std::string type(dtypeName(f.type));
   std::string s = fmt::format("step {}: overflow: node '{}' ({}) made {} Inf and {} NaN of its {} {} values from operands without them\n",
                               step, f.node, f.op, f.inf, f.nan, f.count, type);
+  if (!f.fusedWith.empty()) {
+    s += "  in one launch with";
+    for (size_t i = 0; i < f.fusedWith.size(); ++i) s += (i ? ", " : " ") + f.fusedWith[i];
+    s += " (the operands are the launch's)\n";
+  }
   for (const auto& o : f.operands) s += "  operand " + o + "\n";
   s += fmt::format("  its largest finite |x|: {:.4g}; {} holds up to {:.4g}\n", f.largestFinite, type, largestOf(f.type));
   const std::string& fwd = f.target;

@@ -18,6 +18,13 @@
 
 namespace ampc {
 
+// A float value's non-finite elements and its largest finite |x|.
+struct FiniteScan {
+  int64_t inf = 0, nan = 0;
+  double largest = 0;
+};
+FiniteScan scanFinite(const Tensor& t);  // zeros for a non-float tensor
+
 struct OverflowFinding {
   std::string node, op;  // the node's name and op ("" when none made a non-finite value)
   std::string target;    // the forward node to keep in f32: the node's own, or a Cast's reader's
@@ -26,6 +33,7 @@ struct OverflowFinding {
   int64_t inf = 0, nan = 0, count = 0;  // non-finite elements of that result, of `count`
   double largestFinite = 0;      // its largest finite |x|
   std::vector<std::string> operands;  // "name type max |x| M" per float operand
+  std::vector<std::string> fusedWith;  // CUDA: the other nodes of the one launch the finding comes from
 };
 
 class OverflowWatch {
@@ -35,6 +43,11 @@ class OverflowWatch {
   void startStep() { found_ = OverflowFinding{}; }
   // The evaluate() observer: node n ran on `ins` (null where an operand is absent) and made `outs`.
   void observe(const Node& n, const std::vector<const Tensor*>& ins, const std::vector<Tensor>& outs);
+  // The same from scans: node n's result r (`out`) from its float operands' scans (value, scan); a
+  // backend that runs several nodes in one launch passes the launch's outside operands and the
+  // other nodes in `fusedWith`.
+  void observeScans(const Node& n, size_t r, const FiniteScan& out, const std::vector<std::pair<const Value*, FiniteScan>>& operands,
+                    const std::vector<std::string>& fusedWith = {});
   bool found() const { return !found_.node.empty(); }
   const OverflowFinding& finding() const { return found_; }
   // A few lines: the node, its result, its operands, where it sits and what to do about it.

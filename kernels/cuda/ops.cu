@@ -416,6 +416,35 @@ __global__ void nanKernel(const void* x, DT t, int64_t n, unsigned long long* co
 }
 }  // namespace
 
+namespace {
+__global__ void scanFiniteKernel(const void* x, DT t, int64_t n, unsigned long long* rec) {
+  unsigned long long inf = 0, nan = 0;
+  float big = 0.0f;
+  AMPC_GRID_LOOP(i, n) {
+    const float v = loadF(x, t, i);
+    if (isnan(v)) ++nan;
+    else if (isinf(v)) ++inf;
+    else big = fmaxf(big, fabsf(v));
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    inf += __shfl_xor_sync(0xffffffffu, inf, o);
+    nan += __shfl_xor_sync(0xffffffffu, nan, o);
+    big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+  }
+  if ((threadIdx.x & 31) == 0) {  // counts are integers and max is order-free: the result does not depend on the order
+    if (inf) atomicAdd(rec, inf);
+    if (nan) atomicAdd(rec + 1, nan);
+    atomicMax(rec + 2, static_cast<unsigned long long>(__float_as_uint(big)));
+  }
+}
+}  // namespace
+
+cudaError_t scanFinite(const void* x, DT t, int64_t n, unsigned long long* rec, cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  scanFiniteKernel<<<gridFor(n), 256, 0, st>>>(x, t, n, rec);
+  return cudaGetLastError();
+}
+
 cudaError_t countNaN(const void* x, DT t, int64_t n, unsigned long long* count, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
   nanKernel<<<gridFor(n), 256, 0, st>>>(x, t, n, count);

@@ -204,6 +204,9 @@ cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, con
 // Plan checking (ProgramOptions::checkPlan): adds the count of NaN elements of x (n of type t) into
 // *count (the poison itself is cudaMemsetAsync to 0xFF bytes: NaN in f32, f16 and bf16).
 cudaError_t countNaN(const void* x, DT t, int64_t n, unsigned long long* count, cudaStream_t st);
+// Adds x's Inf count to rec[0] and its NaN count to rec[1], and raises rec[2] to the bits of its
+// largest finite |x| as an f32 (zero the record first).
+cudaError_t scanFinite(const void* x, DT t, int64_t n, unsigned long long* rec, cudaStream_t st);
 
 // ---- normalisation and losses (rows: [outer, axis, inner], a row is one (outer, inner) pair) --
 cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st);

@@ -1572,26 +1572,59 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     check(cudaMemset(nan_, 0, sizeof(unsigned long long) * std::max<size_t>(nodes.size(), 1)), "plan check counters");
     for (const Node* n : nodes) nodeNames_.push_back(n->describe());
   }
+  // watchFinite: the nodes each position's launches compute, and the values that can be scanned
+  // (float, in the arena or a buffer of their own, written, stored densely).
+  std::vector<Watched> groups(o.watchFinite ? nodes.size() : 0);
+  auto scannable = [&](const Value* v) {
+    if (!isFloat(v->type().dtype) || v->type().dtype == DType::f64 || v->type().numel() == 0 || sched.unwritten.count(v) || pitch_.count(v))
+      return false;
+    auto it = plan_.slots.find(v);
+    return it != plan_.slots.end() ? it->second.bytes > 0 : where_.count(v) != 0;
+  };
+  if (o.watchFinite) {
+    for (size_t i = 0; i < nodes.size(); ++i) groups[static_cast<size_t>(sched.positions[i])].nodes.push_back(nodes[i]);
+    for (size_t p = 0; p < groups.size(); ++p) {
+      Watched& w = groups[p];
+      std::set<const Value*> seen;
+      for (const Node* m : w.nodes) {
+        for (const Value* v : m->inputs())
+          if (v && scannable(v) && (!v->producer() || sched.positions[static_cast<size_t>(order_.at(v->producer()))] != static_cast<int>(p)) &&
+              seen.insert(v).second)
+            w.operands.emplace_back(v, finiteRecords_++);
+        for (size_t r = 0; r < m->numResults(); ++r)
+          if (scannable(m->result(r))) w.results.emplace_back(m->result(r), finiteRecords_++);
+      }
+    }
+    finite_ = static_cast<unsigned long long*>(allocPersistent(sizeof(unsigned long long) * 3 * std::max<size_t>(finiteRecords_, 1)));
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = *nodes[i];
     if (o.checkPlan && i > 0) addPlanCheck(nodes, i - 1, freedAt);  // after node i - 1's launches
-    if (leader[i] != i) continue;
-    if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) {
-      std::vector<const Node*> group;
-      for (size_t j = i; j < nodes.size() && leader[j] == i; ++j) group.push_back(nodes[j]);
-      lowerOptimizer(group);
-      continue;
+    if (o.watchFinite) addFiniteScans(groups[i].operands, "scan operands of " + n.describe());
+    if (leader[i] == i) {
+      if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) {
+        std::vector<const Node*> group;
+        for (size_t j = i; j < nodes.size() && leader[j] == i; ++j) group.push_back(nodes[j]);
+        lowerOptimizer(group);
+      } else if (folds::isParamCast(g, n)) {
+        std::vector<const Node*> group;
+        for (size_t j = i; j < nodes.size(); ++j)
+          if (leader[j] == i) group.push_back(nodes[j]);
+        lowerParamCasts(group);
+      } else {
+        Lowering{*this, n}.lower();
+      }
     }
-    if (folds::isParamCast(g, n)) {
-      std::vector<const Node*> group;
-      for (size_t j = i; j < nodes.size(); ++j)
-        if (leader[j] == i) group.push_back(nodes[j]);
-      lowerParamCasts(group);
-      continue;
-    }
-    Lowering{*this, n}.lower();
+    if (o.watchFinite) addFiniteScans(groups[i].results, "scan results of " + n.describe());
   }
   if (o.checkPlan && !nodes.empty()) addPlanCheck(nodes, nodes.size() - 1, freedAt);
+  if (o.watchFinite) {
+    for (auto& w : groups)
+      if (!w.nodes.empty()) watched_.push_back(std::move(w));
+    unsigned long long* rec = finite_;
+    const size_t bytes = sizeof(unsigned long long) * 3 * finiteRecords_;
+    launches_.insert(launches_.begin(), Step{"zero the finite scans", "check", [=](cudaStream_t st) { return cudaMemsetAsync(rec, 0, bytes, st); }});
+  }
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
@@ -1618,6 +1651,48 @@ void Program::addPlanCheck(const std::vector<const Node*>& nodes, size_t index,
     char* p = arena_ + offset;
     const size_t b = static_cast<size_t>(bytes);
     launches_.push_back({"poison after " + n.describe(), "check", [=](cudaStream_t st) { return cudaMemsetAsync(p, 0xFF, b, st); }});
+  }
+}
+
+void Program::addFiniteScans(const std::vector<std::pair<const Value*, size_t>>& values, const std::string& what) {
+  for (const auto& [v, rec] : values) {
+    const void* x = ptr(v);
+    const DT t = deviceType(v->type().dtype, v->name());
+    const int64_t cnt = v->type().numel();
+    unsigned long long* r = finite_ + 3 * rec;
+    launches_.push_back({what, "check", [=](cudaStream_t st) { return scanFinite(x, t, cnt, r, st); }});
+  }
+}
+
+void Program::findOverflow(OverflowWatch& w) {
+  if (!finite_) throw Error("internal: findOverflow without ProgramOptions::watchFinite");
+  std::vector<unsigned long long> c(3 * std::max<size_t>(finiteRecords_, 1));
+  hostSync(stream_, "finite scans");
+  check(cudaMemcpy(c.data(), finite_, sizeof(unsigned long long) * c.size(), cudaMemcpyDeviceToHost), "finite scans");
+  auto scanOf = [&](size_t rec) {
+    FiniteScan f;
+    f.inf = static_cast<int64_t>(c[3 * rec]);
+    f.nan = static_cast<int64_t>(c[3 * rec + 1]);
+    const uint32_t bits = static_cast<uint32_t>(c[3 * rec + 2]);
+    float big = 0;
+    std::memcpy(&big, &bits, sizeof(big));
+    f.largest = big;
+    return f;
+  };
+  for (const Watched& g : watched_) {
+    std::vector<std::pair<const Value*, FiniteScan>> operands;
+    for (const auto& [v, rec] : g.operands) operands.emplace_back(v, scanOf(rec));
+    for (const auto& [v, rec] : g.results) {
+      const FiniteScan s = scanOf(rec);
+      if (!s.inf && !s.nan) continue;
+      const Node* n = v->producer();
+      std::vector<std::string> others;
+      for (const Node* m : g.nodes)
+        if (m != n && others.size() < 8) others.push_back("'" + (m->name().empty() ? m->result(0)->name() : m->name()) + "' (" + m->qualifiedOp() + ")");
+      if (g.nodes.size() > others.size() + 1) others.push_back(std::to_string(g.nodes.size() - 1 - others.size()) + " more");
+      w.observeScans(*n, static_cast<size_t>(v->resultIndex()), s, operands, others);
+      if (w.found()) return;
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/train.h"
 #include "passes/memory_plan.h"
+#include "runtime/overflow.h"
 
 namespace ampc::cuda {
 
@@ -47,6 +48,10 @@ struct ProgramOptions {
   // a value after its bytes were given to another shows up as NaNs downstream. (Infinities are
   // left alone: masks hold -inf by design.)
   bool checkPlan = false;
+  // amprun --explain-overflow: around every launch, the float operands from outside it are scanned
+  // before and the results it writes after (Inf and NaN counts, largest finite |x|), into per-value
+  // records that each run zeroes first; findOverflow() reads the last run's.
+  bool watchFinite = false;
 };
 
 DT deviceType(DType t, const std::string& where);
@@ -93,6 +98,10 @@ class Program {
   // With ProgramOptions::checkPlan: the nodes whose results held NaNs in the runs so far,
   // in order, with how many elements (a counted host synchronisation).
   std::vector<std::pair<std::string, int64_t>> nanWriters();
+  // With ProgramOptions::watchFinite: feeds the last run's scans to `w`, launch by launch in order
+  // (a counted host synchronisation); w.finding() is then the first launch that made a non-finite
+  // value from operands without one.
+  void findOverflow(OverflowWatch& w);
   // Whether v's bytes are stored channels-last (NHWC) rather than in its shape's NCHW order.
   bool channelsLast(const Value* v) const { return nhwc_.count(v) != 0; }
 
@@ -134,6 +143,16 @@ class Program {
   size_t scratchBytes_ = 0;
   unsigned long long* nan_ = nullptr;  // checkPlan: per node, the NaN elements its results held
   std::vector<std::string> nodeNames_;       // checkPlan: per node
+  // watchFinite: per launch group (the nodes one position's launches compute), in order: the outside
+  // operands scanned before it and the results scanned after, each with its record's index.
+  struct Watched {
+    std::vector<const Node*> nodes;
+    std::vector<std::pair<const Value*, size_t>> operands, results;
+  };
+  std::vector<Watched> watched_;
+  unsigned long long* finite_ = nullptr;  // 3 per record
+  size_t finiteRecords_ = 0;
+  void addFiniteScans(const std::vector<std::pair<const Value*, size_t>>& values, const std::string& what);
   void addPlanCheck(const std::vector<const Node*>& nodes, size_t index, const std::map<int, std::vector<std::pair<int64_t, int64_t>>>& freedAt);
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;

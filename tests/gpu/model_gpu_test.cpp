@@ -8,6 +8,7 @@
 
 #include "runtime/cuda/trainer.h"
 #include "runtime/data.h"
+#include "runtime/overflow.h"
 #include "tests/common/train_graph.h"
 #include "tests/gpu/gpu_util.h"
 
@@ -175,6 +176,61 @@ TEST(GpuOverflow, InjectedStepsAreSkippedBitwise) {
     }
     if (!got[0].skipped) {
       EXPECT_NE(bytesOf(gpuG->lookup("model.fc1.weight")), before["model.fc1.weight"]) << "step " << s;
+    }
+  }
+}
+
+// --explain-overflow on CUDA (ProgramOptions::watchFinite): the scans around each launch find the
+// overflow the CPU reference's per-node watch finds, in the same pass. Inputs 1e5 times too large
+// overflow f16 in the forward (the input's Cast, or the launch it is fused into); a loss scale of
+// 1e30 overflows the backward. On the clean step nothing is found.
+TEST(GpuOverflow, ExplainNamesTheOverflowingLaunch) {
+  AMPC_NEED_GPU();
+  for (const bool scaled : {false, true}) {
+    SCOPED_TRACE(scaled ? "loss scale 1e30" : "inputs x 1e5");
+    TrainOptions o;
+    o.optimizer = "sgd";
+    o.lr = 0.05f;
+    if (scaled) o.initScale = 1e30f;
+    auto cpuG = ampc::test::trainGraph(modelsDir(), "mlp", DType::f16, o), gpuG = ampc::test::trainGraph(modelsDir(), "mlp", DType::f16, o);
+    std::vector<const Value*> ins(cpuG->inputs().begin(), cpuG->inputs().end());
+    auto data = DataSource::synthetic(ins, 11, ranges("mlp"));
+    const auto clean = data.next();
+    auto bad = clean;
+    if (!scaled)
+      for (int64_t i = 0; i < bad.at("x").numel(); ++i) bad.at("x").setDouble(i, bad.at("x").getDouble(i) * 1e5);
+    auto backend = createCpuBackend();
+    Trainer cpu(*cpuG, *backend);
+    OverflowWatch cpuWatch(*cpuG), gpuWatch(*gpuG);
+    cpu.setObserver([&](const Node& n, const std::vector<const Tensor*>& in, const std::vector<Tensor>& out) { cpuWatch.observe(n, in, out); });
+    cuda::ProgramOptions po;
+    po.watchFinite = true;
+    cuda::CudaTrainer gpu(*gpuG, po, 1);
+    gpu.begin(0);
+    cpuWatch.startStep();
+    const auto want = cpu.step(bad, ExecOptions{});
+    const auto got = gpu.step(&bad);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_TRUE(want.skipped);
+    ASSERT_TRUE(got[0].skipped);
+    ASSERT_TRUE(cpuWatch.found());
+    gpuWatch.startStep();
+    gpu.program().findOverflow(gpuWatch);
+    ASSERT_TRUE(gpuWatch.found()) << gpuWatch.explain(1, 0);
+    const OverflowFinding &c = cpuWatch.finding(), &d = gpuWatch.finding();
+    bool same = d.node == c.node;
+    for (const auto& f : d.fusedWith) same |= f.find("'" + c.node + "'") != std::string::npos;
+    EXPECT_TRUE(same) << "cpu: " << cpuWatch.explain(1, 0) << "cuda: " << gpuWatch.explain(1, 0);
+    EXPECT_EQ(d.scaled, c.scaled) << gpuWatch.explain(1, 0);
+    EXPECT_EQ(d.scaled, scaled);
+    EXPECT_GT(d.inf + d.nan, 0);
+    if (!scaled) {  // the next step runs clean data: nothing to find
+      const auto ok = gpu.step(&clean);
+      ASSERT_EQ(ok.size(), 1u);
+      EXPECT_FALSE(ok[0].skipped);
+      gpuWatch.startStep();
+      gpu.program().findOverflow(gpuWatch);
+      EXPECT_FALSE(gpuWatch.found()) << gpuWatch.explain(2, 0);
     }
   }
 }

@@ -166,7 +166,8 @@ int main(int argc, char** argv) {
                "cuda: check the memory plan: poison each value's bytes (NaN) when its last reader is done, and name the nodes whose "
                "results held NaNs");
   app.add_flag("--explain-overflow", explainOverflow,
-               "cpu: for each skipped step, name the first node that made an Inf or NaN from operands without one, and why");
+               "for each skipped step, name the first node that made an Inf or NaN from operands without one, and why (cuda: per launch, "
+               "after scanning every launch's operands and results; a fused launch names its nodes)");
   app.add_option("--profile", profileTop, "cuda: after the steps, time one more step node by node and print the N costliest ops and nodes");
   app.add_option("--data", dataDir, "folder with one NAME.npy per graph input (leading dimension = samples)");
   app.add_flag("--shuffle", shuffle, "shuffle the samples every epoch (with --seed)");
@@ -203,10 +204,6 @@ int main(int argc, char** argv) {
   }
   if (useCuda && !cudaBuilt) {
     std::cerr << "amprun: --device " << device << ": this amprun was built without CUDA\n";
-    return 2;
-  }
-  if (useCuda && explainOverflow) {
-    std::cerr << "amprun: --explain-overflow looks at every node's values on the CPU reference: give --device cpu\n";
     return 2;
   }
   if (!useCuda && profileTop > 0) {
@@ -364,17 +361,32 @@ int main(int argc, char** argv) {
       po.cudaGraph = !noCudaGraph;
       po.seed = seed;
       po.checkPlan = checkPlan;
+      po.watchFinite = explainOverflow;
       const auto memBase = cuda::deviceMemoryUsed(po.device);
-      cuda::CudaTrainer trainer(g, po, static_cast<int>(std::max<int64_t>(logEvery, 1)));
+      // --explain-overflow reads every step's metrics at once (one synchronisation a step), so a
+      // skipped step's scans are still the device's when the host looks at them.
+      cuda::CudaTrainer trainer(g, po, explainOverflow ? 1 : static_cast<int>(std::max<int64_t>(logEvery, 1)));
       trainer.begin(static_cast<uint64_t>(done));
       int64_t reported = done;
+      std::optional<OverflowWatch> watch;
+      int explained = 0;
+      constexpr int kMaxExplained = 10;
+      const Value* scaleParam = g.lookup("ampc.loss_scale");
+      if (explainOverflow) watch.emplace(g);
       auto drain = [&](const std::vector<Trainer::Metrics>& ms) {
         for (const auto& m : ms) emit(reported++, m, -1);
       };
       for (int64_t s = done; s < steps; ++s) {
         const bool upload = !fixed || s == done;
         if (upload) batch = data.next();
+        const double scale = watch && scaleParam ? trainer.program().download(scaleParam).getDouble(0) : 0.0;
         const auto ms = trainer.step(upload ? &batch : nullptr);
+        if (watch && !ms.empty() && ms.back().skipped && explained < kMaxExplained) {
+          watch->startStep();
+          trainer.program().findOverflow(*watch);
+          std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
+          std::cout.flush();
+        }
         if (!ms.empty()) report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
         drain(ms);
         if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) {
