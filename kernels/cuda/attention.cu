@@ -13,7 +13,8 @@
 //     rescale: O stays in the accumulators.
 //   backward (one block per key tile): for each query tile, S and dP = dO V^T, then
 //     dS = P (dP - rowsum(dO O)) scale; dV += P^T dO and dK += dS^T Q in the accumulators,
-//     dQ += dS K into an f32 buffer with atomics, converted at the end.
+//     dQ += dS K into an f32 buffer with atomics, converted at the end (deterministic: into a
+//     slice per key tile, summed in key-tile order at the end).
 // Both: key tiles where every mask entry is <= -1e30 are skipped (their probabilities are exactly
 // 0 in f32), unless some row of the query tile has no key above -1e30 (then nothing is skipped, so
 // such rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
@@ -387,14 +388,19 @@ __global__ void rowDotKernel(const T* dO, const T* O, float* rowD, AttentionArgs
   if ((threadIdx.x & 31) == 0) rowD[row] = s;
 }
 
-// dQ (layout a.dq) from the f32 accumulator [N, Tq, D]: a warp per row (one division each).
+// dQ (layout a.dq) from the f32 accumulator [N, Tq, D], or the sum of `parts` of them in order (the
+// deterministic backward's key-tile slices): a warp per row (one division each).
 template <typename T>
-__global__ void fromF32Kernel(const float* x, T* y, AttentionArgs a) {
+__global__ void fromF32Kernel(const float* x, T* y, AttentionArgs a, int parts) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (row >= a.N * a.Tq) return;
-  const int64_t n = row / a.Tq, i = row % a.Tq;
+  const int64_t n = row / a.Tq, i = row % a.Tq, slice = a.N * a.Tq * a.D;
   T* dst = y + sliceAt(a.dq, n) + i * a.dq.sRow;
-  for (int64_t d = threadIdx.x & 31; d < a.D; d += 32) dst[d] = fromF<T>(x[row * a.D + d]);
+  for (int64_t d = threadIdx.x & 31; d < a.D; d += 32) {
+    float s = x[row * a.D + d];
+    for (int p = 1; p < parts; ++p) s += x[p * slice + row * a.D + d];
+    dst[d] = fromF<T>(s);
+  }
 }
 
 // Grid (key tiles, N).
@@ -477,7 +483,11 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
     __syncthreads();
     for (int e = t; e < kTile * kTile; e += kThreads) {
       const int r = e / kTile, c = e % kTile;
-      if (i0 + r < a.Tq && c < a.D) atomicAdd(dQacc + (n * a.Tq + i0 + r) * a.D + c, Ss[r * kLdF + c]);
+      if (i0 + r < a.Tq && c < a.D) {
+        float* at = dQacc + (n * a.Tq + i0 + r) * a.D + c;
+        if (a.deterministic) at[kt * a.N * a.Tq * a.D] = Ss[r * kLdF + c];
+        else atomicAdd(at, Ss[r * kLdF + c]);
+      }
     }
   }
   __syncthreads();
@@ -1002,11 +1012,13 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     for (int r = 0; r < 2; ++r) {
       const int64_t i = i0 + warp * 16 + g + 8 * r;
       if (i >= a.Tq) continue;
-      float* dst = dQacc + (n * a.Tq + i) * a.D;
+      float* dst = dQacc + (n * a.Tq + i) * a.D + (a.deterministic ? kt * a.N * a.Tq * a.D : 0);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int d = nt * 8 + 2 * tq;
-        if (d < a.D) atomicAdd(reinterpret_cast<float2*>(dst + d), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+        if (d >= a.D) continue;
+        if (a.deterministic) *reinterpret_cast<float2*>(dst + d) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
+        else atomicAdd(reinterpret_cast<float2*>(dst + d), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
       }
     }
     __syncthreads();  // dSs and this buffer are rewritten next iteration
@@ -1086,7 +1098,8 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   float* rowD = reinterpret_cast<float*>(base);
   base += align256(sizeof(float) * a.N * a.Tq);
   float* dQacc = reinterpret_cast<float*>(base);
-  const int64_t nq = a.N * a.Tq * a.D;
+  const int parts = a.deterministic ? static_cast<int>(cdiv(a.Tk, kTile)) : 1;
+  const int64_t nq = a.N * a.Tq * a.D * parts;
   if (cudaError_t e = cudaMemsetAsync(dQacc, 0, sizeof(float) * nq, st); e != cudaSuccess) return e;
   const int64_t rows = a.N * a.Tq;
   rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, a);
@@ -1108,7 +1121,7 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
     attnBwdKernel<T><<<grid, kThreads, bwdSmem<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                         static_cast<const T*>(V), lse, rowD, static_cast<T*>(dKT), static_cast<T*>(dV),
                                                         dQacc, flags, a);
-  fromF32Kernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a);
+  fromF32Kernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a, parts);
   return cudaGetLastError();
 }
 
@@ -1135,7 +1148,8 @@ size_t attentionKeepBytes(const AttentionArgs& a) {
 }
 
 size_t attentionScratch(const AttentionArgs& a, bool backward) {
-  return backward ? align256(sizeof(float) * a.N * a.Tq) + align256(sizeof(float) * a.N * a.Tq * a.D) : 0;
+  const int64_t parts = a.deterministic ? cdiv(a.Tk, kTile) : 1;
+  return backward ? align256(sizeof(float) * a.N * a.Tq) + align256(sizeof(float) * a.N * a.Tq * a.D * parts) : 0;
 }
 
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,

@@ -78,7 +78,8 @@ __global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const v
   }
 }
 // dscale, dbias partial sums: a block covers 32 columns and one slice of the rows (8 rows at a time,
-// coalesced along the columns); the partials go to f32 accumulators acc[D] (dscale), acc[D + k].
+// coalesced along the columns); slice y's partials go to part[y][2D] (dscale at k, dbias at D + k),
+// which layerNormGradNarrow adds up in slice order.
 __global__ void layerNormGradCols(const void* dy, DT dyT, const void* x, DT t, int64_t rows, int64_t D, const float* ws, float* acc,
                                   int64_t rowsPerBlock) {
   const int64_t k = blockIdx.x * 32 + threadIdx.x;
@@ -99,14 +100,19 @@ __global__ void layerNormGradCols(const void* dy, DT dyT, const void* x, DT t, i
       ds += sds[j][threadIdx.x];
       db += sdb[j][threadIdx.x];
     }
-    atomicAdd(acc + k, ds);
-    atomicAdd(acc + D + k, db);
+    acc[blockIdx.y * 2 * D + k] = ds;
+    acc[blockIdx.y * 2 * D + D + k] = db;
   }
 }
-__global__ void layerNormGradNarrow(const float* acc, void* dscale, void* dbias, DT pt, int64_t D) {
+__global__ void layerNormGradNarrow(const float* part, int slices, void* dscale, void* dbias, DT pt, int64_t D) {
   AMPC_GRID_LOOP(k, D) {
-    if (dscale) storeF(dscale, pt, k, acc[k]);
-    if (dbias) storeF(dbias, pt, k, acc[D + k]);
+    float ds = 0, db = 0;
+    for (int y = 0; y < slices; ++y) {
+      ds += part[y * 2 * D + k];
+      db += part[y * 2 * D + D + k];
+    }
+    if (dscale) storeF(dscale, pt, k, ds);
+    if (dbias) storeF(dbias, pt, k, db);
   }
 }
 
@@ -278,9 +284,9 @@ bool warpRows(int64_t D, std::initializer_list<const void*> ptrs) {
 //   w[2C + c], w[3C + c]      sums of g and g x' (the gradient passes; g = dy, or 0 where gate <= 0)
 //   f[2c], f[2c + 1]          the mean and variance used
 //   f[2C + 4c .. 2C + 4c + 3] the apply pass's per-channel coefficients
-// NCHW: per-channel sums are reduced by C x P blocks, each over a slice of the batch, and added
-// into w with f64 atomics (so with P > 1 the order, and the last bits, vary from run to run). NHWC:
-// see bnSumsNhwc (a fixed order).
+// NCHW: per-channel sums are reduced by C x P blocks, each over a slice of the batch, into partials
+// [P][4C] (after f), which bnSumsTotalNchw adds up in slice order into w. NHWC: see bnSumsNhwc.
+// Both orders are fixed by the shapes: the same bits every run.
 
 // dy's V elements at i, zero where gate <= 0 (a Relu's gradient folded in; gate may be null).
 template <typename T, int V>
@@ -311,9 +317,14 @@ __device__ __forceinline__ void bnGradVector(const T* dy, const T* gate, const T
 }
 // Shift-free sums of one block's slice; kGrad adds the gradient sums (g = gate > 0 ? dy : 0).
 template <typename T, int V, bool kGrad>
-__global__ void bnSums(const T* x, const T* dy, const T* gate, BatchNormArgs a, double* w) {
+__global__ void bnSums(const T* x, const T* dy, const T* gate, BatchNormArgs a, double* part) {
   const int64_t c = blockIdx.x, per = (a.N + gridDim.y - 1) / gridDim.y, n0 = blockIdx.y * per, n1 = min(a.N, n0 + per);
-  if (n0 >= n1) return;  // the whole block
+  double* w = part + static_cast<int64_t>(blockIdx.y) * 4 * a.C;
+  if (n0 >= n1) {  // the whole block: an empty slice
+    if (threadIdx.x == 0)
+      for (int q = 0; q < 4; ++q) w[q * a.C + c] = 0.0;
+    return;
+  }
   const float K = toF(x[c * a.S]);
   const uint32_t SV = static_cast<uint32_t>(a.S / V), total = static_cast<uint32_t>(n1 - n0) * SV;
   float s = 0, q = 0, sd = 0, sdx = 0;
@@ -341,12 +352,18 @@ __global__ void bnSums(const T* x, const T* dy, const T* gate, BatchNormArgs a, 
     sdx = blockSum(sdx);
   }
   if (threadIdx.x == 0) {
-    atomicAdd(w + c, static_cast<double>(s));
-    atomicAdd(w + a.C + c, static_cast<double>(q));
-    if constexpr (kGrad) {
-      atomicAdd(w + 2 * a.C + c, static_cast<double>(sd));
-      atomicAdd(w + 3 * a.C + c, static_cast<double>(sdx));
-    }
+    w[c] = s;
+    w[a.C + c] = q;
+    w[2 * a.C + c] = kGrad ? sd : 0.0f;
+    w[3 * a.C + c] = kGrad ? sdx : 0.0f;
+  }
+}
+// w[k] = the slices' partials summed in slice order.
+__global__ void bnSumsTotalNchw(const double* part, int P, int64_t n, double* w) {
+  AMPC_GRID_LOOP(k, n) {
+    double s = 0;
+    for (int p = 0; p < P; ++p) s += part[p * n + k];
+    w[k] = s;
   }
 }
 // The mean and variance used (batch statistics in training, else the given ones) and, for the
@@ -1015,8 +1032,14 @@ cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* 
   return cudaGetLastError();
 }
 
+// The block path's row slices for dscale and dbias (layerNormGradCols).
+static int64_t lnColSlices(int64_t rows, int64_t D) {
+  const int64_t colBlocks = (D + 31) / 32;
+  return std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, (2048 + colBlocks - 1) / colBlocks));
+}
+
 size_t layerNormGradScratch(int64_t rows, int64_t D) {
-  return sizeof(float) * static_cast<size_t>(std::max<int64_t>(2 * (rows + D), 2 * D * kLnGradBlocks));
+  return sizeof(float) * static_cast<size_t>(std::max<int64_t>(2 * rows + 2 * D * lnColSlices(rows, D), 2 * D * kLnGradBlocks));
 }
 
 cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, const void* res, void* dscale, void* dbias,
@@ -1035,12 +1058,10 @@ cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* sca
   }
   layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, D, eps, ws);
   float* acc = ws + 2 * rows;
-  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * 2 * D, st); e != cudaSuccess) return e;
-  const int64_t colBlocks = (D + 31) / 32;
-  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((rows + 63) / 64, (2048 + colBlocks - 1) / colBlocks));
+  const int64_t colBlocks = (D + 31) / 32, slices = lnColSlices(rows, D);
   const int64_t perBlock = (rows + slices - 1) / slices;
   layerNormGradCols<<<dim3(static_cast<unsigned>(colBlocks), static_cast<unsigned>(slices)), dim3(32, 8), 0, st>>>(dy, dyT, x, t, rows, D, ws, acc, perBlock);
-  layerNormGradNarrow<<<gridFor(D), 256, 0, st>>>(acc, dscale, dbias, pT, D);
+  layerNormGradNarrow<<<gridFor(D), 256, 0, st>>>(acc, static_cast<int>(slices), dscale, dbias, pT, D);
   return cudaGetLastError();
 }
 
@@ -1065,7 +1086,12 @@ cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const 
         return cudaSuccess;
       }
     }
-    if (a.training) bnSums<T, V, false><<<bnGrid(a), kRowBlock, 0, st>>>(X, nullptr, nullptr, a, w);
+    if (a.training) {
+      const dim3 grid = bnGrid(a);
+      double* part = reinterpret_cast<double*>(f + 6 * a.C);
+      bnSums<T, V, false><<<grid, kRowBlock, 0, st>>>(X, nullptr, nullptr, a, part);
+      bnSumsTotalNchw<<<gridFor(4 * a.C), 256, 0, st>>>(part, static_cast<int>(grid.y), 4 * a.C, w);
+    }
     bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, bias, mean, var, w, f, nullptr, nullptr, a, false);
     bnApply<T, V><<<bnApplyBlocks(a, V), 256, 0, st>>>(X, static_cast<T*>(y), f, a);
     return cudaSuccess;
@@ -1097,7 +1123,10 @@ cudaError_t batchNormGrad(const void* dy, const void* gate, const void* x, const
         return cudaSuccess;
       }
     }
-    bnSums<T, V, true><<<bnGrid(a), kRowBlock, 0, st>>>(X, G, Gate, a, w);
+    const dim3 grid = bnGrid(a);
+    double* part = reinterpret_cast<double*>(f + 6 * a.C);
+    bnSums<T, V, true><<<grid, kRowBlock, 0, st>>>(X, G, Gate, a, part);
+    bnSumsTotalNchw<<<gridFor(4 * a.C), 256, 0, st>>>(part, static_cast<int>(grid.y), 4 * a.C, w);
     bnFinalize<T><<<gridFor(a.C), 256, 0, st>>>(X, scale, nullptr, mean, var, w, f, dscale, dbias, a, true);
     bnGradApply<T, V><<<bnApplyBlocks(a, V), 256, 0, st>>>(G, Gate, X, static_cast<T*>(dx), f, a);
     return cudaSuccess;

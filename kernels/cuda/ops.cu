@@ -500,11 +500,64 @@ cudaError_t gather(const void* x, const void* idx, DT idxType, void* out, int el
   return cudaGetLastError();
 }
 
+namespace {
+// The ordered scatter-adds (OrderBuffers): each item's target, or `targets` where it has none.
+__global__ void gatherKeysKernel(const void* idx, DT it, int64_t n, int64_t dim, uint32_t* keys, uint32_t* items) {
+  AMPC_GRID_LOOP(j, n) {
+    int64_t k = loadI(idx, it, j);
+    if (k < 0) k += dim;
+    keys[j] = (k < 0 || k >= dim) ? static_cast<uint32_t>(dim) : static_cast<uint32_t>(k);
+    items[j] = static_cast<uint32_t>(j);
+  }
+}
+__global__ void flatKeysKernel(const int64_t* idx, int64_t n, int64_t outN, uint32_t* keys, uint32_t* items) {
+  AMPC_GRID_LOOP(i, n) {
+    const int64_t k = idx[i];
+    keys[i] = (k >= 0 && k < outN) ? static_cast<uint32_t>(k) : static_cast<uint32_t>(outN);
+    items[i] = static_cast<uint32_t>(i);
+  }
+}
+// Whether sorted position s starts its target's run (and has a target).
+__device__ __forceinline__ bool runHead(const uint32_t* keys, int64_t s, uint32_t targets) {
+  const uint32_t k = keys[s];
+  return k < targets && (s == 0 || keys[s - 1] != k);
+}
+// Gather's gradient: a thread per (o, sorted position, i) that heads a run sums dy over the run's
+// items in item order.
+__global__ void gatherGradOrderedKernel(const void* dy, DT t, OrderBuffers b, float* acc, int64_t outer, int64_t dim, int64_t n, int64_t inner) {
+  AMPC_GRID_LOOP(i, outer * n * inner) {
+    const int64_t in = i % inner, s = (i / inner) % n, o = i / (inner * n);
+    if (!runHead(b.sortedKeys, s, static_cast<uint32_t>(dim))) continue;
+    const uint32_t k = b.sortedKeys[s];
+    float sum = 0.0f;
+    for (int64_t e = s; e < n && b.sortedKeys[e] == k; ++e) sum += loadF(dy, t, (o * n + b.sortedItems[e]) * inner + in);
+    acc[(o * dim + k) * inner + in] = sum;
+  }
+}
+// acc[target] = the sum of dy over the target's items, in item order.
+__global__ void orderedSumKernel(const void* dy, DT t, OrderBuffers b, uint32_t targets, float* acc) {
+  AMPC_GRID_LOOP(s, b.n) {
+    if (!runHead(b.sortedKeys, s, targets)) continue;
+    const uint32_t k = b.sortedKeys[s];
+    float sum = 0.0f;
+    for (int64_t e = s; e < b.n && b.sortedKeys[e] == k; ++e) sum += loadF(dy, t, b.sortedItems[e]);
+    acc[k] = sum;
+  }
+}
+}  // namespace
+
 cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outer, int64_t dim, int64_t n,
-                       int64_t inner, cudaStream_t st) {
+                       int64_t inner, void* order, cudaStream_t st) {
   const int64_t outN = outer * dim * inner;
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
-  if (outer * n * inner > 0) gatherGradKernel<<<gridFor(outer * n * inner), 256, 0, st>>>(dy, t, idx, idxType, acc, outer, dim, n, inner);
+  if (order && outer * n * inner > 0) {
+    const OrderBuffers b = orderBuffers(order, n);
+    gatherKeysKernel<<<gridFor(n), 256, 0, st>>>(idx, idxType, n, dim, b.keys, b.items);
+    if (cudaError_t e = sortOrder(b, static_cast<uint32_t>(dim), st); e != cudaSuccess) return e;
+    gatherGradOrderedKernel<<<gridFor(outer * n * inner), 256, 0, st>>>(dy, t, b, acc, outer, dim, n, inner);
+  } else if (outer * n * inner > 0) {
+    gatherGradKernel<<<gridFor(outer * n * inner), 256, 0, st>>>(dy, t, idx, idxType, acc, outer, dim, n, inner);
+  }
   narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
   return cudaGetLastError();
 }
@@ -585,10 +638,39 @@ cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxTyp
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void offsetKeysKernel(const void* idx, DT it, IndexGeom g, int64_t outN, uint32_t* keys, uint32_t* items) {
+  AMPC_GRID_LOOP(i, g.n) {
+    const int64_t off = indexOffset(g, idx, it, i);
+    keys[i] = off < 0 ? static_cast<uint32_t>(outN) : static_cast<uint32_t>(off);
+    items[i] = static_cast<uint32_t>(i);
+  }
+}
+// ScatterElements/ScatterND with reduction add, ordered: each element adds its updates in update
+// order, rounding to its type after each add (as one atomic add after another would).
+template <typename E>
+__global__ void orderedScatterKernel(const E* upd, OrderBuffers b, uint32_t targets, E* out) {
+  AMPC_GRID_LOOP(s, b.n) {
+    if (!runHead(b.sortedKeys, s, targets)) continue;
+    const uint32_t k = b.sortedKeys[s];
+    E v = out[k];
+    for (int64_t e = s; e < b.n && b.sortedKeys[e] == k; ++e) v = fromF<E>(toF(v) + toF(upd[b.sortedItems[e]]));
+    out[k] = v;
+  }
+}
+}  // namespace
+
 cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outN, const IndexGeom& g,
-                            cudaStream_t st) {
+                            void* order, cudaStream_t st) {
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
-  if (g.n > 0) indexGatherGradKernel<<<gridFor(g.n), 256, 0, st>>>(dy, t, idx, idxType, acc, g);
+  if (order && g.n > 0) {
+    const OrderBuffers b = orderBuffers(order, g.n);
+    offsetKeysKernel<<<gridFor(g.n), 256, 0, st>>>(idx, idxType, g, outN, b.keys, b.items);
+    if (cudaError_t e = sortOrder(b, static_cast<uint32_t>(outN), st); e != cudaSuccess) return e;
+    orderedSumKernel<<<gridFor(g.n), 256, 0, st>>>(dy, t, b, static_cast<uint32_t>(outN), acc);
+  } else if (g.n > 0) {
+    indexGatherGradKernel<<<gridFor(g.n), 256, 0, st>>>(dy, t, idx, idxType, acc, g);
+  }
   if (outN > 0) narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
   return cudaGetLastError();
 }
@@ -610,8 +692,18 @@ void launchScatter(const void* upd, const void* idx, DT it, void* out, const Ind
 }  // namespace
 
 cudaError_t indexScatter(const void* upd, DT t, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, bool add,
-                         cudaStream_t st) {
+                         void* order, int64_t outN, cudaStream_t st) {
   if (g.n == 0) return cudaSuccess;
+  if (add && order && (t == DT::f32 || t == DT::f16 || t == DT::bf16)) {
+    const OrderBuffers b = orderBuffers(order, g.n);
+    offsetKeysKernel<<<gridFor(g.n), 256, 0, st>>>(idx, idxType, g, outN, b.keys, b.items);
+    if (cudaError_t e = sortOrder(b, static_cast<uint32_t>(outN), st); e != cudaSuccess) return e;
+    const uint32_t targets = static_cast<uint32_t>(outN);
+    if (t == DT::f32) orderedScatterKernel<<<gridFor(g.n), 256, 0, st>>>(static_cast<const float*>(upd), b, targets, static_cast<float*>(out));
+    else if (t == DT::f16) orderedScatterKernel<<<gridFor(g.n), 256, 0, st>>>(static_cast<const __half*>(upd), b, targets, static_cast<__half*>(out));
+    else orderedScatterKernel<<<gridFor(g.n), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(upd), b, targets, static_cast<__nv_bfloat16*>(out));
+    return cudaGetLastError();
+  }
   if (!add) {
     switch (elemBytes) {
       case 1: launchScatter<uint8_t, false>(upd, idx, idxType, out, g, st); break;
@@ -664,9 +756,16 @@ cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int
   return cudaGetLastError();
 }
 
-cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, cudaStream_t st) {
+cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, void* order, cudaStream_t st) {
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
-  if (n > 0) scatterFlatKernel<<<gridFor(n), 256, 0, st>>>(dy, t, idx, n, acc, outN);
+  if (order && n > 0) {
+    const OrderBuffers b = orderBuffers(order, n);
+    flatKeysKernel<<<gridFor(n), 256, 0, st>>>(idx, n, outN, b.keys, b.items);
+    if (cudaError_t e = sortOrder(b, static_cast<uint32_t>(outN), st); e != cudaSuccess) return e;
+    orderedSumKernel<<<gridFor(n), 256, 0, st>>>(dy, t, b, static_cast<uint32_t>(outN), acc);
+  } else if (n > 0) {
+    scatterFlatKernel<<<gridFor(n), 256, 0, st>>>(dy, t, idx, n, acc, outN);
+  }
   narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
   return cudaGetLastError();
 }

@@ -88,14 +88,29 @@ cudaError_t unpadChannelsLast(const void* src, void* dst, int64_t batch, int64_t
 // Fills n elements of type t with v.
 cudaError_t fill(void* dst, DT t, int64_t n, double v, cudaStream_t st);
 
+// Deterministic scatter-adds (ProgramOptions::deterministic): instead of atomics, each item's target
+// (or the sentinel `targets` where it has none) is sorted stably with the item's index (CUB's radix
+// sort), and one thread per target sums its items in item order, so the sums' order is fixed by the
+// indices alone. orderScratch(items) bytes (0: more than 2^31 - 1 items, not supported); the
+// launchers below take that scratch as `order` (null: atomics).
+struct OrderBuffers {
+  uint32_t *keys = nullptr, *items = nullptr, *sortedKeys = nullptr, *sortedItems = nullptr;
+  void* temp = nullptr;
+  size_t tempBytes = 0;
+  int64_t n = 0;
+};
+size_t orderScratch(int64_t items);
+OrderBuffers orderBuffers(void* scratch, int64_t items);
+cudaError_t sortOrder(const OrderBuffers& b, uint32_t targets, cudaStream_t st);
+
 // Gather along an axis: out[o, j, i] = x[o, idx[j], i] (negative indices wrap; out of range: 0).
 cudaError_t gather(const void* x, const void* idx, DT idxType, void* out, int elemBytes, int64_t outer, int64_t dim, int64_t n,
                    int64_t inner, cudaStream_t st);
 // GatherGrad: acc (f32, zeroed here) [outer, dim, inner] += dy[o, j, i] at idx[j]; then out = acc.
 cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outer, int64_t dim, int64_t n,
-                       int64_t inner, cudaStream_t st);
+                       int64_t inner, void* order, cudaStream_t st);
 // ScatterAddFlat: acc (f32, zeroed here) [outN] += dy[i] at idx[i] (i64); then out = acc.
-cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, cudaStream_t st);
+cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, void* order, cudaStream_t st);
 
 // GatherElements and GatherND: output element i reads data at an offset built from the indices
 // (negative indices wrap; out of range reads 0). Elements: i walks the indices' shape (ishape),
@@ -114,11 +129,12 @@ struct IndexGeom {
 cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, cudaStream_t st);
 // Their gradients: acc (f32, zeroed here) of outN elements += dy[i] at i's data offset; then out = acc.
 cudaError_t indexGatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outN, const IndexGeom& g,
-                            cudaStream_t st);
+                            void* order, cudaStream_t st);
 // ScatterElements / ScatterND after out = data: update i goes to its data offset (IndexGeom as for
-// the gather that reads it back; out of range: skipped). add: atomic adds (f32, f16, bf16, i32, i64).
+// the gather that reads it back; out of range: skipped). add: atomic adds (f32, f16, bf16, i32, i64);
+// with `order`, float updates are added to each element in update order instead.
 cudaError_t indexScatter(const void* upd, DT t, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, bool add,
-                         cudaStream_t st);
+                         void* order, int64_t outN, cudaStream_t st);
 // Trilu over [batches, R, C]: keeps element (i, j) where j - i >= k (upper) or j - i <= k (lower), else 0.
 cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_t R, int64_t C, int64_t k, bool upper, cudaStream_t st);
 // CumSum along one axis of x viewed as [outer, n, inner]: float types sum in f32, integers in int64.
@@ -184,6 +200,9 @@ struct AttentionArgs {
   const uint8_t* flags = nullptr;    // with a mask: its tile flags (attentionMaskTiles)
   uint32_t* keep = nullptr;          // with dropout: the scores' keep bits, written by the forward and
                                      // read by the backward of the same step (attentionKeepBytes)
+  // The backward's dQ without atomics: each key tile stores its dS K into a slice of its own, and
+  // the slices are summed in key-tile order (scratch: one f32 dQ per key tile).
+  bool deterministic = false;
 };
 // The mask's tile flags (which 64 x 64 tiles are dead, all zero, or read), computed once per mask
 // value and step and shared by every node that reads that mask: attentionFlagBytes(a) bytes.
@@ -233,11 +252,13 @@ struct BatchNormArgs {
   bool nhwc = false;             // x, y, dy, dx stored [N, S, C] (C a multiple of 8, at most 2048)
   DT t = DT::f32, pT = DT::f32;  // X/Y type (f32, f16 or bf16), scale/bias/mean/var type
 };
-// Scratch bytes that batchNorm and batchNormGrad need for C channels (NHWC: with the per-block
-// partial sums of at most kNhwcSumBlocks blocks).
+// Scratch bytes that batchNorm and batchNormGrad need for C channels (with the per-block partial
+// sums: NHWC of at most kNhwcSumBlocks blocks, NCHW of C x P blocks, P at most (2048 + C - 1) / C).
 inline constexpr int kNhwcSumBlocks = 1024;
 inline size_t batchNormScratchBytes(int64_t C, bool nhwc) {
-  return (4 * sizeof(double) + 6 * sizeof(float) + (nhwc ? kNhwcSumBlocks * 4 * sizeof(float) : 0)) * static_cast<size_t>(C);
+  const size_t c = static_cast<size_t>(C);
+  return (4 * sizeof(double) + 6 * sizeof(float)) * c +
+         (nhwc ? kNhwcSumBlocks * 4 * sizeof(float) * c : 4 * sizeof(double) * c * static_cast<size_t>((2048 + C - 1) / C));
 }
 cudaError_t batchNorm(const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y, void* runMeanOut,
                       void* runVarOut, float* ws, const BatchNormArgs& a, cudaStream_t st);

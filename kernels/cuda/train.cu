@@ -85,9 +85,9 @@ __global__ void unscaleNormKernel(AMPC_CHUNK_ARGS, void* const* roles, const flo
     sq += static_cast<double>(v) * v;
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found = true;
-  if (normSq) {
+  if (normSq) {  // this chunk's sum of squares, summed with the others in chunk order (sumInOrder)
     sq = blockSum(sq);
-    if (threadIdx.x == 0) atomicAdd(normSq, sq);
+    if (threadIdx.x == 0) normSq[blockIdx.x] = sq;
   }
 }
 
@@ -128,7 +128,29 @@ __global__ void normKernel(AMPC_CHUNK_ARGS, void* const* roles, double* normSq) 
   double sq = 0;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) sq += static_cast<double>(g[i]) * g[i];
   sq = blockSum(sq);
-  if (threadIdx.x == 0) atomicAdd(normSq, sq);
+  if (threadIdx.x == 0) normSq[blockIdx.x] = sq;  // partials, summed in order by sumInOrder
+}
+
+// out[0] = parts[0] + ... + parts[n - 1] in a fixed order (one block: each thread sums a strided
+// slice in order, then the block's tree): no atomics, the same bits every run.
+__global__ void sumInOrderKernel(const double* parts, int n, double* out) {
+  double s = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += parts[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0) *out = s;
+}
+// LAMB's per-tensor norms from the chunks' partials (2 per chunk), each tensor's chunks in order.
+__global__ void lambNormsKernel(const int* ct, int chunks, const double* parts, double* norms, int tensors) {
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < tensors; t += gridDim.x * blockDim.x) {
+    double pn = 0, un = 0;
+    for (int c = 0; c < chunks; ++c)
+      if (ct[c] == t) {
+        pn += parts[2 * c];
+        un += parts[2 * c + 1];
+      }
+    norms[2 * t] = pn;
+    norms[2 * t + 1] = un;
+  }
 }
 
 __global__ void clipKernel(AMPC_CHUNK_ARGS, void* const* roles, const double* normSq, const bool* found, float maxNorm) {
@@ -231,9 +253,9 @@ __global__ void adamKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp
   if (lamb) {
     pn = blockSum(pn);
     un = blockSum(un);
-    if (threadIdx.x == 0) {
-      atomicAdd(norms + 2 * c.t, pn);
-      atomicAdd(norms + 2 * c.t + 1, un);
+    if (threadIdx.x == 0) {  // this chunk's partials (after the per-tensor norms), summed by lambNormsKernel
+      norms[2 * (n + blockIdx.x)] = pn;
+      norms[2 * (n + blockIdx.x) + 1] = un;
     }
   }
 }
@@ -315,12 +337,14 @@ cudaError_t unscaleCheck(const TensorList& l, DT t, const float* invScale, bool*
   return cudaGetLastError();
 }
 
+cudaError_t sumInOrder(const double* parts, int n, double* out, cudaStream_t st) {
+  sumInOrderKernel<<<1, kThreads, 0, st>>>(parts, n, out);
+  return cudaGetLastError();
+}
+
 cudaError_t unscaleCheckNorm(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, double* normSq, cudaStream_t st) {
-  if (clear) {
+  if (clear)
     if (cudaError_t e = cudaMemsetAsync(found, 0, 1, st); e != cudaSuccess) return e;
-    if (normSq)
-      if (cudaError_t e = cudaMemsetAsync(normSq, 0, sizeof(double), st); e != cudaSuccess) return e;
-  }
   if (l.chunks() == 0) return cudaSuccess;
   switch (t) {
     case DT::f16: unscaleNormKernel<__half><<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), invScale, found, normSq); break;
@@ -336,11 +360,9 @@ cudaError_t clipNormOut(const double* normSq, float* normOut, cudaStream_t st) {
 }
 
 cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st) {
-  if (cudaError_t e = cudaMemsetAsync(normSq, 0, sizeof(double), st); e != cudaSuccess) return e;
-  if (l.chunks() > 0) {
-    normKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), normSq);
-    clipKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), normSq, found, maxNorm);
-  }
+  if (l.chunks() > 0) normKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), normSq + 1);
+  sumInOrderKernel<<<1, kThreads, 0, st>>>(normSq + 1, l.chunks(), normSq);
+  if (l.chunks() > 0) clipKernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), normSq, found, maxNorm);
   normOutKernel<<<1, 1, 0, st>>>(normSq, normOut);
   return cudaGetLastError();
 }
@@ -368,14 +390,16 @@ cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float m
 cudaError_t adam(const TensorList& l, const float* lr, const int64_t* step, const bool* found, float beta1, float beta2, float eps,
                  float weightDecay, bool decoupled, bool lamb, double* norms, const GradIn& gin, cudaStream_t st) {
   if (l.chunks() == 0) return cudaSuccess;
-  if (lamb)
-    if (cudaError_t e = cudaMemsetAsync(norms, 0, sizeof(double) * 2 * l.tensors(), st); e != cudaSuccess) return e;
   auto run = [&](auto kernel) {
     kernel<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, decoupled, lamb, norms, gin);
   };
   if (gin.t == DT::f16) run(adamKernel<__half>);
   else if (gin.t == DT::bf16) run(adamKernel<__nv_bfloat16>);
   else run(adamKernel<float>);
+  if (lamb) {
+    const int tensors = l.tensors();
+    lambNormsKernel<<<(tensors + kThreads - 1) / kThreads, kThreads, 0, st>>>(l.chunkTensor(), l.chunks(), norms + 2 * tensors, norms, tensors);
+  }
   if (lamb) lambApply<<<l.chunks(), kThreads, 0, st>>>(AMPC_CHUNK_PASS(l), l.role(0), lr, step, found, beta1, beta2, eps, weightDecay, norms);
   return cudaGetLastError();
 }

@@ -58,12 +58,16 @@ struct GradIn {
   const bool* clipFound = nullptr;  // the clip's found_inf operand
   float maxNorm = 0.0f;
 };
-// UnscaleCheck folded into the optimizer: roles {grad}; only *found, and with normSq the squares
-// of the unscaled gradients added into it (f64, zeroed first when `clear`). Nothing is written.
+// UnscaleCheck folded into the optimizer: roles {grad}; only *found, and with normSq each chunk's
+// sum of the unscaled gradients' squares at normSq[chunk] (f64; sumInOrder adds them up). Nothing
+// else is written.
 cudaError_t unscaleCheckNorm(const TensorList& l, DT t, const float* invScale, bool* found, bool clear, double* normSq, cudaStream_t st);
+// *out = parts[0] + ... + parts[n - 1], in an order fixed by n alone (no atomics).
+cudaError_t sumInOrder(const double* parts, int n, double* out, cudaStream_t st);
 // ClipByGlobalNorm folded into the optimizer: its norm output, from the sum of squares.
 cudaError_t clipNormOut(const double* normSq, float* normOut, cudaStream_t st);
-// ClipByGlobalNorm: roles {grad, out}. norm = ||grads||_2 (f64 accumulation, `normSq` scratch);
+// ClipByGlobalNorm: roles {grad, out}. norm = ||grads||_2 (f64 accumulation in a fixed order;
+// `normSq` scratch of 1 + l.chunks() doubles);
 // out = grad * min(1, maxNorm / (norm + 1e-6)) when maxNorm > 0 and !*found, else grad.
 cudaError_t clipByGlobalNorm(const TensorList& l, const bool* found, float maxNorm, double* normSq, float* normOut, cudaStream_t st);
 // StepIncrement: *out = *step + (*found ? 0 : 1).
@@ -74,7 +78,7 @@ cudaError_t learningRate(const int64_t* step, float* out, float lr, int schedule
 cudaError_t sgd(const TensorList& l, const float* lr, const bool* found, float momentum, float weightDecay, bool nesterov, const GradIn& gin,
                 cudaStream_t st);
 // Adam / AdamW: roles {p, g, m, v, pOut, mOut, vOut}; `step` the step count after the increment.
-// LAMB (lamb): the same roles; `norms` is f64 scratch of 2 per tensor.
+// LAMB (lamb): the same roles; `norms` is f64 scratch of 2 per tensor and 2 per chunk.
 cudaError_t adam(const TensorList& l, const float* lr, const int64_t* step, const bool* found, float beta1, float beta2, float eps,
                  float weightDecay, bool decoupled, bool lamb, double* norms, const GradIn& gin, cudaStream_t st);
 // ScalerUpdate (PyTorch's GradScaler plus hysteresis and bounds; 0: unbounded).

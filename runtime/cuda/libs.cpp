@@ -33,12 +33,13 @@ cudnnDataType_t dnnType(DT t) {
   }
 }
 
-// The heuristics' best algorithm that runs here.
+// The heuristics' best algorithm that runs here (and, when `deterministic`, gives the same bits
+// every run).
 template <typename Perf>
-auto firstWorking(const Perf* perf, int n, const char* what) {
+auto firstWorking(const Perf* perf, int n, const char* what, bool deterministic) {
   for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i].algo;
-  throw Error(std::string("cuDNN has no ") + what + " algorithm for this convolution");
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) return perf[i].algo;
+  throw Error(std::string("cuDNN has no ") + (deterministic ? "deterministic " : "") + what + " algorithm for this convolution");
 }
 
 cublasLtMatrixLayout_t layout(DT t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
@@ -138,12 +139,12 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   check(cudnnSetConvolutionGroupCount(conv_, static_cast<int>(d.groups)), "conv groups");
   const cudnnMathType_t math = d.t != DT::f32 ? CUDNN_TENSOR_OP_MATH : d.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   check(cudnnSetConvolutionMathType(conv_, math), "conv math type");
-  constexpr int kAlgos = 8;
+  constexpr int kAlgos = 16;  // more than cuDNN has of each kind
   int n = 0;
   if (forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, kAlgos, &n, perf), "conv forward algorithm");
-    fwd_ = firstWorking(perf, n, "forward");
+    fwd_ = firstWorking(perf, n, "forward", d.deterministic);
     size_t b = 0;
     check(cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, fwd_, &b), "conv forward workspace");
     ws_ = std::max(ws_, b);
@@ -151,7 +152,7 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   if (backwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, kAlgos, &n, perf), "conv backward-data algorithm");
-    bwdData_ = firstWorking(perf, n, "backward-data");
+    bwdData_ = firstWorking(perf, n, "backward-data", d.deterministic);
     size_t b = 0;
     check(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, bwdData_, &b), "conv backward-data workspace");
     ws_ = std::max(ws_, b);
@@ -159,7 +160,7 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   if (backwardFilter) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, kAlgos, &n, perf), "conv backward-filter algorithm");
-    bwdFilter_ = firstWorking(perf, n, "backward-filter");
+    bwdFilter_ = firstWorking(perf, n, "backward-filter", d.deterministic);
     size_t b = 0;
     check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, bwdFilter_, &b), "conv backward-filter workspace");
     ws_ = std::max(ws_, b);

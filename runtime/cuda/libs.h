@@ -63,6 +63,7 @@ struct ConvDesc {
   int pad[3] = {0, 0, 0}, stride[3] = {1, 1, 1}, dil[3] = {1, 1, 1};
   bool allowTf32 = false;
   bool nhwc = false;  // x, y (and their gradients) NHWC, the filter KRSC (2 spatial dims)
+  bool deterministic = false;  // only algorithms cuDNN marks CUDNN_DETERMINISTIC
 };
 class Conv {
  public:

@@ -93,6 +93,7 @@ struct Program::Lowering {
   // The fused attention's operands (compiler/ops/ops_nn.cpp has the shape rules).
   AttentionArgs attentionArgs(const Value* q, const Value* kt, const Value* v, const Value* mask) const {
     AttentionArgs a;
+    a.deterministic = p.opts_.deterministic;
     const auto &qs = shape(q), &ks = shape(kt), &vs = shape(v);
     const size_t r = qs.size();
     a.t = dt(q);
@@ -131,7 +132,18 @@ struct Program::Lowering {
   struct Scratch {
     void* const* base;
     float* f() const { return static_cast<float*>(*base); }
+    void* at(size_t offset) const { return static_cast<char*>(*base) + offset; }
   };
+  // ProgramOptions::deterministic: the scratch bytes an ordered scatter-add of `items` items into
+  // `targets` elements needs (kernels/cuda/ops.h, OrderBuffers); 0 when not deterministic.
+  size_t orderBytes(int64_t items, int64_t targets) {
+    if (!p.opts_.deterministic || items == 0) return 0;
+    const size_t b = orderScratch(items);
+    if (b == 0 || targets >= static_cast<int64_t>(UINT32_MAX))
+      fail("--deterministic: the ordered scatter-add takes fewer than 2^31 items into fewer than 2^32 - 1 elements; this one has " +
+           std::to_string(items) + " into " + std::to_string(targets));
+    return b;
+  }
   Scratch scratch(size_t bytes) {
     p.scratchBytes_ = std::max(p.scratchBytes_, alignUp(bytes));
     return Scratch{&p.scratch_};
@@ -489,6 +501,7 @@ void Program::Lowering::conv(bool grad) {
   ConvDesc d;
   d.t = t;
   d.allowTf32 = p.opts_.allowTf32;
+  d.deterministic = p.opts_.deterministic;
   d.N = xs[0];
   d.C = xs[1];
   d.M = ws[0];
@@ -648,6 +661,9 @@ void Program::Lowering::pool(bool isMax, bool grad) {
   const Value* x = grad ? in(1) : in(0);
   const PoolArgs a = poolArgs(n, x);
   if (grad) {
+    if (p.opts_.deterministic)
+      fail("--deterministic: AveragePool's gradient on CUDA adds its windows' shares with atomics; it has no ordered form yet (train "
+           "without --deterministic, or on the CPU)");
     const Scratch acc = scratch(sizeof(float) * x->type().numel());
     const void* dy = P(in(0));
     void* dx = P(out(0));
@@ -962,10 +978,13 @@ void Program::Lowering::lower() {
       const int eb = dtSize(t);
       const size_t bytes = in(0)->type().bytes();
       const bool accumulate = n.getString("reduction", "none") == "add";
+      const int64_t outN = in(0)->type().numel();
+      const size_t ob = accumulate && isFloat(in(0)->type().dtype) ? orderBytes(g.n, outN) : 0;
+      const Scratch ord = scratch(ob);
       add([=](cudaStream_t st) {
         if (Y != X)
           if (cudaError_t e = cudaMemcpyAsync(Y, X, bytes, cudaMemcpyDeviceToDevice, st); e != cudaSuccess) return e;
-        return indexScatter(U, t, eb, I, it, Y, g, accumulate, st);
+        return indexScatter(U, t, eb, I, it, Y, g, accumulate, ob ? ord.at(0) : nullptr, outN, st);
       });
       return;
     }
@@ -1155,12 +1174,13 @@ void Program::Lowering::lower() {
         add([=](cudaStream_t st) { return maxPoolGradChannelsLast(dY, I, dX, a, st); });
         return;
       }
-      const Scratch acc = scratch(sizeof(float) * outN);
+      const size_t accBytes = alignUp(sizeof(float) * outN), ob = orderBytes(cnt, outN);
+      const Scratch acc = scratch(accBytes + ob);
       const void* dY = P(in(0));
       const int64_t* I = static_cast<const int64_t*>(P(in(1)));
       void* dX = P(out(0));
       const DT t = dt(in(0));
-      add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc.f(), dX, outN, st); });
+      add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc.f(), dX, outN, ob ? acc.at(accBytes) : nullptr, st); });
       return;
     }
     if (op == "GatherGrad") {
@@ -1168,21 +1188,23 @@ void Program::Lowering::lower() {
       int64_t outer, dim, inner;
       split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
       const int64_t cnt = in(1)->type().numel();
-      const Scratch acc = scratch(sizeof(float) * out(0)->type().numel());
+      const size_t accBytes = alignUp(sizeof(float) * out(0)->type().numel()), ob = orderBytes(cnt, dim);
+      const Scratch acc = scratch(accBytes + ob);
       const void *dY = P(in(0)), *I = P(in(1));
       void* dX = P(out(0));
       const DT t = dt(in(0)), it = dt(in(1));
-      add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, st); });
+      add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, ob ? acc.at(accBytes) : nullptr, st); });
       return;
     }
     if (op == "GatherElementsGrad" || op == "GatherNDGrad") {
       const IndexGeom g = indexGeom(n, n.getInts("shape"));
       const int64_t outN = out(0)->type().numel();
-      const Scratch acc = scratch(sizeof(float) * std::max<int64_t>(outN, 1));
+      const size_t accBytes = alignUp(sizeof(float) * std::max<int64_t>(outN, 1)), ob = orderBytes(g.n, outN);
+      const Scratch acc = scratch(accBytes + ob);
       const void *dY = P(in(0)), *I = P(in(1));
       void* dX = P(out(0));
       const DT t = dt(in(0)), it = dt(in(1));
-      add([=](cudaStream_t st) { return indexGatherGrad(dY, t, I, it, acc.f(), dX, outN, g, st); });
+      add([=](cudaStream_t st) { return indexGatherGrad(dY, t, I, it, acc.f(), dX, outN, g, ob ? acc.at(accBytes) : nullptr, st); });
       return;
     }
     if (op == "SliceGrad") {
@@ -1380,7 +1402,9 @@ void Program::Lowering::train() {
     bool clear = true;
     const Node* clip = nullptr;
     if (fusedGradChain(p.g_, n, &clip)) {  // only the check (and the clip's squares): the optimizer unscales
-      double* normSq = clip ? p.chainNorm(&n) : nullptr;
+      // The clip's sum of squares: one partial per chunk of every launch, then summed in order.
+      std::vector<std::shared_ptr<TensorList>> lists;
+      size_t chunks = 0;
       for (const auto& [t, idx] : byType) {
         if (t != DT::f32 && t != DT::f16 && t != DT::bf16) fail("gradients must be f32, f16 or bf16");
         std::vector<int64_t> sizes;
@@ -1389,11 +1413,24 @@ void Program::Lowering::train() {
           src.push_back(P(readThrough(p.g_, in(i + 1))));
           sizes.push_back(in(i + 1)->type().numel());
         }
-        auto l = std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src});
-        p.keep_.push_back(l);
-        const DT gt = t;
-        add([l, gt, inv, found, clear, normSq](cudaStream_t st) { return unscaleCheckNorm(*l, gt, inv, found, clear, normSq, st); });
+        lists.push_back(std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src}));
+        p.keep_.push_back(lists.back());
+        chunks += static_cast<size_t>(lists.back()->chunks());
+      }
+      double* normSq = clip ? p.chainNorm(&n) : nullptr;
+      double* parts = clip ? static_cast<double*>(p.allocPersistent(sizeof(double) * std::max<size_t>(chunks, 1))) : nullptr;
+      size_t at = 0;
+      for (size_t li = 0; li < lists.size(); ++li) {
+        const auto l = lists[li];
+        const DT gt = std::next(byType.begin(), static_cast<std::ptrdiff_t>(li))->first;
+        double* part = parts ? parts + at : nullptr;
+        add([l, gt, inv, found, clear, part](cudaStream_t st) { return unscaleCheckNorm(*l, gt, inv, found, clear, part, st); });
+        at += static_cast<size_t>(l->chunks());
         clear = false;
+      }
+      if (normSq) {
+        const int total = static_cast<int>(chunks);
+        add([parts, total, normSq](cudaStream_t st) { return sumInOrder(parts, total, normSq, st); });
       }
       if (byType.empty()) add([found](cudaStream_t st) { return cudaMemsetAsync(found, 0, 1, st); });
       return;
@@ -1438,7 +1475,7 @@ void Program::Lowering::train() {
     const bool* found = flag(in(0));
     float* norm = f32(out(k));
     const float maxNorm = n.getFloat("max_norm", 0.0f);
-    const Scratch sq = scratch(sizeof(double));
+    const Scratch sq = scratch(sizeof(double) * (1 + static_cast<size_t>(l->chunks())));
     add([l, found, norm, maxNorm, sq](cudaStream_t st) { return clipByGlobalNorm(*l, found, maxNorm, reinterpret_cast<double*>(sq.f()), norm, st); });
     return;
   }
@@ -1791,7 +1828,7 @@ void Program::lowerOptimizerPart(const std::vector<const Node*>& group, size_t g
   const float b1 = n.getFloat("beta1", 0.9f), b2 = n.getFloat("beta2", 0.999f), eps = n.getFloat("eps", 1e-8f);
   const float wd = n.getFloat("weight_decay", 0.0f);
   const bool decoupled = n.getInt("decoupled", 0) != 0, lamb = n.getInt("lamb", 0) != 0;
-  double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * sizes.size())) : nullptr;  // one per group
+  double* norms = lamb ? static_cast<double*>(allocPersistent(sizeof(double) * 2 * (sizes.size() + static_cast<size_t>(l->chunks())))) : nullptr;  // one per group
   launches_.push_back(
       {what, n.qualifiedOp(), [=](cudaStream_t st) { return adam(*l, lr, step, found, b1, b2, eps, wd, decoupled, lamb, norms, gin, st); }});
 }

@@ -52,6 +52,12 @@ struct ProgramOptions {
   // before and the results it writes after (Inf and NaN counts, largest finite |x|), into per-value
   // records that each run zeroes first; findOverflow() reads the last run's.
   bool watchFinite = false;
+  // amprun --deterministic: the same bits every run. cuDNN algorithms marked deterministic only, the
+  // attention backward's dQ summed per key tile in order, scatter-adds (embedding and index
+  // gradients, ScatterND/ScatterElements add) sorted and summed in index order instead of atomics.
+  // (The other reductions are in a fixed order always; cuBLASLt is deterministic on one stream
+  // with its own workspace.) AveragePool's gradient is refused.
+  bool deterministic = false;
 };
 
 DT deviceType(DType t, const std::string& where);

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   double minScale = 0;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
-       explainOverflow = false, checkData = false;
+       explainOverflow = false, checkData = false, deterministic = false;
   std::vector<std::string> intRanges;
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
@@ -162,6 +162,9 @@ int main(int argc, char** argv) {
   app.add_flag("--fixed-batch", fixedBatch, "train on the first batch every step (uploaded once)");
   app.add_flag("--no-cuda-graph", noCudaGraph, "cuda: launch every step's kernels instead of replaying one captured graph");
   app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
+  app.add_flag("--deterministic", deterministic,
+               "cuda: the same bits every run with the same seed: deterministic cuDNN algorithms, attention and scatter-add gradients "
+               "summed in a fixed order instead of with atomics (the CPU backend always is)");
   app.add_flag("--check-plan", checkPlan,
                "cuda: check the memory plan: poison each value's bytes (NaN) when its last reader is done, and name the nodes whose "
                "results held NaNs");
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
       po.seed = seed;
       po.checkPlan = checkPlan;
       po.watchFinite = explainOverflow;
+      po.deterministic = deterministic;
       const auto memBase = cuda::deviceMemoryUsed(po.device);
       // --explain-overflow reads every step's metrics at once (one synchronisation a step), so a
       // skipped step's scans are still the device's when the host looks at them.
