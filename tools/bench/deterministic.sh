@@ -5,13 +5,13 @@
 # and the saved weights are compared byte for byte, and --bench gives the step time of each mode.
 # Output under $OUT/det (or /tmp/ampc-det): summary.txt and the logs.
 set -uo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/../env.sh"
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$bench/../env.sh"
 out=${OUT:-/tmp/ampc-det}/det
 work=/tmp/ampc-det-work
 mkdir -p "$out" "$work"
 steps=${STEPS:-20}
-python3 "$here/export_models.py" "$work" gpt2 resnet50 >"$out/export.log" 2>&1 || { echo "export failed"; tail -20 "$out/export.log"; exit 1; }
+python3 "$bench/export_models.py" "$work" gpt2 resnet50 >"$out/export.log" 2>&1 || { echo "export failed"; tail -20 "$out/export.log"; exit 1; }
 declare -A opt data
 opt[gpt2]="--optimizer adamw --lr 3e-4 --weight-decay 0.01 --clip-norm 1.0 --freeze causal_mask"
 data[gpt2]="--int-range input_ids=0:50256 --int-range labels=0:50256"

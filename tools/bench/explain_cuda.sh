@@ -4,12 +4,12 @@
 # committed digits model at fp16: inputs 1e5 times too large (the forward) and a loss scale of 1e30
 # (the backward). Output: $OUT/explain/*.txt.
 set -uo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/../env.sh"
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$bench/../env.sh"
 out=${OUT:-/tmp/ampc-explain}/explain
 work=/tmp/ampc-explain-work
 mkdir -p "$out" "$work/big"
-models=$here/../models
+models=$bench/../models
 cp "$models"/digits/train/*.npy "$work/big/"
 python3 -c "import numpy as np, sys; x = np.load(sys.argv[1]); np.save(sys.argv[1], (x * 1e5).astype(x.dtype))" "$work/big/x.npy"
 ampc "$models/digits.onnx" --precision fp16 -o "$work/p.ampplan" >/dev/null
