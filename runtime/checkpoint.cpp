@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -51,6 +52,34 @@ int64_t metaInt(const Safetensors& st, const std::string& file, const char* key,
   if (s.empty() || used != s.size() || v < lo || v > hi)
     throw Error(file + ": checkpoint metadata " + key + " = '" + s + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v;
+}
+
+// The step's counters and scale, range-checked (their hash only says they are what was written):
+// ampc.step in [0, step] (it counts the steps not skipped), the growth tracker in
+// [0, growth_interval), the hysteresis budget in [0, hysteresis], the loss scale finite and > 0. So
+// no counter can leave int64 while a run goes on (at most --steps steps).
+void checkTrainingState(const Graph& g, const Safetensors& st, const std::string& file, int64_t step) {
+  auto scalar = [&](const char* name) -> const Tensor* {
+    auto it = st.tensors.find(name);
+    return it != st.tensors.end() && it->second.numel() == 1 ? &it->second : nullptr;
+  };
+  auto within = [&](const char* name, int64_t lo, int64_t hi) {
+    if (const Tensor* t = scalar(name); t && !isFloat(t->type.dtype)) {
+      const int64_t v = t->getInt(0);
+      if (v < lo || v > hi)
+        throw Error(file + ": tensor '" + name + "' = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+  };
+  within("ampc.step", 0, step);
+  for (const auto& n : g.nodes())
+    if (n->domain() == "ampc" && n->op() == "ScalerUpdate") {
+      within("ampc.growth_tracker", 0, std::max<int64_t>(n->getInt("growth_interval", 2000) - 1, 0));
+      within("ampc.hysteresis_left", 0, std::max<int64_t>(n->getInt("hysteresis", 1), 0));
+    }
+  if (const Tensor* t = scalar("ampc.loss_scale"); t && isFloat(t->type.dtype)) {
+    const double s = t->getDouble(0);
+    if (!std::isfinite(s) || s <= 0) throw Error(file + ": tensor 'ampc.loss_scale' = " + std::to_string(s) + " is not a finite positive scale");
+  }
 }
 
 }  // namespace
@@ -106,6 +135,7 @@ Resumed resumeFile(const std::string& file, Graph& g, uint64_t seed) {
   if (auto it = st.metadata.find("seed"); it == st.metadata.end() || it->second != std::to_string(seed))
     throw Error(file + ": written by a run with --seed " + (it == st.metadata.end() ? std::string("(none)") : it->second) +
                 "; this run has --seed " + std::to_string(seed) + " (the data order would differ)");
+  checkTrainingState(g, st, file, r.step);
   for (Value* p : g.params()) p->setData(std::move(st.tensors.at(p->name())));
   return r;
 }

@@ -46,7 +46,13 @@ void clipByGlobalNorm(KernelCtx& c) {
   c.out(g.size()).setDouble(0, norm);
 }
 
-void stepIncrement(KernelCtx& c) { c.out(0).setInt(0, c.in(0).getInt(0) + (foundInf(c.in(1)) ? 0 : 1)); }
+// The counters never wrap: a step count or growth tracker at the end of int64 is an error naming
+// the node (a checkpoint's counters are range-checked before they load: runtime/checkpoint.cpp).
+void stepIncrement(KernelCtx& c) {
+  int64_t next = 0;
+  if (__builtin_add_overflow(c.in(0).getInt(0), foundInf(c.in(1)) ? 0 : 1, &next)) c.fail("the step count leaves int64");
+  c.out(0).setInt(0, next);
+}
 
 // LearningRate(step) for the 1-based step about to be taken: constant; linear-warmup (lr * step /
 // warmup until warmup, then lr); cosine (the warmup, then lr/2 (1 + cos(pi (step - warmup) /
@@ -145,7 +151,8 @@ void scalerUpdate(KernelCtx& c) {
     if (left == 0) scale *= backoff;
   } else {
     left = hysteresis;
-    if (++tracker >= interval) {
+    if (__builtin_add_overflow(tracker, 1, &tracker)) c.fail("the growth tracker leaves int64");
+    if (tracker >= interval) {
       scale *= growth;
       tracker = 0;
     }

@@ -3,7 +3,9 @@
 // first step; a newer plan refused; the dynamic scaler in the metrics file.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <regex>
 
 #include "runtime/npy.h"
@@ -193,6 +195,34 @@ TEST(Amprun, CheckpointMetadataIsRangeChecked) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("is corrupt"), std::string::npos) << r.out;
   EXPECT_EQ(run(kAmprun + " " + p + common + " --steps 8 --resume " + good).code, 0);  // the original still resumes
+}
+
+// The step's counters in a checkpoint are range-checked too (a tensor rewritten with a valid hash):
+// ampc.step past the checkpoint's step, a growth tracker at the end of int64 (it would wrap at the
+// next clean step), a negative hysteresis budget, a non-finite loss scale.
+TEST(Amprun, CheckpointCountersAreRangeChecked) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp16", "--optimizer sgd --lr 0.1 --growth-interval 100");
+  const std::string common = " --data " + kDigits + "/train";
+  ASSERT_EQ(run(kAmprun + " " + p + common + " --steps 4 --checkpoint " + d.file("ck") + " --checkpoint-every 4").code, 0);
+  const Safetensors orig = readSafetensors(d.file("ck/ckpt-00000004.safetensors"));
+  auto expectRefused = [&](const std::string& name, double value, const std::string& want) {
+    SCOPED_TRACE(name);
+    Safetensors st = orig;
+    ASSERT_TRUE(st.tensors.count(name)) << name;
+    Tensor& t = st.tensors.at(name);
+    if (isFloat(t.type.dtype)) t.setDouble(0, value);
+    else t.setInt(0, value >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(value));
+    writeSafetensors(d.file("bad.safetensors"), st);
+    auto r = run(kAmprun + " " + p + common + " --steps 8 --resume " + d.file("bad.safetensors"));
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+  };
+  expectRefused("ampc.step", 5, "tensor 'ampc.step' = 5 is outside [0, 4]");
+  expectRefused("ampc.growth_tracker", 9.3e18, "tensor 'ampc.growth_tracker' = 9223372036854775807 is outside [0, 99]");
+  expectRefused("ampc.hysteresis_left", -1, "tensor 'ampc.hysteresis_left' = -1 is outside");
+  expectRefused("ampc.loss_scale", INFINITY, "'ampc.loss_scale' = inf is not a finite positive scale");
+  EXPECT_EQ(run(kAmprun + " " + p + common + " --steps 8 --resume " + d.file("ck")).code, 0);
 }
 
 TEST(Amprun, BadDataIsRefusedBeforeTheFirstStep) {
