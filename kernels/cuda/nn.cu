@@ -942,6 +942,45 @@ __global__ void avgPoolGradKernel(const void* dy, float* acc, PoolArgs a) {
     }
   }
 }
+// The same gradient gathered, for --deterministic: a thread per input element sums, over the taps in
+// order, dy / div of each output window that covers it (no atomics; the divisor recounted per window).
+__global__ void avgPoolGradGatherKernel(const void* dy, void* dx, PoolArgs a) {
+  int64_t IS, P, taps;
+  poolSizes(a, IS, P, taps);
+  AMPC_GRID_LOOP(i, a.N * a.C * IS) {
+    const int64_t plane = i / IS;
+    int64_t c[3] = {0, 0, 0}, rest = i % IS;
+    for (int d = a.nsp - 1; d >= 0; --d) {
+      c[d] = rest % a.in[d];
+      rest /= a.in[d];
+    }
+    float sum = 0.0f;
+    for (int64_t t = 0; t < taps; ++t) {
+      int64_t kk[3] = {0, 0, 0}, o[3] = {0, 0, 0}, r = t, flat = 0;
+      for (int d = a.nsp - 1; d >= 0; --d) {
+        kk[d] = r % a.k[d];
+        r /= a.k[d];
+      }
+      bool ok = true;
+      for (int d = 0; d < a.nsp && ok; ++d) {
+        const int64_t num = c[d] + a.pad[d] - kk[d] * a.d[d];
+        ok = num >= 0 && num % a.s[d] == 0 && num / a.s[d] < a.out[d];
+        o[d] = ok ? num / a.s[d] : 0;
+        flat = flat * a.out[d] + o[d];
+      }
+      if (!ok) continue;
+      int64_t count = 0, padded = 0;
+      bool inside, inPadded;
+      for (int64_t u = 0; u < taps; ++u) {
+        poolTap(a, o, u, inside, inPadded);
+        padded += inPadded;
+        count += inside;
+      }
+      sum += loadF(dy, a.t, plane * P + flat) / static_cast<float>(a.includePad ? padded : count);
+    }
+    storeF(dx, a.t, i, sum);
+  }
+}
 __global__ void narrowF32(const float* acc, void* out, DT t, int64_t n) {
   AMPC_GRID_LOOP(i, n) storeF(out, t, i, acc[i]);
 }
@@ -1235,6 +1274,10 @@ cudaError_t averagePool(const void* x, void* y, const PoolArgs& a, cudaStream_t 
 cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st) {
   int64_t P = a.N * a.C, I = a.N * a.C;
   for (int d = 0; d < a.nsp; ++d) P *= a.out[d], I *= a.in[d];
+  if (!acc) {  // gathered (deterministic)
+    if (I > 0) avgPoolGradGatherKernel<<<gridFor(I), 256, 0, st>>>(dy, dx, a);
+    return cudaGetLastError();
+  }
   if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * I, st); e != cudaSuccess) return e;
   if (P > 0) avgPoolGradKernel<<<gridFor(P), 256, 0, st>>>(dy, acc, a);
   narrowF32<<<gridFor(I), 256, 0, st>>>(acc, dx, a.t, I);

@@ -897,6 +897,52 @@ cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, 
   return cudaGetLastError();
 }
 
+namespace {
+// x [A, K, B] summed over A and B: block (k, slice) sums rows a of its slice (B contiguous elements
+// each) into part[slice][k]; middleTotal adds the slices in order.
+__global__ void middlePartial(const void* x, DT t, int64_t A, int64_t K, int64_t B, int64_t perSlice, float* part) {
+  const int64_t k = blockIdx.x, a0 = blockIdx.y * perSlice, a1 = min(A, a0 + perSlice);
+  float s = 0.0f;
+  const int64_t n = a0 < a1 ? (a1 - a0) * B : 0;
+  // (a, b) of element j, stepped by blockDim.x (no division per element).
+  int64_t a = a0 + threadIdx.x / B, b = threadIdx.x % B;
+  const int64_t da = blockDim.x / B, db = blockDim.x % B;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    s += loadF(x, t, (a * K + k) * B + b);
+    a += da;
+    b += db;
+    if (b >= B) {
+      b -= B;
+      ++a;
+    }
+  }
+  s = blockSum(s);
+  if (threadIdx.x == 0) part[blockIdx.y * K + k] = s;
+}
+__global__ void middleTotal(const float* part, int slices, void* out, DT t, int64_t K, float scale) {
+  AMPC_GRID_LOOP(k, K) {
+    float s = 0.0f;
+    for (int i = 0; i < slices; ++i) s += part[i * K + k];
+    storeF(out, t, k, s * scale);
+  }
+}
+// Slices of A per output: about 2048 blocks in all, each of at least 4096 elements.
+int64_t middleSlices(int64_t A, int64_t K, int64_t B) {
+  return std::max<int64_t>(1, std::min<int64_t>({A, (2048 + K - 1) / std::max<int64_t>(K, 1), (A * B + 4095) / 4096, 65535}));
+}
+}  // namespace
+
+size_t reduceMiddleScratch(int64_t A, int64_t K, int64_t B) { return sizeof(float) * static_cast<size_t>(middleSlices(A, K, B) * K); }
+
+cudaError_t reduceMiddle(const void* x, DT t, void* out, int64_t A, int64_t K, int64_t B, float scale, float* part, cudaStream_t st) {
+  if (K == 0) return cudaSuccess;
+  const int64_t slices = middleSlices(A, K, B), per = (A + slices - 1) / slices;
+  if (K > 2147483647) return cudaErrorInvalidValue;
+  middlePartial<<<dim3(static_cast<unsigned>(K), static_cast<unsigned>(slices)), 256, 0, st>>>(x, t, A, K, B, per, part);
+  middleTotal<<<gridFor(K), 256, 0, st>>>(part, static_cast<int>(slices), out, t, K, scale);
+  return cudaGetLastError();
+}
+
 // ---- random ----
 
 namespace {

@@ -158,6 +158,11 @@ cudaError_t reduce(const void* x, void* out, const ReduceArgs& a, cudaStream_t s
 // (reduceColumnsScratch(R, K) bytes), then the slices summed in order: deterministic.
 size_t reduceColumnsScratch(int64_t R, int64_t K);
 cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, float scale, float* part, cudaStream_t st);
+// out[k] = scale * sum_{a, b} x[a, k, b] for x [A, K, B] (float types): a convolution's bias gradient
+// or a per-channel scale's (NCHW, summed over N and H W). Blocks per (k, slice of A) read rows of B
+// contiguous elements; the slices' f32 sums (reduceMiddleScratch bytes) are added in order.
+size_t reduceMiddleScratch(int64_t A, int64_t K, int64_t B);
+cudaError_t reduceMiddle(const void* x, DT t, void* out, int64_t A, int64_t K, int64_t B, float scale, float* part, cudaStream_t st);
 
 // ---- random ---------------------------------------------------------------------------------
 // Dropout with the CPU backend's Philox stream (kernels/cpu/kernel.h): element i is kept when
@@ -310,6 +315,8 @@ cudaError_t globalAveragePoolChannelsLast(const void* x, void* y, DT t, int64_t 
 // y [N, P, C] = x [N, C] broadcast over P (an Expand of [N, C, 1, 1] into a channels-last result).
 cudaError_t broadcastChannelsLast(const void* x, void* y, int64_t N, int64_t P, int64_t C, int elemBytes, cudaStream_t st);
 // AveragePoolGrad: `acc` f32 scratch of the input's size.
+// AveragePool's gradient: scattered through the f32 buffer `acc` with atomics, or with acc null
+// gathered per input element in a fixed order (deterministic).
 cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st);
 
 }  // namespace ampc::cuda

@@ -661,13 +661,11 @@ void Program::Lowering::pool(bool isMax, bool grad) {
   const Value* x = grad ? in(1) : in(0);
   const PoolArgs a = poolArgs(n, x);
   if (grad) {
-    if (p.opts_.deterministic)
-      fail("--deterministic: AveragePool's gradient on CUDA adds its windows' shares with atomics; it has no ordered form yet (train "
-           "without --deterministic, or on the CPU)");
-    const Scratch acc = scratch(sizeof(float) * x->type().numel());
+    const bool gathered = p.opts_.deterministic;
+    const Scratch acc = scratch(gathered ? 0 : sizeof(float) * x->type().numel());
     const void* dy = P(in(0));
     void* dx = P(out(0));
-    add([dy, dx, acc, a](cudaStream_t st) { return averagePoolGrad(dy, dx, acc.f(), a, st); });
+    add([dy, dx, acc, a, gathered](cudaStream_t st) { return averagePoolGrad(dy, dx, gathered ? nullptr : acc.f(), a, st); });
     return;
   }
   const void* X = P(x);
@@ -723,19 +721,46 @@ void Program::Lowering::reduce(Red op) {
   }
   const void* X = P(x);
   void* Y = P(out(0));
-  // Sums over leading dims of a float tensor (bias gradients): column tiles, coalesced.
-  bool leading = a.krank > 0 && a.rrank > 0 && (op == Red::Sum || op == Red::Mean) && !isInt(a.t);
-  for (int64_t d = 0, seenKept = 0; d < r && leading; ++d) {
-    if (!red[d] && xs[d] != 1) seenKept = 1;
-    if (red[d] && seenKept && xs[d] != 1) leading = false;
-  }
-  if (leading) {
-    const int64_t R = a.redN, K = a.outN;
-    const float scale = op == Red::Mean ? 1.0f / static_cast<float>(R) : 1.0f;
-    const Scratch acc = scratch(reduceColumnsScratch(R, K));
+  // Float sums and means whose kept dims form one block in memory (x's layout, channels-last
+  // included): [R, K] (bias gradients over leading dims) as column tiles, [A, K, B] (per-channel
+  // sums of NCHW values) and whole sums ([A, 1, 1]) as row slices, coalesced either way.
+  if ((op == Red::Sum || op == Red::Mean) && !isInt(a.t) && a.redN > 0) {
+    std::vector<int64_t> byMemory;  // x's non-1 dims, outermost first
+    for (int64_t d = 0; d < r; ++d)
+      if (xs[d] != 1) byMemory.push_back(d);
+    std::stable_sort(byMemory.begin(), byMemory.end(), [&](int64_t i, int64_t j) { return st[i] > st[j]; });
+    std::vector<std::pair<bool, int64_t>> blocks;  // (reduced, elements), adjacent dims of one kind merged
+    int64_t lastKept = -1;
+    bool keptInOrder = true;  // the kept dims lie in memory in the output's order
+    for (int64_t d : byMemory) {
+      if (!red[d]) {
+        keptInOrder = keptInOrder && d > lastKept;
+        lastKept = d;
+      }
+      if (!blocks.empty() && blocks.back().first == red[d]) blocks.back().second *= xs[d];
+      else blocks.emplace_back(red[d], xs[d]);
+    }
+    const float scale = op == Red::Mean ? 1.0f / static_cast<float>(a.redN) : 1.0f;
     const DT t = a.t;
-    add([X, Y, t, R, K, scale, acc](cudaStream_t s) { return reduceColumns(X, t, Y, R, K, scale, acc.f(), s); });
-    return;
+    auto is = [&](std::initializer_list<bool> kinds) {
+      if (blocks.size() != kinds.size()) return false;
+      size_t i = 0;
+      for (bool k : kinds)
+        if (blocks[i++].first != k) return false;
+      return true;
+    };
+    if (keptInOrder && is({true, false})) {
+      const int64_t R = blocks[0].second, K = blocks[1].second;
+      const Scratch acc = scratch(reduceColumnsScratch(R, K));
+      add([X, Y, t, R, K, scale, acc](cudaStream_t s) { return reduceColumns(X, t, Y, R, K, scale, acc.f(), s); });
+      return;
+    }
+    if (keptInOrder && (is({true, false, true}) || is({true}))) {
+      const int64_t A = blocks[0].second, K = blocks.size() == 3 ? blocks[1].second : 1, B = blocks.size() == 3 ? blocks[2].second : 1;
+      const Scratch acc = scratch(reduceMiddleScratch(A, K, B));
+      add([X, Y, t, A, K, B, scale, acc](cudaStream_t s) { return reduceMiddle(X, t, Y, A, K, B, scale, acc.f(), s); });
+      return;
+    }
   }
   add([X, Y, a](cudaStream_t s) { return cuda::reduce(X, Y, a, s); });
 }

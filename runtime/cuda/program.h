@@ -56,7 +56,7 @@ struct ProgramOptions {
   // attention backward's dQ summed per key tile in order, scatter-adds (embedding and index
   // gradients, ScatterND/ScatterElements add) sorted and summed in index order instead of atomics.
   // (The other reductions are in a fixed order always; cuBLASLt is deterministic on one stream
-  // with its own workspace.) AveragePool's gradient is refused.
+  // with its own workspace.) AveragePool's gradient is gathered per input element.
   bool deterministic = false;
 };
 

@@ -63,12 +63,13 @@ inline double tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::
 // inputs and compares them. Integer/bool outputs must be equal. With AMPC_GPU_TEST_DETAIL set, a
 // float output over its bound also prints its first elements that differ by more than 5%.
 inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& inputs, const std::string& what, double tolScale = 1.0,
-                            const ExecOptions& eo = {}) {
+                            const ExecOptions& eo = {}, bool deterministic = false) {
   auto cpu = createCpuBackend();
   const auto want = evaluate(g, inputs, *cpu, eo);
   cuda::ProgramOptions po;
   po.seed = eo.seed;
   po.dropout = eo.dropout;
+  po.deterministic = deterministic;
   cuda::Program prog(g, po);
   for (const Value* v : g.inputs()) prog.upload(v, inputs.at(v->name()));
   for (const Value* v : g.outputs()) {

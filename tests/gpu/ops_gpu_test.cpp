@@ -132,6 +132,11 @@ std::vector<Case> cases() {
   c.push_back({"ReduceMean_leading", "input %x : $T[300,1,33]\n%y : $T[33] = ReduceMean(%x) {axes = [0, 1], keepdims = 0}\noutput %y"});
   c.push_back({"ReduceSum_all", "input %x : $T[33,65]\n%y : $T[] = ReduceSum(%x) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMean", "input %x : $T[4,300]\n%y : $T[4] = ReduceMean(%x) {axes = [1], keepdims = 0}\noutput %y"});
+  // Per-channel sums of NCHW values ([A, K, B] in memory: rows of B read by slices of A), with B
+  // below and above a block's 256 threads, and a large whole sum ([A, 1, 1]).
+  c.push_back({"ReduceSum_channels", "input %x : $T[9,40,17,19]\nconst %a : i64[3] = [0, 2, 3]\n%y : $T[1,40,1,1] = ReduceSum(%x, %a)\noutput %y"});
+  c.push_back({"ReduceMean_channels_small_rows", "input %x : $T[33,24,7,7]\n%y : $T[24] = ReduceMean(%x) {axes = [0, 2, 3], keepdims = 0}\noutput %y"});
+  c.push_back({"ReduceSum_all_large", "input %x : $T[300,1001]\n%y : $T[] = ReduceSum(%x) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMax", "input %x : $T[5,6,7]\n%y : $T[5,1,7] = ReduceMax(%x) {axes = [1]}\noutput %y"});
   c.push_back({"ReduceMin", "input %x : $T[5,6,7]\n%y : $T[1,6,1] = ReduceMin(%x) {axes = [0, 2]}\noutput %y"});
   c.push_back({"GlobalAveragePool", "input %x : $T[2,3,5,7]\n%y : $T[2,3,1,1] = GlobalAveragePool(%x)\noutput %y"});
@@ -317,7 +322,7 @@ std::vector<Case> cases() {
 
 std::string onnxType(const std::string& t) { return t == "f32" ? "1" : t == "f16" ? "10" : "16"; }
 
-void runCase(const Case& k, const std::string& t) {
+void runCase(const Case& k, const std::string& t, bool deterministic = false) {
   std::string text = std::regex_replace(k.text, std::regex("\\$TO"), onnxType(t));
   text = std::regex_replace(text, std::regex("\\$T"), t);
   // Lines become a graph: domains first, then the rest.
@@ -334,7 +339,7 @@ void runCase(const Case& k, const std::string& t) {
       for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::fabs(x.getDouble(i)) + 0.05);
     inputs.emplace(v->name(), std::move(x));
   }
-  expectSameOnGpu(*g, inputs, k.name + " at " + t, k.tolScale);
+  expectSameOnGpu(*g, inputs, k.name + " at " + t, k.tolScale, {}, deterministic);
 }
 
 class GpuOps : public ::testing::TestWithParam<std::string> {};
@@ -347,6 +352,20 @@ TEST_P(GpuOps, MatchTheCpuBackend) {
     if (!k.floatOnly && t != "f32") continue;
     SCOPED_TRACE(k.name);
     runCase(k, t);
+    ++ran;
+  }
+  EXPECT_GT(ran, 60);
+}
+// The same cases under ProgramOptions::deterministic (ordered scatter-adds, the gathered AveragePool
+// gradient, deterministic cuDNN algorithms): the same answers, within the same tolerances.
+TEST_P(GpuOps, DeterministicMatchTheCpuBackend) {
+  AMPC_NEED_GPU();
+  const std::string t = GetParam();
+  int ran = 0;
+  for (const Case& k : cases()) {
+    if (!k.floatOnly && t != "f32") continue;
+    SCOPED_TRACE(k.name);
+    runCase(k, t, true);
     ++ran;
   }
   EXPECT_GT(ran, 60);

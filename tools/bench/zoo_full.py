@@ -92,8 +92,11 @@ MODELS = {
 }
 
 
-def torch_amp(model, inputs, steps):
+def torch_amp(model, inputs, steps, compiled=False):
+    """Eager AMP bf16, or with `compiled` the same step under torch.compile (the model compiled;
+    the compile happens in the 3 warm-up steps)."""
     model = model.cuda().train()
+    fwd = torch.compile(model) if compiled else model
     args = [v.cuda() for v in inputs.values()]
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.cuda.reset_peak_memory_stats()
@@ -103,7 +106,7 @@ def torch_amp(model, inputs, steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(*args)
+            loss = fwd(*args)
         loss.backward()
         opt.step()
         torch.cuda.synchronize()
@@ -116,7 +119,7 @@ def torch_amp(model, inputs, steps):
     return times[len(times) // 2], peak, float(loss)
 
 
-def run_ampc(path, work, steps, ampc, amprun):
+def run_ampc(path, work, steps, ampc, amprun, profile=0):
     plan = os.path.join(work, "m.ampplan")
     code, out, compile_s, rss = measure([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan])
     if code != 0:
@@ -126,11 +129,14 @@ def run_ampc(path, work, steps, ampc, amprun):
     size = {"compile_s": compile_s, "compile_rss_mib": rss / 2**20, "weights_mib": wb / 2**20, "compile_rss_x": rss / wb,
             "plan_files_mib": files / 2**20, "plan_files_x": files / wb}
     print(json.dumps(size), flush=True)
-    r = subprocess.run([amprun, plan, "--device", "cuda", "--synthetic", "--steps", str(steps), "--bench"], capture_output=True, text=True)
+    prof = ["--profile", str(profile)] if profile else []
+    r = subprocess.run([amprun, plan, "--device", "cuda", "--synthetic", "--steps", str(steps), "--bench", *prof], capture_output=True, text=True)
     out = r.stdout + r.stderr
     if r.returncode != 0:
         return {"ampc_error": out.strip()[-1500:], **size}
     row = {**size, "bench": out.strip()[-800:]}
+    if profile:
+        row["profile"] = out[out.find("profile:"):].strip()[:4000] if "profile:" in out else ""
     m = re.search(r"step time: median ([0-9.]+) ms", out)
     if m:
         row["ampc_ms"] = float(m.group(1))
@@ -151,6 +157,8 @@ def main():
     ap.add_argument("--export-only", action="store_true", help="export the models into --work and stop (CPU only)")
     ap.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
     ap.add_argument("--no-torch", action="store_true", help="measure ampc only (compile size, step time)")
+    ap.add_argument("--torch-compile", action="store_true", help="also time PyTorch AMP bf16 under torch.compile (torch_compile_ms)")
+    ap.add_argument("--profile", type=int, default=0, help="amprun --profile N: the N costliest ops and nodes of one step (row 'profile')")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for name in a.models.split(","):
@@ -171,15 +179,19 @@ def main():
             if a.export_only:
                 print(json.dumps(row), flush=True)
                 continue
-            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun))
+            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun, a.profile))
             if not a.no_torch:
                 row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
+                if a.torch_compile:
+                    row["torch_compile_ms"], row["torch_compile_peak_gib"], _ = torch_amp(model, inputs, a.steps, compiled=True)
         except Exception as e:  # noqa: BLE001 - the row says what stopped it
             row["error"] = f"{type(e).__name__}: {str(e)[:800]}"
             row["trace"] = traceback.format_exc()[-1500:]
         with open(os.path.join(a.out, "rows.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
-        print(json.dumps({k: v for k, v in row.items() if k not in ("trace", "bench")}), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("trace", "bench", "profile")}), flush=True)
+        if row.get("profile"):
+            print(row["profile"], flush=True)
 
 
 if __name__ == "__main__":
