@@ -161,6 +161,19 @@ std::vector<Case> cases() {
                        "%y : $T[2,6,5,5] = Conv(%x, %w, %b) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %y"});
   c.push_back({"Conv_group_dilated", "input %x : $T[2,4,10,10]\ninput %w : $T[8,2,3,3]\n"
                                      "%y : $T[2,8,6,6] = Conv(%x, %w) {dilations = [2, 2], group = 2}\noutput %y"});
+  // Depthwise (the direct kernels): ConvNeXt's 7 x 7 with a bias, a strided dilated 3 x 3, a 1-d
+  // one, and their gradients.
+  c.push_back({"Conv_depthwise", "input %x : $T[3,16,13,11]\ninput %w : $T[16,1,7,7]\ninput %b : $T[16]\n"
+                                 "%y : $T[3,16,13,11] = Conv(%x, %w, %b) {group = 16, kernel_shape = [7, 7], pads = [3, 3, 3, 3]}\noutput %y"});
+  c.push_back({"Conv_depthwise_strided", "input %x : $T[2,24,15,15]\ninput %w : $T[24,1,3,3]\n"
+                                         "%y : $T[2,24,7,7] = Conv(%x, %w) {group = 24, dilations = [2, 2], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %y"});
+  c.push_back({"Conv1d_depthwise", "input %x : $T[2,8,30]\ninput %w : $T[8,1,5]\n%y : $T[2,8,30] = Conv(%x, %w) {group = 8, pads = [2, 2]}\noutput %y"});
+  c.push_back({"ConvGrad_depthwise", "domain \"ampc\" 1\ninput %dy : $T[3,16,13,11]\ninput %x : $T[3,16,13,11]\ninput %w : $T[16,1,7,7]\n"
+                                     "%dx : $T[3,16,13,11], %dw : $T[16,1,7,7] = ampc::ConvGrad(%dy, %x, %w) {group = 16, kernel_shape = [7, 7], pads = [3, 3, 3, 3]}\n"
+                                     "output %dx\noutput %dw"});
+  c.push_back({"ConvGrad_depthwise_strided", "domain \"ampc\" 1\ninput %dy : $T[2,24,7,7]\ninput %x : $T[2,24,15,15]\ninput %w : $T[24,1,3,3]\n"
+                                             "%dx : $T[2,24,15,15], %dw : $T[24,1,3,3] = ampc::ConvGrad(%dy, %x, %w) {group = 24, dilations = [2, 2], "
+                                             "pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %dx\noutput %dw"});
   c.push_back({"Conv1d", "input %x : $T[3,4,20]\ninput %w : $T[5,4,5]\n%y : $T[3,5,20] = Conv(%x, %w) {pads = [2, 2]}\noutput %y"});
   c.push_back({"ConvGrad", "domain \"ampc\" 1\ninput %dy : $T[2,6,5,5]\ninput %x : $T[2,4,9,9]\ninput %w : $T[6,4,3,3]\n"
                            "%dx : $T[2,4,9,9], %dw : $T[6,4,3,3] = ampc::ConvGrad(%dy, %x, %w) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
