@@ -283,6 +283,20 @@ class Importer {
       if (!dt || *dt != v->type().dtype)
         fail("graph output '" + vi.name() + "' is declared as ONNX type " + std::to_string(vi.type().tensor_type().elem_type()) +
              " but computes " + v->type().str() + " (wrong dtype)");
+      // And a fully static declared shape must be the computed one (symbolic dims are not checked).
+      if (!vi.type().tensor_type().has_shape()) continue;
+      const auto& ds = vi.type().tensor_type().shape();
+      std::vector<int64_t> shape;
+      bool known = true;
+      for (const auto& d : ds.dim()) {
+        known = known && d.has_dim_value();
+        shape.push_back(d.dim_value());
+      }
+      if (known && shape != v->type().shape) {
+        std::string want;
+        for (size_t k = 0; k < shape.size(); ++k) want += (k ? "," : "") + std::to_string(shape[k]);
+        fail("graph output '" + vi.name() + "' is declared with shape [" + want + "] but computes " + v->type().str() + " (wrong shape)");
+      }
     }
     return g;
   }

@@ -8,6 +8,8 @@
 #include <limits>
 #include <regex>
 
+#include <onnx/onnx_pb.h>
+
 #include "runtime/npy.h"
 #include "runtime/hash.h"
 #include "runtime/plan.pb.h"
@@ -324,6 +326,28 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   r = run(kAmprun + " " + d.file("noeval.ampplan") + " --synthetic --int-range target=0:9 --steps 1 --save " + d.file("w.safetensors"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("has no forward graph"), std::string::npos) << r.out;
+  // A zero-element loss (it crashed the trainer and the loss gradient's seed before): the step
+  // graph's first output declared f32[0], the plan signed again; refused as a wrong shape.
+  ASSERT_TRUE(pb.ParseFromString(bytes));
+  onnx::ModelProto step;
+  ASSERT_TRUE(step.ParseFromString(pb.step_model()));
+  ASSERT_GT(step.graph().output_size(), 0);
+  auto* shape = step.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->clear_dim();
+  shape->add_dim()->set_dim_value(0);
+  pb.set_step_model(step.SerializeAsString());
+  pb.clear_checksum();
+  body = pb.SerializeAsString();
+  const uint64_t h2 = hash64(body.data(), body.size());
+  body.push_back(static_cast<char>((15 << 3) | 1));
+  for (int i = 0; i < 8; ++i) body.push_back(static_cast<char>((h2 >> (8 * i)) & 0xff));
+  writeBytes(d.file("emptyloss.ampplan"), body);
+  fs::copy(p + ".safetensors", d.file("emptyloss.ampplan.safetensors"));
+  r = run(kAmprun + " " + d.file("emptyloss.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("emptyloss.ampplan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is declared with shape [0] but computes f32[] (wrong shape)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "a step ran: " << r.out;
 }
 
 // The weights live once, in a safetensors file beside the plan, every tensor under its own hash: a
