@@ -315,13 +315,17 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   EXPECT_NE(r.out.find("plan format version 1 is older"), std::string::npos) << r.out;
   // A plan whose checksum is right but whose structure is not (no forward graph) is refused too.
   ASSERT_TRUE(pb.ParseFromString(bytes));
+  // The plan's bytes with a right checksum (field 15, fixed64, after everything else).
+  auto signedPlan = [](ampc::plan::Plan& q) {
+    q.clear_checksum();
+    std::string body = q.SerializeAsString();
+    const uint64_t h = hash64(body.data(), body.size());
+    body.push_back(static_cast<char>((15 << 3) | 1));
+    for (int i = 0; i < 8; ++i) body.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+    return body;
+  };
   pb.clear_eval_model();
-  pb.clear_checksum();
-  std::string body = pb.SerializeAsString();
-  const uint64_t h = hash64(body.data(), body.size());
-  body.push_back(static_cast<char>((15 << 3) | 1));
-  for (int i = 0; i < 8; ++i) body.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
-  writeBytes(d.file("noeval.ampplan"), body);
+  writeBytes(d.file("noeval.ampplan"), signedPlan(pb));
   fs::copy(p + ".safetensors", d.file("noeval.ampplan.safetensors"));
   r = run(kAmprun + " " + d.file("noeval.ampplan") + " --synthetic --int-range target=0:9 --steps 1 --save " + d.file("w.safetensors"));
   EXPECT_EQ(r.code, 1) << r.out;
@@ -336,12 +340,7 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   shape->clear_dim();
   shape->add_dim()->set_dim_value(0);
   pb.set_step_model(step.SerializeAsString());
-  pb.clear_checksum();
-  body = pb.SerializeAsString();
-  const uint64_t h2 = hash64(body.data(), body.size());
-  body.push_back(static_cast<char>((15 << 3) | 1));
-  for (int i = 0; i < 8; ++i) body.push_back(static_cast<char>((h2 >> (8 * i)) & 0xff));
-  writeBytes(d.file("emptyloss.ampplan"), body);
+  writeBytes(d.file("emptyloss.ampplan"), signedPlan(pb));
   fs::copy(p + ".safetensors", d.file("emptyloss.ampplan.safetensors"));
   r = run(kAmprun + " " + d.file("emptyloss.ampplan") + " --synthetic --int-range target=0:9 --steps 1");
   EXPECT_EQ(r.code, 1) << r.out;
