@@ -759,6 +759,18 @@ __device__ __forceinline__ void poolSizes(const PoolArgs& a, int64_t& IS, int64_
   IS = P = taps = 1;
   for (int d = 0; d < a.nsp; ++d) IS *= a.in[d], P *= a.out[d], taps *= a.k[d];
 }
+// AveragePool's divisor for output position o: its window's taps inside the input, or inside the
+// padded input with count_include_pad.
+__device__ __forceinline__ float poolDivisor(const PoolArgs& a, const int64_t o[3], int64_t taps) {
+  int64_t count = 0, padded = 0;
+  bool inside, inPadded;
+  for (int64_t t = 0; t < taps; ++t) {
+    poolTap(a, o, t, inside, inPadded);
+    padded += inPadded;
+    count += inside;
+  }
+  return static_cast<float>(a.includePad ? padded : count);
+}
 __global__ void poolKernel(const void* x, void* y, int64_t* indices, PoolArgs a, bool isMax) {
   int64_t IS, P, taps;
   poolSizes(a, IS, P, taps);
@@ -928,17 +940,11 @@ __global__ void avgPoolGradKernel(const void* dy, float* acc, PoolArgs a) {
   AMPC_GRID_LOOP(i, a.N * a.C * P) {
     int64_t plane, o[3] = {0, 0, 0};
     poolCoords(a, i, plane, o);
-    int64_t count = 0, padded = 0;
+    const float div = poolDivisor(a, o, taps);
     bool inside, inPadded;
     for (int64_t t = 0; t < taps; ++t) {
-      poolTap(a, o, t, inside, inPadded);
-      padded += inPadded;
-      count += inside;
-    }
-    const int64_t div = a.includePad ? padded : count;
-    for (int64_t t = 0; t < taps; ++t) {
       const int64_t off = poolTap(a, o, t, inside, inPadded);
-      if (inside) atomicAdd(acc + plane * IS + off, loadF(dy, a.t, i) / static_cast<float>(div));
+      if (inside) atomicAdd(acc + plane * IS + off, loadF(dy, a.t, i) / div);
     }
   }
 }
@@ -969,14 +975,7 @@ __global__ void avgPoolGradGatherKernel(const void* dy, void* dx, PoolArgs a) {
         flat = flat * a.out[d] + o[d];
       }
       if (!ok) continue;
-      int64_t count = 0, padded = 0;
-      bool inside, inPadded;
-      for (int64_t u = 0; u < taps; ++u) {
-        poolTap(a, o, u, inside, inPadded);
-        padded += inPadded;
-        count += inside;
-      }
-      sum += loadF(dy, a.t, plane * P + flat) / static_cast<float>(a.includePad ? padded : count);
+      sum += loadF(dy, a.t, plane * P + flat) / poolDivisor(a, o, taps);
     }
     storeF(dx, a.t, i, sum);
   }

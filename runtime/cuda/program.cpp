@@ -1428,7 +1428,7 @@ void Program::Lowering::train() {
     const Node* clip = nullptr;
     if (fusedGradChain(p.g_, n, &clip)) {  // only the check (and the clip's squares): the optimizer unscales
       // The clip's sum of squares: one partial per chunk of every launch, then summed in order.
-      std::vector<std::shared_ptr<TensorList>> lists;
+      std::vector<std::pair<DT, std::shared_ptr<TensorList>>> lists;  // per gradient type
       size_t chunks = 0;
       for (const auto& [t, idx] : byType) {
         if (t != DT::f32 && t != DT::f16 && t != DT::bf16) fail("gradients must be f32, f16 or bf16");
@@ -1438,16 +1438,16 @@ void Program::Lowering::train() {
           src.push_back(P(readThrough(p.g_, in(i + 1))));
           sizes.push_back(in(i + 1)->type().numel());
         }
-        lists.push_back(std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src}));
-        p.keep_.push_back(lists.back());
-        chunks += static_cast<size_t>(lists.back()->chunks());
+        lists.emplace_back(t, std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src}));
+        p.keep_.push_back(lists.back().second);
+        chunks += static_cast<size_t>(lists.back().second->chunks());
       }
       double* normSq = clip ? p.chainNorm(&n) : nullptr;
       double* parts = clip ? static_cast<double*>(p.allocPersistent(sizeof(double) * std::max<size_t>(chunks, 1))) : nullptr;
       size_t at = 0;
-      for (size_t li = 0; li < lists.size(); ++li) {
-        const auto l = lists[li];
-        const DT gt = std::next(byType.begin(), static_cast<std::ptrdiff_t>(li))->first;
+      for (const auto& entry : lists) {
+        const DT gt = entry.first;
+        const std::shared_ptr<TensorList> l = entry.second;
         double* part = parts ? parts + at : nullptr;
         add([l, gt, inv, found, clear, part](cudaStream_t st) { return unscaleCheckNorm(*l, gt, inv, found, clear, part, st); });
         at += static_cast<size_t>(l->chunks());
