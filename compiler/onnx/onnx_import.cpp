@@ -206,7 +206,20 @@ class Importer {
     tensors_.rawViews_ = rawViews;
   }
 
+  // Every error names the file: one that an inner step throws without it (an attribute of the
+  // wrong kind, say) gets the file in front here.
   std::unique_ptr<Graph> run() {
+    try {
+      return runUnchecked();
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.rfind(file_ + ": ", 0) == 0) throw;
+      fail(what);
+    }
+  }
+
+ private:
+  std::unique_ptr<Graph> runUnchecked() {
     if (!m_.has_graph()) fail("has no graph (not an ONNX model?)");
     if (m_.ir_version() <= 0) fail("has no ir_version (not an ONNX model?)");
     auto g = std::make_unique<Graph>();
@@ -301,7 +314,6 @@ class Importer {
     return g;
   }
 
- private:
   [[noreturn]] void fail(const std::string& msg) const { throw Error(file_ + ": " + msg); }
 
   void readOpsets() {

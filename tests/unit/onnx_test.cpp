@@ -494,6 +494,21 @@ TEST(OnnxImport, InferenceFormBatchNormTrainsWithBatchStatistics) {
   EXPECT_NEAR(yf.getDouble(0), (x.getDouble(0) - 0) / std::sqrt(1 + 1e-5) * 1 + 0, 1e-4);  // running statistics
 }
 
+// An attribute of the wrong kind that import itself reads (BatchNormalization's training_mode, a
+// float here) is an error naming the file, the node and the attribute (the mutation test found it
+// reported without the file).
+TEST(OnnxImport, WrongAttributeKindNamesTheFile) {
+  TempDir d;
+  auto m = newModel(18);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4, 3, 2, 2});
+  for (const char* n : {"s", "b", "rm", "rv"}) addFloatInit(g, n, {3}, {1, 1, 1});
+  floatAttr(addNode(g, "BatchNormalization", {"x", "s", "b", "rm", "rv"}, {"y"}, "bn"), "training_mode", 1.0f);
+  addOutput(g, "y");
+  writeModel(d.file("bn.onnx"), m);
+  expectImportError(d.file("bn.onnx"), {"node 'bn' (BatchNormalization): attribute 'training_mode' must be an int"});
+}
+
 // SplitToSequence / SequenceAt (GPT-2's QKV split), CastLike and a local function, as the dynamo
 // exporter writes them, import as registry ops and compute what they say.
 TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
