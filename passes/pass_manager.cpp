@@ -2,6 +2,7 @@
 
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
+#include "passes/data_parallel.h"
 #include "passes/train_step.h"
 #include "passes/pass.h"
 
@@ -27,6 +28,7 @@ const PassEntry kPasses[] = {
     {"cast-cleanup", createCastCleanupPass},
     {"autodiff", [] { return createAutodiffPass(); }},
     {"train-step", [] { return createTrainStepPass(TrainOptions{}); }},
+    {"data-parallel", createDataParallelPass},
 };
 }  // namespace
 

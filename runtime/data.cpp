@@ -68,12 +68,25 @@ const std::vector<int64_t>& DataSource::order(int64_t epoch) {
   return order_;
 }
 
+void DataSource::shard(int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world) throw Error("rank " + std::to_string(rank) + " is outside a group of " + std::to_string(world));
+  if (!synthetic_ && samples_ < batch_ * world)
+    throw Error(std::to_string(samples_) + " samples, fewer than one global batch of " + std::to_string(batch_ * world) + " (" +
+                std::to_string(world) + " processes x " + std::to_string(batch_) + ")");
+  rank_ = rank;
+  world_ = world;
+}
+
 std::map<std::string, Tensor> DataSource::next() {
   std::map<std::string, Tensor> b;
   if (synthetic_) {
+    // The global batch is drawn whole (as one process with its batch would draw it) and this
+    // replica keeps its rows.
     std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(pos_.index));
     for (const Value* v : inputs_) {
-      Tensor t(v->type());
+      TensorType global = v->type();
+      if (global.rank() > 0) global.shape[0] *= world_;
+      Tensor t(global);
       auto r = intRanges_.count(v->name()) ? intRanges_.at(v->name()) : std::pair<int64_t, int64_t>{0, 1};
       std::normal_distribution<double> nd;
       std::uniform_int_distribution<int64_t> ud(r.first, r.second);
@@ -81,25 +94,33 @@ std::map<std::string, Tensor> DataSource::next() {
         if (isFloat(t.type.dtype)) t.setDouble(i, nd(rng));
         else t.setInt(i, ud(rng));
       }
+      if (world_ > 1 && global.rank() > 0) {
+        Tensor mine(v->type());
+        const size_t bytes = mine.data.size();
+        if (bytes) std::memcpy(mine.data.data(), t.data.data() + static_cast<size_t>(rank_) * bytes, bytes);
+        t = std::move(mine);
+      }
       b.emplace(v->name(), std::move(t));
     }
     ++pos_.index;
     return b;
   }
-  if (pos_.index + batch_ > samples_) {
+  const int64_t global = batch_ * world_;
+  if (pos_.index + global > samples_) {
     ++pos_.epoch;
     pos_.index = 0;
   }
   const auto& o = order(pos_.epoch);
+  const int64_t first = pos_.index + rank_ * batch_;
   for (const Value* v : inputs_) {
     const Tensor& src = data_.at(v->name());
     Tensor t(v->type());
     const size_t row = t.data.size() / static_cast<size_t>(batch_);
     for (int64_t i = 0; i < batch_; ++i)
-      if (row) std::memcpy(t.data.data() + i * row, src.data.data() + o[pos_.index + i] * row, row);
+      if (row) std::memcpy(t.data.data() + i * row, src.data.data() + o[first + i] * row, row);
     b.emplace(v->name(), std::move(t));
   }
-  pos_.index += batch_;
+  pos_.index += global;
   return b;
 }
 

@@ -23,6 +23,11 @@ class DataSource {
   // Seeded random batches: floats N(0, 1), integers uniform in [lo, hi] (default 0..1).
   static DataSource synthetic(const std::vector<const Value*>& inputs, uint64_t seed, std::map<std::string, std::pair<int64_t, int64_t>> intRanges);
 
+  // Data parallel: this process is replica `rank` of `world`. A global batch is `world` batches:
+  // replica r takes its r-th batch, so the group reads the samples a single process would read with
+  // a batch `world` times as large, in the same order. The position counts global samples. Error
+  // (naming no file: the caller's) if the data holds less than one global batch.
+  void shard(int rank, int world);
   std::map<std::string, Tensor> next();
   // Samples [start, start + batch) in file order, wrapping around past the end (for evaluation
   // of a last, partial batch).
@@ -35,13 +40,14 @@ class DataSource {
   // --check-data: the first sample holding a NaN or Inf, as "input 'x' sample 17 (element 3: nan)";
   // empty when every float input is finite (and for synthetic data).
   std::string firstNonFinite() const;
-  int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / batch_; }
+  int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / (batch_ * world_); }
 
  private:
   const std::vector<int64_t>& order(int64_t epoch);  // the epoch's sample order, cached
   std::vector<const Value*> inputs_;
   std::map<std::string, Tensor> data_;
   int64_t batch_ = 1, samples_ = 0;
+  int64_t rank_ = 0, world_ = 1;
   bool shuffle_ = false, synthetic_ = false;
   uint64_t seed_ = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> intRanges_;

@@ -57,6 +57,17 @@ void inferScaler(InferContext& c) {
   for (size_t i = 0; i < 3; ++i) c.setOut(i, c.in(i));
 }
 
+// AllReduce(x1..xn) {reduction: "mean"} -> y1..yn: each x averaged over the processes that train
+// together (data parallel: passes/data_parallel.h inserts it before UnscaleCheck). Floats only.
+void inferAllReduce(InferContext& c) {
+  c.check(c.numOutputs() == c.numInputs(), "needs one output per input");
+  c.check(c.node().getString("reduction", "mean") == "mean", "reduction must be 'mean'");
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    c.check(isFloat(c.in(i).dtype), "input " + std::to_string(i) + " must be a float tensor, got " + c.in(i).str());
+    c.setOut(i, c.in(i));
+  }
+}
+
 }  // namespace
 
 void registerTrainOps(std::vector<OpDef>& t) {
@@ -70,6 +81,7 @@ void registerTrainOps(std::vector<OpDef>& t) {
   row("SGD", 5, 5, 2, 2, inferOptimizer);
   row("Adam", 7, 7, 3, 3, inferOptimizer);
   row("ScalerUpdate", 4, 4, 3, 3, inferScaler);
+  row("AllReduce", 1, -1, 1, 1 << 16, inferAllReduce);
 }
 
 }  // namespace ampc

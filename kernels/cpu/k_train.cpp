@@ -164,6 +164,35 @@ void scalerUpdate(KernelCtx& c) {
   c.out(2).setInt(0, left);
 }
 
+// AllReduce(x1..xn) {reduction: mean}: the inputs packed into one buffer, summed across the group
+// in one collective (so the loss, the gradients and the overflow they carry travel together), then
+// divided by the group's size. A group of one (or none) copies its inputs through.
+void allReduce(KernelCtx& c) {
+  Collective* group = c.opts.collective;
+  if (!group || group->world() == 1) {
+    for (size_t i = 0; i < c.numInputs(); ++i) c.out(i) = c.in(i);
+    return;
+  }
+  std::vector<float> buf;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    at.push_back(buf.size());
+    auto x = widen<float>(c.in(i));
+    buf.insert(buf.end(), x.begin(), x.end());
+  }
+  try {
+    group->allReduceSum(buf.data(), buf.size());
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+  const auto n = static_cast<float>(group->world());
+  for (auto& v : buf) v /= n;
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    const auto first = buf.begin() + static_cast<std::ptrdiff_t>(at[i]);
+    narrow(std::vector<float>(first, first + c.in(i).numel()), c.out(i));
+  }
+}
+
 }  // namespace
 
 void registerTrainKernels(std::vector<KernelRow>& t) {
@@ -171,6 +200,7 @@ void registerTrainKernels(std::vector<KernelRow>& t) {
       {"UnscaleCheck", unscaleCheck, "ampc"}, {"ClipByGlobalNorm", clipByGlobalNorm, "ampc"},
       {"StepIncrement", stepIncrement, "ampc"}, {"LearningRate", learningRate, "ampc"},
       {"SGD", sgd, "ampc"}, {"Adam", adam, "ampc"}, {"ScalerUpdate", scalerUpdate, "ampc"},
+      {"AllReduce", allReduce, "ampc"},
   });
 }
 

@@ -12,11 +12,24 @@
 
 namespace ampc {
 
+// The processes that train one model together, data parallel (runtime/dist.h puts one over Gloo).
+// ampc.AllReduce's kernel calls it; every process of the group must call it in the same order.
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Sums n floats element-wise across the group, in place. Every process gets the same bits.
+  // Error when a peer has died or stopped answering (the group's timeout).
+  virtual void allReduceSum(float* data, size_t n) = 0;
+};
+
 // What a backend needs besides the graph: the random stream's position and switches.
 struct ExecOptions {
   uint64_t seed = 0;     // Dropout's Philox key
   uint64_t step = 0;     // training step: part of Dropout's Philox counter
   bool dropout = true;   // false: Dropout is the identity even in training mode (comparisons)
+  Collective* collective = nullptr;  // ampc.AllReduce's group; none: a group of one
 };
 
 }  // namespace ampc

@@ -4,10 +4,15 @@
 //               [--resume DIR|FILE] [--save final.safetensors] [--eval-data DIR]
 //               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--profile N]
 //   amprun PLAN --dump
+//   amprun --nproc N PLAN ...    data parallel: N processes on this host (or the torchrun
+//                                environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
 //
 // Exit codes: 0 ok, 1 bad input, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,14 +23,17 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "compiler/ops/registry.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
+#include "runtime/dist.h"
 #include "runtime/overflow.h"
 #include "runtime/plan.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#include "passes/data_parallel.h"
 #include "passes/memory_plan.h"
 #if AMPC_CUDA_BUILT
 #include "runtime/cuda/trainer.h"
@@ -144,13 +152,102 @@ void printProfile(const std::vector<cuda::Program::Timing>& t, size_t top) {
 }
 #endif
 
+// --nproc N: runs this command line as N processes of one group on this host (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT set for each) and waits for them. When one fails, the
+// others end with an error of their own once their collectives find it gone; past the group's
+// timeout (and a grace period) they are killed. Exit 0 when every rank succeeded, else 1.
+volatile sig_atomic_t gForward = 0;
+int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    std::cerr << "amprun: --nproc: cannot find this program's path\n";
+    return 1;
+  }
+  const int port = freeLoopbackPort();
+  const pid_t launcher = ::getpid();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::cerr << "amprun: --nproc: fork failed\n";
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher that dies takes its ranks with it
+      if (::getppid() != launcher) ::_exit(1);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::unsetenv("AMPC_STORE_PORT");
+      ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+      ::setenv("AMPC_LAUNCHED", "1", 1);
+      // The ranks share this host's cores (torchrun's habit), unless the user said otherwise.
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(nproc))).c_str(), 0);
+      std::vector<char*> args(argv, argv + argc);
+      args[0] = self;
+      args.push_back(nullptr);
+      ::execv(self, args.data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  // SIGINT/SIGTERM to the launcher go to every rank.
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) { gForward = sig; };
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  int failures = 0, running = nproc;
+  std::optional<std::chrono::steady_clock::time_point> killAt;
+  while (running > 0) {
+    int status = 0;
+    const pid_t p = ::waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      --running;
+      const auto r = std::find(pids.begin(), pids.end(), p) - pids.begin();
+      pids[static_cast<size_t>(r)] = -1;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok) {
+        ++failures;
+        std::cerr << "amprun: rank " << r << " "
+                  << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                          : "exited with code " + std::to_string(WEXITSTATUS(status)))
+                  << "\n";
+        if (!killAt) killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>((timeoutS + 10) * 1000));
+      }
+      continue;
+    }
+    if (gForward) {
+      for (pid_t q : pids)
+        if (q > 0) ::kill(q, gForward);
+      gForward = 0;
+    }
+    if (killAt && std::chrono::steady_clock::now() > *killAt) {
+      for (size_t r = 0; r < pids.size(); ++r)
+        if (pids[r] > 0) {
+          std::cerr << "amprun: rank " << r << " did not end after rank failures; killing it\n";
+          ::kill(pids[r], SIGKILL);
+        }
+      killAt = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
-  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50;
-  double minScale = 0;
+  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50, nproc = 1;
+  double minScale = 0, distTimeout = 300;
+  bool saveEveryRank = false;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
        explainOverflow = false, checkData = false, deterministic = false;
@@ -189,6 +286,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-skipped", maxSkipped,
                  "stop with an error after this many overflow-skipped steps in a row (default 50; 0: never)");
   app.add_option("--min-scale", minScale, "stop with an error when the dynamic loss scale falls below this (default 0: never)");
+  app.add_option("--nproc", nproc,
+                 "data parallel: run N processes on this host, each on its share of every global batch (N times the plan's batch); "
+                 "gradients are averaged through Gloo before the overflow check, so every rank keeps the same loss scale and weights");
+  app.add_option("--dist-timeout", distTimeout, "data parallel: seconds a rank waits for the others before it stops with an error (300)");
+  app.add_flag("--save-every-rank", saveEveryRank, "data parallel: every rank r > 0 also writes its parameters to SAVE.rank<r>");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -197,6 +299,29 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;
   }
+  // The group this process belongs to: --nproc launches one; a launcher's environment names ours.
+  std::optional<DistEnv> dist;
+  try {
+    dist = DistEnv::fromEnvironment();
+  } catch (const Error& e) {
+    std::cerr << "amprun: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (nproc < 1 || nproc > 4096 || !(distTimeout > 0 && distTimeout <= 86400)) {
+    std::cerr << "amprun: --nproc wants 1 to 4096 processes and --dist-timeout 0 to 86400 seconds\n";
+    return 2;
+  }
+  if (nproc > 1 && !std::getenv("AMPC_LAUNCHED")) {
+    if (dist) {
+      std::cerr << "amprun: --nproc launches a group, but the environment already names one (WORLD_SIZE=" << dist->world
+                << "): drop --nproc under an external launcher\n";
+      return 2;
+    }
+    return launchGroup(static_cast<int>(nproc), argc, argv, distTimeout);
+  }
+  const int rank = dist ? dist->rank : 0, world = dist ? dist->world : 1;
+  const bool lead = rank == 0;  // writes metrics, checkpoints, --save and progress
+  const std::string who = world > 1 ? "amprun: rank " + std::to_string(rank) + ": error: " : "amprun: error: ";
   const bool cudaBuilt = AMPC_CUDA_BUILT != 0;
   if (device == "auto") device = cudaBuilt && gpuPresent() ? "cuda" : "cpu";
   const bool useCuda = device != "cpu";
@@ -215,6 +340,10 @@ int main(int argc, char** argv) {
   }
   if (useCuda && !gpuPresent()) {
     std::cerr << "amprun: --device " << device << ": no CUDA device is present\n";
+    return 2;
+  }
+  if (useCuda && world > 1) {
+    std::cerr << "amprun: data-parallel groups run on the CPU backend (Gloo) only; the CUDA path (NCCL) is not built yet: add --device cpu\n";
     return 2;
   }
   // A failed run leaves the metrics file as it found it: a fresh run's is removed, a resumed run's
@@ -242,6 +371,18 @@ int main(int argc, char** argv) {
       ranges[r.substr(0, eq)] = {std::stoll(r.substr(eq + 1, colon - eq - 1)), std::stoll(r.substr(colon + 1))};
     }
     DataSource data = synthetic ? DataSource::synthetic(ins, seed, ranges) : DataSource::fromDir(dataDir, ins, shuffle, seed);
+    // A group: every rank averages its loss, gradients and running statistics with the others'
+    // before the overflow check (passes/data_parallel.h), on its own share of the global batch.
+    std::unique_ptr<ProcessGroup> group;
+    if (world > 1) {
+      try {
+        data.shard(rank, world);
+      } catch (const Error& e) {
+        throw Error((synthetic ? std::string("--synthetic") : dataDir) + ": " + e.what());
+      }
+      createDataParallelPass()->run(g);
+      group = ProcessGroup::connect(*dist, std::chrono::milliseconds(static_cast<int64_t>(distTimeout * 1000)));
+    }
     if (checkData)
       if (const std::string bad = data.firstNonFinite(); !bad.empty()) throw Error(dataDir + ": " + bad + " is not finite (--check-data)");
     int64_t done = 0;
@@ -256,7 +397,7 @@ int main(int argc, char** argv) {
     }
     // The metrics file continues a resumed run: lines past the checkpoint's step are dropped.
     std::vector<std::string> kept;
-    if (!metricsPath.empty() && done > 0) {
+    if (!metricsPath.empty() && lead && done > 0) {
       std::ifstream in(metricsPath);
       for (std::string line; std::getline(in, line) && static_cast<int64_t>(kept.size()) < done;) kept.push_back(line);
     }
@@ -275,7 +416,7 @@ int main(int argc, char** argv) {
       if (ec) throw Error(metricsPath + ": rename failed: " + ec.message());
     };
     std::ofstream metrics;
-    if (!metricsPath.empty()) {
+    if (!metricsPath.empty() && lead) {
       if (done > 0) replaceMetrics(kept);
       metrics.open(metricsPath, done > 0 ? std::ios::app : std::ios::trunc);
       if (!metrics) throw Error(metricsPath + ": cannot write");
@@ -301,7 +442,8 @@ int main(int argc, char** argv) {
         metrics << fmt::format(R"({{"step": {}, "loss": {}, "loss_scale": {}, "skipped": {}, "grad_norm": {}, "lr": {}, "step_ms": {:.3f}}})",
                                s + 1, num(m.loss), num(m.lossScale), m.skipped ? "true" : "false", num(m.gradNorm), num(m.lr), ms)
                 << "\n";
-      if (tty) {
+      if (!lead) {
+      } else if (tty) {
         const int width = 30, filled = static_cast<int>(width * (s + 1) / std::max<int64_t>(steps, 1));
         fmt::print(stderr, "\r[{:<{}}] {}/{} loss {:.4f} scale {:g}{}", std::string(filled, '#'), width, s + 1, steps, m.loss, m.lossScale,
                    s + 1 == steps ? "\n" : "");
@@ -321,6 +463,7 @@ int main(int argc, char** argv) {
     };
     // A checkpoint carries the metrics up to its step to disk first, so a resumed run continues them.
     auto checkpoint = [&](int64_t step) {
+      if (!lead) return;
       if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
       writeCheckpoint(ckptDir, g, step, data.position(), seed);
     };
@@ -343,8 +486,9 @@ int main(int argc, char** argv) {
       for (int64_t s = done; s < steps; ++s) {
         if (!fixed || s == done) batch = data.next();
         ExecOptions o;
-        o.seed = seed;
+        o.seed = seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;  // each rank its own Dropout masks
         o.step = static_cast<uint64_t>(s);
+        o.collective = group.get();
         if (watch) watch->startStep();
         const double scale = watch && scaleParam && scaleParam->data() ? scaleParam->data()->getDouble(0) : 0.0;
         const auto a = std::chrono::steady_clock::now();
@@ -420,21 +564,22 @@ int main(int argc, char** argv) {
     report.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
     if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) checkpoint(steps);
-    if (!savePath.empty()) {
+    if (!savePath.empty() && (lead || saveEveryRank)) {
       Safetensors st;
       for (const Value* p : plan.eval->params())
         if (const Value* s = g.lookup(p->name()); s && s->data()) st.tensors.emplace(p->name(), *s->data());
-      writeSafetensors(savePath, st);
+      writeSafetensors(lead ? savePath : savePath + ".rank" + std::to_string(rank), st);
     }
-    if (!evalDir.empty()) evaluateOn(evalDir, *plan.eval, g, *backend);
-    if (bench) printBench(report, stepMs, steps - done, logEvery);
+    if (!evalDir.empty() && lead) evaluateOn(evalDir, *plan.eval, g, *backend);
+    if (group) group->barrier();  // no rank leaves while another still needs it
+    if (bench && lead) printBench(report, stepMs, steps - done, logEvery);
   } catch (const Error& e) {
     if (undoMetrics) undoMetrics();
-    std::cerr << "amprun: error: " << e.what() << "\n";
+    std::cerr << who << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
     if (undoMetrics) undoMetrics();
-    std::cerr << "amprun: error: " << e.what() << "\n";
+    std::cerr << who << e.what() << "\n";
     return 1;
   }
   return 0;
