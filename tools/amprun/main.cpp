@@ -32,21 +32,13 @@
 #include "runtime/overflow.h"
 #include "runtime/plan.h"
 #include "runtime/safetensors.h"
+#include "runtime/session.h"
 #include "runtime/trainer.h"
 #include "passes/data_parallel.h"
 #include "passes/memory_plan.h"
-#if AMPC_CUDA_BUILT
-#include "runtime/cuda/trainer.h"
-#endif
 
 namespace fs = std::filesystem;
 using namespace ampc;
-
-#if AMPC_CUDA_BUILT
-using cuda::gpuPresent;
-#else
-static bool gpuPresent() { return false; }
-#endif
 
 namespace {
 
@@ -99,58 +91,30 @@ void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend&
   fmt::print("\n");
 }
 
-struct BenchReport {
-  std::string device;
-  bool cuda = false;
-  int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
-  double wallMs = 0;
-};
-
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
 
 // The --bench report: step time (median after the warm-up), memory, host synchronisations.
-void printBench(const BenchReport& r, const std::vector<double>& stepMs, int64_t steps, int64_t logEvery) {
+void printBench(const std::string& device, const SessionReport& r, double wallMs, const std::vector<double>& stepMs, int64_t steps,
+                int64_t logEvery) {
   const size_t warm = std::min<size_t>(stepMs.size() / 5, 5);
   std::vector<double> t(stepMs.begin() + static_cast<std::ptrdiff_t>(warm), stepMs.end());
   std::sort(t.begin(), t.end());
   const double median = t.empty() ? 0 : t[t.size() / 2];
-  fmt::print("bench: device {}, {} steps ({} warm-up steps left out of the median)\n", r.device, steps, warm);
+  fmt::print("bench: device {}, {} steps ({} warm-up steps left out of the median)\n", device, steps, warm);
   fmt::print("  step time: median {:.3f} ms, min {:.3f} ms, max {:.3f} ms ({}); wall {:.1f} ms for all steps\n", median,
-             t.empty() ? 0 : t.front(), t.empty() ? 0 : t.back(), r.cuda ? "device time, CUDA events" : "wall time", r.wallMs);
+             t.empty() ? 0 : t.front(), t.empty() ? 0 : t.back(), r.device ? "device time, CUDA events" : "wall time", wallMs);
   fmt::print("  memory: arena (planned) {}", mib(r.arenaBytes));
-  if (r.cuda)
+  if (r.device)
     fmt::print(", planned in all {} (arena + params/state/inputs + workspaces), peak device memory (measured) {}\n", mib(r.plannedBytes),
                mib(r.peakBytes));
   else
     fmt::print("\n");
-  if (r.cuda)
+  if (r.device)
     fmt::print("  host synchronisations inside steps: {} ({:.2f} per step); metrics read every {} steps; CUDA graph replays: {}; launches "
                "per step: {}\n",
                r.syncsInSteps, steps > 0 ? static_cast<double>(r.syncsInSteps) / static_cast<double>(steps) : 0.0, logEvery, r.replays,
                r.launches);
 }
-
-#if AMPC_CUDA_BUILT
-// --profile: device time per op (summed over its nodes) and the costliest nodes of one step.
-void printProfile(const std::vector<cuda::Program::Timing>& t, size_t top) {
-  double total = 0;
-  std::map<std::string, std::pair<double, int>> byOp;
-  for (const auto& x : t) {
-    total += x.ms;
-    byOp[x.op].first += x.ms;
-    ++byOp[x.op].second;
-  }
-  std::vector<std::pair<std::string, std::pair<double, int>>> ops(byOp.begin(), byOp.end());
-  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  fmt::print("profile: one step, {:.3f} ms of device time in {} nodes (eager, events around every node)\n", total, t.size());
-  for (size_t i = 0; i < std::min(top, ops.size()); ++i)
-    fmt::print("  {:>9.3f} ms {:5.1f}%  {:4}x {}\n", ops[i].second.first, 100 * ops[i].second.first / total, ops[i].second.second, ops[i].first);
-  auto nodes = t;
-  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
-  fmt::print("  costliest nodes:\n");
-  for (size_t i = 0; i < std::min(top, nodes.size()); ++i) fmt::print("  {:>9.3f} ms  {}\n", nodes[i].ms, nodes[i].what);
-}
-#endif
 
 // --nproc N: runs this command line as N processes of one group on this host (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT set for each) and waits for them. When one fails, the
@@ -322,24 +286,14 @@ int main(int argc, char** argv) {
   const int rank = dist ? dist->rank : 0, world = dist ? dist->world : 1;
   const bool lead = rank == 0;  // writes metrics, checkpoints, --save and progress
   const std::string who = world > 1 ? "amprun: rank " + std::to_string(rank) + ": error: " : "amprun: error: ";
-  const bool cudaBuilt = AMPC_CUDA_BUILT != 0;
-  if (device == "auto") device = cudaBuilt && gpuPresent() ? "cuda" : "cpu";
+  if (device == "auto") device = defaultDevice();
   const bool useCuda = device != "cpu";
-  if (useCuda && (device != "cuda" && (device.rfind("cuda:", 0) != 0 || device.size() == 5 ||
-                                       device.find_first_not_of("0123456789", 5) != std::string::npos))) {
-    std::cerr << "amprun: --device " << device << ": want cpu, cuda or cuda:N\n";
-    return 2;
-  }
-  if (useCuda && !cudaBuilt) {
-    std::cerr << "amprun: --device " << device << ": this amprun was built without CUDA\n";
+  if (const std::string why = deviceUnavailable(device); !why.empty()) {
+    std::cerr << "amprun: " << why << "\n";
     return 2;
   }
   if (!useCuda && profileTop > 0) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
-    return 2;
-  }
-  if (useCuda && !gpuPresent()) {
-    std::cerr << "amprun: --device " << device << ": no CUDA device is present\n";
     return 2;
   }
   if (useCuda && world > 1) {
@@ -434,8 +388,8 @@ int main(int argc, char** argv) {
     std::vector<double> stepMs;
     int64_t skippedInARow = 0;
     // One finished step's metrics line and progress.
-    auto emit = [&](int64_t s, const Trainer::Metrics& m, double wallMs) {
-      const double ms = m.ms >= 0 ? m.ms : wallMs;
+    auto emit = [&](int64_t s, const Trainer::Metrics& m) {
+      const double ms = m.ms;
       stepMs.push_back(ms);
       skippedInARow = m.skipped ? skippedInARow + 1 : 0;
       if (metrics.is_open())
@@ -467,101 +421,51 @@ int main(int argc, char** argv) {
       if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
       writeCheckpoint(ckptDir, g, step, data.position(), seed);
     };
-    std::unique_ptr<Backend> backend = createCpuBackend();
-    BenchReport report;
-    report.device = device;
-    if (bench && !useCuda) report.arenaBytes = planMemory(g).arenaBytes;  // cuda: the program's own plan
+    // One loop for every backend (runtime/session.h).
+    std::optional<OverflowWatch> watch;
+    if (explainOverflow) watch.emplace(g);
+    SessionOptions so;
+    so.device = device;
+    so.seed = seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;  // each rank its own Dropout masks
+    so.collective = group.get();
+    so.logEvery = static_cast<int>(std::max<int64_t>(logEvery, 1));
+    so.allowTf32 = allowTf32;
+    so.cudaGraph = !noCudaGraph;
+    so.checkPlan = checkPlan;
+    so.deterministic = deterministic;
+    so.watch = watch ? &*watch : nullptr;
+    auto session = openTrainSession(g, so);
+    session->begin(static_cast<uint64_t>(done));
+    int64_t reported = done;
+    int explained = 0;
+    constexpr int kMaxExplained = 10;
+    auto drain = [&](const std::vector<Trainer::Metrics>& ms) {
+      for (const auto& m : ms) emit(reported++, m);
+    };
     std::map<std::string, Tensor> batch;
     const auto t0 = std::chrono::steady_clock::now();
-    if (!useCuda) {
-      Trainer trainer(g, *backend);
-      std::optional<OverflowWatch> watch;
-      int explained = 0;
-      constexpr int kMaxExplained = 10;
-      const Value* scaleParam = g.lookup("ampc.loss_scale");  // each step reads the scale it runs with
-      if (explainOverflow) {
-        watch.emplace(g);
-        trainer.setObserver([&](const Node& n, const std::vector<const Tensor*>& in, const std::vector<Tensor>& out) { watch->observe(n, in, out); });
+    for (int64_t s = done; s < steps; ++s) {
+      const bool upload = !fixed || s == done;
+      if (upload) batch = data.next();
+      const double scale = watch ? session->lossScale() : 0.0;  // the scale this step runs with
+      const auto ms = session->step(upload ? &batch : nullptr);
+      if (watch && !ms.empty() && ms.back().skipped && explained < kMaxExplained) {
+        session->findOverflow();
+        std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
+        std::cout.flush();
       }
-      for (int64_t s = done; s < steps; ++s) {
-        if (!fixed || s == done) batch = data.next();
-        ExecOptions o;
-        o.seed = seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;  // each rank its own Dropout masks
-        o.step = static_cast<uint64_t>(s);
-        o.collective = group.get();
-        if (watch) watch->startStep();
-        const double scale = watch && scaleParam && scaleParam->data() ? scaleParam->data()->getDouble(0) : 0.0;
-        const auto a = std::chrono::steady_clock::now();
-        auto m = trainer.step(batch, o);
-        emit(s, m, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-        if (watch && m.skipped && explained < kMaxExplained) {
-          std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
-          std::cout.flush();
-        }
-        if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) checkpoint(s + 1);
+      drain(ms);
+      if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) {
+        drain(session->flush());
+        session->syncState();
+        checkpoint(s + 1);
       }
-    } else {
-#if AMPC_CUDA_BUILT
-      cuda::ProgramOptions po;
-      po.device = cuda::parseDevice(device);
-      po.allowTf32 = allowTf32;
-      po.cudaGraph = !noCudaGraph;
-      po.seed = seed;
-      po.checkPlan = checkPlan;
-      po.watchFinite = explainOverflow;
-      po.deterministic = deterministic;
-      const auto memBase = cuda::deviceMemoryUsed(po.device);
-      // --explain-overflow reads every step's metrics at once (one synchronisation a step), so a
-      // skipped step's scans are still the device's when the host looks at them.
-      cuda::CudaTrainer trainer(g, po, explainOverflow ? 1 : static_cast<int>(std::max<int64_t>(logEvery, 1)));
-      trainer.begin(static_cast<uint64_t>(done));
-      int64_t reported = done;
-      std::optional<OverflowWatch> watch;
-      int explained = 0;
-      constexpr int kMaxExplained = 10;
-      const Value* scaleParam = g.lookup("ampc.loss_scale");
-      if (explainOverflow) watch.emplace(g);
-      auto drain = [&](const std::vector<Trainer::Metrics>& ms) {
-        for (const auto& m : ms) emit(reported++, m, -1);
-      };
-      for (int64_t s = done; s < steps; ++s) {
-        const bool upload = !fixed || s == done;
-        if (upload) batch = data.next();
-        const double scale = watch && scaleParam ? trainer.program().download(scaleParam).getDouble(0) : 0.0;
-        const auto ms = trainer.step(upload ? &batch : nullptr);
-        if (watch && !ms.empty() && ms.back().skipped && explained < kMaxExplained) {
-          watch->startStep();
-          trainer.program().findOverflow(*watch);
-          std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
-          std::cout.flush();
-        }
-        if (!ms.empty()) report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
-        drain(ms);
-        if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) {
-          drain(trainer.flush());
-          trainer.syncState();
-          checkpoint(s + 1);
-        }
-      }
-      drain(trainer.flush());
-      report.peakBytes = std::max(report.peakBytes, cuda::deviceMemoryUsed(po.device) - memBase);
-      if (profileTop > 0) printProfile(trainer.program().profile(), static_cast<size_t>(profileTop));
-      if (checkPlan) {
-        const auto bad = trainer.program().nanWriters();
-        std::printf("check-plan: %zu nodes wrote NaNs%s\n", bad.size(), bad.empty() ? "" : " (first 12, in order):");
-        for (size_t i = 0; i < bad.size() && i < 12; ++i) std::printf("  %lld  %s\n", static_cast<long long>(bad[i].second), bad[i].first.c_str());
-      }
-      trainer.syncState();
-      const auto& st = trainer.program().stats();
-      report.cuda = true;
-      report.arenaBytes = st.arenaBytes;
-      report.plannedBytes = st.arenaBytes + st.paramBytes + st.workspaceBytes;
-      report.syncsInSteps = trainer.syncsInSteps();
-      report.replays = st.replays;
-      report.launches = st.launches;
-#endif
     }
-    report.wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    drain(session->flush());
+    if (profileTop > 0) std::cout << session->profile(static_cast<size_t>(profileTop));
+    if (checkPlan) std::cout << session->checkPlanReport();
+    session->syncState();
+    const double wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
     if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) checkpoint(steps);
     if (!savePath.empty() && (lead || saveEveryRank)) {
@@ -570,9 +474,12 @@ int main(int argc, char** argv) {
         if (const Value* s = g.lookup(p->name()); s && s->data()) st.tensors.emplace(p->name(), *s->data());
       writeSafetensors(lead ? savePath : savePath + ".rank" + std::to_string(rank), st);
     }
-    if (!evalDir.empty() && lead) evaluateOn(evalDir, *plan.eval, g, *backend);
+    if (!evalDir.empty() && lead) {
+      auto cpu = createCpuBackend();
+      evaluateOn(evalDir, *plan.eval, g, *cpu);
+    }
     if (group) group->barrier();  // no rank leaves while another still needs it
-    if (bench && lead) printBench(report, stepMs, steps - done, logEvery);
+    if (bench && lead) printBench(device, session->report(), wallMs, stepMs, steps - done, logEvery);
   } catch (const Error& e) {
     if (undoMetrics) undoMetrics();
     std::cerr << who << e.what() << "\n";

@@ -1,0 +1,69 @@
+// Training on a backend, as amprun drives it: a train-step graph (passes/train_step.h) opened on one
+// device behind one interface, so that amprun has one loop for every backend. The CPU reference
+// runs the graph node by node (runtime/trainer.h); CUDA lowers it once to device launches
+// (runtime/cuda/trainer.h) and reads its metrics every few steps.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/overflow.h"
+#include "runtime/trainer.h"
+
+namespace ampc {
+
+struct SessionOptions {
+  std::string device = "cpu";        // cpu, cuda or cuda:N
+  uint64_t seed = 0;                 // Dropout's Philox key
+  Collective* collective = nullptr;  // a data-parallel group (ampc.AllReduce), or none
+  int logEvery = 10;                 // cuda: the metrics are read every N steps (one host sync)
+  bool allowTf32 = false, cudaGraph = true, checkPlan = false, deterministic = false;
+  // --explain-overflow: the session feeds this watch what it needs to name the op of a skipped
+  // step (cpu: every node as it runs; cuda: per-launch scans, read after the step, every step).
+  OverflowWatch* watch = nullptr;
+};
+
+// What --bench prints besides the step times.
+struct SessionReport {
+  bool device = false;  // a device's numbers (cuda): planned and measured memory, syncs, graphs
+  int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
+};
+
+class TrainSession {
+ public:
+  virtual ~TrainSession() = default;
+  // The 0-based number of the next step (Dropout's counter; a resumed run starts past 0).
+  virtual void begin(uint64_t firstStep) = 0;
+  // One step on `batch` (null: the previous step's batch again, kept where it was). Returns the
+  // metrics of every step finished since the last call: cpu each step's at once, cuda those of a
+  // log interval when it closes. Each metric's `ms` is the step's time (cuda: device time).
+  virtual std::vector<Trainer::Metrics> step(const std::map<std::string, Tensor>* batch) = 0;
+  // The metrics of the steps not returned yet.
+  virtual std::vector<Trainer::Metrics> flush() { return {}; }
+  // Every state tensor back into the graph's params (checkpoints, --save, evaluation).
+  virtual void syncState() {}
+  // The loss scale the next step runs with.
+  virtual double lossScale() = 0;
+  // With a watch, after a step that came back skipped: the watch holds that step's finding.
+  virtual void findOverflow() = 0;
+  virtual SessionReport report() = 0;
+  // Device diagnostics (--profile N: the costliest ops and nodes of one more step; --check-plan:
+  // the nodes that wrote NaNs), as text; empty where the backend has none.
+  virtual std::string profile(size_t /*top*/) { return ""; }
+  virtual std::string checkPlanReport() { return ""; }
+};
+
+// Opens `g` on o.device. Error naming the device when this build or machine cannot run it.
+std::unique_ptr<TrainSession> openTrainSession(Graph& g, const SessionOptions& o);
+// The device amprun uses when none is named: cuda where this build has CUDA and a GPU is present.
+std::string defaultDevice();
+// Why `device` cannot run here (not a device name, no CUDA in this build, no GPU), or "".
+std::string deviceUnavailable(const std::string& device);
+
+// The CPU reference's session (runtime/cpu_session.cpp).
+std::unique_ptr<TrainSession> openCpuSession(Graph& g, const SessionOptions& o);
+
+}  // namespace ampc
