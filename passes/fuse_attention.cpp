@@ -15,22 +15,21 @@
 // so the fused graph draws the same masks as the graph it replaces.
 //
 // Runs before autocast: the fused op is on the allow list (low-precision Q, K, V; FP32 softmax
-// inside; the mask stays FP32). Head dims above kMaxHeadDim are left unfused (the CUDA kernels
-// hold a whole head row in one tile).
+// inside; the mask stays FP32). Head dims the target's fused attention does not take are left
+// unfused (compiler/target.h: CUDA's kernels hold a whole head row in one tile).
 #include <cmath>
 #include <regex>
 #include <unordered_set>
 
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
+#include "compiler/target.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
 
 namespace ampc {
 namespace {
-
-constexpr int64_t kMaxHeadDim = 64;
 
 // v is read by exactly one node operand and is not a graph output.
 bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !g.isOutput(v); }
@@ -101,7 +100,7 @@ struct Match {
   double scale_ = 1.0, ratio = 0.0;
 };
 
-bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& trained, Match& m) {
+bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& trained, Match& m, const Target& target) {
   if (!sm->domain().empty() || sm->op() != "Softmax" || sm->numInputs() != 1) return false;
   const auto& ss = sm->input(0)->type().shape;
   if (ss.size() < 2 || g.opset < 13) return false;
@@ -143,7 +142,7 @@ bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& t
     m.q = x;
   }
   const auto &qs = m.q->type().shape, &ks = m.kt->type().shape;
-  if (!sameLeading(qs, ks) || !sameLeading(qs, ss) || qs.back() > kMaxHeadDim || m.q->type().dtype != m.kt->type().dtype)
+  if (!sameLeading(qs, ks) || !sameLeading(qs, ss) || m.q->type().dtype != m.kt->type().dtype)
     return false;
   // downstream: Dropout? then the product with V
   Value* p = sm->result(0);
@@ -173,7 +172,7 @@ bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& t
   m.out = user;
   m.v = user->input(1);
   const auto& vs = m.v->type().shape;
-  return sameLeading(qs, vs) && vs.back() <= kMaxHeadDim && m.v->type().dtype == m.q->type().dtype;
+  return sameLeading(qs, vs) && target.fusesAttention(qs.back(), vs.back()) && m.v->type().dtype == m.q->type().dtype;
 }
 
 std::string dirOf(const std::string& name) {
@@ -207,7 +206,7 @@ void rewrite(Graph& g, const Match& m) {
 
 class FuseAttentionPass final : public Pass {
  public:
-  explicit FuseAttentionPass(AutodiffOptions opts) : opts_(std::move(opts)) {}
+  FuseAttentionPass(AutodiffOptions opts, const Target& target) : opts_(std::move(opts)), target_(target) {}
   std::string name() const override { return "fuse-attention"; }
   bool run(Graph& g) override {
     const auto trained = trainedCone(g, opts_);
@@ -217,7 +216,7 @@ class FuseAttentionPass final : public Pass {
     bool changed = false;
     for (Node* sm : softmaxes) {
       Match m;
-      if (!matchAt(g, sm, trained, m)) continue;
+      if (!matchAt(g, sm, trained, m, target_)) continue;
       g.domainOpsets.emplace(kGradDomain, 1);
       rewrite(g, m);
       changed = true;
@@ -227,10 +226,17 @@ class FuseAttentionPass final : public Pass {
 
  private:
   AutodiffOptions opts_;
+  const Target& target_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts) { return std::make_unique<FuseAttentionPass>(opts); }
+std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts, const Target& target) {
+  return std::make_unique<FuseAttentionPass>(opts, target);
+}
 
+}  // namespace ampc
+
+namespace ampc {
+std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts) { return createFuseAttentionPass(opts, findTarget("cuda")); }
 }  // namespace ampc

@@ -32,6 +32,8 @@ struct TrainOptions {
   float initScale = 65536, growthFactor = 2, backoffFactor = 0.5, minScale = 0, maxScale = 0;
   int64_t growthInterval = 2000, hysteresis = 1;
   AutodiffOptions autodiff;
+  // The target the plan is compiled for (compiler/target.h); recorded in the plan.
+  std::string target = "cuda";
 };
 
 std::unique_ptr<Pass> createTrainStepPass(const TrainOptions& opts);

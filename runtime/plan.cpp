@@ -11,6 +11,7 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "compiler/target.h"
 #include "passes/memory_plan.h"
 #include "runtime/plan.pb.h"  // generated from runtime/plan.proto
 #include <cstring>
@@ -178,6 +179,7 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   c->set_hysteresis(o.hysteresis);
   c->set_min_scale(o.minScale);
   c->set_max_scale(o.maxScale);
+  c->set_target(findTarget(o.target).name);
   c->set_batch_size(forward.inputs().empty() || forward.inputs()[0]->type().rank() == 0 ? 1 : forward.inputs()[0]->type().shape[0]);
 
   std::string bytes;
@@ -278,6 +280,12 @@ LoadedPlan readPlan(const std::string& path) {
   o.lr = c.lr();
   o.schedule = c.schedule();
   o.lossScale = c.loss_scale();
+  o.target = c.target().empty() ? "cuda" : c.target();
+  try {
+    findTarget(o.target);  // a target this amprun does not know is refused, with the known ones
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
   r.batchSize = c.batch_size();
   r.source = p.source();
   std::ostringstream d;
@@ -288,7 +296,7 @@ LoadedPlan readPlan(const std::string& path) {
     << ", clip-norm " << c.clip_norm() << "\n"
     << "loss scale: " << c.loss_scale() << " (init " << c.init_scale() << ", growth x" << c.growth_factor() << " every "
     << c.growth_interval() << ", backoff x" << c.backoff_factor() << ", hysteresis " << c.hysteresis() << ", min " << c.min_scale()
-    << ", max " << c.max_scale() << "), batch " << c.batch_size() << "\n"
+    << ", max " << c.max_scale() << "), batch " << c.batch_size() << ", target " << r.options.target << "\n"
     << "arena: " << p.arena_bytes() << " bytes of activations\n"
     << "tensors:\n";
   for (const auto& t : p.tensors()) {

@@ -26,11 +26,13 @@
 #include <type_traits>
 
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/limits.h"
 
 namespace ampc::cuda {
 namespace {
 
-constexpr int kTile = 64, kThreads = 128, kMaxD = 64, kLdF = 68;
+constexpr int kTile = 64, kThreads = 128, kMaxD = kAttentionMaxHeadDim, kLdF = 68;
+static_assert(kMaxD == 64, "the tiles below are laid out for head rows of at most 64");
 constexpr float kDead = -1e30f;
 
 // Shared-memory row pitch (elements) of a T tile: WMMA-aligned, off the bank pattern.

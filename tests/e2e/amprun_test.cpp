@@ -465,3 +465,23 @@ TEST(Amprun, BenchReportsStepTimeAndMemory) {
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(arena \(planned\) ([0-9.]+) MiB)"))) << r.out;
   EXPECT_GT(std::stod(m[1]), 0.0);
 }
+
+// The plan records the target it was compiled for (ampc --target; cuda by default), and a cpu-target
+// plan still runs on the CPU. (A cpu-target plan on --device cuda is refused; that needs a GPU to
+// show.) An unknown target is a usage error.
+TEST(Amprun, PlanRecordsItsTarget) {
+  TempDir d;
+  const std::string cuda = makePlan(d, "fp32"), cpu = d.file("cpu.ampplan");
+  auto r = run(kAmpc + " " + kDigits + ".onnx --precision fp32 --target cpu -o " + cpu);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(kAmprun + " " + cuda + " --dump");
+  EXPECT_NE(r.out.find(", target cuda\n"), std::string::npos) << r.out;
+  r = run(kAmprun + " " + cpu + " --dump");
+  EXPECT_NE(r.out.find(", target cpu\n"), std::string::npos) << r.out;
+  r = run(kAmprun + " " + cpu + " --data " + kDigits + "/train --steps 3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run(kAmpc + " " + kDigits + ".onnx --target tpu -o " + d.file("x.ampplan"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("tpu"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.file("x.ampplan")));
+}

@@ -13,6 +13,8 @@
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
 #include "compiler/ops/registry.h"
+#include "compiler/target.h"
+#include "passes/autodiff.h"
 #include "passes/autocast.h"
 #include "passes/pass.h"
 #include "passes/train_step.h"
@@ -146,6 +148,67 @@ TEST_P(FusedAttention, TrainsLikeTheUnfusedGraph) {
 INSTANTIATE_TEST_SUITE_P(Models, FusedAttention,
                          ::testing::Values(Case{"gpt2_tiny", "causal_mask", 2}, Case{"transformer", "model\\.mask", 2}),
                          [](const auto& i) { return i.param.model; });
+
+// Which head dims fuse is the target's to say (compiler/target.h), not the pass's: at head dim 128
+// the cuda target (kernels of at most 64) keeps the attention as written, the cpu target fuses it,
+// and the fused graph's loss and gradients are the unfused graph's.
+TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
+  const std::string text = R"(graph "a" opset 17 {
+  input %x : f32[2,6,16]
+  param %wq : f32[16,256]
+  param %wk : f32[16,256]
+  param %wv : f32[16,256]
+  const %shape : i64[4] = [2, 6, 2, 128]
+  const %s : f32[] = [0.0883883]
+  %q0 : f32[2,6,256] = MatMul(%x, %wq) @q
+  %k0 : f32[2,6,256] = MatMul(%x, %wk) @k
+  %v0 : f32[2,6,256] = MatMul(%x, %wv) @v
+  %q1 : f32[2,6,2,128] = Reshape(%q0, %shape) @qr
+  %k1 : f32[2,6,2,128] = Reshape(%k0, %shape) @kr
+  %v1 : f32[2,6,2,128] = Reshape(%v0, %shape) @vr
+  %q : f32[2,2,6,128] = Transpose(%q1) {perm = [0, 2, 1, 3]} @qt
+  %kt : f32[2,2,128,6] = Transpose(%k1) {perm = [0, 2, 3, 1]} @kt
+  %v : f32[2,2,6,128] = Transpose(%v1) {perm = [0, 2, 1, 3]} @vt
+  %sc : f32[2,2,6,6] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,6,6] = Mul(%sc, %s) @attn/scale
+  %p : f32[2,2,6,6] = Softmax(%ss) {axis = -1} @attn/softmax
+  %o : f32[2,2,6,128] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,6,128] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  std::mt19937 rng(3);
+  auto fill = [&](Graph& g) {
+    for (Value* p : g.params()) {
+      Tensor t(p->type());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, std::normal_distribution<double>(0, 0.3)(rng));
+      p->setData(std::move(t));
+    }
+  };
+  auto cuda = parseGraph(text, "a");
+  EXPECT_FALSE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cuda"))->run(*cuda));
+  EXPECT_EQ(count(*cuda, "Attention"), 0);
+  auto fused = parseGraph(text, "a"), plain = parseGraph(text, "a");
+  ASSERT_TRUE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*fused));
+  EXPECT_EQ(count(*fused, "Attention"), 1);
+  EXPECT_EQ(count(*fused, "Softmax"), 0);
+  fill(*plain);
+  for (Value* p : fused->params()) p->setData(*plain->lookup(p->name())->data());
+  createAutodiffPass()->run(*fused);
+  createAutodiffPass()->run(*plain);
+  Tensor x(TensorType{DType::f32, {2, 6, 16}});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
+  auto backend = createCpuBackend();
+  auto a = evaluate(*fused, {{"x", x}}, *backend), b = evaluate(*plain, {{"x", x}}, *backend);
+  ASSERT_EQ(a.size(), 4u);  // the loss and three weight gradients
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::vector<double> u, w;
+    for (int64_t k = 0; k < a[i].numel(); ++k) u.push_back(a[i].getDouble(k)), w.push_back(b[i].getDouble(k));
+    EXPECT_LE(relL2(u, w), 1e-5) << fused->outputs()[i]->name();
+    EXPECT_GT(std::fabs(w[0]) + std::fabs(w.back()), 0.0);
+  }
+  EXPECT_THROW(findTarget("tpu"), Error);
+}
 
 // A mask computed from a trained parameter needs its gradient: that attention stays unfused.
 TEST(FusedAttentionPass, TrainedMaskIsNotFused) {

@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/target.h"
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
 #include "compiler/ops/registry.h"
@@ -181,6 +182,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-fuse", noFuse,
                "plans and --grad: keep attention, GELU and SiLU as the model wrote them (no ampc.Attention, ampc.Gelu, ampc.Silu)");
   bool trainStep = false;
+  app.add_option("--target", train.target,
+                 "plan: the backend to plan for: cuda (the default; such plans also run on the CPU) or cpu (fused attention at any head "
+                 "dim; CPU only)")
+      ->check(CLI::IsMember(targetNames()));
   app.add_flag("--train", trainStep, "apply the training step (with the plan flags) before --emit text/onnx, to see it");
   app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
   app.add_option("--schedule", train.schedule, "plan: constant, linear-warmup or cosine")
@@ -312,7 +317,7 @@ int main(int argc, char** argv) {
     // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
     // fuse attention, GELU and SiLU before autocast paints them.
     if ((plan || trainStep || grad) && !noFuse) {
-      pm.add(createFuseAttentionPass(adOpts));
+      pm.add(createFuseAttentionPass(adOpts, findTarget(train.target)));
       pm.add(createFuseGeluPass());
     }
     if (amp) {

@@ -27,6 +27,7 @@
 
 #include "compiler/ops/registry.h"
 #include "runtime/checkpoint.h"
+#include "compiler/target.h"
 #include "runtime/data.h"
 #include "runtime/dist.h"
 #include "runtime/overflow.h"
@@ -313,6 +314,9 @@ int main(int argc, char** argv) {
       std::cerr << "amprun: give --data DIR or --synthetic\n";
       return 2;
     }
+    if (!findTarget(plan.options.target).runsOn(useCuda ? "cuda" : "cpu"))
+      throw Error(planPath + ": compiled with --target " + plan.options.target + ", which --device " + device +
+                  " cannot run; compile it again with --target cuda, or run it with --device cpu");
     Graph& g = *plan.step;
     std::vector<const Value*> ins(g.inputs().begin(), g.inputs().end());
     std::map<std::string, std::pair<int64_t, int64_t>> ranges;
