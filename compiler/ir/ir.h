@@ -175,6 +175,11 @@ class Graph {
   // The model's own list of trainable initializers (ONNX metadata key "ampc.trainable", written
   // by tools/export/ampc_export.py from named_parameters()); absent when the model has none.
   std::optional<std::vector<std::string>> declaredTrainable;
+  // Embedding tables with a padding row (ONNX metadata key "ampc.embedding_padding", written by the
+  // export helper from nn.Embedding's padding_idx, which no exporter keeps): initializer name ->
+  // row. A lookup (Gather on axis 0) of such a table gives that row no gradient, as in PyTorch;
+  // its other uses (a tied output projection) still do.
+  std::map<std::string, int64_t> embeddingPadding;
   // What import changed from the model as written, one line each (ampc prints them).
   std::vector<std::string> importNotes;
 

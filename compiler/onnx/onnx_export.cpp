@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "compiler/onnx/onnx.h"
 
 namespace ampc {
@@ -73,6 +75,19 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
     auto* o = m.add_opset_import();
     o->set_domain(d);
     o->set_version(v);
+  }
+  // The training semantics no ONNX op holds travel as the metadata the import reads: the trainable
+  // set and the embeddings' padding rows (so a plan's step graph, built from the exported forward,
+  // trains what the model says).
+  if (g.declaredTrainable) {
+    auto* e = m.add_metadata_props();
+    e->set_key("ampc.trainable");
+    e->set_value(nlohmann::json(*g.declaredTrainable).dump());
+  }
+  if (!g.embeddingPadding.empty()) {
+    auto* e = m.add_metadata_props();
+    e->set_key("ampc.embedding_padding");
+    e->set_value(nlohmann::json(g.embeddingPadding).dump());
   }
   auto* gp = m.mutable_graph();
   gp->set_name(g.name);

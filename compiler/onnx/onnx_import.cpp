@@ -4,6 +4,8 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -265,6 +267,7 @@ class Importer {
       if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
       g->addParam(t.name(), initializer(t));
     }
+    checkPadding();
     for (int i : topoOrder()) addNode(nodes_[i]);
     if (trainingBatchNorms_)
       g->importNotes.push_back(std::to_string(trainingBatchNorms_) +
@@ -1351,8 +1354,27 @@ class Importer {
 
   void readMetadata() {
     for (const auto& p : m_.metadata_props()) {
-      if (p.key() != "ampc.trainable") continue;
-      g_->declaredTrainable = parseNameList(p.value());
+      if (p.key() == "ampc.trainable") g_->declaredTrainable = parseNameList(p.value());
+      if (p.key() == "ampc.embedding_padding") readPadding(p.value());
+    }
+  }
+  // {"initializer": row, ...}; checked against the initializers once they are read.
+  void readPadding(const std::string& s) {
+    auto j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("metadata 'ampc.embedding_padding' is not a JSON object of initializer: row");
+    for (const auto& [name, row] : j.items()) {
+      if (!row.is_number_integer()) fail("metadata 'ampc.embedding_padding': '" + name + "' is not given an integer row");
+      g_->embeddingPadding[name] = row.get<int64_t>();
+    }
+  }
+  void checkPadding() {
+    for (const auto& [name, row] : g_->embeddingPadding) {
+      const Value* v = g_->lookup(name);
+      if (!v || v->kind() != ValueKind::Param)
+        fail("metadata 'ampc.embedding_padding' names '" + name + "', which is not an initializer");
+      if (v->type().rank() != 2 || row < 0 || row >= v->type().shape[0])
+        fail("metadata 'ampc.embedding_padding': row " + std::to_string(row) + " of '" + name + "' " + v->type().str() +
+             " is not a row of a 2-D table");
     }
   }
   static void appendUtf8(std::string& out, unsigned cp) {

@@ -373,8 +373,27 @@ void gradSlice(GB& b) {
   for (size_t i = 1; i < b.node.numInputs(); ++i) ins.push_back(b.x(i));
   b.setGrad(0, b.op("SliceGrad", ins, {{"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
+// The embedding table a lookup reads (through the casts autocast puts on parameters), when the
+// graph lists it with a padding row (Graph::embeddingPadding): that row, else -1.
+int64_t paddingRow(const Node& gather) {
+  const Graph* g = gather.graph();
+  if (!g || g->embeddingPadding.empty() || gather.getInt("axis", 0) != 0) return -1;
+  const Value* v = gather.input(0);
+  while (v && v->producer() && v->producer()->domain().empty() && v->producer()->op() == "Cast") v = v->producer()->input(0);
+  if (!v || v->kind() != ValueKind::Param) return -1;
+  auto it = g->embeddingPadding.find(v->name());
+  return it == g->embeddingPadding.end() ? -1 : it->second;
+}
 void gradGather(GB& b) {
-  b.setGrad(0, b.op("GatherGrad", {b.dy(0), b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
+  Value* dy = b.dy(0);
+  // nn.Embedding(padding_idx=p): the lookups of row p pass no gradient to the table.
+  if (const int64_t p = paddingRow(b.node); p >= 0) {
+    Value* idx = b.x(1);
+    Value* pad = b.op("Equal", {idx, b.scalar(static_cast<double>(p), idx->type().dtype)});
+    pad = b.op("Unsqueeze", {pad, b.ints({-1})});
+    dy = b.where(pad, b.scalar(0.0, dy->type().dtype), dy);
+  }
+  b.setGrad(0, b.op("GatherGrad", {dy, b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
 void gradGatherElements(GB& b) {
   b.setGrad(0, b.op("GatherElementsGrad", {b.dy(0), b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));

@@ -485,3 +485,43 @@ TEST(Amprun, PlanRecordsItsTarget) {
   EXPECT_NE(r.out.find("tpu"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d.file("x.ampplan")));
 }
+
+// A plan trains exactly the model's "ampc.trainable" list (the export helper's named_parameters()):
+// the step graph is built from the exported forward, which now carries the list. Before, plans
+// trained every float initializer, buffers too.
+TEST(Amprun, PlanTrainsTheDeclaredTrainableSet) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4, 3});
+  addFloatInit(g, "w", {3, 3}, std::vector<float>(9, 0.5f));
+  addFloatInit(g, "buf", {3}, {1, 2, 3});
+  addNode(g, "MatMul", {"x", "w"}, {"y"}, "mm");
+  addNode(g, "Add", {"y", "buf"}, {"z"}, "add");
+  addNode(g, "Mul", {"z", "z"}, {"zz"}, "sq");
+  auto* keepdims = addNode(g, "ReduceMean", {"zz"}, {"loss"}, "mean")->add_attribute();
+  keepdims->set_name("keepdims");
+  keepdims->set_type(onnx::AttributeProto::INT);
+  keepdims->set_i(0);
+  addOutput(g, "loss");
+  auto* t = m.add_metadata_props();
+  t->set_key("ampc.trainable");
+  t->set_value("[\"w\"]");
+  writeModel(d.file("m.onnx"), m);
+  auto r = run(kAmpc + " " + d.file("m.onnx") + " --precision fp32 --optimizer sgd --lr 0.1 --momentum 0.9 -o " + d.file("m.ampplan"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(kAmprun + " " + d.file("m.ampplan") + " --dump");
+  EXPECT_NE(r.out.find("OPTIMIZER_STATE w.momentum"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("buf.momentum"), std::string::npos) << r.out;
+  fs::create_directories(d.path / "data");
+  Tensor x(TensorType{DType::f32, {8, 3}});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.1 * static_cast<double>(i % 7) - 0.3);
+  writeNpy(d.file("data/x.npy"), x);
+  r = run(kAmprun + " " + d.file("m.ampplan") + " --data " + d.file("data") + " --steps 4 --save " + d.file("w.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto st = readSafetensors(d.file("w.safetensors"));
+  const Tensor& buf = st.tensors.at("buf");
+  EXPECT_EQ(buf.getDouble(0), 1.0);
+  EXPECT_EQ(buf.getDouble(2), 3.0);
+  EXPECT_NE(st.tensors.at("w").getDouble(0), 0.5) << "w trains";
+}

@@ -946,3 +946,61 @@ TEST(OnnxImport, TrainableSetFollowsTheModel) {
   writeModel(d.file("bad.onnx"), m);
   expectImportError(d.file("bad.onnx"), {"ampc.trainable", "not a JSON list"});
 }
+
+// nn.Embedding(padding_idx=p) as the export helper records it (metadata "ampc.embedding_padding"):
+// the lookups of row p give the table no gradient, its other uses (a tied projection) still do,
+// as in PyTorch. The key and "ampc.trainable" survive export and import (a plan's step graph is
+// built from the exported forward), and a key naming no 2-D initializer row is refused.
+TEST(OnnxImport, EmbeddingPaddingRowGetsNoLookupGradient) {
+  TempDir d;
+  auto make = [&](const std::string& padding) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "idx", onnx::TensorProto::INT64, {6});
+    addFloatInit(g, "table", {4, 3}, std::vector<float>(12, 0.5f));
+    addFloatInit(g, "buf", {3}, {1, 2, 3});
+    addNode(g, "Gather", {"table", "idx"}, {"e"}, "lookup");
+    addNode(g, "Add", {"e", "buf"}, {"eb"}, "add");
+    addNode(g, "ReduceSum", {"eb"}, {"s1"}, "sum1");
+    addNode(g, "ReduceSum", {"table"}, {"s2"}, "sum2");  // the table's other use: every row gets 1
+    addNode(g, "Add", {"s1", "s2"}, {"loss"}, "loss");
+    addOutput(g, "loss");
+    auto* t = m.add_metadata_props();
+    t->set_key("ampc.trainable");
+    t->set_value("[\"table\"]");
+    if (!padding.empty()) {
+      auto* p = m.add_metadata_props();
+      p->set_key("ampc.embedding_padding");
+      p->set_value(padding);
+    }
+    const std::string path = d.file("emb" + std::to_string(std::hash<std::string>{}(padding)) + ".onnx");
+    writeModel(path, m);
+    return path;
+  };
+  Tensor idx = Tensor::fromInts(DType::i64, {6}, {0, 2, 0, 3, 2, 2});
+  auto grads = [&](std::unique_ptr<Graph> g) {
+    createAutodiffPass()->run(*g);
+    EXPECT_EQ(g->outputs().size(), 2u) << "the loss and table_grad: buf is a buffer";
+    auto backend = createCpuBackend();
+    return evaluate(*g, {{"idx", idx}}, *backend).back();
+  };
+  const Tensor plain = grads(importOnnxFile(make(""))), padded = grads(importOnnxFile(make("{\"table\": 0}")));
+  const double count[4] = {2, 0, 3, 1};
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(plain.getDouble(r * 3 + c), count[r] + 1) << r;
+      EXPECT_EQ(padded.getDouble(r * 3 + c), r == 0 ? 1.0 : count[r] + 1) << r;  // row 0: the ReduceSum's 1 only
+    }
+  // Export and import again (what a plan does): the same gradient, the same trainable set.
+  auto g = importOnnxFile(make("{\"table\": 0}"));
+  writeModel(d.file("round.onnx"), exportOnnx(*g));
+  auto again = importOnnxFile(d.file("round.onnx"));
+  EXPECT_EQ(again->embeddingPadding, (std::map<std::string, int64_t>{{"table", 0}}));
+  ASSERT_TRUE(again->declaredTrainable.has_value());
+  EXPECT_EQ(*again->declaredTrainable, std::vector<std::string>{"table"});
+  const Tensor round = grads(std::move(again));
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(round.getDouble(i), padded.getDouble(i));
+  expectImportError(make("{\"table\": 4}"), {"row 4 of 'table'"});
+  expectImportError(make("{\"nope\": 0}"), {"'nope', which is not an initializer"});
+  expectImportError(make("[0]"), {"'ampc.embedding_padding' is not a JSON object"});
+}

@@ -15,6 +15,11 @@ initializer names that are the module's named_parameters() with requires_grad. R
 buffers (masks, position ids, running statistics) and frozen parameters are not listed, so
 ampc trains exactly what PyTorch trains. A parameter whose initializer the exporter renamed
 (tied weights, deduplicated constants) is found by its value.
+
+And, where the module has an nn.Embedding with a padding_idx (BERT's and RoBERTa's word
+embeddings, RoBERTa's positions), the key "ampc.embedding_padding": a JSON object of initializer
+name -> padding row. Neither exporter keeps padding_idx (the lookup is a plain Gather), and
+PyTorch gives that row no gradient from the lookup: ampc does the same with the key.
 """
 import json
 import os
@@ -22,6 +27,7 @@ import os
 import torch
 
 TRAINABLE_KEY = "ampc.trainable"
+PADDING_KEY = "ampc.embedding_padding"
 
 
 def trainable_initializers(module, proto, model_dir="."):
@@ -71,15 +77,23 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
             kw["external_data"] = external_data
         torch.onnx.export(module, args, path, **kw)
     else:
-        torch.onnx.export(module, args, path, dynamo=False, opset_version=opset or 17,
+        import inspect
+        # PyTorch before 2.5 has no `dynamo` argument: the TorchScript exporter is its only one.
+        kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+        torch.onnx.export(module, args, path, opset_version=opset or 17,
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=input_names, output_names=list(output_names))
+                          input_names=input_names, output_names=list(output_names), **kw)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
     model_dir = os.path.dirname(os.path.abspath(path))
     proto = onnx.load(path, load_external_data=False)
     pairs = trainable_initializers(module, proto, model_dir)
-    keep = [(m.key, m.value) for m in proto.metadata_props if m.key != TRAINABLE_KEY]
+    initializer = dict(pairs)
+    padding = {}
+    for prefix, sub in module.named_modules():
+        if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None and sub.weight.requires_grad:
+            padding[initializer[(prefix + "." if prefix else "") + "weight"]] = int(sub.padding_idx)
+    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY)]
     del proto.metadata_props[:]
     for k, v in keep:
         e = proto.metadata_props.add()
@@ -87,5 +101,9 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     entry = proto.metadata_props.add()
     entry.key = TRAINABLE_KEY
     entry.value = json.dumps([init for _, init in pairs], ensure_ascii=False)
+    if padding:
+        entry = proto.metadata_props.add()
+        entry.key = PADDING_KEY
+        entry.value = json.dumps(padding, ensure_ascii=False)
     onnx.save(proto, path)
     return pairs
