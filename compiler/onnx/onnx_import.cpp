@@ -574,7 +574,7 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize"};
+      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth"};
 
 
  public:
@@ -882,6 +882,36 @@ class Importer {
   }
   Value* reshapeTo(const onnx::NodeProto& np, Value* v, const std::vector<int64_t>& shape) {
     return v->type().shape == shape ? v : step(np, "Reshape", {v, constI64(np, "shape", shape)});
+  }
+
+  // DepthToSpace (modes DCR, the default, and CRD; PyTorch's PixelShuffle exports as CRD) and
+  // SpaceToDepth on [N, C, H, W]: a Reshape to six dims, a Transpose and a Reshape back, so they get
+  // those ops' gradients and kernels on every backend.
+  void lowerDepthSpace(const onnx::NodeProto& np, bool toDepth, const std::string& out) {
+    Value* x = operand(np, 0);
+    if (!x) fail(nodeLabel(np) + " needs an input");
+    const auto& s = x->type().shape;
+    if (s.size() != 4) fail(nodeLabel(np) + ": the input must be [N, C, H, W], got " + x->type().str());
+    const int64_t b = attrInt(np, "blocksize", 0);
+    if (b <= 0) fail(nodeLabel(np) + ": blocksize must be a positive int, got " + std::to_string(b));
+    const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+    if (toDepth) {
+      if (h % b || w % b) fail(nodeLabel(np) + ": H and W of " + x->type().str() + " must be multiples of blocksize " + std::to_string(b));
+      Value* t = step(np, "Transpose", {reshapeTo(np, x, {n, c, h / b, b, w / b, b})}, {{"perm", std::vector<int64_t>{0, 3, 5, 1, 2, 4}}});
+      step(np, "Reshape", {t, constI64(np, "shape", {n, c * b * b, h / b, w / b})}, {}, out);
+    } else {
+      const std::string mode = [&] {
+        const auto* a = findAttr(np, "mode", onnx::AttributeProto::STRING, "a string");
+        return a ? a->s() : std::string("DCR");
+      }();
+      if (mode != "DCR" && mode != "CRD") fail(nodeLabel(np) + ": mode '" + mode + "' is not DCR or CRD");
+      if (c % (b * b)) fail(nodeLabel(np) + ": C of " + x->type().str() + " must be a multiple of blocksize^2 = " + std::to_string(b * b));
+      const int64_t cb = c / (b * b);
+      Value* t = mode == "DCR"
+                     ? step(np, "Transpose", {reshapeTo(np, x, {n, b, b, cb, h, w})}, {{"perm", std::vector<int64_t>{0, 3, 4, 1, 5, 2}}})
+                     : step(np, "Transpose", {reshapeTo(np, x, {n, cb, b, b, h, w})}, {{"perm", std::vector<int64_t>{0, 1, 4, 2, 5, 3}}});
+      step(np, "Reshape", {t, constI64(np, "shape", {n, cb, h * b, w * b})}, {}, out);
+    }
   }
 
   // RotaryEmbedding (opset 23): X [B, H, S, D] (or [B, S, H*D] with num_heads) rotated in its first
@@ -1224,6 +1254,7 @@ class Importer {
     if (op == "Einsum") return lowerEinsum(np, out);
     if (op == "ConvTranspose") return lowerConvTranspose(np, out);
     if (op == "Resize") return lowerResize(np, out);
+    if (op == "DepthToSpace" || op == "SpaceToDepth") return lowerDepthSpace(np, op == "SpaceToDepth", out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
