@@ -4,12 +4,13 @@
 Uses Debian's python3-torch / python3-torchvision and PyTorch's TorchScript exporter
 (opset 17, TrainingMode.TRAINING, no constant folding), so that the graphs stay trainable.
 
-    models/make_models.py OUTDIR [NAME...]          # NAME in mlp cnn transformer resnet_tiny resnet18
+    models/make_models.py OUTDIR [NAME...]          # NAME in mlp cnn transformer resnet_tiny resnet18 rnn
     models/make_models.py --refs OUTDIR [NAME...]   # PyTorch reference outputs, see make_refs
     models/make_models.py --digits OUTDIR          # digits.onnx and the digits data, see make_digits
 
 mlp, cnn, transformer and resnet_tiny are small and committed under models/; resnet18 (45 MB of weights)
-is made on demand (the test suite makes it into the build folder).
+is made on demand, and so is rnn (LSTM and GRU, whose exported form depends on the torch that
+exports it): the test suite makes them into the build folder.
 """
 import os
 import sys
@@ -120,6 +121,23 @@ class TinyGPT(nn.Module):
         return self.head(self.norm(x))
 
 
+class TinyRNN(nn.Module):
+    """Recurrent layers as PyTorch exports them (ONNX LSTM and GRU nodes): token embeddings, a
+    2-layer bidirectional LSTM (time-major), a batch-first GRU, the last step classified."""
+
+    def __init__(self, vocab=32, d=12, hidden=10, classes=5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, num_layers=2, bidirectional=True)
+        self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, idx):
+        y, _ = self.lstm(self.embed(idx).transpose(0, 1))
+        z, _ = self.gru(y.transpose(0, 1))
+        return self.head(z[:, -1])
+
+
 def export(model, args, names, path):
     model.train()
     torch.onnx.export(WithLoss(model), args, path, opset_version=OPSET,
@@ -142,6 +160,8 @@ def make(name, out):
     elif name == "transformer":
         export(TinyGPT(), (torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))),
                ["idx", "target"], path)
+    elif name == "rnn":
+        export(TinyRNN(), (torch.randint(0, 32, (3, 9)), torch.randint(0, 5, (3,))), ["idx", "target"], path)
     elif name == "resnet18":
         import torchvision
         export(torchvision.models.resnet18(num_classes=10),
@@ -158,6 +178,8 @@ MODELS = {
                                  "target": torch.randint(0, 10, (4,), generator=g)}),
     "transformer": (TinyGPT, lambda g: {"idx": torch.randint(0, 64, (2, 16), generator=g),
                                         "target": torch.randint(0, 64, (2, 16), generator=g)}),
+    "rnn": (TinyRNN, lambda g: {"idx": torch.randint(0, 32, (3, 9), generator=g),
+                                "target": torch.randint(0, 5, (3,), generator=g)}),
     "resnet18": (lambda: __import__("torchvision").models.resnet18(num_classes=10),
                  lambda g: {"x": torch.randn(2, 3, 32, 32, generator=g),
                             "target": torch.randint(0, 10, (2,), generator=g)}),
@@ -212,7 +234,7 @@ def make_refs(name, model_dir, out):
         np.save(os.path.join(d, "grads", pname + ".npy"), p.grad.numpy().astype(np.float32))
     # PyTorch's own AMP (CPU autocast, bf16) on the same model and data: the yardstick for ampc's
     # mixed-precision gradients.
-    if name != "resnet18":
+    if name not in ("resnet18", "rnn"):  # generated models: gradients only
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             amp_loss = model(*args)
@@ -222,7 +244,7 @@ def make_refs(name, model_dir, out):
             np.save(os.path.join(d, "grads_amp_bf16", pname + ".npy"), p.grad.float().numpy())
     # 20 training steps on this batch from these weights, SGD with momentum and AdamW: the
     # reference for ampc's train-step (tests/e2e/train_test.cpp).
-    if name != "resnet18":
+    if name not in ("resnet18", "rnn"):  # generated models: gradients only
         for opt_name, make_opt in (("sgd", lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-4)),
                                    ("adamw", lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01))):
             model.load_state_dict(weights, strict=False)

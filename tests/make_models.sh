@@ -11,7 +11,8 @@ if ! /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then
   exit 0
 fi
 [ -f "$dir/resnet18.onnx" ] || /usr/bin/python3 "$here/models/make_models.py" "$dir" resnet18 2>&1 | grep -v -i warn || true
-test -f "$dir/resnet18.onnx"
+[ -f "$dir/rnn.onnx" ] || /usr/bin/python3 "$here/models/make_models.py" "$dir" rnn 2>&1 | grep -v -i warn || true
+test -f "$dir/resnet18.onnx" && test -f "$dir/rnn.onnx"
 # PyTorch's reference outputs for the committed models, made fresh with the torch installed here.
-/usr/bin/python3 "$here/models/make_models.py" --refs "$dir/refs" mlp cnn transformer resnet18 2>&1 | grep -v -i warn || true
+/usr/bin/python3 "$here/models/make_models.py" --refs "$dir/refs" mlp cnn transformer resnet18 rnn 2>&1 | grep -v -i warn || true
 test -f "$dir/refs/transformer/loss.npy" && test -f "$dir/refs/resnet18/grads/model.fc.weight.npy"

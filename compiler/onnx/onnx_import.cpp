@@ -574,7 +574,7 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth"};
+      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU"};
 
 
  public:
@@ -914,6 +914,137 @@ class Importer {
     }
   }
 
+  // LSTM and GRU of a static sequence length, unrolled over time into MatMul, Sigmoid, Tanh and
+  // elementwise ops (so they get every backend's kernels and gradients; the input projection is one
+  // MatMul over all steps). ONNX's equations, gate orders i, o, f, c (LSTM) and z, r, h (GRU, either
+  // linear_before_reset; PyTorch exports 1); directions forward, reverse and bidirectional; both
+  // layouts; optional biases and initial states. What it does not reproduce is refused, naming the
+  // node: other activations, clip, input_forget, peepholes, and sequence_lens other than full length.
+  void lowerRecurrent(const onnx::NodeProto& np, bool lstm) {
+    const std::string what = nodeLabel(np);
+    for (const char* a : {"activations", "activation_alpha", "activation_beta", "clip"})
+      if (std::any_of(np.attribute().begin(), np.attribute().end(), [&](const auto& x) { return x.name() == a; }))
+        fail(what + ": attribute '" + a + "' is not supported (only the default activations, without clip)");
+    if (lstm && attrInt(np, "input_forget", 0) != 0) fail(what + ": input_forget=1 is not supported");
+    if (lstm && operand(np, 7)) fail(what + ": peephole weights (P) are not supported");
+    Value* x = operand(np, 0);
+    Value* w = operand(np, 1);
+    Value* r = operand(np, 2);
+    if (!x || !w || !r) fail(what + " needs X, W and R");
+    const int64_t layout = attrInt(np, "layout", 0);
+    if (layout != 0 && layout != 1) fail(what + ": layout must be 0 or 1");
+    const std::string dir = [&] {
+      const auto* a = findAttr(np, "direction", onnx::AttributeProto::STRING, "a string");
+      return a ? a->s() : std::string("forward");
+    }();
+    if (dir != "forward" && dir != "reverse" && dir != "bidirectional") fail(what + ": direction '" + dir + "' is not forward, reverse or bidirectional");
+    const int64_t dirs = dir == "bidirectional" ? 2 : 1, gates = lstm ? 4 : 3;
+    const int64_t H = attrInt(np, "hidden_size", 0);
+    const auto &xs = x->type().shape, &ws = w->type().shape, &rs = r->type().shape;
+    if (xs.size() != 3) fail(what + ": X must have rank 3, got " + x->type().str());
+    const int64_t T = xs[layout ? 1 : 0], batch = xs[layout ? 0 : 1], in = xs[2];
+    if (H <= 0 || ws != std::vector<int64_t>{dirs, gates * H, in} || rs != std::vector<int64_t>{dirs, gates * H, H})
+      fail(what + ": W " + w->type().str() + " and R " + r->type().str() + " do not fit hidden_size " + std::to_string(H) + ", " +
+           std::to_string(dirs) + " direction(s) and " + std::to_string(in) + " inputs");
+    if (T <= 0) fail(what + ": the sequence is empty");
+    if (Value* lens = operand(np, 4)) {
+      const Tensor* t = lens->constData();
+      bool full = t && t->numel() == batch;
+      for (int64_t i = 0; full && i < t->numel(); ++i) full = t->getInt(i) == T;
+      if (!full) fail(what + ": sequence_lens other than the full length " + std::to_string(T) + " are not supported");
+    }
+    const DType dt = x->type().dtype;
+    auto slice = [&](Value* v, int64_t axis, int64_t a, int64_t b) {
+      return step(np, "Slice", {v, constI64(np, "starts", {a}), constI64(np, "ends", {b}), constI64(np, "axes", {axis})});
+    };
+    auto pick = [&](Value* v, int64_t i) {  // v[i] along axis 0, that axis dropped
+      return step(np, "Gather", {v, g_->addConst(fresh(np, "index"), Tensor::fromInts(DType::i64, {}, {i}))}, {{"axis", int64_t{0}}});
+    };
+    auto unsqueeze = [&](Value* v, int64_t axis) { return step(np, "Unsqueeze", {v, constI64(np, "axes", {axis})}); };
+    auto concat = [&](const std::vector<Value*>& vs, int64_t axis, const std::string& out = {}) {
+      return vs.size() == 1 && out.empty() ? vs[0] : step(np, "Concat", vs, {{"axis", axis}}, out);
+    };
+    // Time-major [T, B, I]; initial states [dirs, B, H].
+    Value* xt = layout ? step(np, "Transpose", {x}, {{"perm", std::vector<int64_t>{1, 0, 2}}}) : x;
+    auto state = [&](int i) -> Value* {
+      Value* s = operand(np, i);
+      if (!s) return nullptr;
+      const std::vector<int64_t> want = layout ? std::vector<int64_t>{batch, dirs, H} : std::vector<int64_t>{dirs, batch, H};
+      if (s->type().shape != want) fail(what + ": initial state " + s->type().str() + " does not fit");
+      return layout ? step(np, "Transpose", {s}, {{"perm", std::vector<int64_t>{1, 0, 2}}}) : s;
+    };
+    Value* h0 = state(5);
+    Value* c0 = lstm ? state(6) : nullptr;
+    Value* bias = operand(np, 3);
+    if (bias && bias->type().shape != std::vector<int64_t>{dirs, 2 * gates * H}) fail(what + ": B " + bias->type().str() + " does not fit");
+    const bool lbr = !lstm && attrInt(np, "linear_before_reset", 0) != 0;
+    std::vector<Value*> ys(static_cast<size_t>(dirs)), hs, cs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const bool reverse = dir == "reverse" || d == 1;
+      Value* wt = step(np, "Transpose", {pick(w, d)}, {{"perm", std::vector<int64_t>{1, 0}}});  // [I, G H]
+      Value* rt = step(np, "Transpose", {pick(r, d)}, {{"perm", std::vector<int64_t>{1, 0}}});  // [H, G H]
+      Value* xw = step(np, "MatMul", {xt, wt});                                                  // [T, B, G H]
+      Value* rb = nullptr;
+      if (bias) {
+        Value* bd = pick(bias, d);
+        xw = step(np, "Add", {xw, slice(bd, 0, 0, gates * H)});
+        rb = slice(bd, 0, gates * H, 2 * gates * H);
+      }
+      // GRU without linear_before_reset: the h gate's recurrent product comes after the reset.
+      Value* rtZr = lstm || lbr ? rt : slice(rt, 1, 0, 2 * H);
+      Value* rtH = lstm || lbr ? nullptr : slice(rt, 1, 2 * H, 3 * H);
+      Value* rbZr = rb && !(lstm || lbr) ? slice(rb, 0, 0, 2 * H) : rb;
+      Value* rbH = rb && !(lstm || lbr) ? slice(rb, 0, 2 * H, 3 * H) : nullptr;
+      Value* h = h0 ? pick(h0, d) : g_->addConst(fresh(np, "h0"), Tensor(TensorType{dt, {batch, H}}));
+      Value* c = lstm ? (c0 ? pick(c0, d) : g_->addConst(fresh(np, "c0"), Tensor(TensorType{dt, {batch, H}}))) : nullptr;
+      std::vector<Value*> out(static_cast<size_t>(T));
+      for (int64_t k = 0; k < T; ++k) {
+        const int64_t t = reverse ? T - 1 - k : k;
+        Value* xg = pick(xw, t);                        // [B, G H]
+        Value* hg = step(np, "MatMul", {h, rtZr});      // [B, G H] (GRU without lbr: [B, 2 H])
+        if (rbZr) hg = step(np, "Add", {hg, rbZr});
+        auto gate = [&](Value* v, int64_t i) { return slice(v, 1, i * H, (i + 1) * H); };
+        if (lstm) {
+          Value* s = step(np, "Add", {xg, hg});
+          Value* i = step(np, "Sigmoid", {gate(s, 0)});
+          Value* o = step(np, "Sigmoid", {gate(s, 1)});
+          Value* f = step(np, "Sigmoid", {gate(s, 2)});
+          Value* cc = step(np, "Tanh", {gate(s, 3)});
+          c = step(np, "Add", {step(np, "Mul", {f, c}), step(np, "Mul", {i, cc})});
+          h = step(np, "Mul", {o, step(np, "Tanh", {c})});
+        } else {
+          Value* z = step(np, "Sigmoid", {step(np, "Add", {gate(xg, 0), gate(hg, 0)})});
+          Value* rr = step(np, "Sigmoid", {step(np, "Add", {gate(xg, 1), gate(hg, 1)})});
+          Value* hh = nullptr;
+          if (lbr) {
+            hh = step(np, "Mul", {rr, gate(hg, 2)});
+          } else {
+            hh = step(np, "MatMul", {step(np, "Mul", {rr, h}), rtH});
+            if (rbH) hh = step(np, "Add", {hh, rbH});
+          }
+          Value* cand = step(np, "Tanh", {step(np, "Add", {gate(xg, 2), hh})});
+          h = step(np, "Add", {cand, step(np, "Mul", {z, step(np, "Sub", {h, cand})})});  // (1 - z) cand + z h
+        }
+        out[static_cast<size_t>(t)] = unsqueeze(h, 0);
+      }
+      ys[static_cast<size_t>(d)] = unsqueeze(concat(out, 0), 1);  // [T, 1, B, H]
+      hs.push_back(unsqueeze(h, 0));
+      if (lstm) cs.push_back(unsqueeze(c, 0));
+    }
+    auto output = [&](int i, const std::vector<Value*>& parts, int64_t axis, const std::vector<int64_t>& batchFirst) {
+      if (i >= np.output_size() || np.output(i).empty()) return;
+      if (!layout) {
+        if (parts.size() == 1) step(np, "Identity", {parts[0]}, {}, np.output(i));
+        else concat(parts, axis, np.output(i));
+        return;
+      }
+      step(np, "Transpose", {concat(parts, axis)}, {{"perm", batchFirst}}, np.output(i));
+    };
+    output(0, ys, 1, {2, 0, 1, 3});  // Y: [T, dirs, B, H] (layout 1: [B, T, dirs, H])
+    output(1, hs, 0, {1, 0, 2});     // Y_h: [dirs, B, H] (layout 1: [B, dirs, H])
+    if (lstm) output(2, cs, 0, {1, 0, 2});
+  }
+
   // RotaryEmbedding (opset 23): X [B, H, S, D] (or [B, S, H*D] with num_heads) rotated in its first
   // rotary_embedding_dim channels by the cos/sin caches (picked by position_ids, else [B, S, rot/2]),
   // as halves or interleaved pairs: (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2).
@@ -1247,6 +1378,7 @@ class Importer {
 
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
+    if (op == "LSTM" || op == "GRU") return lowerRecurrent(np, op == "LSTM");  // every output is optional
     const std::string out = np.output_size() ? np.output(0) : std::string();
     if (out.empty()) fail(nodeLabel(np) + " has no output");
     if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);

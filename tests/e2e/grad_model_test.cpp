@@ -116,7 +116,7 @@ TEST_P(GradVsTorch, EveryParameterGradient) {
   compareWithTorch(m, refDir(m) / "grads64", gradients(m, std::nullopt, true), 1e-7);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GradVsTorch, ::testing::Values("mlp", "cnn", "transformer", "resnet18"));
+INSTANTIATE_TEST_SUITE_P(Models, GradVsTorch, ::testing::Values("mlp", "cnn", "transformer", "resnet18", "rnn"));
 
 // The CPU reference's f32 is as accurate as PyTorch's: on resnet18 at batch 2 (ill-conditioned:
 // its last BatchNorms see 2 values per channel), the f32 loss and every f32 gradient are within
