@@ -276,14 +276,6 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --nproc wants 1 to 4096 processes and --dist-timeout 0 to 86400 seconds\n";
     return 2;
   }
-  if (nproc > 1 && !std::getenv("AMPC_LAUNCHED")) {
-    if (dist) {
-      std::cerr << "amprun: --nproc launches a group, but the environment already names one (WORLD_SIZE=" << dist->world
-                << "): drop --nproc under an external launcher\n";
-      return 2;
-    }
-    return launchGroup(static_cast<int>(nproc), argc, argv, distTimeout);
-  }
   const int rank = dist ? dist->rank : 0, world = dist ? dist->world : 1;
   const bool lead = rank == 0;  // writes metrics, checkpoints, --save and progress
   const std::string who = world > 1 ? "amprun: rank " + std::to_string(rank) + ": error: " : "amprun: error: ";
@@ -297,9 +289,17 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
-  if (useCuda && world > 1) {
+  if (useCuda && (world > 1 || nproc > 1)) {
     std::cerr << "amprun: data-parallel groups run on the CPU backend (Gloo) only; the CUDA path (NCCL) is not built yet: add --device cpu\n";
     return 2;
+  }
+  if (nproc > 1 && !std::getenv("AMPC_LAUNCHED")) {
+    if (dist) {
+      std::cerr << "amprun: --nproc launches a group, but the environment already names one (WORLD_SIZE=" << dist->world
+                << "): drop --nproc under an external launcher\n";
+      return 2;
+    }
+    return launchGroup(static_cast<int>(nproc), argc, argv, distTimeout);
   }
   // A failed run leaves the metrics file as it found it: a fresh run's is removed, a resumed run's
   // holds the lines up to its checkpoint again (so the next --resume continues it).
