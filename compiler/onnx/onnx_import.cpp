@@ -574,7 +574,7 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU"};
+      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "ReduceProd"};
 
 
  public:
@@ -762,7 +762,21 @@ class Importer {
     const int64_t noop = attrInt(np, "noop_with_empty_axes", 0);
     if (axes && axes->empty() && !noop) axes.reset();  // an empty list reduces over every axis
     auto reduce = [&](const std::string& red, Value* v, int64_t keepdims) { return reduceNode(np, red, v, axes, keepdims, noop); };
+    if (op == "ReduceProd" && x->constData()) return foldReduceProd(np, x, axes, keep, noop, out);
     Value* xc = isFloat(x->type().dtype) ? castTo(np, x, x->type().dtype) : x;
+    if (op == "ReduceProd") {
+      // Of a computed float tensor: sign * exp(sum log |x|), the sign from the count of negative
+      // factors. Its gradient is prod / x_i, exact except at a factor that is exactly 0, where it
+      // is NaN (the overflow check skips such a step, and --explain-overflow names this node).
+      if (!isFloat(x->type().dtype)) fail(nodeLabel(np) + ": ReduceProd of a computed integer tensor is not supported");
+      const DType t = x->type().dtype;
+      Value* mag = step(np, "Exp", {reduce("ReduceSum", step(np, "Log", {step(np, "Abs", {xc})}), keep)});
+      Value* negatives = reduce("ReduceSum", castTo(np, step(np, "Less", {xc, scalarOf(np, "zero", 0.0, t)}), t), keep);
+      Value* odd = step(np, "Mod", {negatives, scalarOf(np, "two", 2.0, t)}, {{"fmod", int64_t{1}}});
+      Value* sign = step(np, "Sub", {scalarOf(np, "one", 1.0, t), step(np, "Mul", {odd, scalarOf(np, "two", 2.0, t)})});
+      step(np, "Mul", {sign, mag}, {}, out);
+      return;
+    }
     if (op == "ReduceL1") {
       step(np, "Identity", {reduce("ReduceSum", step(np, "Abs", {xc}), keep)}, {}, out);
     } else if (op == "ReduceL2" || op == "ReduceSumSquare") {
@@ -776,6 +790,45 @@ class Importer {
       Value* mo = keep ? m : reduce("ReduceMax", xc, 0);
       step(np, "Add", {step(np, "Log", {s}), mo}, {}, out);
     }
+  }
+
+  // ReduceProd of a compile-time constant, folded here exactly: exporters use it on shape paths
+  // (PyTorch's var/std count their elements as the product of the reduced dims). Integer products
+  // are checked (an overflow is an error naming the node).
+  void foldReduceProd(const onnx::NodeProto& np, Value* x, const std::optional<std::vector<int64_t>>& axes, int64_t keep, int64_t noop,
+                      const std::string& out) {
+    const Tensor* t = x->constData();
+    const auto& s = t->type.shape;
+    const int64_t r = static_cast<int64_t>(s.size());
+    std::vector<bool> reduced(s.size(), !axes && !noop);
+    for (int64_t a : axes.value_or(std::vector<int64_t>{})) {
+      if (a < -r || a >= r) fail(nodeLabel(np) + ": axis " + std::to_string(a) + " is out of range for " + t->type.str());
+      reduced[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+    }
+    std::vector<int64_t> outShape, kept;
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (!reduced[d]) outShape.push_back(s[d]), kept.push_back(static_cast<int64_t>(d));
+      else if (keep) outShape.push_back(1);
+    }
+    TensorType ot{t->type.dtype, outShape};
+    if (!ot.sizeFits()) fail(nodeLabel(np) + ": the result " + ot.str() + " is too large");
+    const int64_t n = ot.numel();
+    std::vector<double> fp(static_cast<size_t>(n), 1.0);
+    std::vector<int64_t> ip(static_cast<size_t>(n), 1);
+    const bool integer = isInteger(t->type.dtype);
+    std::vector<int64_t> idx(s.size(), 0);
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      int64_t o = 0;
+      for (int64_t d : kept) o = o * s[static_cast<size_t>(d)] + idx[static_cast<size_t>(d)];
+      if (integer) {
+        if (__builtin_mul_overflow(ip[static_cast<size_t>(o)], t->getInt(i), &ip[static_cast<size_t>(o)]))
+          fail(nodeLabel(np) + ": the product overflows int64");
+      } else {
+        fp[static_cast<size_t>(o)] *= t->getDouble(i);
+      }
+      for (int64_t d = r - 1; d >= 0 && ++idx[static_cast<size_t>(d)] == s[static_cast<size_t>(d)]; --d) idx[static_cast<size_t>(d)] = 0;
+    }
+    g_->addConst(out, integer ? Tensor::fromInts(ot.dtype, ot.shape, ip) : Tensor::fromDoubles(ot.dtype, ot.shape, fp));
   }
 
   // Einsum as Transpose, Reshape, ReduceSum and batched MatMul: operands are contracted left to

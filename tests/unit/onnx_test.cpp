@@ -1004,3 +1004,39 @@ TEST(OnnxImport, EmbeddingPaddingRowGetsNoLookupGradient) {
   expectImportError(make("{\"nope\": 0}"), {"'nope', which is not an initializer"});
   expectImportError(make("[0]"), {"'ampc.embedding_padding' is not a JSON object"});
 }
+
+// ReduceProd of a constant (PyTorch's var/std count their elements as the product of the reduced
+// dims, on a Shape path) folds exactly at import; an int64 product that overflows is an error
+// naming the node. (The product of a computed tensor is a composition: ONNX's node tests.)
+TEST(OnnxImport, ReduceProdOfAConstantFolds) {
+  TempDir d;
+  for (const bool overflow : {false, true}) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2});
+    addInt64Init(g, "dims", overflow ? std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40} : std::vector<int64_t>{2, 3, 4});
+    auto* prod = addNode(g, "ReduceProd", {"dims"}, {"n"}, "count");
+    auto* k = prod->add_attribute();
+    k->set_name("keepdims");
+    k->set_type(onnx::AttributeProto::INT);
+    k->set_i(0);
+    auto* cast = addNode(g, "Cast", {"n"}, {"nf"}, "cast");
+    auto* to = cast->add_attribute();
+    to->set_name("to");
+    to->set_type(onnx::AttributeProto::INT);
+    to->set_i(onnx::TensorProto::FLOAT);
+    addNode(g, "Mul", {"x", "nf"}, {"y"}, "mul");
+    addOutput(g, "y");
+    const std::string p = d.file(overflow ? "over.onnx" : "prod.onnx");
+    writeModel(p, m);
+    if (overflow) {
+      expectImportError(p, {"node 'count' (ReduceProd)", "overflows int64"});
+      continue;
+    }
+    auto graph = importOnnxFile(p);
+    for (const auto& n : graph->nodes()) EXPECT_NE(n->op(), "ReduceProd");
+    Tensor y = evalOne(*graph, {{"x", Tensor::fromDoubles(DType::f32, {2}, {1.0, -0.5})}});
+    EXPECT_EQ(y.getDouble(0), 24.0);
+    EXPECT_EQ(y.getDouble(1), -12.0);
+  }
+}
