@@ -1000,6 +1000,12 @@ class Importer {
       fail(what + ": W " + w->type().str() + " and R " + r->type().str() + " do not fit hidden_size " + std::to_string(H) + ", " +
            std::to_string(dirs) + " direction(s) and " + std::to_string(in) + " inputs");
     if (T <= 0) fail(what + ": the sequence is empty");
+    // Unrolled, each step is about 15 nodes per direction: a longer sequence would be a graph no
+    // one can compile in reasonable time (and a crafted model must not hang the importer).
+    constexpr int64_t kMaxSteps = 16384;
+    if (T * dirs > kMaxSteps)
+      fail(what + ": " + std::to_string(T) + " steps x " + std::to_string(dirs) + " direction(s) is past the " + std::to_string(kMaxSteps) +
+           " that ampc unrolls");
     if (Value* lens = operand(np, 4)) {
       const Tensor* t = lens->constData();
       bool full = t && t->numel() == batch;
