@@ -470,6 +470,9 @@ int main(int argc, char** argv) {
     if (checkPlan) std::cout << session->checkPlanReport();
     session->syncState();
     const double wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // The last collective is done: no rank leaves while another may still be reading from it, and
+    // none waits on rank 0's checkpoint, --save or --eval-data below.
+    if (group) group->barrier();
     if (metrics.is_open() && !metrics.flush()) throw Error(metricsPath + ": write failed");
     if (!ckptDir.empty() && (ckptEvery <= 0 || steps % ckptEvery != 0) && steps > done) checkpoint(steps);
     if (!savePath.empty() && (lead || saveEveryRank)) {
@@ -482,7 +485,6 @@ int main(int argc, char** argv) {
       auto cpu = createCpuBackend();
       evaluateOn(evalDir, *plan.eval, g, *cpu);
     }
-    if (group) group->barrier();  // no rank leaves while another still needs it
     if (bench && lead) printBench(device, session->report(), wallMs, stepMs, steps - done, logEvery);
   } catch (const Error& e) {
     if (undoMetrics) undoMetrics();
