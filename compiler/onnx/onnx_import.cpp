@@ -929,10 +929,13 @@ class Importer {
     step(np, "Identity", {cur.v}, {}, out);
   }
 
-  Value* sliceLast(const onnx::NodeProto& np, Value* x, int64_t b, int64_t e, int64_t step = 1) {
-    return this->step(np, "Slice", {x, constI64(np, "starts", {b}), constI64(np, "ends", {e}), constI64(np, "axes", {-1}),
-                                    constI64(np, "steps", {step})});
+  // x[b:e:step] along `axis`.
+  Value* sliceAxis(const onnx::NodeProto& np, Value* x, int64_t axis, int64_t b, int64_t e, int64_t step = 1) {
+    std::vector<Value*> ins{x, constI64(np, "starts", {b}), constI64(np, "ends", {e}), constI64(np, "axes", {axis})};
+    if (step != 1) ins.push_back(constI64(np, "steps", {step}));
+    return this->step(np, "Slice", ins);
   }
+  Value* sliceLast(const onnx::NodeProto& np, Value* x, int64_t b, int64_t e, int64_t step = 1) { return sliceAxis(np, x, -1, b, e, step); }
   Value* reshapeTo(const onnx::NodeProto& np, Value* v, const std::vector<int64_t>& shape) {
     return v->type().shape == shape ? v : step(np, "Reshape", {v, constI64(np, "shape", shape)});
   }
@@ -1013,9 +1016,6 @@ class Importer {
       if (!full) fail(what + ": sequence_lens other than the full length " + std::to_string(T) + " are not supported");
     }
     const DType dt = x->type().dtype;
-    auto slice = [&](Value* v, int64_t axis, int64_t a, int64_t b) {
-      return step(np, "Slice", {v, constI64(np, "starts", {a}), constI64(np, "ends", {b}), constI64(np, "axes", {axis})});
-    };
     auto pick = [&](Value* v, int64_t i) {  // v[i] along axis 0, that axis dropped
       return step(np, "Gather", {v, g_->addConst(fresh(np, "index"), Tensor::fromInts(DType::i64, {}, {i}))}, {{"axis", int64_t{0}}});
     };
@@ -1046,14 +1046,14 @@ class Importer {
       Value* rb = nullptr;
       if (bias) {
         Value* bd = pick(bias, d);
-        xw = step(np, "Add", {xw, slice(bd, 0, 0, gates * H)});
-        rb = slice(bd, 0, gates * H, 2 * gates * H);
+        xw = step(np, "Add", {xw, sliceAxis(np, bd, 0, 0, gates * H)});
+        rb = sliceAxis(np, bd, 0, gates * H, 2 * gates * H);
       }
       // GRU without linear_before_reset: the h gate's recurrent product comes after the reset.
-      Value* rtZr = lstm || lbr ? rt : slice(rt, 1, 0, 2 * H);
-      Value* rtH = lstm || lbr ? nullptr : slice(rt, 1, 2 * H, 3 * H);
-      Value* rbZr = rb && !(lstm || lbr) ? slice(rb, 0, 0, 2 * H) : rb;
-      Value* rbH = rb && !(lstm || lbr) ? slice(rb, 0, 2 * H, 3 * H) : nullptr;
+      Value* rtZr = lstm || lbr ? rt : sliceAxis(np, rt, 1, 0, 2 * H);
+      Value* rtH = lstm || lbr ? nullptr : sliceAxis(np, rt, 1, 2 * H, 3 * H);
+      Value* rbZr = rb && !(lstm || lbr) ? sliceAxis(np, rb, 0, 0, 2 * H) : rb;
+      Value* rbH = rb && !(lstm || lbr) ? sliceAxis(np, rb, 0, 2 * H, 3 * H) : nullptr;
       Value* h = h0 ? pick(h0, d) : g_->addConst(fresh(np, "h0"), Tensor(TensorType{dt, {batch, H}}));
       Value* c = lstm ? (c0 ? pick(c0, d) : g_->addConst(fresh(np, "c0"), Tensor(TensorType{dt, {batch, H}}))) : nullptr;
       std::vector<Value*> out(static_cast<size_t>(T));
@@ -1062,7 +1062,7 @@ class Importer {
         Value* xg = pick(xw, t);                        // [B, G H]
         Value* hg = step(np, "MatMul", {h, rtZr});      // [B, G H] (GRU without lbr: [B, 2 H])
         if (rbZr) hg = step(np, "Add", {hg, rbZr});
-        auto gate = [&](Value* v, int64_t i) { return slice(v, 1, i * H, (i + 1) * H); };
+        auto gate = [&](Value* v, int64_t i) { return sliceAxis(np, v, 1, i * H, (i + 1) * H); };
         if (lstm) {
           Value* s = step(np, "Add", {xg, hg});
           Value* i = step(np, "Sigmoid", {gate(s, 0)});
@@ -1236,7 +1236,7 @@ class Importer {
     if (before < 0 || after < 0) {
       const int64_t b = std::max<int64_t>(0, -before), e = len - std::max<int64_t>(0, -after);
       if (e <= b) fail(nodeLabel(np) + ": its padding crops away the whole axis");
-      v = step(np, "Slice", {v, constI64(np, "starts", {b}), constI64(np, "ends", {e}), constI64(np, "axes", {a})});
+      v = sliceAxis(np, v, a, b, e);
       before = std::max<int64_t>(before, 0), after = std::max<int64_t>(after, 0);
     }
     if (before == 0 && after == 0) return v;

@@ -26,8 +26,8 @@
 #include <thread>
 
 #include "compiler/ops/registry.h"
-#include "runtime/checkpoint.h"
 #include "compiler/target.h"
+#include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/dist.h"
 #include "runtime/overflow.h"
@@ -36,7 +36,6 @@
 #include "runtime/session.h"
 #include "runtime/trainer.h"
 #include "passes/data_parallel.h"
-#include "passes/memory_plan.h"
 
 namespace fs = std::filesystem;
 using namespace ampc;
