@@ -60,7 +60,8 @@ std::set<const Value*> placeChannelsLast(const Graph& g) {
       if (fwd && n.inputs().size() > 2 && n.inputs()[2]) pinned.insert(n.result(0));  // a bias: added NCHW
       continue;
     }
-    if ((onnx && kElementwise.count(op)) || (ampc && kAmpcElementwise.count(op))) {
+    // A fused group (ampc.Fused) too: its generated kernel indexes every operand as the result.
+    if ((onnx && kElementwise.count(op)) || (ampc && (kAmpcElementwise.count(op) || op == "Fused"))) {
       const Value* r = n.result(0);
       bool full = layoutCandidate(r);
       for (const Value* v : n.inputs())
@@ -71,6 +72,7 @@ std::set<const Value*> placeChannelsLast(const Graph& g) {
       }
       for (const Value* v : n.inputs())
         if (v && v->type().numel() != 1) join(v, r);
+      for (size_t i = 1; i < n.numResults(); ++i) join(n.result(i), r);
       continue;
     }
     if (onnx && op == "BatchNormalization") {

@@ -54,5 +54,8 @@ std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts);  // 
 std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts, const Target& target);  // fuse_attention.cpp
 // GELU written out op by op (tanh or erf form) -> one ampc.Gelu (backward: one ampc.GeluGrad).
 std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
+// Connected pointwise nodes of one result shape -> one ampc.Fused node (compiler/ops/pointwise.h).
+// `excluded` keeps nodes out of every group (a backend's own folds claim them).
+std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded = {});  // fuse_elementwise.cpp
 
 }  // namespace ampc

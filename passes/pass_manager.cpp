@@ -19,6 +19,7 @@ const PassEntry kPasses[] = {
     {"dce", createDcePass},
     {"fuse-attention", [] { return createFuseAttentionPass(AutodiffOptions{}); }},
     {"fuse-gelu", createFuseGeluPass},
+    {"fuse-elementwise", [] { return createFuseElementwisePass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},
     {"convert-f16", [] { return createConvertPrecisionPass(DType::f16); }},

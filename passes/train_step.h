@@ -34,6 +34,8 @@ struct TrainOptions {
   AutodiffOptions autodiff;
   // The target the plan is compiled for (compiler/target.h); recorded in the plan.
   std::string target = "cuda";
+  // runtime/plan.h lowerStep: the target's pointwise groups become generated kernels.
+  bool fuseElementwise = true;
 };
 
 std::unique_ptr<Pass> createTrainStepPass(const TrainOptions& opts);

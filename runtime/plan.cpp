@@ -86,7 +86,8 @@ std::string checksumField(uint64_t h) {
 }
 }  // namespace
 
-void writePlan(const std::string& path, const Graph& forward, const TrainOptions& o, const std::string& source) {
+int writePlan(const std::string& path, const Graph& forward, const TrainOptions& o, const std::string& source,
+              const KernelGenerator& generate) {
   plan::Plan p;
   p.set_format_version(kPlanFormatVersion);
   p.set_producer("ampc");
@@ -99,6 +100,7 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   shared.initializerData = initializersOf(forward);  // the step graph shares the weights
   auto step = importOnnxModel(copy, "", source, shared);
   createTrainStepPass(o)->run(*step);
+  const int withoutKernel = lowerStep(*step, o, generate);
   p.set_step_model(serialize(*step));
 
   // The weights file: every initializer of the step graph (the forward's are among them) once,
@@ -202,6 +204,7 @@ void writePlan(const std::string& path, const Graph& forward, const TrainOptions
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) failed("rename failed: " + ec.message());
+  return withoutKernel;
 }
 
 LoadedPlan readPlan(const std::string& path) {

@@ -1,9 +1,11 @@
 // Training plans (runtime/plan.proto): written by ampc, read by amprun.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "compiler/codegen/nvptx.h"
 #include "compiler/ir/ir.h"
 #include "passes/train_step.h"
 
@@ -24,9 +26,24 @@ struct LoadedPlan {
   std::string dump;             // a readable listing (amprun --dump)
 };
 
+// Generates an ampc.Fused node's kernel (codegen::fusedKernel, which only ampc links).
+using KernelGenerator = std::function<codegen::Kernel(const Node& fused, const std::string& name)>;
+
+// The train-step graph as opts.target runs it (runtime/lower.cpp). For cuda: connected pointwise
+// nodes become ampc.Fused groups (passes/fuse_elementwise.cpp), except nodes the CUDA backend's
+// folds run inside a norm, loss, dropout or optimizer; with `generate`, each group gets its kernel
+// (attributes "ptx" and "entry"; "vector_entry" and "vector" for its vector entry, if any). Without one, amprun runs a group's nodes one by one on CUDA.
+// Returns the groups left without a kernel (no generator, or no libdevice for their formulas).
+int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate = {});
+// The inverse: each ampc.Fused node (only those without a kernel, if asked) replaced by its body's
+// nodes, its results keeping their names.
+void expandFused(Graph& g, bool onlyWithoutKernel);
+
 // Builds the plan of `forward` (already painted) with `opts` and writes it atomically, with its
-// weights file `<path>.safetensors` beside it (written first, also atomically).
-void writePlan(const std::string& path, const Graph& forward, const TrainOptions& opts, const std::string& source);
+// weights file `<path>.safetensors` beside it (written first, also atomically). The step graph is
+// lowered (lowerStep) with `generate`. Returns lowerStep's count of groups left without a kernel.
+int writePlan(const std::string& path, const Graph& forward, const TrainOptions& opts, const std::string& source,
+               const KernelGenerator& generate = {});
 // Error naming the file: missing, not a plan, a newer format version.
 LoadedPlan readPlan(const std::string& path);
 

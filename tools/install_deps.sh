@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ ccache pkg-config clang libclang-rt-14-dev libomp-dev
       libonnx-dev libprotobuf-dev protobuf-compiler libgtest-dev libcli11-dev nlohmann-json3-dev
-      libfmt-dev libbenchmark-dev libxxhash-dev libgloo-dev
+      libfmt-dev libbenchmark-dev libxxhash-dev libgloo-dev llvm-19-dev libzstd-dev zlib1g-dev
       python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-sklearn libonnx-testdata)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <queue>
+#include <unordered_map>
 
 #include "compiler/ops/registry.h"
 
@@ -262,6 +264,44 @@ void Graph::eraseNode(Node* n) {
   for (size_t i = 0; i < n->inputs_.size(); ++i) n->setInput(i, nullptr);
   for (auto& r : n->results_) byName_.erase(r->name());
   nodes_.erase(n->self_);
+}
+
+void Graph::sortNodes() {
+  std::unordered_map<const Node*, size_t> index;
+  std::vector<Node*> byIndex;
+  for (const auto& n : nodes_) {
+    index.emplace(n.get(), byIndex.size());
+    byIndex.push_back(n.get());
+  }
+  // Kahn's algorithm, always taking the earliest ready node: stable where the order holds.
+  std::vector<size_t> waiting(byIndex.size(), 0);
+  std::vector<std::vector<size_t>> readers(byIndex.size());
+  for (size_t i = 0; i < byIndex.size(); ++i) {
+    std::vector<size_t> producers;
+    for (const Value* v : byIndex[i]->inputs())
+      if (v && v->producer()) producers.push_back(index.at(v->producer()));
+    std::sort(producers.begin(), producers.end());
+    producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
+    waiting[i] = producers.size();
+    for (size_t p : producers) readers[p].push_back(i);
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < byIndex.size(); ++i)
+    if (waiting[i] == 0) ready.push(i);
+  std::list<std::unique_ptr<Node>> sorted;
+  while (!ready.empty()) {
+    const size_t i = ready.top();
+    ready.pop();
+    sorted.splice(sorted.end(), nodes_, byIndex[i]->self_);
+    for (size_t r : readers[i])
+      if (--waiting[r] == 0) ready.push(r);
+  }
+  if (!nodes_.empty()) {
+    const std::string who = nodes_.front()->describe();
+    nodes_.splice(nodes_.begin(), sorted);  // leave the graph whole
+    throw Error("internal: the graph has a cycle through " + who);
+  }
+  nodes_.swap(sorted);
 }
 
 Value* Graph::lookup(const std::string& name) const {

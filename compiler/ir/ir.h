@@ -200,6 +200,9 @@ class Graph {
                    const std::vector<std::pair<std::string, TensorType>>& results, Node* before = nullptr);
   // Removes a node whose results have no uses.
   void eraseNode(Node* n);
+  // Reorders the nodes topologically, keeping the present order wherever it already is one (a
+  // rewrite that put a node before a producer of its operands). Error on a cycle.
+  void sortNodes();
   // Appends a result to a node (an optional output the model left out, e.g. Dropout's mask).
   Value* addResult(Node* n, const std::string& name, TensorType type);
 

@@ -85,6 +85,7 @@ const std::vector<OpDef>& allOps() {
     registerGradOps(t);
     registerTrainOps(t);
     attachGradRules(t);
+    attachPointwise(t);
     return t;
   }();
   return table;
@@ -115,9 +116,9 @@ std::vector<TensorType> inferTypes(const Node& n) {
   for (int i = 0; i < d->minInputs; ++i)
     if (!n.input(i)) c.fail("input " + std::to_string(i) + " is required");
   int no = static_cast<int>(n.numResults());
-  if (no < d->minOutputs || no > d->maxOutputs)
+  if (no < d->minOutputs || (d->maxOutputs >= 0 && no > d->maxOutputs))
     c.fail("has " + std::to_string(no) + " outputs; the op has " + std::to_string(d->minOutputs) +
-           (d->maxOutputs == d->minOutputs ? "" : " to " + std::to_string(d->maxOutputs)));
+           (d->maxOutputs == d->minOutputs ? "" : " to " + (d->maxOutputs < 0 ? std::string("any") : std::to_string(d->maxOutputs))));
   d->infer(c);
   if (c.outputs.size() < n.numResults()) c.fail("internal: shape rule left outputs untyped");
   c.outputs.resize(n.numResults());

@@ -49,6 +49,9 @@ class InferContext {
 using ShapeFn = void (*)(InferContext&);
 class GradBuilder;  // compiler/ops/grad.h
 using GradFn = void (*)(GradBuilder&);
+class PwBuilder;       // compiler/ops/pointwise.h
+struct PwValue;
+using PwFormula = PwValue (*)(PwBuilder&, const Node&, const std::vector<PwValue>&);
 
 struct OpDef {
   std::string_view name;
@@ -87,6 +90,9 @@ struct OpDef {
   bool view = false;
   // The gradient rule of a differentiable op (compiler/ops/grad_*.cpp).
   GradFn grad = nullptr;
+  // The scalar formula of an elementwise op (compiler/ops/pointwise.h): such ops fuse into
+  // generated kernels (passes/fuse_elementwise.cpp).
+  PwFormula pointwise = nullptr;
 };
 
 // FLOPs of a node: its row's estimate, else one per output element.

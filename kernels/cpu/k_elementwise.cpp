@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+
+#include "compiler/ops/pointwise.h"
 
 #include "kernels/cpu/compute.h"
 #include "kernels/cpu/families.h"
@@ -387,6 +390,23 @@ void randomKernel(KernelCtx& c) {
   narrow(v, out);
 }
 
+// ampc.Fused: its body's nodes, one after another, with these kernels (compiler/ops/pointwise.h):
+// exactly what the group computed before it was fused.
+void fusedKernel(KernelCtx& c) {
+  const auto body = fusedBody(c.node);
+  std::map<const Value*, Tensor> vals;
+  std::map<const Value*, const Tensor*> at;
+  for (size_t i = 0; i < body->inputs().size(); ++i) at[body->inputs()[i]] = &c.in(i);
+  for (const Value* k : body->consts()) at[k] = k->data();
+  for (const auto& n : body->nodes()) {
+    std::vector<const Tensor*> in;
+    for (const Value* v : n->inputs()) in.push_back(v ? at.at(v) : nullptr);
+    auto out = runNode(*n, in, c.opts);
+    for (size_t r = 0; r < out.size(); ++r) at[n->result(r)] = &(vals[n->result(r)] = std::move(out[r]));
+  }
+  for (size_t i = 0; i < body->outputs().size(); ++i) c.out(i) = *at.at(body->outputs()[i]);
+}
+
 template <template <typename> class F>
 void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
 template <template <typename> class F>
@@ -410,7 +430,7 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
       {"Greater", numericOp<GreaterK>}, {"GreaterOrEqual", numericOp<GreaterOrEqualK>},
       {"And", numericOp<AndK>}, {"Or", numericOp<OrK>}, {"Not", notKernel}, {"Where", whereKernel},
       {"Dropout", floatOp<DropoutK>}, {"RandomUniformLike", randomKernel}, {"RandomNormalLike", randomKernel},
-      {"Bernoulli", randomKernel},
+      {"Bernoulli", randomKernel}, {"Fused", fusedKernel, "ampc"},
   });
 }
 

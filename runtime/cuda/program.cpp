@@ -1175,6 +1175,38 @@ void Program::Lowering::lower() {
     }
   }
   if (ampcDomain) {
+    if (op == "Fused") {  // a generated kernel (compiler/codegen/nvptx.h): operands, then results
+      const std::string ptx = n.getString("ptx", ""), entry = n.getString("entry", "");
+      if (ptx.empty() || entry.empty()) fail("the fused group has no kernel (a plan written by an ampc without LLVM is expanded at load)");
+      cudaLibrary_t lib = nullptr;
+      check(cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading the generated kernel");
+      p.keep_.push_back(std::shared_ptr<void>(lib, [](void* l) { cudaLibraryUnload(static_cast<cudaLibrary_t>(l)); }));
+      std::vector<void*> ptrs;
+      for (size_t i = 0; i < n.numInputs(); ++i) ptrs.push_back(const_cast<void*>(P(in(i))));
+      for (size_t r = 0; r < n.numResults(); ++r) ptrs.push_back(P(out(r)));
+      const int64_t count = out(0)->type().numel();
+      // The vector entry where every operand of the results' shape, and every result, is aligned to
+      // its vector (the addresses are fixed at load).
+      const int64_t V = n.getInt("vector", 1);
+      bool vec = V > 1 && count % V == 0 && !n.getString("vector_entry", "").empty();
+      for (size_t i = 0; i < n.numInputs() + n.numResults() && vec; ++i) {
+        const Value* v = i < n.numInputs() ? in(i) : out(i - n.numInputs());
+        if (v->type().numel() == count)
+          vec = reinterpret_cast<uintptr_t>(ptrs[i]) % static_cast<uintptr_t>(V * static_cast<int64_t>(dtypeSize(v->type().dtype))) == 0;
+      }
+      cudaKernel_t kernel = nullptr;
+      const std::string name = vec ? n.getString("vector_entry", "") : entry;
+      check(cudaLibraryGetKernel(&kernel, lib, name.c_str()), "finding the generated kernel");
+      const int64_t chunks = vec ? count / V : count;
+      const int grid = static_cast<int>(std::min<int64_t>((chunks + 255) / 256, 132 * 16));
+      add([=](cudaStream_t st) {
+        std::vector<void*> vals = ptrs;
+        std::vector<void*> args;
+        for (void*& v : vals) args.push_back(&v);
+        return count == 0 ? cudaSuccess : cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args.data(), 0, st);
+      });
+      return;
+    }
     if (op == "Gelu" || op == "GeluGrad") {
       const std::string approx = n.getString("approximate", "none");
       if (approx != "none" && approx != "tanh") fail("unknown approximate '" + approx + "'");

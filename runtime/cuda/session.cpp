@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "runtime/cuda/trainer.h"
+#include "runtime/plan.h"
 
 namespace ampc::cuda {
 namespace {
@@ -24,6 +25,7 @@ class CudaSession : public TrainSession {
     po.checkPlan = o.checkPlan;
     po.watchFinite = o.watch != nullptr;
     po.deterministic = o.deterministic;
+    expandFused(g, /*onlyWithoutKernel=*/true);  // a plan from an ampc without the code generator
     device_ = po.device;
     memBase_ = deviceMemoryUsed(po.device);
     // --explain-overflow reads every step's metrics at once (one synchronisation a step), so a

@@ -181,12 +181,19 @@ int main(int argc, char** argv) {
   bool noFuse = false;
   app.add_flag("--no-fuse", noFuse,
                "plans and --grad: keep attention, GELU and SiLU as the model wrote them (no ampc.Attention, ampc.Gelu, ampc.Silu)");
+  bool noFuseElementwise = false;
+  app.add_flag("--no-fuse-elementwise", noFuseElementwise,
+               "plans and --train: keep the CUDA target's pointwise groups as separate ops (no ampc.Fused, no generated kernels)");
   bool trainStep = false;
   app.add_option("--target", train.target,
                  "plan: the backend to plan for: cuda (the default; such plans also run on the CPU) or cpu (fused attention at any head "
                  "dim; CPU only)")
       ->check(CLI::IsMember(targetNames()));
   app.add_flag("--train", trainStep, "apply the training step (with the plan flags) before --emit text/onnx, to see it");
+  bool kernels = false;
+  app.add_flag("--kernels", kernels,
+               "with --emit text: fuse the graph's pointwise groups for the target (as plans do; after --train if given) and generate "
+               "their kernels (each ampc::Fused node's ptx and entry attributes)");
   app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
   app.add_option("--schedule", train.schedule, "plan: constant, linear-warmup or cosine")
       ->check(CLI::IsMember({"constant", "linear-warmup", "cosine"}));
@@ -298,6 +305,7 @@ int main(int argc, char** argv) {
       }
       train.precision = amp ? ampOpts.low : DType::f32;
       train.lossScale = lossScale;
+      train.fuseElementwise = !noFuseElementwise;
       train.autodiff = adOpts;
       if (!betas.empty()) {
         auto comma = betas.find(',');
@@ -329,6 +337,19 @@ int main(int argc, char** argv) {
       if (amp) pm.add(createCastCleanupPass());
     }
     if (trainStep) pm.add(createTrainStepPass(train));
+    // --train shows the step as the target runs it (its fused groups; their kernels are made for plans).
+    struct LowerStep final : Pass {
+      const TrainOptions& o;
+      KernelGenerator generate;
+      LowerStep(const TrainOptions& o, KernelGenerator gen) : o(o), generate(std::move(gen)) {}
+      std::string name() const override { return "lower-step"; }
+      bool run(Graph& g) override {
+        lowerStep(g, o, generate);
+        return true;
+      }
+    };
+    if (kernels && !codegen::available()) throw Error("--kernels: this ampc was built without LLVM (llvm-19-dev), so it generates no kernels");
+    if (trainStep || kernels) pm.add(std::make_unique<LowerStep>(train, kernels ? KernelGenerator(codegen::fusedKernel) : KernelGenerator()));
     auto g = load(model, opts);
     for (const auto& note : g->importNotes) std::cerr << "ampc: note: " << model << ": " << note << "\n";
     const int castsBefore = countCasts(*g);
@@ -352,7 +373,14 @@ int main(int argc, char** argv) {
       exportOnnxFile(*g, out);
     } else if (plan) {
       const std::string path = out.empty() ? (fs::path(model).replace_extension(".ampplan")).string() : out;
-      writePlan(path, *g, train, model);
+      KernelGenerator generate;
+      if (codegen::available()) generate = codegen::fusedKernel;
+
+      if (const int without = writePlan(path, *g, train, model, generate); without > 0)
+        std::cerr << "ampc: note: " << without << " fused group(s) got no kernel ("
+                  << (codegen::available() ? "no libdevice found: CUDA's nvvm/libdevice/libdevice.10.bc; set AMPC_LIBDEVICE"
+                                           : "this ampc was built without LLVM")
+                  << "): amprun runs their ops one by one on CUDA\n";
       fmt::print("{}: wrote {} ({} precision, {} optimizer, loss scale {})\n", model, path, dtypeName(train.precision),
                  train.optimizer, lossScale == "auto" ? (train.precision == DType::f16 ? "dynamic" : "none") : lossScale);
     }

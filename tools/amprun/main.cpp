@@ -426,7 +426,10 @@ int main(int argc, char** argv) {
     };
     // One loop for every backend (runtime/session.h).
     std::optional<OverflowWatch> watch;
-    if (explainOverflow) watch.emplace(g);
+    if (explainOverflow) {
+      expandFused(g, /*onlyWithoutKernel=*/false);  // name the op inside a fused group, as it was written
+      watch.emplace(g);
+    }
     SessionOptions so;
     so.device = device;
     so.seed = seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;  // each rank its own Dropout masks

@@ -138,11 +138,11 @@ def export(model, work):
     return path
 
 
-def ampc_run(model, precision, onnx, work, steps):
+def ampc_run(model, precision, onnx, work, steps, flags=""):
     cfg = MODELS[model]
     plan = os.path.join(work, f"{model}.{precision}.ampplan")
     log = os.path.join(work, f"{model}.{precision}.log")
-    if sh(f"ampc {onnx} --precision {precision} {cfg['optimizer']} -o {plan}", log) != 0:
+    if sh(f"ampc {onnx} --precision {precision} {cfg['optimizer']} {flags} -o {plan}", log) != 0:
         return dict(error=open(log).read()[-400:])
     if sh(f"amprun {plan} --synthetic {cfg['data']} --steps {steps} --bench", log) != 0:
         return dict(error=open(log).read()[-400:])
@@ -153,7 +153,9 @@ def ampc_run(model, precision, onnx, work, steps):
     peak = float(peak.group(1)) * 2**20 if peak else float("nan")
     syncs = float(syncs.group(1)) if syncs else None
     losses = re.findall(r"loss ([0-9.eE+-]+|nan|inf)", text)
-    return dict(step_ms=step_ms, peak_bytes=peak, host_syncs_per_step=syncs, loss=float(losses[-1]) if losses else None)
+    launches = re.search(r"launches per step: ([0-9]+)", text)
+    return dict(step_ms=step_ms, peak_bytes=peak, host_syncs_per_step=syncs, loss=float(losses[-1]) if losses else None,
+                launches_per_step=int(launches.group(1)) if launches else None, ampc_flags=flags)
 
 
 def main():
@@ -165,6 +167,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--torch-modes", default="fp32,amp_fp16,amp_bf16,compile_bf16")
     ap.add_argument("--ampc-precisions", default="fp32,fp16,bf16")
+    ap.add_argument("--ampc-flags", action="append", default=None,
+                    help="more ampc flags for the ampc rows; repeat to measure each set in turn (e.g. '' and '--no-fuse-elementwise')")
     ap.add_argument("--torch-one", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--table", nargs="+", metavar="ROWS.jsonl",
                     help="measure nothing: print the table (and write OUT/bench.json) from rows.jsonl files of earlier calls")
@@ -186,11 +190,12 @@ def main():
     for model in a.models.split(","):
         onnx = export(model, a.work)
         for p in [p for p in a.ampc_precisions.split(",") if p]:  # "" runs none
-            r = ampc_run(model, p, onnx, a.work, a.warmup + a.steps)
-            rows.append(dict(model=model, system="ampc", mode=p, **r))
-            print(json.dumps(rows[-1]), flush=True)
-            with open(os.path.join(a.out, "rows.jsonl"), "a") as f:
-                f.write(json.dumps(rows[-1]) + "\n")
+            for flags in a.ampc_flags or [""]:
+                r = ampc_run(model, p, onnx, a.work, a.warmup + a.steps, flags)
+                rows.append(dict(model=model, system="ampc", mode=p + (" " + flags if flags else ""), **r))
+                print(json.dumps(rows[-1]), flush=True)
+                with open(os.path.join(a.out, "rows.jsonl"), "a") as f:
+                    f.write(json.dumps(rows[-1]) + "\n")
         for mode in [m for m in a.torch_modes.split(",") if m]:
             r = subprocess.run([sys.executable, __file__, "--torch-one", model, mode, "--warmup", str(a.warmup), "--steps", str(a.steps)],
                                capture_output=True, text=True)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds (Release, CUDA for sm_90) and stages everything the GPU machine needs into .gpu/ (git-ignored,
 # carried by the device tool): ampc, amprun, gpu_tests and the shared libraries they need
-# (../shared/gpu/stage.sh), zoo_tests, the committed models and tools/bench. Then, on the GPU machine:
-#   source .gpu/env.sh && AMPC_MODELS_DIR=$PWD/.gpu/models gpu_tests      # GPU tests
-#   source .gpu/env.sh && python3 .gpu/bench/harness.py --out $OUT/bench # ampc vs PyTorch table
+# (../shared/gpu/stage.sh), zoo_tests, the committed models and tools/bench, and packs .gpu into
+# .gpuz/gpu.tar.xz (git-ignored): the tracked tree plus an unpacked .gpu pass the device tool's 64 MiB.
+# Carry .gpuz; then, on the GPU machine:
+#   tar -xJf .gpuz/gpu.tar.xz && source .gpu/env.sh && AMPC_MODELS_DIR=$PWD/.gpu/models gpu_tests
+#   tar -xJf .gpuz/gpu.tar.xz && source .gpu/env.sh && python3 .gpu/bench/harness.py --out $OUT/bench
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -18,4 +20,6 @@ mkdir -p .gpu/models .gpu/bench
 cp models/*.onnx .gpu/models/
 cp tools/bench/*.sh tools/bench/*.py .gpu/bench/
 rm -rf "$tmp"
-du -sh .gpu
+mkdir -p .gpuz
+tar -cf - .gpu | xz -T0 -6 > .gpuz/gpu.tar.xz
+du -sh .gpu .gpuz/gpu.tar.xz

@@ -119,9 +119,9 @@ def torch_amp(model, inputs, steps, compiled=False):
     return times[len(times) // 2], peak, float(loss)
 
 
-def run_ampc(path, work, steps, ampc, amprun, profile=0):
+def run_ampc(path, work, steps, ampc, amprun, profile=0, flags=()):
     plan = os.path.join(work, "m.ampplan")
-    code, out, compile_s, rss = measure([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", "-o", plan])
+    code, out, compile_s, rss = measure([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", *flags, "-o", plan])
     if code != 0:
         return {"ampc_error": out.strip()[-1500:], "compile_s": compile_s}
     wb = weight_bytes(path)
@@ -143,6 +143,9 @@ def run_ampc(path, work, steps, ampc, amprun, profile=0):
     m = re.search(r"peak device memory \(measured\) ([0-9.]+) MiB", out)
     if m:
         row["ampc_peak_gib"] = float(m.group(1)) / 1024
+    m = re.search(r"launches per step: ([0-9]+)", out)
+    if m:
+        row["ampc_launches"] = int(m.group(1))
     return row
 
 
@@ -158,6 +161,7 @@ def main():
     ap.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
     ap.add_argument("--no-torch", action="store_true", help="measure ampc only (compile size, step time)")
     ap.add_argument("--torch-compile", action="store_true", help="also time PyTorch AMP bf16 under torch.compile (torch_compile_ms)")
+    ap.add_argument("--ampc-flags", default="", help="more ampc flags (e.g. --no-fuse-elementwise), split on spaces")
     ap.add_argument("--profile", type=int, default=0, help="amprun --profile N: the N costliest ops and nodes of one step (row 'profile')")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -179,7 +183,7 @@ def main():
             if a.export_only:
                 print(json.dumps(row), flush=True)
                 continue
-            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun, a.profile))
+            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun, a.profile, a.ampc_flags.split()))
             if not a.no_torch:
                 row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
                 if a.torch_compile:

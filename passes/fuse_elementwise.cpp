@@ -1,0 +1,197 @@
+// fuse-elementwise: connected groups of pointwise nodes (ops with a formula in
+// compiler/ops/pointwise.cpp) of one result shape become one ampc.Fused node, whose body is the
+// group (compiler/ops/pointwise.h). A backend with generated kernels runs each group as one
+// launch that reads its operands once and writes only what is read outside the group.
+//
+// The groups grow greedily in node order: a node joins the group of one of its operands' producers
+// when its result has the group's shape, it comes within kJoinWindow nodes of the group's last
+// member, and no other operand depends on the group through a node outside it (so the fused graph
+// has no cycle); otherwise it starts a group. Groups of one node stay
+// as they are. One-element constant operands are folded into the body.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/ir/text.h"
+#include "compiler/ops/grad.h"
+#include "compiler/ops/pointwise.h"
+#include "compiler/ops/registry.h"
+#include "passes/pass.h"
+
+namespace ampc {
+namespace {
+
+constexpr size_t kMaxOperands = 24;  // kernel parameters stay few
+// A node joins a group only within this many nodes of the group's last member: the group runs at
+// its last member's place, so a far node (a backward op reading a forward result, such as ReLU's
+// mask) would be computed early and its result held across everything in between.
+constexpr size_t kJoinWindow = 16;
+
+bool fusibleType(const TensorType& t) { return t.dtype == DType::boolean || isFloat(t.dtype); }
+
+struct Group {
+  std::vector<Node*> members;  // in node order
+  size_t first = 0, last = 0;  // the first and the last member's index
+  std::vector<int64_t> shape;
+};
+
+class FuseElementwisePass final : public Pass {
+ public:
+  explicit FuseElementwisePass(std::function<bool(const Node&)> excluded) : excluded_(std::move(excluded)) {}
+  std::string name() const override { return "fuse-elementwise"; }
+
+  bool run(Graph& g) override {
+    std::vector<Node*> order;
+    std::unordered_map<const Node*, size_t> index;
+    for (const auto& n : g.nodes()) {
+      index.emplace(n.get(), order.size());
+      order.push_back(n.get());
+    }
+    std::vector<Group> groups;
+    std::unordered_map<const Node*, size_t> groupOf;
+    for (Node* n : order) {
+      if (!candidate(*n)) continue;
+      const auto& shape = n->result(0)->type().shape;
+      size_t chosen = SIZE_MAX;
+      for (const Value* v : n->inputs()) {
+        if (!v || !v->producer()) continue;
+        auto it = groupOf.find(v->producer());
+        if (it == groupOf.end() || it->second == chosen || groups[it->second].shape != shape ||
+            index.at(n) > groups[it->second].last + kJoinWindow)
+          continue;
+        if (mayJoin(*n, groups[it->second], groupOf, it->second, index)) {
+          chosen = it->second;
+          break;
+        }
+      }
+      if (chosen == SIZE_MAX) {
+        chosen = groups.size();
+        groups.push_back(Group{{}, index.at(n), index.at(n), shape});
+      }
+      groups[chosen].members.push_back(n);
+      groups[chosen].last = index.at(n);
+      groupOf.emplace(n, chosen);
+    }
+    bool changed = false;
+    int counter = 0;
+    for (Group& grp : groups)
+      if (grp.members.size() >= 2 && fuse(g, grp, counter)) changed = true;
+    if (changed) g.sortNodes();
+    return changed;
+  }
+
+ private:
+  std::function<bool(const Node&)> excluded_;
+
+  bool candidate(const Node& n) const {
+    if (n.numResults() != 1 || !pointwiseFormula(n) || (n.def() && n.def()->random)) return false;
+    if (!fusibleType(n.result(0)->type())) return false;
+    for (const Value* v : n.inputs())
+      if (v && !fusibleType(v->type())) return false;
+    return !excluded_ || !excluded_(n);
+  }
+
+  // Whether n may join group `gid`: every operand of n made outside the group must not depend on
+  // the group (a path group -> outside node -> n would be a cycle once the group is one node).
+  // Nodes before the group's first member cannot depend on it, which bounds the search.
+  static bool mayJoin(const Node& n, const Group& grp, const std::unordered_map<const Node*, size_t>& groupOf, size_t gid,
+                      const std::unordered_map<const Node*, size_t>& index) {
+    std::unordered_set<const Node*> seen;
+    std::vector<const Node*> stack;
+    for (const Value* v : n.inputs())
+      if (v && v->producer()) {
+        auto it = groupOf.find(v->producer());
+        if (it == groupOf.end() || it->second != gid) stack.push_back(v->producer());
+      }
+    while (!stack.empty()) {
+      const Node* p = stack.back();
+      stack.pop_back();
+      if (index.at(p) < grp.first || !seen.insert(p).second) continue;
+      auto it = groupOf.find(p);
+      if (it != groupOf.end() && it->second == gid) return false;
+      for (const Value* v : p->inputs())
+        if (v && v->producer()) stack.push_back(v->producer());
+    }
+    return true;
+  }
+
+  static bool oneElementConst(const Value* v) {
+    return v->kind() == ValueKind::Const && v->data() && v->type().numel() == 1;
+  }
+
+  // Replaces the group by one ampc.Fused node. Returns false (nothing changed) when the group would
+  // take too many operands.
+  bool fuse(Graph& g, const Group& grp, int& counter) {
+    std::set<const Node*> members(grp.members.begin(), grp.members.end());
+    std::vector<Value*> operands;
+    std::vector<Value*> results;
+    std::map<const Value*, size_t> operandIndex;
+    for (Node* n : grp.members)
+      for (Value* v : n->inputs()) {
+        if (!v || (v->producer() && members.count(v->producer())) || oneElementConst(v) || operandIndex.count(v)) continue;
+        operandIndex.emplace(v, operands.size());
+        operands.push_back(v);
+      }
+    for (Node* n : grp.members) {
+      Value* r = n->result(0);
+      bool outside = g.isOutput(r);
+      for (const Use& u : r->uses()) outside = outside || !members.count(u.user);
+      if (outside) results.push_back(r);
+    }
+    if (operands.size() + results.size() > kMaxOperands || results.empty()) return false;
+
+    // The body: the members in order, reading body inputs for the operands.
+    Graph body;
+    body.name = "fused";
+    body.opset = g.opset;
+    body.domainOpsets = g.domainOpsets;
+    std::map<const Value*, Value*> map;
+    for (size_t i = 0; i < operands.size(); ++i) map[operands[i]] = body.addInput("in" + std::to_string(i), operands[i]->type());
+    for (Node* n : grp.members) {
+      std::vector<Value*> ins;
+      for (Value* v : n->inputs()) {
+        if (!v) {
+          ins.push_back(nullptr);
+          continue;
+        }
+        auto it = map.find(v);
+        if (it == map.end()) it = map.emplace(v, body.addConst(v->name(), *v->data())).first;
+        ins.push_back(it->second);
+      }
+      Node* c = body.createNode(n->op(), n->domain(), ins, {{n->result(0)->name(), n->result(0)->type()}});
+      c->setName(n->name());
+      for (const auto& [k, a] : n->attrs()) c->setAttr(k, a);
+      map[n->result(0)] = c->result(0);
+    }
+    for (Value* r : results) body.addOutput(map.at(r));
+    body.bindOps();
+
+    g.domainOpsets.emplace(kGradDomain, 1);
+    std::vector<std::pair<std::string, TensorType>> types;
+    for (Value* r : results) types.emplace_back(g.uniqueName(r->name() + ".fused"), r->type());
+    Node* last = grp.members.back();
+    auto next = std::next(std::find_if(g.nodes().begin(), g.nodes().end(), [&](const auto& p) { return p.get() == last; }));
+    Node* fused = g.createNode("Fused", kGradDomain, operands, types, next == g.nodes().end() ? nullptr : next->get());
+    fused->setName("fused_" + std::to_string(counter++) + "/" + grp.members.front()->name());
+    fused->setAttr("body", printGraph(body));
+    std::vector<std::string> names;
+    for (size_t i = 0; i < results.size(); ++i) {
+      names.push_back(results[i]->name());
+      results[i]->replaceAllUsesWith(fused->result(i));
+    }
+    for (auto it = grp.members.rbegin(); it != grp.members.rend(); ++it) g.eraseNode(*it);
+    for (size_t i = 0; i < results.size(); ++i) g.renameValue(fused->result(i), names[i]);
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded) {
+  return std::make_unique<FuseElementwisePass>(std::move(excluded));
+}
+
+}  // namespace ampc

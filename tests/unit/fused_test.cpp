@@ -1,0 +1,185 @@
+// fuse-elementwise (passes/fuse_elementwise.cpp), the CPU backend's ampc.Fused kernel and the NVPTX
+// code generator (compiler/codegen/nvptx.h), on the groups of tests/common/fused_cases.h.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "compiler/codegen/nvptx.h"
+#include "compiler/ir/text.h"
+#include "compiler/ops/pointwise.h"
+#include "passes/pass.h"
+#include "runtime/backend.h"
+#include "runtime/evaluator.h"
+#include "runtime/plan.h"
+#include "tests/common/fused_cases.h"
+
+using namespace ampc;
+
+namespace {
+
+std::unique_ptr<Graph> load(const std::string& text) {
+  auto g = parseGraph(text);
+  g->bindOps();
+  verify(*g);
+  return g;
+}
+
+int countOp(const Graph& g, const std::string& op) {
+  int k = 0;
+  for (const auto& n : g.nodes()) k += n->op() == op;
+  return k;
+}
+
+std::map<std::string, Tensor> randomInputs(const Graph& g, bool positive, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.5);
+  std::map<std::string, Tensor> in;
+  for (const Value* v : g.inputs()) {
+    Tensor t(v->type());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double x = normal(rng);
+      t.setDouble(i, v->type().dtype == DType::boolean ? (x > 0) : positive ? std::fabs(x) + 0.05 : x);
+    }
+    in.emplace(v->name(), std::move(t));
+  }
+  return in;
+}
+
+}  // namespace
+
+// The fused graph computes exactly what its ops did: the CPU runs a group's body with its own kernels.
+TEST(FuseElementwise, FusedGraphEqualsItsOpsBitwiseOnTheCpu) {
+  auto cpu = createCpuBackend();
+  int groups = 0;
+  for (const auto& c : fusedcases::cases())
+    for (const char* t : {"f32", "f16", "bf16"}) {
+      SCOPED_TRACE(c.name + " " + t);
+      const std::string text = fusedcases::instantiate(c.text, t);
+      auto ref = load(text), fused = load(text);
+      ASSERT_TRUE(createFuseElementwisePass()->run(*fused));
+      verify(*fused);
+      const int n = countOp(*fused, "Fused");
+      EXPECT_GE(n, 1);
+      EXPECT_LT(fused->numNodes(), ref->numNodes());
+      groups += n;
+      const auto inputs = randomInputs(*ref, c.positiveInputs, 7);
+      const auto want = evaluate(*ref, inputs, *cpu), got = evaluate(*fused, inputs, *cpu);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].type, want[i].type);
+        EXPECT_TRUE(got[i].data == want[i].data) << "output " << i << " differs";
+      }
+      // expandFused is the inverse: the same ops again.
+      expandFused(*fused, /*onlyWithoutKernel=*/false);
+      verify(*fused);
+      EXPECT_EQ(countOp(*fused, "Fused"), 0);
+      EXPECT_EQ(fused->numNodes(), ref->numNodes());
+      const auto again = evaluate(*fused, inputs, *cpu);
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(again[i].data == want[i].data);
+    }
+  EXPECT_GE(groups, 21);
+}
+
+// b reads a through a MatMul: a group {a, b} would be a cycle (a -> MatMul -> b), so b starts its own.
+TEST(FuseElementwise, NoGroupThroughAnOutsideNode) {
+  auto g = load(fusedcases::instantiate(
+      "input %x : f32[8,8]\ninput %y : f32[8,8]\ninput %w : f32[8,8]\n%a : f32[8,8] = Add(%x, %y)\n%e : f32[8,8] = Exp(%a)\n"
+      "%m : f32[8,8] = MatMul(%e, %w)\n%b : f32[8,8] = Mul(%a, %m)\n%c : f32[8,8] = Relu(%b)\noutput %c",
+      "f32"));
+  ASSERT_TRUE(createFuseElementwisePass()->run(*g));
+  verify(*g);
+  EXPECT_EQ(countOp(*g, "Fused"), 2);  // {a, e} and {b, c}
+  EXPECT_EQ(countOp(*g, "MatMul"), 1);
+  std::vector<std::string> order;
+  for (const auto& n : g->nodes()) order.push_back(n->op());
+  EXPECT_EQ(order, (std::vector<std::string>{"Fused", "MatMul", "Fused"}));
+}
+
+// A node excluded by the caller (a backend's fold) stays out of every group; one alone is not fused.
+TEST(FuseElementwise, ExcludedNodesAndSingletonsStay) {
+  const std::string text = fusedcases::instantiate(
+      "input %x : f32[8,8]\ninput %y : f32[8,8]\n%a : f32[8,8] = Add(%x, %y)\n%r : f32[8,8] = Relu(%a)\n%n : f32[8,8] = Neg(%r)\noutput %n",
+      "f32");
+  auto g = load(text);
+  EXPECT_FALSE(createFuseElementwisePass([](const Node& n) { return n.op() == "Relu"; })->run(*g));
+  verify(*g);
+  EXPECT_EQ(countOp(*g, "Relu"), 1);
+  EXPECT_EQ(countOp(*g, "Fused"), 0);  // {a} and {n} are alone: nothing fused
+  EXPECT_EQ(countOp(*g, "Add"), 1);
+  auto h = load(text);
+  EXPECT_TRUE(createFuseElementwisePass([](const Node& n) { return n.op() == "Neg"; })->run(*h));
+  EXPECT_EQ(countOp(*h, "Fused"), 1);
+  EXPECT_EQ(countOp(*h, "Neg"), 1);
+}
+
+// A body that is not pointwise, or that does not match the node's operands, is an error naming
+// the node.
+TEST(FuseElementwise, BadBodiesAreErrorsNamingTheNode) {
+  auto bad = [](const std::string& body, const std::string& operand) {
+    const std::string text = "graph \"g\" opset 17 {\n  domain \"ampc\" 1\n  input %x : " + operand +
+                             "\n  %y : f32[4,4] = ampc::Fused(%x) {body = \"" + body + "\"} @fz\n  output %y\n}\n";
+    auto g = parseGraph(text);
+    g->bindOps();
+    try {
+      verify(*g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string matmul =
+      "graph \\\"b\\\" opset 17 {\\n input %in0 : f32[4,4]\\n %y : f32[4,4] = MatMul(%in0, %in0)\\n output %y\\n}\\n";
+  EXPECT_NE(bad(matmul, "f32[4,4]").find("node 'fz' (ampc.Fused)"), std::string::npos);
+  EXPECT_NE(bad(matmul, "f32[4,4]").find("no pointwise formula"), std::string::npos);
+  const std::string relu = "graph \\\"b\\\" opset 17 {\\n input %in0 : f32[4,4]\\n %y : f32[4,4] = Relu(%in0)\\n output %y\\n}\\n";
+  EXPECT_EQ(bad(relu, "f32[4,4]"), "no error");
+  EXPECT_NE(bad(relu, "f16[4,4]").find("operand 0 must be f32[4,4]"), std::string::npos);
+  EXPECT_NE(bad("graph {", "f32[4,4]").find("bad body"), std::string::npos);
+}
+
+// Every group gets a kernel: PTX for sm_90 with its entry, global loads and stores, and libdevice's
+// functions inlined (no calls left); without libdevice (no CUDA toolkit) a group that needs it is
+// refused naming the node, and the others still compile.
+TEST(Codegen, EveryGroupGetsItsKernel) {
+  if (!codegen::available()) GTEST_SKIP() << "built without LLVM (llvm-19-dev)";
+  const bool libdevice = !codegen::libdevicePath().empty();
+  int kernels = 0, refused = 0, vectorKernels = 0;
+  for (const auto& c : fusedcases::cases())
+    for (const char* t : {"f32", "bf16"}) {
+      SCOPED_TRACE(c.name + " " + t);
+      auto g = load(fusedcases::instantiate(c.text, t));
+      ASSERT_TRUE(createFuseElementwisePass()->run(*g));
+      int k = 0;
+      for (const auto& n : g->nodes()) {
+        if (n->op() != "Fused") continue;
+        const std::string name = "k" + std::to_string(k++);
+        if (c.needsLibdevice && !libdevice) {
+          try {
+            codegen::fusedKernel(*n, name);
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(n->describe()), std::string::npos) << e.what();
+            ++refused;
+          }
+          continue;
+        }
+        const codegen::Kernel kern = codegen::fusedKernel(*n, name);
+        EXPECT_NE(kern.ptx.find(".entry " + name), std::string::npos);
+        EXPECT_NE(kern.ptx.find(".target sm_90"), std::string::npos);
+        EXPECT_NE(kern.ptx.find("ld.global"), std::string::npos);
+        EXPECT_NE(kern.ptx.find("st.global"), std::string::npos);
+        EXPECT_EQ(kern.ptx.find("call."), std::string::npos) << "a function call is left in the kernel";
+        EXPECT_EQ(kern.elements, n->result(0)->type().numel());
+        if (kern.vector > 1) {  // the vector entry: whole 16-byte (or narrower) accesses
+          EXPECT_EQ(kern.elements % kern.vector, 0);
+          EXPECT_NE(kern.ptx.find(".entry " + kern.vectorName), std::string::npos);
+          EXPECT_NE(kern.ptx.find("ld.global.nc.v"), std::string::npos);
+          EXPECT_NE(kern.ptx.find("st.global.v"), std::string::npos);
+          ++vectorKernels;
+        }
+        ++kernels;
+      }
+    }
+  EXPECT_GE(kernels + refused, 14);
+  EXPECT_GE(vectorKernels, 2);
+  if (libdevice) EXPECT_EQ(refused, 0);
+}
