@@ -118,6 +118,12 @@ class FuseElementwisePass final : public Pass {
     return true;
   }
 
+  static bool widening(const Node& n) {
+    if (!n.domain().empty() || n.op() != "Cast" || !n.input(0)) return false;
+    const DType from = n.input(0)->type().dtype, to = n.result(0)->type().dtype;
+    return (from == DType::f16 || from == DType::bf16) && to == DType::f32;
+  }
+
   static bool oneElementConst(const Value* v) {
     return v->kind() == ValueKind::Const && v->data() && v->type().numel() == 1;
   }
@@ -135,11 +141,16 @@ class FuseElementwisePass final : public Pass {
         operandIndex.emplace(v, operands.size());
         operands.push_back(v);
       }
+    // A widening Cast read outside the group too stays where it is for those readers (who may read
+    // through it) and is recomputed in the body: its f32 result is not written for the group.
+    std::set<const Node*> kept;
     for (Node* n : grp.members) {
       Value* r = n->result(0);
       bool outside = g.isOutput(r);
       for (const Use& u : r->uses()) outside = outside || !members.count(u.user);
-      if (outside) results.push_back(r);
+      if (!outside) continue;
+      if (widening(*n)) kept.insert(n);
+      else results.push_back(r);
     }
     if (operands.size() + results.size() > kMaxOperands || results.empty()) return false;
 
@@ -182,7 +193,8 @@ class FuseElementwisePass final : public Pass {
       names.push_back(results[i]->name());
       results[i]->replaceAllUsesWith(fused->result(i));
     }
-    for (auto it = grp.members.rbegin(); it != grp.members.rend(); ++it) g.eraseNode(*it);
+    for (auto it = grp.members.rbegin(); it != grp.members.rend(); ++it)
+      if (!kept.count(*it)) g.eraseNode(*it);
     for (size_t i = 0; i < results.size(); ++i) g.renameValue(fused->result(i), names[i]);
     return true;
   }

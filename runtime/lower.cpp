@@ -1,8 +1,13 @@
 // The step graph as a target runs it (runtime/plan.h, lowerStep): for CUDA, pointwise groups fused
 // into generated kernels, leaving to the CUDA backend's folds (runtime/folds.h) the nodes they
 // already run inside a neighbour.
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <map>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "compiler/ops/pointwise.h"
 #include "passes/pass.h"
@@ -50,23 +55,43 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   for (const auto& n : step.nodes())
     if (claimedByFold(step, *n, order)) claimed.insert(n.get());
   createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; })->run(step);
-  int k = 0, without = 0;
-  for (const auto& n : step.nodes()) {
-    if (n->domain() != "ampc" || n->op() != "Fused") continue;
-    if (!generate) {
+  std::vector<Node*> groups;
+  for (const auto& n : step.nodes())
+    if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());
+  if (!generate) return static_cast<int>(groups.size());
+  // Each kernel in its own LLVM context: generated on several threads, attached in order.
+  std::vector<std::optional<codegen::Kernel>> kernels(groups.size());
+  std::vector<std::exception_ptr> errors(groups.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < groups.size();) {
+      try {
+        kernels[i] = generate(*groups[i], "ampc_fused_" + std::to_string(i));
+      } catch (const codegen::NoLibdevice&) {
+        // no kernel: amprun runs its ops one by one
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(groups.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  int without = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    if (!kernels[i]) {
       ++without;
       continue;
     }
-    try {
-      const codegen::Kernel kernel = generate(*n, "ampc_fused_" + std::to_string(k++));
-      n->setAttr("ptx", kernel.ptx);
-      n->setAttr("entry", kernel.name);
-      if (kernel.vector > 1) {
-        n->setAttr("vector_entry", kernel.vectorName);
-        n->setAttr("vector", static_cast<int64_t>(kernel.vector));
-      }
-    } catch (const codegen::NoLibdevice&) {
-      ++without;  // amprun runs its ops one by one
+    const codegen::Kernel& kernel = *kernels[i];
+    groups[i]->setAttr("ptx", kernel.ptx);
+    groups[i]->setAttr("entry", kernel.name);
+    if (kernel.vector > 1) {
+      groups[i]->setAttr("vector_entry", kernel.vectorName);
+      groups[i]->setAttr("vector", static_cast<int64_t>(kernel.vector));
     }
   }
   return without;

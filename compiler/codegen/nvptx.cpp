@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "compiler/ops/pointwise.h"
 
@@ -36,6 +37,7 @@ namespace ampc::codegen {
 
 std::string libdevicePath() {
   const char* env = std::getenv("AMPC_LIBDEVICE");
+  if (env && std::string_view(env) == "none") return "";  // as on a machine without the CUDA toolkit
   for (const char* p : std::initializer_list<const char*>{env, AMPC_LIBDEVICE_DEFAULT, "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"}) {
     std::error_code ec;
     if (p && *p && std::filesystem::is_regular_file(p, ec)) return p;

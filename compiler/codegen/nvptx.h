@@ -24,7 +24,7 @@ namespace ampc::codegen {
 bool available();
 
 // The libdevice bitcode: $AMPC_LIBDEVICE, else the CUDA toolkit's found at build time, else
-// /usr/local/cuda/nvvm/libdevice/libdevice.10.bc; "" when none exists.
+// /usr/local/cuda/nvvm/libdevice/libdevice.10.bc; "" when none exists (or AMPC_LIBDEVICE=none).
 std::string libdevicePath();
 
 struct Kernel {

@@ -194,6 +194,7 @@ PointwiseFn pointwiseFormula(const Node& n) {
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "compiler/ir/text.h"
 
@@ -221,6 +222,10 @@ std::shared_ptr<const Graph> fusedBody(const Node& fused) {
       throw Error(fused.describe() + ": bad body: " + e.what());
     }
     if (g->outputs().empty()) throw Error(fused.describe() + ": the body has no outputs");
+    std::set<const Value*> outs;
+    for (const Value* v : g->outputs())
+      if (!v->producer() || !outs.insert(v).second)
+        throw Error(fused.describe() + ": body output '" + v->name() + "' must be a node's result, once");
     for (const auto& n : g->nodes()) {
       for (const Value* v : n->inputs())
         if (v && v->type().dtype != DType::boolean && !isFloat(v->type().dtype))

@@ -95,6 +95,30 @@ TEST(FuseElementwise, NoGroupThroughAnOutsideNode) {
   EXPECT_EQ(order, (std::vector<std::string>{"Fused", "MatMul", "Fused"}));
 }
 
+// A widening Cast also read outside the group stays for that reader and is recomputed inside: the
+// group reads the bf16 source, and no f32 copy is written for it.
+TEST(FuseElementwise, WideningCastReadOutsideIsRecomputed) {
+  auto g = load(fusedcases::instantiate(
+      "input %x : bf16[8,8]\ninput %w : f32[8,8]\n%xf : f32[8,8] = Cast(%x) {to = 1}\n%e : f32[8,8] = Exp(%xf)\n"
+      "%y : f32[8,8] = Mul(%e, %xf)\n%m : f32[8,8] = MatMul(%xf, %w)\noutput %y\noutput %m",
+      "f32"));
+  auto ref = load(printGraph(*g));
+  ASSERT_TRUE(createFuseElementwisePass()->run(*g));
+  verify(*g);
+  EXPECT_EQ(countOp(*g, "Cast"), 1);
+  EXPECT_EQ(countOp(*g, "Fused"), 1);
+  for (const auto& n : g->nodes())
+    if (n->op() == "Fused") {
+      ASSERT_EQ(n->numInputs(), 1u);
+      EXPECT_EQ(n->input(0)->name(), "x");
+      EXPECT_EQ(n->numResults(), 1u);
+    }
+  auto cpu = createCpuBackend();
+  const auto in = randomInputs(*ref, false, 3);
+  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].data == want[i].data);
+}
+
 // A node excluded by the caller (a backend's fold) stays out of every group; one alone is not fused.
 TEST(FuseElementwise, ExcludedNodesAndSingletonsStay) {
   const std::string text = fusedcases::instantiate(
@@ -135,6 +159,8 @@ TEST(FuseElementwise, BadBodiesAreErrorsNamingTheNode) {
   EXPECT_EQ(bad(relu, "f32[4,4]"), "no error");
   EXPECT_NE(bad(relu, "f16[4,4]").find("operand 0 must be f32[4,4]"), std::string::npos);
   EXPECT_NE(bad("graph {", "f32[4,4]").find("bad body"), std::string::npos);
+  const std::string passThrough = "graph \\\"b\\\" opset 17 {\\n input %in0 : f32[4,4]\\n output %in0\\n}\\n";
+  EXPECT_NE(bad(passThrough, "f32[4,4]").find("must be a node's result"), std::string::npos);
 }
 
 // Every group gets a kernel: PTX for sm_90 with its entry, global loads and stores, and libdevice's

@@ -121,6 +121,18 @@ void printBench(const std::string& device, const SessionReport& r, double wallMs
 // others end with an error of their own once their collectives find it gone; past the group's
 // timeout (and a grace period) they are killed. Exit 0 when every rank succeeded, else 1.
 volatile sig_atomic_t gForward = 0;
+// One line to stderr in one write: the ranks of a group and their launcher share the stream, and a
+// line written in pieces interleaves with theirs.
+void sayLine(const std::string& line) {
+  std::cerr.flush();
+  const std::string l = line + "\n";
+  for (size_t done = 0; done < l.size();) {
+    const ssize_t w = ::write(2, l.data() + done, l.size() - done);
+    if (w <= 0) break;
+    done += static_cast<size_t>(w);
+  }
+}
+
 int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
   char self[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
@@ -178,10 +190,9 @@ int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!ok) {
         ++failures;
-        std::cerr << "amprun: rank " << r << " "
-                  << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
-                                          : "exited with code " + std::to_string(WEXITSTATUS(status)))
-                  << "\n";
+        sayLine("amprun: rank " + std::to_string(r) + " " +
+                (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                     : "exited with code " + std::to_string(WEXITSTATUS(status))));
         if (!killAt) killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>((timeoutS + 10) * 1000));
       }
       continue;
@@ -194,7 +205,7 @@ int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
     if (killAt && std::chrono::steady_clock::now() > *killAt) {
       for (size_t r = 0; r < pids.size(); ++r)
         if (pids[r] > 0) {
-          std::cerr << "amprun: rank " << r << " did not end after rank failures; killing it\n";
+          sayLine("amprun: rank " + std::to_string(r) + " did not end after rank failures; killing it");
           ::kill(pids[r], SIGKILL);
         }
       killAt = std::chrono::steady_clock::now() + std::chrono::hours(1);
@@ -490,11 +501,11 @@ int main(int argc, char** argv) {
     if (bench && lead) printBench(device, session->report(), wallMs, stepMs, steps - done, logEvery);
   } catch (const Error& e) {
     if (undoMetrics) undoMetrics();
-    std::cerr << who << e.what() << "\n";
+    sayLine(who + e.what());
     return 1;
   } catch (const std::exception& e) {
     if (undoMetrics) undoMetrics();
-    std::cerr << who << e.what() << "\n";
+    sayLine(who + e.what());
     return 1;
   }
   return 0;
