@@ -142,7 +142,8 @@ class FuseElementwisePass final : public Pass {
         operands.push_back(v);
       }
     // A widening Cast read outside the group too stays where it is for those readers (who may read
-    // through it) and is recomputed in the body: its f32 result is not written for the group.
+    // through it) and is recomputed in the body: its f32 result is not written for the group (its
+    // narrow operand is, when a member makes it).
     std::set<const Node*> kept;
     for (Node* n : grp.members) {
       Value* r = n->result(0);
@@ -151,6 +152,12 @@ class FuseElementwisePass final : public Pass {
       if (!outside) continue;
       if (widening(*n)) kept.insert(n);
       else results.push_back(r);
+    }
+    // A kept Cast of a member's result reads that (narrow) result from the group.
+    for (const Node* k : kept) {
+      Value* src = k->input(0);
+      if (src->producer() && members.count(src->producer()) && std::find(results.begin(), results.end(), src) == results.end())
+        results.push_back(src);
     }
     if (operands.size() + results.size() > kMaxOperands || results.empty()) return false;
 

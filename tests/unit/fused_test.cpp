@@ -113,7 +113,23 @@ TEST(FuseElementwise, WideningCastReadOutsideIsRecomputed) {
       EXPECT_EQ(n->input(0)->name(), "x");
       EXPECT_EQ(n->numResults(), 1u);
     }
+  // The same with the Cast's operand made inside the group: the group writes it (bf16) for the Cast.
+  auto h = load(fusedcases::instantiate(
+      "input %x : bf16[8,8]\ninput %w : f32[8,8]\n%s : bf16[8,8] = Sigmoid(%x)\n%xf : f32[8,8] = Cast(%s) {to = 1}\n"
+      "%e : f32[8,8] = Exp(%xf)\n%m : f32[8,8] = MatMul(%xf, %w)\n%y : f32[8,8] = Mul(%e, %xf)\noutput %y\noutput %m",
+      "f32"));
+  auto href = load(printGraph(*h));
+  ASSERT_TRUE(createFuseElementwisePass()->run(*h));
+  verify(*h);
+  EXPECT_EQ(countOp(*h, "Cast"), 1);
+  for (const auto& n : h->nodes())
+    if (n->op() == "Cast") EXPECT_EQ(n->input(0)->type().dtype, DType::bf16);
   auto cpu = createCpuBackend();
+  {
+    const auto in = randomInputs(*href, false, 4);
+    const auto want = evaluate(*href, in, *cpu), got = evaluate(*h, in, *cpu);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].data == want[i].data);
+  }
   const auto in = randomInputs(*ref, false, 3);
   const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].data == want[i].data);
