@@ -40,7 +40,8 @@ struct Group {
 
 class FuseElementwisePass final : public Pass {
  public:
-  explicit FuseElementwisePass(std::function<bool(const Node&)> excluded) : excluded_(std::move(excluded)) {}
+  FuseElementwisePass(std::function<bool(const Node&)> excluded, std::function<bool(const Node&, size_t)> readsWidened)
+      : excluded_(std::move(excluded)), readsWidened_(std::move(readsWidened)) {}
   std::string name() const override { return "fuse-elementwise"; }
 
   bool run(Graph& g) override {
@@ -85,6 +86,7 @@ class FuseElementwisePass final : public Pass {
 
  private:
   std::function<bool(const Node&)> excluded_;
+  std::function<bool(const Node&, size_t)> readsWidened_;
 
   bool candidate(const Node& n) const {
     if (n.numResults() != 1 || !pointwiseFormula(n) || (n.def() && n.def()->random)) return false;
@@ -141,16 +143,20 @@ class FuseElementwisePass final : public Pass {
         operandIndex.emplace(v, operands.size());
         operands.push_back(v);
       }
-    // A widening Cast read outside the group too stays where it is for those readers (who may read
-    // through it) and is recomputed in the body: its f32 result is not written for the group (its
-    // narrow operand is, when a member makes it).
+    // A widening Cast also read outside the group, where every outside reader reads through it (the
+    // backend's readsWidened), stays for those readers and is recomputed in the body: its f32 result
+    // is never written (the group writes its narrow operand instead, when a member makes it).
     std::set<const Node*> kept;
     for (Node* n : grp.members) {
       Value* r = n->result(0);
-      bool outside = g.isOutput(r);
-      for (const Use& u : r->uses()) outside = outside || !members.count(u.user);
+      bool outside = g.isOutput(r), throughCast = widening(*n) && readsWidened_ && !g.isOutput(r);
+      for (const Use& u : r->uses())
+        if (!members.count(u.user)) {
+          outside = true;
+          throughCast = throughCast && readsWidened_(*u.user, u.operand);
+        }
       if (!outside) continue;
-      if (widening(*n)) kept.insert(n);
+      if (throughCast) kept.insert(n);
       else results.push_back(r);
     }
     // A kept Cast of a member's result reads that (narrow) result from the group.
@@ -209,8 +215,9 @@ class FuseElementwisePass final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded) {
-  return std::make_unique<FuseElementwisePass>(std::move(excluded));
+std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded,
+                                                std::function<bool(const Node&, size_t)> readsWidened) {
+  return std::make_unique<FuseElementwisePass>(std::move(excluded), std::move(readsWidened));
 }
 
 }  // namespace ampc

@@ -55,7 +55,11 @@ std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts, const
 // GELU written out op by op (tanh or erf form) -> one ampc.Gelu (backward: one ampc.GeluGrad).
 std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 // Connected pointwise nodes of one result shape -> one ampc.Fused node (compiler/ops/pointwise.h).
-// `excluded` keeps nodes out of every group (a backend's own folds claim them).
-std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded = {});  // fuse_elementwise.cpp
+// `excluded` keeps nodes out of every group (a backend's own folds claim them). `readsWidened`
+// (user, operand) says which readers take a widening Cast's f32 result through the Cast (the
+// backend reads its narrow operand): a member Cast read only so outside the group is recomputed
+// in it rather than written.
+std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded = {},
+                                                std::function<bool(const Node&, size_t)> readsWidened = {});  // fuse_elementwise.cpp
 
 }  // namespace ampc

@@ -54,7 +54,9 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   std::set<const Node*> claimed;
   for (const auto& n : step.nodes())
     if (claimedByFold(step, *n, order)) claimed.insert(n.get());
-  createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; })->run(step);
+  createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; },
+                            [](const Node& user, size_t i) { return folds::readsWidened(user, i); })
+      ->run(step);
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());
