@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "compiler/ir/ir.h"
@@ -57,15 +58,11 @@ using PointwiseFn = PwValue (*)(PwBuilder& b, const Node& n, const std::vector<P
 // nodes whose operands and result are float or bool.
 PointwiseFn pointwiseFormula(const Node& n);
 
-}  // namespace ampc
-
-namespace ampc {
-
 // ampc.Fused: a connected group of pointwise nodes of one result shape (the domain), made by
 // passes/fuse_elementwise.cpp. Its attribute "body" is the group as a graph in the IR's text form
 // (compiler/ir/text.h): the body's inputs are the node's operands (any that broadcast to the
 // domain), its outputs the node's results, its constants one-element operands folded in. The
-// NVPTX code generator adds "ptx" (the kernel, entry "entry") for the CUDA backend; the CPU
+// NVPTX code generator adds "ptx" (the kernel: entries "entry" and "vector_entry") for the CUDA backend; the CPU
 // backend runs the body's nodes with its own kernels, so the fused node computes exactly what the
 // group did.
 // The parsed, verified body of an ampc.Fused node (cached by its text). Error naming the node for a
