@@ -27,6 +27,9 @@ TEST(Cli, HelpAndUsageErrors) {
   r = run(kAmpc + " " + kModels + "/mlp.onnx --passes nosuch");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("unknown pass 'nosuch'"), std::string::npos);
+  r = run(kAmpc + " " + kModels + "/mlp.onnx --kernels");  // a plan would fuse the forward graph before autodiff
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--kernels shows the generated kernels: it needs --emit text"), std::string::npos);
 }
 
 TEST(Cli, SummaryOfTheSeedsMlp) {

@@ -239,6 +239,10 @@ int main(int argc, char** argv) {
     std::cerr << "ampc: --emit onnx needs -o OUT.onnx\n";
     return 2;
   }
+  if (kernels && emit != "text") {
+    std::cerr << "ampc: --kernels shows the generated kernels: it needs --emit text\n";
+    return 2;
+  }
   try {
     ImportOptions opts;
     opts.batchNormAsExported = batchNorm == "as-exported";
