@@ -3,6 +3,8 @@
 #include "compiler/ops/registry.h"
 
 #include <algorithm>
+#include <climits>
+#include <string>
 #include <vector>
 
 namespace ampc {
@@ -106,7 +108,11 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const s
   std::vector<int64_t> live(static_cast<size_t>(end + 1), 0);
   for (const Group& gr : gs)
     for (int k = gr.first; k <= gr.last; ++k) live[k] += gr.bytes;
-  p.peakLiveBytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
+  if (!live.empty()) {
+    const auto peak = std::max_element(live.begin(), live.end());
+    p.peakLiveBytes = *peak;
+    p.peakAt = static_cast<int>(peak - live.begin());
+  }
   // Largest first; ties in definition order, so the plan is deterministic.
   std::stable_sort(gs.begin(), gs.end(), [](const Group& a, const Group& b) { return a.bytes > b.bytes; });
   std::vector<std::pair<const Group*, int64_t>> placed;
@@ -128,6 +134,58 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const s
     placed.emplace_back(&gr, offset);
   }
   return p;
+}
+
+std::vector<std::pair<const Value*, int64_t>> liveAt(const MemoryPlan& p, int position) {
+  struct Span {
+    int first = INT32_MAX, last = -1;
+    const Value* v = nullptr;
+    int64_t bytes = -1;
+  };
+  std::map<int, Span> byGroup;
+  for (const auto& [v, s] : p.slots) {
+    Span& g = byGroup[s.group];
+    g.first = std::min(g.first, s.first);
+    g.last = std::max(g.last, s.last);
+    if (s.bytes > g.bytes || (s.bytes == g.bytes && g.v && v->name() < g.v->name())) {
+      g.bytes = s.bytes;
+      g.v = v;
+    }
+  }
+  std::vector<std::pair<const Value*, int64_t>> out;
+  for (const auto& [id, g] : byGroup)
+    if (g.first <= position && position <= g.last && g.bytes > 0) out.emplace_back(g.v, g.bytes);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first->name() < b.first->name();
+  });
+  return out;
+}
+
+std::string explainPeak(const MemoryPlan& p, size_t top) {
+  auto mib = [](int64_t b) { return std::to_string(b / (1 << 20)) + "." + std::to_string(b % (1 << 20) * 10 / (1 << 20)) + " MiB"; };
+  const auto live = liveAt(p, p.peakAt);
+  std::string s = "memory plan: arena " + mib(p.arenaBytes) + ", peak of live values " + mib(p.peakLiveBytes) + " at position " +
+                  std::to_string(p.peakAt) + " (" + std::to_string(live.size()) + " values live)\n";
+  std::map<std::string, std::pair<int64_t, int>> byOp;
+  for (const auto& [v, b] : live) {
+    auto& e = byOp[v->producer() ? v->producer()->qualifiedOp() : "(input)"];
+    e.first += b;
+    ++e.second;
+  }
+  std::vector<std::pair<std::string, std::pair<int64_t, int>>> ops(byOp.begin(), byOp.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  s += "  live at the peak, by the op that made them:\n";
+  for (size_t i = 0; i < std::min(top, ops.size()); ++i)
+    s += "    " + mib(ops[i].second.first) + "  " + std::to_string(ops[i].second.second) + "x " + ops[i].first + "\n";
+  s += "  largest values live at the peak:\n";
+  for (size_t i = 0; i < std::min(top, live.size()); ++i) {
+    const Value* v = live[i].first;
+    const MemoryPlan::Slot& sl = p.slots.at(v);
+    s += "    " + mib(live[i].second) + "  '" + v->name() + "' " + v->type().str() + " from " +
+         (v->producer() ? v->producer()->describe() : std::string("outside")) + ", live " + std::to_string(sl.first) + ".." +
+         std::to_string(sl.last) + "\n";
+  }
+  return s;
 }
 
 void checkMemoryPlan(const MemoryPlan& p) {

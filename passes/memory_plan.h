@@ -24,6 +24,7 @@ struct MemoryPlan {
   int64_t arenaBytes = 0;   // the arena's size
   int64_t totalBytes = 0;   // every activation in its own buffer (no reuse)
   int64_t peakLiveBytes = 0;  // the most bytes live at one node (after in-place): no placement beats it
+  int peakAt = 0;             // the (first) position where peakLiveBytes are live
   int inPlace = 0;            // results that took an input's bytes
   int views = 0;              // view results (Reshape and the like) that share their input's bytes
 };
@@ -42,6 +43,13 @@ struct MemoryPlan {
 MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {}, const std::set<const Value*>& unwritten = {},
                       const std::vector<std::pair<const Value*, int>>& extraReads = {},
                       const std::map<const Value*, int64_t>& bytes = {});
+
+// The values whose bytes are live at `position`, one per group of shared bytes (its largest
+// member), largest first: what the arena holds there.
+std::vector<std::pair<const Value*, int64_t>> liveAt(const MemoryPlan& p, int position);
+// The plan's peak explained: live bytes against the arena, the `top` largest values live at the
+// peak and the live bytes by the op that made them.
+std::string explainPeak(const MemoryPlan& p, size_t top);
 
 // Error if two values with overlapping live ranges overlap in the arena.
 void checkMemoryPlan(const MemoryPlan& p);

@@ -83,7 +83,7 @@ class CudaSession : public TrainSession {
     std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
     s += "  costliest nodes:\n";
     for (size_t i = 0; i < std::min(top, nodes.size()); ++i) s += fmt::format("  {:>9.3f} ms  {}\n", nodes[i].ms, nodes[i].what);
-    return s;
+    return s + explainPeak(trainer_->program().memoryPlan(), top);
   }
   std::string checkPlanReport() override {
     const auto bad = trainer_->program().nanWriters();

@@ -31,6 +31,18 @@ TEST(MemoryPlan, ChainReusesDeadBuffers) {
   EXPECT_EQ(p.arenaBytes, 2 * 4096);
   EXPECT_EQ(p.slots.at(g->lookup("a")).offset, p.slots.at(g->lookup("c")).offset);
   EXPECT_NE(p.slots.at(g->lookup("a")).offset, p.slots.at(g->lookup("b")).offset);
+  // The peak: the first position where two values are live (b's Transpose reads a, writes b).
+  EXPECT_EQ(p.peakAt, 1);
+  const auto live = liveAt(p, p.peakAt);
+  ASSERT_EQ(live.size(), 2u);
+  EXPECT_EQ(live[0].first->name(), "a");
+  EXPECT_EQ(live[1].first->name(), "b");
+  EXPECT_EQ(liveAt(p, 3).size(), 2u);  // c read, d written
+  EXPECT_EQ(liveAt(p, 4).size(), 1u);  // after the step: d alone (an output)
+  const std::string why = explainPeak(p, 5);
+  EXPECT_NE(why.find("peak of live values 0.0 MiB at position 1 (2 values live)"), std::string::npos) << why;
+  EXPECT_NE(why.find("2x Transpose"), std::string::npos) << why;
+  EXPECT_NE(why.find("'b' f32[32,32] from"), std::string::npos) << why;
 }
 
 TEST(MemoryPlan, ElementwiseChainsRunInPlace) {
