@@ -63,7 +63,7 @@ class FuseElementwisePass final : public Pass {
         if (it == groupOf.end() || it->second == chosen || groups[it->second].shape != shape ||
             index.at(n) > groups[it->second].last + kJoinWindow)
           continue;
-        if (mayJoin(*n, groups[it->second], groupOf, it->second, index)) {
+        if (mayJoin(*n, groups, groupOf, it->second, index)) {
           chosen = it->second;
           break;
         }
@@ -98,9 +98,11 @@ class FuseElementwisePass final : public Pass {
 
   // Whether n may join group `gid`: every operand of n made outside the group must not depend on
   // the group (a path group -> outside node -> n would be a cycle once the group is one node).
-  // Nodes before the group's first member cannot depend on it, which bounds the search.
-  static bool mayJoin(const Node& n, const Group& grp, const std::unordered_map<const Node*, size_t>& groupOf, size_t gid,
+  // Another group is one node too once fused: reaching a member of one reaches every member's
+  // operands. Nodes before the group's first member cannot depend on it, which bounds the search.
+  static bool mayJoin(const Node& n, const std::vector<Group>& groups, const std::unordered_map<const Node*, size_t>& groupOf, size_t gid,
                       const std::unordered_map<const Node*, size_t>& index) {
+    const Group& grp = groups[gid];
     std::unordered_set<const Node*> seen;
     std::vector<const Node*> stack;
     for (const Value* v : n.inputs())
@@ -114,6 +116,12 @@ class FuseElementwisePass final : public Pass {
       if (index.at(p) < grp.first || !seen.insert(p).second) continue;
       auto it = groupOf.find(p);
       if (it != groupOf.end() && it->second == gid) return false;
+      if (it != groupOf.end()) {
+        for (const Node* m : groups[it->second].members)
+          for (const Value* v : m->inputs())
+            if (v && v->producer()) stack.push_back(v->producer());
+        continue;
+      }
       for (const Value* v : p->inputs())
         if (v && v->producer()) stack.push_back(v->producer());
     }

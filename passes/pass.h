@@ -61,5 +61,10 @@ std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 // in it rather than written.
 std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded = {},
                                                 std::function<bool(const Node&, size_t)> readsWidened = {});  // fuse_elementwise.cpp
+// A pointwise result read again far later is recomputed before those reads from operands live
+// there anyway (passes/rematerialize.cpp); `excluded` nodes (claimed by a backend's folds) stay.
+std::unique_ptr<Pass> createRematerializePass(std::function<bool(const Node&)> excluded = {});  // rematerialize.cpp
+// A widening Cast read only by a Transpose moves below it (passes/sink_casts.cpp).
+std::unique_ptr<Pass> createSinkCastsPass();  // sink_casts.cpp
 
 }  // namespace ampc

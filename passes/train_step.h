@@ -36,6 +36,8 @@ struct TrainOptions {
   std::string target = "cuda";
   // runtime/plan.h lowerStep: the target's pointwise groups become generated kernels.
   bool fuseElementwise = true;
+  // cuda: recompute pointwise results read again far later (passes/rematerialize.cpp).
+  bool rematerialize = true;
 };
 
 std::unique_ptr<Pass> createTrainStepPass(const TrainOptions& opts);

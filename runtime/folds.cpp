@@ -66,7 +66,8 @@ bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C) {
 bool readsWidened(const Node& user, size_t i) {
   if (foldsCasts(user)) return true;
   if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
-  if (user.domain() == "ampc" && user.op() == "LayerNormGrad") return i == 0;
+  if (user.domain() == "ampc" && user.op() == "LayerNormGrad") return i <= 1;  // dY and X
+  if (isLayerNorm(user)) return i == 0;
   if (user.domain() == "ampc" && user.op() == "UnscaleCheck") return i >= 1;  // the gradients
   int64_t b, r, c;
   if (tiledTranspose(user, b, r, c)) return i == 0;  // converts in its tiles

@@ -47,13 +47,34 @@ bool claimedByFold(const Graph& g, const Node& n, const std::map<const Node*, in
 
 }  // namespace
 
+MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<const Value*, int64_t>* pitches) {
+  folds::Schedule s = folds::schedule(step);
+  const auto pitch = folds::pitchedScores(step);
+  std::map<const Value*, int64_t> bytes;
+  for (const auto& [v, p] : pitch) bytes[v] = v->type().numel() / v->type().shape.back() * p * static_cast<int64_t>(dtypeSize(v->type().dtype));
+  MemoryPlan plan = planMemory(step, s.positions, s.unwritten, s.extraReads, bytes);
+  if (sched) *sched = std::move(s);
+  if (pitches) *pitches = pitch;
+  return plan;
+}
+
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate) {
-  if (opts.target != "cuda" || !opts.fuseElementwise) return 0;
-  std::map<const Node*, int> order;
-  for (const auto& n : step.nodes()) order.emplace(n.get(), static_cast<int>(order.size()));
+  if (opts.target != "cuda") return 0;
   std::set<const Node*> claimed;
-  for (const auto& n : step.nodes())
-    if (claimedByFold(step, *n, order)) claimed.insert(n.get());
+  auto claim = [&] {
+    std::map<const Node*, int> order;
+    for (const auto& n : step.nodes()) order.emplace(n.get(), static_cast<int>(order.size()));
+    claimed.clear();
+    for (const auto& n : step.nodes())
+      if (claimedByFold(step, *n, order)) claimed.insert(n.get());
+  };
+  createSinkCastsPass()->run(step);
+  if (opts.rematerialize) {
+    claim();
+    createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0; })->run(step);
+  }
+  if (!opts.fuseElementwise) return 0;
+  claim();
   createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; },
                             [](const Node& user, size_t i) { return folds::readsWidened(user, i); })
       ->run(step);

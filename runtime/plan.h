@@ -2,12 +2,15 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "compiler/codegen/nvptx.h"
 #include "compiler/ir/ir.h"
+#include "passes/memory_plan.h"
 #include "passes/train_step.h"
+#include "runtime/folds.h"
 
 namespace ampc {
 
@@ -39,6 +42,12 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
 // The inverse: each ampc.Fused node (only those without a kernel, if asked) replaced by its body's
 // nodes, its results keeping their names.
 void expandFused(Graph& g, bool onlyWithoutKernel);
+
+// The CUDA backend's memory plan of a lowered step: over the folds' schedule (runtime/folds.h),
+// without the values they never write, the loss's scores at their padded row pitch. amprun
+// allocates it at load; `ampc --train --memory` explains its peak at compile time. `sched` (if given)
+// receives the schedule.
+MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched = nullptr, std::map<const Value*, int64_t>* pitches = nullptr);
 
 // Builds the plan of `forward` (already painted) with `opts` and writes it atomically, with its
 // weights file `<path>.safetensors` beside it (written first, also atomically). The step graph is

@@ -54,7 +54,7 @@ __global__ void layerNormKernel(const void* x, const void* scale, const void* bi
   }
 }
 // dx per row; the row's mean and 1/std go to ws for the column pass.
-__global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT st, void* dx, const void* res,
+__global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT st, void* dx, DT dxT, const void* res,
                                   int64_t D, float eps, float* ws) {
   const int64_t row = blockIdx.x, base = row * D;
   float m, inv;
@@ -70,7 +70,7 @@ __global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const v
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float xhat = (loadF(x, t, base + k) - m) * inv;
     const float d = inv * (loadF(dy, dyT, base + k) * loadF(scale, st, k) - a - xhat * b);
-    storeF(dx, t, base + k, res ? loadF(res, t, base + k) + roundTo(t, d) : d);
+    storeF(dx, dxT, base + k, res ? loadF(res, dxT, base + k) + roundTo(dxT, d) : d);
   }
   if (threadIdx.x == 0) {
     ws[2 * row] = m;
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(32 * kLnWarps) layerNormWarp(const void* x, co
 // sums in warp order.
 template <int CH>
 __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const void* dy, DT dyT, const void* x, const void* scale, DT t,
-                                                                       DT st, void* dx, const void* res, int64_t rows, int D, float eps,
+                                                                       DT st, void* dx, DT dxT, const void* res, int64_t rows, int D, float eps,
                                                                        float* part) {
   __shared__ float4 acc[kLnGradWarps][2][32 * CH];  // [warp][dscale, dbias][column / 4]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -227,11 +227,11 @@ __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const voi
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[e] = inv * (g[c][e] * sc[e] - a - (v[c][e] - m) * inv * b);
       if (res) {
-        load4(res, t, base + k, r);
+        load4(res, dxT, base + k, r);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = r[e] + roundTo(t, o[e]);
+        for (int e = 0; e < 4; ++e) o[e] = r[e] + roundTo(dxT, o[e]);
       }
-      store4(dx, t, base + k, o);
+      store4(dx, dxT, base + k, o);
     }
   }
   __syncthreads();
@@ -1080,21 +1080,21 @@ size_t layerNormGradScratch(int64_t rows, int64_t D) {
   return sizeof(float) * static_cast<size_t>(std::max<int64_t>(2 * rows + 2 * D * lnColSlices(rows, D), 2 * D * kLnGradBlocks));
 }
 
-cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, const void* res, void* dscale, void* dbias,
+cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, DT dxT, const void* res, void* dscale, void* dbias,
                           DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
   if (warpRows(D, {dy, x, scale, dx, res})) {
     const int blocks = static_cast<int>(std::min<int64_t>(kLnGradBlocks, (rows + kLnGradWarps - 1) / kLnGradWarps));
     const int chunks = static_cast<int>((D + 127) / 128), d = static_cast<int>(D);
     const unsigned th = 32 * kLnGradWarps;
-    if (chunks <= 2) layerNormGradWarp<2><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
-    else if (chunks <= 4) layerNormGradWarp<4><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
-    else if (chunks <= 6) layerNormGradWarp<6><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
-    else layerNormGradWarp<8><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, rows, d, eps, ws);
+    if (chunks <= 2) layerNormGradWarp<2><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
+    else if (chunks <= 4) layerNormGradWarp<4><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
+    else if (chunks <= 6) layerNormGradWarp<6><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
+    else layerNormGradWarp<8><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
     layerNormGradPartials<<<static_cast<unsigned>((2 * D + 31) / 32), dim3(32, kLnSumRows), 0, st>>>(ws, blocks, dscale, dbias, pT, D);
     return cudaGetLastError();
   }
-  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, res, D, eps, ws);
+  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, D, eps, ws);
   float* acc = ws + 2 * rows;
   const int64_t colBlocks = (D + 31) / 32, slices = lnColSlices(rows, D);
   const int64_t perBlock = (rows + slices - 1) / slices;

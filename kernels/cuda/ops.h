@@ -164,6 +164,22 @@ cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, 
 size_t reduceMiddleScratch(int64_t A, int64_t K, int64_t B);
 cudaError_t reduceMiddle(const void* x, DT t, void* out, int64_t A, int64_t K, int64_t B, float scale, float* part, cudaStream_t st);
 
+// ---- depthwise convolution (kernels/cuda/depthwise.cu) ----------------------------------------
+// group == C input channels == C output channels, NCHW (a 1-d one as 1 x W), f32/f16/bf16; sums in
+// f32, rounded once. Square 3/5/7 windows at stride 1 or 2 without dilation run register-window
+// kernels; other windows run a thread per output (or input, for the data gradient).
+struct DwArgs {
+  int64_t N = 0, C = 0, planes = 0;  // planes = N * C
+  int H = 0, W = 0, OH = 0, OW = 0;
+  int KH = 0, KW = 0, SH = 1, SW = 1, PH = 0, PW = 0, DH = 1, DW = 1;
+};
+// y = conv(x, w) + bias (bias of type biasT per channel, or null).
+cudaError_t depthwiseForward(const DwArgs& a, DT t, const void* x, const void* w, const void* bias, DT biasT, void* y, cudaStream_t st);
+cudaError_t depthwiseBackwardData(const DwArgs& a, DT t, const void* dy, const void* w, void* dx, cudaStream_t st);
+// dw through f32 partials per slice of (image, row) (depthwiseFilterScratch bytes), added in order.
+size_t depthwiseFilterScratch(const DwArgs& a);
+cudaError_t depthwiseBackwardFilter(const DwArgs& a, DT t, const void* x, const void* dy, void* dw, float* part, cudaStream_t st);
+
 // ---- random ---------------------------------------------------------------------------------
 // Dropout with the CPU backend's Philox stream (kernels/cpu/kernel.h): element i is kept when
 // uniform(seed, *step, nodeKey, i) >= ratio. `step` is a device counter (the step being run), so a
@@ -240,10 +256,10 @@ cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, i
 cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT st_, int64_t rows, int64_t D, float eps,
                       float* mean, float* invStd, cudaStream_t st);
 // LayerNormGrad -> dx, dscale, dbias; `ws` is scratch of layerNormGradScratch(rows, D) bytes. dy is
-// read as dyT (a widening Cast in front folds into the read), x, dx and `residual` are t. With a
-// residual (may be dx itself), dx gets dx + residual (a residual Add folded in).
+// read as dyT and x as t (a widening Cast in front of either folds into the read); dx and `residual`
+// are dxT. With a residual (may be dx itself), dx gets dx + residual (a residual Add folded in).
 size_t layerNormGradScratch(int64_t rows, int64_t D);
-cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, const void* residual, void* dscale, void* dbias,
+cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, DT dxT, const void* residual, void* dscale, void* dbias,
                           DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st);
 // BatchNormalization over [N, C, S]. Training: batch statistics, running stats updated into
 // runMeanOut/runVarOut (ONNX: momentum * running + (1 - momentum) * batch, population variance).

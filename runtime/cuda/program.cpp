@@ -12,6 +12,7 @@
 #include "passes/channels_last.h"
 #include "runtime/cuda/libs.h"
 #include "runtime/folds.h"
+#include "runtime/plan.h"
 
 namespace ampc::cuda {
 
@@ -526,6 +527,44 @@ void Program::Lowering::conv(bool grad) {
   const Value* acts[3] = {x, grad ? in(0) : out(0), needDx ? out(0) : nullptr};  // x, y or dy, dx
   bool anyNhwc = false;
   for (const Value* v : acts) anyNhwc = anyNhwc || (v && p.nhwc_.count(v));
+  if (!anyNhwc && nsp <= 2 && d.groups == d.C && d.M == d.C && ws[1] == 1) {
+    // Depthwise on NCHW planes: kernels/cuda/depthwise.cu (cuDNN's depthwise gradients run far
+    // below memory speed). The bias is added before the one rounding, as on the CPU.
+    DwArgs a;
+    a.N = d.N;
+    a.C = d.C;
+    a.planes = d.N * d.C;
+    a.H = static_cast<int>(d.in[0]);
+    a.W = static_cast<int>(d.in[1]);
+    a.OH = static_cast<int>(d.out[0]);
+    a.OW = static_cast<int>(d.out[1]);
+    a.KH = static_cast<int>(d.k[0]);
+    a.KW = static_cast<int>(d.k[1]);
+    a.SH = d.stride[0];
+    a.SW = d.stride[1];
+    a.PH = d.pad[0];
+    a.PW = d.pad[1];
+    a.DH = d.dil[0];
+    a.DW = d.dil[1];
+    if (!grad) {
+      const void *X = P(x), *W = P(w), *B = has(2) ? P(in(2)) : nullptr;
+      const DT bt = has(2) ? dt(in(2)) : DT::f32;
+      void* Y = P(out(0));
+      add([=](cudaStream_t st) { return depthwiseForward(a, t, X, W, B, bt, Y, st); });
+      return;
+    }
+    const void *dY = P(in(0)), *X = P(x), *W = P(w);
+    if (needDx) {
+      void* dX = P(out(0));
+      add([=](cudaStream_t st) { return depthwiseBackwardData(a, t, dY, W, dX, st); });
+    }
+    if (needDw) {
+      void* dW = P(out(1));
+      const Scratch part = scratch(depthwiseFilterScratch(a));
+      add([=](cudaStream_t st) { return depthwiseBackwardFilter(a, t, X, dY, dW, part.f(), st); });
+    }
+    return;
+  }
   d.nhwc = anyNhwc && nhwcConv(n);
   // NHWC with input channels not a multiple of 8 (the image's 3): cuDNN sees C rounded up to 8, the
   // extra channels of x and the filter zero (so they add nothing); x, dX and dW lose them again.
@@ -1015,7 +1054,7 @@ void Program::Lowering::lower() {
     }
     if (op == "Trilu") {
       const auto& xs = shape(in(0));
-      const int64_t R = xs[xs.size() - 2], Cc = xs.back(), batches = R * Cc ? in(0)->type().numel() / (R * Cc) : 0;
+      const int64_t R = xs[xs.size() - 2], Cc = xs.back(), batches = R * Cc != 0 ? in(0)->type().numel() / (R * Cc) : 0;
       const int64_t k = has(1) ? static_cast<int64_t>(constScalar(1, 0)) : 0;
       const bool upper = n.getInt("upper", 1) != 0;
       const void* X = P(in(0));
@@ -1062,14 +1101,15 @@ void Program::Lowering::lower() {
       rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
       if (in(1)->type().numel() != D || (has(2) && in(2)->type().numel() != D)) fail("scale and bias must cover the normalised dims");
       if (n.numResults() > 1 && dt(out(1)) != DT::f32) fail("Mean must be f32");
-      const void *X = P(in(0)), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
+      const Value* x = readThrough(p.g_, in(0));  // a widening Cast in front is read through
+      const void *X = P(x), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
       if (B && dt(in(2)) != dt(in(1))) fail("scale and bias must share a type");
       const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
       const Value* y = narrow ? narrow->result(0) : out(0);
       void* Y = P(y);
       float* mean = n.numResults() > 1 ? static_cast<float*>(P(out(1))) : nullptr;
       float* inv = n.numResults() > 2 ? static_cast<float*>(P(out(2))) : nullptr;
-      const DT t = dt(in(0)), yT = dt(y), pt = dt(in(1));
+      const DT t = dt(x), yT = dt(y), pt = dt(in(1));
       const float eps = n.getFloat("epsilon", 1e-5f);
       add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, yT, pt, rows, D, eps, mean, inv, st); });
       return;
@@ -1322,15 +1362,17 @@ void Program::Lowering::lower() {
       rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
       if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
       const Scratch ws = scratch(layerNormGradScratch(rows, D));
-      const Value* dy = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
+      // A Cast to f32 in front of dY or X is read through.
+      const Value *dy = readThrough(p.g_, in(0)), *x = readThrough(p.g_, in(1));
       // A residual Add after dX is written through: dX + r into the Add's result.
       const Node* sum = foldedResidual(p.g_, n, p.order_);
-      const void *dY = P(dy), *X = P(in(1)), *S = P(in(2)), *R = sum ? P(residualOf(*sum, out(0))) : nullptr;
+      const Value* r = sum ? residualOf(*sum, out(0)) : nullptr;
+      const void *dY = P(dy), *X = P(x), *S = P(in(2)), *R = r ? P(r) : nullptr;
       void *dX = P(sum ? sum->result(0) : out(0)), *dS = P(out(1)), *dB = P(out(2));
-      const DT dyT = dt(dy), t = dt(in(1)), st_ = dt(in(2)), pt = dt(out(1));
-      if (sum && dt(out(0)) != t) fail("dX's type differs from X's");
+      const DT dyT = dt(dy), t = dt(x), dxT = dt(out(0)), st_ = dt(in(2)), pt = dt(out(1));
+      if (r && dt(r) != dxT) fail("the residual's type differs from dX's");
       const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, R, dS, dB, pt, rows, D, eps, ws.f(), st); });
+      add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dxT, R, dS, dB, pt, rows, D, eps, ws.f(), st); });
       return;
     }
     if (op == "SoftmaxCrossEntropyLossGrad") {
@@ -1608,13 +1650,11 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   // Memory: params, constants and inputs in their own buffers; node results in one arena, planned
   // over where each node's work runs and without the values the folds never write (runtime/folds.h).
   nhwc_ = placeChannelsLast(g);
-  folds::Schedule sched = folds::schedule(g);
+  folds::Schedule sched;
+  // The loss's scores and their gradient with 16-byte row pitches (pitch_).
+  plan_ = planCudaMemory(g, &sched, &pitch_);
   order_ = std::move(sched.order);
   const std::vector<size_t>& leader = sched.leader;
-  pitch_ = pitchedScores(g);  // the loss's scores and their gradient with 16-byte row pitches
-  std::map<const Value*, int64_t> pitchedBytes;
-  for (const auto& [v, pitch] : pitch_) pitchedBytes[v] = v->type().numel() / v->type().shape.back() * pitch * static_cast<int64_t>(dtypeSize(v->type().dtype));
-  plan_ = planMemory(g, sched.positions, sched.unwritten, sched.extraReads, pitchedBytes);
   checkMemoryPlan(plan_);
   int64_t persistent = 0;
   for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})

@@ -526,25 +526,39 @@ TEST(Amprun, PlanTrainsTheDeclaredTrainableSet) {
   EXPECT_NE(st.tensors.at("w").getDouble(0), 0.5) << "w trains";
 }
 
-// A CUDA plan's pointwise groups (ampc.Fused, with their generated kernels) train on the CPU exactly
-// as the same plan without them: the CPU runs each group's ops with its own kernels.
+// A CUDA plan's pointwise groups (ampc.Fused, with their generated kernels) and its recomputed
+// activations (passes/rematerialize.cpp) train on the CPU exactly as the same plan without them:
+// the CPU runs each group's ops with its own kernels, and a recomputed value has the same bits.
 TEST(Amprun, FusedGroupsTrainBitwiseAsTheirOps) {
-  TempDir d;
-  const std::string model = std::string(AMPC_SOURCE_DIR) + "/models/transformer.onnx";
-  const std::string flags = " --precision bf16 --freeze 'model\\.mask' --optimizer adamw --lr 1e-3";
-  auto a = run(kAmpc + " " + model + flags + " -o " + d.file("fused.ampplan"));
-  ASSERT_EQ(a.code, 0) << a.out;
-  auto b = run(kAmpc + " " + model + flags + " --no-fuse-elementwise -o " + d.file("ops.ampplan"));
-  ASSERT_EQ(b.code, 0) << b.out;
-  auto dumpA = run(kAmprun + " " + d.file("fused.ampplan") + " --dump"), dumpB = run(kAmprun + " " + d.file("ops.ampplan") + " --dump");
-  EXPECT_NE(dumpA.out.find("ampc.Fused"), std::string::npos) << "the plan has no fused groups";
-  EXPECT_EQ(dumpB.out.find("ampc.Fused"), std::string::npos);
-  for (const char* p : {"fused", "ops"}) {
-    auto r = run(kAmprun + " " + d.file(std::string(p) + ".ampplan") + " --synthetic --int-range idx=0:63 --int-range target=0:63 --seed 3 --steps 6 --log-every 1 --metrics " +
-                 d.file(std::string(p) + ".jsonl"));
-    ASSERT_EQ(r.code, 0) << r.out;
+  struct Case {
+    std::string model, flags, data;
+    bool remat;  // the plan recomputes an activation (a GELU's output, read again by the next layer's weight gradient)
+  };
+  const std::string src = std::string(AMPC_SOURCE_DIR);
+  const std::vector<Case> cases = {
+      {src + "/models/transformer.onnx", " --precision bf16 --freeze 'model\\.mask' --optimizer adamw --lr 1e-3",
+       " --int-range idx=0:63 --int-range target=0:63", false},
+      {src + "/models/zoo/convnext/convnext.dynamo.onnx", " --precision bf16 --optimizer sgd --lr 0.01", " --int-range target=0:9", true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model);
+    TempDir d;
+    auto a = run(kAmpc + " " + c.model + c.flags + " -o " + d.file("fused.ampplan"));
+    ASSERT_EQ(a.code, 0) << a.out;
+    auto b = run(kAmpc + " " + c.model + c.flags + " --no-fuse-elementwise --no-remat -o " + d.file("ops.ampplan"));
+    ASSERT_EQ(b.code, 0) << b.out;
+    auto dumpA = run(kAmprun + " " + d.file("fused.ampplan") + " --dump"), dumpB = run(kAmprun + " " + d.file("ops.ampplan") + " --dump");
+    EXPECT_NE(dumpA.out.find("ampc.Fused"), std::string::npos) << "the plan has no fused groups";
+    EXPECT_EQ(dumpA.out.find(".remat") != std::string::npos, c.remat);
+    EXPECT_EQ(dumpB.out.find("ampc.Fused"), std::string::npos);
+    EXPECT_EQ(dumpB.out.find(".remat"), std::string::npos);
+    for (const char* p : {"fused", "ops"}) {
+      auto r = run(kAmprun + " " + d.file(std::string(p) + ".ampplan") + " --synthetic" + c.data + " --seed 3 --steps 6 --log-every 1 --metrics " +
+                   d.file(std::string(p) + ".jsonl"));
+      ASSERT_EQ(r.code, 0) << r.out;
+    }
+    const auto fused = metricsWithoutTime(d.file("fused.jsonl")), ops = metricsWithoutTime(d.file("ops.jsonl"));
+    ASSERT_EQ(fused.size(), 6u);
+    EXPECT_EQ(fused, ops);
   }
-  const auto fused = metricsWithoutTime(d.file("fused.jsonl")), ops = metricsWithoutTime(d.file("ops.jsonl"));
-  ASSERT_EQ(fused.size(), 6u);
-  EXPECT_EQ(fused, ops);
 }

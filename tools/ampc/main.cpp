@@ -184,13 +184,20 @@ int main(int argc, char** argv) {
   bool noFuseElementwise = false;
   app.add_flag("--no-fuse-elementwise", noFuseElementwise,
                "plans and --train: keep the CUDA target's pointwise groups as separate ops (no ampc.Fused, no generated kernels)");
+  bool noRemat = false;
+  app.add_flag("--no-remat", noRemat,
+               "plans and --train: hold every activation the backward reads (the CUDA target otherwise recomputes a pointwise "
+               "result read again far later, as GELU's and SiLU's outputs, from operands live there anyway)");
   bool trainStep = false;
   app.add_option("--target", train.target,
                  "plan: the backend to plan for: cuda (the default; such plans also run on the CPU) or cpu (fused attention at any head "
                  "dim; CPU only)")
       ->check(CLI::IsMember(targetNames()));
   app.add_flag("--train", trainStep, "apply the training step (with the plan flags) before --emit text/onnx, to see it");
-  bool kernels = false;
+  bool kernels = false, memory = false;
+  app.add_flag("--memory", memory,
+               "with --train: explain the CUDA memory plan of the step (the values live at its peak, by the op that made them; "
+               "what amprun allocates at load)");
   app.add_flag("--kernels", kernels,
                "with --emit text: fuse the graph's pointwise groups for the target (as plans do; after --train if given) and generate "
                "their kernels (each ampc::Fused node's ptx and entry attributes)");
@@ -237,6 +244,10 @@ int main(int argc, char** argv) {
   }
   if (emit == "onnx" && out.empty()) {
     std::cerr << "ampc: --emit onnx needs -o OUT.onnx\n";
+    return 2;
+  }
+  if (memory && !trainStep) {
+    std::cerr << "ampc: --memory explains the training step's memory plan: it needs --train\n";
     return 2;
   }
   if (kernels && emit != "text") {
@@ -310,6 +321,7 @@ int main(int argc, char** argv) {
       train.precision = amp ? ampOpts.low : DType::f32;
       train.lossScale = lossScale;
       train.fuseElementwise = !noFuseElementwise;
+      train.rematerialize = !noRemat;
       train.autodiff = adOpts;
       if (!betas.empty()) {
         auto comma = betas.find(',');
@@ -368,6 +380,10 @@ int main(int argc, char** argv) {
       if (!reportJsonPath.empty()) writeAtomically(reportJsonPath, reportJson(ampReport));
     }
     if (summary) printSummary(*g, adOpts);
+    if (memory) {
+      if (train.target != "cuda") throw Error("--memory: the plan of target '" + train.target + "' is not explained (cuda only)");
+      std::cout << explainPeak(planCudaMemory(*g), 25);
+    }
     if (eval) runEval(*g, evalArgs);
     if (emit == "text") {
       std::string text = printGraph(*g);
