@@ -7,7 +7,7 @@
 // when its result has the group's shape, it comes within kJoinWindow nodes of the group's last
 // member, and no other operand depends on the group through a node outside it (so the fused graph
 // has no cycle); otherwise it starts a group. Groups of one node stay
-// as they are. One-element constant operands are folded into the body.
+// as they are, unless `alone` asks for them (an op with no other kernel on the backend). One-element constant operands are folded into the body.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -40,8 +40,9 @@ struct Group {
 
 class FuseElementwisePass final : public Pass {
  public:
-  FuseElementwisePass(std::function<bool(const Node&)> excluded, std::function<bool(const Node&, size_t)> readsWidened)
-      : excluded_(std::move(excluded)), readsWidened_(std::move(readsWidened)) {}
+  FuseElementwisePass(std::function<bool(const Node&)> excluded, std::function<bool(const Node&, size_t)> readsWidened,
+                      std::function<bool(const Node&)> alone)
+      : excluded_(std::move(excluded)), readsWidened_(std::move(readsWidened)), alone_(std::move(alone)) {}
   std::string name() const override { return "fuse-elementwise"; }
 
   bool run(Graph& g) override {
@@ -79,7 +80,7 @@ class FuseElementwisePass final : public Pass {
     bool changed = false;
     int counter = 0;
     for (Group& grp : groups)
-      if (grp.members.size() >= 2 && fuse(g, grp, counter)) changed = true;
+      if ((grp.members.size() >= 2 || (alone_ && alone_(*grp.members[0]))) && fuse(g, grp, counter)) changed = true;
     if (changed) g.sortNodes();
     return changed;
   }
@@ -87,6 +88,7 @@ class FuseElementwisePass final : public Pass {
  private:
   std::function<bool(const Node&)> excluded_;
   std::function<bool(const Node&, size_t)> readsWidened_;
+  std::function<bool(const Node&)> alone_;
 
   bool candidate(const Node& n) const {
     if (n.numResults() != 1 || !pointwiseFormula(n) || (n.def() && n.def()->random)) return false;
@@ -224,8 +226,9 @@ class FuseElementwisePass final : public Pass {
 }  // namespace
 
 std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded,
-                                                std::function<bool(const Node&, size_t)> readsWidened) {
-  return std::make_unique<FuseElementwisePass>(std::move(excluded), std::move(readsWidened));
+                                                std::function<bool(const Node&, size_t)> readsWidened,
+                                                std::function<bool(const Node&)> alone) {
+  return std::make_unique<FuseElementwisePass>(std::move(excluded), std::move(readsWidened), std::move(alone));
 }
 
 }  // namespace ampc

@@ -59,8 +59,11 @@ std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 // (user, operand) says which readers take a widening Cast's f32 result through the Cast (the
 // backend reads its narrow operand): a member Cast read only so outside the group is recomputed
 // in it rather than written.
+// `alone` (node) makes a group of that one node anyway (an op the backend runs only as a generated
+// kernel).
 std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)> excluded = {},
-                                                std::function<bool(const Node&, size_t)> readsWidened = {});  // fuse_elementwise.cpp
+                                                std::function<bool(const Node&, size_t)> readsWidened = {},
+                                                std::function<bool(const Node&)> alone = {});  // fuse_elementwise.cpp
 // A pointwise result read again far later is recomputed before those reads from operands live
 // there anyway (passes/rematerialize.cpp); `excluded` nodes (claimed by a backend's folds) stay.
 std::unique_ptr<Pass> createRematerializePass(std::function<bool(const Node&)> excluded = {});  // rematerialize.cpp

@@ -73,6 +73,17 @@ bool readsWidened(const Node& user, size_t i) {
   if (tiledTranspose(user, b, r, c)) return i == 0;  // converts in its tiles
   return isLossGrad(user) && i == 1;
 }
+bool cudaPointwiseByHand(const Node& n) {
+  static const std::set<std::string> kOnnx = {
+      "Add",     "Sub",       "Mul",      "Div",         "Pow",      "Equal",       "Less",      "LessOrEqual", "Greater",
+      "GreaterOrEqual", "And", "Or",      "Where",       "Sqrt",     "Reciprocal",  "Exp",       "Log",         "Tanh",
+      "Sigmoid", "Erf",       "Softplus", "LeakyRelu",   "Relu",     "Neg",         "Abs",       "Not",         "IsNaN",
+      "IsInf",   "Cast",      "CastLike", "Sin",         "Cos",      "HardSigmoid", "HardSwish", "Elu",         "Selu",
+      "Celu",    "Mish",      "Floor",    "Ceil",        "Round",    "Sign",        "PRelu",     "Mod",         "Gelu",
+      "Max",     "Min",       "Clip",     "Identity"};
+  static const std::set<std::string> kAmpc = {"Gelu", "GeluGrad", "Silu", "SiluGrad"};
+  return n.domain().empty() ? kOnnx.count(n.op()) != 0 : n.domain() == "ampc" && kAmpc.count(n.op()) != 0;
+}
 bool isCastBetween(const Node& c, bool widening) {
   if (!c.domain().empty() || c.op() != "Cast" || !c.inputs()[0]) return false;
   const DType a = c.inputs()[0]->type().dtype, b = c.result(0)->type().dtype;

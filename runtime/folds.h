@@ -35,6 +35,11 @@ bool isLayerNorm(const Node& n);
 // cross-entropy loss (without its log-prob result) and its gradient the scores, LayerNormGrad dY,
 // UnscaleCheck the gradients, a tiled Transpose its input (GPT-2's tied embedding gradient).
 bool readsWidened(const Node& user, size_t i);
+// The pointwise ops runtime/cuda/program.cpp lowers by hand (its elementwise kernel, GELU, SiLU,
+// Max/Min, Clip, Identity). Any other op with a pointwise formula (compiler/ops/pointwise.h) runs on
+// CUDA only as a generated kernel: runtime/lower.cpp makes even a lone node of it a group. An op
+// missing here runs generated (correct); one listed that program.cpp lacks fails at load, naming it.
+bool cudaPointwiseByHand(const Node& n);
 // A Transpose that is [batch, R, C] -> [batch, C, R] once adjacent input dims are merged and size-1
 // dims dropped: the CUDA backend's tiled kernel (transpose2d). Fills batch, R, C.
 bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C);

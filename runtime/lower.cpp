@@ -76,7 +76,8 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   if (!opts.fuseElementwise) return 0;
   claim();
   createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; },
-                            [](const Node& user, size_t i) { return folds::readsWidened(user, i); })
+                            [](const Node& user, size_t i) { return folds::readsWidened(user, i); },
+                            [](const Node& n) { return !folds::cudaPointwiseByHand(n); })
       ->run(step);
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())

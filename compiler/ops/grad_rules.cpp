@@ -93,6 +93,11 @@ void gradCelu(GB& b) {
   const double a = b.node.getFloat("alpha", 1.0f);
   gradExpLinear(b, 1, b.add(b.div(b.y(0), b.scalar(a, t)), b.scalar(1, t)));
 }
+void gradSoftsign(GB& b) {  // 1 / (1 + |x|)^2
+  const DType t = dt(b.x(0));
+  Value* d = b.add(b.scalar(1, t), b.op("Abs", {b.x(0)}));
+  b.setGrad(0, b.div(b.dy(0), b.mul(d, d)));
+}
 void gradMish(GB& b) {  // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2), sp = softplus(x)
   const DType t = dt(b.x(0));
   Value* th = b.op("Tanh", {b.op("Softplus", {b.x(0)})});
@@ -528,7 +533,7 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements},
       {"ScatterElements", gradScatterElements}, {"ScatterND", gradScatterND},
       {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
-      {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"PRelu", gradPRelu},
+      {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"Softsign", gradSoftsign}, {"PRelu", gradPRelu},
   };
   for (OpDef& d : t) {
     for (const auto& [name, fn] : rules)

@@ -1,6 +1,7 @@
 // Elementwise ops: unary math and activations, broadcasting binary ops, comparisons and logic,
 // Where, Clip, Dropout.
 #include "compiler/ops/families.h"
+#include "compiler/ops/pointwise.h"
 
 namespace ampc {
 
@@ -134,6 +135,13 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Selu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Celu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Mish", 18, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  // x / (1 + |x|). Its formula is its CUDA support: the CUDA target runs it as a generated kernel
+  // (runtime/lower.cpp), with no hand-written lowering.
+  row("Softsign", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  t.back().pointwise = [](PwBuilder& b, const Node&, const std::vector<PwValue>& in) {
+    const PwValue x = in[0], neg = b.compare(PwCmp::Lt, x, b.k(0));
+    return b.div(x, b.add(b.k(1), b.select(neg, b.math(PwMath::Neg, x), x)));
+  };
   // Piecewise constant: zero gradient almost everywhere, as PyTorch gives.
   row("Floor", L, 1, 1, 1, 1, I, false, inferUnaryFloat);
   row("Ceil", L, 1, 1, 1, 1, I, false, inferUnaryFloat);
@@ -180,7 +188,7 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   // The ops whose result 0 may overwrite a same-sized input (memory planning): elementwise ones.
   for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "HardSigmoid", "HardSwish", "Elu", "Selu",
-                                "Celu", "Mish", "Floor", "Ceil", "Round", "Sign", "PRelu", "Mod", "Gelu", "Softplus", "LeakyRelu", "Relu",
+                                "Celu", "Mish", "Softsign", "Floor", "Ceil", "Round", "Sign", "PRelu", "Mod", "Gelu", "Softplus", "LeakyRelu", "Relu",
                                 "Neg", "Abs", "Identity", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Dropout"})
     for (OpDef& d : t)
       if (d.name == name) d.inplace = true;

@@ -54,6 +54,7 @@ AMPC_UNARY_FLOAT(SinK, std::sin(x))
 AMPC_UNARY_FLOAT(CosK, std::cos(x))
 AMPC_UNARY_FLOAT(HardSwishK, x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5))))
 AMPC_UNARY_FLOAT(MishK, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
+AMPC_UNARY_FLOAT(SoftsignK, x / (C(1) + std::abs(x)))
 AMPC_UNARY_FLOAT(FloorK, std::floor(x))
 AMPC_UNARY_FLOAT(CeilK, std::ceil(x))
 AMPC_UNARY_FLOAT(RoundK, std::nearbyint(x))  // halves to even (the default rounding mode)
@@ -420,7 +421,7 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
       {"Log", floatOp<LogK>}, {"Tanh", floatOp<TanhK>}, {"Sigmoid", floatOp<SigmoidK>},
       {"Erf", floatOp<ErfK>}, {"Sin", floatOp<SinK>}, {"Cos", floatOp<CosK>},
       {"HardSigmoid", floatOp<HardSigmoidK>}, {"HardSwish", floatOp<HardSwishK>}, {"Elu", floatOp<EluK>}, {"Selu", floatOp<SeluK>},
-      {"Celu", floatOp<CeluK>}, {"Mish", floatOp<MishK>}, {"Floor", floatOp<FloorK>}, {"Ceil", floatOp<CeilK>},
+      {"Celu", floatOp<CeluK>}, {"Mish", floatOp<MishK>}, {"Softsign", floatOp<SoftsignK>}, {"Floor", floatOp<FloorK>}, {"Ceil", floatOp<CeilK>},
       {"Round", floatOp<RoundK>}, {"Sign", numericOp<SignK>}, {"PRelu", floatOp<PReluK>}, {"Mod", numericOp<ModK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Silu", floatOp<SiluK>, "ampc"}, {"SiluGrad", floatOp<SiluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},
       {"LeakyRelu", floatOp<LeakyReluK>}, {"Relu", numericOp<ReluK>}, {"Neg", numericOp<NegK>},
       {"Abs", numericOp<AbsK>}, {"Clip", numericOp<ClipK>}, {"IsNaN", floatOp<IsNaNK>}, {"IsInf", floatOp<IsInfK>},

@@ -23,6 +23,9 @@ inline std::string instantiate(std::string text, const std::string& t) {
 
 inline std::vector<Case> cases() {
   return {
+      // Softsign (no hand-written CUDA kernel: its formula is its CUDA support) scaled.
+      {"softsign_scaled", "input %x : $T[8,100]\ninput %s : $T[100]\n%a : $T[8,100] = Softsign(%x)\n%y : $T[8,100] = Mul(%a, %s)\noutput %y",
+       false},
       // LayerScale and a residual: a per-channel and a per-row operand, a same-shape one.
       {"layerscale_residual",
        "input %x : $T[4,16,33]\ninput %gamma : $T[33]\ninput %r : $T[4,16,33]\ninput %rows : $T[16,1]\n"

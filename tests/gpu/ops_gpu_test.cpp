@@ -167,6 +167,13 @@ std::vector<Case> cases() {
                                  "%y : $T[3,16,13,11] = Conv(%x, %w, %b) {group = 16, kernel_shape = [7, 7], pads = [3, 3, 3, 3]}\noutput %y"});
   c.push_back({"Conv_depthwise_strided", "input %x : $T[2,24,15,15]\ninput %w : $T[24,1,3,3]\n"
                                          "%y : $T[2,24,7,7] = Conv(%x, %w) {group = 24, dilations = [2, 2], pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %y"});
+  // The register-window kernels at stride 2 (5 x 5, EfficientNet's and MobileNetV3's) with widths
+  // that are not a multiple of the 4 outputs a thread computes, and their gradients.
+  c.push_back({"Conv_depthwise_5x5_s2", "input %x : $T[2,12,17,19]\ninput %w : $T[12,1,5,5]\ninput %b : $T[12]\n"
+                                        "%y : $T[2,12,9,10] = Conv(%x, %w, %b) {group = 12, kernel_shape = [5, 5], pads = [2, 2, 2, 2], strides = [2, 2]}\noutput %y"});
+  c.push_back({"ConvGrad_depthwise_3x3_s2", "domain \"ampc\" 1\ninput %dy : $T[3,8,9,7]\ninput %x : $T[3,8,18,13]\ninput %w : $T[8,1,3,3]\n"
+                                            "%dx : $T[3,8,18,13], %dw : $T[8,1,3,3] = ampc::ConvGrad(%dy, %x, %w) {group = 8, kernel_shape = [3, 3], "
+                                            "pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %dx\noutput %dw"});
   c.push_back({"Conv1d_depthwise", "input %x : $T[2,8,30]\ninput %w : $T[8,1,5]\n%y : $T[2,8,30] = Conv(%x, %w) {group = 8, pads = [2, 2]}\noutput %y"});
   c.push_back({"ConvGrad_depthwise", "domain \"ampc\" 1\ninput %dy : $T[3,16,13,11]\ninput %x : $T[3,16,13,11]\ninput %w : $T[16,1,7,7]\n"
                                      "%dx : $T[3,16,13,11], %dw : $T[16,1,7,7] = ampc::ConvGrad(%dy, %x, %w) {group = 16, kernel_shape = [7, 7], pads = [3, 3, 3, 3]}\n"

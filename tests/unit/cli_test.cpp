@@ -30,6 +30,23 @@ TEST(Cli, HelpAndUsageErrors) {
   r = run(kAmpc + " " + kModels + "/mlp.onnx --kernels");  // a plan would fuse the forward graph before autodiff
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("--kernels shows the generated kernels: it needs --emit text"), std::string::npos);
+  r = run(kAmpc + " " + kModels + "/mlp.onnx --memory");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--memory explains the training step's memory plan: it needs --train"), std::string::npos);
+}
+
+// --train --memory: the CUDA memory plan's peak, its values and their ops, at compile time (what
+// amprun allocates); the arena is at least the peak of live values.
+TEST(Cli, MemoryExplainsThePlansPeak) {
+  auto r = run(kAmpc + " " + kModels + "/cnn.onnx --train --precision bf16 --memory");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("memory plan: arena "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("live at the peak, by the op that made them:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("largest values live at the peak:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(Conv)"), std::string::npos) << r.out;
+  r = run(kAmpc + " " + kModels + "/cnn.onnx --train --target cpu --memory");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("cuda only"), std::string::npos) << r.out;
 }
 
 TEST(Cli, SummaryOfTheSeedsMlp) {

@@ -231,3 +231,25 @@ TEST(Codegen, EveryGroupGetsItsKernel) {
   EXPECT_GE(vectorKernels, 2);
   if (libdevice) EXPECT_EQ(refused, 0);
 }
+
+// For the CUDA target a lone node of an op with a formula but no hand-written CUDA kernel (Softsign)
+// becomes a group of its own, so a generated kernel runs it; a lone op the CUDA backend has its own
+// kernel for (Relu) stays as it is, and the CPU target fuses nothing.
+TEST(FuseElementwise, LoneOpWithoutACudaKernelIsAGroup) {
+  const std::string text =
+      "graph \"g\" opset 22 {\n  input %x : f32[4,8]\n  input %w : f32[8,8]\n  %a : f32[4,8] = Softsign(%x)\n"
+      "  %m : f32[4,8] = MatMul(%a, %w)\n  %r : f32[4,8] = Relu(%m)\n  %n : f32[4,8] = MatMul(%r, %w)\n  output %n\n}\n";
+  auto g = load(text);
+  TrainOptions o;
+  o.target = "cuda";
+  lowerStep(*g, o);
+  verify(*g);
+  EXPECT_EQ(countOp(*g, "Fused"), 1);
+  EXPECT_EQ(countOp(*g, "Softsign"), 0);
+  EXPECT_EQ(countOp(*g, "Relu"), 1);
+  EXPECT_EQ(g->lookup("a")->producer()->op(), "Fused");
+  auto cpu = load(text);
+  o.target = "cpu";
+  lowerStep(*cpu, o);
+  EXPECT_EQ(countOp(*cpu, "Fused"), 0);
+}

@@ -136,7 +136,7 @@ const Case kCases[] = {
     {"param %x : f64[2,4,4]\n const %k : i64[] = [1]\n %y : f64[2,4,4] = Trilu(%x, %k)\n output %y"},
     {"param %x : f64[4,5]\n %a : f64[4,5] = HardSigmoid(%x) {alpha = 0.3, beta = 0.4}\n %b : f64[4,5] = HardSwish(%x)\n"
      " %c : f64[4,5] = Elu(%x) {alpha = 0.7}\n %d : f64[4,5] = Selu(%x)\n %e : f64[4,5] = Celu(%x) {alpha = 2.0}\n %f : f64[4,5] = Mish(%x)\n"
-     " output %a\n output %b\n output %c\n output %d\n output %e\n output %f", -4, 4},
+     " %g : f64[4,5] = Softsign(%x)\n output %a\n output %b\n output %c\n output %d\n output %e\n output %f\n output %g", -4, 4},
     {"param %x : f64[2,3,4]\n param %s : f64[3,1]\n %y : f64[2,3,4] = PRelu(%x, %s)\n output %y"},
     {"param %x : f64[3,4]\n %s : f64[3,4] = Sin(%x)\n %c : f64[3,4] = Cos(%x)\n output %s\n output %c"},
     {"param %x : f64[3,5]\n const %a : i64[] = [-1]\n %y : f64[3,5] = CumSum(%x, %a)\n %z : f64[3,5] = CumSum(%x, %a) {exclusive = 1}\n"

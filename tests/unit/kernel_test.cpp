@@ -141,7 +141,7 @@ const Case kCases[] = {
     {"input %x : f32[3,4]\n %s : f32[3,4] = Sin(%x)\n %c : f32[3,4] = Cos(%x)\n %y : f32[3,4] = Add(%s, %c)\n output %y", {-4, 4}},
     {"input %x : f32[4,6]\n %a : f32[4,6] = HardSigmoid(%x) {alpha = 0.3, beta = 0.4}\n %b : f32[4,6] = HardSwish(%x)\n"
      " %c : f32[4,6] = Elu(%x) {alpha = 0.7}\n %d : f32[4,6] = Selu(%x)\n %e : f32[4,6] = Celu(%x) {alpha = 2.0}\n %f : f32[4,6] = Mish(%x)\n"
-     " output %a\n output %b\n output %c\n output %d\n output %e\n output %f", {-5, 5}},
+     " %g : f32[4,6] = Softsign(%x)\n output %a\n output %b\n output %c\n output %d\n output %e\n output %f\n output %g", {-5, 5}},
     {"input %x : f32[4,6]\n %a : f32[4,6] = Floor(%x)\n %b : f32[4,6] = Ceil(%x)\n %c : f32[4,6] = Round(%x)\n %d : f32[4,6] = Sign(%x)\n"
      " output %a\n output %b\n output %c\n output %d", {-5, 5}},
     {"input %x : f32[2,3,4]\n input %s : f32[3,1]\n %y : f32[2,3,4] = PRelu(%x, %s)\n output %y"},

@@ -1,10 +1,13 @@
 // rematerialize (passes/rematerialize.cpp): a pointwise result read again far later is recomputed
 // just before those reads, from operands that are live there anyway; otherwise nothing changes.
+// sink-casts (passes/sink_casts.cpp): a widening Cast moves below the Transpose it feeds, exactly.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "compiler/ir/text.h"
+#include "runtime/backend.h"
+#include "runtime/evaluator.h"
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
 
@@ -78,4 +81,42 @@ TEST(Rematerialize, LeavesWhatItCannotRecomputeForFree) {
   EXPECT_FALSE(createRematerializePass()->run(*soft));
   auto claimed = graph("Sigmoid", "%a", 20, "MatMul(%s, %t20)", "  %o : f32[64,64] = Mul(%a, %late)\n  output %o\n");
   EXPECT_FALSE(createRematerializePass([](const Node& n) { return n.op() == "Sigmoid"; })->run(*claimed));
+}
+
+TEST(SinkCasts, AWideningCastMovesBelowItsTransposeExactly) {
+  const std::string text =
+      "graph \"g\" opset 17 {\n  input %x : bf16[2,6,5]\n  const %s : f32[6] = [1.0, 0.5, 2.0, 1.5, 1.0, 0.25]\n"
+      "  const %b : f32[6] = [0.0, 0.1, -0.2, 0.3, 0.0, 1.0]\n"
+      "  %w : f32[2,6,5] = Cast(%x) {to = 1}\n  %t : f32[2,5,6] = Transpose(%w) {perm = [0, 2, 1]}\n"
+      "  %y : f32[2,5,6] = LayerNormalization(%t, %s, %b) {axis = -1}\n  output %y\n}\n";
+  auto ref = parseGraph(text), g = parseGraph(text);
+  for (auto* x : {ref.get(), g.get()}) {
+    x->bindOps();
+    verify(*x);
+  }
+  ASSERT_TRUE(createSinkCastsPass()->run(*g));
+  verify(*g);
+  const Node* ln = producer(*g, "y");
+  const Node* cast = ln->inputs()[0]->producer();
+  ASSERT_EQ(cast->op(), "Cast");
+  const Node* tr = cast->inputs()[0]->producer();
+  ASSERT_EQ(tr->op(), "Transpose");
+  EXPECT_EQ(tr->inputs()[0], g->lookup("x"));
+  EXPECT_EQ(tr->result(0)->type().str(), "bf16[2,5,6]");
+  EXPECT_FALSE(createSinkCastsPass()->run(*g)) << "nothing left to move";
+  // The same bits: a transpose moves values, a widening cast is exact.
+  std::map<std::string, Tensor> in;
+  Tensor x(ref->lookup("x")->type());
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.37 * static_cast<double>(i % 17) - 2.5);
+  in.emplace("x", x);
+  auto cpu = createCpuBackend();
+  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_TRUE(got[0].data == want[0].data);
+  // A Cast with another reader stays where it is.
+  auto two = parseGraph(
+      "graph \"g\" opset 17 {\n  input %x : bf16[2,6]\n  %w : f32[2,6] = Cast(%x) {to = 1}\n"
+      "  %t : f32[6,2] = Transpose(%w) {perm = [1, 0]}\n  %n : f32[2,6] = Neg(%w)\n  output %t\n  output %n\n}\n");
+  two->bindOps();
+  EXPECT_FALSE(createSinkCastsPass()->run(*two));
 }

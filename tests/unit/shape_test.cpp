@@ -142,6 +142,7 @@ const Case kCases[] = {
     {17, "input %x : f32[4]", 1, "Selu(%x)", "f32[4]"},
     {17, "input %x : f32[4]", 1, "Celu(%x)", "f32[4]"},
     {18, "input %x : bf16[4]", 1, "Mish(%x)", "bf16[4]"},
+    {22, "input %x : bf16[4]", 1, "Softsign(%x)", "bf16[4]"},
     {17, "input %x : f32[4]", 1, "Floor(%x)", "f32[4]"},
     {17, "input %x : f32[4]", 1, "Ceil(%x)", "f32[4]"},
     {17, "input %x : f32[4]", 1, "Round(%x)", "f32[4]"},
