@@ -132,8 +132,7 @@ class FuseElementwisePass final : public Pass {
 
   static bool widening(const Node& n) {
     if (!n.domain().empty() || n.op() != "Cast" || !n.input(0)) return false;
-    const DType from = n.input(0)->type().dtype, to = n.result(0)->type().dtype;
-    return (from == DType::f16 || from == DType::bf16) && to == DType::f32;
+    return isLowFloat(n.input(0)->type().dtype) && n.result(0)->type().dtype == DType::f32;
   }
 
   static bool oneElementConst(const Value* v) {
@@ -195,9 +194,7 @@ class FuseElementwisePass final : public Pass {
         if (it == map.end()) it = map.emplace(v, body.addConst(v->name(), *v->data())).first;
         ins.push_back(it->second);
       }
-      Node* c = body.createNode(n->op(), n->domain(), ins, {{n->result(0)->name(), n->result(0)->type()}});
-      c->setName(n->name());
-      for (const auto& [k, a] : n->attrs()) c->setAttr(k, a);
+      Node* c = body.copyNode(*n, ins, {{n->result(0)->name(), n->result(0)->type()}});
       map[n->result(0)] = c->result(0);
     }
     for (Value* r : results) body.addOutput(map.at(r));

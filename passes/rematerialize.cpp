@@ -79,8 +79,7 @@ class RematerializePass final : public Pass {
         if (lastRead(in) < firstLate) live = false;
       }
       if (!activation || !live) continue;
-      Node* copy = g.createNode(p->op(), p->domain(), p->inputs(), {{g.uniqueName(r->name() + ".remat"), r->type()}}, order[firstLate]);
-      for (const auto& [k, a] : p->attrs()) copy->setAttr(k, a);
+      Node* copy = g.copyNode(*p, p->inputs(), {{g.uniqueName(r->name() + ".remat"), r->type()}}, order[firstLate]);
       copy->setName(p->name() + "/remat");
       index.emplace(copy, firstLate);  // it runs just before that reader
       for (const Use& u : late) u.user->setInput(static_cast<size_t>(u.operand), copy->result(0));

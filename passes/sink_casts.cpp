@@ -12,8 +12,6 @@
 namespace ampc {
 namespace {
 
-bool isLow(DType t) { return t == DType::f16 || t == DType::bf16; }
-
 class SinkCastsPass final : public Pass {
  public:
   std::string name() const override { return "sink-casts"; }
@@ -22,7 +20,7 @@ class SinkCastsPass final : public Pass {
     for (const auto& n : g.nodes())
       if (n->domain().empty() && n->op() == "Transpose" && n->numResults() == 1 && n->inputs().size() == 1 && n->inputs()[0]) {
         const Node* c = n->inputs()[0]->producer();
-        if (c && c->domain().empty() && c->op() == "Cast" && c->inputs()[0] && isLow(c->inputs()[0]->type().dtype) &&
+        if (c && c->domain().empty() && c->op() == "Cast" && c->inputs()[0] && isLowFloat(c->inputs()[0]->type().dtype) &&
             c->result(0)->type().dtype == DType::f32 && c->result(0)->uses().size() == 1 && !g.isOutput(c->result(0)))
           transposes.push_back(n.get());
       }
@@ -32,19 +30,12 @@ class SinkCastsPass final : public Pass {
       Value* y = t->result(0);
       TensorType low = y->type();
       low.dtype = src->type().dtype;
-      Node* t2 = g.createNode("Transpose", "", {src}, {{g.uniqueName(y->name() + "." + std::string(dtypeName(low.dtype))), low}}, t);
-      for (const auto& [k, a] : t->attrs()) t2->setAttr(k, a);
-      t2->setName(t->name());
-      Node* c2 = g.createNode("Cast", "", {t2->result(0)}, {{g.uniqueName(y->name() + ".f32"), y->type()}}, t);
-      for (const auto& [k, a] : c->attrs()) c2->setAttr(k, a);
-      c2->setName(c->name());
-      for (const Use& u : std::vector<Use>(y->uses().begin(), y->uses().end())) u.user->setInput(static_cast<size_t>(u.operand), c2->result(0));
-      for (size_t i = 0; i < g.outputs().size(); ++i)
-        if (g.outputs()[i] == y) g.setOutput(i, c2->result(0));
+      Node* t2 = g.copyNode(*t, {src}, {{g.uniqueName(y->name() + "." + std::string(dtypeName(low.dtype))), low}}, t);
+      Node* c2 = g.copyNode(*c, {t2->result(0)}, {{g.uniqueName(y->name() + ".f32"), y->type()}}, t);
+      y->replaceAllUsesWith(c2->result(0));
       g.eraseNode(t);
       g.eraseNode(c);
     }
-    if (!transposes.empty()) g.bindOps();
     return !transposes.empty();
   }
 };

@@ -135,9 +135,7 @@ void expandFused(Graph& g, bool onlyWithoutKernel) {
       for (const Value* v : bn->inputs()) ins.push_back(v ? map.at(v) : nullptr);
       std::vector<std::pair<std::string, TensorType>> results;
       for (size_t r = 0; r < bn->numResults(); ++r) results.emplace_back(g.uniqueName(bn->result(r)->name() + ".x"), bn->result(r)->type());
-      Node* c = g.createNode(bn->op(), bn->domain(), ins, results, f);
-      c->setName(bn->name());
-      for (const auto& [k, a] : bn->attrs()) c->setAttr(k, a);
+      Node* c = g.copyNode(*bn, ins, results, f);
       for (size_t r = 0; r < bn->numResults(); ++r) map[bn->result(r)] = c->result(r);
     }
     std::vector<std::string> names;

@@ -247,6 +247,14 @@ Node* Graph::createNode(const std::string& op, const std::string& domain, const 
   return n;
 }
 
+Node* Graph::copyNode(const Node& n, const std::vector<Value*>& inputs, const std::vector<std::pair<std::string, TensorType>>& results,
+                      Node* before) {
+  Node* c = createNode(n.op(), n.domain(), inputs, results, before);
+  c->setName(n.name());
+  for (const auto& [k, a] : n.attrs()) c->setAttr(k, a);
+  return c;
+}
+
 Value* Graph::addResult(Node* n, const std::string& name, TensorType type) {
   auto v = std::unique_ptr<Value>(new Value(name, std::move(type), ValueKind::Result));
   v->producer_ = n;

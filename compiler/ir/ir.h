@@ -198,6 +198,10 @@ class Graph {
   // Creates a node before `before` (null: at the end). results: name and type of each result.
   Node* createNode(const std::string& op, const std::string& domain, const std::vector<Value*>& inputs,
                    const std::vector<std::pair<std::string, TensorType>>& results, Node* before = nullptr);
+  // A node with n's op, domain, name and attributes (n may belong to another graph), on `inputs`,
+  // with `results`, before `before` (null: at the end).
+  Node* copyNode(const Node& n, const std::vector<Value*>& inputs, const std::vector<std::pair<std::string, TensorType>>& results,
+                 Node* before = nullptr);
   // Removes a node whose results have no uses.
   void eraseNode(Node* n);
   // Reorders the nodes topologically, keeping the present order wherever it already is one (a
