@@ -1,9 +1,10 @@
 // fuse-attention: finds scaled dot-product attention as exporters emit it,
 //
-//   S = MatMul(Q', KT)            Q' = Q, or Q times / divided by a scalar constant
+//   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
 //   S = S * c  or  S / c          (optional, scalar constant)
 //   S = S + mask                  (optional; a mask that needs no gradient)
 //   P = Softmax(S, axis = -1)
+//   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
 //   P = Cast(P) to P's own dtype  (optional: transformers' GPT-2 casts to V's dtype)
 //   P = Dropout(P, ratio, training)  (optional, constant ratio and mode, mask result unused)
 //   O = MatMul(P, V)
@@ -21,6 +22,7 @@
 #include <regex>
 #include <unordered_set>
 
+#include "compiler/ops/geometry.h"
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
@@ -71,11 +73,11 @@ bool scaleOf(const Graph& g, const Value* v, double& factor, Value*& x) {
 bool sameLeading(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   return a.size() == b.size() && a.size() >= 2 && std::equal(a.begin(), a.end() - 2, b.begin());
 }
-// [Tq, Tk] with leading 1s, or the scores' own shape.
+// A mask the fused op takes: one that broadcasts to the scores as attentionMaskMap says (per
+// batch, per head, both or shared; [.., Tq, Tk] or a row [.., 1, Tk] for every query).
 bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
-  if (m.size() < 2 || m.size() > s.size() || m[m.size() - 2] != s[s.size() - 2] || m.back() != s.back()) return false;
-  if (std::all_of(m.begin(), m.end() - 2, [](int64_t d) { return d == 1; })) return true;
-  return m == s;
+  AttentionMaskMap map;
+  return s.size() >= 2 && attentionMaskMap(std::vector<int64_t>(s.begin(), s.end() - 2), s[s.size() - 2], s.back(), m, map);
 }
 
 // Values computed from a trainable parameter: a mask among them needs a gradient, so its
@@ -94,8 +96,8 @@ std::unordered_set<const Value*> trainedCone(const Graph& g, const AutodiffOptio
 }
 
 struct Match {
-  Node *qScale = nullptr, *scores = nullptr, *scale = nullptr, *add = nullptr, *softmax = nullptr, *cast = nullptr,
-       *dropout = nullptr, *out = nullptr;
+  Node *qScale = nullptr, *kScale = nullptr, *scores = nullptr, *scale = nullptr, *add = nullptr, *softmax = nullptr, *cast = nullptr,
+       *dropout = nullptr, *out = nullptr, *isNan = nullptr, *nanWhere = nullptr;
   Value *q = nullptr, *kt = nullptr, *v = nullptr, *mask = nullptr;
   double scale_ = 1.0, ratio = 0.0;
 };
@@ -141,11 +143,32 @@ bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& t
     m.scale_ *= f;
     m.q = x;
   }
+  if (scaleOf(g, m.kt, f, x)) {  // KT scaled too (the dynamo exporter's SDPA: sqrt(scale) on each side)
+    m.kScale = m.kt->producer();
+    m.scale_ *= f;
+    m.kt = x;
+  }
   const auto &qs = m.q->type().shape, &ks = m.kt->type().shape;
   if (!sameLeading(qs, ks) || !sameLeading(qs, ss) || m.q->type().dtype != m.kt->type().dtype)
     return false;
   // downstream: Dropout? then the product with V
   Value* p = sm->result(0);
+  // Where(IsNaN(P), 0, P): the dynamo exporter's SDPA (and the TorchScript exports of transformers'
+  // models) make a row with every score -inf (a padded query) give probabilities 0 rather than
+  // NaN. The fused node does that with zero_empty_rows.
+  if (p->uses().size() == 2 && !g.isOutput(p)) {
+    Node *isNan = nullptr, *where = nullptr;
+    for (const Use& u : p->uses()) {
+      if (u.user->domain().empty() && u.user->op() == "IsNaN") isNan = u.user;
+      else if (u.user->domain().empty() && u.user->op() == "Where" && u.operand == 2) where = u.user;
+    }
+    if (!isNan || !where || !singleUse(g, isNan->result(0)) || where->input(0) != isNan->result(0) || scalarConst(where->input(1)) != 0.0 ||
+        where->result(0)->type() != p->type())
+      return false;
+    m.isNan = isNan;
+    m.nanWhere = where;
+    p = where->result(0);
+  }
   if (!singleUse(g, p)) return false;
   Node* user = p->uses()[0].user;
   // A Cast to the probabilities' own dtype (transformers casts them to V's dtype): the identity.
@@ -191,6 +214,7 @@ void rewrite(Graph& g, const Match& m) {
                          m.out);
   a->setName(dirOf(m.softmax->name()) + "Attention");
   a->setAttr("scale", static_cast<float>(m.scale_));
+  if (m.nanWhere) a->setAttr("zero_empty_rows", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
     a->setAttr("dropout_key", static_cast<int64_t>(cpu::dropoutNodeKey(*m.dropout)));
@@ -199,7 +223,7 @@ void rewrite(Graph& g, const Match& m) {
   auto types = inferTypes(*a);
   for (size_t i = 0; i < a->numResults(); ++i) a->result(i)->setType(types[i]);
   old->replaceAllUsesWith(a->result(0));
-  for (Node* n : {m.out, m.dropout, m.cast, m.softmax, m.add, m.scale, m.scores, m.qScale})
+  for (Node* n : {m.out, m.dropout, m.cast, m.nanWhere, m.isNan, m.softmax, m.add, m.scale, m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
   g.renameValue(a->result(0), oldName);
 }

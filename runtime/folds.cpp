@@ -5,6 +5,7 @@
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
+#include "passes/train_step.h"
 
 namespace ampc::folds {
 
@@ -421,13 +422,14 @@ bool isAttn(const Node& n) { return n.domain() == "ampc" && (n.op() == "Attentio
 bool hasPerm(const Node& t, std::initializer_list<int64_t> p) {
   return isOnnx(t, "Transpose") && t.getInts("perm") == std::vector<int64_t>(p);
 }
-// The mma.sync kernels' conditions (attention.cu's mmaPath), rank 4 and 16-byte rows.
+// The mma.sync kernels' conditions (attentionTensorCores), rank 4 and 16-byte rows of Q and V.
 bool attnStrided(const Node& n) {
   if (!isAttn(n)) return false;
   const size_t q = n.op() == "AttentionGrad" ? 1 : 0;
   const TensorType &Q = n.inputs()[q]->type(), &K = n.inputs()[q + 1]->type(), &V = n.inputs()[q + 2]->type();
+  // As attentionTensorCores (kernels/cuda/ops.h): with dropout, Tk a multiple of 4.
   return isLowFloat(Q.dtype) && Q.rank() == 4 && Q.shape[3] % 8 == 0 && Q.shape[3] <= 64 && V.shape[3] % 8 == 0 && V.shape[3] <= 64 &&
-         K.shape[3] % 8 == 0;
+         (K.shape[3] % 4 == 0 || n.getFloat("dropout_ratio", 0.0f) <= 0.0f);
 }
 // Operand i of an attention node: 0 Q, 1 KT, 2 V, 3 dO, 4 O, else -1.
 int slotOf(const Node& n, size_t i) {
@@ -737,6 +739,33 @@ Schedule schedule(const Graph& g) {
           unwritten.insert(re->result(0));
         }
       if (c) positions[indexOf[c]] = at;
+    }
+  }
+  // Optimizer updates in place, as PyTorch's: SGD's and Adam's kernels read each element of a state
+  // before they write its update (the same thread), so a result that the step writes back into its
+  // state (through the output STATE.next) may take the state's bytes when nothing reads the state
+  // after the optimizer runs. Then neither the results nor the write-back copies of the step's end
+  // take memory or time.
+  for (const auto& n : g.nodes()) {
+    if (n->domain() != "ampc" || (n->op() != "SGD" && n->op() != "Adam")) continue;
+    const int at = positions[indexOf[n.get()]];
+    const std::vector<std::pair<size_t, size_t>> roles =
+        n->op() == "SGD" ? std::vector<std::pair<size_t, size_t>>{{0, 0}, {1, 2}} : std::vector<std::pair<size_t, size_t>>{{0, 0}, {1, 2}, {2, 3}};
+    for (const auto& [r, i] : roles) {
+      if (r >= n->numResults() || i >= n->inputs().size()) continue;
+      const Value *state = n->inputs()[i], *out = n->result(r);
+      if (!state || state->kind() != ValueKind::Param || state->type() != out->type() || g.isOutput(state)) continue;
+      bool readLater = false;
+      for (const Use& u : state->uses()) readLater |= u.user != n.get() && positions[indexOf[u.user]] >= at;
+      const std::string next = state->name() + kNextSuffix;
+      const Value* written = g.isOutput(out) && out->name() == next ? out : nullptr;
+      for (const Use& u : out->uses())
+        if (isOnnx(*u.user, "Identity") && g.isOutput(u.user->result(0)) && u.user->result(0)->name() == next) written = u.user->result(0);
+      if (readLater || !written) continue;
+      for (const Value* v : {out, written}) {
+        s.aliases[v] = state;
+        unwritten.insert(v);
+      }
     }
   }
   for (const auto& n : g.nodes()) {  // after the Transposes have their positions

@@ -177,6 +177,9 @@ struct Schedule {
   std::set<const Value*> unwritten;
   std::map<const Node*, int> order;  // each node's index
   std::vector<std::pair<const Value*, int>> extraReads;  // reads no operand shows (AttentionGrad's O in place)
+  // Optimizer results (and the Identity naming each the state's next value) stored in the bytes of
+  // the state they update: in unwritten too (no arena bytes); the program points them at the state.
+  std::map<const Value*, const Value*> aliases;
 };
 Schedule schedule(const Graph& g);
 

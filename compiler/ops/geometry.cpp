@@ -175,4 +175,32 @@ Tensor constantOfShapeValue(const Node& n) {
   return Tensor::fromDoubles(DType::f32, {1}, {0.0});
 }
 
+bool attentionMaskMap(const std::vector<int64_t>& lead, int64_t tq, int64_t tk, const std::vector<int64_t>& mask, AttentionMaskMap& map,
+                      std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  const size_t L = lead.size();
+  if (mask.size() < 2 || mask.size() > L + 2) return no("rank " + std::to_string(mask.size()) + " (the scores have " + std::to_string(L + 2) + ")");
+  if (mask.back() != tk) return no("its last dim is not Tk = " + std::to_string(tk));
+  const int64_t mq = mask[mask.size() - 2];
+  if (mq != tq && mq != 1) return no("its second last dim is neither Tq = " + std::to_string(tq) + " nor 1");
+  std::vector<int64_t> ml(L, 1);  // the mask's leading dims, right-aligned
+  std::copy(mask.begin(), mask.end() - 2, ml.end() - static_cast<std::ptrdiff_t>(mask.size() - 2));
+  size_t first = L, last = 0;  // the run of dims the mask does not broadcast over
+  for (size_t k = 0; k < L; ++k) {
+    if (ml[k] != 1 && ml[k] != lead[k]) return no("leading dim " + std::to_string(k) + " is neither 1 nor " + std::to_string(lead[k]));
+    if (ml[k] != 1) first = std::min(first, k), last = k + 1;
+  }
+  map = AttentionMaskMap{};
+  map.rows = mq == tq;
+  for (size_t k = first; k < last; ++k) {
+    if (ml[k] != lead[k]) return no("the dims it does not broadcast over are not one run");
+    map.mod *= lead[k];
+  }
+  for (size_t k = last; k < L && first < last; ++k) map.div *= lead[k];
+  return true;
+}
+
 }  // namespace ampc

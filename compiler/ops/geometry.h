@@ -49,6 +49,19 @@ struct SliceSpec {
 SliceSpec sliceSpecOf(const std::vector<int64_t>& shape, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
                       std::vector<int64_t> axes, std::vector<int64_t> steps);
 
+// The mask of fused attention (ampc.Attention) against scores [lead.., Tq, Tk]: its last dim is
+// Tk, the one before it Tq or 1 (one row for every query: a padding mask), and its leading dims
+// (right-aligned, missing ones 1) are 1 or the scores' own, those that are not 1 one contiguous run
+// (a mask per batch [B, 1, ..], per head [1, H, ..], per both, or shared). Scores slice n (over the
+// flattened leading dims) reads mask slice (n / div) % mod, of rows x Tk elements (rows: Tq, or 1).
+struct AttentionMaskMap {
+  int64_t div = 1, mod = 1;
+  bool rows = true;  // false: one row of Tk for every query
+};
+// False, with `why`, when the mask does not have that form.
+bool attentionMaskMap(const std::vector<int64_t>& lead, int64_t tq, int64_t tk, const std::vector<int64_t>& mask, AttentionMaskMap& map,
+                      std::string* why = nullptr);
+
 // Normalises a possibly negative axis against rank r; Error if out of range.
 int64_t normalizeAxis(int64_t a, int64_t r);
 

@@ -229,8 +229,10 @@ double convFlops(const Node& n) {
 //   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, dropout_ratio, dropout_key}
 //     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
 //   O = Dropout(Softmax(scale * Q KT + mask)) V; LSE = the rows' log-sum-exp (what the backward reads).
-// Q, KT and V share dtype and leading dims; the mask is [Tq, Tk] with any number of leading 1s
-// (one mask for every batch and head) or has all of the leading dims.
+// Q, KT and V share dtype and leading dims; the mask broadcasts to the scores (attentionMaskMap:
+// [.., Tq or 1, Tk], per batch, per head, both or shared). zero_empty_rows = 1: a row whose every
+// score is -inf gets probabilities 0 (O = 0, LSE = +inf, no gradient), as the exporters' IsNaN/Where
+// after the softmax makes them; 0 (the default): NaN there, as Softmax gives.
 void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
   requireFloat(c, q);
   requireSameDType(c, q, kt);
@@ -244,16 +246,11 @@ void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size
   c.check(vs[r - 2] == ks[r - 1], "V must be [.., Tk, Dv] with KT's Tk, got " + c.in(v).str());
   if (mask < c.numInputs() && c.hasInput(mask)) {
     requireFloat(c, mask);
-    const auto& ms = c.in(mask).shape;
-    const int64_t tq = qs[r - 2], tk = ks[r - 1];
-    bool ok = ms.size() >= 2 && ms.size() <= r && ms[ms.size() - 2] == tq && ms.back() == tk;
-    if (ok) {
-      const bool shared = std::all_of(ms.begin(), ms.end() - 2, [](int64_t d) { return d == 1; });
-      const bool full = ms.size() == r && std::equal(ms.begin(), ms.end() - 2, qs.begin());
-      ok = shared || full;
-    }
-    c.check(ok, "the mask must be [Tq, Tk] = [" + std::to_string(tq) + ", " + std::to_string(tk) +
-                    "] with leading 1s or Q's leading dims, got " + c.in(mask).str());
+    AttentionMaskMap map;
+    std::string why;
+    const bool ok = attentionMaskMap(std::vector<int64_t>(qs.begin(), qs.end() - 2), qs[r - 2], ks[r - 1], c.in(mask).shape, map, &why);
+    c.check(ok, "the mask must broadcast to the scores [.., Tq, Tk] as compiler/ops/geometry.h's attentionMaskMap says, got " +
+                    c.in(mask).str() + ": " + why);
   }
 }
 void inferAttention(InferContext& c) {

@@ -5,6 +5,7 @@
 // products). Dropout draws the Dropout op's Philox stream at the scores' flat index.
 #include <cmath>
 
+#include "compiler/ops/geometry.h"
 #include "kernels/cpu/compute.h"
 #include "kernels/cpu/families.h"
 
@@ -13,9 +14,15 @@ namespace {
 
 struct AttnDims {
   int64_t N = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
-  int64_t maskStride = 0;  // 0: one mask for every batch-head; Tq * Tk: one each
+  AttentionMaskMap mask;  // which mask slice each batch-head reads (compiler/ops/geometry.h)
+  bool zeroEmpty = false;  // zero_empty_rows: rows with every score -inf get probabilities 0
+  // Offset of mask element (i, j) for batch-head n.
+  int64_t maskAt(int64_t n, int64_t i, int64_t j) const {
+    const int64_t slice = (n / mask.div) % mask.mod;
+    return mask.rows ? (slice * Tq + i) * Tk + j : slice * Tk + j;
+  }
 };
-AttnDims attnDims(const Tensor& q, const Tensor& kt, const Tensor& v, const Tensor* mask) {
+AttnDims attnDims(const KernelCtx& c, const Tensor& q, const Tensor& kt, const Tensor& v, const Tensor* mask) {
   AttnDims d;
   const auto& qs = q.type.shape;
   const size_t r = qs.size();
@@ -24,7 +31,10 @@ AttnDims attnDims(const Tensor& q, const Tensor& kt, const Tensor& v, const Tens
   d.D = qs[r - 1];
   d.Tk = kt.type.shape[r - 1];
   d.Dv = v.type.shape[r - 1];
-  if (mask && mask->numel() != d.Tq * d.Tk) d.maskStride = d.Tq * d.Tk;
+  std::string why;
+  if (mask && !attentionMaskMap(std::vector<int64_t>(qs.begin(), qs.end() - 2), d.Tq, d.Tk, mask->type.shape, d.mask, &why))
+    c.fail("the mask does not broadcast to the scores: " + why);
+  d.zeroEmpty = c.node.getInt("zero_empty_rows", 0) != 0;
   return d;
 }
 
@@ -69,9 +79,12 @@ C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt
   for (int64_t j = 0; j < d.Tk; ++j) {
     C acc = 0;
     for (int64_t x = 0; x < d.D; ++x) acc += qi[x] * k[x * d.Tk + j];
-    s[j] = acc * scale + (mask ? (*mask)[n * d.maskStride + i * d.Tk + j] : C(0));
+    s[j] = acc * scale + (mask ? (*mask)[d.maskAt(n, i, j)] : C(0));
     m = std::max(m, s[j]);
   }
+  // zero_empty_rows: no key to attend to, LSE +inf makes every exp(s - LSE) 0 (here and in the
+  // backward)
+  if (d.zeroEmpty && m == -std::numeric_limits<C>::infinity()) return std::numeric_limits<C>::infinity();
   C l = 0;
   for (int64_t j = 0; j < d.Tk; ++j) l += std::exp(s[j] - m);
   return m + std::log(l);
@@ -82,7 +95,7 @@ template <typename C>
 struct AttentionK {
   static void run(KernelCtx& c) {
     const Tensor* maskT = c.has(3) ? &c.in(3) : nullptr;
-    const AttnDims d = attnDims(c.in(0), c.in(1), c.in(2), maskT);
+    const AttnDims d = attnDims(c, c.in(0), c.in(1), c.in(2), maskT);
     const DType t = c.in(0).type.dtype;
     const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f));
     const Dropout drop(c);
@@ -114,7 +127,7 @@ template <typename C>
 struct AttentionGradK {
   static void run(KernelCtx& c) {
     const Tensor* maskT = c.has(6) ? &c.in(6) : nullptr;
-    const AttnDims d = attnDims(c.in(1), c.in(2), c.in(3), maskT);
+    const AttnDims d = attnDims(c, c.in(1), c.in(2), c.in(3), maskT);
     const DType t = c.in(1).type.dtype;
     const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f));
     const Dropout drop(c);

@@ -2,8 +2,8 @@
 // without writing the [.., Tq, Tk] scores. The CPU reference is kernels/cpu/k_attention.cpp.
 //
 // Tiles of 64 queries x 64 keys, head dims up to 64 (zero-padded), four warps per block. f16/bf16
-// with head dims and Tk multiples of 8 run the mma.sync kernels further down (one-pass forward,
-// scores in registers). Otherwise the products run on tensor cores through WMMA 16x16x16 (f16/bf16
+// with head dims multiples of 8 (and, with dropout, Tk a multiple of 4) run the mma.sync kernels
+// further down (one-pass forward, scores in registers: attentionTensorCores). Otherwise the products run on tensor cores through WMMA 16x16x16 (f16/bf16
 // in, f32 accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block
 // per lane (WarpMma<float>), as follows.
 // Scores and softmax are f32; the probabilities (and in the backward the score gradients) are
@@ -193,22 +193,30 @@ __device__ __forceinline__ void dropFactors(const AttentionArgs& a, uint64_t ste
   for (int k = 0; k < 4; ++k) f[k] = u[k] >= a.ratio ? sc : 0.0f;
 }
 
-__device__ __forceinline__ float maskAt(const AttentionArgs& a, int64_t n, int64_t i, int64_t j) {
-  return a.mask ? loadF(a.mask, a.maskType, (a.maskStride ? n * a.maskStride : 0) + i * a.Tk + j) : 0.0f;
+// The mask slice batch-head n reads (one division per block), and the offset of its element (i, j).
+__device__ __forceinline__ int64_t maskSlice(const AttentionArgs& a, int64_t n) { return a.mask ? (n / a.maskDiv) % a.maskMod : 0; }
+__device__ __forceinline__ int64_t maskOffset(const AttentionArgs& a, int64_t mb, int64_t i, int64_t j) {
+  return a.maskRows ? (mb * a.Tq + i) * a.Tk + j : mb * a.Tk + j;
 }
-__device__ __forceinline__ bool skipTile(const uint8_t* flags, const AttentionArgs& a, int64_t n, int qt, int kt) {
+__device__ __forceinline__ float maskAt(const AttentionArgs& a, int64_t mb, int64_t i, int64_t j) {
+  return a.mask ? loadF(a.mask, a.maskType, maskOffset(a, mb, i, j)) : 0.0f;
+}
+__device__ __forceinline__ bool skipTile(const uint8_t* flags, const AttentionArgs& a, int64_t mb, int qt, int kt) {
   if (!flags) return false;
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  const int64_t mb = a.maskStride ? n : 0;
   return flags[(mb * nq + qt) * nk + kt] == 1;
 }
 // Whether the tile's mask entries must be read: not where there is no mask, nor where every entry
 // is 0 (flag 2).
-__device__ __forceinline__ bool readsMask(const uint8_t* flags, const AttentionArgs& a, int64_t n, int qt, int kt) {
+__device__ __forceinline__ bool readsMask(const uint8_t* flags, const AttentionArgs& a, int64_t mb, int qt, int kt) {
   if (!a.mask || !flags) return a.mask != nullptr;
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  const int64_t mb = a.maskStride ? n : 0;
   return flags[(mb * nq + qt) * nk + kt] != 2;
+}
+// The row's log-sum-exp from its running max and sum; zero_empty_rows: +inf where every score was
+// -inf, so that every exp(s - LSE) is 0 (O = 0 here, no gradient in the backward).
+__device__ __forceinline__ float rowLse(const AttentionArgs& a, float m, float l) {
+  return a.zeroEmpty && m == -INFINITY ? INFINITY : m + logf(l);
 }
 // f32 tiles: P (and in the backward dS) overwrite the scores (dP) they are made from, element by
 // element (the same pitch), which keeps two f32 forward and backward blocks resident per SM.
@@ -238,7 +246,7 @@ __global__ void __launch_bounds__(256) maskTileKernel(AttentionArgs a, MaskTile*
 #pragma unroll
   for (int k = 0; k < 16; ++k) {  // all loads first: 16 in flight per thread
     const int e = t + 256 * k, r = e / kTile, c = e % kTile;
-    v[k] = r < rows && c < cols ? loadF(a.mask, a.maskType, mb * a.maskStride + (i0 + r) * a.Tk + j0 + c) : 0.0f;
+    v[k] = r < rows && c < cols ? loadF(a.mask, a.maskType, maskOffset(a, mb, i0 + r, j0 + c)) : 0.0f;
   }
   int dead = 1, nonzero = 0, causal = 1;
 #pragma unroll
@@ -292,6 +300,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   float* rowL = Ss + kTile * kLdF;
   const int qt = blockIdx.x, warp = threadIdx.x >> 5, t = threadIdx.x;
   const int64_t n = blockIdx.y, i0 = static_cast<int64_t>(qt) * kTile;
+  const int64_t mb = maskSlice(a, n);
   const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const int dp = static_cast<int>((a.D + 15) / 16) * 16, nfv = static_cast<int>((a.Dv + 15) / 16);
   const uint64_t step = a.step ? *a.step : 0;
@@ -302,9 +311,9 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   for (int k = 0; k < 8; ++k) m[k] = -INFINITY, l[k] = 0.0f;
   // pass 1: log-sum-exp of each row
   for (int kt = 0; kt < nk; ++kt) {
-    if (skipTile(flags, a, n, qt, kt)) continue;
+    if (skipTile(flags, a, mb, qt, kt)) continue;
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    const bool rm = readsMask(flags, a, n, qt, kt);
+    const bool rm = readsMask(flags, a, mb, qt, kt);
     __syncthreads();
     loadTile(Ks, LT, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     __syncthreads();
@@ -316,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
       float s[4], mt = -INFINITY;
       for (int c = 0; c < 4; ++c) {
         const int64_t j = j0 + c4 + c;
-        s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, n, i, j) : 0.0f) : -INFINITY;
+        s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) : -INFINITY;
         mt = fmaxf(mt, s[c]);
       }
       mt = max16(mt);
@@ -330,7 +339,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   }
   for (int k = 0; k < 8; ++k) {
     const int r = r0 + 8 * k;
-    const float L = m[k] + logf(l[k]);
+    const float L = rowLse(a, m[k], l[k]);
     if ((t & 15) == 0) {
       rowL[r] = L;
       if (i0 + r < a.Tq) lse[n * a.Tq + i0 + r] = L;
@@ -340,9 +349,9 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
   WarpMma<T> acc;
   acc.zero();
   for (int kt = 0; kt < nk; ++kt) {
-    if (skipTile(flags, a, n, qt, kt)) continue;
+    if (skipTile(flags, a, mb, qt, kt)) continue;
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    const bool rm = readsMask(flags, a, n, qt, kt);
+    const bool rm = readsMask(flags, a, mb, qt, kt);
     __syncthreads();
     loadTile(Ks, LT, KT + n * a.D * a.Tk + j0, a.Tk, a.D, a.Tk - j0);
     loadTile(Vs, LT, V + (n * a.Tk + j0) * a.Dv, a.Dv, a.Tk - j0, a.Dv);
@@ -357,7 +366,7 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
       for (int c = 0; c < 4; ++c) {
         const int64_t j = j0 + c4 + c;
         float p = 0.0f;
-        if (i < a.Tq && j < a.Tk) p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, n, i, j) : 0.0f) - rowL[r]) * f[c];
+        if (i < a.Tq && j < a.Tk) p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) - rowL[r]) * f[c];
         Ps[r * LT + c4 + c] = fromF<T>(p);
       }
     }
@@ -425,6 +434,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
   float* rowDs = rowL + kTile;
   const int kt = blockIdx.x, warp = threadIdx.x >> 5, t = threadIdx.x;
   const int64_t n = blockIdx.y, j0 = static_cast<int64_t>(kt) * kTile;
+  const int64_t mb = maskSlice(a, n);
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile);
   const int dp = static_cast<int>((a.D + 15) / 16) * 16, dvp = static_cast<int>((a.Dv + 15) / 16) * 16;
   const uint64_t step = a.step ? *a.step : 0;
@@ -435,9 +445,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
   dKacc.zero();
   dVacc.zero();
   for (int qt = 0; qt < nq; ++qt) {
-    if (skipTile(flags, a, n, qt, kt)) continue;
+    if (skipTile(flags, a, mb, qt, kt)) continue;
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
-    const bool rm = readsMask(flags, a, n, qt, kt);
+    const bool rm = readsMask(flags, a, mb, qt, kt);
     __syncthreads();
     loadTile(Qs, LT, Q + (n * a.Tq + i0) * a.D, a.D, a.Tq - i0, a.D);
     loadTile(dOs, LT, dO + (n * a.Tq + i0) * a.Dv, a.Dv, a.Tq - i0, a.Dv);
@@ -463,7 +473,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
         const int64_t j = j0 + c4 + c;
         float pd = 0.0f, g = 0.0f;
         if (i < a.Tq && j < a.Tk) {
-          const float p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, n, i, j) : 0.0f) - rowL[r]);
+          const float p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) - rowL[r]);
           pd = p * f[c];
           g = a.scale * p * (dPs[r * kLdF + c4 + c] * f[c] - rowDs[r]);
         }
@@ -507,8 +517,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
 }
 
 // ---- f16/bf16 fast path: mma.sync m16n8k16 with the scores and softmax in registers ---------
-// For head dims <= 64 that are multiples of 8 and Tk a multiple of 8 (16-byte rows, so tiles load
-// with cp.async; a dropout group of 4 keys never straddles two rows). A warp owns 16 rows of a
+// For head dims <= 64 that are multiples of 8 (16-byte rows of Q, V and K as rows, which load with
+// cp.async; KT [d][j] rows with Tk not a multiple of 8 load element by element) and, with dropout,
+// Tk a multiple of 4 (a dropout group of 4 keys never straddles two rows). A warp owns 16 rows of a
 // 64 x 64 tile; fragments come from shared memory through ldmatrix (rows of kP elements: 144
 // bytes, no bank conflicts). The forward is one pass with the running max (flash attention 2): O
 // and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
@@ -591,15 +602,27 @@ __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_
 template <int N>
 __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// rows x cols (cols a multiple of 8) of a global matrix with pitch ld into a 64 x 64 smem tile,
-// zeros outside.
+// rows x cols of a global matrix with pitch ld into a 64 x 64 smem tile, zeros outside. Rows that
+// start on 16 bytes (g and ld) load 8 elements per cp.async; a chunk that crosses `cols`, or rows
+// that do not (KT [d][j] with Tk not a multiple of 8, as ViT's 197 tokens), load element by element
+// (plain stores, seen by the block after the __syncthreads that follows the cp.async wait).
 template <typename T>
 __device__ void loadTileAsync(T* s, const T* g, int64_t ld, int64_t rows, int64_t cols) {
+  const bool aligned = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0;
   for (int c = threadIdx.x; c < kTile * 8; c += kThreads) {
     const int r = c >> 3, k = (c & 7) * 8;
     T* dst = s + r * kP + k;
-    if (r < rows && k < cols) cpAsync16(dst, g + r * ld + k);
-    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    if (r < rows && k < cols) {
+      if (aligned && k + 8 <= cols) {
+        cpAsync16(dst, g + r * ld + k);
+      } else {
+        const T* src = g + r * ld + k;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[e] = k + e < cols ? src[e] : fromF<T>(0.0f);
+      }
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
@@ -619,7 +642,7 @@ struct TileFlags {
 __device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, int64_t n, bool row, int fixed, uint8_t* smem) {
   if (!a.mask) return {nullptr, 0, nullptr};
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  const uint8_t* base = flags + (a.maskStride ? n : 0) * nq * nk + (row ? static_cast<int64_t>(fixed) * nk : fixed);
+  const uint8_t* base = flags + maskSlice(a, n) * nq * nk + (row ? static_cast<int64_t>(fixed) * nk : fixed);
   const int count = row ? nk : nq;
   const int64_t stride = row ? 1 : nk;
   if (count > kFlagsSmem) return {base, stride, nullptr};
@@ -655,6 +678,7 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
   const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
             tq = lane & 3;
   const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;
+  const int64_t mb = maskSlice(a, n);
   const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
   const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
@@ -725,7 +749,7 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
         for (int c = 0; c < 2; ++c) {
           const int jl = nt * 8 + 2 * tq + c;
           float v = -INFINITY;
-          if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i, j0 + jl) : 0.0f);
+          if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i, j0 + jl) : 0.0f);
           s[nt][2 * r + c] = v;
           mx = fmaxf(mx, v);
         }
@@ -795,10 +819,11 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     const int64_t i = rowI[r];
     if (i >= a.Tq) continue;
-    const float L = m[r] + logf(l[r]);
+    const float L = rowLse(a, m[r], l[r]);
     if (tq == 0) lse[n * a.Tq + i] = L;
     // 1 / l, written as the backward (and the CPU reference) normalise, exp(s - lse): where lse
-    // absorbs log(l) (a row masked everywhere by -3.4e38) both then take every p as 1.
+    // absorbs log(l) (a row masked everywhere by -3.4e38) both then take every p as 1. An empty
+    // row under zero_empty_rows: exp(-inf - inf) = 0.
     const float inv = expf(m[r] - L);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -828,6 +853,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   // the most query tiles).
   const int kt = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int64_t n = blockIdx.x, j0 = static_cast<int64_t>(kt) * kTile;
+  const int64_t mb = maskSlice(a, n);
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
   const TileFlags tf = stageFlags(flags, a, n, false, kt, flagsS);
@@ -921,7 +947,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       const int qi = nt * 8 + 2 * tq + c;
       float pd = 0.0f, ds = 0.0f;
       if (qi < iRem && keyIn[r] && !(causal && keyJ[r] > i0 + qi)) {
-        const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, n, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
+        const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
         pd = p * f;
         ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
       }
@@ -1059,11 +1085,9 @@ cudaError_t smemAttributes(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
 }
 
-bool mmaPath(const AttentionArgs& a) {
-  return a.t != DT::f32 && a.D % 8 == 0 && a.Dv % 8 == 0 && a.Tk % 8 == 0;
-}
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool mmaPath(const AttentionArgs& a) { return attentionTensorCores(a); }
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 template <typename T>
@@ -1129,15 +1153,19 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
 
 }  // namespace
 
+bool attentionTensorCores(const AttentionArgs& a) {
+  return a.t != DT::f32 && a.D % 8 == 0 && a.Dv % 8 == 0 && (a.ratio <= 0.0f || a.Tk % 4 == 0);
+}
+
 // The flags (a byte per tile), then the per-tile records maskTileKernel hands to maskFlagsKernel.
 size_t attentionFlagBytes(const AttentionArgs& a) {
-  const size_t tiles = static_cast<size_t>((a.maskStride ? a.N : 1) * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile));
+  const size_t tiles = static_cast<size_t>(a.maskMod * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile));
   return a.mask ? align256(tiles) + align256(tiles * sizeof(MaskTile)) : 0;
 }
 
 cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st) {
   if (!a.mask || a.Tq == 0 || a.Tk == 0) return cudaSuccess;
-  const int64_t nq = cdiv(a.Tq, kTile), nk = cdiv(a.Tk, kTile), mb = a.maskStride ? a.N : 1;
+  const int64_t nq = cdiv(a.Tq, kTile), nk = cdiv(a.Tk, kTile), mb = a.maskMod;
   MaskTile* tiles = reinterpret_cast<MaskTile*>(flags + align256(static_cast<size_t>(mb * nq * nk)));
   maskTileKernel<<<dim3(static_cast<unsigned>(nk), static_cast<unsigned>(nq), static_cast<unsigned>(mb)), 256, 0, st>>>(a, tiles);
   maskFlagsKernel<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(mb)), 32, 0, st>>>(tiles, flags, static_cast<int>(nk));

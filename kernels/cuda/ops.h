@@ -162,6 +162,9 @@ cudaError_t reduceColumns(const void* x, DT t, void* out, int64_t R, int64_t K, 
 // or a per-channel scale's (NCHW, summed over N and H W). Blocks per (k, slice of A) read rows of B
 // contiguous elements; the slices' f32 sums (reduceMiddleScratch bytes) are added in order.
 size_t reduceMiddleScratch(int64_t A, int64_t K, int64_t B);
+// The other way round: x [A, K, B] summed over K (out [A, B]), a thread per output; for a short K
+// between kept dims (grouped-query attention's Expand gradient: [B, Hkv, g, T, D] over g).
+cudaError_t reduceStrided(const void* x, DT t, void* out, int64_t A, int64_t K, int64_t B, float scale, cudaStream_t st);
 cudaError_t reduceMiddle(const void* x, DT t, void* out, int64_t A, int64_t K, int64_t B, float scale, float* part, cudaStream_t st);
 
 // ---- depthwise convolution (kernels/cuda/depthwise.cu) ----------------------------------------
@@ -199,7 +202,8 @@ cudaError_t randomFill(RandomMode mode, const void* p, DT pt, void* out, DT t, i
 
 // ---- fused attention (attention.cu) ----------------------------------------------------------
 // Q [N, Tq, D], KT [N, D, Tk], V [N, Tk, Dv] of type t (f32/f16/bf16), D and Dv <= 64; mask
-// (optional, maskType) [Tq, Tk] shared (maskStride 0) or [N, Tq, Tk] (maskStride Tq * Tk).
+// (optional, maskType): slice n reads mask slice (n / maskDiv) % maskMod, of [Tq, Tk] elements
+// (maskRows) or one row [1, Tk] for every query (compiler/ops/geometry.h's attentionMaskMap).
 // Where an attention operand's elements are: (n, row, col) at (n / heads) sB + (n % heads) sH +
 // row sRow + col, n over the N leading slices. Contiguous [N, rows, cols]: heads 1, sB = rows * cols,
 // sRow = cols. The WMMA and f32 kernels take contiguous operands only.
@@ -213,7 +217,9 @@ struct AttentionArgs {
   bool kRows = false, dkRows = false;
   const void* mask = nullptr;
   DT maskType = DT::f32;
-  int64_t maskStride = 0;
+  int64_t maskDiv = 1, maskMod = 1;
+  bool maskRows = true;
+  bool zeroEmpty = false;  // zero_empty_rows: a row with every score -inf gets O = 0 and LSE +inf
   float scale = 1.0f, ratio = 0.0f;  // ratio 0: no dropout
   uint64_t seed = 0;
   const uint64_t* step = nullptr;    // device step counter (Dropout's)
@@ -225,6 +231,10 @@ struct AttentionArgs {
   // the slices are summed in key-tile order (scratch: one f32 dQ per key tile).
   bool deterministic = false;
 };
+// Whether `a` runs the f16/bf16 tensor-core (mma.sync) kernels, the only ones that take strided
+// operands (AttnLayout other than contiguous): head dims multiples of 8, and with dropout Tk a
+// multiple of 4.
+bool attentionTensorCores(const AttentionArgs& a);
 // The mask's tile flags (which 64 x 64 tiles are dead, all zero, or read), computed once per mask
 // value and step and shared by every node that reads that mask: attentionFlagBytes(a) bytes.
 size_t attentionFlagBytes(const AttentionArgs& a);

@@ -110,8 +110,15 @@ struct Program::Lowering {
       a.mask = P(mask);
       a.maskType = dt(mask);
       if (a.maskType != DT::f32 && a.maskType != DT::f16 && a.maskType != DT::bf16) fail("the mask must be a float tensor");
-      a.maskStride = mask->type().numel() == a.Tq * a.Tk ? 0 : a.Tq * a.Tk;
+      AttentionMaskMap map;
+      std::string why;
+      if (!attentionMaskMap(std::vector<int64_t>(qs.begin(), qs.end() - 2), a.Tq, a.Tk, mask->type().shape, map, &why))
+        fail("the mask does not broadcast to the scores: " + why);
+      a.maskDiv = map.div;
+      a.maskMod = map.mod;
+      a.maskRows = map.rows;
     }
+    a.zeroEmpty = n.getInt("zero_empty_rows", 0) != 0;
     a.scale = n.getFloat("scale", 1.0f);
     const float ratio = n.getFloat("dropout_ratio", 0.0f);
     if (ratio < 0.0f || ratio >= 1.0f) fail("dropout_ratio must be in [0, 1)");
@@ -800,6 +807,13 @@ void Program::Lowering::reduce(Red op) {
       add([X, Y, t, A, K, B, scale, acc](cudaStream_t s) { return reduceMiddle(X, t, Y, A, K, B, scale, acc.f(), s); });
       return;
     }
+    // [A, K, B] over K with enough outputs to fill the GPU with a thread each (the warp per output
+    // of the general kernel idles 29 of 32 lanes over a K of 3).
+    if (keptInOrder && is({false, true, false}) && blocks[0].second * blocks[2].second >= 4096 && blocks[1].second <= 1024) {
+      const int64_t A = blocks[0].second, K = blocks[1].second, B = blocks[2].second;
+      add([X, Y, t, A, K, B, scale](cudaStream_t s) { return reduceStrided(X, t, Y, A, K, B, scale, s); });
+      return;
+    }
   }
   add([X, Y, a](cudaStream_t s) { return cuda::reduce(X, Y, a, s); });
 }
@@ -1415,7 +1429,7 @@ void Program::Lowering::lower() {
         return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
       };
       auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands
-        if (inPlace && (a.t == DT::f32 || a.D % 8 || a.Dv % 8 || a.Tk % 8)) fail("internal: strided attention operands off the mma.sync path");
+        if (inPlace && !attentionTensorCores(a)) fail("internal: strided attention operands off the mma.sync path");
       };
       const AttnOperand lk = attnRead(p.g_, n, q + 1);
       const void *Q = at(attnRead(p.g_, n, q), a.q), *KT = at(lk, a.k), *V = at(attnRead(p.g_, n, q + 2), a.v);
@@ -1446,7 +1460,7 @@ void Program::Lowering::lower() {
       if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {
         const AttentionArgs& f = it->second;
         if (f.N == a.N && f.Tq == a.Tq && f.Tk == a.Tk && f.D == a.D && f.Dv == a.Dv && f.t == a.t && f.mask == a.mask &&
-            f.maskStride == a.maskStride && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
+            f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
           a.keep = f.keep;
       }
       add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
@@ -1683,6 +1697,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
       }
     }
   for (const auto& [v, s] : plan_.slots) where_[v] = arena_ + s.offset;
+  for (const auto& [v, state] : sched.aliases) where_[v] = where_.at(state);  // optimizer updates in place
   step_ = static_cast<uint64_t*>(allocPersistent(sizeof(uint64_t)));
   check(cudaMemset(step_, 0, sizeof(uint64_t)), "step counter");
 

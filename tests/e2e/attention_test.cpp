@@ -149,34 +149,31 @@ INSTANTIATE_TEST_SUITE_P(Models, FusedAttention,
                          ::testing::Values(Case{"gpt2_tiny", "causal_mask", 2}, Case{"transformer", "model\\.mask", 2}),
                          [](const auto& i) { return i.param.model; });
 
-// Which head dims fuse is the target's to say (compiler/target.h), not the pass's: at head dim 128
-// the cuda target (kernels of at most 64) keeps the attention as written, the cpu target fuses it,
-// and the fused graph's loss and gradients are the unfused graph's.
-TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
-  const std::string text = R"(graph "a" opset 17 {
-  input %x : f32[2,6,16]
-  param %wq : f32[16,256]
-  param %wk : f32[16,256]
-  param %wv : f32[16,256]
-  const %shape : i64[4] = [2, 6, 2, 128]
-  const %s : f32[] = [0.0883883]
-  %q0 : f32[2,6,256] = MatMul(%x, %wq) @q
-  %k0 : f32[2,6,256] = MatMul(%x, %wk) @k
-  %v0 : f32[2,6,256] = MatMul(%x, %wv) @v
-  %q1 : f32[2,6,2,128] = Reshape(%q0, %shape) @qr
-  %k1 : f32[2,6,2,128] = Reshape(%k0, %shape) @kr
-  %v1 : f32[2,6,2,128] = Reshape(%v0, %shape) @vr
-  %q : f32[2,2,6,128] = Transpose(%q1) {perm = [0, 2, 1, 3]} @qt
-  %kt : f32[2,2,128,6] = Transpose(%k1) {perm = [0, 2, 3, 1]} @kt
-  %v : f32[2,2,6,128] = Transpose(%v1) {perm = [0, 2, 1, 3]} @vt
-  %sc : f32[2,2,6,6] = MatMul(%q, %kt) @attn/qk
-  %ss : f32[2,2,6,6] = Mul(%sc, %s) @attn/scale
-  %p : f32[2,2,6,6] = Softmax(%ss) {axis = -1} @attn/softmax
-  %o : f32[2,2,6,128] = MatMul(%p, %v) @attn/pv
-  %sq : f32[2,2,6,128] = Mul(%o, %o) @sq
-  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
-  output %loss
-})";
+namespace {
+// The head of a one-layer attention graph as PyTorch exports it: input %x [2, T, 16], weights
+// %wq/%wk/%wv [16, H D], and Q [2, H, T, D], KT [2, H, D, T], V [2, H, T, D] as %q, %kt, %v.
+std::string attentionInputs(int64_t t, int64_t h, int64_t d) {
+  auto dims = [](std::initializer_list<int64_t> v) {
+    std::string s;
+    for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return "f32[" + s + "]";
+  };
+  const std::string w = dims({16, h * d}), flat = dims({2, t, h * d}), split = dims({2, t, h, d}), heads = dims({2, h, t, d});
+  std::string s = "  input %x : " + dims({2, t, 16}) + "\n";
+  for (const char* p : {"q", "k", "v"}) s += "  param %w" + std::string(p) + " : " + w + "\n";
+  s += "  const %shape : i64[4] = [2, " + std::to_string(t) + ", " + std::to_string(h) + ", " + std::to_string(d) + "]\n";
+  for (const char* p : {"q", "k", "v"}) s += "  %" + std::string(p) + "0 : " + flat + " = MatMul(%x, %w" + p + ") @" + p + "\n";
+  for (const char* p : {"q", "k", "v"}) s += "  %" + std::string(p) + "1 : " + split + " = Reshape(%" + p + "0, %shape) @" + p + "r\n";
+  s += "  %q : " + heads + " = Transpose(%q1) {perm = [0, 2, 1, 3]} @qt\n";
+  s += "  %kt : " + dims({2, h, d, t}) + " = Transpose(%k1) {perm = [0, 2, 3, 1]} @kt\n";
+  s += "  %v : " + heads + " = Transpose(%v1) {perm = [0, 2, 1, 3]} @vt\n";
+  return s;
+}
+
+// `text` (input %x of shape xs, a scalar loss) fused for the cpu target holds one ampc.Attention
+// and no Softmax or scalar Mul left, and its loss and weight gradients are the unfused graph's on
+// the same weights and input.
+void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& xs) {
   std::mt19937 rng(3);
   auto fill = [&](Graph& g) {
     for (Value* p : g.params()) {
@@ -185,18 +182,16 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
       p->setData(std::move(t));
     }
   };
-  auto cuda = parseGraph(text, "a");
-  EXPECT_FALSE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cuda"))->run(*cuda));
-  EXPECT_EQ(count(*cuda, "Attention"), 0);
   auto fused = parseGraph(text, "a"), plain = parseGraph(text, "a");
   ASSERT_TRUE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*fused));
   EXPECT_EQ(count(*fused, "Attention"), 1);
   EXPECT_EQ(count(*fused, "Softmax"), 0);
+  for (const auto& n : fused->nodes()) EXPECT_FALSE(n->op() == "Mul" && n->name().rfind("attn/", 0) == 0) << n->name() << " left unfused";
   fill(*plain);
   for (Value* p : fused->params()) p->setData(*plain->lookup(p->name())->data());
   createAutodiffPass()->run(*fused);
   createAutodiffPass()->run(*plain);
-  Tensor x(TensorType{DType::f32, {2, 6, 16}});
+  Tensor x(TensorType{DType::f32, xs});
   for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
   auto backend = createCpuBackend();
   auto a = evaluate(*fused, {{"x", x}}, *backend), b = evaluate(*plain, {{"x", x}}, *backend);
@@ -207,7 +202,131 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
     EXPECT_LE(relL2(u, w), 1e-5) << fused->outputs()[i]->name();
     EXPECT_GT(std::fabs(w[0]) + std::fabs(w.back()), 0.0);
   }
+}
+}  // namespace
+
+// Which head dims fuse is the target's to say (compiler/target.h), not the pass's: at head dim 128
+// the cuda target (kernels of at most 64) keeps the attention as written, the cpu target fuses it,
+// and the fused graph's loss and gradients are the unfused graph's.
+TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(6, 2, 128) + R"(  const %s : f32[] = [0.0883883]
+  %sc : f32[2,2,6,6] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,6,6] = Mul(%sc, %s) @attn/scale
+  %p : f32[2,2,6,6] = Softmax(%ss) {axis = -1} @attn/softmax
+  %o : f32[2,2,6,128] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,6,128] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  auto cuda = parseGraph(text, "a");
+  EXPECT_FALSE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cuda"))->run(*cuda));
+  EXPECT_EQ(count(*cuda, "Attention"), 0);
+  expectFusedLikePlain(text, {2, 6, 16});
   EXPECT_THROW(findTarget("tpu"), Error);
+}
+
+// Scaled dot-product attention as PyTorch's exporters decompose it with the scale split before the
+// product: Q and KT each multiplied by sqrt(scale) (timm's ViT, dynamo export). Both factors join the
+// fused node's scale, so neither multiply is left to run (nor its gradient).
+TEST(FusedAttentionPass, ScalesOnQAndKFold) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  const %c : f32[] = [0.5946036]
+  %qs : f32[2,2,5,8] = Mul(%q, %c) @attn/qscale
+  %ks : f32[2,2,8,5] = Mul(%c, %kt) @attn/kscale
+  %sc : f32[2,2,5,5] = MatMul(%qs, %ks) @attn/qk
+  %p : f32[2,2,5,5] = Softmax(%sc) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  expectFusedLikePlain(text, {2, 5, 16});
+  auto g = parseGraph(text, "a");
+  createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*g);
+  for (const auto& n : g->nodes())
+    if (n->op() == "Attention") EXPECT_NEAR(n->getFloat("scale", 0.0f), 0.5946036 * 0.5946036, 1e-6);
+}
+
+// Transformers' attention as both PyTorch exporters write it: a mask that broadcasts over heads
+// (per batch [B, 1, Tq, Tk], a padding row [B, 1, 1, Tk]) or over batches ([1, H, Tq, Tk]), -inf
+// entries, and Where(IsNaN(P), 0, P) after the softmax. It fuses (zero_empty_rows), and the loss
+// and gradients are the unfused graph's. A query row masked everywhere then gives O = 0 (the
+// unfused graph's Where makes it 0 too) and finite gradients, where the unfused graph's Softmax
+// gradient is NaN (PyTorch's own _safe_softmax gives 0 there, as the fused op does).
+TEST(FusedAttentionPass, BroadcastMasksAndTheNaNGuard) {
+  const std::vector<std::vector<int64_t>> masks = {{2, 1, 5, 5}, {2, 1, 1, 5}, {1, 2, 5, 5}, {5, 5}};
+  for (const auto& ms : masks)
+    for (const bool emptyRow : {false, true}) {
+      if (emptyRow && ms[ms.size() - 2] == 1) continue;  // a padding row masks keys, not queries
+      std::string mdims;
+      for (int64_t d : ms) mdims += (mdims.empty() ? "" : ",") + std::to_string(d);
+      const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + "  input %m : f32[" + mdims + R"(]
+  const %c : f32[] = [0.35355339]
+  const %zero : f32[] = [0.0]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %c) @attn/scale
+  %sm : f32[2,2,5,5] = Add(%ss, %m) @attn/mask
+  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
+  %nan : bool[2,2,5,5] = IsNaN(%p) @attn/isnan
+  %pz : f32[2,2,5,5] = Where(%nan, %zero, %p) @attn/where
+  %o : f32[2,2,5,8] = MatMul(%pz, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+  output %o
+})";
+      const std::string what = "mask [" + mdims + "]" + (emptyRow ? " with an empty row" : "");
+      std::mt19937 rng(11);
+      auto fused = parseGraph(text, "a"), plain = parseGraph(text, "a");
+      ASSERT_TRUE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*fused)) << what;
+      ASSERT_EQ(count(*fused, "Attention"), 1) << what;
+      EXPECT_EQ(count(*fused, "IsNaN") + count(*fused, "Where") + count(*fused, "Softmax"), 0) << what;
+      for (const auto& n : fused->nodes())
+        if (n->op() == "Attention") EXPECT_EQ(n->getInt("zero_empty_rows", 0), 1) << what;
+      for (Value* p : plain->params()) {
+        Tensor t(p->type());
+        for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, std::normal_distribution<double>(0, 0.3)(rng));
+        fused->lookup(p->name())->setData(t);
+        p->setData(std::move(t));
+      }
+      auto forward = parseGraph(text, "a");  // the fused graph's loss and O
+      createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*forward);
+      for (Value* p : forward->params()) p->setData(*plain->lookup(p->name())->data());
+      createAutodiffPass()->run(*fused);
+      createAutodiffPass()->run(*plain);
+      Tensor x(TensorType{DType::f32, {2, 5, 16}}), m(TensorType{DType::f32, ms});
+      for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
+      const int64_t tk = 5, tq = ms[ms.size() - 2];
+      for (int64_t e = 0; e < m.numel(); ++e) {
+        const int64_t j = e % tk, i = (e / tk) % tq;
+        const bool masked = std::uniform_real_distribution<double>()(rng) < 0.3 && j != i % tk;  // every row keeps a key
+        m.setDouble(e, masked ? -INFINITY : std::normal_distribution<double>()(rng));
+      }
+      if (emptyRow)
+        for (int64_t j = 0; j < tk; ++j) m.setDouble(m.numel() - tk * 2 + j, -INFINITY);  // the last slice's row tq - 2
+      auto backend = createCpuBackend();
+      auto a = evaluate(*fused, {{"x", x}, {"m", m}}, *backend), b = evaluate(*plain, {{"x", x}, {"m", m}}, *backend);
+      ASSERT_EQ(a.size(), 4u) << what;  // the loss and three weight gradients
+      for (size_t i = 0; i < a.size(); ++i) {
+        std::vector<double> u, w;
+        for (int64_t k = 0; k < a[i].numel(); ++k) u.push_back(a[i].getDouble(k)), w.push_back(b[i].getDouble(k));
+        for (double d : u) ASSERT_TRUE(std::isfinite(d)) << what << ": " << fused->outputs()[i]->name();
+        if (emptyRow && i >= 1) continue;  // the unfused gradients are NaN
+        EXPECT_LE(relL2(u, w), 1e-5) << what << ": " << fused->outputs()[i]->name();
+        EXPECT_GT(std::fabs(w[0]) + std::fabs(w.back()), 0.0) << what;
+      }
+      if (emptyRow) {  // O's rows that read the empty mask row are exactly 0, and only those
+        const auto f = evaluate(*forward, {{"x", x}, {"m", m}}, *backend);
+        EXPECT_NEAR(f[0].getDouble(0), b[0].getDouble(0), 1e-6 * std::fabs(b[0].getDouble(0))) << what;
+        const auto& os = f[1];
+        int zeroRows = 0;
+        for (int64_t r = 0; r < os.numel() / 8; ++r) {
+          bool zero = true;
+          for (int64_t d = 0; d < 8; ++d) zero &= os.getDouble(r * 8 + d) == 0.0;
+          zeroRows += zero;
+        }
+        EXPECT_EQ(zeroRows, ms.size() == 2 ? 4 : 2) << what;  // every batch-head, or the two of one batch / head
+      }
+    }
 }
 
 // A mask computed from a trained parameter needs its gradient: that attention stays unfused.

@@ -136,6 +136,8 @@ std::vector<Case> cases() {
   // below and above a block's 256 threads, and a large whole sum ([A, 1, 1]).
   c.push_back({"ReduceSum_channels", "input %x : $T[9,40,17,19]\nconst %a : i64[3] = [0, 2, 3]\n%y : $T[1,40,1,1] = ReduceSum(%x, %a)\noutput %y"});
   c.push_back({"ReduceMean_channels_small_rows", "input %x : $T[33,24,7,7]\n%y : $T[24] = ReduceMean(%x) {axes = [0, 2, 3], keepdims = 0}\noutput %y"});
+  // grouped-query attention's Expand gradient: a short middle axis between kept ones (reduceStrided)
+  c.push_back({"ReduceSum_middle_short", "input %x : $T[2,4,3,33,16]\nconst %a : i64[1] = [2]\n%y : $T[2,4,33,16] = ReduceSum(%x, %a) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceSum_all_large", "input %x : $T[300,1001]\n%y : $T[] = ReduceSum(%x) {keepdims = 0}\noutput %y"});
   c.push_back({"ReduceMax", "input %x : $T[5,6,7]\n%y : $T[5,1,7] = ReduceMax(%x) {axes = [1]}\noutput %y"});
   c.push_back({"ReduceMin", "input %x : $T[5,6,7]\n%y : $T[1,6,1] = ReduceMin(%x) {axes = [0, 2]}\noutput %y"});
@@ -448,7 +450,8 @@ struct AttnCase {
   std::string name;
   std::vector<int64_t> lead;
   int64_t tq, tk, d, dv;
-  std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk])
+  std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk]), "zeros", "per_batch"
+                     // ([B,1,Tq,Tk], -inf entries, row 5 of batch 1 empty), "padding" ([B,1,1,Tk])
   double ratio;
 };
 std::string dims(const std::vector<int64_t>& v) {
@@ -462,14 +465,24 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"random_mask_odd_tiles", {2, 3}, 100, 130, 40, 24, "random", 0.2},
       {"causal_gpt_like", {2, 2}, 192, 192, 64, 64, "causal", 0.1},
       {"no_mask_no_dropout", {3}, 70, 33, 32, 16, "", 0.0},
-      // f16/bf16 with head dims and Tk multiples of 8 take the mma.sync kernels: odd query tiles,
-      // partial key tiles, head dims below 64, each mask form, dropout on and off.
+      // f16/bf16 with head dims multiples of 8 (and with dropout Tk a multiple of 4) take the
+      // mma.sync kernels: odd query tiles, partial key tiles, head dims below 64, each mask form,
+      // dropout on and off; KT rows that are not 16-byte aligned (Tk 33, 197, 61, 132) load element
+      // by element. random_mask_odd_tiles (Tk 130, dropout) stays on the WMMA kernels.
       {"mma_random_mask", {2, 3}, 100, 136, 40, 24, "random", 0.2},
       {"mma_causal_long", {1, 3}, 320, 320, 64, 64, "causal", 0.0},
       {"mma_no_mask", {3}, 70, 48, 32, 16, "", 0.1},
       {"mma_causal_d16", {1, 1}, 128, 128, 16, 16, "causal", 0.0},
       {"mma_zero_mask", {2, 1}, 128, 136, 16, 16, "zeros", 0.1},  // every tile flagged "mask not read"
       {"mma_random_mask_d64", {1, 2}, 128, 128, 64, 64, "random", 0.0},
+      {"mma_vit_tokens", {2, 2}, 197, 197, 64, 64, "", 0.0},
+      {"mma_odd_keys_random_mask", {1, 2}, 77, 61, 32, 32, "random", 0.0},
+      {"mma_tk_mult4_causal_dropout", {1, 2}, 90, 132, 64, 48, "causal", 0.15},
+      // Transformers' masks (zero_empty_rows): per batch, broadcast over heads, with -inf entries
+      // and one query row masked everywhere (O = 0 there); a padding row [B, 1, 1, Tk].
+      {"mma_per_batch_mask_empty_row", {2, 3}, 100, 136, 64, 64, "per_batch", 0.1},
+      {"per_batch_mask_empty_row_tk130", {2, 2}, 70, 130, 32, 32, "per_batch", 0.2},
+      {"mma_padding_mask", {2, 2}, 77, 77, 32, 32, "padding", 0.0},
   };
   for (const auto& c : cases)
     for (const char* t : {"f32", "f16", "bf16"}) {
@@ -482,8 +495,12 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       };
       std::vector<int64_t> lse = c.lead;
       lse.push_back(c.tq);
-      const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk}) : sh(c.tq, c.tk);
-      const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654}";
+      const bool transformers = c.mask == "per_batch" || c.mask == "padding";
+      const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk})
+                                    : transformers ? dims({c.lead[0], 1, c.mask == "padding" ? 1 : c.tq, c.tk})
+                                                   : sh(c.tq, c.tk);
+      const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654" +
+                                (transformers ? ", zero_empty_rows = 1" : "") + "}";
       const std::string m = c.mask.empty() ? "" : ", %m";
       std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n";
       text += "  input %q : " + T + sh(c.tq, c.d) + "\n  input %kt : " + T + sh(c.d, c.tk) + "\n  input %v : " + T + sh(c.tk, c.dv) +
@@ -504,7 +521,9 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
         const float neg = -3.4028234663852886e38f;
         for (int64_t e = 0; e < mk.numel(); ++e) {
           const int64_t j = e % c.tk, i = (e / c.tk) % c.tq;
-          if (c.mask == "zeros") mk.setDouble(e, 0.0);
+          if (c.mask == "padding") mk.setDouble(e, e >= c.tk && j >= c.tk - 7 ? -INFINITY : 0.0);  // batch 1's last 7 keys
+          else if (c.mask == "per_batch") mk.setDouble(e, (e >= c.tq * c.tk && i == 5) || mk.getDouble(e) < -0.5 ? -INFINITY : mk.getDouble(e));
+          else if (c.mask == "zeros") mk.setDouble(e, 0.0);
           else if (c.mask == "causal") mk.setDouble(e, j > i || i == 77 ? neg : 0.0);  // row 77: masked everywhere
           else if (mk.getDouble(e) < -0.5) mk.setDouble(e, neg);                  // ~30% masked, the rest N(0,1)
         }
@@ -521,11 +540,13 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
 // projection [B, T, 3C] and transposed to heads, O transposed back, dO transposed in, and the three
 // gradients transposed back and concatenated. Then the same with Q, K, V from separate inputs and
 // the gradients not concatenated. Against the CPU (which runs every node), causal mask, dropout on,
-// partial tiles (T = 136); and the values the folds stand in for get no bytes.
+// partial tiles (T = 136), and T = 99 without dropout (KT's rows, read in place as K rows, are
+// then of any length); and the values the folds stand in for get no bytes.
 TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
   AMPC_NEED_GPU();
-  for (const char* t : {"f16", "bf16"})
-    for (const bool split : {true, false}) {
+  for (const int tt : {136, 99})
+    for (const char* t : {"f16", "bf16"})
+      for (const bool split : {true, false}) {
       const std::string T = t, bthd = T + "[2,136,3,16]", bhtd = T + "[2,3,136,16]", bhdt = T + "[2,3,16,136]";
       std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n  input %dy : " + T + "[2,136,48]\n  input %m : f32[1,1,136,136]\n";
       text += "  const %s4 : i64[4] = [2, 136, 3, 16]\n  const %s3 : i64[3] = [2, 136, 48]\n";
@@ -538,7 +559,7 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
       }
       text += "  %Q : " + bhtd + " = Transpose(%qr) {perm = [0, 2, 1, 3]}\n  %KT : " + bhdt + " = Transpose(%kr) {perm = [0, 2, 3, 1]}\n";
       text += "  %V : " + bhtd + " = Transpose(%vr) {perm = [0, 2, 1, 3]}\n";
-      const std::string attrs = " {scale = 0.25, dropout_ratio = 0.1, dropout_key = 4242}";
+      const std::string attrs = std::string(" {scale = 0.25, dropout_ratio = ") + (tt == 136 ? "0.1" : "0.0") + ", dropout_key = 4242}";
       text += "  %O : " + bhtd + ", %lse : f32[2,3,136] = ampc::Attention(%Q, %KT, %V, %m)" + attrs + "\n";
       text += "  %Ot : " + bthd + " = Transpose(%O) {perm = [0, 2, 1, 3]}\n  %Or : " + T + "[2,136,48] = Reshape(%Ot, %s3)\n";
       text += "  %dyr : " + bthd + " = Reshape(%dy, %s4)\n  %dO : " + bhtd + " = Transpose(%dyr) {perm = [0, 2, 1, 3]}\n";
@@ -552,18 +573,19 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
         text += "  output %Or\n  output %dQt\n  output %dKt\n  output %dVt\n}\n";
       }
       text = std::regex_replace(text, std::regex("%q, %k, %v = "), "%q : " + T + "[2,136,48], %k : " + T + "[2,136,48], %v : " + T + "[2,136,48] = ");
+      text = std::regex_replace(text, std::regex("136"), std::to_string(tt));  // the sequence length
       auto g = parseGraph(text, "attention in place");
       std::map<std::string, Tensor> in;
       for (const Value* v : g->inputs()) {
         Tensor x = randomTensor(v->type());
         if (v->name() == "m")
-          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, e % 136 > e / 136 ? -3.4028234663852886e38 : 0.0);
+          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, e % tt > e / tt ? -3.4028234663852886e38 : 0.0);
         in.emplace(v->name(), std::move(x));
       }
       ExecOptions eo;
       eo.seed = 77;
       eo.step = 3;
-      const std::string what = std::string("attention in place ") + t + (split ? " split/concat" : " transposes");
+      const std::string what = std::string("attention in place ") + t + (split ? " split/concat" : " transposes") + " T " + std::to_string(tt);
       expectSameOnGpu(*g, in, what, 1.0, eo);
       cuda::Program prog(*g, {});
       const MemoryPlan& plan = prog.memoryPlan();

@@ -8,6 +8,8 @@
 #include "compiler/onnx/onnx.h"
 #include "passes/memory_plan.h"
 #include "passes/train_step.h"
+#include "runtime/folds.h"
+#include "runtime/plan.h"
 
 using namespace ampc;
 
@@ -157,4 +159,58 @@ TEST(MemoryPlan, TrainingStepsOfTheModels) {
                 p.slots.size(), p.inPlace, static_cast<long long>(p.arenaBytes), static_cast<long long>(p.peakLiveBytes),
                 static_cast<long long>(p.totalBytes));
   }
+}
+
+// The CUDA plan stores each optimizer result that the step writes back (STATE.next) in its state's
+// own bytes, as PyTorch updates in place: the results and their .next names get no arena bytes,
+// so the parameters and moments are not held twice at the step's end. A state that a node reads
+// after the optimizer keeps its result apart.
+TEST(MemoryPlan, OptimizerUpdatesTheStateInPlace) {
+  for (const char* opt : {"sgd", "adamw"}) {
+    auto g = importOnnxFile((std::filesystem::path(AMPC_SOURCE_DIR) / "models" / "cnn.onnx").string());
+    TrainOptions o;
+    o.optimizer = opt;
+    o.momentum = 0.9f;
+    createTrainStepPass(o)->run(*g);
+    folds::Schedule s;
+    const MemoryPlan p = planCudaMemory(*g, &s);
+    int updates = 0;
+    for (const Value* out : g->outputs()) {
+      const std::string& n = out->name();
+      if (n.size() < 5 || n.compare(n.size() - 5, 5, ".next") != 0 || !out->producer()) continue;
+      const Value* state = g->lookup(n.substr(0, n.size() - 5));
+      const Value* result = out->producer()->op() == "Identity" ? out->producer()->inputs()[0] : out;
+      const Node* m = result->producer();
+      if (!m || (m->op() != "SGD" && m->op() != "Adam")) continue;
+      ++updates;
+      ASSERT_TRUE(s.aliases.count(out)) << opt << ": " << n;
+      EXPECT_EQ(s.aliases.at(out), state) << opt << ": " << n;
+      EXPECT_EQ(s.aliases.at(result), state) << opt << ": " << n;
+      EXPECT_EQ(p.slots.at(out).bytes, 0) << opt << ": " << n;
+      EXPECT_EQ(p.slots.at(result).bytes, 0) << opt << ": " << n;
+    }
+    EXPECT_GE(updates, std::string(opt) == "sgd" ? 8 : 12) << opt;  // cnn: 4 params, each with its moment(s)
+  }
+  // A state read after the optimizer node: no alias.
+  auto g = parseGraph(R"(graph "s" opset 17 {
+  domain "ampc" 1
+  param %p : f32[64]
+  param %g : f32[64]
+  param %b : f32[64]
+  param %lr : f32[]
+  param %found : bool[]
+  %q : f32[64], %c : f32[64] = ampc::SGD(%p, %g, %b, %lr, %found) {momentum = 0.9}
+  %late : f32[64] = Add(%p, %q)
+  %p.next : f32[64] = Identity(%q)
+  %b.next : f32[64] = Identity(%c)
+  output %late
+  output %p.next
+  output %b.next
+})");
+  folds::Schedule s;
+  planCudaMemory(*g, &s);
+  EXPECT_FALSE(s.aliases.count(g->lookup("q")));
+  EXPECT_FALSE(s.aliases.count(g->lookup("p.next")));
+  EXPECT_EQ(s.aliases.count(g->lookup("c")), 1u);
+  EXPECT_EQ(s.aliases.at(g->lookup("b.next")), g->lookup("b"));
 }
