@@ -94,11 +94,12 @@ class TrainStepPass : public Pass {
       auto zeros = [&](const std::string& what) { return g.addParam(p->name() + "." + what, Tensor(p->type())); };
       const std::string base = "ampc/opt/" + p->name();
       if (o_.optimizer == "sgd") {
-        Value* buf = zeros("momentum");
-        auto r = node("SGD", {p, clipped[i], buf, lr, found}, 2, base,
+        // A momentum buffer only with momentum, as PyTorch's SGD keeps one.
+        Value* buf = o_.momentum != 0.0f ? zeros("momentum") : nullptr;
+        auto r = node("SGD", {p, clipped[i], buf, lr, found}, buf ? 2 : 1, base,
                       {{"momentum", o_.momentum}, {"nesterov", int64_t{o_.nesterov}}, {"weight_decay", o_.weightDecay}});
         updates.emplace_back(p, r[0]);
-        updates.emplace_back(buf, r[1]);
+        if (buf) updates.emplace_back(buf, r[1]);
       } else {
         Value* m = zeros("adam_m");
         Value* v = zeros("adam_v");

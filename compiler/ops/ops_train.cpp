@@ -38,12 +38,18 @@ void inferLr(InferContext& c) {
   c.check(s == "constant" || s == "linear-warmup" || s == "cosine", "unknown schedule '" + s + "'");
   c.setOut(0, TensorType{DType::f32, {}});
 }
-// SGD(param, grad, momentum_buf, lr, found_inf) -> param', buf'
+// SGD(param, grad, momentum_buf?, lr, found_inf) -> param', buf'? (the buffer exactly with momentum)
 // Adam(param, grad, m, v, lr, step, found_inf) -> param', m', v'
 void inferOptimizer(InferContext& c) {
+  const bool sgd = c.node().op() == "SGD";
   const size_t nState = c.numOutputs() - 1;
+  if (sgd) {
+    c.check(c.numInputs() == 5, "SGD takes 5 operands (param, grad, momentum buffer or _, lr, found_inf)");
+    c.check(c.hasInput(2) == (nState == 1), "SGD takes a momentum buffer exactly when it returns the buffer's next value");
+    c.check(c.hasInput(2) || c.node().getFloat("momentum", 0.0f) == 0.0f, "SGD with momentum needs a momentum buffer");
+  }
   for (size_t i = 0; i < 2 + nState; ++i) c.check(c.in(i).shape == c.in(0).shape && c.in(i).dtype == DType::f32, "param, grad and state must be f32 of one shape");
-  requireScalar(c, 2 + nState, DType::f32, "lr");
+  requireScalar(c, sgd ? 3 : 4, DType::f32, "lr");
   requireScalar(c, c.numInputs() - 1, DType::boolean, "found_inf");
   c.setOut(0, c.in(0));
   for (size_t i = 0; i < nState; ++i) c.setOut(1 + i, c.in(2 + i));
@@ -78,7 +84,7 @@ void registerTrainOps(std::vector<OpDef>& t) {
   row("ClipByGlobalNorm", 2, -1, 2, 1 << 16, inferClip);
   row("StepIncrement", 2, 2, 1, 1, inferStep);
   row("LearningRate", 1, 1, 1, 1, inferLr);
-  row("SGD", 5, 5, 2, 2, inferOptimizer);
+  row("SGD", 2, 5, 1, 2, inferOptimizer);  // five operands, the buffer optional (inferOptimizer)
   row("Adam", 7, 7, 3, 3, inferOptimizer);
   row("ScalerUpdate", 4, 4, 3, 3, inferScaler);
   row("AllReduce", 1, -1, 1, 1 << 16, inferAllReduce);

@@ -76,11 +76,14 @@ void passThrough(KernelCtx& c, size_t n) {
 // SGD (PyTorch's): d = g + wd p; buf = momentum buf + d; d = nesterov ? d + momentum buf : buf
 // (momentum 0: d); p -= lr d.
 void sgd(KernelCtx& c) {
-  if (foundInf(c.in(4))) return passThrough(c, 2);
+  const bool hasBuf = c.has(2);  // without momentum there is no buffer (and one result)
+  if (foundInf(c.in(4))) return passThrough(c, hasBuf ? 2 : 1);
   const float mom = c.node.getFloat("momentum", 0.0f), wd = c.node.getFloat("weight_decay", 0.0f);
   const bool nesterov = c.node.getInt("nesterov", 0) != 0;
   const float lr = static_cast<float>(c.in(3).getDouble(0));
-  auto p = widen<float>(c.in(0)), g = widen<float>(c.in(1)), buf = widen<float>(c.in(2));
+  auto p = widen<float>(c.in(0)), g = widen<float>(c.in(1));
+  std::vector<float> buf = hasBuf ? widen<float>(c.in(2)) : std::vector<float>();
+  if (mom != 0.0f && !hasBuf) c.fail("momentum needs a momentum buffer");
   for (size_t i = 0; i < p.size(); ++i) {
     float d = g[i] + wd * p[i];
     if (mom != 0.0f) {
@@ -90,7 +93,7 @@ void sgd(KernelCtx& c) {
     p[i] -= lr * d;
   }
   narrow(p, c.out(0));
-  narrow(buf, c.out(1));
+  if (hasBuf) narrow(buf, c.out(1));
 }
 
 // Adam / AdamW (PyTorch's), and LAMB with attribute lamb = 1: decoupled ? p *= 1 - lr wd : g += wd p; m = b1 m + (1-b1) g;

@@ -183,19 +183,22 @@ __global__ void sgdKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp,
   const bool skip = *found;
   const float lr = *lrp;
   const GradView gv(gin);
+  // Without momentum there is no buffer (buf and bo null), as PyTorch's SGD keeps none.
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
     if (skip) {
       po[i] = p[i];
-      bo[i] = buf[i];
+      if (bo) bo[i] = buf[i];
       continue;
     }
-    float d = gv(g, i) + wd * p[i], b = buf[i];
+    float d = gv(g, i) + wd * p[i];
     if (mom != 0.0f) {
-      b = mom * b + d;
+      const float b = mom * buf[i] + d;
       d = nesterov ? d + mom * b : b;
+      bo[i] = b;
+    } else if (bo) {
+      bo[i] = buf[i];
     }
     po[i] = p[i] - lr * d;
-    bo[i] = b;
   }
 }
 

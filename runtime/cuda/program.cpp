@@ -1919,10 +1919,14 @@ void Program::lowerOptimizerPart(const std::vector<const Node*>& group, size_t g
         if (!gi.invScale && v->type().dtype != DType::f32) throw Error(m->describe() + ": CUDA backend: optimizer gradients must be f32");
         continue;
       }
+      if (!v) {  // SGD without momentum: no buffer (the kernel reads none)
+        roles[r].push_back(nullptr);
+        continue;
+      }
       if (v->type().dtype != DType::f32) throw Error(m->describe() + ": CUDA backend: optimizer state must be f32");
       roles[r].push_back(ptr(v));
     }
-    for (size_t r = 0; r < outs; ++r) roles[tensors + r].push_back(ptr(m->result(r)));
+    for (size_t r = 0; r < outs; ++r) roles[tensors + r].push_back(r < m->numResults() ? ptr(m->result(r)) : nullptr);
     sizes.push_back(m->inputs()[0]->type().numel());
   }
   auto l = std::make_shared<TensorList>(sizes, roles);

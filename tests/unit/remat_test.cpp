@@ -120,3 +120,44 @@ TEST(SinkCasts, AWideningCastMovesBelowItsTransposeExactly) {
   two->bindOps();
   EXPECT_FALSE(createSinkCastsPass()->run(*two));
 }
+
+// fold-transposes: Linear's backward as autodiff writes it over the dynamo exporter's
+// MatMul(X, Transpose(W)) reads Transpose(Transpose(W)): that is W itself (no node left); a pair
+// that does not undo itself becomes one Transpose with the composed perm. The same bits, and a
+// Transpose that is a graph output stays.
+TEST(FoldTransposes, ATransposeOfATransposeFolds) {
+  const std::string text =
+      "graph \"g\" opset 17 {\n  input %x : f32[3,4]\n  input %dy : f32[3,5]\n  input %a : f32[2,3,4]\n"
+      "  %wt : f32[4,5] = Transpose(%w0) {perm = [1, 0]}\n  %y : f32[3,5] = MatMul(%x, %wt)\n"
+      "  %wtt : f32[5,4] = Transpose(%wt) {perm = [1, 0]}\n  %dx : f32[3,4] = MatMul(%dy, %wtt)\n"
+      "  %a1 : f32[3,4,2] = Transpose(%a) {perm = [1, 2, 0]}\n  %a2 : f32[4,2,3] = Transpose(%a1) {perm = [1, 2, 0]}\n"
+      "  %o : f32[4,2,3] = Neg(%a2)\n  output %y\n  output %dx\n  output %o\n}\n";
+  const std::string withW = std::string(text).insert(text.find("  input %x"), "  input %w0 : f32[5,4]\n");
+  auto ref = parseGraph(withW), g = parseGraph(withW);
+  for (auto* x : {ref.get(), g.get()}) x->bindOps();
+  ASSERT_TRUE(createFoldTransposesPass()->run(*g));
+  verify(*g);
+  EXPECT_EQ(producer(*g, "dx")->inputs()[1], g->lookup("w0"));  // W itself
+  const Node* t = producer(*g, "o")->inputs()[0]->producer();
+  ASSERT_EQ(t->op(), "Transpose");
+  EXPECT_EQ(t->inputs()[0], g->lookup("a"));
+  EXPECT_EQ(t->getInts("perm"), (std::vector<int64_t>{2, 0, 1}));
+  int transposes = 0;
+  for (const auto& n : g->nodes()) transposes += n->op() == "Transpose";
+  EXPECT_EQ(transposes, 2);  // W's (the forward reads it) and a's composed one
+  EXPECT_FALSE(createFoldTransposesPass()->run(*g));
+  std::map<std::string, Tensor> in;
+  for (const Value* v : ref->inputs()) {
+    Tensor x(v->type());
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.37 * static_cast<double>((i * 7) % 23) - 2.5);
+    in.emplace(v->name(), x);
+  }
+  auto cpu = createCpuBackend();
+  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
+  auto out = parseGraph("graph \"g\" opset 17 {\n  input %x : f32[2,6]\n  %t : f32[6,2] = Transpose(%x) {perm = [1, 0]}\n"
+                        "  %u : f32[2,6] = Transpose(%t) {perm = [1, 0]}\n  output %u\n}\n");
+  out->bindOps();
+  EXPECT_FALSE(createFoldTransposesPass()->run(*out));
+}

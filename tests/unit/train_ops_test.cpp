@@ -45,6 +45,36 @@ TEST(TrainOps, SgdNesterovWithWeightDecay) {
   }
 }
 
+// Without momentum SGD keeps no buffer (one result), as PyTorch's: p -= lr (g + wd p); a skipped
+// step passes p through bitwise; momentum without a buffer is refused, naming the node.
+TEST(TrainOps, SgdWithoutMomentumHasNoBuffer) {
+  const char* body = R"(  param %p : f32[3]
+  param %g : f32[3]
+  param %lr : f32[]
+  param %skip : bool[]
+  %p2 : f32[3] = ampc::SGD(%p, %g, _, %lr, %skip) {weight_decay = 0.1}
+  output %p2)";
+  const std::vector<double> p = {1, -2, 0.5}, g = {0.3, 0.1, -0.2};
+  auto out = run(body, {{"p", p}, {"g", g}, {"lr", {0.1}}, {"skip", {0}}});
+  ASSERT_EQ(out.size(), 1u);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(out[0].getDouble(i), p[i] - 0.1 * (g[i] + 0.1 * p[i]), 1e-6);
+  auto skipped = run(body, {{"p", p}, {"g", {NAN, 1, 1}}, {"lr", {0.1}}, {"skip", {1}}});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(skipped[0].getDouble(i), static_cast<double>(static_cast<float>(p[i])));
+  try {
+    run(R"(  param %p : f32[3]
+  param %g : f32[3]
+  param %lr : f32[]
+  param %skip : bool[]
+  %p2 : f32[3] = ampc::SGD(%p, %g, _, %lr, %skip) {momentum = 0.9} @sgd_no_buffer
+  output %p2)",
+        {{"p", p}, {"g", g}, {"lr", {0.1}}, {"skip", {0}}});
+    FAIL() << "momentum without a buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sgd_no_buffer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("momentum buffer"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TrainOps, LambTrustRatio) {
   const std::vector<double> p = {1, -2, 0.5, 3}, g = {0.3, 0.1, -0.2, 0.05};
   auto out = run(R"(  param %p : f32[4]
