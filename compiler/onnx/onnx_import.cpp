@@ -1211,15 +1211,18 @@ class Importer {
       } else if (!isFloat(mask->type().dtype)) {
         fail(nodeLabel(np) + ": attn_mask must be bool or float, got " + mask->type().str());
       }
-      sc = step(np, "Add", {sc, mask});
     }
     if (attrInt(np, "is_causal", 0)) {  // key j is visible to query i when j <= i + past length
       const int64_t past = pastK ? pastK->type().shape[2] : 0;
       std::vector<double> bias(static_cast<size_t>(Sq * Sk));
       for (int64_t i = 0; i < Sq; ++i)
         for (int64_t j = 0; j < Sk; ++j) bias[i * Sk + j] = j <= i + past ? 0.0 : -INFINITY;
-      sc = step(np, "Add", {sc, g_->addConst(fresh(np, "causal"), Tensor::fromDoubles(dt, {Sq, Sk}, bias))});
+      Value* causal = g_->addConst(fresh(np, "causal"), Tensor::fromDoubles(dt, {Sq, Sk}, bias));
+      // One mask: (s + m) + c and s + (m + c) are the same numbers when c is 0 or -inf, and the
+      // scores then take one Add, the form fuse-attention takes.
+      mask = mask ? step(np, "Add", {mask, causal}) : causal;
     }
+    if (mask) sc = step(np, "Add", {sc, mask});
     Value* y = step(np, "MatMul", {step(np, "Softmax", {sc}, {{"axis", int64_t{-1}}}), v});
     const std::string out = np.output(0);
     if (rank == 3) {

@@ -9,7 +9,9 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "compiler/target.h"
 #include "passes/autodiff.h"
+#include "passes/pass.h"
 #include "runtime/evaluator.h"
 #include "tests/unit/test_util.h"
 
@@ -825,6 +827,20 @@ TEST(OnnxImport, AttentionMatchesItsDefinition) {
       return y;
     };
     checkNode(m, want, shp(c.Hq, c.Sq));
+    if (c.softcap == 0) {  // the lowering is the form fuse-attention takes: one ampc.Attention
+      TempDir d;
+      writeModel(d.file("m.onnx"), m);
+      auto imported = importOnnxFile(d.file("m.onnx"));
+      AutodiffOptions o;
+      o.freeze = "mask|pk|pv";
+      EXPECT_TRUE(createFuseAttentionPass(o, findTarget("cpu"))->run(*imported));
+      int fused = 0, softmax = 0;
+      for (const auto& n : imported->nodes()) fused += n->op() == "Attention", softmax += n->op() == "Softmax";
+      EXPECT_EQ(fused, 1);
+      EXPECT_EQ(softmax, 0);
+      const Tensor y = evalOne(*imported, {});
+      for (int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(y.getDouble(i), want(i), 2e-5 * (1 + std::abs(want(i)))) << "fused, element " << i;
+    }
   }
 }
 
