@@ -69,7 +69,8 @@ std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)>
 std::unique_ptr<Pass> createRematerializePass(std::function<bool(const Node&)> excluded = {});  // rematerialize.cpp
 // A widening Cast read only by a Transpose moves below it (passes/sink_casts.cpp).
 std::unique_ptr<Pass> createSinkCastsPass();  // sink_casts.cpp
-// A Transpose of a Transpose becomes one, or none where they undo each other (fold_transposes.cpp).
+// A Transpose of a Transpose becomes one, or none where they undo each other; a Transpose of a
+// Gemm, the Gemm with its operands swapped (fold_transposes.cpp).
 std::unique_ptr<Pass> createFoldTransposesPass();  // fold_transposes.cpp
 
 }  // namespace ampc

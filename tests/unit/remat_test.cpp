@@ -161,3 +161,47 @@ TEST(FoldTransposes, ATransposeOfATransposeFolds) {
   out->bindOps();
   EXPECT_FALSE(createFoldTransposesPass()->run(*out));
 }
+
+// fold-transposes on a Gemm: dW^T = X^T dY (autodiff's weight gradient of MatMul(X, Transpose(W)))
+// transposed into dW becomes one Gemm dY^T X, bitwise the same; transA/transB flip and swap; a
+// Gemm with C, or read elsewhere, keeps its Transpose. A chain of three Transposes folds to one.
+TEST(FoldTransposes, ATransposeOfAGemmSwapsItsOperands) {
+  const std::string text =
+      "graph \"g\" opset 17 {\n  input %x : f32[6,4]\n  input %dy : f32[6,5]\n  input %c : f32[4,5]\n  input %a : f32[2,3,4]\n"
+      "  %dwt : f32[4,5] = Gemm(%x, %dy) {transA = 1, alpha = 0.5} @dw\n  %dw : f32[5,4] = Transpose(%dwt) {perm = [1, 0]}\n"
+      "  %e : f32[4,5] = Gemm(%x, %dy, %c) {transA = 1}\n  %et : f32[5,4] = Transpose(%e) {perm = [1, 0]}\n"
+      "  %a1 : f32[3,4,2] = Transpose(%a) {perm = [1, 2, 0]}\n  %a2 : f32[4,2,3] = Transpose(%a1) {perm = [1, 2, 0]}\n"
+      "  %a3 : f32[2,3,4] = Transpose(%a2) {perm = [1, 2, 0]}\n  %o : f32[2,3,4] = Neg(%a3)\n"
+      "  output %dw\n  output %et\n  output %o\n}\n";
+  auto g = parseGraph(text);
+  g->bindOps();
+  ASSERT_TRUE(createFoldTransposesPass()->run(*g));  // the chain folds; %dw, an output, stays
+  verify(*g);
+  const Node* m = producer(*g, "dw");
+  ASSERT_EQ(m->op(), "Transpose") << "an output Transpose stays";
+  // The same with %dw read by a node: its Transpose folds into the Gemm.
+  auto wrapped = parseGraph(std::string(text).replace(text.find("  output %dw"), 13, "  %dwn : f32[5,4] = Neg(%dw)\n  output %dwn\n"));
+  auto wref = parseGraph(std::string(text).replace(text.find("  output %dw"), 13, "  %dwn : f32[5,4] = Neg(%dw)\n  output %dwn\n"));
+  for (auto* x : {wrapped.get(), wref.get()}) x->bindOps();
+  ASSERT_TRUE(createFoldTransposesPass()->run(*wrapped));
+  verify(*wrapped);
+  const Node* gemm = producer(*wrapped, "dw");
+  ASSERT_EQ(gemm->op(), "Gemm");
+  EXPECT_EQ(gemm->inputs()[0], wrapped->lookup("dy"));
+  EXPECT_EQ(gemm->inputs()[1], wrapped->lookup("x"));
+  EXPECT_EQ(gemm->getInt("transA", -1), 1);
+  EXPECT_EQ(gemm->getInt("transB", -1), 0);
+  EXPECT_FLOAT_EQ(gemm->getFloat("alpha", 0.0f), 0.5f);
+  EXPECT_EQ(producer(*wrapped, "et")->op(), "Transpose");  // the Gemm with C keeps it
+  EXPECT_EQ(producer(*wrapped, "o")->inputs()[0], wrapped->lookup("a"));  // three transposes undo each other
+  std::map<std::string, Tensor> in;
+  for (const Value* v : wref->inputs()) {
+    Tensor x(v->type());
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.29 * static_cast<double>((i * 5) % 19) - 2.0);
+    in.emplace(v->name(), x);
+  }
+  auto cpu = createCpuBackend();
+  const auto want = evaluate(*wref, in, *cpu), got = evaluate(*wrapped, in, *cpu);
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
+}
