@@ -3,6 +3,7 @@
 (see README, "Benchmarks"):
 
     source .gpu/env.sh && python3 .gpu/bench/harness.py --out $OUT/bench
+    source .gpu/env.sh && python3 .gpu/bench/harness.py --out $OUT/bench --zoo   # the zoo set (zoo_full.py)
 
 For each model (the seeds' MLP 10-100-10 at batch 100 with SGD; ResNet-50 at batch 256, 224x224,
 SGD with momentum; GPT-2 124M at batch 8 x 1024 with AdamW) it exports the ONNX training graph with
@@ -172,7 +173,27 @@ def main():
     ap.add_argument("--torch-one", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--table", nargs="+", metavar="ROWS.jsonl",
                     help="measure nothing: print the table (and write OUT/bench.json) from rows.jsonl files of earlier calls")
+    ap.add_argument("--zoo", nargs="?", const=",".join(ZOO), metavar="MODELS",
+                    help="the zoo set instead (zoo_full.py: full-size timm and transformers models, ampc bf16 against "
+                         "torch.compile AMP bf16 in the same call); prints the zoo table")
+    ap.add_argument("--zoo-table", nargs="+", metavar="ROWS.jsonl", help="measure nothing: the zoo table from zoo_full.py's rows")
     a = ap.parse_args()
+    if a.zoo_table:
+        rows = []
+        for path in a.zoo_table:
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+        zoo_report(rows)
+        return
+    if a.zoo:
+        os.makedirs(a.out, exist_ok=True)
+        zoo_out = os.path.join(a.out, "zoo")
+        subprocess.run([sys.executable, os.path.join(HERE, "zoo_full.py"), "--out", zoo_out, "--models", a.zoo, "--steps", str(a.steps),
+                        "--torch-compile", "--work", os.path.join(a.work, "zoo")], check=False)
+        path = os.path.join(zoo_out, "rows.jsonl")
+        with open(path) as f:
+            zoo_report([json.loads(line) for line in f if line.strip()])
+        return
     if a.table:
         rows = []
         for path in a.table:
@@ -206,6 +227,25 @@ def main():
             with open(os.path.join(a.out, "rows.jsonl"), "a") as f:  # kept if the call is cut short
                 f.write(json.dumps(rows[-1]) + "\n")
     report(rows, a.out)
+
+
+# Issue 19's models beyond the two tuned ones (zoo_full.py's MODELS names).
+ZOO = ["convnext_t", "efficientnet_b0", "vit_s", "mobilenetv3_l", "bert_base", "llama_100m"]
+
+
+def zoo_report(rows):
+    """ampc bf16 against torch.compile AMP bf16 of the same zoo_full.py call: step time, peak memory,
+    launches, and whether ampc is at least as fast at no higher peak (the criterion of issue 19)."""
+    print(f"\n{'model':16} {'ampc ms':>8} {'GiB':>6} {'launches':>8} {'compile ms':>10} {'GiB':>6} {'speedup':>8} {'memory':>7}  verdict")
+    for r in rows:
+        if "ampc_ms" not in r or "torch_compile_ms" not in r:
+            print(f"{r.get('model', '?'):16} error: {(r.get('error') or r.get('ampc_error') or 'no timing')[:90]!r}")
+            continue
+        speed = r["torch_compile_ms"] / r["ampc_ms"]
+        mem = r["ampc_peak_gib"] / r["torch_compile_peak_gib"]
+        verdict = "meets" if speed >= 1.0 and mem <= 1.0 else ("slower" if speed < 1.0 else "") + (" more memory" if mem > 1.0 else "")
+        print(f"{r['model']:16} {r['ampc_ms']:8.2f} {r['ampc_peak_gib']:6.2f} {r.get('ampc_launches', 0):8d} "
+              f"{r['torch_compile_ms']:10.2f} {r['torch_compile_peak_gib']:6.2f} {speed:7.2f}x {mem:7.2f}  {verdict.strip()}")
 
 
 def report(rows, out):
