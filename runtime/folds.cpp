@@ -749,10 +749,9 @@ Schedule schedule(const Graph& g) {
   for (const auto& n : g.nodes()) {
     if (n->domain() != "ampc" || (n->op() != "SGD" && n->op() != "Adam")) continue;
     const int at = positions[indexOf[n.get()]];
-    const std::vector<std::pair<size_t, size_t>> roles =
-        n->op() == "SGD" ? std::vector<std::pair<size_t, size_t>>{{0, 0}, {1, 2}} : std::vector<std::pair<size_t, size_t>>{{0, 0}, {1, 2}, {2, 3}};
-    for (const auto& [r, i] : roles) {
-      if (r >= n->numResults() || i >= n->inputs().size()) continue;
+    for (size_t r = 0; r < n->numResults(); ++r) {  // result 0 updates operand 0, result r > 0 operand r + 1
+      const size_t i = r == 0 ? 0 : r + 1;
+      if (i >= n->inputs().size()) continue;
       const Value *state = n->inputs()[i], *out = n->result(r);
       if (!state || state->kind() != ValueKind::Param || state->type() != out->type() || g.isOutput(state)) continue;
       bool readLater = false;

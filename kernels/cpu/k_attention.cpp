@@ -16,7 +16,7 @@ struct AttnDims {
   int64_t N = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
   AttentionMaskMap mask;  // which mask slice each batch-head reads (compiler/ops/geometry.h)
   bool zeroEmpty = false;  // zero_empty_rows: rows with every score -inf get probabilities 0
-  // Offset of mask element (i, j) for batch-head n.
+  // Offset of mask element (i, j) for batch-head n (a row's entries are consecutive in j).
   int64_t maskAt(int64_t n, int64_t i, int64_t j) const {
     const int64_t slice = (n / mask.div) % mask.mod;
     return mask.rows ? (slice * Tq + i) * Tk + j : slice * Tk + j;
@@ -75,11 +75,12 @@ C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt
             int64_t n, int64_t i, std::vector<C>& s) {
   const C* qi = q.data() + (n * d.Tq + i) * d.D;
   const C* k = kt.data() + n * d.D * d.Tk;
+  const C* mi = mask ? mask->data() + d.maskAt(n, i, 0) : nullptr;  // the row's mask entries
   C m = -std::numeric_limits<C>::infinity();
   for (int64_t j = 0; j < d.Tk; ++j) {
     C acc = 0;
     for (int64_t x = 0; x < d.D; ++x) acc += qi[x] * k[x * d.Tk + j];
-    s[j] = acc * scale + (mask ? (*mask)[d.maskAt(n, i, j)] : C(0));
+    s[j] = acc * scale + (mi ? mi[j] : C(0));
     m = std::max(m, s[j]);
   }
   // zero_empty_rows: no key to attend to, LSE +inf makes every exp(s - LSE) 0 (here and in the

@@ -83,7 +83,7 @@ void sgd(KernelCtx& c) {
   const float lr = static_cast<float>(c.in(3).getDouble(0));
   auto p = widen<float>(c.in(0)), g = widen<float>(c.in(1));
   std::vector<float> buf = hasBuf ? widen<float>(c.in(2)) : std::vector<float>();
-  if (mom != 0.0f && !hasBuf) c.fail("momentum needs a momentum buffer");
+  if (mom != 0.0f && !hasBuf) c.fail("momentum needs a momentum buffer");  // a graph not run through the shape rules
   for (size_t i = 0; i < p.size(); ++i) {
     float d = g[i] + wd * p[i];
     if (mom != 0.0f) {
