@@ -6,10 +6,12 @@
 namespace ampc {
 namespace {
 
+bool cudaAttention(const AttentionShape& s) { return cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout); }
+
 const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
-      {"cuda", cuda::kAttentionMaxHeadDim},
-      {"cpu", 0},
+      {"cuda", cudaAttention},
+      {"cpu", nullptr},
   };
   return t;
 }

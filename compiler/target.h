@@ -9,13 +9,18 @@
 
 namespace ampc {
 
+// The shape of one fused attention, as the target's support query takes it.
+struct AttentionShape {
+  bool lowFloat = false;          // f16/bf16 operands (else f32)
+  int64_t headDim = 0, vHeadDim = 0, keys = 0;  // D (Q's and K's), Dv (V's), Tk
+  bool dropout = false;
+};
+
 struct Target {
-  std::string name;                  // "cuda", "cpu"
-  int64_t attentionMaxHeadDim = 0;   // the largest head dim its fused attention takes; 0: any
-  // Whether fused attention with these head dims (Q/K's and V's) runs on this target.
-  bool fusesAttention(int64_t qkHeadDim, int64_t vHeadDim) const {
-    return attentionMaxHeadDim == 0 || (qkHeadDim <= attentionMaxHeadDim && vHeadDim <= attentionMaxHeadDim);
-  }
+  std::string name;  // "cuda", "cpu"
+  // Whether its fused attention takes this shape; null: any (the CPU reference).
+  bool (*attention)(const AttentionShape&) = nullptr;
+  bool fusesAttention(const AttentionShape& s) const { return !attention || attention(s); }
   // Whether a plan compiled for this target runs on `backend` ("cpu" runs every target's plans:
   // the reference has every fused op at any size).
   bool runsOn(const std::string& backend) const { return backend == "cpu" || backend == name; }

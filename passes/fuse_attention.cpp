@@ -195,7 +195,8 @@ bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& t
   m.out = user;
   m.v = user->input(1);
   const auto& vs = m.v->type().shape;
-  return sameLeading(qs, vs) && target.fusesAttention(qs.back(), vs.back()) && m.v->type().dtype == m.q->type().dtype;
+  if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
+  return target.fusesAttention({isLowFloat(m.q->type().dtype), qs.back(), vs.back(), ks.back(), m.ratio > 0.0});
 }
 
 std::string dirOf(const std::string& name) {

@@ -5,6 +5,7 @@
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
+#include "kernels/cuda/limits.h"
 #include "passes/train_step.h"
 
 namespace ampc::folds {
@@ -427,9 +428,7 @@ bool attnStrided(const Node& n) {
   if (!isAttn(n)) return false;
   const size_t q = n.op() == "AttentionGrad" ? 1 : 0;
   const TensorType &Q = n.inputs()[q]->type(), &K = n.inputs()[q + 1]->type(), &V = n.inputs()[q + 2]->type();
-  // As attentionTensorCores (kernels/cuda/ops.h): with dropout, Tk a multiple of 4.
-  return isLowFloat(Q.dtype) && Q.rank() == 4 && Q.shape[3] % 8 == 0 && Q.shape[3] <= 64 && V.shape[3] % 8 == 0 && V.shape[3] <= 64 &&
-         (K.shape[3] % 4 == 0 || n.getFloat("dropout_ratio", 0.0f) <= 0.0f);
+  return Q.rank() == 4 && cuda::attentionMmaShape(isLowFloat(Q.dtype), Q.shape[3], V.shape[3], K.shape[3], n.getFloat("dropout_ratio", 0.0f) > 0.0f);
 }
 // Operand i of an attention node: 0 Q, 1 KT, 2 V, 3 dO, 4 O, else -1.
 int slotOf(const Node& n, size_t i) {

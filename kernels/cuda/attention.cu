@@ -1,11 +1,12 @@
 // Fused attention (ampc.Attention / ampc.AttentionGrad): O = Dropout(Softmax(scale * Q KT + mask)) V
 // without writing the [.., Tq, Tk] scores. The CPU reference is kernels/cpu/k_attention.cpp.
 //
-// Tiles of 64 queries x 64 keys, head dims up to 64 (zero-padded), four warps per block. f16/bf16
-// with head dims multiples of 8 (and, with dropout, Tk a multiple of 4) run the mma.sync kernels
-// further down (one-pass forward, scores in registers: attentionTensorCores). Otherwise the products run on tensor cores through WMMA 16x16x16 (f16/bf16
-// in, f32 accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block
-// per lane (WarpMma<float>), as follows.
+// Tiles of 64 queries x 64 keys, four warps per block. f16/bf16 with head dims multiples of 8 up to
+// 128 (and, with dropout, Tk a multiple of 4) run the mma.sync kernels further down (one-pass
+// forward, scores in registers: attentionTensorCores). Otherwise, for head dims up to 64
+// (zero-padded), the products run on tensor cores through WMMA 16x16x16 (f16/bf16 in, f32
+// accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block per lane
+// (WarpMma<float>), as follows.
 // Scores and softmax are f32; the probabilities (and in the backward the score gradients) are
 // rounded to the storage type before their products, as the reference does.
 //   forward (one block per query tile): pass 1 computes each row's log-sum-exp over the key tiles;
@@ -32,7 +33,7 @@ namespace ampc::cuda {
 namespace {
 
 constexpr int kTile = 64, kThreads = 128, kMaxD = kAttentionMaxHeadDim, kLdF = 68;
-static_assert(kMaxD == 64, "the tiles below are laid out for head rows of at most 64");
+static_assert(kMaxD == 64, "the WMMA/FMA tiles below are laid out for head rows of at most 64");
 constexpr float kDead = -1e30f;
 
 // Shared-memory row pitch (elements) of a T tile: WMMA-aligned, off the bank pattern.
@@ -517,11 +518,13 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
 }
 
 // ---- f16/bf16 fast path: mma.sync m16n8k16 with the scores and softmax in registers ---------
-// For head dims <= 64 that are multiples of 8 (16-byte rows of Q, V and K as rows, which load with
-// cp.async; KT [d][j] rows with Tk not a multiple of 8 load element by element) and, with dropout,
-// Tk a multiple of 4 (a dropout group of 4 keys never straddles two rows). A warp owns 16 rows of a
-// 64 x 64 tile; fragments come from shared memory through ldmatrix (rows of kP elements: 144
-// bytes, no bank conflicts). The forward is one pass with the running max (flash attention 2): O
+// For head dims that are multiples of 8 up to kAttentionMaxHeadDimMma (16-byte rows of Q, V and K
+// as rows, which load with cp.async; KT [d][j] rows with Tk not a multiple of 8 load element by
+// element) and, with dropout, Tk a multiple of 4 (a dropout group of 4 keys never straddles two
+// rows): attentionMmaShape (limits.h). The kernels are instantiated per head tile DK (64 or 128:
+// head dims zero-padded to it). A warp owns 16 rows of a 64-row tile; fragments come from shared
+// memory through ldmatrix (rows of 64 keys or queries at pitch kP = 72 elements, head rows at
+// kPD<DK> = DK + 8: 144 or 272 bytes, no bank conflicts). The forward is one pass with the running max (flash attention 2): O
 // and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
 // rounded to the storage type before P V. The backward is one block per key tile: S^T = K Q^T
 // and dP^T = V dO^T per warp of 16 keys, dV += P^T dO and dK += dS^T Q in registers, and
@@ -529,6 +532,14 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
 // mask's tile flags come precomputed (attentionMaskTiles, once per mask and step) and are staged in
 // shared memory.
 constexpr int kP = 72;
+template <int DK>
+inline constexpr int kPD = DK + 8;
+// Elements of one K tile (KT [d][j]: DK rows of kP, or K rows [j][d]: 64 rows of kPD) and of one
+// Q, V or dO tile ([row][d]).
+template <int DK>
+inline constexpr int kKBuf = DK * kP > kTile * kPD<DK> ? DK * kP : kTile * kPD<DK>;
+template <int DK>
+inline constexpr int kRowBuf = kTile * kPD<DK>;
 
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -551,30 +562,30 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smemAddr(p)));
 }
-// Fragment addresses for this lane (s: a tile in smem with pitch kP, row-major as stored).
+// Fragment addresses for this lane (s: a tile in smem with pitch p, row-major as stored).
 //   A (16 x 16 at m0, k0) stored [m][k]:   ldsm4(aRowMajor)   -> a0..a3
 //   A stored [k][m]:                       ldsm4t(aColMajor)  -> a0..a3
 //   B, two n-tiles (16 k x 16 n at k0, n0) stored [n][k]: ldsm4(bNK)  -> b0,b1 of n0, b0,b1 of n0 + 8
 //   B stored [k][n]:                       ldsm4t(bKN)        -> the same
 template <typename T>
-__device__ __forceinline__ const T* aRowMajor(const T* s, int m0, int k0) {
+__device__ __forceinline__ const T* aRowMajor(const T* s, int p, int m0, int k0) {
   const int l = threadIdx.x & 31;
-  return s + (m0 + (l & 15)) * kP + k0 + (l >> 4) * 8;
+  return s + (m0 + (l & 15)) * p + k0 + (l >> 4) * 8;
 }
 template <typename T>
-__device__ __forceinline__ const T* aColMajor(const T* s, int m0, int k0) {
+__device__ __forceinline__ const T* aColMajor(const T* s, int p, int m0, int k0) {
   const int l = threadIdx.x & 31;
-  return s + (k0 + (l >> 4) * 8 + (l & 7)) * kP + m0 + ((l >> 3) & 1) * 8;
+  return s + (k0 + (l >> 4) * 8 + (l & 7)) * p + m0 + ((l >> 3) & 1) * 8;
 }
 template <typename T>
-__device__ __forceinline__ const T* bNK(const T* s, int k0, int n0) {
+__device__ __forceinline__ const T* bNK(const T* s, int p, int k0, int n0) {
   const int l = threadIdx.x & 31;
-  return s + (n0 + (l >> 4) * 8 + (l & 7)) * kP + k0 + ((l >> 3) & 1) * 8;
+  return s + (n0 + (l >> 4) * 8 + (l & 7)) * p + k0 + ((l >> 3) & 1) * 8;
 }
 template <typename T>
-__device__ __forceinline__ const T* bKN(const T* s, int k0, int n0) {
+__device__ __forceinline__ const T* bKN(const T* s, int p, int k0, int n0) {
   const int l = threadIdx.x & 31;
-  return s + (k0 + ((l >> 3) & 1) * 8 + (l & 7)) * kP + n0 + (l >> 4) * 8;
+  return s + (k0 + ((l >> 3) & 1) * 8 + (l & 7)) * p + n0 + (l >> 4) * 8;
 }
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -602,16 +613,17 @@ __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_
 template <int N>
 __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// rows x cols of a global matrix with pitch ld into a 64 x 64 smem tile, zeros outside. Rows that
-// start on 16 bytes (g and ld) load 8 elements per cp.async; a chunk that crosses `cols`, or rows
-// that do not (KT [d][j] with Tk not a multiple of 8, as ViT's 197 tokens), load element by element
-// (plain stores, seen by the block after the __syncthreads that follows the cp.async wait).
-template <typename T>
-__device__ void loadTileAsync(T* s, const T* g, int64_t ld, int64_t rows, int64_t cols) {
+// rows x cols of a global matrix with pitch ld into an R x C smem tile (pitch p), zeros outside.
+// Rows that start on 16 bytes (g and ld) load 8 elements per cp.async; a chunk that crosses `cols`,
+// or rows that do not (KT [d][j] with Tk not a multiple of 8, as ViT's 197 tokens), load element by
+// element (plain stores, seen by the block after the __syncthreads that follows the cp.async wait).
+template <int R, int C, typename T>
+__device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols) {
+  static_assert(C % 8 == 0, "rows load in chunks of 8 elements");
   const bool aligned = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0;
-  for (int c = threadIdx.x; c < kTile * 8; c += kThreads) {
-    const int r = c >> 3, k = (c & 7) * 8;
-    T* dst = s + r * kP + k;
+  for (int c = threadIdx.x; c < R * (C / 8); c += kThreads) {
+    const int r = c / (C / 8), k = (c % (C / 8)) * 8;
+    T* dst = s + r * p + k;
     if (r < rows && k < cols) {
       if (aligned && k + 8 <= cols) {
         cpAsync16(dst, g + r * ld + k);
@@ -659,19 +671,22 @@ __device__ __forceinline__ int64_t keepTile(const AttentionArgs& a, int64_t n, i
   return ((n * nq + qt) * nk + kt) * 128;
 }
 
-template <typename T>
-size_t fwdSmemMma() { return 6 * kTile * kP * sizeof(T); }
-template <typename T>
-size_t bwdSmemMma() { return 9 * kTile * kP * sizeof(T) + 6 * kTile * sizeof(float) + 3 * 128 * sizeof(uint32_t); }
+template <typename T, int DK>
+size_t fwdSmemMma() { return 3 * (kKBuf<DK> + kRowBuf<DK>) * sizeof(T); }
+template <typename T, int DK>
+size_t bwdSmemMma() {
+  return (kKBuf<DK> + 7 * kRowBuf<DK> + kTile * kP) * sizeof(T) + 6 * kTile * sizeof(float) + 3 * 128 * sizeof(uint32_t);
+}
 
-// Grid (N, query tiles).
-template <typename T, bool KR>
-__global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                            const uint8_t* flags, AttentionArgs a) {
+// Grid (N, query tiles). DK: the head tile (64 or 128); KR: K as rows [j][d] (else KT [d][j]).
+template <typename T, bool KR, int DK>
+__global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+                                                                             const uint8_t* flags, AttentionArgs a) {
+  constexpr int pD = kPD<DK>, pK = KR ? pD : kP, kb = kKBuf<DK>, rb = kRowBuf<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j]
-  T* Vs = Ks + 3 * kTile * kP;          // 3 x [j][d]
-  T* Qs = Ks + 2 * kTile * kP;          // [i][d]: K's third buffer, free until the loop's first prefetch
+  T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j] (or [j][d])
+  T* Vs = Ks + 3 * kb;                  // 3 x [j][d]
+  T* Qs = Ks + 2 * kb;                  // [i][d]: K's third buffer, free until the loop's first prefetch
   __shared__ uint8_t flagsS[kFlagsSmem];
   // Grid (N, query tiles), the last query tiles first over every head: under a causal mask they
   // have the most key tiles, so the long blocks all start early and the grid ends on short ones.
@@ -691,12 +706,12 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
   const T* Vn = V + sliceAt(a.v, n);
   auto loadKV = [&](int kt, int buf) {
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    if constexpr (KR) loadTileAsync(Ks + buf * kTile * kP, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
-    else loadTileAsync(Ks + buf * kTile * kP, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                     // [d][j]
-    loadTileAsync(Vs + buf * kTile * kP, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+    if constexpr (KR) loadTileAsync<kTile, DK>(Ks + buf * kb, pK, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
+    else loadTileAsync<DK, kTile>(Ks + buf * kb, pK, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                     // [d][j]
+    loadTileAsync<kTile, DK>(Vs + buf * rb, pD, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   };
   // Three stages: tiles kt and k1 are in flight while kt is computed, k2 is issued.
-  loadTileAsync(Qs, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
+  loadTileAsync<kTile, DK>(Qs, pD, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
   int k1 = kt < nk ? live(kt + 1) : nk;
@@ -706,11 +721,11 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
   cpAsyncCommit();
   cpAsyncWait<2>();
   __syncthreads();
-  uint32_t qf[4][4];
+  uint32_t qf[DK / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) ldsm4(qf[ks], aRowMajor(Qs, warp * 16, ks * 16));
+  for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, pD, warp * 16, ks * 16));
   __syncthreads();  // Q's bytes take the third K tile next
-  float o[8][4] = {};
+  float o[DK / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t rowI[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
   for (int buf = 0; kt < nk; buf = buf == 2 ? 0 : buf + 1) {
@@ -719,16 +734,16 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
     cpAsyncCommit();
     cpAsyncWait<2>();
     __syncthreads();
-    const T* Kb = Ks + buf * kTile * kP;
-    const T* Vb = Vs + buf * kTile * kP;
+    const T* Kb = Ks + buf * kb;
+    const T* Vb = Vs + buf * rb;
     float s[8][4] = {};
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
+    for (int ks = 0; ks < DK / 16; ++ks)
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        if constexpr (KR) ldsm4(b, bNK(Kb, ks * 16, np * 16));
-        else ldsm4t(b, bKN(Kb, ks * 16, np * 16));
+        if constexpr (KR) ldsm4(b, bNK(Kb, pK, ks * 16, np * 16));
+        else ldsm4t(b, bKN(Kb, pK, ks * 16, np * 16));
         mma16816<T>(s[2 * np], qf[ks], b[0], b[1]);
         mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
@@ -769,7 +784,7 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
       l[r] = l[r] * alpha + sum;
       m[r] = mn;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
+      for (int nt = 0; nt < DK / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
     }
     if (a.ratio > 0.0f) {
       // Keys 4q .. 4q + 3 of a row are one Philox draw; lanes tq and tq ^ 1 share it. The even lane
@@ -801,9 +816,9 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
       uint32_t pa[4];
       cToA<T>(pa, s, kk);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < DK / 16; ++np) {
         uint32_t b[4];
-        ldsm4t(b, bKN(Vb, kk * 16, np * 16));
+        ldsm4t(b, bKN(Vb, pD, kk * 16, np * 16));
         mma16816<T>(o[2 * np], pa, b[0], b[1]);
         mma16816<T>(o[2 * np + 1], pa, b[2], b[3]);
       }
@@ -826,7 +841,7 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
     // row under zero_empty_rows: exp(-inf - inf) = 0.
     const float inv = expf(m[r] - L);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < DK / 8; ++nt) {
       const int d = nt * 8 + 2 * tq;
       if (d < a.Dv)
         *reinterpret_cast<uint32_t*>(On + i * a.o.sRow + d) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
@@ -835,16 +850,17 @@ __global__ void __launch_bounds__(kThreads, 4) attnFwdMmaKernel(const T* Q, cons
 }
 
 // Grid (N, key tiles).
-template <typename T, bool KR>
+template <typename T, bool KR, int DK>
 __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
                                                             const float* rowD, T* dKT, T* dV, float* dQacc, const uint8_t* flags,
                                                             AttentionArgs a) {
+  constexpr int pD = kPD<DK>, pK = KR ? pD : kP, rb = kRowBuf<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);  // [d][j]
-  T* Vs = Ks + kTile * kP;              // [j][d]
-  T* Qs = Vs + kTile * kP;              // 3 x [i][d]
-  T* dOs = Qs + 3 * kTile * kP;         // 3 x [i][d]
-  T* dSs = dOs + 3 * kTile * kP;        // [j][i]: dS^T, scale included
+  T* Ks = reinterpret_cast<T*>(smem);  // [d][j] (or [j][d])
+  T* Vs = Ks + kKBuf<DK>;               // [j][d]
+  T* Qs = Vs + rb;                      // 3 x [i][d]
+  T* dOs = Qs + 3 * rb;                 // 3 x [i][d]
+  T* dSs = dOs + 3 * rb;                // [j][i]: dS^T, scale included
   float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 3 x [i]
   float* rowDs = rowL + 3 * kTile;                           // 3 x [i]
   uint32_t* keepS = reinterpret_cast<uint32_t*>(rowDs + 3 * kTile);  // 3 x 128 words (a.keep)
@@ -866,8 +882,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   const T* dOn = dO + sliceAt(a.dO, n);
   auto loadQ = [&](int qt, int buf) {
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
-    loadTileAsync(Qs + buf * kTile * kP, Qn + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
-    loadTileAsync(dOs + buf * kTile * kP, dOn + i0 * a.dO.sRow, a.dO.sRow, a.Tq - i0, a.Dv);
+    loadTileAsync<kTile, DK>(Qs + buf * rb, pD, Qn + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
+    loadTileAsync<kTile, DK>(dOs + buf * rb, pD, dOn + i0 * a.dO.sRow, a.dO.sRow, a.Tq - i0, a.Dv);
     if (a.keep && a.ratio > 0.0f && threadIdx.x < 32)  // the forward's keep bits of tile (qt, kt)
       cpAsync16(keepS + buf * 128 + threadIdx.x * 4, a.keep + keepTile(a, n, qt, kt) + threadIdx.x * 4);
     const int64_t row0 = n * a.Tq + i0;
@@ -885,9 +901,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     }
   };
   const T* Kn = KT + sliceAt(a.k, n);
-  if constexpr (KR) loadTileAsync(Ks, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
-  else loadTileAsync(Ks, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                        // [d][j]
-  loadTileAsync(Vs, V + sliceAt(a.v, n) + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+  if constexpr (KR) loadTileAsync<kTile, DK>(Ks, pK, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
+  else loadTileAsync<DK, kTile>(Ks, pK, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                        // [d][j]
+  loadTileAsync<kTile, DK>(Vs, pD, V + sliceAt(a.v, n) + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   cpAsyncCommit();
   // Three stages, as the forward: query tiles qt and q1 in flight, q2 issued while qt is computed.
   int qt = live(0);
@@ -898,15 +914,18 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   cpAsyncCommit();
   cpAsyncWait<2>();
   __syncthreads();
-  // This warp's 16 keys of K (from [d][j], or rows [j][d]) as A fragments, kept; V's are loaded per
-  // tile (registers).
-  uint32_t kf[4][4];
+  // This warp's 16 keys of K (from [d][j], or rows [j][d]) as A fragments: at DK 64 loaded once and
+  // kept, at DK 128 loaded per query tile (the registers hold dK and dV). V's are loaded per tile.
+  uint32_t kf[DK / 16][4];
+  auto loadKf = [&](int ks) {
+    if constexpr (KR) ldsm4(kf[ks], aRowMajor(Ks, pK, warp * 16, ks * 16));
+    else ldsm4t(kf[ks], aColMajor(Ks, pK, warp * 16, ks * 16));
+  };
+  if constexpr (DK == 64) {
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    if constexpr (KR) ldsm4(kf[ks], aRowMajor(Ks, warp * 16, ks * 16));
-    else ldsm4t(kf[ks], aColMajor(Ks, warp * 16, ks * 16));
+    for (int ks = 0; ks < DK / 16; ++ks) loadKf(ks);
   }
-  float dk[8][4] = {}, dv[8][4] = {};
+  float dk[DK / 8][4] = {}, dv[DK / 8][4] = {};
   const int64_t keyJ[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
   const bool keyIn[2] = {keyJ[0] < a.Tk, keyJ[1] < a.Tk};
   for (int buf = 0; qt < nq; buf = buf == 2 ? 0 : buf + 1) {
@@ -915,23 +934,24 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     cpAsyncCommit();
     cpAsyncWait<2>();
     __syncthreads();
-    const T* Qb = Qs + buf * kTile * kP;
-    const T* dOb = dOs + buf * kTile * kP;
+    const T* Qb = Qs + buf * rb;
+    const T* dOb = dOs + buf * rb;
     const float* Lb = rowL + buf * kTile;
     const float* Db = rowDs + buf * kTile;
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
     float s[8][4] = {}, dp[8][4] = {};  // S^T and dP^T: 16 keys x 64 queries
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
+    for (int ks = 0; ks < DK / 16; ++ks) {
+      if constexpr (DK != 64) loadKf(ks);
       uint32_t vf[4];
-      ldsm4(vf, aRowMajor(Vs, warp * 16, ks * 16));
+      ldsm4(vf, aRowMajor(Vs, pD, warp * 16, ks * 16));
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        ldsm4(b, bNK(Qb, ks * 16, np * 16));
+        ldsm4(b, bNK(Qb, pD, ks * 16, np * 16));
         mma16816<T>(s[2 * np], kf[ks], b[0], b[1]);
         mma16816<T>(s[2 * np + 1], kf[ks], b[2], b[3]);
-        ldsm4(b, bNK(dOb, ks * 16, np * 16));
+        ldsm4(b, bNK(dOb, pD, ks * 16, np * 16));
         mma16816<T>(dp[2 * np], vf, b[0], b[1]);
         mma16816<T>(dp[2 * np + 1], vf, b[2], b[3]);
       }
@@ -1004,12 +1024,12 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       cToA<T>(pa, s, kk);
       cToA<T>(sa, dp, kk);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < DK / 16; ++np) {
         uint32_t b[4];
-        ldsm4t(b, bKN(dOb, kk * 16, np * 16));
+        ldsm4t(b, bKN(dOb, pD, kk * 16, np * 16));
         mma16816<T>(dv[2 * np], pa, b[0], b[1]);
         mma16816<T>(dv[2 * np + 1], pa, b[2], b[3]);
-        ldsm4t(b, bKN(Qb, kk * 16, np * 16));
+        ldsm4t(b, bKN(Qb, pD, kk * 16, np * 16));
         mma16816<T>(dk[2 * np], sa, b[0], b[1]);
         mma16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
       }
@@ -1021,32 +1041,36 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8) * kP + col) = pack2<T>(dp[nt][2], dp[nt][3]);
     }
     __syncthreads();
-    // dQ (this warp's 16 queries x 64 d) = dS K: A = dS from dS^T [j][i], B = K from [d][j] (or [j][d]).
-    float dq[8][4] = {};
+    // dQ (this warp's 16 queries x DK d) = dS K, 64 columns of d at a time: A = dS from dS^T [j][i],
+    // B = K from [d][j] (or [j][d]).
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t sa[4];
-      ldsm4t(sa, aColMajor(dSs, warp * 16, kk * 16));
+    for (int dc = 0; dc < DK / 64; ++dc) {
+      float dq[8][4] = {};
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        if constexpr (KR) ldsm4t(b, bKN(Ks, kk * 16, np * 16));
-        else ldsm4(b, bNK(Ks, kk * 16, np * 16));
-        mma16816<T>(dq[2 * np], sa, b[0], b[1]);
-        mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t sa[4];
+        ldsm4t(sa, aColMajor(dSs, kP, warp * 16, kk * 16));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          if constexpr (KR) ldsm4t(b, bKN(Ks, pK, kk * 16, dc * 64 + np * 16));
+          else ldsm4(b, bNK(Ks, pK, kk * 16, dc * 64 + np * 16));
+          mma16816<T>(dq[2 * np], sa, b[0], b[1]);
+          mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
+        }
       }
-    }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t i = i0 + warp * 16 + g + 8 * r;
-      if (i >= a.Tq) continue;
-      float* dst = dQacc + (n * a.Tq + i) * a.D + (a.deterministic ? kt * a.N * a.Tq * a.D : 0);
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = i0 + warp * 16 + g + 8 * r;
+        if (i >= a.Tq) continue;
+        float* dst = dQacc + (n * a.Tq + i) * a.D + (a.deterministic ? kt * a.N * a.Tq * a.D : 0);
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int d = nt * 8 + 2 * tq;
-        if (d >= a.D) continue;
-        if (a.deterministic) *reinterpret_cast<float2*>(dst + d) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
-        else atomicAdd(reinterpret_cast<float2*>(dst + d), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+        for (int nt = 0; nt < 8; ++nt) {
+          const int d = dc * 64 + nt * 8 + 2 * tq;
+          if (d >= a.D) continue;
+          if (a.deterministic) *reinterpret_cast<float2*>(dst + d) = make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]);
+          else atomicAdd(reinterpret_cast<float2*>(dst + d), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+        }
       }
     }
     __syncthreads();  // dSs and this buffer are rewritten next iteration
@@ -1060,7 +1084,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     const int64_t j = keyJ[r];
     if (j >= a.Tk) continue;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < DK / 8; ++nt) {
       const int d = nt * 8 + 2 * tq;
       if (d < a.Dv) *reinterpret_cast<uint32_t*>(dVn + j * a.dv.sRow + d) = pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
       if (d < a.D) {
@@ -1090,6 +1114,33 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool mmaPath(const AttentionArgs& a) { return attentionTensorCores(a); }
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+// The head tile of the mma.sync kernels: 64 where both head dims fit it, else 128.
+int headTile(const AttentionArgs& a) { return a.D <= 64 && a.Dv <= 64 ? 64 : 128; }
+
+// K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
+template <typename T, int DK>
+cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
+  static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T, false, DK>, fwdSmemMma<T, DK>());
+  static const cudaError_t rattr = smemAttributes(attnFwdMmaKernel<T, true, DK>, fwdSmemMma<T, DK>());
+  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
+  const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
+  (a.kRows ? attnFwdMmaKernel<T, true, DK> : attnFwdMmaKernel<T, false, DK>)<<<grid, kThreads, fwdSmemMma<T, DK>(), st>>>(
+      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
+  return cudaGetLastError();
+}
+template <typename T, int DK>
+cudaError_t backwardMma(const void* dO, const void* Q, const void* KT, const void* V, const float* lse, const float* rowD, void* dKT,
+                        void* dV, float* dQacc, const AttentionArgs& a, cudaStream_t st) {
+  static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T, false, DK>, bwdSmemMma<T, DK>());
+  static const cudaError_t rattr = smemAttributes(attnBwdMmaKernel<T, true, DK>, bwdSmemMma<T, DK>());
+  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
+  const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
+  (a.kRows ? attnBwdMmaKernel<T, true, DK> : attnBwdMmaKernel<T, false, DK>)<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
+      static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
+      static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, a.flags, a);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,
                      cudaStream_t st) {
@@ -1098,16 +1149,7 @@ cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, floa
   const uint8_t* flags = a.flags;
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.N));
   if constexpr (!std::is_same_v<T, float>) {
-    if (mmaPath(a)) {
-      // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
-      static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T, false>, fwdSmemMma<T>());
-      static const cudaError_t rattr = smemAttributes(attnFwdMmaKernel<T, true>, fwdSmemMma<T>());
-      if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
-      const dim3 mgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
-      (a.kRows ? attnFwdMmaKernel<T, true> : attnFwdMmaKernel<T, false>)<<<mgrid, kThreads, fwdSmemMma<T>(), st>>>(
-          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, flags, a);
-      return cudaGetLastError();
-    }
+    if (mmaPath(a)) return headTile(a) == 64 ? forwardMma<T, 64>(Q, KT, V, O, lse, a, st) : forwardMma<T, 128>(Q, KT, V, O, lse, a, st);
   }
   attnFwdKernel<T><<<grid, kThreads, fwdSmem<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V),
                                                         static_cast<T*>(O), lse, flags, a);
@@ -1133,13 +1175,9 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   bool mma = false;
   if constexpr (!std::is_same_v<T, float>) {
     if (mmaPath(a)) {
-      static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T, false>, bwdSmemMma<T>());
-      static const cudaError_t rattr = smemAttributes(attnBwdMmaKernel<T, true>, bwdSmemMma<T>());
-      if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
-      const dim3 mgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
-      (a.kRows ? attnBwdMmaKernel<T, true> : attnBwdMmaKernel<T, false>)<<<mgrid, kThreads, bwdSmemMma<T>(), st>>>(
-          static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
-          static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, flags, a);
+      const cudaError_t e = headTile(a) == 64 ? backwardMma<T, 64>(dO, Q, KT, V, lse, rowD, dKT, dV, dQacc, a, st)
+                                              : backwardMma<T, 128>(dO, Q, KT, V, lse, rowD, dKT, dV, dQacc, a, st);
+      if (e != cudaSuccess) return e;
       mma = true;
     }
   }
@@ -1153,9 +1191,7 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
 
 }  // namespace
 
-bool attentionTensorCores(const AttentionArgs& a) {
-  return a.t != DT::f32 && a.D % 8 == 0 && a.Dv % 8 == 0 && (a.ratio <= 0.0f || a.Tk % 4 == 0);
-}
+bool attentionTensorCores(const AttentionArgs& a) { return attentionMmaShape(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f); }
 
 // The flags (a byte per tile), then the per-tile records maskTileKernel hands to maskFlagsKernel.
 size_t attentionFlagBytes(const AttentionArgs& a) {
@@ -1184,7 +1220,7 @@ size_t attentionScratch(const AttentionArgs& a, bool backward) {
 
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,
                              cudaStream_t st) {
-  if (a.D > kMaxD || a.Dv > kMaxD || (a.mask && !a.flags)) return cudaErrorInvalidValue;
+  if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f) || (a.mask && !a.flags)) return cudaErrorInvalidValue;
   if (a.N == 0 || a.Tq == 0) return cudaSuccess;
   switch (a.t) {
     case DT::f32: return forwardT<float>(Q, KT, V, O, lse, a, st);
@@ -1196,7 +1232,7 @@ cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void*
 
 cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
                               void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st) {
-  if (a.D > kMaxD || a.Dv > kMaxD || (a.mask && !a.flags)) return cudaErrorInvalidValue;
+  if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f) || (a.mask && !a.flags)) return cudaErrorInvalidValue;
   if (a.N == 0 || (a.Tq == 0 && a.Tk == 0)) return cudaSuccess;
   switch (a.t) {
     case DT::f32: return backwardT<float>(dO, Q, KT, V, O, lse, dQ, dKT, dV, scratch, a, st);

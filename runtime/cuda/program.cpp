@@ -8,6 +8,7 @@
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cuda/limits.h"
 #include "kernels/cuda/train.h"
 #include "passes/channels_last.h"
 #include "runtime/cuda/libs.h"
@@ -105,7 +106,6 @@ struct Program::Lowering {
     a.D = qs[r - 1];
     a.Tk = ks[r - 1];
     a.Dv = vs[r - 1];
-    if (a.D > 64 || a.Dv > 64) fail("head dims above 64 have no fused CUDA kernel (D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + ")");
     if (mask) {
       a.mask = P(mask);
       a.maskType = dt(mask);
@@ -126,6 +126,9 @@ struct Program::Lowering {
     a.seed = cpu::randomSeed(n, p.opts_.seed);
     a.step = p.step_;
     a.key = static_cast<uint32_t>(n.getInt("dropout_key", 0));
+    if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f))
+      fail("no fused CUDA kernel takes head dims D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + " here (f16/bf16 with head dims multiples of 8 up to " +
+           std::to_string(kAttentionMaxHeadDimMma) + " and, with dropout, Tk a multiple of 4; otherwise up to " + std::to_string(kAttentionMaxHeadDim) + ")");
     return a;
   }
   double constScalar(size_t i, double dflt) const {

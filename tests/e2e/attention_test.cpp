@@ -206,8 +206,8 @@ void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& x
 }  // namespace
 
 // Which head dims fuse is the target's to say (compiler/target.h), not the pass's: at head dim 128
-// the cuda target (kernels of at most 64) keeps the attention as written, the cpu target fuses it,
-// and the fused graph's loss and gradients are the unfused graph's.
+// in f32 the cuda target (f32 kernels of at most 64) keeps the attention as written, the cpu target
+// fuses it, and the fused graph's loss and gradients are the unfused graph's.
 TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
   const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(6, 2, 128) + R"(  const %s : f32[] = [0.0883883]
   %sc : f32[2,2,6,6] = MatMul(%q, %kt) @attn/qk
@@ -223,6 +223,22 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
   EXPECT_EQ(count(*cuda, "Attention"), 0);
   expectFusedLikePlain(text, {2, 6, 16});
   EXPECT_THROW(findTarget("tpu"), Error);
+  // At bf16 the cuda target's tensor-core kernels take head dims that are multiples of 8 up to 128
+  // (kernels/cuda/limits.h): the attention fuses at 128 and 96 and stays as written at 256 and at 100;
+  // with dropout, only where Tk is a multiple of 4 (6 keys: not) or the head dims are at most 64.
+  for (const int64_t d : {128, 96, 256, 100, 64})
+    for (const bool dropout : {false, true}) {
+      const std::string D = std::to_string(d), lead = "bf16[2,2,";
+      std::string t = "graph \"b\" opset 17 {\n  input %q : " + lead + "6," + D + "]\n  input %kt : " + lead + D + ",6]\n  input %v : " + lead +
+                      "6," + D + "]\n  const %r : f32[] = [0.1]\n  const %on : bool[] = [1]\n";
+      t += "  %sc : bf16[2,2,6,6] = MatMul(%q, %kt) @attn/qk\n  %p : bf16[2,2,6,6] = Softmax(%sc) {axis = -1} @attn/softmax\n";
+      if (dropout) t += "  %pd : bf16[2,2,6,6] = Dropout(%p, %r, %on) @attn/drop\n";
+      t += "  %o : bf16[2,2,6," + D + "] = MatMul(%" + std::string(dropout ? "pd" : "p") + ", %v) @attn/pv\n  output %o\n}\n";
+      auto g = parseGraph(t, "b");
+      const bool fuses = d % 8 == 0 && d <= (dropout ? 64 : 128);
+      EXPECT_EQ(createFuseAttentionPass(AutodiffOptions{}, findTarget("cuda"))->run(*g), fuses) << "head dim " << d << (dropout ? " with dropout" : "");
+      EXPECT_EQ(count(*g, "Attention"), fuses ? 1 : 0);
+    }
 }
 
 // Scaled dot-product attention as PyTorch's exporters decompose it with the scale split before the

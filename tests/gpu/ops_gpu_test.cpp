@@ -483,10 +483,18 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_per_batch_mask_empty_row", {2, 3}, 100, 136, 64, 64, "per_batch", 0.1},
       {"per_batch_mask_empty_row_tk130", {2, 2}, 70, 130, 32, 32, "per_batch", 0.2},
       {"mma_padding_mask", {2, 2}, 77, 77, 32, 32, "padding", 0.0},
+      // Head dims above 64 (f16/bf16 only: the 128-wide head tile of the mma.sync kernels; 96 and
+      // 80 zero-padded to it): causal with dropout, a random mask with partial tiles, transformers'
+      // per-batch mask with an empty row, odd Tk (KT rows element by element).
+      {"mma_d128_causal_dropout", {2, 2}, 200, 200, 128, 128, "causal", 0.1},
+      {"mma_d96_dv80_random_mask", {1, 3}, 100, 136, 96, 80, "random", 0.0},
+      {"mma_d128_dv64_per_batch", {2, 2}, 77, 130, 128, 64, "per_batch", 0.0},
+      {"mma_d128_odd_keys", {1, 2}, 70, 61, 128, 128, "", 0.0},
   };
   for (const auto& c : cases)
     for (const char* t : {"f32", "f16", "bf16"}) {
       const std::string T = t;
+      if (T == "f32" && (c.d > 64 || c.dv > 64)) continue;  // f32 runs the FMA kernels, head dims up to 64
       auto sh = [&](int64_t a, int64_t b) {
         auto v = c.lead;
         v.push_back(a);
@@ -541,9 +549,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
 // gradients transposed back and concatenated. Then the same with Q, K, V from separate inputs and
 // the gradients not concatenated. Against the CPU (which runs every node), causal mask, dropout on,
 // partial tiles (T = 136), and T = 99 without dropout (KT's rows, read in place as K rows, are
-// then of any length); and the values the folds stand in for get no bytes.
+// then of any length), at head dims 16 and 128; and the values the folds stand in for get no bytes.
 TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
   AMPC_NEED_GPU();
+  for (const int hd : {16, 128})  // head dims: 128 runs the kernels' 128-wide head tile
   for (const int tt : {136, 99})
     for (const char* t : {"f16", "bf16"})
       for (const bool split : {true, false}) {
@@ -573,6 +582,9 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
         text += "  output %Or\n  output %dQt\n  output %dKt\n  output %dVt\n}\n";
       }
       text = std::regex_replace(text, std::regex("%q, %k, %v = "), "%q : " + T + "[2,136,48], %k : " + T + "[2,136,48], %v : " + T + "[2,136,48] = ");
+      text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));  // the head dim, then 3 and 9 heads' widths
+      text = std::regex_replace(text, std::regex("\\b48\\b"), std::to_string(3 * hd));
+      text = std::regex_replace(text, std::regex("\\b144\\b"), std::to_string(9 * hd));
       text = std::regex_replace(text, std::regex("136"), std::to_string(tt));  // the sequence length
       auto g = parseGraph(text, "attention in place");
       std::map<std::string, Tensor> in;
@@ -585,7 +597,8 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
       ExecOptions eo;
       eo.seed = 77;
       eo.step = 3;
-      const std::string what = std::string("attention in place ") + t + (split ? " split/concat" : " transposes") + " T " + std::to_string(tt);
+      const std::string what = std::string("attention in place ") + t + (split ? " split/concat" : " transposes") + " T " + std::to_string(tt) +
+                               " head dim " + std::to_string(hd);
       expectSameOnGpu(*g, in, what, 1.0, eo);
       cuda::Program prog(*g, {});
       const MemoryPlan& plan = prog.memoryPlan();

@@ -59,6 +59,15 @@ def llama_100m():
                                         use_cache=False))
 
 
+def llama_hd128():
+    """A Llama-style LM with the head dim of today's Llamas: 128 (8 heads over 2 KV heads, 1024
+    wide, 8 layers, MLP 2816; about 155M parameters)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return LlamaForCausalLM(LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                        num_attention_heads=8, num_key_value_heads=2, head_dim=128, max_position_embeddings=2048,
+                                        use_cache=False))
+
+
 def llama_1_5b():
     """1.6B parameters (24 layers, 2048 wide, MLP 8192, 16 heads over 4 KV heads): 6.4 GB of f32
     weights, past protobuf's 2 GiB, so its ONNX file carries them as external data."""
@@ -87,6 +96,7 @@ MODELS = {
     "resnet50": image(resnet50, 64),
     "bert_base": lm(bert_base, 8, 128, 30522),
     "llama_100m": lm(llama_100m, 4, 512, 32000),
+    "llama_hd128": lm(llama_hd128, 4, 1024, 32000),
     "gpt2_124m": lm(gpt2_124m, 8, 1024, 50257),
     "llama_1_5b": lm(llama_1_5b, 4, 512, 32000),
 }
