@@ -2,7 +2,7 @@
 //
 //   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
 //   S = S * c  or  S / c          (optional, scalar constant)
-//   S = S + mask                  (optional; a mask that needs no gradient)
+//   S = S + mask                  (optional; a trainable one, a bias, gets its gradient)
 //   P = Softmax(S, axis = -1)
 //   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
 //   P = Cast(P) to P's own dtype  (optional: transformers' GPT-2 casts to V's dtype)
@@ -19,15 +19,12 @@
 // inside; the mask stays FP32). Head dims the target's fused attention does not take are left
 // unfused (compiler/target.h: CUDA's kernels hold a whole head row in one tile).
 #include <cmath>
-#include <regex>
-#include <unordered_set>
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
 #include "kernels/cpu/kernel.h"
-#include "passes/autodiff.h"
 #include "passes/pass.h"
 
 namespace ampc {
@@ -80,21 +77,6 @@ bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
   return s.size() >= 2 && attentionMaskMap(std::vector<int64_t>(s.begin(), s.end() - 2), s[s.size() - 2], s.back(), m, map);
 }
 
-// Values computed from a trainable parameter: a mask among them needs a gradient, so its
-// attention stays unfused.
-std::unordered_set<const Value*> trainedCone(const Graph& g, const AutodiffOptions& opts) {
-  std::unordered_set<const Value*> cone;
-  for (const auto& p : paramPolicy(g, opts))
-    if (p.candidate) cone.insert(p.param);
-  for (const auto& n : g.nodes()) {
-    bool hit = false;
-    for (const Value* v : n->inputs()) hit |= v && cone.count(v);
-    if (hit)
-      for (size_t i = 0; i < n->numResults(); ++i) cone.insert(n->result(i));
-  }
-  return cone;
-}
-
 struct Match {
   Node *qScale = nullptr, *kScale = nullptr, *scores = nullptr, *scale = nullptr, *add = nullptr, *softmax = nullptr, *cast = nullptr,
        *dropout = nullptr, *out = nullptr, *isNan = nullptr, *nanWhere = nullptr;
@@ -102,7 +84,7 @@ struct Match {
   double scale_ = 1.0, ratio = 0.0;
 };
 
-bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& trained, Match& m, const Target& target) {
+bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target) {
   if (!sm->domain().empty() || sm->op() != "Softmax" || sm->numInputs() != 1) return false;
   const auto& ss = sm->input(0)->type().shape;
   if (ss.size() < 2 || g.opset < 13) return false;
@@ -118,7 +100,7 @@ bool matchAt(const Graph& g, Node* sm, const std::unordered_set<const Value*>& t
       if (!other->producer() || (other->producer()->op() != "MatMul" && other->producer()->op() != "Mul" &&
                                  other->producer()->op() != "Div"))
         continue;
-      if (trained.count(add->input(i)) || !isFloat(add->input(i)->type().dtype)) return false;
+      if (!isFloat(add->input(i)->type().dtype)) return false;
       m.add = const_cast<Node*>(add);
       m.mask = add->input(i);
       s = other;
@@ -231,17 +213,16 @@ void rewrite(Graph& g, const Match& m) {
 
 class FuseAttentionPass final : public Pass {
  public:
-  FuseAttentionPass(AutodiffOptions opts, const Target& target) : opts_(std::move(opts)), target_(target) {}
+  explicit FuseAttentionPass(const Target& target) : target_(target) {}
   std::string name() const override { return "fuse-attention"; }
   bool run(Graph& g) override {
-    const auto trained = trainedCone(g, opts_);
     std::vector<Node*> softmaxes;
     for (const auto& n : g.nodes())
       if (n->domain().empty() && n->op() == "Softmax") softmaxes.push_back(n.get());
     bool changed = false;
     for (Node* sm : softmaxes) {
       Match m;
-      if (!matchAt(g, sm, trained, m, target_)) continue;
+      if (!matchAt(g, sm, m, target_)) continue;
       g.domainOpsets.emplace(kGradDomain, 1);
       rewrite(g, m);
       changed = true;
@@ -250,18 +231,12 @@ class FuseAttentionPass final : public Pass {
   }
 
  private:
-  AutodiffOptions opts_;
   const Target& target_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts, const Target& target) {
-  return std::make_unique<FuseAttentionPass>(opts, target);
-}
+std::unique_ptr<Pass> createFuseAttentionPass(const Target& target) { return std::make_unique<FuseAttentionPass>(target); }
+std::unique_ptr<Pass> createFuseAttentionPass() { return createFuseAttentionPass(findTarget("cuda")); }
 
-}  // namespace ampc
-
-namespace ampc {
-std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts) { return createFuseAttentionPass(opts, findTarget("cuda")); }
 }  // namespace ampc

@@ -45,13 +45,12 @@ std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
 bool inferAndFoldNode(Graph& g, Node* n);
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
 std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
-// Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node. `opts` says which
-// parameters are trained (a mask computed from a trained parameter stays unfused); `target`, which
-// head dims its fused attention takes (compiler/target.h; the default, cuda, at most 64).
-struct AutodiffOptions;  // passes/autodiff.h
-struct Target;           // compiler/target.h
-std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts);  // for cuda
-std::unique_ptr<Pass> createFuseAttentionPass(const AutodiffOptions& opts, const Target& target);  // fuse_attention.cpp
+// Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node (a trainable mask, a bias,
+// gets its gradient). `target` says which shapes its fused attention takes (compiler/target.h;
+// the default is cuda).
+struct Target;  // compiler/target.h
+std::unique_ptr<Pass> createFuseAttentionPass();  // for cuda
+std::unique_ptr<Pass> createFuseAttentionPass(const Target& target);  // fuse_attention.cpp
 // GELU written out op by op (tanh or erf form) -> one ampc.Gelu (backward: one ampc.GeluGrad).
 std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 // Connected pointwise nodes of one result shape -> one ampc.Fused node (compiler/ops/pointwise.h).

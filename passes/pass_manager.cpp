@@ -17,7 +17,7 @@ const PassEntry kPasses[] = {
     {"infer-shapes", createInferShapesPass},
     {"fold-constants", createFoldConstantsPass},
     {"dce", createDcePass},
-    {"fuse-attention", [] { return createFuseAttentionPass(AutodiffOptions{}); }},
+    {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-elementwise", [] { return createFuseElementwisePass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},

@@ -184,13 +184,15 @@ void gradDropout(GB& b) {
   b.setGrad(0, b.op("DropoutGrad", ins, {}, kGradDomain));
 }
 
-// Fused attention: one backward op recomputes the probabilities from the saved log-sum-exp.
+// Fused attention: one backward op recomputes the probabilities from the saved log-sum-exp. A
+// trainable mask (an additive bias) gets its gradient as a fourth result.
 void gradAttention(GB& b) {
   if (!b.dy(0)) return;
   std::vector<Value*> ins{b.dy(0), b.x(0), b.x(1), b.x(2), b.y(0), b.y(1)};
   if (b.x(3)) ins.push_back(b.x(3));
-  auto r = b.opN("AttentionGrad", ins, b.node.attrs(), kGradDomain, 3);
-  for (size_t i = 0; i < 3; ++i)
+  const bool maskGrad = b.x(3) && b.needs(3);
+  auto r = b.opN("AttentionGrad", ins, b.node.attrs(), kGradDomain, maskGrad ? 4 : 3);
+  for (size_t i = 0; i < r.size(); ++i)
     if (b.needs(i)) b.setGrad(i, r[i]);
 }
 

@@ -230,7 +230,9 @@ double convFlops(const Node& n) {
 //     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
 //   O = Dropout(Softmax(scale * Q KT + mask)) V; LSE = the rows' log-sum-exp (what the backward reads).
 // Q, KT and V share dtype and leading dims; the mask broadcasts to the scores (attentionMaskMap:
-// [.., Tq or 1, Tk], per batch, per head, both or shared). zero_empty_rows = 1: a row whose every
+// [.., Tq or 1, Tk], per batch, per head, both or shared). The mask may be trainable (an additive
+// bias: T5's relative positions, Swin's relative position table): AttentionGrad's fourth result
+// is then its gradient, the score gradients summed over the dims it broadcasts along. zero_empty_rows = 1: a row whose every
 // score is -inf gets probabilities 0 (O = 0, LSE = +inf, no gradient), as the exporters' IsNaN/Where
 // after the softmax makes them; 0 (the default): NaN there, as Softmax gives.
 void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
@@ -260,12 +262,16 @@ void inferAttention(InferContext& c) {
   c.setOut(0, TensorType{c.in(0).dtype, o});
   c.setOut(1, TensorType{DType::f32, std::vector<int64_t>(c.in(0).shape.begin(), c.in(0).shape.end() - 1)});
 }
-// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV
+// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV, dMask? (the mask's type and shape)
 void inferAttentionGrad(InferContext& c) {
   checkAttentionOperands(c, 1, 2, 3, 6);
   c.check(c.in(0).shape == c.in(4).shape && c.in(0).dtype == c.in(1).dtype, "dO and O must have O's type, got " + c.in(0).str());
   c.check(c.in(5).dtype == DType::f32, "LSE must be f32, got " + c.in(5).str());
   for (size_t i = 0; i < 3; ++i) c.setOut(i, c.in(1 + i));
+  if (c.numOutputs() > 3) {
+    c.check(c.numInputs() > 6 && c.hasInput(6), "the mask's gradient (result 3) needs the mask (operand 6)");
+    c.setOut(3, c.in(6));
+  }
 }
 double attentionFlops(const Node& n) {  // the two products, every score counted
   const auto &q = n.input(0)->type().shape, &v = n.input(2)->type().shape;
@@ -310,14 +316,13 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("NegativeLogLikelihoodLoss", L, 2, 3, 1, 1, D, true, inferLoss);
   t.back().loss = true;
   t.back().noGradOperands = 0b100;
-  // Fused attention: low precision in, FP32 softmax inside; the mask stays FP32 and takes no
-  // gradient (the fusion pass fuses only masks that need none).
+  // Fused attention: low precision in, FP32 softmax inside; the mask stays FP32 (and a trainable
+  // one gets its gradient as AttentionGrad's fourth result).
   t.push_back(OpDef{"Attention", kGradDomain, 1, 1, 3, 4, 2, 2, A, true, inferAttention});
   t.back().flops = attentionFlops;
   t.back().fp32Operands = 0b1000;
-  t.back().noGradOperands = 0b1000;
   t.back().random = true;  // dropout inside
-  t.push_back(OpDef{"AttentionGrad", kGradDomain, 1, 1, 6, 7, 3, 3, I, false, inferAttentionGrad});
+  t.push_back(OpDef{"AttentionGrad", kGradDomain, 1, 1, 6, 7, 3, 4, I, false, inferAttentionGrad});
   t.back().random = true;
 }
 

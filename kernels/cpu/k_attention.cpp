@@ -123,7 +123,9 @@ struct AttentionK {
   }
 };
 
-// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV
+// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV, dMask? (a trainable mask: the
+// unrounded score gradients p (dP f - D), summed over the dims the mask broadcasts along, in a fixed
+// order: batch-head by batch-head after the parallel loop)
 template <typename C>
 struct AttentionGradK {
   static void run(KernelCtx& c) {
@@ -137,6 +139,9 @@ struct AttentionGradK {
     std::vector<C> mask;
     if (maskT) mask = widen<C>(*maskT);
     std::vector<C> dq(q.size(), C(0)), dkt(kt.size(), C(0)), dv(v.size(), C(0));
+    const bool maskGrad = c.node.numResults() > 3;
+    if (maskGrad && !maskT) c.fail("the mask's gradient needs the mask");
+    std::vector<C> dS(maskGrad ? static_cast<size_t>(d.N * d.Tq * d.Tk) : 0, C(0));  // per score, unscaled
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < d.N; ++n) {
       std::vector<C> s(static_cast<size_t>(d.Tk));
@@ -161,7 +166,9 @@ struct AttentionGradK {
           const C pd = roundTo(t, p * f);
           C dpd = 0;  // dL/d(dropped P)
           for (int64_t x = 0; x < d.Dv; ++x) dpd += doi[x] * vn[j * d.Dv + x];
-          const C g = roundTo(t, scale * p * (dpd * f - Di));
+          const C ds = p * (dpd * f - Di);
+          if (maskGrad) dS[static_cast<size_t>(row * d.Tk + j)] = ds;
+          const C g = roundTo(t, scale * ds);
           for (int64_t x = 0; x < d.Dv; ++x) dvn[j * d.Dv + x] += pd * doi[x];
           for (int64_t x = 0; x < d.D; ++x) {
             dqi[x] += g * k[x * d.Tk + j];
@@ -173,6 +180,16 @@ struct AttentionGradK {
     narrow(dq, c.out(0));
     narrow(dkt, c.out(1));
     narrow(dv, c.out(2));
+    if (maskGrad) {
+      std::vector<C> dm(mask.size(), C(0));
+      for (int64_t n = 0; n < d.N; ++n)
+        for (int64_t i = 0; i < d.Tq; ++i) {
+          C* row = dm.data() + d.maskAt(n, i, 0);
+          const C* src = dS.data() + (n * d.Tq + i) * d.Tk;
+          for (int64_t j = 0; j < d.Tk; ++j) row[j] += src[j];
+        }
+      narrow(dm, c.out(3));
+    }
   }
 };
 

@@ -476,7 +476,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
         if (i < a.Tq && j < a.Tk) {
           const float p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) - rowL[r]);
           pd = p * f[c];
-          g = a.scale * p * (dPs[r * kLdF + c4 + c] * f[c] - rowDs[r]);
+          const float gs = p * (dPs[r * kLdF + c4 + c] * f[c] - rowDs[r]);  // d loss / d score
+          if (a.dMask && p != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i, j), gs);
+          g = a.scale * gs;
         }
         Ps[r * LT + c4 + c] = fromF<T>(pd);
         dSs[r * LT + c4 + c] = fromF<T>(g);
@@ -969,7 +971,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
       if (qi < iRem && keyIn[r] && !(causal && keyJ[r] > i0 + qi)) {
         const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
         pd = p * f;
-        ds = a.scale * p * (dp[nt][2 * r + c] * f - Db[qi]);
+        const float gs = p * (dp[nt][2 * r + c] * f - Db[qi]);  // d loss / d score
+        if (a.dMask && p != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i0 + qi, keyJ[r]), gs);
+        ds = a.scale * gs;
       }
       s[nt][2 * r + c] = pd;
       dp[nt][2 * r + c] = ds;
@@ -1169,6 +1173,10 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   const int parts = a.deterministic ? static_cast<int>(cdiv(a.Tk, kTile)) : 1;
   const int64_t nq = a.N * a.Tq * a.D * parts;
   if (cudaError_t e = cudaMemsetAsync(dQacc, 0, sizeof(float) * nq, st); e != cudaSuccess) return e;
+  if (a.dMask) {
+    const int64_t maskElems = a.maskMod * (a.maskRows ? a.Tq : 1) * a.Tk;
+    if (cudaError_t e = cudaMemsetAsync(a.dMask, 0, sizeof(float) * maskElems, st); e != cudaSuccess) return e;
+  }
   const int64_t rows = a.N * a.Tq;
   rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, a);
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tk, kTile)), static_cast<unsigned>(a.N));
@@ -1232,7 +1240,8 @@ cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void*
 
 cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
                               void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st) {
-  if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f) || (a.mask && !a.flags)) return cudaErrorInvalidValue;
+  if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f) || (a.mask && !a.flags) || (a.dMask && !a.mask))
+    return cudaErrorInvalidValue;
   if (a.N == 0 || (a.Tq == 0 && a.Tk == 0)) return cudaSuccess;
   switch (a.t) {
     case DT::f32: return backwardT<float>(dO, Q, KT, V, O, lse, dQ, dKT, dV, scratch, a, st);

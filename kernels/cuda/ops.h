@@ -230,6 +230,10 @@ struct AttentionArgs {
   // The backward's dQ without atomics: each key tile stores its dS K into a slice of its own, and
   // the slices are summed in key-tile order (scratch: one f32 dQ per key tile).
   bool deterministic = false;
+  // The backward, where the mask is trained (an additive bias): its gradient, f32 with the mask's
+  // shape, the unscaled score gradients summed over the dims it broadcasts along (atomics; the
+  // launch zeroes it first).
+  float* dMask = nullptr;
 };
 // Whether `a` runs the f16/bf16 tensor-core (mma.sync) kernels, the only ones that take strided
 // operands (AttnLayout other than contiguous): head dims multiples of 8, and with dropout Tk a

@@ -19,11 +19,7 @@ namespace ampc::test {
 inline std::unique_ptr<Graph> trainGraph(const std::filesystem::path& dir, const std::string& model, DType precision, TrainOptions o) {
   auto g = importOnnxFile((dir / (model + ".onnx")).string());
   const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
-  {
-    AutodiffOptions fuse;
-    fuse.freeze = freeze;
-    createFuseAttentionPass(fuse)->run(*g);
-  }
+  createFuseAttentionPass()->run(*g);
   createFuseGeluPass()->run(*g);
   if (precision != DType::f32) {
     PassManager pm;

@@ -60,9 +60,7 @@ struct TrainRun {
 TrainRun train(const Case& c, bool fuse, DType precision, const std::map<std::string, Tensor>& batch, int* fusedOut = nullptr) {
   auto g = load(c);
   if (fuse) {
-    AutodiffOptions ad;
-    ad.freeze = c.freeze;
-    createFuseAttentionPass(ad)->run(*g);
+    createFuseAttentionPass()->run(*g);
     createFuseGeluPass()->run(*g);
     EXPECT_EQ(count(*g, "Gelu"), c.fused) << "one GELU per block (tanh form in GPT-2, erf form in the transformer)";
     EXPECT_EQ(count(*g, "Tanh") + count(*g, "Erf") + count(*g, "Pow"), 0);
@@ -183,7 +181,7 @@ void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& x
     }
   };
   auto fused = parseGraph(text, "a"), plain = parseGraph(text, "a");
-  ASSERT_TRUE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*fused));
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
   EXPECT_EQ(count(*fused, "Attention"), 1);
   EXPECT_EQ(count(*fused, "Softmax"), 0);
   for (const auto& n : fused->nodes()) EXPECT_FALSE(n->op() == "Mul" && n->name().rfind("attn/", 0) == 0) << n->name() << " left unfused";
@@ -195,15 +193,37 @@ void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& x
   for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
   auto backend = createCpuBackend();
   auto a = evaluate(*fused, {{"x", x}}, *backend), b = evaluate(*plain, {{"x", x}}, *backend);
-  ASSERT_EQ(a.size(), 4u);  // the loss and three weight gradients
+  ASSERT_EQ(a.size(), 1 + fused->params().size());  // the loss and every parameter's gradient
   for (size_t i = 0; i < a.size(); ++i) {
     std::vector<double> u, w;
     for (int64_t k = 0; k < a[i].numel(); ++k) u.push_back(a[i].getDouble(k)), w.push_back(b[i].getDouble(k));
     EXPECT_LE(relL2(u, w), 1e-5) << fused->outputs()[i]->name();
-    EXPECT_GT(std::fabs(w[0]) + std::fabs(w.back()), 0.0);
+    EXPECT_GT(std::fabs(w[0]) + std::fabs(w.back()), 0.0) << fused->outputs()[i]->name();
   }
 }
 }  // namespace
+
+// A trainable additive bias on the scores (T5's relative-position bias, Swin's relative position
+// table, a learned ALiBi): the attention fuses and the bias gets its gradient, the score gradients
+// summed over the dims it broadcasts along (per head [1, H, Tq, Tk], per batch and key [B, 1, 1, Tk],
+// shared [Tq, Tk]); loss and every gradient, the bias's among them, are the unfused graph's.
+TEST(FusedAttentionPass, TrainableBiasGetsItsGradient) {
+  for (const std::string bias : {"1,2,5,5", "2,1,1,5", "5,5"}) {
+    SCOPED_TRACE("bias [" + bias + "]");
+    const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + "  param %bias : f32[" + bias + R"(]
+  const %s : f32[] = [0.35]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
+  %sb : f32[2,2,5,5] = Add(%ss, %bias) @attn/bias
+  %p : f32[2,2,5,5] = Softmax(%sb) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+    expectFusedLikePlain(text, {2, 5, 16});
+  }
+}
 
 // Which head dims fuse is the target's to say (compiler/target.h), not the pass's: at head dim 128
 // in f32 the cuda target (f32 kernels of at most 64) keeps the attention as written, the cpu target
@@ -219,7 +239,7 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
   output %loss
 })";
   auto cuda = parseGraph(text, "a");
-  EXPECT_FALSE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cuda"))->run(*cuda));
+  EXPECT_FALSE(createFuseAttentionPass(findTarget("cuda"))->run(*cuda));
   EXPECT_EQ(count(*cuda, "Attention"), 0);
   expectFusedLikePlain(text, {2, 6, 16});
   EXPECT_THROW(findTarget("tpu"), Error);
@@ -236,7 +256,7 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
       t += "  %o : bf16[2,2,6," + D + "] = MatMul(%" + std::string(dropout ? "pd" : "p") + ", %v) @attn/pv\n  output %o\n}\n";
       auto g = parseGraph(t, "b");
       const bool fuses = d % 8 == 0 && d <= (dropout ? 64 : 128);
-      EXPECT_EQ(createFuseAttentionPass(AutodiffOptions{}, findTarget("cuda"))->run(*g), fuses) << "head dim " << d << (dropout ? " with dropout" : "");
+      EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), fuses) << "head dim " << d << (dropout ? " with dropout" : "");
       EXPECT_EQ(count(*g, "Attention"), fuses ? 1 : 0);
     }
 }
@@ -257,7 +277,7 @@ TEST(FusedAttentionPass, ScalesOnQAndKFold) {
 })";
   expectFusedLikePlain(text, {2, 5, 16});
   auto g = parseGraph(text, "a");
-  createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*g);
+  createFuseAttentionPass(findTarget("cpu"))->run(*g);
   for (const auto& n : g->nodes())
     if (n->op() == "Attention") EXPECT_NEAR(n->getFloat("scale", 0.0f), 0.5946036 * 0.5946036, 1e-6);
 }
@@ -293,7 +313,7 @@ TEST(FusedAttentionPass, BroadcastMasksAndTheNaNGuard) {
       const std::string what = "mask [" + mdims + "]" + (emptyRow ? " with an empty row" : "");
       std::mt19937 rng(11);
       auto fused = parseGraph(text, "a"), plain = parseGraph(text, "a");
-      ASSERT_TRUE(createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*fused)) << what;
+      ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused)) << what;
       ASSERT_EQ(count(*fused, "Attention"), 1) << what;
       EXPECT_EQ(count(*fused, "IsNaN") + count(*fused, "Where") + count(*fused, "Softmax"), 0) << what;
       for (const auto& n : fused->nodes())
@@ -305,7 +325,7 @@ TEST(FusedAttentionPass, BroadcastMasksAndTheNaNGuard) {
         p->setData(std::move(t));
       }
       auto forward = parseGraph(text, "a");  // the fused graph's loss and O
-      createFuseAttentionPass(AutodiffOptions{}, findTarget("cpu"))->run(*forward);
+      createFuseAttentionPass(findTarget("cpu"))->run(*forward);
       for (Value* p : forward->params()) p->setData(*plain->lookup(p->name())->data());
       createAutodiffPass()->run(*fused);
       createAutodiffPass()->run(*plain);
@@ -345,12 +365,17 @@ TEST(FusedAttentionPass, BroadcastMasksAndTheNaNGuard) {
     }
 }
 
-// A mask computed from a trained parameter needs its gradient: that attention stays unfused.
-TEST(FusedAttentionPass, TrainedMaskIsNotFused) {
+// A mask computed from a trained parameter (GPT-2's causal mask buffer, trained when nobody
+// freezes it) fuses too, and the backward gives it its gradient: AttentionGrad's fourth result.
+TEST(FusedAttentionPass, TrainedMaskGetsItsGradient) {
   auto g = load({"gpt2_tiny", "", 0});
-  EXPECT_FALSE(createFuseAttentionPass(AutodiffOptions{})->run(*g));
-  EXPECT_EQ(count(*g, "Attention"), 0);
-  EXPECT_EQ(count(*g, "Softmax"), 2);
+  EXPECT_TRUE(createFuseAttentionPass()->run(*g));
+  EXPECT_EQ(count(*g, "Attention"), 2);
+  EXPECT_EQ(count(*g, "Softmax"), 0);
+  createTrainStepPass(TrainOptions{})->run(*g);
+  int withMaskGrad = 0;
+  for (const auto& n : g->nodes()) withMaskGrad += n->op() == "AttentionGrad" && n->numResults() == 4;
+  EXPECT_EQ(withMaskGrad, 2);
 }
 
 // The fused graph no longer holds any [.., T, T] tensor in the forward or the backward.
@@ -358,7 +383,7 @@ TEST(FusedAttentionPass, NoScoreTensorsRemain) {
   auto g = load({"gpt2_tiny", "causal_mask", 2});
   TrainOptions o;
   o.autodiff.freeze = "causal_mask";
-  createFuseAttentionPass(o.autodiff)->run(*g);
+  createFuseAttentionPass()->run(*g);
   createTrainStepPass(o)->run(*g);
   int scores = 0;
   for (const auto& n : g->nodes())

@@ -12,8 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = fuzz::asFile("model.onnx", data, size);
   return fuzz::refusedOrDone([&] {
     auto g = importOnnxFile(path);
-    AutodiffOptions ad;
-    createFuseAttentionPass(ad)->run(*g);
+    createFuseAttentionPass()->run(*g);
     createFuseGeluPass()->run(*g);
     AutocastOptions ao;
     ao.low = DType::bf16;

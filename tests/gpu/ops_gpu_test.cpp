@@ -443,9 +443,10 @@ TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
 }
 
 // Fused attention (kernels/cuda/attention.cu) forward and backward against the CPU reference: odd
-// tile edges, head dims below 64, a mask per batch-head, a shared causal mask (key tiles skipped,
-// tiles of zeros not read) with one row masked everywhere (no skipping in its query tile), no
-// mask, dropout on and off; both the WMMA kernels and the mma.sync ones.
+// tile edges, head dims below 64 and up to 128, a mask per batch-head, a shared causal mask (key
+// tiles skipped, tiles of zeros not read) with one row masked everywhere (no skipping in its query
+// tile), no mask, dropout on and off; both the WMMA kernels and the mma.sync ones; and each mask's
+// gradient (as a trained bias).
 struct AttnCase {
   std::string name;
   std::vector<int64_t> lead;
@@ -515,9 +516,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
               "\n  input %do : " + T + sh(c.tq, c.dv) + "\n";
       if (!c.mask.empty()) text += "  input %m : f32" + maskShape + "\n";
       text += "  %o : " + T + sh(c.tq, c.dv) + ", %lse : f32" + dims(lse) + " = ampc::Attention(%q, %kt, %v" + m + ")" + attrs + "\n";
+      // Every mask is also taken as trained: AttentionGrad's fourth result is its gradient.
       text += "  %dq : " + T + sh(c.tq, c.d) + ", %dkt : " + T + sh(c.d, c.tk) + ", %dv : " + T + sh(c.tk, c.dv) +
-              " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs + "\n";
-      text += "  output %o\n  output %lse\n  output %dq\n  output %dkt\n  output %dv\n}\n";
+              (c.mask.empty() ? "" : ", %dm : f32" + maskShape) + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs + "\n";
+      text += "  output %o\n  output %lse\n  output %dq\n  output %dkt\n  output %dv\n" + std::string(c.mask.empty() ? "" : "  output %dm\n") + "}\n";
       auto g = parseGraph(text, c.name);
       std::map<std::string, Tensor> in;
       for (const Value* v : g->inputs()) {

@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
     // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
     // fuse attention, GELU and SiLU before autocast paints them.
     if ((plan || trainStep || grad) && !noFuse) {
-      pm.add(createFuseAttentionPass(adOpts, findTarget(train.target)));
+      pm.add(createFuseAttentionPass(findTarget(train.target)));
       pm.add(createFuseGeluPass());
     }
     if (amp) {
