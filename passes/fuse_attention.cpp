@@ -84,7 +84,7 @@ struct Match {
   double scale_ = 1.0, ratio = 0.0;
 };
 
-bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target) {
+bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType compute) {
   if (!sm->domain().empty() || sm->op() != "Softmax" || sm->numInputs() != 1) return false;
   const auto& ss = sm->input(0)->type().shape;
   if (ss.size() < 2 || g.opset < 13) return false;
@@ -178,7 +178,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target) {
   m.v = user->input(1);
   const auto& vs = m.v->type().shape;
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
-  return target.fusesAttention({isLowFloat(m.q->type().dtype), qs.back(), vs.back(), ks.back(), m.ratio > 0.0});
+  return target.fusesAttention({isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0});
 }
 
 std::string dirOf(const std::string& name) {
@@ -213,7 +213,7 @@ void rewrite(Graph& g, const Match& m) {
 
 class FuseAttentionPass final : public Pass {
  public:
-  explicit FuseAttentionPass(const Target& target) : target_(target) {}
+  FuseAttentionPass(const Target& target, DType compute) : target_(target), compute_(compute) {}
   std::string name() const override { return "fuse-attention"; }
   bool run(Graph& g) override {
     std::vector<Node*> softmaxes;
@@ -222,7 +222,7 @@ class FuseAttentionPass final : public Pass {
     bool changed = false;
     for (Node* sm : softmaxes) {
       Match m;
-      if (!matchAt(g, sm, m, target_)) continue;
+      if (!matchAt(g, sm, m, target_, compute_)) continue;
       g.domainOpsets.emplace(kGradDomain, 1);
       rewrite(g, m);
       changed = true;
@@ -232,11 +232,14 @@ class FuseAttentionPass final : public Pass {
 
  private:
   const Target& target_;
+  DType compute_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> createFuseAttentionPass(const Target& target) { return std::make_unique<FuseAttentionPass>(target); }
+std::unique_ptr<Pass> createFuseAttentionPass(const Target& target, DType compute) {
+  return std::make_unique<FuseAttentionPass>(target, compute);
+}
 std::unique_ptr<Pass> createFuseAttentionPass() { return createFuseAttentionPass(findTarget("cuda")); }
 
 }  // namespace ampc

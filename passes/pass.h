@@ -47,10 +47,11 @@ std::unique_ptr<Pass> createDcePass();            // dce.cpp
 std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
 // Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node (a trainable mask, a bias,
 // gets its gradient). `target` says which shapes its fused attention takes (compiler/target.h;
-// the default is cuda).
+// the default is cuda); `compute`, the dtype autocast will run the fused node at (the plan's f16 or
+// bf16, or f32; the pass runs before autocast, on the exporter's f32 graph).
 struct Target;  // compiler/target.h
-std::unique_ptr<Pass> createFuseAttentionPass();  // for cuda
-std::unique_ptr<Pass> createFuseAttentionPass(const Target& target);  // fuse_attention.cpp
+std::unique_ptr<Pass> createFuseAttentionPass();  // for cuda, f32
+std::unique_ptr<Pass> createFuseAttentionPass(const Target& target, DType compute = DType::f32);  // fuse_attention.cpp
 // GELU written out op by op (tanh or erf form) -> one ampc.Gelu (backward: one ampc.GeluGrad).
 std::unique_ptr<Pass> createFuseGeluPass();  // fuse_gelu.cpp
 // Connected pointwise nodes of one result shape -> one ampc.Fused node (compiler/ops/pointwise.h).

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "compiler/onnx/onnx.h"
+#include "compiler/target.h"
 #include "passes/autocast.h"
 #include "passes/pass.h"
 #include "passes/train_step.h"
@@ -19,7 +20,7 @@ namespace ampc::test {
 inline std::unique_ptr<Graph> trainGraph(const std::filesystem::path& dir, const std::string& model, DType precision, TrainOptions o) {
   auto g = importOnnxFile((dir / (model + ".onnx")).string());
   const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
-  createFuseAttentionPass()->run(*g);
+  createFuseAttentionPass(findTarget("cuda"), precision)->run(*g);
   createFuseGeluPass()->run(*g);
   if (precision != DType::f32) {
     PassManager pm;

@@ -241,6 +241,10 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
   auto cuda = parseGraph(text, "a");
   EXPECT_FALSE(createFuseAttentionPass(findTarget("cuda"))->run(*cuda));
   EXPECT_EQ(count(*cuda, "Attention"), 0);
+  // The same f32 graph in a bf16 plan: autocast will run the fused node at bf16, so it fuses.
+  auto planned = parseGraph(text, "a");
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cuda"), DType::bf16)->run(*planned));
+  EXPECT_EQ(count(*planned, "Attention"), 1);
   expectFusedLikePlain(text, {2, 6, 16});
   EXPECT_THROW(findTarget("tpu"), Error);
   // At bf16 the cuda target's tensor-core kernels take head dims that are multiples of 8 up to 128

@@ -446,7 +446,7 @@ TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
 // tile edges, head dims below 64 and up to 128, a mask per batch-head, a shared causal mask (key
 // tiles skipped, tiles of zeros not read) with one row masked everywhere (no skipping in its query
 // tile), no mask, dropout on and off; both the WMMA kernels and the mma.sync ones; and each mask's
-// gradient (as a trained bias).
+// gradient (as a trained bias), from the same O and LSE.
 struct AttnCase {
   std::string name;
   std::vector<int64_t> lead;
@@ -516,10 +516,9 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
               "\n  input %do : " + T + sh(c.tq, c.dv) + "\n";
       if (!c.mask.empty()) text += "  input %m : f32" + maskShape + "\n";
       text += "  %o : " + T + sh(c.tq, c.dv) + ", %lse : f32" + dims(lse) + " = ampc::Attention(%q, %kt, %v" + m + ")" + attrs + "\n";
-      // Every mask is also taken as trained: AttentionGrad's fourth result is its gradient.
-      text += "  %dq : " + T + sh(c.tq, c.d) + ", %dkt : " + T + sh(c.d, c.tk) + ", %dv : " + T + sh(c.tk, c.dv) +
-              (c.mask.empty() ? "" : ", %dm : f32" + maskShape) + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs + "\n";
-      text += "  output %o\n  output %lse\n  output %dq\n  output %dkt\n  output %dv\n" + std::string(c.mask.empty() ? "" : "  output %dm\n") + "}\n";
+      const std::string grads = "  %dq : " + T + sh(c.tq, c.d) + ", %dkt : " + T + sh(c.d, c.tk) + ", %dv : " + T + sh(c.tk, c.dv);
+      text += grads + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs + "\n";
+      text += "  output %o\n  output %lse\n  output %dq\n  output %dkt\n  output %dv\n}\n";
       auto g = parseGraph(text, c.name);
       std::map<std::string, Tensor> in;
       for (const Value* v : g->inputs()) {
@@ -543,6 +542,23 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       eo.seed = 42;
       eo.step = 5;
       expectSameOnGpu(*g, in, c.name + " at " + T, 1.0, eo);
+      if (c.mask.empty()) continue;
+      // The mask taken as trained (a bias): AttentionGrad's fourth result is its gradient, the
+      // unscaled score gradients p (dP - D) summed over the dims the mask broadcasts along. Its
+      // f32 sums cancel (dP against D = dO . O), so both backends get the same O and LSE (the
+      // CPU forward's): the backward alone against the CPU, every result at its type's tolerance.
+      std::string bw = "graph \"b\" opset 17 {\n  domain \"ampc\" 1\n";
+      for (const Value* v : g->inputs()) bw += "  input %" + v->name() + " : " + v->type().str() + "\n";
+      bw += "  input %o : " + T + sh(c.tq, c.dv) + "\n  input %lse : f32" + dims(lse) + "\n";
+      bw += grads + ", %dm : f32" + maskShape + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse, %m)" + attrs + "\n";
+      bw += "  output %dq\n  output %dkt\n  output %dv\n  output %dm\n}\n";
+      auto gb = parseGraph(bw, c.name + " backward");
+      auto cpu = createCpuBackend();
+      const auto fw = evaluate(*g, in, *cpu, eo);
+      auto bin = in;
+      bin.emplace("o", fw[0]);
+      bin.emplace("lse", fw[1]);
+      expectSameOnGpu(*gb, bin, c.name + " backward with the mask's gradient at " + T, 1.0, eo);
     }
 }
 

@@ -341,7 +341,10 @@ int main(int argc, char** argv) {
     // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
     // fuse attention, GELU and SiLU before autocast paints them.
     if ((plan || trainStep || grad) && !noFuse) {
-      pm.add(createFuseAttentionPass(findTarget(train.target)));
+      // The fused attention runs at the plan's low precision unless the config denies it one.
+      const auto cat = ampOpts.opCategories.find("Attention");
+      const bool lowAttention = amp && (cat == ampOpts.opCategories.end() || cat->second != AmpCategory::Deny);
+      pm.add(createFuseAttentionPass(findTarget(train.target), lowAttention ? ampOpts.low : DType::f32));
       pm.add(createFuseGeluPass());
     }
     if (amp) {

@@ -42,6 +42,35 @@ def lm(ctor, batch, seq, vocab):
     return make
 
 
+def lm_padded(ctor, batch, seq, vocab):
+    """With an attention_mask whose rows end in 0 to seq // 2 padding positions (a padding mask per
+    batch, as a tokenizer gives)."""
+    def make():
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        for b, pad in enumerate(torch.randint(0, seq // 2, (batch,)).tolist()):
+            if pad:
+                mask[b, seq - pad:] = 0
+        return LMLoss(ctor(), with_mask=True), {"input_ids": torch.randint(0, vocab, (batch, seq)), "attention_mask": mask,
+                                                "target": torch.randint(0, vocab, (batch, seq))}
+    return make
+
+
+def seq2seq(ctor, batch, seq, vocab):
+    def make():
+        return LMLoss(ctor(), seq2seq=True), {"input_ids": torch.randint(0, vocab, (batch, seq)),
+                                              "decoder_input_ids": torch.randint(0, vocab, (batch, seq)),
+                                              "target": torch.randint(0, vocab, (batch, seq))}
+    return make
+
+
+def t5_small():
+    """t5-small's configuration (60M parameters; relative-position bias, trained, on every layer's
+    scores). PyTorch 2.11's dynamo exporter fails on it (models/zoo/report.json): use --exporter torchscript."""
+    from transformers import T5Config, T5ForConditionalGeneration
+    return T5ForConditionalGeneration(T5Config(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+                                               dropout_rate=0.0, use_cache=False))
+
+
 def timm_model(name):
     import timm
     return lambda: timm.create_model(name, pretrained=False, drop_rate=0.0, drop_path_rate=0.0)
@@ -95,6 +124,8 @@ MODELS = {
     "mobilenetv3_l": image(timm_model("mobilenetv3_large_100"), 64),
     "resnet50": image(resnet50, 64),
     "bert_base": lm(bert_base, 8, 128, 30522),
+    "bert_base_padded": lm_padded(bert_base, 8, 128, 30522),
+    "t5_small": seq2seq(t5_small, 16, 256, 32128),
     "llama_100m": lm(llama_100m, 4, 512, 32000),
     "llama_hd128": lm(llama_hd128, 4, 1024, 32000),
     "gpt2_124m": lm(gpt2_124m, 8, 1024, 50257),
