@@ -44,6 +44,9 @@ std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
 // its inputs' types. Returns true if anything changed.
 bool inferAndFoldNode(Graph& g, Node* n);
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
+// Common subexpression elimination: equal constants become one, and a node that repeats an earlier
+// one (op, attributes, operands, result types; not random ops) goes, its readers reading the earlier.
+std::unique_ptr<Pass> createCsePass();            // cse.cpp
 std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
 // Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node (a trainable mask, a bias,
 // gets its gradient). `target` says which shapes its fused attention takes (compiler/target.h;

@@ -17,6 +17,7 @@ const PassEntry kPasses[] = {
     {"infer-shapes", createInferShapesPass},
     {"fold-constants", createFoldConstantsPass},
     {"dce", createDcePass},
+    {"cse", createCsePass},
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-elementwise", [] { return createFuseElementwisePass(); }},

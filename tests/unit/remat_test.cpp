@@ -1,6 +1,7 @@
 // rematerialize (passes/rematerialize.cpp): a pointwise result read again far later is recomputed
 // just before those reads, from operands that are live there anyway; otherwise nothing changes.
 // sink-casts (passes/sink_casts.cpp): a widening Cast moves below the Transpose it feeds, exactly.
+// cse (passes/cse.cpp): repeated work merges, random ops and graph outputs stay.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -204,4 +205,59 @@ TEST(FoldTransposes, ATransposeOfAGemmSwapsItsOperands) {
   const auto want = evaluate(*wref, in, *cpu), got = evaluate(*wrapped, in, *cpu);
   ASSERT_EQ(want.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
+}
+
+// The dynamo exporter's per-layer mask: the same Slice and Where on the same boolean mask in every
+// layer, and equal constants. CSE leaves one of each, and the graph computes the same bits; the two
+// Dropouts on one input draw different masks and stay; a repeated node whose result is a graph
+// output stays; a repeat with other attributes stays.
+TEST(Cse, RepeatedWorkMergesRandomOpsAndOutputsStay) {
+  const std::string text = R"(graph "g" opset 17 {
+  input %m : bool[4,4]
+  input %x : f32[4,4]
+  const %zero : f32[] = [0.0]
+  const %neg : f32[] = [-1e9]
+  const %neg2 : f32[] = [-1e9]
+  const %half : f32[] = [0.5]
+  const %on : bool[] = [1]
+  %w1 : f32[4,4] = Where(%m, %zero, %neg) @layer0/mask
+  %w2 : f32[4,4] = Where(%m, %zero, %neg2) @layer1/mask
+  %a1 : f32[4,4] = Add(%x, %w1) @layer0/add
+  %a2 : f32[4,4] = Add(%x, %w2) @layer1/add
+  %s1 : f32[4,4] = Softmax(%a1) {axis = -1} @layer0/softmax
+  %s2 : f32[4,4] = Softmax(%a2) {axis = 0} @layer1/softmax
+  %d1 : f32[4,4] = Dropout(%s1, %half, %on) @drop0
+  %d2 : f32[4,4] = Dropout(%s1, %half, %on) @drop1
+  %o1 : f32[4,4] = Add(%d1, %d2) @sum
+  %o2 : f32[4,4] = Add(%d1, %d2) @sum_again
+  %o3 : f32[4,4] = Mul(%o1, %s2) @out
+  output %o2
+  output %o3
+})";
+  auto ref = parseGraph(text), g = parseGraph(text);
+  ASSERT_TRUE(createCsePass()->run(*g));
+  verify(*g);
+  auto count = [&](const std::string& op) {
+    int k = 0;
+    for (const auto& n : g->nodes()) k += n->op() == op;
+    return k;
+  };
+  EXPECT_EQ(count("Where"), 1);    // %neg2 became %neg, so the second Where repeats the first
+  EXPECT_EQ(count("Softmax"), 2);  // other axis
+  EXPECT_EQ(count("Dropout"), 2);  // each draws its own stream
+  EXPECT_EQ(count("Add"), 3);      // one mask add, %sum, and %sum_again (a graph output)
+  EXPECT_EQ(g->lookup("neg2"), nullptr);
+  EXPECT_FALSE(createCsePass()->run(*g));
+  std::map<std::string, Tensor> in;
+  for (const Value* v : ref->inputs()) {
+    Tensor x(v->type());
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, v->type().dtype == DType::boolean ? (i * 5 % 7 < 4) : 0.3 * (i % 9) - 1.1);
+    in.emplace(v->name(), x);
+  }
+  auto cpu = createCpuBackend();
+  ExecOptions eo;
+  eo.seed = 3;
+  const auto want = evaluate(*ref, in, *cpu, eo), got = evaluate(*g, in, *cpu, eo);
+  ASSERT_EQ(want.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
 }

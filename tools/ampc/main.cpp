@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--input-shape", shapes, "fix an input's dims: NAME=2x3x32x32 (repeatable)");
   std::vector<std::string> binds;
   app.add_option("--bind", binds, "make a graph input a compile-time constant: NAME=FILE.npy (repeatable)");
-  app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce)");
+  app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce, cse)");
   std::string precision, ampConfig, fp32Ops, fp32Nodes, reportJsonPath;
   bool report = false;
   app.add_option("--precision", precision, "autocast to this low precision: fp16, bf16, or fp32 (autocast off)")
@@ -340,6 +340,8 @@ int main(int argc, char** argv) {
     AutocastReport ampReport;
     // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
     // fuse attention, GELU and SiLU before autocast paints them.
+    // Plans merge the work exporters repeat (per-layer copies of one mask) before anything else.
+    if (plan || trainStep || grad) pm.add(createCsePass());
     if ((plan || trainStep || grad) && !noFuse) {
       // The fused attention runs at the plan's low precision unless the config denies it one.
       const auto cat = ampOpts.opCategories.find("Attention");
