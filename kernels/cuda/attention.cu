@@ -214,6 +214,29 @@ __device__ __forceinline__ bool readsMask(const uint8_t* flags, const AttentionA
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   return flags[(mb * nq + qt) * nk + kt] != 2;
 }
+// A trained mask's gradient: score (n, i, j)'s d loss / d score, added to its mask element, or with
+// `deterministic` stored as score (n, i, j)'s part (maskGradSumKernel sums the parts in order).
+__device__ __forceinline__ void addMaskGrad(const AttentionArgs& a, float* parts, int64_t n, int64_t mb, int64_t i, int64_t j, float g) {
+  if (!a.dMask || g == 0.0f) return;
+  if (parts) parts[(n * a.Tq + i) * a.Tk + j] = g;
+  else atomicAdd(a.dMask + maskOffset(a, mb, i, j), g);
+}
+// Each mask element of a deterministic mask gradient: the parts of its batch-heads (and, for a
+// row [.., 1, Tk], of every query) in a fixed order.
+__global__ void maskGradSumKernel(const float* parts, AttentionArgs a) {
+  const int64_t rows = a.maskRows ? a.Tq : 1, total = a.maskMod * rows * a.Tk;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = e % a.Tk, r = e / a.Tk % rows, slice = e / (a.Tk * rows);
+    float s = 0.0f;
+    for (int64_t n = 0; n < a.N; ++n) {
+      if ((n / a.maskDiv) % a.maskMod != slice) continue;
+      if (a.maskRows) s += parts[(n * a.Tq + r) * a.Tk + j];
+      else
+        for (int64_t i = 0; i < a.Tq; ++i) s += parts[(n * a.Tq + i) * a.Tk + j];
+    }
+    a.dMask[e] = s;
+  }
+}
 // The row's log-sum-exp from its running max and sum; zero_empty_rows: +inf where every score was
 // -inf, so that every exp(s - LSE) is 0 (O = 0 here, no gradient in the backward).
 __device__ __forceinline__ float rowLse(const AttentionArgs& a, float m, float l) {
@@ -418,8 +441,8 @@ __global__ void fromF32Kernel(const float* x, T* y, AttentionArgs a, int parts) 
 // Grid (key tiles, N).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
-                                                         const float* rowD, T* dKT, T* dV, float* dQacc, const uint8_t* flags,
-                                                         AttentionArgs a) {
+                                                         const float* rowD, T* dKT, T* dV, float* dQacc, float* dMaskParts,
+                                                         const uint8_t* flags, AttentionArgs a) {
   constexpr int LT = kLdT<T>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [d][j]
@@ -477,7 +500,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
           const float p = __expf(Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) - rowL[r]);
           pd = p * f[c];
           const float gs = p * (dPs[r * kLdF + c4 + c] * f[c] - rowDs[r]);  // d loss / d score
-          if (a.dMask && p != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i, j), gs);
+          addMaskGrad(a, dMaskParts, n, mb, i, j, gs);
           g = a.scale * gs;
         }
         Ps[r * LT + c4 + c] = fromF<T>(pd);
@@ -854,8 +877,8 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
 // Grid (N, key tiles).
 template <typename T, bool KR, int DK>
 __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
-                                                            const float* rowD, T* dKT, T* dV, float* dQacc, const uint8_t* flags,
-                                                            AttentionArgs a) {
+                                                            const float* rowD, T* dKT, T* dV, float* dQacc, float* dMaskParts,
+                                                            const uint8_t* flags, AttentionArgs a) {
   constexpr int pD = kPD<DK>, pK = KR ? pD : kP, rb = kRowBuf<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [d][j] (or [j][d])
@@ -972,7 +995,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
         pd = p * f;
         const float gs = p * (dp[nt][2 * r + c] * f - Db[qi]);  // d loss / d score
-        if (a.dMask && p != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i0 + qi, keyJ[r]), gs);
+        addMaskGrad(a, dMaskParts, n, mb, i0 + qi, keyJ[r], gs);
         ds = a.scale * gs;
       }
       s[nt][2 * r + c] = pd;
@@ -1134,14 +1157,14 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
 }
 template <typename T, int DK>
 cudaError_t backwardMma(const void* dO, const void* Q, const void* KT, const void* V, const float* lse, const float* rowD, void* dKT,
-                        void* dV, float* dQacc, const AttentionArgs& a, cudaStream_t st) {
+                        void* dV, float* dQacc, float* dMaskParts, const AttentionArgs& a, cudaStream_t st) {
   static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T, false, DK>, bwdSmemMma<T, DK>());
   static const cudaError_t rattr = smemAttributes(attnBwdMmaKernel<T, true, DK>, bwdSmemMma<T, DK>());
   if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
   const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
   (a.kRows ? attnBwdMmaKernel<T, true, DK> : attnBwdMmaKernel<T, false, DK>)<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
       static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
-      static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, a.flags, a);
+      static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, dMaskParts, a.flags, a);
   return cudaGetLastError();
 }
 
@@ -1173,7 +1196,12 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   const int parts = a.deterministic ? static_cast<int>(cdiv(a.Tk, kTile)) : 1;
   const int64_t nq = a.N * a.Tq * a.D * parts;
   if (cudaError_t e = cudaMemsetAsync(dQacc, 0, sizeof(float) * nq, st); e != cudaSuccess) return e;
-  if (a.dMask) {
+  float* dMaskParts = nullptr;  // with `deterministic`: a score gradient per score, summed after
+  if (a.dMask && a.deterministic) {
+    base += align256(sizeof(float) * nq);
+    dMaskParts = reinterpret_cast<float*>(base);
+    if (cudaError_t e = cudaMemsetAsync(dMaskParts, 0, sizeof(float) * a.N * a.Tq * a.Tk, st); e != cudaSuccess) return e;
+  } else if (a.dMask) {
     const int64_t maskElems = a.maskMod * (a.maskRows ? a.Tq : 1) * a.Tk;
     if (cudaError_t e = cudaMemsetAsync(a.dMask, 0, sizeof(float) * maskElems, st); e != cudaSuccess) return e;
   }
@@ -1183,8 +1211,8 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   bool mma = false;
   if constexpr (!std::is_same_v<T, float>) {
     if (mmaPath(a)) {
-      const cudaError_t e = headTile(a) == 64 ? backwardMma<T, 64>(dO, Q, KT, V, lse, rowD, dKT, dV, dQacc, a, st)
-                                              : backwardMma<T, 128>(dO, Q, KT, V, lse, rowD, dKT, dV, dQacc, a, st);
+      const cudaError_t e = headTile(a) == 64 ? backwardMma<T, 64>(dO, Q, KT, V, lse, rowD, dKT, dV, dQacc, dMaskParts, a, st)
+                                              : backwardMma<T, 128>(dO, Q, KT, V, lse, rowD, dKT, dV, dQacc, dMaskParts, a, st);
       if (e != cudaSuccess) return e;
       mma = true;
     }
@@ -1192,8 +1220,9 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
   if (!mma)
     attnBwdKernel<T><<<grid, kThreads, bwdSmem<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                         static_cast<const T*>(V), lse, rowD, static_cast<T*>(dKT), static_cast<T*>(dV),
-                                                        dQacc, flags, a);
+                                                        dQacc, dMaskParts, flags, a);
   fromF32Kernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a, parts);
+  if (dMaskParts) maskGradSumKernel<<<static_cast<unsigned>(std::min<int64_t>(cdiv(a.maskMod * (a.maskRows ? a.Tq : 1) * a.Tk, 256), 4096)), 256, 0, st>>>(dMaskParts, a);
   return cudaGetLastError();
 }
 
@@ -1223,7 +1252,8 @@ size_t attentionKeepBytes(const AttentionArgs& a) {
 
 size_t attentionScratch(const AttentionArgs& a, bool backward) {
   const int64_t parts = a.deterministic ? cdiv(a.Tk, kTile) : 1;
-  return backward ? align256(sizeof(float) * a.N * a.Tq) + align256(sizeof(float) * a.N * a.Tq * a.D * parts) : 0;
+  const size_t maskParts = a.dMask && a.deterministic ? align256(sizeof(float) * a.N * a.Tq * a.Tk) : 0;
+  return backward ? align256(sizeof(float) * a.N * a.Tq) + align256(sizeof(float) * a.N * a.Tq * a.D * parts) + maskParts : 0;
 }
 
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,

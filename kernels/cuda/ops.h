@@ -231,8 +231,9 @@ struct AttentionArgs {
   // the slices are summed in key-tile order (scratch: one f32 dQ per key tile).
   bool deterministic = false;
   // The backward, where the mask is trained (an additive bias): its gradient, f32 with the mask's
-  // shape, the unscaled score gradients summed over the dims it broadcasts along (atomics; the
-  // launch zeroes it first).
+  // shape, the unscaled score gradients summed over the dims it broadcasts along (f32 atomics; with
+  // `deterministic`, each score's into scratch and then summed in a fixed order). Set it before
+  // asking attentionScratch.
   float* dMask = nullptr;
 };
 // Whether `a` runs the f16/bf16 tensor-core (mma.sync) kernels, the only ones that take strided

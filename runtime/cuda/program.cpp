@@ -1413,6 +1413,10 @@ void Program::Lowering::lower() {
       const bool grad = op == "AttentionGrad";
       const size_t q = grad ? 1 : 0, maskAt = grad ? 6 : 3;
       AttentionArgs a = attentionArgs(in(q), in(q + 1), in(q + 2), has(maskAt) ? in(maskAt) : nullptr);
+      if (grad && n.numResults() > 3) {  // a trained mask's gradient
+        if (!has(6) || dt(out(3)) != DT::f32) fail("the mask's gradient needs an f32 mask");
+        a.dMask = static_cast<float*>(P(out(3)));
+      }
       if (a.mask) {  // the mask's tile flags: computed where the step first reads this mask, then shared
         auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
         if (first) {
@@ -1458,10 +1462,6 @@ void Program::Lowering::lower() {
       const AttnOperand ldk = attnWrite(p.g_, n, 1);
       void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
       a.dkRows = ldk.keyRows;
-      if (n.numResults() > 3) {  // a trained mask's gradient
-        if (!has(6) || dt(out(3)) != DT::f32) fail("the mask's gradient needs an f32 mask");
-        a.dMask = static_cast<float*>(P(out(3)));
-      }
       checkInPlace();
       // The forward's keep bits, where it drew them with this node's shapes, mask and stream.
       if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {

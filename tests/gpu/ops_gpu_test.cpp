@@ -559,6 +559,8 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       bin.emplace("o", fw[0]);
       bin.emplace("lse", fw[1]);
       expectSameOnGpu(*gb, bin, c.name + " backward with the mask's gradient at " + T, 1.0, eo);
+      // --deterministic: each score's gradient stored, then summed per mask element in order.
+      expectSameOnGpu(*gb, bin, c.name + " deterministic backward with the mask's gradient at " + T, 1.0, eo, true);
     }
 }
 
