@@ -232,9 +232,10 @@ double convFlops(const Node& n) {
 // Q, KT and V share dtype and leading dims; the mask broadcasts to the scores (attentionMaskMap:
 // [.., Tq or 1, Tk], per batch, per head, both or shared). The mask may be trainable (an additive
 // bias: T5's relative positions, Swin's relative position table): AttentionGrad's fourth result
-// is then its gradient, the score gradients summed over the dims it broadcasts along. zero_empty_rows = 1: a row whose every
-// score is -inf gets probabilities 0 (O = 0, LSE = +inf, no gradient), as the exporters' IsNaN/Where
-// after the softmax makes them; 0 (the default): NaN there, as Softmax gives.
+// is then its gradient, the score gradients summed over the dims it broadcasts along.
+// zero_empty_rows = 1: a row whose every score is -inf gets probabilities 0 (O = 0, LSE = +inf, no
+// gradient), as the exporters' IsNaN/Where after the softmax makes them; 0 (the default): NaN
+// there, as Softmax gives.
 void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
   requireFloat(c, q);
   requireSameDType(c, q, kt);

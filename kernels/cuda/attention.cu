@@ -549,8 +549,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
 // rows): attentionMmaShape (limits.h). The kernels are instantiated per head tile DK (64 or 128:
 // head dims zero-padded to it). A warp owns 16 rows of a 64-row tile; fragments come from shared
 // memory through ldmatrix (rows of 64 keys or queries at pitch kP = 72 elements, head rows at
-// kPD<DK> = DK + 8: 144 or 272 bytes, no bank conflicts). The forward is one pass with the running max (flash attention 2): O
-// and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
+// kPD<DK> = DK + 8: 144 or 272 bytes, no bank conflicts). The forward is one pass with the running
+// max (flash attention 2): O and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
 // rounded to the storage type before P V. The backward is one block per key tile: S^T = K Q^T
 // and dP^T = V dO^T per warp of 16 keys, dV += P^T dO and dK += dS^T Q in registers, and
 // dQ += dS K through shared memory and f32 atomics. Tiles stream in three cp.async stages. The

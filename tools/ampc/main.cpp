@@ -339,8 +339,8 @@ int main(int argc, char** argv) {
     }
     AutocastReport ampReport;
     // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
-    // fuse attention, GELU and SiLU before autocast paints them.
-    // Plans merge the work exporters repeat (per-layer copies of one mask) before anything else.
+    // first merge the work exporters repeat (per-layer copies of one mask), then fuse attention,
+    // GELU and SiLU before autocast paints them.
     if (plan || trainStep || grad) pm.add(createCsePass());
     if ((plan || trainStep || grad) && !noFuse) {
       // The fused attention runs at the plan's low precision unless the config denies it one.
