@@ -24,10 +24,14 @@
 // of the same step reads them instead of drawing again.
 #include <mma.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/limits.h"
+#if AMPC_WGMMA
+#include "kernels/cuda/wgmma.cuh"
+#endif
 
 namespace ampc::cuda {
 namespace {
@@ -642,13 +646,14 @@ __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_grou
 // Rows that start on 16 bytes (g and ld) load 8 elements per cp.async; a chunk that crosses `cols`,
 // or rows that do not (KT [d][j] with Tk not a multiple of 8, as ViT's 197 tokens), load element by
 // element (plain stores, seen by the block after the __syncthreads that follows the cp.async wait).
-template <int R, int C, typename T>
+// SW: into the wgmma layout instead (wgmma.cuh: panels of 64 columns, 128-byte swizzle; p unused).
+template <int R, int C, bool SW = false, typename T>
 __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols) {
-  static_assert(C % 8 == 0, "rows load in chunks of 8 elements");
+  static_assert(C % (SW ? 64 : 8) == 0, "rows load in chunks of 8 elements, swizzled tiles in panels of 64");
   const bool aligned = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0;
   for (int c = threadIdx.x; c < R * (C / 8); c += kThreads) {
     const int r = c / (C / 8), k = (c % (C / 8)) * 8;
-    T* dst = s + r * p + k;
+    T* dst = SW ? s + (k / 64) * (R * 64) + r * 64 + ((((k % 64) >> 3) ^ (r & 7)) << 3) : s + r * p + k;
     if (r < rows && k < cols) {
       if (aligned && k + 8 <= cols) {
         cpAsync16(dst, g + r * ld + k);
@@ -701,6 +706,104 @@ size_t fwdSmemMma() { return 3 * (kKBuf<DK> + kRowBuf<DK>) * sizeof(T); }
 template <typename T, int DK>
 size_t bwdSmemMma() {
   return (kKBuf<DK> + 7 * kRowBuf<DK> + kTile * kP) * sizeof(T) + 6 * kTile * sizeof(float) + 3 * 128 * sizeof(uint32_t);
+}
+
+// One key tile of the one-pass forward on a warp's 16 x 64 scores in m16n8 C layout (rows g and g + 8
+// of its 16, lane (g, tq)): scale and mask (flag: the tile's TileFlags entry), the online softmax
+// (m, l; O rescaled), then dropout, its keep bits into *keep (null: not recorded). The tile's
+// rows are rowI, its first key j0.
+template <int DK>
+__device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8][4], float (&m)[2], float (&l)[2], const AttentionArgs& a,
+                                            int64_t n, int64_t mb, const int64_t (&rowI)[2], int64_t j0, uint8_t flag, int tq,
+                                            uint64_t step, uint32_t* keep) {
+  const bool readMask = flag == 0;
+  const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = rowI[r];
+    const bool rowIn = i < a.Tq;
+    // a causal tile: keys above jLast are masked (only when flag is 3)
+    const int jLast = flag == 3 ? static_cast<int>(i - j0) : kTile;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int jl = nt * 8 + 2 * tq + c;
+        float v = -INFINITY;
+        if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i, j0 + jl) : 0.0f);
+        s[nt][2 * r + c] = v;
+        mx = fmaxf(mx, v);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m[r], mx), base = mn == -INFINITY ? 0.0f : mn;
+    const float alpha = __expf(m[r] - base);  // 0 while the row had no score
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float p = __expf(s[nt][2 * r + c] - base);
+        sum += p;
+        s[nt][2 * r + c] = p;
+      }
+    l[r] = l[r] * alpha + sum;
+    m[r] = mn;
+#pragma unroll
+    for (int nt = 0; nt < DK / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
+  }
+  if (a.ratio > 0.0f) {
+    // Keys 4q .. 4q + 3 of a row are one Philox draw; lanes tq and tq ^ 1 share it. The even lane
+    // draws row g's, the odd lane row g + 8's, and they trade halves.
+    const int odd = tq & 1;
+    const float sc = 1.0f / (1.0f - a.ratio);
+    uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int64_t i = odd ? rowI[1] : rowI[0], jq = j0 + nt * 8 + (tq >> 1) * 4;
+      float u[4];
+      dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + i) * a.Tk + jq) >> 2, u);
+      const float give0 = odd ? u[0] : u[2], give1 = odd ? u[1] : u[3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+      const float row0[2] = {odd ? got0 : u[0], odd ? got1 : u[1]};  // row g, keys 2 tq, 2 tq + 1
+      const float row8[2] = {odd ? u[2] : got0, odd ? u[3] : got1};  // row g + 8
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const bool k0 = row0[c] >= a.ratio, k8 = row8[c] >= a.ratio;
+        s[nt][c] *= k0 ? sc : 0.0f;
+        s[nt][2 + c] *= k8 ? sc : 0.0f;
+        kb |= static_cast<uint32_t>(k0) << (nt * 4 + c) | static_cast<uint32_t>(k8) << (nt * 4 + 2 + c);
+      }
+    }
+    if (keep) *keep = kb;
+  }
+}
+
+// The forward's end: each row's log-sum-exp, and O = acc / l.
+template <typename T, int DK>
+__device__ __forceinline__ void storeRows(const float (&o)[DK / 8][4], const float (&m)[2], float (&l)[2], const AttentionArgs& a, T* O,
+                                          float* lse, int64_t n, const int64_t (&rowI)[2], int tq) {
+  T* const On = O + sliceAt(a.o, n);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int64_t i = rowI[r];
+    if (i >= a.Tq) continue;
+    const float L = rowLse(a, m[r], l[r]);
+    if (tq == 0) lse[n * a.Tq + i] = L;
+    // 1 / l, written as the backward (and the CPU reference) normalise, exp(s - lse): where lse
+    // absorbs log(l) (a row masked everywhere by -3.4e38) both then take every p as 1. An empty
+    // row under zero_empty_rows: exp(-inf - inf) = 0.
+    const float inv = expf(m[r] - L);
+#pragma unroll
+    for (int nt = 0; nt < DK / 8; ++nt) {
+      const int d = nt * 8 + 2 * tq;
+      if (d < a.Dv)
+        *reinterpret_cast<uint32_t*>(On + i * a.o.sRow + d) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+    }
+  }
 }
 
 // Grid (N, query tiles). DK: the head tile (64 or 128); KR: K as rows [j][d] (else KT [d][j]).
@@ -773,69 +876,8 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
         mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    const uint8_t flag = tf[kt];
-    const bool readMask = flag == 0;
-    const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t i = rowI[r];
-      const bool rowIn = i < a.Tq;
-      // a causal tile: keys above jLast are masked (only when flag is 3)
-      const int jLast = flag == 3 ? static_cast<int>(i - j0) : kTile;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int jl = nt * 8 + 2 * tq + c;
-          float v = -INFINITY;
-          if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i, j0 + jl) : 0.0f);
-          s[nt][2 * r + c] = v;
-          mx = fmaxf(mx, v);
-        }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mn = fmaxf(m[r], mx), base = mn == -INFINITY ? 0.0f : mn;
-      const float alpha = __expf(m[r] - base);  // 0 while the row had no score
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float p = __expf(s[nt][2 * r + c] - base);
-          sum += p;
-          s[nt][2 * r + c] = p;
-        }
-      l[r] = l[r] * alpha + sum;
-      m[r] = mn;
-#pragma unroll
-      for (int nt = 0; nt < DK / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
-    }
-    if (a.ratio > 0.0f) {
-      // Keys 4q .. 4q + 3 of a row are one Philox draw; lanes tq and tq ^ 1 share it. The even lane
-      // draws row g's, the odd lane row g + 8's, and they trade halves.
-      const int odd = tq & 1;
-      const float sc = 1.0f / (1.0f - a.ratio);
-      uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int64_t i = odd ? rowI[1] : rowI[0], jq = j0 + nt * 8 + (tq >> 1) * 4;
-        float u[4];
-        dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + i) * a.Tk + jq) >> 2, u);
-        const float give0 = odd ? u[0] : u[2], give1 = odd ? u[1] : u[3];
-        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-        const float row0[2] = {odd ? got0 : u[0], odd ? got1 : u[1]};  // row g, keys 2 tq, 2 tq + 1
-        const float row8[2] = {odd ? u[2] : got0, odd ? u[3] : got1};  // row g + 8
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const bool k0 = row0[c] >= a.ratio, k8 = row8[c] >= a.ratio;
-          s[nt][c] *= k0 ? sc : 0.0f;
-          s[nt][2 + c] *= k8 ? sc : 0.0f;
-          kb |= static_cast<uint32_t>(k0) << (nt * 4 + c) | static_cast<uint32_t>(k8) << (nt * 4 + 2 + c);
-        }
-      }
-      if (a.keep) a.keep[keepTile(a, n, qt, kt) + warp * 32 + lane] = kb;
-    }
+    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step,
+                    a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t pa[4];
@@ -852,27 +894,108 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
     kt = k1;
     k1 = k2;
   }
-  T* const On = O + sliceAt(a.o, n);  // slice n's output (one division, after the loop)
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const int64_t i = rowI[r];
-    if (i >= a.Tq) continue;
-    const float L = rowLse(a, m[r], l[r]);
-    if (tq == 0) lse[n * a.Tq + i] = L;
-    // 1 / l, written as the backward (and the CPU reference) normalise, exp(s - lse): where lse
-    // absorbs log(l) (a row masked everywhere by -3.4e38) both then take every p as 1. An empty
-    // row under zero_empty_rows: exp(-inf - inf) = 0.
-    const float inv = expf(m[r] - L);
-#pragma unroll
-    for (int nt = 0; nt < DK / 8; ++nt) {
-      const int d = nt * 8 + 2 * tq;
-      if (d < a.Dv)
-        *reinterpret_cast<uint32_t*>(On + i * a.o.sRow + d) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    }
-  }
+  storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, tq);
 }
+
+#if AMPC_WGMMA
+// The forward on Hopper's warpgroup products (wgmma.cuh): the mma.sync kernel's one-pass loop, its
+// grid, tiles, softmax, dropout and keep bits, with the two products per key tile issued by the
+// whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
+// ldmatrix. Q stays in registers (A); K and V tiles are stored swizzled (loadTileAsync<R, C, true>),
+// K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d] (N-major). Three stages of K and
+// V at 32 KB: two blocks per SM. Launched at the 128-wide head tile only (forwardMma).
+template <typename T, int DK>
+size_t fwdSmemWg() { return 3 * 2 * DK * kTile * sizeof(T) + 1024; }  // + 1024: the panels start on 1024 bytes
+
+template <typename T, bool KR, int DK>
+__global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+                                                                            const uint8_t* flags, AttentionArgs a) {
+  constexpr int tile = DK * kTile;  // elements of a K or a V tile
+  extern __shared__ __align__(128) unsigned char smemRaw[];
+  T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
+  T* const Qs = Ks + 2 * 2 * tile;  // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch
+  __shared__ uint8_t flagsS[kFlagsSmem];
+  const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
+  const int64_t mb = maskSlice(a, n);
+  const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  const uint64_t step = a.step ? *a.step : 0;
+  const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
+  __syncthreads();
+  auto live = [&](int kt) {
+    while (kt < nk && tf[kt] == 1) ++kt;
+    return kt;
+  };
+  const T* Kn = KT + sliceAt(a.k, n);
+  const T* Vn = V + sliceAt(a.v, n);
+  auto loadKV = [&](int kt, int buf) {
+    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    T* const Kb = Ks + buf * 2 * tile;
+    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
+    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
+    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+  };
+  loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
+  cpAsyncCommit();
+  int kt = live(0);
+  int k1 = kt < nk ? live(kt + 1) : nk;
+  if (kt < nk) loadKV(kt, 0);
+  cpAsyncCommit();
+  if (k1 < nk) loadKV(k1, 1);
+  cpAsyncCommit();
+  cpAsyncWait<2>();
+  __syncthreads();
+  uint32_t qf[DK / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, kPD<DK>, warp * 16, ks * 16));
+  __syncthreads();  // Q's bytes take the third stage next
+  float o[DK / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int64_t rowI[2] = {i0 + warp * 16 + (lane >> 2), i0 + warp * 16 + (lane >> 2) + 8};
+  for (int buf = 0; kt < nk; buf = buf == 2 ? 0 : buf + 1) {
+    const int k2 = k1 < nk ? live(k1 + 1) : nk;
+    if (k2 < nk) loadKV(k2, buf == 0 ? 2 : buf - 1);  // the stage computed last iteration
+    cpAsyncCommit();
+    cpAsyncWait<2>();
+    wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
+    __syncthreads();
+    const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile), vAddr = kAddr + tile * sizeof(T);
+    float s[8][4];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) {
+      if constexpr (KR) wg::mma64<T, 0>(s, qf[ks], wg::desc(kAddr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks);
+      else wg::mma64<T, 1>(s, qf[ks], wg::desc(kAddr + ks * 2048, 16, 1024), ks);
+    }
+    wg::commit();
+    wg::wait0();
+    wg::pin(s);
+    wg::pinA(qf);
+    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step,
+                    a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) cToA<T>(pa[kk], s, kk);
+    wg::pin(o);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t dv = wg::desc(vAddr + kk * 2048, kTile * 128, 1024);  // LBO: the next 64 columns' panel
+      if constexpr (DK == 64) wg::mma64<T, 1>(o, pa[kk], dv, 1);
+      else wg::mma128<T, 1>(o, pa[kk], dv, 1);
+    }
+    wg::commit();
+    wg::wait0();
+    wg::pin(o);
+    wg::pinA(pa);  // the products read pa until the wait: no register of it is reused before
+    __syncthreads();  // this stage is refilled next iteration
+    kt = k1;
+    k1 = k2;
+  }
+  storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, tq);
+}
+#endif
 
 // Grid (N, key tiles).
 template <typename T, bool KR, int DK>
@@ -1147,6 +1270,23 @@ int headTile(const AttentionArgs& a) { return a.D <= 64 && a.Dv <= 64 ? 64 : 128
 // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
+#if AMPC_WGMMA
+  // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it ran no faster on the
+  // H200 and failed the GPU tests wherever a row had more than one key tile (not yet understood:
+  // tools/bench/NOTES.md), so head dims up to 64 keep the mma.sync forward.
+  // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128 too (comparisons: attn_bench, gpu_tests).
+  if constexpr (DK == 128) {
+    if (const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC"); !(e && e[0] == '1')) {
+      static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
+      static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
+      if (wattr != cudaSuccess || wrattr != cudaSuccess) return wattr != cudaSuccess ? wattr : wrattr;
+      const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
+      (a.kRows ? attnFwdWgKernel<T, true, DK> : attnFwdWgKernel<T, false, DK>)<<<grid, kThreads, fwdSmemWg<T, DK>(), st>>>(
+          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
+      return cudaGetLastError();
+    }
+  }
+#endif
   static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T, false, DK>, fwdSmemMma<T, DK>());
   static const cudaError_t rattr = smemAttributes(attnFwdMmaKernel<T, true, DK>, fwdSmemMma<T, DK>());
   if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;

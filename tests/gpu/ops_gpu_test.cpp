@@ -445,8 +445,8 @@ TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
 // Fused attention (kernels/cuda/attention.cu) forward and backward against the CPU reference: odd
 // tile edges, head dims below 64 and up to 128, a mask per batch-head, a shared causal mask (key
 // tiles skipped, tiles of zeros not read) with one row masked everywhere (no skipping in its query
-// tile), no mask, dropout on and off; both the WMMA kernels and the mma.sync ones; and each mask's
-// gradient (as a trained bias), from the same O and LSE.
+// tile), no mask, dropout on and off; the WMMA kernels, the mma.sync ones and the wgmma forward; and
+// each mask's gradient (as a trained bias), from the same O and LSE.
 struct AttnCase {
   std::string name;
   std::vector<int64_t> lead;
@@ -492,10 +492,19 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_d128_dv64_per_batch", {2, 2}, 77, 130, 128, 64, "per_batch", 0.0},
       {"mma_d128_odd_keys", {1, 2}, 70, 61, 128, 128, "", 0.0},
   };
+  // Where the wgmma forward is built (AMPC_WGMMA) it runs by default at head dims 65-128; the
+  // second pass runs the mma.sync forward there instead (AMPC_ATTENTION_MMA_SYNC=1), at bf16.
+  struct Unset {
+    ~Unset() { unsetenv("AMPC_ATTENTION_MMA_SYNC"); }
+  } unset;
+  for (const bool mmaSync : {false, true})
   for (const auto& c : cases)
     for (const char* t : {"f32", "f16", "bf16"}) {
       const std::string T = t;
       if (T == "f32" && (c.d > 64 || c.dv > 64)) continue;  // f32 runs the FMA kernels, head dims up to 64
+      if (mmaSync && T != "bf16") continue;
+      if (mmaSync) setenv("AMPC_ATTENTION_MMA_SYNC", "1", 1);
+      SCOPED_TRACE(mmaSync ? "mma.sync forward" : "default forward");
       auto sh = [&](int64_t a, int64_t b) {
         auto v = c.lead;
         v.push_back(a);
