@@ -3,7 +3,8 @@
 //
 // Tiles of 64 queries x 64 keys, four warps per block. f16/bf16 with head dims multiples of 8 up to
 // 128 (and, with dropout, Tk a multiple of 4) run the mma.sync kernels further down (one-pass
-// forward, scores in registers: attentionTensorCores). Otherwise, for head dims up to 64
+// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward at head
+// dims 65-128 issues its products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
 // (zero-padded), the products run on tensor cores through WMMA 16x16x16 (f16/bf16 in, f32
 // accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block per lane
 // (WarpMma<float>), as follows.
@@ -651,6 +652,28 @@ template <int R, int C, bool SW = false, typename T>
 __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols) {
   static_assert(C % (SW ? 64 : 8) == 0, "rows load in chunks of 8 elements, swizzled tiles in panels of 64");
   const bool aligned = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0;
+  // 16-byte rows and a whole number of chunks a row (every tile of an aligned operand): each thread
+  // keeps one column chunk (kThreads is a multiple of the chunks a row), so its chunks are one
+  // source and one destination stride apart, and the swizzle is the same for each (the row step is
+  // a multiple of 8). No index arithmetic per chunk: per key tile, index work had been most of the
+  // forward's instructions (ncu, 2026-12-03).
+  constexpr int rowChunks = C / 8, rowStep = kThreads / rowChunks, perThread = R * rowChunks / kThreads;
+  if constexpr (kThreads % rowChunks == 0 && (R * rowChunks) % kThreads == 0 && rowStep % 8 == 0) {
+    if (aligned && cols % 8 == 0) {
+      const int r0 = threadIdx.x / rowChunks, k = (threadIdx.x % rowChunks) * 8;
+      T* dst = SW ? s + (k / 64) * (R * 64) + r0 * 64 + ((((k % 64) >> 3) ^ (r0 & 7)) << 3) : s + r0 * p + k;
+      const int dstStep = SW ? rowStep * 64 : rowStep * p;
+      const T* src = g + r0 * ld + k;
+      const int64_t srcStep = rowStep * ld;
+      const bool live = k < cols;
+#pragma unroll
+      for (int i = 0; i < perThread; ++i, dst += dstStep, src += srcStep) {
+        if (live && r0 + i * rowStep < rows) cpAsync16(dst, src);
+        else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+      return;
+    }
+  }
   for (int c = threadIdx.x; c < R * (C / 8); c += kThreads) {
     const int r = c / (C / 8), k = (c % (C / 8)) * 8;
     T* dst = SW ? s + (k / 64) * (R * 64) + r * 64 + ((((k % 64) >> 3) ^ (r & 7)) << 3) : s + r * p + k;
