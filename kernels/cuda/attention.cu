@@ -932,7 +932,7 @@ size_t fwdSmemWg() { return 3 * 2 * DK * kTile * sizeof(T) + 1024; }  // + 1024:
 
 template <typename T, bool KR, int DK>
 __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                                            const uint8_t* flags, AttentionArgs a) {
+                                                               const uint8_t* flags, AttentionArgs a) {
   constexpr int tile = DK * kTile;  // elements of a K or a V tile
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
