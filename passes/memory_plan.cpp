@@ -18,7 +18,8 @@ bool overlaps(int a0, int a1, int b0, int b1) { return a0 <= b1 && b0 <= a1; }
 }  // namespace
 
 MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const std::set<const Value*>& unwritten,
-                      const std::vector<std::pair<const Value*, int>>& extraReads, const std::map<const Value*, int64_t>& bytes) {
+                      const std::vector<std::pair<const Value*, int>>& extraReads, const std::map<const Value*, int64_t>& bytes,
+                      const std::map<const Value*, const Value*>& inPlace) {
   if (!positions.empty() && positions.size() != g.numNodes()) throw Error("memory plan: one position per node expected");
   MemoryPlan p;
   std::vector<const Value*> values;
@@ -65,10 +66,23 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const s
     groups[static_cast<size_t>(groupOf[r])].clear();
     groupOf[r] = gi;
   };
+  // r may take in's bytes: in is its group's newest member, and no member is read after this node.
+  auto takeOver = [&](const Value* r, const Value* in) {
+    if (!in || !p.slots.count(in) || g.isOutput(in)) return false;
+    const int gi = groupOf[in];
+    if (groups[gi].back() != in || groupLast(gi) != at(index)) return false;
+    join(r, gi);
+    ++p.inPlace;
+    return true;
+  };
   index = 0;
   for (const auto& n : g.nodes()) {
     const OpDef* d = n->def();
-    if (d && d->view && n->numResults() == 1 && !n->inputs().empty() && n->inputs()[0] && p.slots.count(n->inputs()[0]) &&
+    const auto target = n->numResults() >= 1 ? inPlace.find(n->result(0)) : inPlace.end();
+    if (target != inPlace.end()) {
+      const Value *r = target->first, *in = target->second;  // a target's kernel: the same bytes, both written
+      if (p.slots.count(in) && p.slots[r].bytes > 0 && p.slots[in].bytes == p.slots[r].bytes) takeOver(r, in);
+    } else if (d && d->view && n->numResults() == 1 && !n->inputs().empty() && n->inputs()[0] && p.slots.count(n->inputs()[0]) &&
         !unwritten.count(n->inputs()[0]) && n->inputs()[0]->type().bytes() == n->result(0)->type().bytes()) {
       // A view shares its input's bytes for as long as either is read.
       join(n->result(0), groupOf[n->inputs()[0]]);
@@ -76,15 +90,8 @@ MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions, const s
     } else if (d && d->inplace && n->numResults() >= 1) {
       const Value* r = n->result(0);
       for (const Value* in : n->inputs()) {
-        if (!in || !p.slots.count(in) || in->type().dtype != r->type().dtype || in->type().numel() != r->type().numel() ||
-            g.isOutput(in))
-          continue;
-        const int gi = groupOf[in];
         // Only the chain's newest member, and only when no member (a view of it) is read later.
-        if (groups[gi].back() != in || groupLast(gi) != at(index)) continue;
-        join(r, gi);
-        ++p.inPlace;
-        break;
+        if (in && in->type().dtype == r->type().dtype && in->type().numel() == r->type().numel() && takeOver(r, in)) break;
       }
     }
     ++index;

@@ -40,9 +40,12 @@ struct MemoryPlan {
 // around it): they get no bytes. `extraReads` (optional): (value, position) reads that no node's
 // operands show (a fused kernel reading a value in place of the one its operand names).
 // `bytes` (optional): values stored in more bytes than their type's (a padded row pitch).
+// `inPlace` (optional): written -> read, a target's kernel that may write a result over an operand
+// it reads element by element (runtime/folds.h, Schedule::inPlace); joined as an elementwise op's
+// result is, on the same conditions.
 MemoryPlan planMemory(const Graph& g, const std::vector<int>& positions = {}, const std::set<const Value*>& unwritten = {},
                       const std::vector<std::pair<const Value*, int>>& extraReads = {},
-                      const std::map<const Value*, int64_t>& bytes = {});
+                      const std::map<const Value*, int64_t>& bytes = {}, const std::map<const Value*, const Value*>& inPlace = {});
 
 // The values whose bytes are live at `position`, one per group of shared bytes (its largest
 // member), largest first: what the arena holds there.

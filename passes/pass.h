@@ -69,7 +69,7 @@ std::unique_ptr<Pass> createFuseElementwisePass(std::function<bool(const Node&)>
                                                 std::function<bool(const Node&)> alone = {});  // fuse_elementwise.cpp
 // A pointwise result read again far later is recomputed before those reads from operands live
 // there anyway (passes/rematerialize.cpp); `excluded` nodes (claimed by a backend's folds) stay.
-std::unique_ptr<Pass> createRematerializePass(std::function<bool(const Node&)> excluded = {});  // rematerialize.cpp
+std::unique_ptr<Pass> createRematerializePass(std::function<bool(const Node&)> excluded = {}, bool paramCasts = false);  // rematerialize.cpp
 // A widening Cast read only by a Transpose moves below it (passes/sink_casts.cpp).
 std::unique_ptr<Pass> createSinkCastsPass();  // sink_casts.cpp
 // A Transpose of a Transpose becomes one, or none where they undo each other; a Transpose of a

@@ -36,8 +36,10 @@ struct TrainOptions {
   std::string target = "cuda";
   // runtime/plan.h lowerStep: the target's pointwise groups become generated kernels.
   bool fuseElementwise = true;
-  // cuda: recompute pointwise results read again far later (passes/rematerialize.cpp).
+  // cuda: recompute pointwise results and batch norms read again far later (passes/rematerialize.cpp).
   bool rematerialize = true;
+  // cuda, with rematerialize: the backward recasts the low-precision weights it reads.
+  bool rematerializeParamCasts = true;
 };
 
 std::unique_ptr<Pass> createTrainStepPass(const TrainOptions& opts);

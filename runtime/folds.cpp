@@ -629,9 +629,24 @@ bool isParamCast(const Graph& g, const Node& n) {
 std::vector<size_t> groups(const Graph& g) {
   std::vector<size_t> leader = optimizerGroups(g);
   std::map<DType, size_t> first;  // per target type, the first parameter cast
+  // A parameter cast again (the backward's recasts, passes/rematerialize.cpp) joins the last such
+  // group when that one started at most kRecastWindow nodes before (a layer's backward or two: one
+  // launch for their weights, born a little early), else starts one where it stands.
+  constexpr size_t kRecastWindow = 64;
+  std::map<DType, size_t> recast;
+  std::set<std::pair<const Value*, DType>> cast;
   size_t i = 0;
   for (const auto& n : g.nodes()) {
-    if (isParamCast(g, *n)) leader[i] = first.try_emplace(n->result(0)->type().dtype, i).first->second;
+    if (isParamCast(g, *n)) {
+      const DType t = n->result(0)->type().dtype;
+      if (cast.emplace(n->inputs()[0], t).second) {
+        leader[i] = first.try_emplace(t, i).first->second;
+      } else {
+        auto it = recast.find(t);
+        if (it != recast.end() && i - it->second <= kRecastWindow) leader[i] = it->second;
+        else recast[t] = i;
+      }
+    }
     ++i;
   }
   return leader;
@@ -765,6 +780,13 @@ Schedule schedule(const Graph& g) {
         unwritten.insert(v);
       }
     }
+  }
+  // The cross-entropy gradient reads each row's scores (its statistics kept by the loss, or
+  // reduced over the row before the first write) and writes each element after reading it.
+  for (const auto& n : g.nodes()) {
+    if (!isLossGrad(*n) || n->inputs().size() < 2) continue;
+    const Node* narrow = narrowedResult(g, *n);
+    s.inPlace[narrow ? narrow->result(0) : n->result(0)] = readThrough(g, n->inputs()[1]);
   }
   for (const auto& n : g.nodes()) {  // after the Transposes have their positions
     if (!splitReadInPlace(g, *n)) continue;

@@ -180,6 +180,12 @@ struct Schedule {
   // Optimizer results (and the Identity naming each the state's next value) stored in the bytes of
   // the state they update: in unwritten too (no arena bytes); the program points them at the state.
   std::map<const Value*, const Value*> aliases;
+  // Kernels that may write a result over an operand (written -> read) because each thread reads its
+  // elements of the operand before it writes the same ones: the operand's bytes go to the result
+  // where nothing reads the operand afterwards (the memory plan checks that). The cross-entropy
+  // gradient over its scores: the logits, often the step's largest value, and their gradient then
+  // share one buffer.
+  std::map<const Value*, const Value*> inPlace;
 };
 Schedule schedule(const Graph& g);
 

@@ -52,7 +52,7 @@ MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<co
   const auto pitch = folds::pitchedScores(step);
   std::map<const Value*, int64_t> bytes;
   for (const auto& [v, p] : pitch) bytes[v] = v->type().numel() / v->type().shape.back() * p * static_cast<int64_t>(dtypeSize(v->type().dtype));
-  MemoryPlan plan = planMemory(step, s.positions, s.unwritten, s.extraReads, bytes);
+  MemoryPlan plan = planMemory(step, s.positions, s.unwritten, s.extraReads, bytes, s.inPlace);
   if (sched) *sched = std::move(s);
   if (pitches) *pitches = pitch;
   return plan;
@@ -72,7 +72,13 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createSinkCastsPass()->run(step);
   if (opts.rematerialize) {
     claim();
-    createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0; })->run(step);
+    std::map<const Node*, int> order;
+    for (const auto& n : step.nodes()) order.emplace(n.get(), static_cast<int>(order.size()));
+    // A batch norm that writes through a folded Relu or residual Add leaves its own y unwritten.
+    auto writesThrough = [&](const Node& n) {
+      return folds::isOnnx(n, "BatchNormalization") && (folds::foldedRelu(step, n) || folds::foldedResidual(step, n, order));
+    };
+    createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0 || writesThrough(n); }, opts.rematerializeParamCasts)->run(step);
   }
   if (!opts.fuseElementwise) return 0;
   claim();

@@ -214,3 +214,48 @@ TEST(MemoryPlan, OptimizerUpdatesTheStateInPlace) {
   EXPECT_EQ(s.aliases.count(g->lookup("c")), 1u);
   EXPECT_EQ(s.aliases.at(g->lookup("b.next")), g->lookup("b"));
 }
+
+// The cross-entropy gradient writes over its scores (runtime/folds.h, Schedule::inPlace): the
+// logits, often the step's largest value, and their gradient share one buffer when nothing reads
+// the logits afterwards. Here through both casts folded (the loss reads bf16 logits widened, the
+// gradient is written narrowed), as an LM's head runs. Logits that are a graph output keep theirs.
+TEST(MemoryPlan, LossGradientTakesTheLogitsBytes) {
+  const std::string text = R"(graph "l" opset 17 {
+  domain "ampc" 1
+  input %a : bf16[64,32]
+  input %w : bf16[32,1000]
+  input %wt : bf16[1000,32]
+  input %y : i64[64]
+  const %seed : f32[] = [1.0]
+  %x : bf16[64,1000] = MatMul(%a, %w)
+  %xf : f32[64,1000] = Cast(%x) {to = 1}
+  %loss : f32[] = SoftmaxCrossEntropyLoss(%xf, %y) {reduction = "mean"}
+  %g : f32[64,1000] = ampc::SoftmaxCrossEntropyLossGrad(%seed, %xf, %y) {reduction = "mean"}
+  %gb : bf16[64,1000] = Cast(%g) {to = 16}
+  %da : bf16[64,32] = MatMul(%gb, %wt)
+  output %loss
+  output %da
+})";
+  for (bool logitsOut : {false, true}) {
+    SCOPED_TRACE(logitsOut ? "logits an output" : "logits read by the loss only");
+    auto g = parseGraph(logitsOut ? std::string(text).replace(text.find("  output %da"), 0, "  output %x\n") : text);
+    g->bindOps();
+    verify(*g);
+    folds::Schedule s;
+    const MemoryPlan p = planCudaMemory(*g, &s);
+    const Value *x = g->lookup("x"), *gb = g->lookup("gb");
+    ASSERT_TRUE(s.inPlace.count(gb));
+    EXPECT_EQ(s.inPlace.at(gb), x);
+    EXPECT_EQ(p.slots.at(g->lookup("g")).bytes, 0) << "the f32 gradient is written narrowed";
+    EXPECT_EQ(p.slots.at(gb).bytes, p.slots.at(x).bytes);
+    EXPECT_NO_THROW(checkMemoryPlan(p));
+    if (!logitsOut) {
+      EXPECT_EQ(p.slots.at(gb).group, p.slots.at(x).group);
+      EXPECT_EQ(p.slots.at(gb).offset, p.slots.at(x).offset);
+      EXPECT_LT(p.peakLiveBytes, 2 * p.slots.at(x).bytes) << "never both buffers";
+    } else {
+      EXPECT_NE(p.slots.at(gb).group, p.slots.at(x).group);
+      EXPECT_GE(p.peakLiveBytes, 2 * p.slots.at(x).bytes);
+    }
+  }
+}

@@ -9,6 +9,7 @@
 #include "compiler/ir/text.h"
 #include "runtime/backend.h"
 #include "runtime/evaluator.h"
+#include "runtime/folds.h"
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
 
@@ -82,6 +83,94 @@ TEST(Rematerialize, LeavesWhatItCannotRecomputeForFree) {
   EXPECT_FALSE(createRematerializePass()->run(*soft));
   auto claimed = graph("Sigmoid", "%a", 20, "MatMul(%s, %t20)", "  %o : f32[64,64] = Mul(%a, %late)\n  output %o\n");
   EXPECT_FALSE(createRematerializePass([](const Node& n) { return n.op() == "Sigmoid"; })->run(*claimed));
+}
+
+// A batch norm under a pointwise op (EfficientNet's Conv -> BatchNorm -> SiLU): the SiLU's late
+// reader (the next layer's weight gradient) and the batch norm's (the SiLU's gradient) both read
+// copies, the SiLU's copy reading the batch norm's, which recomputes y from X (held for the batch
+// norm's own gradient anyway) with the same batch statistics. The running statistics stay with the
+// original, and every output keeps its bits.
+TEST(Rematerialize, ABatchNormUnderAPointwiseOpRecomputesInAChain) {
+  std::string t = "graph \"g\" opset 17 {\n  input %x : f32[64,64]\n  input %w : f32[64,64]\n";
+  for (const char* p : {"gamma", "beta", "mean", "var"}) t += std::string("  input %") + p + " : f32[64]\n";
+  t += "  %a : f32[64,64] = MatMul(%x, %w)\n"
+       "  %n : f32[64,64], %rm : f32[64], %rv : f32[64] = BatchNormalization(%a, %gamma, %beta, %mean, %var) "
+       "{epsilon = 1e-05, momentum = 0.9, training_mode = 1} @bn\n"
+       "  %s : f32[64,64] = Sigmoid(%n) @act\n  %y0 : f32[64,64] = MatMul(%s, %w)\n  %t0 : f32[64,64] = Transpose(%y0)\n";
+  for (int i = 1; i <= 20; ++i) t += "  %t" + std::to_string(i) + " : f32[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += "  %late : f32[64,64] = MatMul(%s, %t20)\n  %dn : f32[64,64] = Mul(%late, %n)\n  %o : f32[64,64] = Add(%dn, %a)\n"
+       "  output %o\n  output %rm\n  output %rv\n}\n";
+  auto ref = parseGraph(t), g = parseGraph(t);
+  for (auto* x : {ref.get(), g.get()}) {
+    x->bindOps();
+    verify(*x);
+  }
+  const MemoryPlan before = planMemory(*g);
+  ASSERT_TRUE(createRematerializePass()->run(*g));
+  verify(*g);
+  const Value* s2 = producer(*g, "late")->inputs()[0];
+  ASSERT_NE(s2, g->lookup("s"));
+  ASSERT_EQ(s2->producer()->op(), "Sigmoid");
+  const Value* n2 = s2->producer()->inputs()[0];
+  ASSERT_NE(n2, g->lookup("n")) << "the SiLU's copy reads the batch norm's copy";
+  const Node* bn2 = n2->producer();
+  ASSERT_EQ(bn2->op(), "BatchNormalization");
+  EXPECT_EQ(bn2->numResults(), 1u) << "the copy leaves the running statistics alone";
+  EXPECT_EQ(bn2->inputs()[0], g->lookup("a"));
+  EXPECT_EQ(bn2->getInt("training_mode", 0), 1);
+  EXPECT_EQ(producer(*g, "dn")->inputs()[1], n2) << "the late read of y takes the copy";
+  EXPECT_EQ(producer(*g, "rm"), producer(*g, "n"));
+  EXPECT_EQ(producer(*g, "y0")->inputs()[0], g->lookup("s"));
+  // Neither y nor the activation is held across the Transposes any more.
+  const MemoryPlan after = planMemory(*g);
+  EXPECT_EQ(liveAt(after, 12).size() + 2, liveAt(before, 12).size());
+  std::map<std::string, Tensor> in;
+  for (const Value* v : ref->inputs()) {
+    Tensor x(v->type());
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, v->name() == "var" ? 0.5 + 0.01 * (i % 7) : 0.13 * static_cast<double>((i * 7) % 29) - 1.7);
+    in.emplace(v->name(), x);
+  }
+  auto cpu = createCpuBackend();
+  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
+  // Claimed by the backend (a batch norm writing through a folded Relu): nothing moves for it.
+  auto kept = parseGraph(t);
+  kept->bindOps();
+  createRematerializePass([](const Node& n) { return n.op() == "BatchNormalization"; })->run(*kept);
+  EXPECT_EQ(producer(*kept, "dn")->inputs()[1], kept->lookup("n"));
+}
+
+// A weight's bf16 cast (autocast's, at the step's start) read by the forward and again far later by
+// the backward: with paramCasts the late reads take a recast placed before them, counted from the
+// cast's first reader, and the CUDA schedule runs that recast where it stands, not in the
+// forward's one launch of parameter casts (runtime/folds.cpp, groups). Without, nothing moves.
+TEST(Rematerialize, TheBackwardRecastsAWeight) {
+  std::string t = "graph \"g\" opset 17 {\n  input %x : bf16[64,64]\n  param %w : f32[64,64]\n  param %v : f32[64,64]\n"
+                  "  %wb : bf16[64,64] = Cast(%w) {to = 16} @w/cast\n  %vb : bf16[64,64] = Cast(%v) {to = 16} @v/cast\n";
+  for (int i = 0; i < 20; ++i) t += "  %n" + std::to_string(i) + " : bf16[64,64] = Neg(" + (i ? "%n" + std::to_string(i - 1) : "%x") + ")\n";
+  t += "  %y0 : bf16[64,64] = MatMul(%n19, %wb)\n  %y1 : bf16[64,64] = MatMul(%y0, %vb)\n  %t0 : bf16[64,64] = Transpose(%y1)\n";
+  for (int i = 1; i <= 20; ++i) t += "  %t" + std::to_string(i) + " : bf16[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += "  %late : bf16[64,64] = MatMul(%t20, %wb)\n  output %late\n}\n";
+  auto plain = parseGraph(t), g = parseGraph(t);
+  for (auto* x : {plain.get(), g.get()}) {
+    x->bindOps();
+    verify(*x);
+  }
+  EXPECT_FALSE(createRematerializePass({}, false)->run(*plain));
+  ASSERT_TRUE(createRematerializePass({}, true)->run(*g));
+  verify(*g);
+  const Value* copy = producer(*g, "late")->inputs()[1];
+  ASSERT_NE(copy, g->lookup("wb"));
+  EXPECT_EQ(copy->producer()->op(), "Cast");
+  EXPECT_EQ(copy->producer()->inputs()[0], g->lookup("w"));
+  EXPECT_EQ(producer(*g, "y0")->inputs()[1], g->lookup("wb")) << "the forward keeps the original";
+  EXPECT_EQ(producer(*g, "y1")->inputs()[1], g->lookup("vb")) << "a weight read only near its first reader is not recast";
+  const folds::Schedule s = folds::schedule(*g);
+  const int wCast = s.order.at(producer(*g, "wb")), vCast = s.order.at(producer(*g, "vb")), recast = s.order.at(copy->producer());
+  EXPECT_EQ(s.leader[static_cast<size_t>(vCast)], static_cast<size_t>(wCast)) << "the forward's casts: one launch";
+  EXPECT_EQ(s.leader[static_cast<size_t>(recast)], static_cast<size_t>(recast)) << "the recast runs where it stands";
+  EXPECT_GT(s.positions[static_cast<size_t>(recast)], s.order.at(producer(*g, "t20")));
 }
 
 TEST(SinkCasts, AWideningCastMovesBelowItsTransposeExactly) {

@@ -187,7 +187,11 @@ int main(int argc, char** argv) {
   bool noRemat = false;
   app.add_flag("--no-remat", noRemat,
                "plans and --train: hold every activation the backward reads (the CUDA target otherwise recomputes a pointwise "
-               "result read again far later, as GELU's and SiLU's outputs, from operands live there anyway)");
+               "result or batch norm read again far later, as GELU's and SiLU's outputs, from operands live there anyway)");
+  bool noRematCasts = false;
+  app.add_flag("--no-remat-casts", noRematCasts,
+               "plans and --train: hold the forward's low-precision weight copies for the backward (the CUDA target otherwise "
+               "casts the weights again where the backward reads them: less memory, one more read of the weights)");
   bool trainStep = false;
   app.add_option("--target", train.target,
                  "plan: the backend to plan for: cuda (the default; such plans also run on the CPU) or cpu (fused attention at any head "
@@ -322,6 +326,7 @@ int main(int argc, char** argv) {
       train.lossScale = lossScale;
       train.fuseElementwise = !noFuseElementwise;
       train.rematerialize = !noRemat;
+      train.rematerializeParamCasts = !noRematCasts;
       train.autodiff = adOpts;
       if (!betas.empty()) {
         auto comma = betas.find(',');

@@ -202,6 +202,7 @@ def main():
     ap.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
     ap.add_argument("--no-torch", action="store_true", help="measure ampc only (compile size, step time)")
     ap.add_argument("--torch-compile", action="store_true", help="also time PyTorch AMP bf16 under torch.compile (torch_compile_ms)")
+    ap.add_argument("--no-eager", action="store_true", help="with --torch-compile: time torch.compile only, not eager AMP")
     ap.add_argument("--ampc-flags", default="", help="more ampc flags (e.g. --no-fuse-elementwise), split on spaces")
     ap.add_argument("--profile", type=int, default=0, help="amprun --profile N: the N costliest ops and nodes of one step (row 'profile')")
     a = ap.parse_args()
@@ -226,7 +227,8 @@ def main():
                 continue
             row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun, a.profile, a.ampc_flags.split()))
             if not a.no_torch:
-                row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
+                if not (a.no_eager and a.torch_compile):
+                    row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
                 if a.torch_compile:
                     row["torch_compile_ms"], row["torch_compile_peak_gib"], _ = torch_amp(model, inputs, a.steps, compiled=True)
         except Exception as e:  # noqa: BLE001 - the row says what stopped it
