@@ -36,6 +36,10 @@ class PassManager {
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
+// nn.Linear as the dynamo exporter writes it, MatMul(X, Transpose(W)) [+ bias], becomes
+// Gemm(X viewed [M, K], W, bias) {transB = 1} viewed back (passes/fuse_linear.cpp).
+std::unique_ptr<Pass> createFuseLinearPass();  // fuse_linear.cpp
+
 // The passes (one file each under passes/).
 std::unique_ptr<Pass> createInferShapesPass();    // infer_shapes.cpp
 std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp

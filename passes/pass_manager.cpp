@@ -20,6 +20,7 @@ const PassEntry kPasses[] = {
     {"cse", createCsePass},
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
+    {"fuse-linear", createFuseLinearPass},
     {"fuse-elementwise", [] { return createFuseElementwisePass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},

@@ -8,14 +8,15 @@
 // A node qualifies when it is recomputable (a pointwise formula with one result, or a
 // BatchNormalization, whose y is recomputed from its X: the same batch statistics, the running
 // statistics left alone), the target's folds do not claim it (`excluded`), some reader of its
-// (first) result (seen through Identity nodes) comes more than kWindow nodes after it, and it reads
+// (first) result (seen through Identity nodes and views) comes more than kWindow nodes after it, and it reads
 // a full-size activation (not only parameters: their casts stay computed once), every full-size
 // one read at or after the first late reader anyway (so recomputing keeps nothing alive longer).
 // Operands smaller than the result (broadcast scales and biases, a norm's parameters) are small and
 // always allowed. With `paramCasts`, a parameter's low-precision cast qualifies too (the parameter is
 // held all step): the backward recasts the weights it reads instead of holding their copies from
-// the forward, at the cost of one more read of the weights. The copy goes before the first late reader and takes every late read; the early
-// reads keep the original.
+// the forward, at the cost of one more read of the weights. The copy goes before the first late
+// reader and takes every late read (a read through views reads the same views of the copy); the
+// early reads keep the original.
 //
 // Nodes are visited last to first, so chains recompute: a SiLU's late copy reads the batch norm's
 // output late, which then makes that batch norm's output a late read too, recomputed from the
@@ -84,19 +85,30 @@ class RematerializePass final : public Pass {
         at = end;
         for (const Use& u : r->uses()) at = std::min(at, pos.at(u.user));
       }
-      // Its reads, through Identity nodes (a model's clone()), and the late ones among them.
-      std::vector<Use> late;
+      // Its reads, through Identity nodes (a model's clone()) and views (a Reshape to a GEMM's
+      // rows), and the late ones among them with the views they read through.
+      struct Late {
+        Use use;
+        std::vector<const Node*> views;
+      };
+      std::vector<Late> late;
       const Node* first = nullptr;
+      std::vector<const Node*> chain;
       std::function<void(const Value*)> reads = [&](const Value* v) {
         for (const Use& u : v->uses()) {
-          if (u.user->domain().empty() && u.user->op() == "Identity" && !g.isOutput(u.user->result(0))) {
-            reads(u.user->result(0));
+          const Node* un = u.user;
+          const bool identity = un->domain().empty() && un->op() == "Identity";
+          const bool view = un->def() && un->def()->view && u.operand == 0 && un->numResults() == 1;
+          if ((identity || view) && !g.isOutput(un->result(0))) {
+            if (!identity) chain.push_back(un);
+            reads(un->result(0));
+            if (!identity) chain.pop_back();
             continue;
           }
-          const double k = pos.at(u.user);
+          const double k = pos.at(un);
           if (k <= at + kWindow) continue;
-          late.push_back(u);
-          if (!first || k < pos.at(first)) first = u.user;
+          late.push_back({u, chain});
+          if (!first || k < pos.at(first)) first = un;
         }
       };
       reads(r);
@@ -116,7 +128,24 @@ class RematerializePass final : public Pass {
       copy->setName(p->name() + "/remat");
       below += 1e-6;
       pos.emplace(copy, firstLate - below);
-      for (const Use& u : late) u.user->setInput(static_cast<size_t>(u.operand), copy->result(0));
+      // A late read through views reads the same views of the copy (made once each, after it).
+      std::unordered_map<const Node*, Value*> viewed;
+      for (const Late& l : late) {
+        Value* v = copy->result(0);
+        for (const Node* vn : l.views) {
+          auto vit = viewed.find(vn);
+          if (vit == viewed.end()) {
+            std::vector<Value*> ins(vn->inputs().begin(), vn->inputs().end());
+            ins[0] = v;
+            Node* c = g.copyNode(*vn, ins, {{g.uniqueName(vn->result(0)->name() + ".remat"), vn->result(0)->type()}}, const_cast<Node*>(first));
+            c->setName(vn->name() + "/remat");
+            pos.emplace(c, firstLate - below);
+            vit = viewed.emplace(vn, c->result(0)).first;
+          }
+          v = vit->second;
+        }
+        l.use.user->setInput(static_cast<size_t>(l.use.operand), v);
+      }
       changed = true;
     }
     // Copies placed before the first reader that the positions saw; where two copies share a

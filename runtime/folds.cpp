@@ -254,14 +254,15 @@ std::map<const Value*, int64_t> pitchedScores(const Graph& g) {
         return true;
       });
     // The gradient (the narrowed Cast it writes, or its own result): read by padded products only,
-    // as MatMul's A (the contraction over C) or Gemm's B (not transposed: C is N).
+    // as MatMul's A (the contraction over C), Gemm's A (either way: C is K, or M transposed) or
+    // Gemm's B (not transposed: C is N).
     const Node* narrow = narrowedResult(g, *n);
     const Value* dx = narrow ? narrow->result(0) : n->result(0);
     if ((C * static_cast<int64_t>(dtypeSize(dx->type().dtype))) % 16 != 0)
       claim(dx, C, [&](const Node& user, int operand) {
         if (!paddedGemm(user)) return false;
         if (isOnnx(user, "MatMul")) return operand == 0;
-        return operand == 1 && user.getInt("transB", 0) == 0;
+        return operand == 0 || (operand == 1 && user.getInt("transB", 0) == 0);
       });
   }
   return pitch;

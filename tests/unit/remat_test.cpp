@@ -2,8 +2,11 @@
 // just before those reads, from operands that are live there anyway; otherwise nothing changes.
 // sink-casts (passes/sink_casts.cpp): a widening Cast moves below the Transpose it feeds, exactly.
 // cse (passes/cse.cpp): repeated work merges, random ops and graph outputs stay.
+// fuse-linear (passes/fuse_linear.cpp): a dynamo export's linear layer becomes one Gemm.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <string>
 
 #include "compiler/ir/text.h"
@@ -32,6 +35,21 @@ std::unique_ptr<Graph> graph(const std::string& op, const std::string& sIn, int 
 }
 
 const Node* producer(const Graph& g, const std::string& v) { return g.lookup(v)->producer(); }
+
+// Both graphs on the CPU backend on the same inputs (element i of input v: fill(v, i)): their
+// outputs, in order.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> evaluateBoth(const Graph& ref, const Graph& g,
+                                                                 const std::function<double(const Value*, int64_t)>& fill,
+                                                                 const ExecOptions& eo = {}) {
+  std::map<std::string, Tensor> in;
+  for (const Value* v : ref.inputs()) {
+    Tensor x(v->type());
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, fill(v, i));
+    in.emplace(v->name(), x);
+  }
+  auto cpu = createCpuBackend();
+  return {evaluate(ref, in, *cpu, eo), evaluate(g, in, *cpu, eo)};
+}
 
 }  // namespace
 
@@ -66,6 +84,31 @@ TEST(Rematerialize, ReadsThroughIdentity) {
   const Value* copy = producer(*g, "late")->inputs()[0];
   EXPECT_NE(copy, g->lookup("c"));
   EXPECT_EQ(copy->producer()->op(), "Sigmoid");
+}
+
+// A late read through a view (the next GEMM reading the activation as rows): the copy gets the
+// same view, made after it; an early read of the view keeps the original's.
+TEST(Rematerialize, ReadsThroughAView) {
+  std::string t = "graph \"g\" opset 17 {\n  input %x : f32[4,16,64]\n  input %w : f32[64,64]\n  const %rows : i64[2] = [64, 64]\n"
+                  "  %a : f32[4,16,64] = MatMul(%x, %w)\n  %s : f32[4,16,64] = Sigmoid(%a)\n  %v : f32[64,64] = Reshape(%s, %rows)\n"
+                  "  %y0 : f32[64,64] = MatMul(%v, %w)\n  %t0 : f32[64,64] = Transpose(%y0)\n";
+  for (int i = 1; i <= 20; ++i) t += "  %t" + std::to_string(i) + " : f32[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += "  %late : f32[64,64] = MatMul(%v, %t20)\n  %o : f32[4,16,64] = Mul(%a, %a)\n  %p : f32[64,64] = MatMul(%late, %w)\n"
+       "  output %o\n  output %p\n}\n";
+  auto ref = parseGraph(t), g = parseGraph(t);
+  for (auto* x : {ref.get(), g.get()}) x->bindOps();
+  ASSERT_TRUE(createRematerializePass()->run(*g));
+  verify(*g);
+  const Value* v2 = producer(*g, "late")->inputs()[0];
+  ASSERT_NE(v2, g->lookup("v"));
+  ASSERT_EQ(v2->producer()->op(), "Reshape");
+  const Node* s2 = v2->producer()->inputs()[0]->producer();
+  ASSERT_EQ(s2->op(), "Sigmoid");
+  EXPECT_EQ(s2->inputs()[0], g->lookup("a"));
+  EXPECT_EQ(producer(*g, "y0")->inputs()[0], g->lookup("v"));
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value*, int64_t i) { return 0.01 * static_cast<double>((i * 7) % 29) - 0.1; });
+  ASSERT_EQ(want.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
 }
 
 TEST(Rematerialize, LeavesWhatItCannotRecomputeForFree) {
@@ -124,14 +167,7 @@ TEST(Rematerialize, ABatchNormUnderAPointwiseOpRecomputesInAChain) {
   // Neither y nor the activation is held across the Transposes any more.
   const MemoryPlan after = planMemory(*g);
   EXPECT_EQ(liveAt(after, 12).size() + 2, liveAt(before, 12).size());
-  std::map<std::string, Tensor> in;
-  for (const Value* v : ref->inputs()) {
-    Tensor x(v->type());
-    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, v->name() == "var" ? 0.5 + 0.01 * (i % 7) : 0.13 * static_cast<double>((i * 7) % 29) - 1.7);
-    in.emplace(v->name(), x);
-  }
-  auto cpu = createCpuBackend();
-  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value* v, int64_t i) { return v->name() == "var" ? 0.5 + 0.01 * (i % 7) : 0.13 * static_cast<double>((i * 7) % 29) - 1.7; });
   ASSERT_EQ(want.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
   // Claimed by the backend (a batch norm writing through a folded Relu): nothing moves for it.
@@ -173,6 +209,62 @@ TEST(Rematerialize, TheBackwardRecastsAWeight) {
   EXPECT_GT(s.positions[static_cast<size_t>(recast)], s.order.at(producer(*g, "t20")));
 }
 
+// fuse-linear (passes/fuse_linear.cpp): nn.Linear as the dynamo exporter writes it,
+// MatMul(X, Transpose(W)) + b, becomes Gemm(X as rows, W, b) {transB = 1} viewed back; a 2-D X needs
+// no view; a MatMul by the transpose of anything but a parameter stays. The results agree with the
+// graph as written (the bias now added to the sums before rounding: within an f32 rounding).
+TEST(FuseLinear, ALinearLayerBecomesOneGemmWithItsBias) {
+  const std::string text = R"(graph "g" opset 17 {
+  input %x : f32[2,3,4]
+  input %x2 : f32[3,4]
+  param %w : f32[5,4]
+  param %b : f32[5]
+  %wt : f32[4,5] = Transpose(%w) {perm = [1, 0]}
+  %y : f32[2,3,5] = MatMul(%x, %wt)
+  %z : f32[2,3,5] = Add(%b, %y)
+  %y2 : f32[3,5] = MatMul(%x2, %wt)
+  %xt : f32[4,3] = Transpose(%x2) {perm = [1, 0]}
+  %q : f32[3,3] = MatMul(%x2, %xt)
+  output %z
+  output %y2
+  output %q
+})";
+  auto ref = parseGraph(text), g = parseGraph(text);
+  for (auto* x : {ref.get(), g.get()}) {
+    x->bindOps();
+    for (const char* p : {"w", "b"}) {
+      Value* v = x->lookup(p);
+      Tensor t(v->type());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, 0.11 * static_cast<double>((i * 7) % 13) - 0.6);
+      v->setData(t);
+    }
+  }
+  ASSERT_TRUE(createFuseLinearPass()->run(*g));
+  verify(*g);
+  const Node* z = producer(*g, "z");
+  ASSERT_EQ(z->op(), "Reshape");
+  const Node* gemm = z->inputs()[0]->producer();
+  ASSERT_EQ(gemm->op(), "Gemm");
+  EXPECT_EQ(gemm->getInt("transB", 0), 1);
+  ASSERT_EQ(gemm->inputs().size(), 3u);
+  EXPECT_EQ(gemm->inputs()[1], g->lookup("w"));
+  EXPECT_EQ(gemm->inputs()[2], g->lookup("b"));
+  EXPECT_EQ(gemm->inputs()[0]->type().str(), "f32[6,4]");
+  const Node* y2 = producer(*g, "y2");
+  ASSERT_EQ(y2->op(), "Gemm");
+  EXPECT_EQ(y2->inputs()[0], g->lookup("x2"));
+  EXPECT_EQ(y2->inputs().size(), 2u);
+  EXPECT_EQ(producer(*g, "q")->op(), "MatMul") << "the transpose of an input is no layer's weight";
+  EXPECT_EQ(g->lookup("wt"), nullptr) << "the weight's Transpose is gone";
+  EXPECT_FALSE(createFuseLinearPass()->run(*g));
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value*, int64_t i) { return 0.37 * static_cast<double>((i * 5) % 17) - 2.5; });
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t o = 0; o < 3; ++o) {
+    ASSERT_EQ(got[o].type, want[o].type) << o;
+    for (int64_t i = 0; i < want[o].numel(); ++i) EXPECT_NEAR(got[o].getDouble(i), want[o].getDouble(i), 1e-6 * (1 + std::fabs(want[o].getDouble(i)))) << o << " " << i;
+  }
+}
+
 TEST(SinkCasts, AWideningCastMovesBelowItsTransposeExactly) {
   const std::string text =
       "graph \"g\" opset 17 {\n  input %x : bf16[2,6,5]\n  const %s : f32[6] = [1.0, 0.5, 2.0, 1.5, 1.0, 0.25]\n"
@@ -195,12 +287,7 @@ TEST(SinkCasts, AWideningCastMovesBelowItsTransposeExactly) {
   EXPECT_EQ(tr->result(0)->type().str(), "bf16[2,5,6]");
   EXPECT_FALSE(createSinkCastsPass()->run(*g)) << "nothing left to move";
   // The same bits: a transpose moves values, a widening cast is exact.
-  std::map<std::string, Tensor> in;
-  Tensor x(ref->lookup("x")->type());
-  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.37 * static_cast<double>(i % 17) - 2.5);
-  in.emplace("x", x);
-  auto cpu = createCpuBackend();
-  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value*, int64_t i) { return 0.37 * static_cast<double>(i % 17) - 2.5; });
   ASSERT_EQ(want.size(), 1u);
   EXPECT_TRUE(got[0].data == want[0].data);
   // A Cast with another reader stays where it is.
@@ -236,14 +323,7 @@ TEST(FoldTransposes, ATransposeOfATransposeFolds) {
   for (const auto& n : g->nodes()) transposes += n->op() == "Transpose";
   EXPECT_EQ(transposes, 2);  // W's (the forward reads it) and a's composed one
   EXPECT_FALSE(createFoldTransposesPass()->run(*g));
-  std::map<std::string, Tensor> in;
-  for (const Value* v : ref->inputs()) {
-    Tensor x(v->type());
-    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.37 * static_cast<double>((i * 7) % 23) - 2.5);
-    in.emplace(v->name(), x);
-  }
-  auto cpu = createCpuBackend();
-  const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value*, int64_t i) { return 0.37 * static_cast<double>((i * 7) % 23) - 2.5; });
   ASSERT_EQ(want.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
   auto out = parseGraph("graph \"g\" opset 17 {\n  input %x : f32[2,6]\n  %t : f32[6,2] = Transpose(%x) {perm = [1, 0]}\n"
@@ -284,14 +364,7 @@ TEST(FoldTransposes, ATransposeOfAGemmSwapsItsOperands) {
   EXPECT_FLOAT_EQ(gemm->getFloat("alpha", 0.0f), 0.5f);
   EXPECT_EQ(producer(*wrapped, "et")->op(), "Transpose");  // the Gemm with C keeps it
   EXPECT_EQ(producer(*wrapped, "o")->inputs()[0], wrapped->lookup("a"));  // three transposes undo each other
-  std::map<std::string, Tensor> in;
-  for (const Value* v : wref->inputs()) {
-    Tensor x(v->type());
-    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.29 * static_cast<double>((i * 5) % 19) - 2.0);
-    in.emplace(v->name(), x);
-  }
-  auto cpu = createCpuBackend();
-  const auto want = evaluate(*wref, in, *cpu), got = evaluate(*wrapped, in, *cpu);
+  const auto [want, got] = evaluateBoth(*wref, *wrapped, [](const Value*, int64_t i) { return 0.29 * static_cast<double>((i * 5) % 19) - 2.0; });
   ASSERT_EQ(want.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
 }
@@ -337,16 +410,9 @@ TEST(Cse, RepeatedWorkMergesRandomOpsAndOutputsStay) {
   EXPECT_EQ(count("Add"), 3);      // one mask add, %sum, and %sum_again (a graph output)
   EXPECT_EQ(g->lookup("neg2"), nullptr);
   EXPECT_FALSE(createCsePass()->run(*g));
-  std::map<std::string, Tensor> in;
-  for (const Value* v : ref->inputs()) {
-    Tensor x(v->type());
-    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, v->type().dtype == DType::boolean ? (i * 5 % 7 < 4) : 0.3 * (i % 9) - 1.1);
-    in.emplace(v->name(), x);
-  }
-  auto cpu = createCpuBackend();
   ExecOptions eo;
   eo.seed = 3;
-  const auto want = evaluate(*ref, in, *cpu, eo), got = evaluate(*g, in, *cpu, eo);
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value* v, int64_t i) { return v->type().dtype == DType::boolean ? (i * 5 % 7 < 4) : 0.3 * (i % 9) - 1.1; }, eo);
   ASSERT_EQ(want.size(), 2u);
   for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
 }

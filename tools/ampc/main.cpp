@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", train.optimizer, "plan: sgd, adam, adamw or lamb")->check(CLI::IsMember({"sgd", "adam", "adamw", "lamb"}));
   bool noFuse = false;
   app.add_flag("--no-fuse", noFuse,
-               "plans and --grad: keep attention, GELU and SiLU as the model wrote them (no ampc.Attention, ampc.Gelu, ampc.Silu)");
+               "plans and --grad: keep attention, GELU, SiLU and linear layers as the model wrote them (no ampc.Attention, ampc.Gelu, "
+               "ampc.Silu, nor a dynamo export's MatMul(X, Transpose(W)) + bias as one Gemm)");
   bool noFuseElementwise = false;
   app.add_flag("--no-fuse-elementwise", noFuseElementwise,
                "plans and --train: keep the CUDA target's pointwise groups as separate ops (no ampc.Fused, no generated kernels)");
@@ -353,6 +354,7 @@ int main(int argc, char** argv) {
       const bool lowAttention = amp && (cat == ampOpts.opCategories.end() || cat->second != AmpCategory::Deny);
       pm.add(createFuseAttentionPass(findTarget(train.target), lowAttention ? ampOpts.low : DType::f32));
       pm.add(createFuseGeluPass());
+      pm.add(createFuseLinearPass());
     }
     if (amp) {
       pm.add(createAutocastPass(ampOpts, &ampReport));
