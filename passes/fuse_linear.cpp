@@ -97,8 +97,6 @@ class FuseLinearPass final : public Pass {
     }
     const std::string keep = out->name();
     out->replaceAllUsesWith(result);
-    for (size_t i = 0; i < g.outputs().size(); ++i)
-      if (g.outputs()[i] == out) g.setOutput(i, result);
     if (add) g.eraseNode(add);
     g.eraseNode(m);
     g.renameValue(result, keep);

@@ -39,6 +39,10 @@ class PassManager {
 // nn.Linear as the dynamo exporter writes it, MatMul(X, Transpose(W)) [+ bias], becomes
 // Gemm(X viewed [M, K], W, bias) {transB = 1} viewed back (passes/fuse_linear.cpp).
 std::unique_ptr<Pass> createFuseLinearPass();  // fuse_linear.cpp
+// Attention's q, k, v unbound from a [k, B, H, T, d] permute (timm) become a Split of the
+// projection, views and Transposes [0, 2, 1, 3] (Hugging Face's form); k.transpose(-2, -1) written
+// over merged dims becomes one Transpose (passes/split_heads.cpp).
+std::unique_ptr<Pass> createSplitHeadsPass();  // split_heads.cpp
 
 // The passes (one file each under passes/).
 std::unique_ptr<Pass> createInferShapesPass();    // infer_shapes.cpp

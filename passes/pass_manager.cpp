@@ -21,6 +21,7 @@ const PassEntry kPasses[] = {
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-linear", createFuseLinearPass},
+    {"split-heads", createSplitHeadsPass},
     {"fuse-elementwise", [] { return createFuseElementwisePass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},

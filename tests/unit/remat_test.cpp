@@ -3,6 +3,7 @@
 // sink-casts (passes/sink_casts.cpp): a widening Cast moves below the Transpose it feeds, exactly.
 // cse (passes/cse.cpp): repeated work merges, random ops and graph outputs stay.
 // fuse-linear (passes/fuse_linear.cpp): a dynamo export's linear layer becomes one Gemm.
+// split-heads (passes/split_heads.cpp): timm's unbound q, k, v become a Split of the projection.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -262,6 +263,72 @@ TEST(FuseLinear, ALinearLayerBecomesOneGemmWithItsBias) {
   for (size_t o = 0; o < 3; ++o) {
     ASSERT_EQ(got[o].type, want[o].type) << o;
     for (int64_t i = 0; i < want[o].numel(); ++i) EXPECT_NEAR(got[o].getDouble(i), want[o].getDouble(i), 1e-6 * (1 + std::fabs(want[o].getDouble(i)))) << o << " " << i;
+  }
+}
+
+// split-heads (passes/split_heads.cpp): timm's q, k, v, unbound from a [3, B, H, T, d] permute of
+// the projection (the dynamo exporter's Slices, the TorchScript exporter's Split into ones), become
+// a Split of the projection with views and Transposes; k.transpose(-2, -1) over merged dims becomes
+// one Transpose. The same bits either way.
+TEST(SplitHeads, AnUnboundPermuteBecomesASplitOfTheProjection) {
+  const std::string head = R"(graph "g" opset 18 {
+  input %x : f32[2,5,24]
+  const %shape : i64[5] = [2, 5, 3, 2, 4]
+  const %zero : i64[1] = [0]
+  const %one : i64[1] = [1]
+  const %two : i64[1] = [2]
+  const %three : i64[1] = [3]
+  const %ones : i64[3] = [1, 1, 1]
+  const %merged : i64[3] = [4, 5, 4]
+  const %split : i64[4] = [2, 2, 4, 5]
+  %v5 : f32[2,5,3,2,4] = Reshape(%x, %shape)
+  %p : f32[3,2,2,5,4] = Transpose(%v5) {perm = [2, 0, 3, 1, 4]}
+)";
+  const std::string slices = R"(  %s0 : f32[1,2,2,5,4] = Slice(%p, %zero, %one, %zero)
+  %q : f32[2,2,5,4] = Squeeze(%s0, %zero)
+  %s1 : f32[1,2,2,5,4] = Slice(%p, %one, %two, %zero)
+  %k : f32[2,2,5,4] = Squeeze(%s1, %zero)
+  %s2 : f32[1,2,2,5,4] = Slice(%p, %two, %three, %zero)
+  %v : f32[2,2,5,4] = Squeeze(%s2, %zero)
+)";
+  const std::string split = R"(  %s0 : f32[1,2,2,5,4], %s1 : f32[1,2,2,5,4], %s2 : f32[1,2,2,5,4] = Split(%p, %ones) {axis = 0}
+  %q : f32[2,2,5,4] = Squeeze(%s0, %zero)
+  %k : f32[2,2,5,4] = Squeeze(%s1, %zero)
+  %v : f32[2,2,5,4] = Squeeze(%s2, %zero)
+)";
+  const std::string tail = R"(  %km : f32[4,5,4] = Reshape(%k, %merged)
+  %kt3 : f32[4,4,5] = Transpose(%km) {perm = [0, 2, 1]}
+  %kt : f32[2,2,4,5] = Reshape(%kt3, %split)
+  %qk : f32[2,2,5,5] = MatMul(%q, %kt)
+  %o : f32[2,2,5,4] = MatMul(%qk, %v)
+  output %o
+  output %kt
+})";
+  for (const auto& [form, cut] : {std::pair{"Slices", slices}, std::pair{"Split", split}}) {
+    SCOPED_TRACE(form);
+    auto ref = parseGraph(head + cut + tail), g = parseGraph(head + cut + tail);
+    for (auto* x : {ref.get(), g.get()}) x->bindOps();
+    ASSERT_TRUE(createSplitHeadsPass()->run(*g));
+    verify(*g);
+    int transposes = 0, splits = 0;
+    for (const auto& n : g->nodes()) {
+      transposes += n->op() == "Transpose";
+      splits += n->op() == "Split";
+      if (n->op() == "Transpose") EXPECT_EQ(n->result(0)->type().rank(), 4) << "no 5-D permute, no merged-dims transpose";
+    }
+    EXPECT_EQ(splits, 1);
+    EXPECT_EQ(transposes, 4);  // q, k, v to [B, H, T, d], and K^T
+    const Node* sp = producer(*g, "q")->inputs()[0]->producer()->inputs()[0]->producer();
+    ASSERT_EQ(sp->op(), "Split");
+    EXPECT_EQ(sp->inputs()[0], g->lookup("x"));
+    const Node* kt = producer(*g, "kt");
+    ASSERT_EQ(kt->op(), "Transpose");
+    EXPECT_EQ(kt->getInts("perm"), (std::vector<int64_t>{0, 1, 3, 2}));
+    EXPECT_EQ(kt->inputs()[0], g->lookup("k"));
+    EXPECT_FALSE(createSplitHeadsPass()->run(*g));
+    const auto [want, got] = evaluateBoth(*ref, *g, [](const Value*, int64_t i) { return 0.37 * static_cast<double>((i * 5) % 17) - 2.5; });
+    ASSERT_EQ(want.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
   }
 }
 

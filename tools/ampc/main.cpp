@@ -180,8 +180,9 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", train.optimizer, "plan: sgd, adam, adamw or lamb")->check(CLI::IsMember({"sgd", "adam", "adamw", "lamb"}));
   bool noFuse = false;
   app.add_flag("--no-fuse", noFuse,
-               "plans and --grad: keep attention, GELU, SiLU and linear layers as the model wrote them (no ampc.Attention, ampc.Gelu, "
-               "ampc.Silu, nor a dynamo export's MatMul(X, Transpose(W)) + bias as one Gemm)");
+               "plans and --grad: keep attention, GELU, SiLU, linear layers and attention's heads as the model wrote them (no "
+               "ampc.Attention, ampc.Gelu, ampc.Silu, nor a dynamo export's MatMul(X, Transpose(W)) + bias as one Gemm, nor q, k, v "
+               "unbound from a permute as a Split)");
   bool noFuseElementwise = false;
   app.add_flag("--no-fuse-elementwise", noFuseElementwise,
                "plans and --train: keep the CUDA target's pointwise groups as separate ops (no ampc.Fused, no generated kernels)");
@@ -355,6 +356,7 @@ int main(int argc, char** argv) {
       pm.add(createFuseAttentionPass(findTarget(train.target), lowAttention ? ampOpts.low : DType::f32));
       pm.add(createFuseGeluPass());
       pm.add(createFuseLinearPass());
+      pm.add(createSplitHeadsPass());
     }
     if (amp) {
       pm.add(createAutocastPass(ampOpts, &ampReport));
