@@ -12,6 +12,7 @@
 // MatMuls as the B operand; an Add whose other operand is not a [N] vector (or that reads the
 // product elsewhere) leaves the bias as it is.
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "compiler/ops/registry.h"
@@ -42,14 +43,17 @@ class FuseLinearPass final : public Pass {
       if (isOnnx(n.get(), "MatMul") && n->inputs().size() == 2 && n->inputs()[0] && transposedParam(n->inputs()[1]))
         matmuls.push_back(n.get());
     bool changed = false;
-    for (Node* m : matmuls) changed |= rewrite(g, m);
-    if (changed) {
-      // The Transposes nothing reads any more.
-      std::vector<Node*> dead;
-      for (const auto& n : g.nodes())
-        if (isOnnx(n.get(), "Transpose") && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) dead.push_back(n.get());
-      for (Node* n : dead) g.eraseNode(n);
+    std::set<Node*> transposes;  // of the rewritten products' weights
+    for (Node* m : matmuls) {
+      Node* t = m->inputs()[1]->producer();
+      if (rewrite(g, m)) {
+        changed = true;
+        transposes.insert(t);
+      }
     }
+    // Those that nothing reads any more.
+    for (Node* t : transposes)
+      if (t->result(0)->uses().empty() && !g.isOutput(t->result(0))) g.eraseNode(t);
     return changed;
   }
 

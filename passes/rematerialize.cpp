@@ -8,9 +8,10 @@
 // A node qualifies when it is recomputable (a pointwise formula with one result, or a
 // BatchNormalization, whose y is recomputed from its X: the same batch statistics, the running
 // statistics left alone), the target's folds do not claim it (`excluded`), some reader of its
-// (first) result (seen through Identity nodes and views) comes more than kWindow nodes after it, and it reads
-// a full-size activation (not only parameters: their casts stay computed once), every full-size
-// one read at or after the first late reader anyway (so recomputing keeps nothing alive longer).
+// (first) result (seen through Identity nodes and views) comes more than kWindow nodes after it,
+// and it reads a full-size activation (not only parameters: their casts stay computed once, but
+// see `paramCasts`), every full-size one read at or after the first late reader anyway (so
+// recomputing keeps nothing alive longer).
 // Operands smaller than the result (broadcast scales and biases, a norm's parameters) are small and
 // always allowed. With `paramCasts`, a parameter's low-precision cast qualifies too (the parameter is
 // held all step): the backward recasts the weights it reads instead of holding their copies from

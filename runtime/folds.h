@@ -81,8 +81,8 @@ bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nul
 // written as zeros (they are part of the next product's contraction). Only where every node that
 // touches their bytes is one of those: the producing MatMul/Gemm (no bias, large enough to take the
 // padded path), views keeping the last dim, the folded widening Cast, the loss and its gradient,
-// and the consuming MatMul (scores gradient as A) / Gemm (as A, or as B not transposed). Returns each value's
-// pitch in elements, views included.
+// and the consuming MatMul (scores gradient as A) / Gemm (as A, or as B not transposed). Returns
+// each value's pitch in elements, views included.
 std::map<const Value*, int64_t> pitchedScores(const Graph& g);
 // GEMMs of at least this many multiply-adds run on padded copies when a row stride is not a
 // multiple of 16 bytes (runtime/cuda/program.cpp); smaller ones run as they are.

@@ -314,7 +314,9 @@ TEST(SplitHeads, AnUnboundPermuteBecomesASplitOfTheProjection) {
     for (const auto& n : g->nodes()) {
       transposes += n->op() == "Transpose";
       splits += n->op() == "Split";
-      if (n->op() == "Transpose") EXPECT_EQ(n->result(0)->type().rank(), 4) << "no 5-D permute, no merged-dims transpose";
+      if (n->op() == "Transpose") {
+        EXPECT_EQ(n->result(0)->type().rank(), 4) << "no 5-D permute, no merged-dims transpose";
+      }
     }
     EXPECT_EQ(splits, 1);
     EXPECT_EQ(transposes, 4);  // q, k, v to [B, H, T, d], and K^T
