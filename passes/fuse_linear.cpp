@@ -21,12 +21,10 @@
 namespace ampc {
 namespace {
 
-bool isOnnx(const Node* n, const char* op) { return n && n->domain().empty() && n->op() == op; }
-
 // W when t is Transpose(W) [1, 0] of a rank-2 parameter.
 Value* transposedParam(const Value* t) {
   const Node* n = t ? t->producer() : nullptr;
-  if (!isOnnx(n, "Transpose") || !n->inputs()[0]) return nullptr;
+  if (!isOnnxOp(n, "Transpose") || !n->inputs()[0]) return nullptr;
   Value* w = n->inputs()[0];
   if (w->kind() != ValueKind::Param || w->type().rank() != 2) return nullptr;
   const auto perm = n->getInts("perm", {1, 0});
@@ -40,7 +38,7 @@ class FuseLinearPass final : public Pass {
   bool run(Graph& g) override {
     std::vector<Node*> matmuls;
     for (const auto& n : g.nodes())
-      if (isOnnx(n.get(), "MatMul") && n->inputs().size() == 2 && n->inputs()[0] && transposedParam(n->inputs()[1]))
+      if (isOnnxOp(n.get(), "MatMul") && n->inputs().size() == 2 && n->inputs()[0] && transposedParam(n->inputs()[1]))
         matmuls.push_back(n.get());
     bool changed = false;
     std::set<Node*> transposes;  // of the rewritten products' weights
@@ -68,7 +66,7 @@ class FuseLinearPass final : public Pass {
     // A bias: Add(y, b) or Add(b, y), y read only there, b a [N] vector of y's type.
     Node* add = nullptr;
     Value* bias = nullptr;
-    if (y->uses().size() == 1 && !g.isOutput(y) && isOnnx(y->uses()[0].user, "Add")) {
+    if (y->uses().size() == 1 && !g.isOutput(y) && isOnnxOp(y->uses()[0].user, "Add")) {
       Node* a = y->uses()[0].user;
       Value* b = a->inputs()[a->inputs()[0] == y ? 1 : 0];
       if (b && b != y && b->type().dtype == y->type().dtype && b->type().shape == std::vector<int64_t>{N} &&

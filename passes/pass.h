@@ -5,11 +5,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/ir/ir.h"
 
 namespace ampc {
+
+// Whether n is the default-domain (ONNX) op `op`; false for null.
+inline bool isOnnxOp(const Node* n, std::string_view op) { return n && n->domain().empty() && n->op() == op; }
 
 class Pass {
  public:

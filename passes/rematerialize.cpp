@@ -37,14 +37,14 @@ namespace {
 constexpr double kWindow = 16;  // reads within this many nodes are early (fuse_elementwise's join window)
 
 bool recomputable(const Node& n) {
-  if (n.domain().empty() && n.op() == "BatchNormalization") return true;
+  if (isOnnxOp(&n, "BatchNormalization")) return true;
   return pointwiseFormula(n) && n.numResults() == 1;
 }
 
 // A low-precision copy of a parameter (autocast's weight casts): recomputed from the parameter,
 // which every step holds anyway, as torch.compile's partitioner recomputes it.
 bool paramCast(const Node& n) {
-  if (!n.domain().empty() || n.op() != "Cast" || n.numResults() != 1 || !n.inputs()[0]) return false;
+  if (!isOnnxOp(&n, "Cast") || n.numResults() != 1 || !n.inputs()[0]) return false;
   const Value* in = n.inputs()[0];
   return in->kind() == ValueKind::Param && dtypeSize(n.result(0)->type().dtype) < dtypeSize(in->type().dtype);
 }
@@ -98,7 +98,7 @@ class RematerializePass final : public Pass {
       std::function<void(const Value*)> reads = [&](const Value* v) {
         for (const Use& u : v->uses()) {
           const Node* un = u.user;
-          const bool identity = un->domain().empty() && un->op() == "Identity";
+          const bool identity = isOnnxOp(un, "Identity");
           const bool view = un->def() && un->def()->view && u.operand == 0 && un->numResults() == 1;
           if ((identity || view) && !g.isOutput(un->result(0))) {
             if (!identity) chain.push_back(un);

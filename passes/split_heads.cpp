@@ -16,8 +16,6 @@
 namespace ampc {
 namespace {
 
-bool isOnnx(const Node* n, const char* op) { return n && n->domain().empty() && n->op() == op; }
-
 // The i64 constant operand i of n, or the attribute `attr` (older opsets); nullopt if neither.
 std::optional<std::vector<int64_t>> ints(const Node& n, size_t i, const char* attr) {
   if (i < n.inputs().size() && n.inputs()[i]) {
@@ -37,7 +35,7 @@ bool axisZero(const std::optional<std::vector<int64_t>>& axes, int64_t rank) {
 Node* squeezedOnce(const Graph& g, const Value* v) {
   if (v->uses().size() != 1 || g.isOutput(v)) return nullptr;
   Node* q = v->uses()[0].user;
-  if (!isOnnx(q, "Squeeze") || q->inputs()[0] != v || !axisZero(ints(*q, 1, "axes"), v->type().rank())) return nullptr;
+  if (!isOnnxOp(q, "Squeeze") || q->inputs()[0] != v || !axisZero(ints(*q, 1, "axes"), v->type().rank())) return nullptr;
   return q;
 }
 
@@ -46,13 +44,13 @@ Node* squeezedOnce(const Graph& g, const Value* v) {
 // fold-transposes then makes it one Transpose [0, 2, 3, 1] of the [B, T, H, d] view, which the
 // attention kernels read in place as K. Returns whether it rewrote the Reshape `r2`.
 bool mergedTranspose(Graph& g, Node* r2) {
-  if (!isOnnx(r2, "Reshape") || !r2->inputs()[0]) return false;
+  if (!isOnnxOp(r2, "Reshape") || !r2->inputs()[0]) return false;
   Node* t = r2->inputs()[0]->producer();
-  if (!isOnnx(t, "Transpose") || t->getInts("perm") != std::vector<int64_t>{0, 2, 1} || t->result(0)->uses().size() != 1 ||
+  if (!isOnnxOp(t, "Transpose") || t->getInts("perm") != std::vector<int64_t>{0, 2, 1} || t->result(0)->uses().size() != 1 ||
       g.isOutput(t->result(0)))
     return false;
   Node* r1 = t->inputs()[0]->producer();
-  if (!isOnnx(r1, "Reshape") || r1->result(0)->uses().size() != 1 || g.isOutput(r1->result(0))) return false;
+  if (!isOnnxOp(r1, "Reshape") || r1->result(0)->uses().size() != 1 || g.isOutput(r1->result(0))) return false;
   Value* y = r1->inputs()[0];
   const auto& ys = y->type().shape;
   const auto& out = r2->result(0)->type().shape;
@@ -78,13 +76,13 @@ class SplitHeadsPass final : public Pass {
   bool run(Graph& g) override {
     std::vector<Node*> permutes;
     for (const auto& n : g.nodes())
-      if (isOnnx(n.get(), "Transpose") && n->getInts("perm") == std::vector<int64_t>{2, 0, 3, 1, 4}) permutes.push_back(n.get());
+      if (isOnnxOp(n.get(), "Transpose") && n->getInts("perm") == std::vector<int64_t>{2, 0, 3, 1, 4}) permutes.push_back(n.get());
     bool changed = false;
     if (g.opset >= 13)  // Split's sizes as an input
       for (Node* t : permutes) changed |= rewrite(g, t);
     std::vector<Node*> reshapes;
     for (const auto& n : g.nodes())
-      if (isOnnx(n.get(), "Reshape")) reshapes.push_back(n.get());
+      if (isOnnxOp(n.get(), "Reshape")) reshapes.push_back(n.get());
     for (Node* r : reshapes) changed |= mergedTranspose(g, r);
     return changed;
   }
@@ -92,7 +90,7 @@ class SplitHeadsPass final : public Pass {
  private:
   static bool rewrite(Graph& g, Node* t) {
     Node* r = t->inputs()[0] ? t->inputs()[0]->producer() : nullptr;
-    if (!isOnnx(r, "Reshape") || g.isOutput(t->result(0))) return false;
+    if (!isOnnxOp(r, "Reshape") || g.isOutput(t->result(0))) return false;
     Value* x = r->inputs()[0];
     const auto& xs = x->type().shape;
     const auto& vs = r->result(0)->type().shape;  // [B, T, k, H, d]
@@ -104,7 +102,7 @@ class SplitHeadsPass final : public Pass {
     for (const Use& u : t->result(0)->uses()) {
       Node* c = u.user;
       if (u.operand != 0) return false;
-      if (isOnnx(c, "Slice")) {
+      if (isOnnxOp(c, "Slice")) {
         const auto starts = ints(*c, 1, "starts"), ends = ints(*c, 2, "ends");
         const auto steps = c->inputs().size() > 4 && c->inputs()[4] ? ints(*c, 4, "steps") : std::optional<std::vector<int64_t>>{{1}};
         if (!starts || !ends || !steps || starts->size() != 1 || ends->size() != 1 || (*steps) != std::vector<int64_t>{1}) return false;
@@ -114,7 +112,7 @@ class SplitHeadsPass final : public Pass {
         if (s < 0 || s >= k || (*ends)[0] != s + 1 || !q || parts.count(s)) return false;
         parts[s] = q;
         cuts.push_back(c);
-      } else if (isOnnx(c, "Split")) {
+      } else if (isOnnxOp(c, "Split")) {
         const int64_t axis = c->getInt("axis", 0);
         if ((axis != 0 && axis != -5) || static_cast<int64_t>(c->numResults()) != k) return false;
         for (size_t s = 0; s < c->numResults(); ++s) {

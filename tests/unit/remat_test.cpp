@@ -21,13 +21,20 @@ using namespace ampc;
 
 namespace {
 
+// Lines %t1 ... %tN, each the Transpose of the one before (%t0 is the caller's): a gap of N nodes.
+std::string transposes(int n, const std::string& type) {
+  std::string t;
+  for (int i = 1; i <= n; ++i) t += "  %t" + std::to_string(i) + " : " + type + " = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  return t;
+}
+
 // x -> a = MatMul -> s = OP(a) read by an early MatMul and, after a chain of `gap` Transposes, by
 // `lateReader` (which reads `%s` or whatever it names); `tail` follows.
 std::unique_ptr<Graph> graph(const std::string& op, const std::string& sIn, int gap, const std::string& lateReader, const std::string& tail) {
   std::string t = "graph \"g\" opset 17 {\n  input %x : f32[64,64]\n  input %w : f32[64,64]\n";
   t += "  %a : f32[64,64] = MatMul(%x, %w)\n  %s : f32[64,64] = " + op + "(" + sIn + ")\n  %c : f32[64,64] = Identity(%s)\n";
   t += "  %y0 : f32[64,64] = MatMul(%s, %w)\n  %t0 : f32[64,64] = Transpose(%y0)\n";
-  for (int i = 1; i <= gap; ++i) t += "  %t" + std::to_string(i) + " : f32[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += transposes(gap, "f32[64,64]");
   t += "  %late : f32[64,64] = " + lateReader + "\n" + tail + "}\n";
   auto g = parseGraph(t);
   g->bindOps();
@@ -93,7 +100,7 @@ TEST(Rematerialize, ReadsThroughAView) {
   std::string t = "graph \"g\" opset 17 {\n  input %x : f32[4,16,64]\n  input %w : f32[64,64]\n  const %rows : i64[2] = [64, 64]\n"
                   "  %a : f32[4,16,64] = MatMul(%x, %w)\n  %s : f32[4,16,64] = Sigmoid(%a)\n  %v : f32[64,64] = Reshape(%s, %rows)\n"
                   "  %y0 : f32[64,64] = MatMul(%v, %w)\n  %t0 : f32[64,64] = Transpose(%y0)\n";
-  for (int i = 1; i <= 20; ++i) t += "  %t" + std::to_string(i) + " : f32[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += transposes(20, "f32[64,64]");
   t += "  %late : f32[64,64] = MatMul(%v, %t20)\n  %o : f32[4,16,64] = Mul(%a, %a)\n  %p : f32[64,64] = MatMul(%late, %w)\n"
        "  output %o\n  output %p\n}\n";
   auto ref = parseGraph(t), g = parseGraph(t);
@@ -141,7 +148,7 @@ TEST(Rematerialize, ABatchNormUnderAPointwiseOpRecomputesInAChain) {
        "  %n : f32[64,64], %rm : f32[64], %rv : f32[64] = BatchNormalization(%a, %gamma, %beta, %mean, %var) "
        "{epsilon = 1e-05, momentum = 0.9, training_mode = 1} @bn\n"
        "  %s : f32[64,64] = Sigmoid(%n) @act\n  %y0 : f32[64,64] = MatMul(%s, %w)\n  %t0 : f32[64,64] = Transpose(%y0)\n";
-  for (int i = 1; i <= 20; ++i) t += "  %t" + std::to_string(i) + " : f32[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += transposes(20, "f32[64,64]");
   t += "  %late : f32[64,64] = MatMul(%s, %t20)\n  %dn : f32[64,64] = Mul(%late, %n)\n  %o : f32[64,64] = Add(%dn, %a)\n"
        "  output %o\n  output %rm\n  output %rv\n}\n";
   auto ref = parseGraph(t), g = parseGraph(t);
@@ -187,7 +194,7 @@ TEST(Rematerialize, TheBackwardRecastsAWeight) {
                   "  %wb : bf16[64,64] = Cast(%w) {to = 16} @w/cast\n  %vb : bf16[64,64] = Cast(%v) {to = 16} @v/cast\n";
   for (int i = 0; i < 20; ++i) t += "  %n" + std::to_string(i) + " : bf16[64,64] = Neg(" + (i ? "%n" + std::to_string(i - 1) : "%x") + ")\n";
   t += "  %y0 : bf16[64,64] = MatMul(%n19, %wb)\n  %y1 : bf16[64,64] = MatMul(%y0, %vb)\n  %t0 : bf16[64,64] = Transpose(%y1)\n";
-  for (int i = 1; i <= 20; ++i) t += "  %t" + std::to_string(i) + " : bf16[64,64] = Transpose(%t" + std::to_string(i - 1) + ")\n";
+  t += transposes(20, "bf16[64,64]");
   t += "  %late : bf16[64,64] = MatMul(%t20, %wb)\n  output %late\n}\n";
   auto plain = parseGraph(t), g = parseGraph(t);
   for (auto* x : {plain.get(), g.get()}) {
