@@ -87,5 +87,7 @@ std::unique_ptr<Pass> createSinkCastsPass();  // sink_casts.cpp
 // A Transpose of a Transpose becomes one, or none where they undo each other; a Transpose of a
 // Gemm, the Gemm with its operands swapped (fold_transposes.cpp).
 std::unique_ptr<Pass> createFoldTransposesPass();  // fold_transposes.cpp
+// An Identity that is not a graph output goes, its readers reading its operand (drop_identities.cpp).
+std::unique_ptr<Pass> createDropIdentitiesPass();  // drop_identities.cpp
 
 }  // namespace ampc

@@ -22,6 +22,7 @@ const PassEntry kPasses[] = {
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
+    {"drop-identities", createDropIdentitiesPass},
     {"fuse-elementwise", [] { return createFuseElementwisePass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},

@@ -68,6 +68,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
     for (const auto& n : step.nodes())
       if (claimedByFold(step, *n, order)) claimed.insert(n.get());
   };
+  createDropIdentitiesPass()->run(step);
   createFoldTransposesPass()->run(step);
   createSinkCastsPass()->run(step);
   if (opts.rematerialize) {

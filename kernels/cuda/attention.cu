@@ -1020,8 +1020,11 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
 }
 #endif
 
-// Grid (N, key tiles).
-template <typename T, bool KR, int DK>
+// Grid (N, key tiles). MG: the mask is trained (a.dMask), so each score's gradient is also summed
+// into it. A template flag rather than a branch: the per-score gradient store, inlined at each of
+// the 64 element sites, bloated the common kernel and cost it about a quarter of its speed (GPT-2
+// shape backward 0.55 -> 0.66 ms when it came in as a runtime branch).
+template <typename T, bool KR, int DK, bool MG>
 __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
                                                             const float* rowD, T* dKT, T* dV, float* dQacc, float* dMaskParts,
                                                             const uint8_t* flags, AttentionArgs a) {
@@ -1141,7 +1144,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
         pd = p * f;
         const float gs = p * (dp[nt][2 * r + c] * f - Db[qi]);  // d loss / d score
-        addMaskGrad(a, dMaskParts, n, mb, i0 + qi, keyJ[r], gs);
+        if constexpr (MG) addMaskGrad(a, dMaskParts, n, mb, i0 + qi, keyJ[r], gs);
         ds = a.scale * gs;
       }
       s[nt][2 * r + c] = pd;
@@ -1321,11 +1324,17 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
 template <typename T, int DK>
 cudaError_t backwardMma(const void* dO, const void* Q, const void* KT, const void* V, const float* lse, const float* rowD, void* dKT,
                         void* dV, float* dQacc, float* dMaskParts, const AttentionArgs& a, cudaStream_t st) {
-  static const cudaError_t mattr = smemAttributes(attnBwdMmaKernel<T, false, DK>, bwdSmemMma<T, DK>());
-  static const cudaError_t rattr = smemAttributes(attnBwdMmaKernel<T, true, DK>, bwdSmemMma<T, DK>());
-  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
+  using Kernel = decltype(&attnBwdMmaKernel<T, false, DK, false>);
+  static const Kernel kernels[4] = {attnBwdMmaKernel<T, false, DK, false>, attnBwdMmaKernel<T, true, DK, false>,
+                                    attnBwdMmaKernel<T, false, DK, true>, attnBwdMmaKernel<T, true, DK, true>};
+  static const cudaError_t attr = [] {
+    for (Kernel k : kernels)
+      if (cudaError_t e = smemAttributes(k, bwdSmemMma<T, DK>()); e != cudaSuccess) return e;
+    return cudaSuccess;
+  }();
+  if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
-  (a.kRows ? attnBwdMmaKernel<T, true, DK> : attnBwdMmaKernel<T, false, DK>)<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
+  kernels[(a.dMask ? 2 : 0) + (a.kRows ? 1 : 0)]<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
       static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
       static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, dMaskParts, a.flags, a);
   return cudaGetLastError();
