@@ -339,6 +339,58 @@ struct Program::Lowering {
   }
 
   void lower();
+  // One member per row of table(): the lowerings of the default domain (onnx*) and of ampc's ops (ampc*).
+  using Rule = void (Lowering::*)();
+  static const std::map<std::pair<std::string, std::string>, Rule>& table();
+  void onnxGelu() { return elementwise(n.getString("approximate", "none") == "tanh" ? Ew::GeluTanh : Ew::Gelu, {in(0)}); }
+  void onnxMaxMin();
+  void onnxClip();
+  void onnxView() { return copyValue(in(0), out(0)); }
+  void onnxTranspose();
+  void onnxSlice();
+  void onnxExpand();
+  void onnxConcatSplit();
+  void onnxPad();
+  void onnxGather();
+  void onnxGatherElements();
+  void onnxScatterElements();
+  void onnxTrilu();
+  void onnxCumSum();
+  void onnxMatMul() { return gemm(true); }
+  void onnxGemm() { return gemm(false); }
+  void onnxConv() { return conv(false); }
+  void onnxMaxPool() { return pool(true, false); }
+  void onnxAveragePool() { return pool(false, false); }
+  void onnxGlobalAveragePool() { return reduce(Red::Mean); }
+  void onnxReduceSum() { return folds::biasGradGemm(n, p.order_) ? void() : reduce(Red::Sum); }  // else summed by its GEMM
+  void onnxReduceMean() { return reduce(Red::Mean); }
+  void onnxReduceMax() { return reduce(Red::Max); }
+  void onnxReduceMin() { return reduce(Red::Min); }
+  void onnxSoftmax();
+  void onnxLayerNormalization();
+  void onnxBatchNormalization();
+  void onnxSoftmaxCrossEntropyLoss();
+  void onnxDropout();
+  void onnxRandom();
+  void onnxShape();
+  void onnxConstantOfShape();
+  void ampcFused();
+  void ampcGelu();
+  void ampcSilu() { return elementwise(Ew::Silu, {in(0)}); }
+  void ampcSiluGrad() { return elementwise(Ew::SiluGrad, {in(0), in(1)}); }
+  void ampcConvGrad() { return conv(true); }
+  void ampcAveragePoolGrad() { return pool(false, true); }
+  void ampcScatterAddFlat();
+  void ampcGatherGrad();
+  void ampcGatherElementsGrad();
+  void ampcSliceGrad();
+  void ampcPadGrad();
+  void ampcBatchNormGrad();
+  void ampcLayerNormGrad();
+  void ampcSoftmaxCrossEntropyLossGrad();
+  void ampcAttention();
+  void ampcDropoutGrad();
+  void ampcTrainStep() { return train(); }
   void gemm(bool isMatMul);
   void conv(bool grad);
   PoolArgs poolArgs(const Node& m, const Value* x) const;
@@ -835,7 +887,7 @@ void Program::Lowering::lower() {
     }
     return;
   }
-  const bool ampcDomain = n.domain() == "ampc";
+  // The ONNX elementwise ops: one row each, op -> kernel op. Every other op's row is in table().
   static const std::map<std::string, Ew> kEw = {
       {"Add", Ew::Add}, {"Sub", Ew::Sub}, {"Mul", Ew::Mul}, {"Div", Ew::Div}, {"Pow", Ew::Pow}, {"Equal", Ew::Equal},
       {"Less", Ew::Less}, {"LessOrEqual", Ew::LessEq}, {"Greater", Ew::Greater}, {"GreaterOrEqual", Ew::GreaterEq},
@@ -846,7 +898,7 @@ void Program::Lowering::lower() {
       {"Sin", Ew::Sin}, {"Cos", Ew::Cos}, {"HardSigmoid", Ew::HardSigmoid}, {"HardSwish", Ew::HardSwish}, {"Elu", Ew::Elu},
       {"Selu", Ew::Selu}, {"Celu", Ew::Celu}, {"Mish", Ew::Mish}, {"Floor", Ew::Floor}, {"Ceil", Ew::Ceil}, {"Round", Ew::Round},
       {"Sign", Ew::Sign}, {"PRelu", Ew::PRelu}, {"Mod", Ew::Mod}};
-  if (!ampcDomain && n.domain().empty()) {
+  if (n.domain().empty()) {  // first the folds: nodes that another node's launch does
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
     if (reluFolded(p.g_, n)) return;          // written by the BatchNormalization or Add before it
@@ -872,630 +924,704 @@ void Program::Lowering::lower() {
       for (size_t i = 0; i < count; ++i) ins.push_back(in(i));
       return elementwise(it->second, ins);
     }
-    if (op == "Gelu") return elementwise(n.getString("approximate", "none") == "tanh" ? Ew::GeluTanh : Ew::Gelu, {in(0)});
-    if (op == "Max" || op == "Min") {  // variadic: folded pairwise into the result
-      const Ew e = op == "Max" ? Ew::Max : Ew::Min;
-      if (n.inputs().size() == 1) return copyValue(in(0), out(0));
-      elementwise(e, {in(0), in(1)});
-      for (size_t i = 2; i < n.inputs().size(); ++i) {
-        EwArgs a = ewArgs(e, {out(0), in(i)}, out(0));
-        add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
-      }
-      return;
-    }
-    if (op == "Clip") {
-      const double lo = has(1) ? constScalar(1, 0) : -INFINITY, hi = has(2) ? constScalar(2, 0) : INFINITY;
-      float* bounds = static_cast<float*>(p.allocPersistent(2 * sizeof(float)));
-      const float hb[2] = {static_cast<float>(lo), static_cast<float>(hi)};
-      check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
-      EwArgs a = ewArgs(Ew::Clip, {in(0)}, out(0));
-      a.nin = 3;
-      a.in[1] = bounds;
-      a.in[2] = bounds + 1;
-      a.inType[1] = a.inType[2] = DT::f32;
-      a.access[1] = a.access[2] = Access::Scalar;
-      if (isInt(a.outType)) fail("Clip of integers is not supported on CUDA");
-      add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
-      return;
-    }
-    if (op == "Identity" || op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return copyValue(in(0), out(0));
-    if (op == "Transpose") {
-      const auto& xs = shape(in(0));
-      const int64_t r = static_cast<int64_t>(xs.size());
-      std::vector<int64_t> perm = n.getInts("perm");
-      if (perm.empty())
-        for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
-      // Tiled when it is [batch, R, C] -> [batch, C, R] (folds::tiledTranspose), reading an f16/bf16
-      // operand through a widening Cast in front when there is one.
-      int64_t batch = 1, R = 0, C = 0;
-      const int eb = dtSize(dt(in(0)));
-      if ((eb == 2 || eb == 4) && tiledTranspose(n, batch, R, C)) {
-        const Value* x = readThrough(p.g_, in(0));
-        const void* src = P(x);
-        void* dst = P(out(0));
-        if (x != in(0)) {
-          const DT from = dt(x);
-          add([=](cudaStream_t st) { return transpose2dWiden(src, from, static_cast<float*>(dst), batch, R, C, st); });
-        } else {
-          add([=](cudaStream_t st) { return transpose2d(src, dst, batch, R, C, eb, st); });
-        }
-        return;
-      }
-      const auto st = stridesOf(xs), os = stridesOf(shape(out(0)));
-      CopyArgs a;
-      a.rank = static_cast<int>(r);
-      a.n = out(0)->type().numel();
-      for (int64_t d = 0; d < r; ++d) {
-        a.shape[d] = shape(out(0))[d];
-        a.srcStride[d] = st[perm[d]];
-        a.dstStride[d] = os[d];
-      }
-      return strided(in(0), out(0), a);
-    }
-    if (op == "Slice") {
-      const auto& xs = shape(in(0));
-      auto ints = [&](size_t i) { return has(i) ? constInts(i) : std::vector<int64_t>{}; };
-      const SliceSpec s = sliceSpecOf(xs, ints(1), ints(2), ints(3), ints(4));
-      const auto st = stridesOf(xs), os = stridesOf(s.out);
-      CopyArgs a;
-      a.rank = static_cast<int>(xs.size());
-      a.n = out(0)->type().numel();
-      for (size_t d = 0; d < xs.size(); ++d) {
-        a.shape[d] = s.out[d];
-        a.srcStride[d] = st[d] * s.step[d];
-        a.srcOffset += s.start[d] * st[d];
-        a.dstStride[d] = os[d];
-      }
-      return strided(in(0), out(0), a);
-    }
-    if (op == "Expand") {
-      const auto &os = shape(out(0)), &xs = shape(in(0));
-      if (xs == os) return copyValue(in(0), out(0));
-      if (p.nhwc_.count(out(0)) && xs.size() == 4 && xs[0] == os[0] && xs[1] == os[1] && xs[2] * xs[3] == 1) {
-        const void* X = P(in(0));
-        void* Y = P(out(0));
-        const int64_t N = os[0], C = os[1], HW = os[2] * os[3];
-        const int eb = dtSize(dt(out(0)));
-        add([=](cudaStream_t st) { return broadcastChannelsLast(X, Y, N, HW, C, eb, st); });  // [N, C] over H * W
-        return;
-      }
-      if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
-      CopyArgs a;
-      a.rank = static_cast<int>(os.size());
-      a.n = out(0)->type().numel();
-      const auto dst = p.nhwc_.count(out(0)) ? nhwcStrides(os) : stridesOf(os), src = stridesOf(xs);  // [N, C, 1, 1] -> either layout
-      const size_t off = os.size() - xs.size();
-      for (size_t d = 0; d < os.size(); ++d) {
-        a.shape[d] = os[d];
-        a.dstStride[d] = dst[d];
-        a.srcStride[d] = d >= off && xs[d - off] != 1 ? src[d - off] : 0;  // broadcast dims read one element
-      }
-      return strided(in(0), out(0), a);
-    }
-    if (op == "Concat" || op == "Split") {
-      const bool concat = op == "Concat";
-      const Value* whole = concat ? out(0) : in(0);
-      const auto& ws = shape(whole);
-      const int64_t axis = normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(ws.size()));
-      const auto wst = stridesOf(ws);
-      int64_t at = 0;
-      const size_t parts = concat ? n.inputs().size() : n.numResults();
-      for (size_t i = 0; i < parts; ++i) {
-        const Value* part = concat ? in(i) : out(i);
-        const auto& ps = shape(part);
-        const auto pst = stridesOf(ps);
-        CopyArgs a;
-        a.rank = static_cast<int>(ps.size());
-        a.n = part->type().numel();
-        for (size_t d = 0; d < ps.size(); ++d) {
-          a.shape[d] = ps[d];
-          (concat ? a.srcStride : a.dstStride)[d] = pst[d];
-          (concat ? a.dstStride : a.srcStride)[d] = wst[d];
-        }
-        (concat ? a.dstOffset : a.srcOffset) = at * wst[axis];
-        at += ps[axis];
-        if (concat) strided(part, whole, a);
-        else strided(whole, part, a);
-      }
-      return;
-    }
-    if (op == "Pad") {
-      if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
-      const auto& xs = shape(in(0));
-      const int64_t r = static_cast<int64_t>(xs.size());
-      const auto pads = constInts(1);
-      std::vector<int64_t> axes;
-      if (has(3)) axes = constInts(3);
-      else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-      std::vector<int64_t> begin(r, 0);
-      for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
-      for (size_t i = 0; i < pads.size(); ++i)
-        if (pads[i] < 0) fail("negative pads are not supported on CUDA");
-      const double value = constScalar(2, 0.0);
-      void* Y = P(out(0));
-      const DT t = dt(out(0));
-      const int64_t total = out(0)->type().numel();
-      add([Y, t, total, value](cudaStream_t st) { return fill(Y, t, total, value, st); });
-      const auto xst = stridesOf(xs), ost = stridesOf(shape(out(0)));
-      CopyArgs a;
-      a.rank = static_cast<int>(r);
-      a.n = in(0)->type().numel();
-      for (int64_t d = 0; d < r; ++d) {
-        a.shape[d] = xs[d];
-        a.srcStride[d] = xst[d];
-        a.dstStride[d] = ost[d];
-        a.dstOffset += begin[d] * ost[d];
-      }
-      return strided(in(0), out(0), a);
-    }
-    if (op == "Gather") {
-      const auto& xs = shape(in(0));
-      int64_t outer, dim, inner;
-      split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
-      const int64_t cnt = in(1)->type().numel();
-      const void *X = P(in(0)), *I = P(in(1));
-      const DT it = dt(in(1));
-      void* Y = P(out(0));
-      const int eb = dtSize(dt(in(0)));
-      add([=](cudaStream_t st) { return gather(X, I, it, Y, eb, outer, dim, cnt, inner, st); });
-      return;
-    }
-    if (op == "GatherElements" || op == "GatherND") {
-      const IndexGeom g = indexGeom(n, shape(in(0)));
-      const void *X = P(in(0)), *I = P(in(1));
-      const DT it = dt(in(1));
-      void* Y = P(out(0));
-      const int eb = dtSize(dt(in(0)));
-      add([=](cudaStream_t st) { return indexGather(X, eb, I, it, Y, g, st); });
-      return;
-    }
-    if (op == "ScatterElements" || op == "ScatterND") {
-      // out = data, then the updates written (or added) over it; the updates walk the geometry of
-      // the gather that reads them back.
-      const IndexGeom g = indexGeom(n, shape(in(0)));
-      const void *X = P(in(0)), *I = P(in(1)), *U = P(in(2));
-      void* Y = P(out(0));
-      const DT t = dt(in(0)), it = dt(in(1));
-      const int eb = dtSize(t);
-      const size_t bytes = in(0)->type().bytes();
-      const bool accumulate = n.getString("reduction", "none") == "add";
-      const int64_t outN = in(0)->type().numel();
-      const size_t ob = accumulate && isFloat(in(0)->type().dtype) ? orderBytes(g.n, outN) : 0;
-      const Scratch ord = scratch(ob);
-      add([=](cudaStream_t st) {
-        if (Y != X)
-          if (cudaError_t e = cudaMemcpyAsync(Y, X, bytes, cudaMemcpyDeviceToDevice, st); e != cudaSuccess) return e;
-        return indexScatter(U, t, eb, I, it, Y, g, accumulate, ob ? ord.at(0) : nullptr, outN, st);
-      });
-      return;
-    }
-    if (op == "Trilu") {
-      const auto& xs = shape(in(0));
-      const int64_t R = xs[xs.size() - 2], Cc = xs.back(), batches = R * Cc != 0 ? in(0)->type().numel() / (R * Cc) : 0;
-      const int64_t k = has(1) ? static_cast<int64_t>(constScalar(1, 0)) : 0;
-      const bool upper = n.getInt("upper", 1) != 0;
-      const void* X = P(in(0));
-      void* Y = P(out(0));
-      const int eb = dtSize(dt(in(0)));
-      add([=](cudaStream_t st) { return trilu(X, Y, eb, batches, R, Cc, k, upper, st); });
-      return;
-    }
-    if (op == "CumSum") {
-      const auto& xs = shape(in(0));
-      int64_t outer, dim, inner;
-      split(xs, normalizeAxis(constInts(1).at(0), static_cast<int64_t>(xs.size())), outer, dim, inner);
-      const void* X = P(in(0));
-      void* Y = P(out(0));
-      const DT t = dt(in(0));
-      const bool excl = n.getInt("exclusive", 0) != 0, rev = n.getInt("reverse", 0) != 0;
-      add([=](cudaStream_t st) { return cumSum(X, Y, t, outer, dim, inner, excl, rev, st); });
-      return;
-    }
-    if (op == "MatMul") return gemm(true);
-    if (op == "Gemm") return gemm(false);
-    if (op == "Conv") return conv(false);
-    if (op == "MaxPool") return pool(true, false);
-    if (op == "AveragePool") return pool(false, false);
-    if (op == "GlobalAveragePool") return reduce(Red::Mean);
-    if (op == "ReduceSum") return folds::biasGradGemm(n, p.order_) ? void() : reduce(Red::Sum);  // else summed by its GEMM
-    if (op == "ReduceMean") return reduce(Red::Mean);
-    if (op == "ReduceMax") return reduce(Red::Max);
-    if (op == "ReduceMin") return reduce(Red::Min);
-    if (op == "Softmax" || op == "LogSoftmax") {
-      const auto& xs = shape(in(0));
-      int64_t outer, axis, inner;
-      split(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), outer, axis, inner);
-      const void* X = P(in(0));
-      void* Y = P(out(0));
-      const DT t = dt(in(0));
-      const bool log = op == "LogSoftmax";
-      add([=](cudaStream_t st) { return softmax(X, Y, t, outer, axis, inner, log, st); });
-      return;
-    }
-    if (op == "LayerNormalization") {
-      const auto& xs = shape(in(0));
-      int64_t rows, D;
-      rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
-      if (in(1)->type().numel() != D || (has(2) && in(2)->type().numel() != D)) fail("scale and bias must cover the normalised dims");
-      if (n.numResults() > 1 && dt(out(1)) != DT::f32) fail("Mean must be f32");
-      const Value* x = readThrough(p.g_, in(0));  // a widening Cast in front is read through
-      const void *X = P(x), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
-      if (B && dt(in(2)) != dt(in(1))) fail("scale and bias must share a type");
-      const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
-      const Value* y = narrow ? narrow->result(0) : out(0);
-      void* Y = P(y);
-      float* mean = n.numResults() > 1 ? static_cast<float*>(P(out(1))) : nullptr;
-      float* inv = n.numResults() > 2 ? static_cast<float*>(P(out(2))) : nullptr;
-      const DT t = dt(x), yT = dt(y), pt = dt(in(1));
-      const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, yT, pt, rows, D, eps, mean, inv, st); });
-      return;
-    }
-    if (op == "BatchNormalization") {
-      BatchNormArgs a = bnArgs(in(0), in(1));
-      for (size_t i = 2; i < 5; ++i)
-        if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
-      if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("X must be f32, f16 or bf16");
-      // Written through: a Relu after it, or a residual Add (and that Add's Relu).
-      const Node* sum = foldedResidual(p.g_, n, p.order_);
-      const Node* relu = foldedRelu(p.g_, sum ? *sum : n);
-      a.relu = relu != nullptr;
-      a.residual = sum ? P(residualOf(*sum, out(0))) : nullptr;
-      a.nhwc = p.nhwc_.count(in(0)) != 0;
-      const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
-      const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
-      void* Y = P(relu ? relu->result(0) : sum ? sum->result(0) : out(0));
-      void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
-      void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
-      add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws.f(), a, st); });
-      return;
-    }
-    if (op == "SoftmaxCrossEntropyLoss") {
-      if (n.numResults() > 1 && dt(out(1)) != dt(in(0))) fail("the log-probabilities' type differs from the scores'");
-      const Value* x = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
-      LossArgs a = lossArgs(x, in(1));
-      a.outT = dt(out(0));
-      a.pitch = pitchOf(x);
-      // Where a gradient of the same scores follows, the rows' max and sum are kept for it.
-      const bool hasGrad = std::any_of(x->uses().begin(), x->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); }) ||
-                           std::any_of(in(0)->uses().begin(), in(0)->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); });
-      if (hasGrad && a.inner == 1 && n.numResults() == 1 && !p.lossStats_.count(x)) {
-        a.rowStats = static_cast<float*>(p.allocPersistent(sizeof(float) * 2 * a.outer));
-        p.lossStats_[x] = a.rowStats;
-      }
-      const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
-      const void *X = P(x), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
-      void* loss = P(out(0));
-      void* logp = n.numResults() > 1 ? P(out(1)) : nullptr;
-      add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws.f(), a, st); });
-      return;
-    }
-    if (op == "Dropout") {
-      const float ratio = static_cast<float>(constScalar(1, 0.5));
-      const bool training = has(2) && constScalar(2, 0) != 0;
-      if (training && (ratio < 0.0f || ratio >= 1.0f)) fail("ratio must be in [0, 1)");
-      bool* mask = n.numResults() > 1 ? static_cast<bool*>(P(out(1))) : nullptr;
-      // A residual Add after the result's widening Cast is written through: res + widen(y).
-      const Node* sum = droppedResidual(p.g_, n, p.order_);
-      const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
-      if (off && !sum) {
-        copyValue(in(0), out(0));
-        if (mask) {
-          const int64_t cnt = out(1)->type().numel();
-          add([mask, cnt](cudaStream_t st) { return fill(mask, DT::boolean, cnt, 1, st); });
-        }
-        return;
-      }
-      const uint64_t seed = cpu::randomSeed(n, p.opts_.seed);
-      const uint32_t key = cpu::dropoutNodeKey(n);
-      const void* X = P(in(0));
-      void* Y = sum ? nullptr : P(out(0));
-      const float* R = sum ? static_cast<const float*>(P(residualOf(*sum, out(0)->uses()[0].user->result(0)))) : nullptr;
-      float* S = sum ? static_cast<float*>(P(sum->result(0))) : nullptr;
-      const DT t = dt(in(0));
-      const int64_t cnt = in(0)->type().numel();
-      const uint64_t* step = p.step_;
-      const float r = off ? 0.0f : ratio;  // off: every element kept, at scale 1
-      add([=](cudaStream_t st) { return dropout(X, t, Y, mask, R, S, cnt, r, seed, step, key, st); });
-      return;
-    }
-    if (op == "RandomUniformLike" || op == "RandomNormalLike" || op == "Bernoulli") {
-      const RandomMode mode = op == "RandomUniformLike" ? RandomMode::Uniform : op == "RandomNormalLike" ? RandomMode::Normal : RandomMode::Bernoulli;
-      const float a = mode == RandomMode::Uniform ? n.getFloat("low", 0.0f) : n.getFloat("mean", 0.0f);
-      const float b = mode == RandomMode::Uniform ? n.getFloat("high", 1.0f) : n.getFloat("scale", 1.0f);
-      const uint64_t seed = cpu::randomSeed(n, p.opts_.seed);
-      const uint32_t key = cpu::dropoutNodeKey(n);
-      const void* Pr = P(in(0));
-      const DT pt = dt(in(0)), t = dt(out(0));
-      void* Y = P(out(0));
-      const int64_t cnt = out(0)->type().numel();
-      const uint64_t* step = p.step_;
-      add([=](cudaStream_t st) { return randomFill(mode, Pr, pt, Y, t, cnt, a, b, seed, step, key, st); });
-      return;
-    }
-    if (op == "Shape") {  // static: the dims are known now
-      int64_t b = 0, e = 0;
-      shapeRangeOf(n, in(0)->type().rank(), b, e);
-      std::vector<int64_t> dims(shape(in(0)).begin() + b, shape(in(0)).begin() + e);
-      const Tensor t = Tensor::fromInts(out(0)->type().dtype, out(0)->type().shape, dims);
-      check(cudaMemcpy(P(out(0)), t.data.data(), t.data.size(), cudaMemcpyHostToDevice), "Shape");
-      return;
-    }
-    if (op == "ConstantOfShape") {
-      const Tensor v = constantOfShapeValue(n);
-      void* Y = P(out(0));
-      const DT t = dt(out(0));
-      const int64_t cnt = out(0)->type().numel();
-      const double x = v.getDouble(0);
-      add([=](cudaStream_t st) { return fill(Y, t, cnt, x, st); });
-      return;
-    }
   }
-  if (ampcDomain) {
-    if (op == "Fused") {  // a generated kernel (compiler/codegen/nvptx.h): operands, then results
-      const std::string ptx = n.getString("ptx", ""), entry = n.getString("entry", "");
-      if (ptx.empty() || entry.empty()) fail("the fused group has no kernel (a plan written by an ampc without LLVM is expanded at load)");
-      cudaLibrary_t lib = nullptr;
-      check(cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading the generated kernel");
-      p.keep_.push_back(std::shared_ptr<void>(lib, [](void* l) { cudaLibraryUnload(static_cast<cudaLibrary_t>(l)); }));
-      std::vector<void*> ptrs;
-      for (size_t i = 0; i < n.numInputs(); ++i) ptrs.push_back(const_cast<void*>(P(in(i))));
-      for (size_t r = 0; r < n.numResults(); ++r) ptrs.push_back(P(out(r)));
-      const int64_t count = out(0)->type().numel();
-      // The vector entry where every operand of the results' shape, and every result, is aligned to
-      // its vector (the addresses are fixed at load).
-      const int64_t V = n.getInt("vector", 1);
-      bool vec = V > 1 && count % V == 0 && !n.getString("vector_entry", "").empty();
-      for (size_t i = 0; i < n.numInputs() + n.numResults() && vec; ++i) {
-        const Value* v = i < n.numInputs() ? in(i) : out(i - n.numInputs());
-        if (v->type().numel() == count)
-          vec = reinterpret_cast<uintptr_t>(ptrs[i]) % static_cast<uintptr_t>(V * static_cast<int64_t>(dtypeSize(v->type().dtype))) == 0;
-      }
-      cudaKernel_t kernel = nullptr;
-      const std::string name = vec ? n.getString("vector_entry", "") : entry;
-      check(cudaLibraryGetKernel(&kernel, lib, name.c_str()), "finding the generated kernel");
-      const int64_t chunks = vec ? count / V : count;
-      const int grid = static_cast<int>(std::min<int64_t>((chunks + 255) / 256, 132 * 16));
-      add([=](cudaStream_t st) {
-        std::vector<void*> vals = ptrs;
-        std::vector<void*> args;
-        for (void*& v : vals) args.push_back(&v);
-        return count == 0 ? cudaSuccess : cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args.data(), 0, st);
-      });
-      return;
-    }
-    if (op == "Gelu" || op == "GeluGrad") {
-      const std::string approx = n.getString("approximate", "none");
-      if (approx != "none" && approx != "tanh") fail("unknown approximate '" + approx + "'");
-      const bool t = approx == "tanh";
-      if (op == "Gelu") return elementwise(t ? Ew::GeluTanh : Ew::Gelu, {in(0)});
-      return elementwise(t ? Ew::GeluTanhGrad : Ew::GeluGrad, {in(0), in(1)});
-    }
-    if (op == "Silu") return elementwise(Ew::Silu, {in(0)});
-    if (op == "SiluGrad") return elementwise(Ew::SiluGrad, {in(0), in(1)});
-    if (op == "ConvGrad") return conv(true);
-    if (op == "AveragePoolGrad") return pool(false, true);
-    if (op == "ScatterAddFlat") {
-      const int64_t outN = out(0)->type().numel(), cnt = in(0)->type().numel();
-      if (dt(in(1)) != DT::i64) fail("indices must be i64");
-      const Node* mp = in(1)->producer();
-      if (p.nhwc_.count(out(0)) && mp && isOnnx(*mp, "MaxPool") && mp->numResults() > 1 && mp->result(1) == in(1) && dt(in(0)) == dt(out(0))) {
-        // A channels-last max pool's gradient: gathered per input element (no f32 buffer, no atomics).
-        const PoolArgs a = poolArgs(*mp, mp->inputs()[0]);
-        const void* dY = P(in(0));
-        const int64_t* I = static_cast<const int64_t*>(P(in(1)));
-        void* dX = P(out(0));
-        add([=](cudaStream_t st) { return maxPoolGradChannelsLast(dY, I, dX, a, st); });
-        return;
-      }
-      const size_t accBytes = alignUp(sizeof(float) * outN), ob = orderBytes(cnt, outN);
-      const Scratch acc = scratch(accBytes + ob);
-      const void* dY = P(in(0));
-      const int64_t* I = static_cast<const int64_t*>(P(in(1)));
-      void* dX = P(out(0));
-      const DT t = dt(in(0));
-      add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc.f(), dX, outN, ob ? acc.at(accBytes) : nullptr, st); });
-      return;
-    }
-    if (op == "GatherGrad") {
-      const auto xs = n.getInts("shape");
-      int64_t outer, dim, inner;
-      split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
-      const int64_t cnt = in(1)->type().numel();
-      const size_t accBytes = alignUp(sizeof(float) * out(0)->type().numel()), ob = orderBytes(cnt, dim);
-      const Scratch acc = scratch(accBytes + ob);
-      const void *dY = P(in(0)), *I = P(in(1));
-      void* dX = P(out(0));
-      const DT t = dt(in(0)), it = dt(in(1));
-      add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, ob ? acc.at(accBytes) : nullptr, st); });
-      return;
-    }
-    if (op == "GatherElementsGrad" || op == "GatherNDGrad") {
-      const IndexGeom g = indexGeom(n, n.getInts("shape"));
-      const int64_t outN = out(0)->type().numel();
-      const size_t accBytes = alignUp(sizeof(float) * std::max<int64_t>(outN, 1)), ob = orderBytes(g.n, outN);
-      const Scratch acc = scratch(accBytes + ob);
-      const void *dY = P(in(0)), *I = P(in(1));
-      void* dX = P(out(0));
-      const DT t = dt(in(0)), it = dt(in(1));
-      add([=](cudaStream_t st) { return indexGatherGrad(dY, t, I, it, acc.f(), dX, outN, g, ob ? acc.at(accBytes) : nullptr, st); });
-      return;
-    }
-    if (op == "SliceGrad") {
-      const auto xs = n.getInts("shape");
-      auto ints = [&](size_t i) { return has(i) ? constInts(i) : std::vector<int64_t>{}; };
-      const SliceSpec s = sliceSpecOf(xs, ints(1), ints(2), ints(3), ints(4));
-      zero(out(0));
-      const auto st = stridesOf(xs), ds = stridesOf(s.out);
-      CopyArgs a;
-      a.rank = static_cast<int>(xs.size());
-      a.n = in(0)->type().numel();
-      for (size_t d = 0; d < xs.size(); ++d) {
-        a.shape[d] = s.out[d];
-        a.dstStride[d] = st[d] * s.step[d];
-        a.dstOffset += s.start[d] * st[d];
-        a.srcStride[d] = ds[d];
-      }
-      return strided(in(0), out(0), a);  // a slice's elements are distinct: a copy, not a sum
-    }
-    if (op == "PadGrad") {
-      if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
-      const auto xs = n.getInts("shape");
-      const int64_t r = static_cast<int64_t>(xs.size());
-      const auto pads = constInts(1);
-      std::vector<int64_t> axes;
-      if (has(2)) axes = constInts(2);
-      else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-      std::vector<int64_t> begin(r, 0);
-      for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
-      const auto xst = stridesOf(xs), ost = stridesOf(shape(in(0)));
-      CopyArgs a;
-      a.rank = static_cast<int>(r);
-      a.n = out(0)->type().numel();
-      for (int64_t d = 0; d < r; ++d) {
-        if (begin[d] < 0) fail("negative pads are not supported on CUDA");
-        a.shape[d] = xs[d];
-        a.dstStride[d] = xst[d];
-        a.srcStride[d] = ost[d];
-        a.srcOffset += begin[d] * ost[d];
-      }
-      return strided(in(0), out(0), a);
-    }
-    if (op == "BatchNormGrad") {
-      BatchNormArgs a = bnArgs(in(1), in(2));
-      a.nhwc = p.nhwc_.count(in(1)) != 0;
-      if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
-      const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
-      const Node* where = gatedGrad(p.g_, n);  // a Relu's gradient read through: dz gated by y
-      const void *dY = P(where ? where->inputs()[1] : in(0)), *gate = where ? P(where->inputs()[0]->producer()->inputs()[0]) : nullptr;
-      const void *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
-      void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
-      add([=](cudaStream_t st) { return batchNormGrad(dY, gate, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
-      return;
-    }
-    if (op == "LayerNormGrad") {
-      const auto& xs = shape(in(1));
-      int64_t rows, D;
-      rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
-      if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
-      const Scratch ws = scratch(layerNormGradScratch(rows, D));
-      // A Cast to f32 in front of dY or X is read through.
-      const Value *dy = readThrough(p.g_, in(0)), *x = readThrough(p.g_, in(1));
-      // A residual Add after dX is written through: dX + r into the Add's result.
-      const Node* sum = foldedResidual(p.g_, n, p.order_);
-      const Value* r = sum ? residualOf(*sum, out(0)) : nullptr;
-      const void *dY = P(dy), *X = P(x), *S = P(in(2)), *R = r ? P(r) : nullptr;
-      void *dX = P(sum ? sum->result(0) : out(0)), *dS = P(out(1)), *dB = P(out(2));
-      const DT dyT = dt(dy), t = dt(x), dxT = dt(out(0)), st_ = dt(in(2)), pt = dt(out(1));
-      if (r && dt(r) != dxT) fail("the residual's type differs from dX's");
-      const float eps = n.getFloat("epsilon", 1e-5f);
-      add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dxT, R, dS, dB, pt, rows, D, eps, ws.f(), st); });
-      return;
-    }
-    if (op == "SoftmaxCrossEntropyLossGrad") {
-      if (dt(out(0)) != dt(in(1))) fail("the gradient's type differs from the scores'");
-      const Value* x = readThrough(p.g_, in(1));  // a Cast to f32 in front is read through
-      const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
-      const Value* g = narrow ? narrow->result(0) : out(0);
-      LossArgs a = lossArgs(x, in(2));
-      a.gT = dt(g);
-      a.pitch = pitchOf(x);
-      a.gPitch = pitchOf(g);
-      if (auto it = p.lossStats_.find(x); it != p.lossStats_.end() && a.inner == 1) a.rowStats = it->second;
-      const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
-      const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
-      const DT dlT = dt(in(0));
-      void* dX = P(g);
-      add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws.f(), a, st); });
-      return;
-    }
-    if (op == "Attention" || op == "AttentionGrad") {
-      const bool grad = op == "AttentionGrad";
-      const size_t q = grad ? 1 : 0, maskAt = grad ? 6 : 3;
-      AttentionArgs a = attentionArgs(in(q), in(q + 1), in(q + 2), has(maskAt) ? in(maskAt) : nullptr);
-      if (grad && n.numResults() > 3) {  // a trained mask's gradient
-        if (!has(6) || dt(out(3)) != DT::f32) fail("the mask's gradient needs an f32 mask");
-        a.dMask = static_cast<float*>(P(out(3)));
-      }
-      if (a.mask) {  // the mask's tile flags: computed where the step first reads this mask, then shared
-        auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
-        if (first) {
-          it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
-          uint8_t* f = it->second;
-          add([a, f](cudaStream_t st) { return attentionMaskTiles(a, f, st); });
-        }
-        a.flags = it->second;
-      }
-      const Scratch ws = scratch(attentionScratch(a, grad));
-      // Operands in place (runtime/folds.h): the head transposes, the QKV Split and the gradient's
-      // Concat around attention are read and written through strides.
-      bool inPlace = false;
-      auto at = [&](const AttnOperand& o, AttnLayout& l) {
-        l = {o.heads, o.sB, o.sH, o.sRow};
-        inPlace |= o.offset != 0 || o.heads != 1;
-        return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
-      };
-      auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands
-        if (inPlace && !attentionTensorCores(a)) fail("internal: strided attention operands off the mma.sync path");
-      };
-      const AttnOperand lk = attnRead(p.g_, n, q + 1);
-      const void *Q = at(attnRead(p.g_, n, q), a.q), *KT = at(lk, a.k), *V = at(attnRead(p.g_, n, q + 2), a.v);
-      a.kRows = lk.keyRows;
-      if (!grad) {
-        if (dt(out(1)) != DT::f32) fail("LSE must be f32");
-        void* O = at(attnWrite(p.g_, n, 0), a.o);
-        float* lse = static_cast<float*>(P(out(1)));
-        checkInPlace();
-        // With dropout and a backward in this program: record the keep bits for it.
-        const bool hasGrad = std::any_of(out(1)->uses().begin(), out(1)->uses().end(),
-                                         [](const Use& u) { return u.user->op() == "AttentionGrad" && u.operand == 5; });
-        if (const size_t kb = attentionKeepBytes(a); kb && hasGrad) {
-          a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
-          p.keepBits_[out(1)] = a;
-        }
-        add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
-        return;
-      }
-      if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
-      const void *dO = at(attnRead(p.g_, n, 0), a.dO), *O = at(attnRead(p.g_, n, 4), a.o);
-      const float* lse = static_cast<const float*>(P(in(5)));
-      const AttnOperand ldk = attnWrite(p.g_, n, 1);
-      void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
-      a.dkRows = ldk.keyRows;
-      checkInPlace();
-      // The forward's keep bits, where it drew them with this node's shapes, mask and stream.
-      if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {
-        const AttentionArgs& f = it->second;
-        if (f.N == a.N && f.Tq == a.Tq && f.Tk == a.Tk && f.D == a.D && f.Dv == a.Dv && f.t == a.t && f.mask == a.mask &&
-            f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
-          a.keep = f.keep;
-      }
-      add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
-      return;
-    }
-    if (op == "DropoutGrad") {
-      const float ratio = static_cast<float>(constScalar(2, 0.5));
-      const bool training = has(3) && constScalar(3, 0) != 0;
-      // A narrowing Cast in front is read through: dY's f32 source, rounded here.
-      const Node* narrow = narrowedGradInput(p.g_, n);
-      const Value* dy = narrow ? narrow->inputs()[0] : in(0);
-      const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
-      if (off && !narrow) return copyValue(in(0), out(0));
-      const void* dY = P(dy);
-      const bool* M = static_cast<const bool*>(P(in(1)));
-      void* dX = P(out(0));
-      const DT dyT = dt(dy), t = dt(out(0));
-      const int64_t cnt = in(0)->type().numel();
-      // off: the mask is all true (the Dropout filled it), so dx = round(dy) at scale 1
-      const float r = off ? 0.0f : ratio;
-      add([=](cudaStream_t st) { return dropoutGrad(dY, dyT, t, M, dX, cnt, r, st); });
-      return;
-    }
-    if (op == "UnscaleCheck" || op == "ClipByGlobalNorm" || op == "StepIncrement" || op == "LearningRate" || op == "SGD" || op == "Adam" ||
-        op == "ScalerUpdate")
-      return train();
-  }
+  const auto& rules = table();
+  if (auto it = rules.find({n.domain(), op}); it != rules.end()) return (this->*it->second)();
   fail("no CUDA lowering for op '" + n.qualifiedOp() + "'");
+}
+
+// The lowering table: one row per op, (domain, op) -> the member that lowers it. The ONNX
+// elementwise ops are rows of kEw (lower()); every other op that has a CUDA lowering is here.
+const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Program::Lowering::table() {
+  static const std::map<std::pair<std::string, std::string>, Rule> kTable = {
+      {{"", "Gelu"}, &Lowering::onnxGelu},
+      {{"", "Max"}, &Lowering::onnxMaxMin},
+      {{"", "Min"}, &Lowering::onnxMaxMin},
+      {{"", "Clip"}, &Lowering::onnxClip},
+      {{"", "Identity"}, &Lowering::onnxView},
+      {{"", "Reshape"}, &Lowering::onnxView},
+      {{"", "Flatten"}, &Lowering::onnxView},
+      {{"", "Squeeze"}, &Lowering::onnxView},
+      {{"", "Unsqueeze"}, &Lowering::onnxView},
+      {{"", "Transpose"}, &Lowering::onnxTranspose},
+      {{"", "Slice"}, &Lowering::onnxSlice},
+      {{"", "Expand"}, &Lowering::onnxExpand},
+      {{"", "Concat"}, &Lowering::onnxConcatSplit},
+      {{"", "Split"}, &Lowering::onnxConcatSplit},
+      {{"", "Pad"}, &Lowering::onnxPad},
+      {{"", "Gather"}, &Lowering::onnxGather},
+      {{"", "GatherElements"}, &Lowering::onnxGatherElements},
+      {{"", "GatherND"}, &Lowering::onnxGatherElements},
+      {{"", "ScatterElements"}, &Lowering::onnxScatterElements},
+      {{"", "ScatterND"}, &Lowering::onnxScatterElements},
+      {{"", "Trilu"}, &Lowering::onnxTrilu},
+      {{"", "CumSum"}, &Lowering::onnxCumSum},
+      {{"", "MatMul"}, &Lowering::onnxMatMul},
+      {{"", "Gemm"}, &Lowering::onnxGemm},
+      {{"", "Conv"}, &Lowering::onnxConv},
+      {{"", "MaxPool"}, &Lowering::onnxMaxPool},
+      {{"", "AveragePool"}, &Lowering::onnxAveragePool},
+      {{"", "GlobalAveragePool"}, &Lowering::onnxGlobalAveragePool},
+      {{"", "ReduceSum"}, &Lowering::onnxReduceSum},
+      {{"", "ReduceMean"}, &Lowering::onnxReduceMean},
+      {{"", "ReduceMax"}, &Lowering::onnxReduceMax},
+      {{"", "ReduceMin"}, &Lowering::onnxReduceMin},
+      {{"", "Softmax"}, &Lowering::onnxSoftmax},
+      {{"", "LogSoftmax"}, &Lowering::onnxSoftmax},
+      {{"", "LayerNormalization"}, &Lowering::onnxLayerNormalization},
+      {{"", "BatchNormalization"}, &Lowering::onnxBatchNormalization},
+      {{"", "SoftmaxCrossEntropyLoss"}, &Lowering::onnxSoftmaxCrossEntropyLoss},
+      {{"", "Dropout"}, &Lowering::onnxDropout},
+      {{"", "RandomUniformLike"}, &Lowering::onnxRandom},
+      {{"", "RandomNormalLike"}, &Lowering::onnxRandom},
+      {{"", "Bernoulli"}, &Lowering::onnxRandom},
+      {{"", "Shape"}, &Lowering::onnxShape},
+      {{"", "ConstantOfShape"}, &Lowering::onnxConstantOfShape},
+      {{"ampc", "Fused"}, &Lowering::ampcFused},
+      {{"ampc", "Gelu"}, &Lowering::ampcGelu},
+      {{"ampc", "GeluGrad"}, &Lowering::ampcGelu},
+      {{"ampc", "Silu"}, &Lowering::ampcSilu},
+      {{"ampc", "SiluGrad"}, &Lowering::ampcSiluGrad},
+      {{"ampc", "ConvGrad"}, &Lowering::ampcConvGrad},
+      {{"ampc", "AveragePoolGrad"}, &Lowering::ampcAveragePoolGrad},
+      {{"ampc", "ScatterAddFlat"}, &Lowering::ampcScatterAddFlat},
+      {{"ampc", "GatherGrad"}, &Lowering::ampcGatherGrad},
+      {{"ampc", "GatherElementsGrad"}, &Lowering::ampcGatherElementsGrad},
+      {{"ampc", "GatherNDGrad"}, &Lowering::ampcGatherElementsGrad},
+      {{"ampc", "SliceGrad"}, &Lowering::ampcSliceGrad},
+      {{"ampc", "PadGrad"}, &Lowering::ampcPadGrad},
+      {{"ampc", "BatchNormGrad"}, &Lowering::ampcBatchNormGrad},
+      {{"ampc", "LayerNormGrad"}, &Lowering::ampcLayerNormGrad},
+      {{"ampc", "SoftmaxCrossEntropyLossGrad"}, &Lowering::ampcSoftmaxCrossEntropyLossGrad},
+      {{"ampc", "Attention"}, &Lowering::ampcAttention},
+      {{"ampc", "AttentionGrad"}, &Lowering::ampcAttention},
+      {{"ampc", "DropoutGrad"}, &Lowering::ampcDropoutGrad},
+      {{"ampc", "UnscaleCheck"}, &Lowering::ampcTrainStep},
+      {{"ampc", "ClipByGlobalNorm"}, &Lowering::ampcTrainStep},
+      {{"ampc", "StepIncrement"}, &Lowering::ampcTrainStep},
+      {{"ampc", "LearningRate"}, &Lowering::ampcTrainStep},
+      {{"ampc", "SGD"}, &Lowering::ampcTrainStep},
+      {{"ampc", "Adam"}, &Lowering::ampcTrainStep},
+      {{"ampc", "ScalerUpdate"}, &Lowering::ampcTrainStep}
+  };
+  return kTable;
+}
+
+// Max, Min: variadic, folded pairwise into the result.
+void Program::Lowering::onnxMaxMin() {
+  const std::string& op = n.op();
+  const Ew e = op == "Max" ? Ew::Max : Ew::Min;
+  if (n.inputs().size() == 1) return copyValue(in(0), out(0));
+  elementwise(e, {in(0), in(1)});
+  for (size_t i = 2; i < n.inputs().size(); ++i) {
+    EwArgs a = ewArgs(e, {out(0), in(i)}, out(0));
+    add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
+  }
+}
+
+void Program::Lowering::onnxClip() {
+  const double lo = has(1) ? constScalar(1, 0) : -INFINITY, hi = has(2) ? constScalar(2, 0) : INFINITY;
+  float* bounds = static_cast<float*>(p.allocPersistent(2 * sizeof(float)));
+  const float hb[2] = {static_cast<float>(lo), static_cast<float>(hi)};
+  check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
+  EwArgs a = ewArgs(Ew::Clip, {in(0)}, out(0));
+  a.nin = 3;
+  a.in[1] = bounds;
+  a.in[2] = bounds + 1;
+  a.inType[1] = a.inType[2] = DT::f32;
+  a.access[1] = a.access[2] = Access::Scalar;
+  if (isInt(a.outType)) fail("Clip of integers is not supported on CUDA");
+  add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
+}
+
+void Program::Lowering::onnxTranspose() {
+  const auto& xs = shape(in(0));
+  const int64_t r = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> perm = n.getInts("perm");
+  if (perm.empty())
+    for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+  // Tiled when it is [batch, R, C] -> [batch, C, R] (folds::tiledTranspose), reading an f16/bf16
+  // operand through a widening Cast in front when there is one.
+  int64_t batch = 1, R = 0, C = 0;
+  const int eb = dtSize(dt(in(0)));
+  if ((eb == 2 || eb == 4) && tiledTranspose(n, batch, R, C)) {
+    const Value* x = readThrough(p.g_, in(0));
+    const void* src = P(x);
+    void* dst = P(out(0));
+    if (x != in(0)) {
+      const DT from = dt(x);
+      add([=](cudaStream_t st) { return transpose2dWiden(src, from, static_cast<float*>(dst), batch, R, C, st); });
+    } else {
+      add([=](cudaStream_t st) { return transpose2d(src, dst, batch, R, C, eb, st); });
+    }
+    return;
+  }
+  const auto st = stridesOf(xs), os = stridesOf(shape(out(0)));
+  CopyArgs a;
+  a.rank = static_cast<int>(r);
+  a.n = out(0)->type().numel();
+  for (int64_t d = 0; d < r; ++d) {
+    a.shape[d] = shape(out(0))[d];
+    a.srcStride[d] = st[perm[d]];
+    a.dstStride[d] = os[d];
+  }
+  return strided(in(0), out(0), a);
+}
+
+void Program::Lowering::onnxSlice() {
+  const auto& xs = shape(in(0));
+  auto ints = [&](size_t i) { return has(i) ? constInts(i) : std::vector<int64_t>{}; };
+  const SliceSpec s = sliceSpecOf(xs, ints(1), ints(2), ints(3), ints(4));
+  const auto st = stridesOf(xs), os = stridesOf(s.out);
+  CopyArgs a;
+  a.rank = static_cast<int>(xs.size());
+  a.n = out(0)->type().numel();
+  for (size_t d = 0; d < xs.size(); ++d) {
+    a.shape[d] = s.out[d];
+    a.srcStride[d] = st[d] * s.step[d];
+    a.srcOffset += s.start[d] * st[d];
+    a.dstStride[d] = os[d];
+  }
+  return strided(in(0), out(0), a);
+}
+
+void Program::Lowering::onnxExpand() {
+  const auto &os = shape(out(0)), &xs = shape(in(0));
+  if (xs == os) return copyValue(in(0), out(0));
+  if (p.nhwc_.count(out(0)) && xs.size() == 4 && xs[0] == os[0] && xs[1] == os[1] && xs[2] * xs[3] == 1) {
+    const void* X = P(in(0));
+    void* Y = P(out(0));
+    const int64_t N = os[0], C = os[1], HW = os[2] * os[3];
+    const int eb = dtSize(dt(out(0)));
+    add([=](cudaStream_t st) { return broadcastChannelsLast(X, Y, N, HW, C, eb, st); });  // [N, C] over H * W
+    return;
+  }
+  if (os.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank));
+  CopyArgs a;
+  a.rank = static_cast<int>(os.size());
+  a.n = out(0)->type().numel();
+  const auto dst = p.nhwc_.count(out(0)) ? nhwcStrides(os) : stridesOf(os), src = stridesOf(xs);  // [N, C, 1, 1] -> either layout
+  const size_t off = os.size() - xs.size();
+  for (size_t d = 0; d < os.size(); ++d) {
+    a.shape[d] = os[d];
+    a.dstStride[d] = dst[d];
+    a.srcStride[d] = d >= off && xs[d - off] != 1 ? src[d - off] : 0;  // broadcast dims read one element
+  }
+  return strided(in(0), out(0), a);
+}
+
+void Program::Lowering::onnxConcatSplit() {
+  const std::string& op = n.op();
+  const bool concat = op == "Concat";
+  const Value* whole = concat ? out(0) : in(0);
+  const auto& ws = shape(whole);
+  const int64_t axis = normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(ws.size()));
+  const auto wst = stridesOf(ws);
+  int64_t at = 0;
+  const size_t parts = concat ? n.inputs().size() : n.numResults();
+  for (size_t i = 0; i < parts; ++i) {
+    const Value* part = concat ? in(i) : out(i);
+    const auto& ps = shape(part);
+    const auto pst = stridesOf(ps);
+    CopyArgs a;
+    a.rank = static_cast<int>(ps.size());
+    a.n = part->type().numel();
+    for (size_t d = 0; d < ps.size(); ++d) {
+      a.shape[d] = ps[d];
+      (concat ? a.srcStride : a.dstStride)[d] = pst[d];
+      (concat ? a.dstStride : a.srcStride)[d] = wst[d];
+    }
+    (concat ? a.dstOffset : a.srcOffset) = at * wst[axis];
+    at += ps[axis];
+    if (concat) strided(part, whole, a);
+    else strided(whole, part, a);
+  }
+}
+
+void Program::Lowering::onnxPad() {
+  if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
+  const auto& xs = shape(in(0));
+  const int64_t r = static_cast<int64_t>(xs.size());
+  const auto pads = constInts(1);
+  std::vector<int64_t> axes;
+  if (has(3)) axes = constInts(3);
+  else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  std::vector<int64_t> begin(r, 0);
+  for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+  for (size_t i = 0; i < pads.size(); ++i)
+    if (pads[i] < 0) fail("negative pads are not supported on CUDA");
+  const double value = constScalar(2, 0.0);
+  void* Y = P(out(0));
+  const DT t = dt(out(0));
+  const int64_t total = out(0)->type().numel();
+  add([Y, t, total, value](cudaStream_t st) { return fill(Y, t, total, value, st); });
+  const auto xst = stridesOf(xs), ost = stridesOf(shape(out(0)));
+  CopyArgs a;
+  a.rank = static_cast<int>(r);
+  a.n = in(0)->type().numel();
+  for (int64_t d = 0; d < r; ++d) {
+    a.shape[d] = xs[d];
+    a.srcStride[d] = xst[d];
+    a.dstStride[d] = ost[d];
+    a.dstOffset += begin[d] * ost[d];
+  }
+  return strided(in(0), out(0), a);
+}
+
+void Program::Lowering::onnxGather() {
+  const auto& xs = shape(in(0));
+  int64_t outer, dim, inner;
+  split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+  const int64_t cnt = in(1)->type().numel();
+  const void *X = P(in(0)), *I = P(in(1));
+  const DT it = dt(in(1));
+  void* Y = P(out(0));
+  const int eb = dtSize(dt(in(0)));
+  add([=](cudaStream_t st) { return gather(X, I, it, Y, eb, outer, dim, cnt, inner, st); });
+}
+
+void Program::Lowering::onnxGatherElements() {
+  const IndexGeom g = indexGeom(n, shape(in(0)));
+  const void *X = P(in(0)), *I = P(in(1));
+  const DT it = dt(in(1));
+  void* Y = P(out(0));
+  const int eb = dtSize(dt(in(0)));
+  add([=](cudaStream_t st) { return indexGather(X, eb, I, it, Y, g, st); });
+}
+
+void Program::Lowering::onnxScatterElements() {
+  // out = data, then the updates written (or added) over it; the updates walk the geometry of
+  // the gather that reads them back.
+  const IndexGeom g = indexGeom(n, shape(in(0)));
+  const void *X = P(in(0)), *I = P(in(1)), *U = P(in(2));
+  void* Y = P(out(0));
+  const DT t = dt(in(0)), it = dt(in(1));
+  const int eb = dtSize(t);
+  const size_t bytes = in(0)->type().bytes();
+  const bool accumulate = n.getString("reduction", "none") == "add";
+  const int64_t outN = in(0)->type().numel();
+  const size_t ob = accumulate && isFloat(in(0)->type().dtype) ? orderBytes(g.n, outN) : 0;
+  const Scratch ord = scratch(ob);
+  add([=](cudaStream_t st) {
+    if (Y != X)
+      if (cudaError_t e = cudaMemcpyAsync(Y, X, bytes, cudaMemcpyDeviceToDevice, st); e != cudaSuccess) return e;
+    return indexScatter(U, t, eb, I, it, Y, g, accumulate, ob ? ord.at(0) : nullptr, outN, st);
+  });
+}
+
+void Program::Lowering::onnxTrilu() {
+  const auto& xs = shape(in(0));
+  const int64_t R = xs[xs.size() - 2], Cc = xs.back(), batches = R * Cc != 0 ? in(0)->type().numel() / (R * Cc) : 0;
+  const int64_t k = has(1) ? static_cast<int64_t>(constScalar(1, 0)) : 0;
+  const bool upper = n.getInt("upper", 1) != 0;
+  const void* X = P(in(0));
+  void* Y = P(out(0));
+  const int eb = dtSize(dt(in(0)));
+  add([=](cudaStream_t st) { return trilu(X, Y, eb, batches, R, Cc, k, upper, st); });
+}
+
+void Program::Lowering::onnxCumSum() {
+  const auto& xs = shape(in(0));
+  int64_t outer, dim, inner;
+  split(xs, normalizeAxis(constInts(1).at(0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+  const void* X = P(in(0));
+  void* Y = P(out(0));
+  const DT t = dt(in(0));
+  const bool excl = n.getInt("exclusive", 0) != 0, rev = n.getInt("reverse", 0) != 0;
+  add([=](cudaStream_t st) { return cumSum(X, Y, t, outer, dim, inner, excl, rev, st); });
+}
+
+void Program::Lowering::onnxSoftmax() {
+  const std::string& op = n.op();
+  const auto& xs = shape(in(0));
+  int64_t outer, axis, inner;
+  split(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), outer, axis, inner);
+  const void* X = P(in(0));
+  void* Y = P(out(0));
+  const DT t = dt(in(0));
+  const bool log = op == "LogSoftmax";
+  add([=](cudaStream_t st) { return softmax(X, Y, t, outer, axis, inner, log, st); });
+}
+
+void Program::Lowering::onnxLayerNormalization() {
+  const auto& xs = shape(in(0));
+  int64_t rows, D;
+  rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
+  if (in(1)->type().numel() != D || (has(2) && in(2)->type().numel() != D)) fail("scale and bias must cover the normalised dims");
+  if (n.numResults() > 1 && dt(out(1)) != DT::f32) fail("Mean must be f32");
+  const Value* x = readThrough(p.g_, in(0));  // a widening Cast in front is read through
+  const void *X = P(x), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
+  if (B && dt(in(2)) != dt(in(1))) fail("scale and bias must share a type");
+  const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
+  const Value* y = narrow ? narrow->result(0) : out(0);
+  void* Y = P(y);
+  float* mean = n.numResults() > 1 ? static_cast<float*>(P(out(1))) : nullptr;
+  float* inv = n.numResults() > 2 ? static_cast<float*>(P(out(2))) : nullptr;
+  const DT t = dt(x), yT = dt(y), pt = dt(in(1));
+  const float eps = n.getFloat("epsilon", 1e-5f);
+  add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, yT, pt, rows, D, eps, mean, inv, st); });
+}
+
+void Program::Lowering::onnxBatchNormalization() {
+  BatchNormArgs a = bnArgs(in(0), in(1));
+  for (size_t i = 2; i < 5; ++i)
+    if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
+  if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("X must be f32, f16 or bf16");
+  // Written through: a Relu after it, or a residual Add (and that Add's Relu).
+  const Node* sum = foldedResidual(p.g_, n, p.order_);
+  const Node* relu = foldedRelu(p.g_, sum ? *sum : n);
+  a.relu = relu != nullptr;
+  a.residual = sum ? P(residualOf(*sum, out(0))) : nullptr;
+  a.nhwc = p.nhwc_.count(in(0)) != 0;
+  const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
+  const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
+  void* Y = P(relu ? relu->result(0) : sum ? sum->result(0) : out(0));
+  void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
+  void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
+  add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws.f(), a, st); });
+}
+
+void Program::Lowering::onnxSoftmaxCrossEntropyLoss() {
+  if (n.numResults() > 1 && dt(out(1)) != dt(in(0))) fail("the log-probabilities' type differs from the scores'");
+  const Value* x = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
+  LossArgs a = lossArgs(x, in(1));
+  a.outT = dt(out(0));
+  a.pitch = pitchOf(x);
+  // Where a gradient of the same scores follows, the rows' max and sum are kept for it.
+  const bool hasGrad = std::any_of(x->uses().begin(), x->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); }) ||
+                       std::any_of(in(0)->uses().begin(), in(0)->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); });
+  if (hasGrad && a.inner == 1 && n.numResults() == 1 && !p.lossStats_.count(x)) {
+    a.rowStats = static_cast<float*>(p.allocPersistent(sizeof(float) * 2 * a.outer));
+    p.lossStats_[x] = a.rowStats;
+  }
+  const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
+  const void *X = P(x), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
+  void* loss = P(out(0));
+  void* logp = n.numResults() > 1 ? P(out(1)) : nullptr;
+  add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws.f(), a, st); });
+}
+
+void Program::Lowering::onnxDropout() {
+  const float ratio = static_cast<float>(constScalar(1, 0.5));
+  const bool training = has(2) && constScalar(2, 0) != 0;
+  if (training && (ratio < 0.0f || ratio >= 1.0f)) fail("ratio must be in [0, 1)");
+  bool* mask = n.numResults() > 1 ? static_cast<bool*>(P(out(1))) : nullptr;
+  // A residual Add after the result's widening Cast is written through: res + widen(y).
+  const Node* sum = droppedResidual(p.g_, n, p.order_);
+  const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
+  if (off && !sum) {
+    copyValue(in(0), out(0));
+    if (mask) {
+      const int64_t cnt = out(1)->type().numel();
+      add([mask, cnt](cudaStream_t st) { return fill(mask, DT::boolean, cnt, 1, st); });
+    }
+    return;
+  }
+  const uint64_t seed = cpu::randomSeed(n, p.opts_.seed);
+  const uint32_t key = cpu::dropoutNodeKey(n);
+  const void* X = P(in(0));
+  void* Y = sum ? nullptr : P(out(0));
+  const float* R = sum ? static_cast<const float*>(P(residualOf(*sum, out(0)->uses()[0].user->result(0)))) : nullptr;
+  float* S = sum ? static_cast<float*>(P(sum->result(0))) : nullptr;
+  const DT t = dt(in(0));
+  const int64_t cnt = in(0)->type().numel();
+  const uint64_t* step = p.step_;
+  const float r = off ? 0.0f : ratio;  // off: every element kept, at scale 1
+  add([=](cudaStream_t st) { return dropout(X, t, Y, mask, R, S, cnt, r, seed, step, key, st); });
+}
+
+void Program::Lowering::onnxRandom() {
+  const std::string& op = n.op();
+  const RandomMode mode = op == "RandomUniformLike" ? RandomMode::Uniform : op == "RandomNormalLike" ? RandomMode::Normal : RandomMode::Bernoulli;
+  const float a = mode == RandomMode::Uniform ? n.getFloat("low", 0.0f) : n.getFloat("mean", 0.0f);
+  const float b = mode == RandomMode::Uniform ? n.getFloat("high", 1.0f) : n.getFloat("scale", 1.0f);
+  const uint64_t seed = cpu::randomSeed(n, p.opts_.seed);
+  const uint32_t key = cpu::dropoutNodeKey(n);
+  const void* Pr = P(in(0));
+  const DT pt = dt(in(0)), t = dt(out(0));
+  void* Y = P(out(0));
+  const int64_t cnt = out(0)->type().numel();
+  const uint64_t* step = p.step_;
+  add([=](cudaStream_t st) { return randomFill(mode, Pr, pt, Y, t, cnt, a, b, seed, step, key, st); });
+}
+
+// Shape: static, the dims are known now.
+void Program::Lowering::onnxShape() {
+  int64_t b = 0, e = 0;
+  shapeRangeOf(n, in(0)->type().rank(), b, e);
+  std::vector<int64_t> dims(shape(in(0)).begin() + b, shape(in(0)).begin() + e);
+  const Tensor t = Tensor::fromInts(out(0)->type().dtype, out(0)->type().shape, dims);
+  check(cudaMemcpy(P(out(0)), t.data.data(), t.data.size(), cudaMemcpyHostToDevice), "Shape");
+}
+
+void Program::Lowering::onnxConstantOfShape() {
+  const Tensor v = constantOfShapeValue(n);
+  void* Y = P(out(0));
+  const DT t = dt(out(0));
+  const int64_t cnt = out(0)->type().numel();
+  const double x = v.getDouble(0);
+  add([=](cudaStream_t st) { return fill(Y, t, cnt, x, st); });
+}
+
+// A generated kernel (compiler/codegen/nvptx.h): operands, then results.
+void Program::Lowering::ampcFused() {
+  const std::string ptx = n.getString("ptx", ""), entry = n.getString("entry", "");
+  if (ptx.empty() || entry.empty()) fail("the fused group has no kernel (a plan written by an ampc without LLVM is expanded at load)");
+  cudaLibrary_t lib = nullptr;
+  check(cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading the generated kernel");
+  p.keep_.push_back(std::shared_ptr<void>(lib, [](void* l) { cudaLibraryUnload(static_cast<cudaLibrary_t>(l)); }));
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < n.numInputs(); ++i) ptrs.push_back(const_cast<void*>(P(in(i))));
+  for (size_t r = 0; r < n.numResults(); ++r) ptrs.push_back(P(out(r)));
+  const int64_t count = out(0)->type().numel();
+  // The vector entry where every operand of the results' shape, and every result, is aligned to
+  // its vector (the addresses are fixed at load).
+  const int64_t V = n.getInt("vector", 1);
+  bool vec = V > 1 && count % V == 0 && !n.getString("vector_entry", "").empty();
+  for (size_t i = 0; i < n.numInputs() + n.numResults() && vec; ++i) {
+    const Value* v = i < n.numInputs() ? in(i) : out(i - n.numInputs());
+    if (v->type().numel() == count)
+      vec = reinterpret_cast<uintptr_t>(ptrs[i]) % static_cast<uintptr_t>(V * static_cast<int64_t>(dtypeSize(v->type().dtype))) == 0;
+  }
+  cudaKernel_t kernel = nullptr;
+  const std::string name = vec ? n.getString("vector_entry", "") : entry;
+  check(cudaLibraryGetKernel(&kernel, lib, name.c_str()), "finding the generated kernel");
+  const int64_t chunks = vec ? count / V : count;
+  const int grid = static_cast<int>(std::min<int64_t>((chunks + 255) / 256, 132 * 16));
+  add([=](cudaStream_t st) {
+    std::vector<void*> vals = ptrs;
+    std::vector<void*> args;
+    for (void*& v : vals) args.push_back(&v);
+    return count == 0 ? cudaSuccess : cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args.data(), 0, st);
+  });
+}
+
+void Program::Lowering::ampcGelu() {
+  const std::string& op = n.op();
+  const std::string approx = n.getString("approximate", "none");
+  if (approx != "none" && approx != "tanh") fail("unknown approximate '" + approx + "'");
+  const bool t = approx == "tanh";
+  if (op == "Gelu") return elementwise(t ? Ew::GeluTanh : Ew::Gelu, {in(0)});
+  return elementwise(t ? Ew::GeluTanhGrad : Ew::GeluGrad, {in(0), in(1)});
+}
+
+void Program::Lowering::ampcScatterAddFlat() {
+  const int64_t outN = out(0)->type().numel(), cnt = in(0)->type().numel();
+  if (dt(in(1)) != DT::i64) fail("indices must be i64");
+  const Node* mp = in(1)->producer();
+  if (p.nhwc_.count(out(0)) && mp && isOnnx(*mp, "MaxPool") && mp->numResults() > 1 && mp->result(1) == in(1) && dt(in(0)) == dt(out(0))) {
+    // A channels-last max pool's gradient: gathered per input element (no f32 buffer, no atomics).
+    const PoolArgs a = poolArgs(*mp, mp->inputs()[0]);
+    const void* dY = P(in(0));
+    const int64_t* I = static_cast<const int64_t*>(P(in(1)));
+    void* dX = P(out(0));
+    add([=](cudaStream_t st) { return maxPoolGradChannelsLast(dY, I, dX, a, st); });
+    return;
+  }
+  const size_t accBytes = alignUp(sizeof(float) * outN), ob = orderBytes(cnt, outN);
+  const Scratch acc = scratch(accBytes + ob);
+  const void* dY = P(in(0));
+  const int64_t* I = static_cast<const int64_t*>(P(in(1)));
+  void* dX = P(out(0));
+  const DT t = dt(in(0));
+  add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc.f(), dX, outN, ob ? acc.at(accBytes) : nullptr, st); });
+}
+
+void Program::Lowering::ampcGatherGrad() {
+  const auto xs = n.getInts("shape");
+  int64_t outer, dim, inner;
+  split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+  const int64_t cnt = in(1)->type().numel();
+  const size_t accBytes = alignUp(sizeof(float) * out(0)->type().numel()), ob = orderBytes(cnt, dim);
+  const Scratch acc = scratch(accBytes + ob);
+  const void *dY = P(in(0)), *I = P(in(1));
+  void* dX = P(out(0));
+  const DT t = dt(in(0)), it = dt(in(1));
+  add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, ob ? acc.at(accBytes) : nullptr, st); });
+}
+
+void Program::Lowering::ampcGatherElementsGrad() {
+  const IndexGeom g = indexGeom(n, n.getInts("shape"));
+  const int64_t outN = out(0)->type().numel();
+  const size_t accBytes = alignUp(sizeof(float) * std::max<int64_t>(outN, 1)), ob = orderBytes(g.n, outN);
+  const Scratch acc = scratch(accBytes + ob);
+  const void *dY = P(in(0)), *I = P(in(1));
+  void* dX = P(out(0));
+  const DT t = dt(in(0)), it = dt(in(1));
+  add([=](cudaStream_t st) { return indexGatherGrad(dY, t, I, it, acc.f(), dX, outN, g, ob ? acc.at(accBytes) : nullptr, st); });
+}
+
+void Program::Lowering::ampcSliceGrad() {
+  const auto xs = n.getInts("shape");
+  auto ints = [&](size_t i) { return has(i) ? constInts(i) : std::vector<int64_t>{}; };
+  const SliceSpec s = sliceSpecOf(xs, ints(1), ints(2), ints(3), ints(4));
+  zero(out(0));
+  const auto st = stridesOf(xs), ds = stridesOf(s.out);
+  CopyArgs a;
+  a.rank = static_cast<int>(xs.size());
+  a.n = in(0)->type().numel();
+  for (size_t d = 0; d < xs.size(); ++d) {
+    a.shape[d] = s.out[d];
+    a.dstStride[d] = st[d] * s.step[d];
+    a.dstOffset += s.start[d] * st[d];
+    a.srcStride[d] = ds[d];
+  }
+  return strided(in(0), out(0), a);  // a slice's elements are distinct: a copy, not a sum
+}
+
+void Program::Lowering::ampcPadGrad() {
+  if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
+  const auto xs = n.getInts("shape");
+  const int64_t r = static_cast<int64_t>(xs.size());
+  const auto pads = constInts(1);
+  std::vector<int64_t> axes;
+  if (has(2)) axes = constInts(2);
+  else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  std::vector<int64_t> begin(r, 0);
+  for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+  const auto xst = stridesOf(xs), ost = stridesOf(shape(in(0)));
+  CopyArgs a;
+  a.rank = static_cast<int>(r);
+  a.n = out(0)->type().numel();
+  for (int64_t d = 0; d < r; ++d) {
+    if (begin[d] < 0) fail("negative pads are not supported on CUDA");
+    a.shape[d] = xs[d];
+    a.dstStride[d] = xst[d];
+    a.srcStride[d] = ost[d];
+    a.srcOffset += begin[d] * ost[d];
+  }
+  return strided(in(0), out(0), a);
+}
+
+void Program::Lowering::ampcBatchNormGrad() {
+  BatchNormArgs a = bnArgs(in(1), in(2));
+  a.nhwc = p.nhwc_.count(in(1)) != 0;
+  if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
+  const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
+  const Node* where = gatedGrad(p.g_, n);  // a Relu's gradient read through: dz gated by y
+  const void *dY = P(where ? where->inputs()[1] : in(0)), *gate = where ? P(where->inputs()[0]->producer()->inputs()[0]) : nullptr;
+  const void *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
+  void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
+  add([=](cudaStream_t st) { return batchNormGrad(dY, gate, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
+}
+
+void Program::Lowering::ampcLayerNormGrad() {
+  const auto& xs = shape(in(1));
+  int64_t rows, D;
+  rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
+  if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
+  const Scratch ws = scratch(layerNormGradScratch(rows, D));
+  // A Cast to f32 in front of dY or X is read through.
+  const Value *dy = readThrough(p.g_, in(0)), *x = readThrough(p.g_, in(1));
+  // A residual Add after dX is written through: dX + r into the Add's result.
+  const Node* sum = foldedResidual(p.g_, n, p.order_);
+  const Value* r = sum ? residualOf(*sum, out(0)) : nullptr;
+  const void *dY = P(dy), *X = P(x), *S = P(in(2)), *R = r ? P(r) : nullptr;
+  void *dX = P(sum ? sum->result(0) : out(0)), *dS = P(out(1)), *dB = P(out(2));
+  const DT dyT = dt(dy), t = dt(x), dxT = dt(out(0)), st_ = dt(in(2)), pt = dt(out(1));
+  if (r && dt(r) != dxT) fail("the residual's type differs from dX's");
+  const float eps = n.getFloat("epsilon", 1e-5f);
+  add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dxT, R, dS, dB, pt, rows, D, eps, ws.f(), st); });
+}
+
+void Program::Lowering::ampcSoftmaxCrossEntropyLossGrad() {
+  if (dt(out(0)) != dt(in(1))) fail("the gradient's type differs from the scores'");
+  const Value* x = readThrough(p.g_, in(1));  // a Cast to f32 in front is read through
+  const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
+  const Value* g = narrow ? narrow->result(0) : out(0);
+  LossArgs a = lossArgs(x, in(2));
+  a.gT = dt(g);
+  a.pitch = pitchOf(x);
+  a.gPitch = pitchOf(g);
+  if (auto it = p.lossStats_.find(x); it != p.lossStats_.end() && a.inner == 1) a.rowStats = it->second;
+  const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
+  const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
+  const DT dlT = dt(in(0));
+  void* dX = P(g);
+  add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws.f(), a, st); });
+}
+
+void Program::Lowering::ampcAttention() {
+  const std::string& op = n.op();
+  const bool grad = op == "AttentionGrad";
+  const size_t q = grad ? 1 : 0, maskAt = grad ? 6 : 3;
+  AttentionArgs a = attentionArgs(in(q), in(q + 1), in(q + 2), has(maskAt) ? in(maskAt) : nullptr);
+  if (grad && n.numResults() > 3) {  // a trained mask's gradient
+    if (!has(6) || dt(out(3)) != DT::f32) fail("the mask's gradient needs an f32 mask");
+    a.dMask = static_cast<float*>(P(out(3)));
+  }
+  if (a.mask) {  // the mask's tile flags: computed where the step first reads this mask, then shared
+    auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
+    if (first) {
+      it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
+      uint8_t* f = it->second;
+      add([a, f](cudaStream_t st) { return attentionMaskTiles(a, f, st); });
+    }
+    a.flags = it->second;
+  }
+  const Scratch ws = scratch(attentionScratch(a, grad));
+  // Operands in place (runtime/folds.h): the head transposes, the QKV Split and the gradient's
+  // Concat around attention are read and written through strides.
+  bool inPlace = false;
+  auto at = [&](const AttnOperand& o, AttnLayout& l) {
+    l = {o.heads, o.sB, o.sH, o.sRow};
+    inPlace |= o.offset != 0 || o.heads != 1;
+    return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
+  };
+  auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands
+    if (inPlace && !attentionTensorCores(a)) fail("internal: strided attention operands off the mma.sync path");
+  };
+  const AttnOperand lk = attnRead(p.g_, n, q + 1);
+  const void *Q = at(attnRead(p.g_, n, q), a.q), *KT = at(lk, a.k), *V = at(attnRead(p.g_, n, q + 2), a.v);
+  a.kRows = lk.keyRows;
+  if (!grad) {
+    if (dt(out(1)) != DT::f32) fail("LSE must be f32");
+    void* O = at(attnWrite(p.g_, n, 0), a.o);
+    float* lse = static_cast<float*>(P(out(1)));
+    checkInPlace();
+    // With dropout and a backward in this program: record the keep bits for it.
+    const bool hasGrad = std::any_of(out(1)->uses().begin(), out(1)->uses().end(),
+                                     [](const Use& u) { return u.user->op() == "AttentionGrad" && u.operand == 5; });
+    if (const size_t kb = attentionKeepBytes(a); kb && hasGrad) {
+      a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
+      p.keepBits_[out(1)] = a;
+    }
+    add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
+    return;
+  }
+  if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
+  const void *dO = at(attnRead(p.g_, n, 0), a.dO), *O = at(attnRead(p.g_, n, 4), a.o);
+  const float* lse = static_cast<const float*>(P(in(5)));
+  const AttnOperand ldk = attnWrite(p.g_, n, 1);
+  void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
+  a.dkRows = ldk.keyRows;
+  checkInPlace();
+  // The forward's keep bits, where it drew them with this node's shapes, mask and stream.
+  if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {
+    const AttentionArgs& f = it->second;
+    if (f.N == a.N && f.Tq == a.Tq && f.Tk == a.Tk && f.D == a.D && f.Dv == a.Dv && f.t == a.t && f.mask == a.mask &&
+        f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
+      a.keep = f.keep;
+  }
+  add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
+}
+
+void Program::Lowering::ampcDropoutGrad() {
+  const float ratio = static_cast<float>(constScalar(2, 0.5));
+  const bool training = has(3) && constScalar(3, 0) != 0;
+  // A narrowing Cast in front is read through: dY's f32 source, rounded here.
+  const Node* narrow = narrowedGradInput(p.g_, n);
+  const Value* dy = narrow ? narrow->inputs()[0] : in(0);
+  const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
+  if (off && !narrow) return copyValue(in(0), out(0));
+  const void* dY = P(dy);
+  const bool* M = static_cast<const bool*>(P(in(1)));
+  void* dX = P(out(0));
+  const DT dyT = dt(dy), t = dt(out(0));
+  const int64_t cnt = in(0)->type().numel();
+  // off: the mask is all true (the Dropout filled it), so dx = round(dy) at scale 1
+  const float r = off ? 0.0f : ratio;
+  add([=](cudaStream_t st) { return dropoutGrad(dY, dyT, t, M, dX, cnt, r, st); });
 }
 
 void Program::Lowering::train() {
