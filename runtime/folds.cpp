@@ -490,6 +490,43 @@ bool splitReadInPlace(const Graph& g, const Node& split) {
   }
   return true;
 }
+const Value* groupedSource(const Graph& g, const Node& r, int64_t* rep) {
+  if (!isOnnx(r, "Reshape") || g.isOutput(r.result(0)) || r.result(0)->uses().empty()) return nullptr;
+  const Node* e = r.inputs()[0]->producer();
+  const Node* u = e && isOnnx(*e, "Expand") ? e->inputs()[0]->producer() : nullptr;
+  const Node* none = nullptr;
+  if (!u || !isOnnx(*u, "Unsqueeze") || !onlyUse(g, e->result(0), &none) || !onlyUse(g, u->result(0), &none)) return nullptr;
+  const Value* x = u->inputs()[0];
+  const auto &xs = x->type().shape, &us = u->result(0)->type().shape, &es = e->result(0)->type().shape, &rs = r.result(0)->type().shape;
+  // x [B, Hkv, T, D] -> [B, Hkv, 1, T, D] -> [B, Hkv, rep, T, D] -> [B, Hkv rep, T, D]
+  if (xs.size() != 4 || us != std::vector<int64_t>{xs[0], xs[1], 1, xs[2], xs[3]} || es.size() != 5 || es[0] != xs[0] ||
+      es[1] != xs[1] || es[3] != xs[2] || es[4] != xs[3] || es[2] < 1 || rs != std::vector<int64_t>{xs[0], xs[1] * es[2], xs[2], xs[3]})
+    return nullptr;
+  for (const Use& use : r.result(0)->uses()) {
+    const Node& a = *use.user;
+    if (attnStrided(a) && slotOf(a, use.operand) == 2) continue;  // V
+    if (!hasPerm(a, {0, 1, 3, 2}) || g.isOutput(a.result(0)) || a.result(0)->uses().empty()) return nullptr;
+    for (const Use& k : a.result(0)->uses())  // KT
+      if (!attnStrided(*k.user) || slotOf(*k.user, k.operand) != 1) return nullptr;
+  }
+  if (rep) *rep = es[2];
+  return x;
+}
+bool groupedReadInPlace(const Graph& g, const Node& n) {
+  const Node* r = &n;
+  if (isOnnx(n, "Unsqueeze") || isOnnx(n, "Expand")) {  // down to the Reshape
+    const Node* next = nullptr;
+    if (!onlyUse(g, n.result(0), &next)) return false;
+    if (isOnnx(n, "Unsqueeze") && !onlyUse(g, next->result(0), &next)) return false;
+    r = next;
+  } else if (isOnnx(n, "Transpose")) {
+    r = n.inputs()[0]->producer();
+    if (!r || !hasPerm(n, {0, 1, 3, 2})) return false;
+  } else if (!isOnnx(n, "Reshape")) {
+    return false;
+  }
+  return groupedSource(g, *r) != nullptr;
+}
 const Node* outputTransposed(const Graph& g, const Node& a) {
   if (a.domain() != "ampc" || a.op() != "Attention" || !attnStrided(a) || g.isOutput(a.result(0))) return nullptr;
   const Node* t = nullptr;
@@ -524,7 +561,7 @@ const Node* gradConcat(const Graph& g, const Node& a) {
   return concat;
 }
 bool attnViewFolded(const Graph& g, const Node& n) {
-  if (transposeReadInPlace(g, n) || splitReadInPlace(g, n)) return true;
+  if (transposeReadInPlace(g, n) || splitReadInPlace(g, n) || groupedReadInPlace(g, n)) return true;
   if (isOnnx(n, "Reshape")) {  // between a folded Split and its Transpose, or a folded grad Transpose and Concat
     const Node* p = n.inputs()[0]->producer();
     if (p && splitReadInPlace(g, *p)) return true;
@@ -556,6 +593,22 @@ AttnOperand attnRead(const Graph& g, const Node& n, size_t i) {
   if (slotOf(n, i) == 4) {  // O, read back from where Attention wrote it
     if (const Node* t = outputTransposed(g, *p)) return headsOf(t->result(0), 0, t->result(0)->type().shape, t->result(0)->type().shape[2] * t->result(0)->type().shape[3], false);
     return contiguous(v);
+  }
+  {  // grouped-query K (through its Transpose) or V
+    const Node* r = slotOf(n, i) == 1 && hasPerm(*p, {0, 1, 3, 2}) ? p->inputs()[0]->producer() : p;
+    int64_t rep = 1;
+    if (const Value* x = r && (slotOf(n, i) == 1) == (r != p) ? groupedSource(g, *r, &rep) : nullptr) {
+      const auto& xs = x->type().shape;  // [B, Hkv, T, D]
+      AttnOperand o;
+      o.base = x;
+      o.heads = xs[1] * rep;
+      o.sB = xs[1] * xs[2] * xs[3];
+      o.sH = xs[2] * xs[3];
+      o.sRow = xs[3];
+      o.group = rep;
+      o.keyRows = slotOf(n, i) == 1;
+      return o;
+    }
   }
   if (!transposeReadInPlace(g, *p)) return contiguous(v);
   const bool keyRows = hasPerm(*p, {0, 2, 3, 1});
@@ -788,6 +841,25 @@ Schedule schedule(const Graph& g) {
     if (!isLossGrad(*n) || n->inputs().size() < 2) continue;
     const Node* narrow = narrowedResult(g, *n);
     s.inPlace[narrow ? narrow->result(0) : n->result(0)] = readThrough(g, n->inputs()[1]);
+  }
+  // Grouped K and V: the Unsqueeze, Expand, Reshape (and K's Transpose) run where the last attention
+  // node reading them does, so x stays alive until then; their values get no bytes.
+  for (const auto& n : g.nodes()) {
+    if (!groupedSource(g, *n)) continue;
+    int last = 0;
+    std::vector<const Node*> chain = {n.get(), n->inputs()[0]->producer(), n->inputs()[0]->producer()->inputs()[0]->producer()};
+    for (const Use& u : n->result(0)->uses()) {
+      if (isAttn(*u.user)) {
+        last = std::max(last, positions[indexOf[u.user]]);
+        continue;
+      }
+      chain.push_back(u.user);  // K's Transpose
+      for (const Use& k : u.user->result(0)->uses()) last = std::max(last, positions[indexOf[k.user]]);
+    }
+    for (const Node* c : chain) {
+      positions[indexOf[c]] = last;
+      unwritten.insert(c->result(0));
+    }
   }
   for (const auto& n : g.nodes()) {  // after the Transposes have their positions
     if (!splitReadInPlace(g, *n)) continue;

@@ -143,9 +143,15 @@ bool addGated(const Graph& g, const Node& add);
 //     three are Reshaped into one Concat on the last axis, into the Concat's result.
 // The Transposes, Reshapes, Split and Concat launch nothing, and the values they stand in for get
 // no bytes.
+// Grouped-query attention, read in place too: V = Reshape(Expand(Unsqueeze(x, 2), [B, Hkv, rep, T, D]),
+// [B, Hkv rep, T, D]) with x [B, Hkv, T, D] (Hugging Face's repeat_kv), and KT = Transpose of that
+// (0, 1, 3, 2), every reader such an attention operand: read from x, head h at x's head h / rep
+// (K as rows). The Unsqueeze, Expand, Reshape and Transpose launch nothing; the gradients, per query
+// head, are summed over each group by the graph's Expand gradient as before.
 struct AttnOperand {
   const Value* base = nullptr;  // whose bytes hold the operand
   int64_t offset = 0, heads = 1, sB = 0, sH = 0, sRow = 0;  // elements
+  int64_t group = 1;            // query heads per stored head (grouped-query attention's K and V)
   bool keyRows = false;         // K (or dK) as rows [j][d]: the [.., D, T] transpose is not made
 };
 // Where attention node n reads its operand i, or writes its result r (contiguous: base the value).
@@ -154,6 +160,9 @@ AttnOperand attnWrite(const Graph& g, const Node& n, size_t r);
 // The folds' nodes (each launches nothing).
 bool transposeReadInPlace(const Graph& g, const Node& t);
 bool splitReadInPlace(const Graph& g, const Node& split);
+// The Reshape of a grouped K or V read in place (above): x, and rep through *rep; else null.
+const Value* groupedSource(const Graph& g, const Node& reshape, int64_t* rep = nullptr);
+bool groupedReadInPlace(const Graph& g, const Node& n);  // that Reshape, its Unsqueeze and Expand, or K's Transpose
 const Node* outputTransposed(const Graph& g, const Node& attention);  // the Transpose Attention writes
 const Node* gradTransposed(const Graph& g, const Node& attnGrad, size_t r);
 const Node* gradConcat(const Graph& g, const Node& attnGrad);

@@ -412,7 +412,10 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
 }
 
 // The offset of slice n's first element (AttnLayout).
-__device__ __forceinline__ int64_t sliceAt(const AttnLayout& l, int64_t n) { return (n / l.heads) * l.sB + (n % l.heads) * l.sH; }
+__device__ __forceinline__ int64_t sliceAt(const AttnLayout& l, int64_t n) {
+  const int64_t h = n % l.heads;
+  return (n / l.heads) * l.sB + (l.group == 1 ? h : h / l.group) * l.sH;
+}
 
 // rowD[row] = sum_d dO[row, d] O[row, d] (f32), row = n Tq + i, one warp per row.
 template <typename T>

@@ -209,6 +209,7 @@ cudaError_t randomFill(RandomMode mode, const void* p, DT pt, void* out, DT t, i
 // sRow = cols. The WMMA and f32 kernels take contiguous operands only.
 struct AttnLayout {
   int64_t heads = 1, sB = 0, sH = 0, sRow = 0;
+  int64_t group = 1;  // slice n = b heads + h is stored head h / group (grouped-query attention's K, V)
 };
 struct AttentionArgs {
   DT t = DT::f32;

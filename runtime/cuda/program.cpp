@@ -1564,7 +1564,7 @@ void Program::Lowering::ampcAttention() {
   // Concat around attention are read and written through strides.
   bool inPlace = false;
   auto at = [&](const AttnOperand& o, AttnLayout& l) {
-    l = {o.heads, o.sB, o.sH, o.sRow};
+    l = {o.heads, o.sB, o.sH, o.sRow, o.group};
     inPlace |= o.offset != 0 || o.heads != 1;
     return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
   };

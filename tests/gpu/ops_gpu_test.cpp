@@ -639,6 +639,58 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
     }
 }
 
+// Grouped-query attention read in place (runtime/folds.h): 6 query heads over 2 stored K/V heads,
+// repeated as Hugging Face's repeat_kv exports it (Unsqueeze, Expand, Reshape; K transposed after).
+// Forward and backward against the CPU, which makes the copies; on the GPU they get no bytes.
+TEST(GpuAttention, GroupedKeysAndValuesMatchTheCpu) {
+  AMPC_NEED_GPU();
+  for (const int hd : {16, 128})
+    for (const char* t : {"f16", "bf16"})
+      for (const int tt : {136, 99}) {
+        const std::string T = t;
+        std::string text = R"(graph "gqa" opset 18 {
+  domain "ampc" 1
+  input %q : T[2,6,136,16]
+  input %k : T[2,2,136,16]
+  input %v : T[2,2,136,16]
+  input %dO : T[2,6,136,16]
+  const %ax : i64[1] = [2]
+  const %s5 : i64[5] = [2, 2, 3, 136, 16]
+  const %s4 : i64[4] = [2, 6, 136, 16]
+  %ku : T[2,2,1,136,16] = Unsqueeze(%k, %ax)
+  %ke : T[2,2,3,136,16] = Expand(%ku, %s5)
+  %kr : T[2,6,136,16] = Reshape(%ke, %s4)
+  %KT : T[2,6,16,136] = Transpose(%kr) {perm = [0, 1, 3, 2]}
+  %vu : T[2,2,1,136,16] = Unsqueeze(%v, %ax)
+  %ve : T[2,2,3,136,16] = Expand(%vu, %s5)
+  %V : T[2,6,136,16] = Reshape(%ve, %s4)
+  %O : T[2,6,136,16], %lse : f32[2,6,136] = ampc::Attention(%q, %KT, %V) ATTRS
+  %dQ : T[2,6,136,16], %dKT : T[2,6,16,136], %dV : T[2,6,136,16] = ampc::AttentionGrad(%dO, %q, %KT, %V, %O, %lse) ATTRS
+  output %O
+  output %dQ
+  output %dKT
+  output %dV
+}
+)";
+        const std::string attrs = std::string("{scale = 0.25, dropout_ratio = ") + (tt == 136 ? "0.1" : "0.0") + ", dropout_key = 99}";
+        text = std::regex_replace(text, std::regex("ATTRS"), attrs);
+        text = std::regex_replace(text, std::regex("\\bT\\["), T + "[");
+        text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
+        text = std::regex_replace(text, std::regex("136"), std::to_string(tt));
+        auto g = parseGraph(text, "grouped attention");
+        std::map<std::string, Tensor> in;
+        for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
+        ExecOptions eo;
+        eo.seed = 5;
+        eo.step = 2;
+        const std::string what = "grouped attention " + T + " T " + std::to_string(tt) + " head dim " + std::to_string(hd);
+        expectSameOnGpu(*g, in, what, 1.0, eo);
+        cuda::Program prog(*g, {});
+        const MemoryPlan& plan = prog.memoryPlan();
+        for (const char* v : {"ke", "kr", "KT", "ve", "V"}) EXPECT_EQ(plan.slots.at(g->lookup(v)).bytes, 0) << what << ": " << v;
+      }
+}
+
 // An op without a CUDA lowering is refused when the plan loads, naming the node and the op.
 TEST(GpuProgram, UnsupportedOpIsAnErrorNamingTheNode) {
   AMPC_NEED_GPU();

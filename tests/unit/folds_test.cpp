@@ -329,3 +329,70 @@ TEST(Folds, BiasGradientsInTheirGemms) {
                          "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}\n  output %dw")));
   EXPECT_FALSE(sums(edit(base, "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}", "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1, alpha = 0.5}")));
 }
+
+// Grouped-query attention (Hugging Face's repeat_kv: Unsqueeze, Expand, Reshape; K transposed after):
+// K and V are read from the stored heads, head h at stored head h / 2, and the copies are not made.
+TEST(Folds, GroupedKeysAndValuesReadInPlace) {
+  const std::string base = R"(graph "gqa" opset 18 {
+  domain "ampc" 1
+  input %q : bf16[2,4,16,8]
+  input %k : bf16[2,2,16,8]
+  input %v : bf16[2,2,16,8]
+  const %ax : i64[1] = [2]
+  const %s5 : i64[5] = [2, 2, 2, 16, 8]
+  const %s4 : i64[4] = [2, 4, 16, 8]
+  %ku : bf16[2,2,1,16,8] = Unsqueeze(%k, %ax)
+  %ke : bf16[2,2,2,16,8] = Expand(%ku, %s5)
+  %kr : bf16[2,4,16,8] = Reshape(%ke, %s4)
+  %kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}
+  %vu : bf16[2,2,1,16,8] = Unsqueeze(%v, %ax)
+  %ve : bf16[2,2,2,16,8] = Expand(%vu, %s5)
+  %vr : bf16[2,4,16,8] = Reshape(%ve, %s4)
+  %o : bf16[2,4,16,8], %lse : f32[2,4,16] = ampc::Attention(%q, %kt, %vr) {scale = 0.35}
+  output %o
+}
+)";
+  {
+    auto g = parseGraph(base, "gqa");
+    const Node* att = g->lookup("o")->producer();
+    const AttnOperand k = attnRead(*g, *att, 1), v = attnRead(*g, *att, 2);
+    EXPECT_EQ(k.base, g->lookup("k"));
+    EXPECT_EQ(v.base, g->lookup("v"));
+    for (const AttnOperand& o : {k, v}) {
+      EXPECT_EQ(o.group, 2);
+      EXPECT_EQ(o.heads, 4);
+      EXPECT_EQ(o.sB, 2 * 16 * 8);
+      EXPECT_EQ(o.sH, 16 * 8);
+      EXPECT_EQ(o.sRow, 8);
+    }
+    EXPECT_TRUE(k.keyRows);
+    EXPECT_FALSE(v.keyRows);
+    EXPECT_EQ(attnRead(*g, *att, 0).base, g->lookup("q"));
+    const Schedule s = schedule(*g);
+    const int at = s.positions[static_cast<size_t>(s.order.at(att))];
+    for (const char* name : {"ku", "ke", "kr", "kt", "vu", "ve", "vr"}) {
+      const Node* n = g->lookup(name)->producer();
+      EXPECT_TRUE(attnViewFolded(*g, *n)) << name;
+      EXPECT_TRUE(s.unwritten.count(n->result(0))) << name;
+      EXPECT_EQ(s.positions[static_cast<size_t>(s.order.at(n))], at) << name;  // so k and v live until attention reads them
+    }
+  }
+  // Another reader of the expanded K (here a graph output), or a repeat whose shapes do not match,
+  // keeps the copies: attention reads them as made.
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = base;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  for (const std::string& text : {edited("  output %o\n", "  output %o\n  output %kr\n"),
+                                  edited("%kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}",
+                                         "%kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}\n  %kt2 : bf16[2,4,8,16] = Neg(%kt)")}) {
+    auto g = parseGraph(text, "gqa");
+    const Node* att = g->lookup("o")->producer();
+    EXPECT_EQ(attnRead(*g, *att, 1).base, g->lookup("kt"));
+    EXPECT_EQ(attnRead(*g, *att, 1).group, 1);
+    EXPECT_FALSE(attnViewFolded(*g, *g->lookup("ke")->producer()));
+    EXPECT_EQ(attnRead(*g, *att, 2).base, g->lookup("v"));  // V's repeat is still read in place
+  }
+}
