@@ -585,6 +585,13 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// 2^x on the MUFU (ex2.approx.ftz: 2^-inf = 0), and log2(e) for exp(x) = 2^(x log2(e)).
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ uint32_t smemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 // Four 8x8 matrices; lane L gives the address of row L % 8 of matrix L / 8.
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
@@ -729,9 +736,18 @@ __device__ __forceinline__ int64_t keepTile(const AttentionArgs& a, int64_t n, i
 
 template <typename T, int DK>
 size_t fwdSmemMma() { return 3 * (kKBuf<DK> + kRowBuf<DK>) * sizeof(T); }
+// The backward's cp.async stages of Q and dO (with their rows' L and D and keep bits). At head tile
+// 128, two stages, and dS^T written over the dO tile just used: 108 KB, so that two blocks share an
+// SM (three stages and a dS^T of its own took 152 KB, one block of four warps per SM).
+template <int DK>
+inline constexpr int kBwdStages = DK == 128 ? 2 : 3;
+template <int DK>
+inline constexpr bool kBwdDsOverDo = DK == 128;
 template <typename T, int DK>
 size_t bwdSmemMma() {
-  return (kKBuf<DK> + 7 * kRowBuf<DK> + kTile * kP) * sizeof(T) + 6 * kTile * sizeof(float) + 3 * 128 * sizeof(uint32_t);
+  constexpr int st = kBwdStages<DK>;
+  return (kKBuf<DK> + (1 + 2 * st) * kRowBuf<DK> + (kBwdDsOverDo<DK> ? 0 : kTile * kP)) * sizeof(T) + 2 * st * kTile * sizeof(float) +
+         st * 128 * sizeof(uint32_t);
 }
 
 // One key tile of the one-pass forward on a warp's 16 x 64 scores in m16n8 C layout (rows g and g + 8
@@ -751,16 +767,28 @@ __device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8]
     // a causal tile: keys above jLast are masked (only when flag is 3)
     const int jLast = flag == 3 ? static_cast<int>(i - j0) : kTile;
     float mx = -INFINITY;
+    if (readMask) {  // the mask's loads stay under the bounds
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+      for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int jl = nt * 8 + 2 * tq + c;
-        float v = -INFINITY;
-        if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i, j0 + jl) : 0.0f);
-        s[nt][2 * r + c] = v;
-        mx = fmaxf(mx, v);
-      }
+        for (int c = 0; c < 2; ++c) {
+          const int jl = nt * 8 + 2 * tq + c;
+          float v = -INFINITY;
+          if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + maskAt(a, mb, i, j0 + jl);
+          s[nt][2 * r + c] = v;
+          mx = fmaxf(mx, v);
+        }
+    } else {  // selects, no branch per element
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int jl = nt * 8 + 2 * tq + c;
+          const float v = rowIn && jl < jRem && jl <= jLast ? s[nt][2 * r + c] * a.scale : -INFINITY;
+          s[nt][2 * r + c] = v;
+          mx = fmaxf(mx, v);
+        }
+    }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float mn = fmaxf(m[r], mx), base = mn == -INFINITY ? 0.0f : mn;
@@ -1031,16 +1059,17 @@ template <typename T, bool KR, int DK, bool MG>
 __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
                                                             const float* rowD, T* dKT, T* dV, float* dQacc, float* dMaskParts,
                                                             const uint8_t* flags, AttentionArgs a) {
-  constexpr int pD = kPD<DK>, pK = KR ? pD : kP, rb = kRowBuf<DK>;
+  constexpr int pD = kPD<DK>, pK = KR ? pD : kP, rb = kRowBuf<DK>, ST = kBwdStages<DK>;
+  constexpr bool dsOverDo = kBwdDsOverDo<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [d][j] (or [j][d])
   T* Vs = Ks + kKBuf<DK>;               // [j][d]
-  T* Qs = Vs + rb;                      // 3 x [i][d]
-  T* dOs = Qs + 3 * rb;                 // 3 x [i][d]
-  T* dSs = dOs + 3 * rb;                // [j][i]: dS^T, scale included
-  float* rowL = reinterpret_cast<float*>(dSs + kTile * kP);  // 3 x [i]
-  float* rowDs = rowL + 3 * kTile;                           // 3 x [i]
-  uint32_t* keepS = reinterpret_cast<uint32_t*>(rowDs + 3 * kTile);  // 3 x 128 words (a.keep)
+  T* Qs = Vs + rb;                      // ST x [i][d]
+  T* dOs = Qs + ST * rb;                // ST x [i][d]
+  T* dSown = dOs + ST * rb;             // [j][i]: dS^T, scale included (or over the dO tile just used)
+  float* rowL = reinterpret_cast<float*>(dSown + (dsOverDo ? 0 : kTile * kP));  // ST x [i]
+  float* rowDs = rowL + ST * kTile;                                              // ST x [i]
+  uint32_t* keepS = reinterpret_cast<uint32_t*>(rowDs + ST * kTile);             // ST x 128 words (a.keep)
   __shared__ uint8_t flagsS[kFlagsSmem];
   // Grid (N, key tiles), the first key tiles first over every head (under a causal mask they have
   // the most query tiles).
@@ -1082,14 +1111,17 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   else loadTileAsync<DK, kTile>(Ks, pK, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                        // [d][j]
   loadTileAsync<kTile, DK>(Vs, pD, V + sliceAt(a.v, n) + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   cpAsyncCommit();
-  // Three stages, as the forward: query tiles qt and q1 in flight, q2 issued while qt is computed.
+  // Three stages, as the forward: query tiles qt and q1 in flight, q2 issued while qt is computed
+  // (two: qt in flight, q1 issued while qt is computed).
   int qt = live(0);
   int q1 = qt < nq ? live(qt + 1) : nq;
   if (qt < nq) loadQ(qt, 0);
   cpAsyncCommit();
-  if (q1 < nq) loadQ(q1, 1);
-  cpAsyncCommit();
-  cpAsyncWait<2>();
+  if constexpr (ST == 3) {
+    if (q1 < nq) loadQ(q1, 1);
+    cpAsyncCommit();
+  }
+  cpAsyncWait<ST - 1>();
   __syncthreads();
   // This warp's 16 keys of K (from [d][j], or rows [j][d]) as A fragments: at DK 64 loaded once and
   // kept, at DK 128 loaded per query tile (the registers hold dK and dV). V's are loaded per tile.
@@ -1105,11 +1137,13 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   float dk[DK / 8][4] = {}, dv[DK / 8][4] = {};
   const int64_t keyJ[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
   const bool keyIn[2] = {keyJ[0] < a.Tk, keyJ[1] < a.Tk};
-  for (int buf = 0; qt < nq; buf = buf == 2 ? 0 : buf + 1) {
+  const bool keysFull = j0 + kTile <= a.Tk;  // the whole key tile (the same in every lane)
+  for (int buf = 0; qt < nq; buf = buf == ST - 1 ? 0 : buf + 1) {
     const int q2 = q1 < nq ? live(q1 + 1) : nq;
-    if (q2 < nq) loadQ(q2, buf == 0 ? 2 : buf - 1);  // the buffer computed last iteration
+    const int ahead = ST == 3 ? q2 : q1;
+    if (ahead < nq) loadQ(ahead, buf == 0 ? ST - 1 : buf - 1);  // the buffer computed last iteration
     cpAsyncCommit();
-    cpAsyncWait<2>();
+    cpAsyncWait<ST - 1>();
     __syncthreads();
     const T* Qb = Qs + buf * rb;
     const T* dOb = dOs + buf * rb;
@@ -1135,28 +1169,70 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     }
     const uint8_t flag = tf[qt];
     const bool readMask = flag == 0, causal = flag == 3;
-    // s -> P (dropped), dp -> dS (scale included), element (key g + 8 r, query nt * 8 + 2 tq + c).
-    // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
-    // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
-    // broadcasts them, so a lane makes 8 draws per tile instead of 32.
+    // s -> P (dropped), dp -> dS (scale included), element (key g + 8 r, query nt * 8 + 2 tq + c),
+    // in two passes with no branch per element, so that the 32 elements' chains interleave:
+    // first P = exp(s scale + mask - L), 0 outside the tile's rows and keys and above a causal
+    // diagonal; then the dropout factor f and dS = P (dP f - D) scale, P f.
     const int iRem = static_cast<int>(a.Tq - i0 < kTile ? a.Tq - i0 : kTile);  // queries of this tile (32-bit checks)
-    auto element = [&](int nt, int r, int c, float f) {
+    const int lead = static_cast<int>(j0 - i0) + warp * 16 + g;  // key - query = lead + 8 r - qi
+    auto inTile = [&](int nt, int r, int c) {
       const int qi = nt * 8 + 2 * tq + c;
-      float pd = 0.0f, ds = 0.0f;
-      if (qi < iRem && keyIn[r] && !(causal && keyJ[r] > i0 + qi)) {
-        const float p = __expf(s[nt][2 * r + c] * a.scale + (readMask ? maskAt(a, mb, i0 + qi, keyJ[r]) : 0.0f) - Lb[qi]);
-        pd = p * f;
-        const float gs = p * (dp[nt][2 * r + c] * f - Db[qi]);  // d loss / d score
-        if constexpr (MG) addMaskGrad(a, dMaskParts, n, mb, i0 + qi, keyJ[r], gs);
-        ds = a.scale * gs;
+      return qi < iRem && keyIn[r] && !(causal && lead + 8 * r > qi);
+    };
+    if (readMask) {  // exp in the natural base, as the forward: a row masked everywhere by -3.4e38 has its mask in L
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int qi = nt * 8 + 2 * tq + c;
+            float p = 0.0f;
+            if (inTile(nt, r, c)) p = __expf(s[nt][2 * r + c] * a.scale + maskAt(a, mb, i0 + qi, keyJ[r]) - Lb[qi]);
+            s[nt][2 * r + c] = p;
+          }
+    } else {  // exp2(s scale log2(e) - L log2(e)): one FFMA and the MUFU
+      const float sl2 = a.scale * kLog2e;
+      float lq[8][2];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) lq[nt][c] = Lb[nt * 8 + 2 * tq + c] * kLog2e;
+      if (iRem == kTile && keysFull && !causal) {  // every element lives
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] = fastExp2(s[nt][e] * sl2 - lq[nt][e & 1]);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] = fastExp2(inTile(nt, e >> 1, e & 1) ? s[nt][e] * sl2 - lq[nt][e & 1] : -INFINITY);
       }
-      s[nt][2 * r + c] = pd;
-      dp[nt][2 * r + c] = ds;
+    }
+    float rd[8][2];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) rd[nt][c] = Db[nt * 8 + 2 * tq + c];
+    auto element = [&](int nt, int r, int c, float f) {
+      const float p = s[nt][2 * r + c];
+      const float gs = p * (dp[nt][2 * r + c] * f - rd[nt][c]);  // d loss / d score
+      if constexpr (MG) addMaskGrad(a, dMaskParts, n, mb, i0 + nt * 8 + 2 * tq + c, keyJ[r], gs);  // 0 where not live: no store
+      s[nt][2 * r + c] = p * f;
+      dp[nt][2 * r + c] = a.scale * gs;
     };
     const bool dropout = a.ratio > 0.0f;
     const float keep = dropout ? 1.0f / (1.0f - a.ratio) : 1.0f;
     const int x = g & 3;
-    if (dropout && a.keep) {
+    if (!dropout) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) element(nt, r, c, 1.0f);
+    } else if (a.keep) {
       // Element (nt, r, c): query nt * 8 + 2 tq + c, key warp * 16 + g + 8 r of the tile, i.e. the
       // forward's warp nt / 2, lane (2 tq + c, g / 2), element (2 warp + r, nt % 2, g % 2): one word
       // per pair of n-tiles and c.
@@ -1172,27 +1248,24 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
             for (int r = 0; r < 2; ++r) element(2 * np + h, r, c, w >> ((2 * warp + r) * 4 + h * 2 + (g & 1)) & 1u ? keep : 0.0f);
         }
     } else {
+      // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
+      // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
+      // broadcasts them, so a lane makes 8 draws per tile instead of 32.
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (dropout) {
-              const int64_t iq = i0 + (4 * h + x) * 8 + 2 * tq + c, key4 = j0 + warp * 16 + 8 * r + (g & ~3);
-              dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key4) >> 2, u);
-            }
+            float u[4];
+            const int64_t iq = i0 + (4 * h + x) * 8 + 2 * tq + c, key4 = j0 + warp * 16 + 8 * r + (g & ~3);
+            dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key4) >> 2, u);
 #pragma unroll
             for (int y = 0; y < 4; ++y) {
-              float f = 1.0f;
-              if (dropout) {
-                const int src = (lane & ~12) | (y << 2);
-                const float v0 = __shfl_sync(0xffffffffu, u[0], src), v1 = __shfl_sync(0xffffffffu, u[1], src);
-                const float v2 = __shfl_sync(0xffffffffu, u[2], src), v3 = __shfl_sync(0xffffffffu, u[3], src);
-                f = (x == 0 ? v0 : x == 1 ? v1 : x == 2 ? v2 : v3) >= a.ratio ? keep : 0.0f;
-              }
-              element(4 * h + y, r, c, f);
+              const int src = (lane & ~12) | (y << 2);
+              const float v0 = __shfl_sync(0xffffffffu, u[0], src), v1 = __shfl_sync(0xffffffffu, u[1], src);
+              const float v2 = __shfl_sync(0xffffffffu, u[2], src), v3 = __shfl_sync(0xffffffffu, u[3], src);
+              element(4 * h + y, r, c, (x == 0 ? v0 : x == 1 ? v1 : x == 2 ? v2 : v3) >= a.ratio ? keep : 0.0f);
             }
           }
     }
@@ -1213,6 +1286,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         mma16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
       }
     }
+    T* const dSs = dsOverDo ? dOs + buf * rb : dSown;
+    if constexpr (dsOverDo) __syncthreads();  // every warp is done with this dO tile
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int col = nt * 8 + 2 * tq;
