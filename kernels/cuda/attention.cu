@@ -561,7 +561,11 @@ __global__ void __launch_bounds__(kThreads) attnBwdKernel(const T* dO, const T* 
 // max (flash attention 2): O and the row sums are rescaled when a row's max grows, and the unnormalised probabilities are
 // rounded to the storage type before P V. The backward is one block per key tile: S^T = K Q^T
 // and dP^T = V dO^T per warp of 16 keys, dV += P^T dO and dK += dS^T Q in registers, and
-// dQ += dS K through shared memory and f32 atomics. Tiles stream in three cp.async stages. The
+// dQ += dS K through shared memory and f32 atomics. P and dS are made in two passes over the
+// warp's 32 scores with no branch per element (selects, exp2 with the scale folded in; masked tiles
+// keep the natural-base formula): a branch per element split the code into small blocks whose
+// latencies did not overlap, and took half the backward's time (tools/bench/NOTES.md). Tiles
+// stream in three cp.async stages (two at head tile 128, dS^T over the dO tile just used). The
 // mask's tile flags come precomputed (attentionMaskTiles, once per mask and step) and are staged in
 // shared memory.
 constexpr int kP = 72;
@@ -1312,6 +1316,15 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
           mma16816<T>(dq[2 * np], sa, b[0], b[1]);
           mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
         }
+      }
+      if (!a.deterministic && iRem == kTile && a.D == DK) {  // the whole tile: no bounds, one base address
+        float* const dst = dQacc + (n * a.Tq + i0 + warp * 16 + g) * DK + dc * 64 + 2 * tq;
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            atomicAdd(reinterpret_cast<float2*>(dst + r * 8 * DK + nt * 8), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+        continue;
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
