@@ -1412,20 +1412,42 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
       static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
   return cudaGetLastError();
 }
+// The backward's four instances at head tile DK (K as rows, trained mask), their shared-memory
+// attributes set once.
+template <typename T, int DK>
+struct BwdMma {
+  using Kernel = decltype(&attnBwdMmaKernel<T, false, DK, false>);
+  Kernel kernels[4];
+  cudaError_t attr;
+  Kernel pick(const AttentionArgs& a) const { return kernels[(a.dMask ? 2 : 0) + (a.kRows ? 1 : 0)]; }
+};
+template <typename T, int DK>
+const BwdMma<T, DK>& bwdMma() {
+  static const BwdMma<T, DK> set = [] {
+    BwdMma<T, DK> s{{attnBwdMmaKernel<T, false, DK, false>, attnBwdMmaKernel<T, true, DK, false>, attnBwdMmaKernel<T, false, DK, true>,
+                     attnBwdMmaKernel<T, true, DK, true>},
+                    cudaSuccess};
+    for (auto k : s.kernels)
+      if ((s.attr = smemAttributes(k, bwdSmemMma<T, DK>())) != cudaSuccess) break;
+    return s;
+  }();
+  return set;
+}
+template <typename T, int DK>
+int bwdBlocksPerSm(const AttentionArgs& a) {
+  const BwdMma<T, DK>& set = bwdMma<T, DK>();
+  int blocks = 0;
+  if (set.attr != cudaSuccess || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, set.pick(a), kThreads, bwdSmemMma<T, DK>()) != cudaSuccess)
+    return -1;
+  return blocks;
+}
 template <typename T, int DK>
 cudaError_t backwardMma(const void* dO, const void* Q, const void* KT, const void* V, const float* lse, const float* rowD, void* dKT,
                         void* dV, float* dQacc, float* dMaskParts, const AttentionArgs& a, cudaStream_t st) {
-  using Kernel = decltype(&attnBwdMmaKernel<T, false, DK, false>);
-  static const Kernel kernels[4] = {attnBwdMmaKernel<T, false, DK, false>, attnBwdMmaKernel<T, true, DK, false>,
-                                    attnBwdMmaKernel<T, false, DK, true>, attnBwdMmaKernel<T, true, DK, true>};
-  static const cudaError_t attr = [] {
-    for (Kernel k : kernels)
-      if (cudaError_t e = smemAttributes(k, bwdSmemMma<T, DK>()); e != cudaSuccess) return e;
-    return cudaSuccess;
-  }();
-  if (attr != cudaSuccess) return attr;
+  const BwdMma<T, DK>& set = bwdMma<T, DK>();
+  if (set.attr != cudaSuccess) return set.attr;
   const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
-  kernels[(a.dMask ? 2 : 0) + (a.kRows ? 1 : 0)]<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
+  set.pick(a)<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
       static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
       static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, dMaskParts, a.flags, a);
   return cudaGetLastError();
@@ -1491,6 +1513,15 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
 
 }  // namespace
 
+int attentionBackwardBlocksPerSm(const AttentionArgs& a) {
+  if (!mmaPath(a)) return 0;
+  const bool h64 = headTile(a) == 64;
+  switch (a.t) {
+    case DT::f16: return h64 ? bwdBlocksPerSm<__half, 64>(a) : bwdBlocksPerSm<__half, 128>(a);
+    case DT::bf16: return h64 ? bwdBlocksPerSm<__nv_bfloat16, 64>(a) : bwdBlocksPerSm<__nv_bfloat16, 128>(a);
+    default: return 0;
+  }
+}
 bool attentionTensorCores(const AttentionArgs& a) { return attentionMmaShape(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f); }
 
 // The flags (a byte per tile), then the per-tile records maskTileKernel hands to maskFlagsKernel.

@@ -249,6 +249,10 @@ cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStrea
 // backward need not draw the dropout stream again; 0 where the kernels for `a` take none (no
 // dropout, or off the f16/bf16 tensor-core path).
 size_t attentionKeepBytes(const AttentionArgs& a);
+// Blocks of the tensor-core backward that `a` launches resident per SM on the current device (0 off
+// that path, -1 on a CUDA error): its registers and shared memory are sized for two (GpuAttention
+// checks it, so that a change that grows them cannot halve the occupancy unseen).
+int attentionBackwardBlocksPerSm(const AttentionArgs& a);
 // Scratch bytes the launches need (the backward's row sums and f32 dQ).
 size_t attentionScratch(const AttentionArgs& a, bool backward);
 // O [N, Tq, Dv], lse f32 [N, Tq].

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "tests/common/pitched_graph.h"
+#include "kernels/cuda/ops.h"
 #include "tests/gpu/gpu_util.h"
 
 using namespace ampc;
@@ -689,6 +690,28 @@ TEST(GpuAttention, GroupedKeysAndValuesMatchTheCpu) {
         const MemoryPlan& plan = prog.memoryPlan();
         for (const char* v : {"ke", "kr", "KT", "ve", "V"}) EXPECT_EQ(plan.slots.at(g->lookup(v)).bytes, 0) << what << ": " << v;
       }
+}
+
+// The tensor-core backward's registers and shared memory are sized for two blocks per SM at both
+// head tiles (at 128: two cp.async stages, dS^T over the used dO tile); before stop 34 the 128 tile
+// took 152 KB and ran one block of four warps per SM. A change that grows either fails here.
+TEST(GpuAttention, BackwardHoldsTwoBlocksPerSm) {
+  AMPC_NEED_GPU();
+  for (const cuda::DT t : {cuda::DT::f16, cuda::DT::bf16})
+    for (const int64_t d : {64, 128})
+      for (const bool kRows : {false, true})
+        for (const bool trainedMask : {false, true}) {
+          cuda::AttentionArgs a;
+          a.t = t;
+          a.N = 4;
+          a.Tq = a.Tk = 256;
+          a.D = a.Dv = d;
+          a.kRows = kRows;
+          float dummy = 0.0f;
+          if (trainedMask) a.dMask = &dummy;  // picks the instance with the mask gradient; nothing launches
+          EXPECT_GE(cuda::attentionBackwardBlocksPerSm(a), 2)
+              << (t == cuda::DT::f16 ? "f16" : "bf16") << " head dim " << d << (kRows ? " K rows" : " KT") << (trainedMask ? " trained mask" : "");
+        }
 }
 
 // An op without a CUDA lowering is refused when the plan loads, naming the node and the op.
