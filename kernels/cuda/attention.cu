@@ -741,7 +741,7 @@ __device__ __forceinline__ int64_t keepTile(const AttentionArgs& a, int64_t n, i
 template <typename T, int DK>
 size_t fwdSmemMma() { return 3 * (kKBuf<DK> + kRowBuf<DK>) * sizeof(T); }
 // The backward's cp.async stages of Q and dO (with their rows' L and D and keep bits). At head tile
-// 128, two stages, and dS^T written over the dO tile just used: 108 KB, so that two blocks share an
+// 128, two stages, and dS^T written over the dO tile just used: 105 KB, so that two blocks share an
 // SM (three stages and a dS^T of its own took 152 KB, one block of four warps per SM).
 template <int DK>
 inline constexpr int kBwdStages = DK == 128 ? 2 : 3;
@@ -1222,7 +1222,10 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     auto element = [&](int nt, int r, int c, float f) {
       const float p = s[nt][2 * r + c];
       const float gs = p * (dp[nt][2 * r + c] * f - rd[nt][c]);  // d loss / d score
-      if constexpr (MG) addMaskGrad(a, dMaskParts, n, mb, i0 + nt * 8 + 2 * tq + c, keyJ[r], gs);  // 0 where not live: no store
+      // Only live elements: outside the tile gs is 0 * (dP - D), NaN where dO holds an overflow's inf,
+      // and its index is past the mask's row.
+      if constexpr (MG)
+        if (inTile(nt, r, c)) addMaskGrad(a, dMaskParts, n, mb, i0 + nt * 8 + 2 * tq + c, keyJ[r], gs);
       s[nt][2 * r + c] = p * f;
       dp[nt][2 * r + c] = a.scale * gs;
     };
