@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <regex>
 
-#include "tests/common/pitched_graph.h"
 #include "kernels/cuda/ops.h"
+#include "tests/common/pitched_graph.h"
 #include "tests/gpu/gpu_util.h"
 
 using namespace ampc;

@@ -137,8 +137,8 @@ def torch_amp(model, inputs, steps, compiled=False, stats=None):
     """Eager AMP bf16, or with `compiled` the same step under torch.compile (the model compiled;
     the compile happens in the 3 warm-up steps). Each step is timed on the wall clock between two
     synchronizes; the median is returned, and `stats` (a dict) gets the fastest step too: the wall
-    clock of the GPU machine has read the same model up to 2x apart between calls, and the minimum
-    is the steadier figure."""
+    clock of the GPU machine has read the same model up to 2x apart between calls, and the fastest
+    step tells a slow call from slow steps within one."""
     model = model.cuda().train()
     fwd = torch.compile(model) if compiled else model
     args = [v.cuda() for v in inputs.values()]
