@@ -51,13 +51,14 @@ C roundTo(DType t, C x) {
 struct Dropout {
   float ratio = 0.0f, scale = 1.0f;
   uint64_t seed = 0, step = 0;
-  uint32_t key = 0;
+  uint32_t key = 0, thr = 0;
   bool on = false;
   Dropout(const KernelCtx& c) {
     ratio = c.node.getFloat("dropout_ratio", 0.0f);
     on = ratio > 0.0f && c.opts.dropout;
     if (ratio < 0.0f || ratio >= 1.0f) c.fail("dropout_ratio must be in [0, 1), got " + std::to_string(ratio));
     scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
+    thr = dropoutThreshold(ratio);
     seed = randomSeed(c.node, c.opts.seed);
     step = c.opts.step;
     key = static_cast<uint32_t>(c.node.getInt("dropout_key", 0));
@@ -65,7 +66,7 @@ struct Dropout {
   // The factor on probability element e of the scores: 0 (dropped), 1/(1-ratio), or 1 (off).
   float factor(int64_t e) const {
     if (!on) return 1.0f;
-    return dropoutUniform(seed, step, key, static_cast<uint64_t>(e)) >= ratio ? scale : 0.0f;
+    return dropoutDraw(seed, step, key, static_cast<uint64_t>(e)) >= thr ? scale : 0.0f;
   }
 };
 

@@ -356,8 +356,11 @@ struct DropoutK {
       const uint64_t seed = randomSeed(c.node, c.opts.seed);
       const uint32_t key = dropoutNodeKey(c.node);
       const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(ratio)));
+      const uint32_t thr = dropoutThreshold(ratio);
+      uint32_t d[8];
       for (size_t i = 0; i < x.size(); ++i) {
-        keep[i] = dropoutUniform(seed, c.opts.step, key, i) >= ratio;
+        if (i % 8 == 0) dropoutDraws8(seed, c.opts.step, key, i / 8, d);
+        keep[i] = d[i % 8] >= thr;
         x[i] = keep[i] ? x[i] * scale : C(0);
       }
     }
@@ -377,16 +380,16 @@ void randomKernel(KernelCtx& c) {
   const std::string& op = c.node.op();
   if (op == "RandomUniformLike") {
     const double lo = c.node.getFloat("low", 0.0f), hi = c.node.getFloat("high", 1.0f);
-    for (int64_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * dropoutUniform(seed, c.opts.step, key, i);
+    for (int64_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * randomUniform(seed, c.opts.step, key, i);
   } else if (op == "RandomNormalLike") {
     const double mean = c.node.getFloat("mean", 0.0f), scale = c.node.getFloat("scale", 1.0f);
     for (int64_t i = 0; i < n; ++i) {
-      const double u1 = 1.0 - dropoutUniform(seed, c.opts.step, key, 2 * i), u2 = dropoutUniform(seed, c.opts.step, key, 2 * i + 1);
+      const double u1 = 1.0 - randomUniform(seed, c.opts.step, key, 2 * i), u2 = randomUniform(seed, c.opts.step, key, 2 * i + 1);
       v[i] = mean + scale * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     }
   } else {
     const auto p = widen<double>(c.in(0));
-    for (int64_t i = 0; i < n; ++i) v[i] = dropoutUniform(seed, c.opts.step, key, i) < p[i] ? 1.0 : 0.0;
+    for (int64_t i = 0; i < n; ++i) v[i] = randomUniform(seed, c.opts.step, key, i) < p[i] ? 1.0 : 0.0;
   }
   narrow(v, out);
 }

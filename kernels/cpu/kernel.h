@@ -3,6 +3,7 @@
 // f32 (GEMM and convolution accumulate in f32), the result rounded once to the storage type.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -80,7 +81,17 @@ uint32_t dropoutNodeKey(const Node& n);  // stable hash of the node's first resu
 // The seed of a random op's stream: its "seed" attribute (an int for Dropout's extension, a float
 // for RandomUniformLike, RandomNormalLike and Bernoulli), else the run's seed.
 uint64_t randomSeed(const Node& n, uint64_t runSeed);
-// Uniform in [0, 1) with 24 bits, for element `i` of the stream (seed, step, nodeKey).
-float dropoutUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i);
+// Uniform in [0, 1) with 24 bits, for element `i` of the stream (seed, step, nodeKey): the random
+// ops' draws (RandomUniformLike, RandomNormalLike, Bernoulli), four elements per Philox block.
+float randomUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i);
+// Dropout's 16-bit draw for element `i` of the stream (seed, step, nodeKey): eight elements per
+// Philox block (block i / 8; word (i / 2) % 4, its low half for even i), so that a GPU lane turns one
+// block into eight decisions. Element i is kept when its draw is at least dropoutThreshold(ratio).
+uint32_t dropoutDraw(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i);
+// The draws of elements 8 blk .. 8 blk + 7 (one Philox block).
+void dropoutDraws8(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t blk, uint32_t draws[8]);
+// ceil(ratio * 65536), exact in float: the smallest kept draw (65536 keeps none). The dropped share is
+// ratio rounded up to a multiple of 2^-16; the kept values are still scaled by 1 / (1 - ratio).
+inline uint32_t dropoutThreshold(float ratio) { return static_cast<uint32_t>(std::ceil(ratio * 65536.0f)); }
 
 }  // namespace ampc::cpu

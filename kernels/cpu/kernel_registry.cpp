@@ -98,14 +98,31 @@ uint64_t randomSeed(const Node& n, uint64_t runSeed) {
   return static_cast<uint64_t>(n.getInt("seed", 0));
 }
 
-float dropoutUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i) {
-  // Counter: (element block, step, node); key: the seed. One block gives 4 elements.
-  const uint64_t blk = i >> 2;
+namespace {
+// Philox block `blk` of the stream (seed, step, nodeKey). Counter: (block, step, node); key: the seed.
+void streamBlock(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t blk, uint32_t out[4]) {
   const uint32_t ctr[4] = {static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32), static_cast<uint32_t>(step), nodeKey};
   const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  uint32_t out[4];
   Philox::block(ctr, key, out);
+}
+}  // namespace
+
+float randomUniform(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i) {
+  uint32_t out[4];
+  streamBlock(seed, step, nodeKey, i >> 2, out);
   return static_cast<float>(out[i & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
+void dropoutDraws8(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t blk, uint32_t draws[8]) {
+  uint32_t out[4];
+  streamBlock(seed, step, nodeKey, blk, out);
+  for (int e = 0; e < 8; ++e) draws[e] = (out[e >> 1] >> (16 * (e & 1))) & 0xffffu;
+}
+
+uint32_t dropoutDraw(uint64_t seed, uint64_t step, uint32_t nodeKey, uint64_t i) {
+  uint32_t d[8];
+  dropoutDraws8(seed, step, nodeKey, i >> 3, d);
+  return d[i & 7];
 }
 
 }  // namespace ampc::cpu

@@ -2,7 +2,7 @@
 // without writing the [.., Tq, Tk] scores. The CPU reference is kernels/cpu/k_attention.cpp.
 //
 // Tiles of 64 queries x 64 keys, four warps per block. f16/bf16 with head dims multiples of 8 up to
-// 128 (and, with dropout, Tk a multiple of 4) run the mma.sync kernels further down (one-pass
+// 128 (and, with dropout, Tk a multiple of 8) run the mma.sync kernels further down (one-pass
 // forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward at head
 // dims 65-128 issues its products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
 // (zero-padded), the products run on tensor cores through WMMA 16x16x16 (f16/bf16 in, f32
@@ -179,6 +179,9 @@ __device__ __forceinline__ float sum16(float v) {
   return v;
 }
 
+// w[k] for a k that is not known at compile time, without a local-memory array.
+__device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int k) { return k == 0 ? w[0] : k == 1 ? w[1] : k == 2 ? w[2] : w[3]; }
+
 // Dropout factors of scores e0 .. e0+3 (consecutive keys of one row): 0, 1/(1-ratio), or 1 (off).
 __device__ __forceinline__ void dropFactors(const AttentionArgs& a, uint64_t step, uint64_t e0, float f[4]) {
   if (a.ratio <= 0.0f) {
@@ -186,17 +189,22 @@ __device__ __forceinline__ void dropFactors(const AttentionArgs& a, uint64_t ste
     return;
   }
   const float sc = 1.0f / (1.0f - a.ratio);
-  float u[4];
-  if ((e0 & 3) == 0) {
-    dropoutUniform4(a.seed, step, a.key, e0 >> 2, u);
-  } else {
-    for (int k = 0; k < 4; ++k) {
-      float w[4];
-      dropoutUniform4(a.seed, step, a.key, (e0 + k) >> 2, w);
-      u[k] = w[(e0 + k) & 3];
-    }
+  const uint32_t thr = dropoutThreshold(a.ratio);
+  uint32_t w[4];
+  if ((e0 & 3) == 0) {  // one block: words (e0 % 8) / 2 and the next
+    streamBlock(a.seed, step, a.key, e0 >> 3, w);
+    const int k0 = static_cast<int>(e0 & 7) >> 1;
+    const uint32_t lo = k0 == 0 ? w[0] : w[2], hi = k0 == 0 ? w[1] : w[3];
+    f[0] = keptLow(lo, thr) ? sc : 0.0f, f[1] = keptHigh(lo, thr) ? sc : 0.0f;
+    f[2] = keptLow(hi, thr) ? sc : 0.0f, f[3] = keptHigh(hi, thr) ? sc : 0.0f;
+    return;
   }
-  for (int k = 0; k < 4; ++k) f[k] = u[k] >= a.ratio ? sc : 0.0f;
+  for (int k = 0; k < 4; ++k) {
+    const uint64_t e = e0 + k;
+    streamBlock(a.seed, step, a.key, e >> 3, w);
+    const uint32_t v = pick4(w, static_cast<int>(e >> 1) & 3);
+    f[k] = ((e & 1) ? keptHigh(v, thr) : keptLow(v, thr)) ? sc : 0.0f;
+  }
 }
 
 // The mask slice batch-head n reads (one division per block), and the offset of its element (i, j).
@@ -754,6 +762,23 @@ size_t bwdSmemMma() {
          st * 128 * sizeof(uint32_t);
 }
 
+// Within each quad of lanes (tq = lane % 4): lane L's w[k] becomes lane k's w[L] before the call, a
+// 4 x 4 transpose in two exchanges (lane bit b against word bit b).
+__device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const bool up = (tq >> b) & 1;  // this lane keeps the words whose bit b is set, and sends the others
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if ((k >> b) & 1) continue;  // k: the word of the pair (k, k | 1 << b) whose bit b is clear
+      const int k1 = k | 1 << b;
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? w[k] : w[k1], 1 << b);
+      if (up) w[k] = got;
+      else w[k1] = got;
+    }
+  }
+}
+
 // One key tile of the one-pass forward on a warp's 16 x 64 scores in m16n8 C layout (rows g and g + 8
 // of its 16, lane (g, tq)): scale and mask (flag: the tile's TileFlags entry), the online softmax
 // (m, l; O rescaled), then dropout, its keep bits into *keep (null: not recorded). The tile's
@@ -812,26 +837,28 @@ __device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8]
     for (int nt = 0; nt < DK / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
   }
   if (a.ratio > 0.0f) {
-    // Keys 4q .. 4q + 3 of a row are one Philox draw; lanes tq and tq ^ 1 share it. The even lane
-    // draws row g's, the odd lane row g + 8's, and they trade halves.
-    const int odd = tq & 1;
+    // Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
+    // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
+    // transposes each set of four blocks, so that every lane holds its own word of all sixteen.
     const float sc = 1.0f / (1.0f - a.ratio);
+    const uint32_t thr = dropoutThreshold(a.ratio);
     uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int64_t i = odd ? rowI[1] : rowI[0], jq = j0 + nt * 8 + (tq >> 1) * 4;
-      float u[4];
-      dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + i) * a.Tk + jq) >> 2, u);
-      const float give0 = odd ? u[0] : u[2], give1 = odd ? u[1] : u[3];
-      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-      const float row0[2] = {odd ? got0 : u[0], odd ? got1 : u[1]};  // row g, keys 2 tq, 2 tq + 1
-      const float row8[2] = {odd ? u[2] : got0, odd ? u[3] : got1};  // row g + 8
+    for (int r = 0; r < 2; ++r) {
+      const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const bool k0 = row0[c] >= a.ratio, k8 = row8[c] >= a.ratio;
-        s[nt][c] *= k0 ? sc : 0.0f;
-        s[nt][2 + c] *= k8 ? sc : 0.0f;
-        kb |= static_cast<uint32_t>(k0) << (nt * 4 + c) | static_cast<uint32_t>(k8) << (nt * 4 + 2 + c);
+      for (int h = 0; h < 2; ++h) {
+        uint32_t w[4];
+        streamBlock(a.seed, step, a.key, blk0 + 4 * h + tq, w);
+        quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int nt = 4 * h + k;
+          const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
+          s[nt][2 * r] *= k0 ? sc : 0.0f;
+          s[nt][2 * r + 1] *= k1 ? sc : 0.0f;
+          kb |= static_cast<uint32_t>(k0) << (nt * 4 + r * 2) | static_cast<uint32_t>(k1) << (nt * 4 + r * 2 + 1);
+        }
       }
     }
     if (keep) *keep = kb;
@@ -1231,7 +1258,6 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     };
     const bool dropout = a.ratio > 0.0f;
     const float keep = dropout ? 1.0f / (1.0f - a.ratio) : 1.0f;
-    const int x = g & 3;
     if (!dropout) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -1255,26 +1281,28 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
             for (int r = 0; r < 2; ++r) element(2 * np + h, r, c, w >> ((2 * warp + r) * 4 + h * 2 + (g & 1)) & 1u ? keep : 0.0f);
         }
     } else {
-      // A dropout draw covers keys 4q .. 4q + 3 of one query: here the lanes of one tq whose g differ
-      // in the low two bits (a team). Each lane draws the groups of n-tiles 4 h + (g & 3) and the team
-      // broadcasts them, so a lane makes 8 draws per tile instead of 32.
+      // A Philox block covers keys 8q .. 8q + 7 of one query: here the eight lanes of one tq (a team;
+      // key g's draw is half g % 2 of word g / 2). Lane g draws n-tile g of both r and c, and the team
+      // broadcasts each block's four words, so a lane makes 4 draws per tile instead of 32.
+      const uint32_t thr = dropoutThreshold(a.ratio);
+      const int wd = g >> 1, hi = g & 1;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
+        for (int c = 0; c < 2; ++c) {
+          uint32_t w[4];
+          const int64_t iq = i0 + g * 8 + 2 * tq + c, key8 = j0 + warp * 16 + 8 * r;
+          streamBlock(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key8) >> 3, w);
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float u[4];
-            const int64_t iq = i0 + (4 * h + x) * 8 + 2 * tq + c, key4 = j0 + warp * 16 + 8 * r + (g & ~3);
-            dropoutUniform4(a.seed, step, a.key, static_cast<uint64_t>((n * a.Tq + iq) * a.Tk + key4) >> 2, u);
+          for (int y = 0; y < 8; ++y) {
+            const int src = (y << 2) | tq;
+            uint32_t v[4];
 #pragma unroll
-            for (int y = 0; y < 4; ++y) {
-              const int src = (lane & ~12) | (y << 2);
-              const float v0 = __shfl_sync(0xffffffffu, u[0], src), v1 = __shfl_sync(0xffffffffu, u[1], src);
-              const float v2 = __shfl_sync(0xffffffffu, u[2], src), v3 = __shfl_sync(0xffffffffu, u[3], src);
-              element(4 * h + y, r, c, (x == 0 ? v0 : x == 1 ? v1 : x == 2 ? v2 : v3) >= a.ratio ? keep : 0.0f);
-            }
+            for (int k = 0; k < 4; ++k) v[k] = __shfl_sync(0xffffffffu, w[k], src);
+            const uint32_t word = pick4(v, wd);
+            element(y, r, c, (hi ? keptHigh(word, thr) : keptLow(word, thr)) ? keep : 0.0f);
           }
+        }
     }
     // dV += P^T dO, dK += dS^T Q (k: the 64 queries); dS^T to smem for dQ.
 #pragma unroll

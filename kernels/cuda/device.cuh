@@ -131,12 +131,24 @@ __device__ __forceinline__ void philox(uint32_t c[4], uint32_t k0, uint32_t k1) 
     k1 += 0xBB67AE85u;
   }
 }
-// Dropout's uniform draws for elements 4b .. 4b+3 of the stream (seed, step, node key), in [0, 1).
-__device__ __forceinline__ void dropoutUniform4(uint64_t seed, uint64_t step, uint32_t key, uint64_t b, float u[4]) {
-  uint32_t c[4] = {static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), static_cast<uint32_t>(step), key};
-  philox(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+// The stream (seed, step, node key)'s Philox block b: kernels/cpu's streamBlock.
+__device__ __forceinline__ void streamBlock(uint64_t seed, uint64_t step, uint32_t key, uint64_t b, uint32_t w[4]) {
+  w[0] = static_cast<uint32_t>(b), w[1] = static_cast<uint32_t>(b >> 32), w[2] = static_cast<uint32_t>(step), w[3] = key;
+  philox(w, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+// The random ops' uniform draws for elements 4b .. 4b+3 of the stream, in [0, 1) (kernels/cpu's
+// randomUniform).
+__device__ __forceinline__ void randomUniform4(uint64_t seed, uint64_t step, uint32_t key, uint64_t b, float u[4]) {
+  uint32_t c[4];
+  streamBlock(seed, step, key, b, c);
   for (int k = 0; k < 4; ++k) u[k] = static_cast<float>(c[k] >> 8) * (1.0f / 16777216.0f);
 }
+// Dropout's draws (kernels/cpu's dropoutDraw): block b holds elements 8b .. 8b+7, word k the pair
+// 8b + 2k (low 16 bits) and 8b + 2k + 1 (high 16 bits). An element is kept when its draw is at
+// least dropoutThreshold(ratio).
+__device__ __forceinline__ uint32_t dropoutThreshold(float ratio) { return static_cast<uint32_t>(ceilf(ratio * 65536.0f)); }
+__device__ __forceinline__ bool keptLow(uint32_t w, uint32_t thr) { return (w & 0xffffu) >= thr; }
+__device__ __forceinline__ bool keptHigh(uint32_t w, uint32_t thr) { return (w >> 16) >= thr; }
 
 inline int gridFor(int64_t n, int block = 256) {
   const int64_t g = (n + block - 1) / block;

@@ -7,8 +7,8 @@
 namespace ampc::cuda {
 
 // Fused attention (attention.cu) holds a whole head row of Q, K and V in shared-memory tiles.
-// f16/bf16 with head dims multiples of 8 (and, with dropout, Tk a multiple of 4: a Philox group of
-// 4 keys never straddles two rows) run the mma.sync kernels, head dims up to
+// f16/bf16 with head dims multiples of 8 (and, with dropout, Tk a multiple of 8: a Philox block of
+// 8 keys never straddles two rows) run the mma.sync kernels, head dims up to
 // kAttentionMaxHeadDimMma; every other case runs the WMMA (f16/bf16) or FMA (f32) kernels, head
 // dims up to kAttentionMaxHeadDim.
 inline constexpr int kAttentionMaxHeadDim = 64;
@@ -16,7 +16,7 @@ inline constexpr int kAttentionMaxHeadDimMma = 128;
 
 inline bool attentionMmaShape(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool dropout) {
   return lowFloat && D % 8 == 0 && Dv % 8 == 0 && D <= kAttentionMaxHeadDimMma && Dv <= kAttentionMaxHeadDimMma &&
-         (!dropout || Tk % 4 == 0);
+         (!dropout || Tk % 8 == 0);
 }
 // Whether some attention kernel takes these head dims (D: Q's and K's, Dv: V's).
 inline bool attentionFits(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool dropout) {

@@ -966,35 +966,43 @@ cudaError_t reduceMiddle(const void* x, DT t, void* out, int64_t A, int64_t K, i
 // ---- random ----
 
 namespace {
-// One thread per block of 4 elements (one Philox call), as kernels/cpu's dropoutUniform; whole
-// blocks move as one load and store each (vec: every buffer aligned to 4 elements), the mask as one
-// 32-bit store. With `sum`, a residual Add after the Dropout's widening Cast is folded in: sum =
+// One thread per block of 8 elements (one Philox call), as kernels/cpu's dropoutDraw; whole blocks
+// move as two 4-element loads and stores (vec: every buffer aligned to 8 elements), the mask as one
+// 64-bit store. With `sum`, a residual Add after the Dropout's widening Cast is folded in: sum =
 // res + widen(y) (f32), and y is not written.
 __global__ void dropoutKernel(const void* x, DT t, void* y, bool* mask, const float* res, float* sum, int64_t n, float ratio, float scale,
                               uint64_t seed, const uint64_t* stepp, uint32_t key, bool vec) {
   const uint64_t step = *stepp;
-  AMPC_GRID_LOOP(b, (n + 3) / 4) {
-    uint32_t c[4] = {static_cast<uint32_t>(b), static_cast<uint32_t>(static_cast<uint64_t>(b) >> 32), static_cast<uint32_t>(step), key};
-    philox(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-    bool keep[4];
-    for (int k = 0; k < 4; ++k) keep[k] = static_cast<float>(c[k] >> 8) * (1.0f / 16777216.0f) >= ratio;
-    const int64_t i0 = b * 4;
-    if (vec && i0 + 4 <= n) {
-      float v[4];
-      load4(x, t, i0, v);
-      for (int k = 0; k < 4; ++k) v[k] = keep[k] ? v[k] * scale : 0.0f;
-      if (sum) {
-        float r[4];
-        load4(res, DT::f32, i0, r);
-        for (int k = 0; k < 4; ++k) v[k] = r[k] + roundTo(t, v[k]);
-        store4(sum, DT::f32, i0, v);
-      } else {
-        store4(y, t, i0, v);
+  const uint32_t thr = dropoutThreshold(ratio);
+  AMPC_GRID_LOOP(b, (n + 7) / 8) {
+    uint32_t w[4];
+    streamBlock(seed, step, key, static_cast<uint64_t>(b), w);
+    bool keep[8];
+    for (int k = 0; k < 4; ++k) keep[2 * k] = keptLow(w[k], thr), keep[2 * k + 1] = keptHigh(w[k], thr);
+    const int64_t i0 = b * 8;
+    if (vec && i0 + 8 <= n) {
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t i4 = i0 + 4 * hf;
+        float v[4];
+        load4(x, t, i4, v);
+        for (int k = 0; k < 4; ++k) v[k] = keep[4 * hf + k] ? v[k] * scale : 0.0f;
+        if (sum) {
+          float r[4];
+          load4(res, DT::f32, i4, r);
+          for (int k = 0; k < 4; ++k) v[k] = r[k] + roundTo(t, v[k]);
+          store4(sum, DT::f32, i4, v);
+        } else {
+          store4(y, t, i4, v);
+        }
       }
-      if (mask) *reinterpret_cast<uint32_t*>(mask + i0) = keep[0] | keep[1] << 8 | keep[2] << 16 | static_cast<uint32_t>(keep[3]) << 24;
+      if (mask) {
+        uint64_t m = 0;
+        for (int k = 0; k < 8; ++k) m |= static_cast<uint64_t>(keep[k]) << (8 * k);
+        *reinterpret_cast<uint64_t*>(mask + i0) = m;
+      }
       continue;
     }
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 8; ++k) {
       const int64_t i = i0 + k;
       if (i >= n) break;
       const float v = keep[k] ? loadF(x, t, i) * scale : 0.0f;
@@ -1020,9 +1028,10 @@ __global__ void dropoutGradKernel(const void* dy, DT dyT, DT t, const bool* mask
     for (int64_t i = i0; i < i0 + 4 && i < n; ++i) storeF(dx, t, i, mask[i] ? roundTo(t, loadF(dy, dyT, i)) * scale : 0.0f);
   }
 }
-bool aligned4(std::initializer_list<std::pair<const void*, int>> bufs) {
+// Whether every buffer is aligned to `elems` of its elements (size: the element's bytes).
+bool alignedTo(int elems, std::initializer_list<std::pair<const void*, int>> bufs) {
   for (const auto& [p, size] : bufs)
-    if (p && reinterpret_cast<uintptr_t>(p) % (4 * size) != 0) return false;
+    if (p && reinterpret_cast<uintptr_t>(p) % (static_cast<uintptr_t>(elems) * size) != 0) return false;
   return true;
 }
 __global__ void addStepKernel(uint64_t* s) { *s += 1; }
@@ -1032,15 +1041,15 @@ cudaError_t dropout(const void* x, DT t, void* y, bool* mask, const float* res, 
                     const uint64_t* step, uint32_t nodeKey, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
   const float scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio)));
-  const bool vec = aligned4({{x, dtSize(t)}, {y, dtSize(t)}, {mask, 1}, {res, 4}, {sum, 4}});
-  dropoutKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(x, t, y, mask, res, sum, n, ratio, scale, seed, step, nodeKey, vec);
+  const bool vec = alignedTo(8, {{x, dtSize(t)}, {y, dtSize(t)}, {mask, 1}, {res, 4}, {sum, 4}});
+  dropoutKernel<<<gridFor((n + 7) / 8), 256, 0, st>>>(x, t, y, mask, res, sum, n, ratio, scale, seed, step, nodeKey, vec);
   return cudaGetLastError();
 }
 
 namespace {
 __device__ __forceinline__ float streamUniform(uint64_t seed, uint64_t step, uint32_t key, uint64_t i) {
   float u[4];
-  dropoutUniform4(seed, step, key, i >> 2, u);
+  randomUniform4(seed, step, key, i >> 2, u);
   return u[i & 3];
 }
 __global__ void randomKernel(RandomMode mode, const void* p, DT pt, void* out, DT t, int64_t n, float a, float b, uint64_t seed,
@@ -1070,7 +1079,7 @@ cudaError_t randomFill(RandomMode mode, const void* p, DT pt, void* out, DT t, i
 
 cudaError_t dropoutGrad(const void* dy, DT dyT, DT t, const bool* mask, void* dx, int64_t n, float ratio, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
-  const bool vec = aligned4({{dy, dtSize(dyT)}, {dx, dtSize(t)}, {mask, 1}});
+  const bool vec = alignedTo(4, {{dy, dtSize(dyT)}, {dx, dtSize(t)}, {mask, 1}});
   dropoutGradKernel<<<gridFor((n + 3) / 4), 256, 0, st>>>(dy, dyT, t, mask, dx, n, static_cast<float>(1.0 / (1.0 - static_cast<double>(ratio))),
                                                           vec);
   return cudaGetLastError();

@@ -185,7 +185,7 @@ cudaError_t depthwiseBackwardFilter(const DwArgs& a, DT t, const void* x, const 
 
 // ---- random ---------------------------------------------------------------------------------
 // Dropout with the CPU backend's Philox stream (kernels/cpu/kernel.h): element i is kept when
-// uniform(seed, *step, nodeKey, i) >= ratio. `step` is a device counter (the step being run), so a
+// dropoutDraw(seed, *step, nodeKey, i) >= dropoutThreshold(ratio). `step` is a device counter (the step being run), so a
 // captured CUDA graph draws fresh masks on every replay. mask may be null. With `sum` (f32), a
 // residual Add after the result's widening Cast is folded in: sum = res + widen(y), y not written.
 cudaError_t dropout(const void* x, DT t, void* y, bool* mask, const float* res, float* sum, int64_t n, float ratio, uint64_t seed,

@@ -467,10 +467,11 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"random_mask_odd_tiles", {2, 3}, 100, 130, 40, 24, "random", 0.2},
       {"causal_gpt_like", {2, 2}, 192, 192, 64, 64, "causal", 0.1},
       {"no_mask_no_dropout", {3}, 70, 33, 32, 16, "", 0.0},
-      // f16/bf16 with head dims multiples of 8 (and with dropout Tk a multiple of 4) take the
-      // mma.sync kernels: odd query tiles, partial key tiles, head dims below 64, each mask form,
-      // dropout on and off; KT rows that are not 16-byte aligned (Tk 33, 197, 61, 132) load element
-      // by element. random_mask_odd_tiles (Tk 130, dropout) stays on the WMMA kernels.
+      // f16/bf16 with head dims multiples of 8 (and with dropout Tk a multiple of 8: a Philox block
+      // of 8 keys in one row) take the mma.sync kernels: odd query tiles, partial key tiles, head
+      // dims below 64, each mask form, dropout on and off; KT rows that are not 16-byte aligned (Tk
+      // 33, 197, 61) load element by element. random_mask_odd_tiles (Tk 130, dropout) and
+      // wmma_tk_mult4_causal_dropout (Tk 132: Philox blocks straddle rows) stay on the WMMA kernels.
       {"mma_random_mask", {2, 3}, 100, 136, 40, 24, "random", 0.2},
       {"mma_causal_long", {1, 3}, 320, 320, 64, 64, "causal", 0.0},
       {"mma_no_mask", {3}, 70, 48, 32, 16, "", 0.1},
@@ -479,7 +480,8 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_random_mask_d64", {1, 2}, 128, 128, 64, 64, "random", 0.0},
       {"mma_vit_tokens", {2, 2}, 197, 197, 64, 64, "", 0.0},
       {"mma_odd_keys_random_mask", {1, 2}, 77, 61, 32, 32, "random", 0.0},
-      {"mma_tk_mult4_causal_dropout", {1, 2}, 90, 132, 64, 48, "causal", 0.15},
+      {"wmma_tk_mult4_causal_dropout", {1, 2}, 90, 132, 64, 48, "causal", 0.15},
+      {"mma_tk_mult8_causal_dropout", {1, 2}, 90, 136, 64, 48, "causal", 0.15},
       // Transformers' masks (zero_empty_rows): per batch, broadcast over heads, with -inf entries
       // and one query row masked everywhere (O = 0 there); a padding row [B, 1, 1, Tk].
       {"mma_per_batch_mask_empty_row", {2, 3}, 100, 136, 64, 64, "per_batch", 0.1},

@@ -440,6 +440,28 @@ TEST(KernelReference, PhiloxKnownAnswers) {
   EXPECT_EQ(std::vector<uint32_t>(out, out + 4), (std::vector<uint32_t>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
 }
 
+// Dropout's stream layout, which the CUDA kernels reproduce: element i's 16-bit draw is half i % 2 of
+// word (i / 2) % 4 of Philox block i / 8, counter (block, step, node key), key the seed; it is kept
+// when the draw is at least ceil(ratio * 2^16).
+TEST(KernelReference, DropoutDrawsSixteenBitsEightToABlock) {
+  const uint64_t seed = 0x123456789abcdefull, step = 7, blk = (1ull << 32) + 5;
+  const uint32_t key = 0xdeadbeefu;
+  const uint32_t ctr[4] = {5u, 1u, 7u, key}, k2[2] = {0x89abcdefu, 0x01234567u};
+  uint32_t words[4];
+  cpu::Philox::block(ctr, k2, words);
+  uint32_t d[8];
+  cpu::dropoutDraws8(seed, step, key, blk, d);
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t want = e % 2 ? words[e / 2] >> 16 : words[e / 2] & 0xffffu;
+    EXPECT_EQ(d[e], want) << e;
+    EXPECT_EQ(cpu::dropoutDraw(seed, step, key, 8 * blk + e), want) << e;
+  }
+  EXPECT_EQ(cpu::dropoutThreshold(0.0f), 0u);  // keeps every draw
+  EXPECT_EQ(cpu::dropoutThreshold(0.5f), 32768u);
+  EXPECT_EQ(cpu::dropoutThreshold(0.1f), 6554u);  // 0.1f * 65536 = 6553.6000...
+  EXPECT_EQ(cpu::dropoutThreshold(0.99999f), 65536u);  // above every draw: nothing kept
+}
+
 TEST(KernelReference, DropoutMaskIsKeyedAndScaled) {
   const std::string text = graph("input %x : f32[64,64]\n const %p : f32[] = [0.3]\n const %t : bool[] = [1]\n"
                                  " %y : f32[64,64], %m : bool[64,64] = Dropout(%x, %p, %t)\n output %y\n output %m");
