@@ -89,5 +89,8 @@ std::unique_ptr<Pass> createSinkCastsPass();  // sink_casts.cpp
 std::unique_ptr<Pass> createFoldTransposesPass();  // fold_transposes.cpp
 // An Identity that is not a graph output goes, its readers reading its operand (drop_identities.cpp).
 std::unique_ptr<Pass> createDropIdentitiesPass();  // drop_identities.cpp
+// Add(GatherGrad(dY, idx), X) becomes GatherGrad(dY, idx, X), a widening Cast in front of X read
+// through (accumulate_gather_grads.cpp).
+std::unique_ptr<Pass> createAccumulateGatherGradsPass();  // accumulate_gather_grads.cpp
 
 }  // namespace ampc

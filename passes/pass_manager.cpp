@@ -23,6 +23,7 @@ const PassEntry kPasses[] = {
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},
+    {"accumulate-gather-grads", createAccumulateGatherGradsPass},
     {"fuse-elementwise", [] { return createFuseElementwisePass(); }},
     {"convert-f64", [] { return createConvertPrecisionPass(DType::f64); }},
     {"convert-f32", [] { return createConvertPrecisionPass(DType::f32); }},

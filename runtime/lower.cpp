@@ -69,6 +69,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
       if (claimedByFold(step, *n, order)) claimed.insert(n.get());
   };
   createDropIdentitiesPass()->run(step);
+  createAccumulateGatherGradsPass()->run(step);
   createFoldTransposesPass()->run(step);
   createSinkCastsPass()->run(step);
   if (opts.rematerialize) {

@@ -458,6 +458,16 @@ void inferConvGrad(InferContext& c) {  // (dY, X, W) -> dX, dW
 void inferWithShapeAttr(InferContext& c) {  // gradient of an input whose shape is the "shape" attribute
   c.setOut(0, TensorType{c.in(0).dtype, c.node().getInts("shape")});
 }
+// GatherGrad(dY, indices[, base]): the data's shape (attribute); the scatter-add starts from base
+// (any float type, the data's shape) when given (passes/accumulate_gather_grads.cpp).
+void inferGatherGrad(InferContext& c) {
+  const auto shape = c.node().getInts("shape");
+  if (c.numInputs() > 2 && c.hasInput(2)) {
+    c.check(isFloat(c.in(2).dtype), "base must be a float tensor");
+    c.check(c.in(2).shape == shape, "base must have the data's shape");
+  }
+  c.setOut(0, TensorType{c.in(0).dtype, shape});
+}
 void inferAvgPoolGrad(InferContext& c) { inferLike(c, 1); }
 void inferBatchNormGrad(InferContext& c) {  // (dY, X, scale, mean, var) -> dX, dScale, dBias
   c.setOut(0, c.in(1));
@@ -493,7 +503,7 @@ void registerGradOps(std::vector<OpDef>& t) {
   row("SoftmaxCrossEntropyLossGrad", 3, 4, 1, inferLossGrad);
   row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);
   row("SliceGrad", 3, 5, 1, inferWithShapeAttr);
-  row("GatherGrad", 2, 2, 1, inferWithShapeAttr);
+  row("GatherGrad", 2, 3, 1, inferGatherGrad);
   row("GatherElementsGrad", 2, 2, 1, inferWithShapeAttr);
   row("GatherNDGrad", 2, 2, 1, inferWithShapeAttr);
   row("PadGrad", 2, 3, 1, inferWithShapeAttr);

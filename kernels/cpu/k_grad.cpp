@@ -199,7 +199,8 @@ struct SliceGradK {
   }
 };
 
-// GatherGrad(dY, indices) with axis and the data's shape: the scatter-add that undoes Gather.
+// GatherGrad(dY, indices[, base]) with axis and the data's shape: the scatter-add that undoes Gather,
+// starting from base (widened) where given.
 template <typename C>
 struct GatherGradK {
   static void run(KernelCtx& c) {
@@ -212,7 +213,7 @@ struct GatherGradK {
     auto idx = c.in(1).toInts();
     const int64_t n = static_cast<int64_t>(idx.size());
     auto dy = widen<C>(c.in(0));
-    std::vector<C> dx(static_cast<size_t>(c.out(0).numel()), C(0));
+    std::vector<C> dx = c.has(2) ? widen<C>(c.in(2)) : std::vector<C>(static_cast<size_t>(c.out(0).numel()), C(0));
     for (auto& k : idx) {
       if (k < -dim || k >= dim) c.fail("index " + std::to_string(k) + " is out of range for axis length " + std::to_string(dim));
       if (k < 0) k += dim;

@@ -600,6 +600,30 @@ __device__ __forceinline__ void sceRowStatsT(const T* x, int64_t C, float& mx, f
   float m = -INFINITY, s = 0;
   const int64_t step = blockDim.x;
   int64_t c = threadIdx.x;
+  if constexpr (!std::is_same_v<T, float>) {
+    // f16/bf16 rows (GPT-2's logits): 16-byte packs of 8 after the row's unaligned head, each pack
+    // merged into the running (max, sum) with one rescale and no branch per element.
+    const uintptr_t ax = reinterpret_cast<uintptr_t>(x) & 15;
+    if (ax % sizeof(T) == 0) {
+      const int64_t head = min(C, static_cast<int64_t>(((16 - ax) & 15) / sizeof(T))), packs = (C - head) / 8;
+      for (int64_t j = threadIdx.x; j < head; j += step) onlineAdd(asF(x[j]), m, s);
+      for (int64_t p = threadIdx.x; p < packs; p += step) {
+        float v[8];
+        loadPack<T, 8>(x, head + 8 * p, v);
+        float pm = v[0];
+#pragma unroll
+        for (int k = 1; k < 8; ++k) pm = fmaxf(pm, v[k]);
+        if (pm == -INFINITY) continue;  // (a NaN anywhere makes pm or the sum NaN, as onlineAdd does)
+        const float nm = fmaxf(m, pm);
+        float add = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) add += expf(v[k] - nm);
+        s = (m == -INFINITY ? 0.0f : s * expf(m - nm)) + add;
+        m = nm;
+      }
+      c = head + 8 * packs + threadIdx.x;
+    }
+  }
   for (; c + 3 * step < C; c += 4 * step) {
     const float v0 = asF(x[c]), v1 = asF(x[c + step]), v2 = asF(x[c + 2 * step]), v3 = asF(x[c + 3 * step]);
     onlineAdd(v0, m, s);

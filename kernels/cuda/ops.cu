@@ -484,6 +484,18 @@ __global__ void scatterFlatKernel(const void* dy, DT t, const int64_t* idx, int6
 __global__ void narrowKernel(const float* acc, void* out, DT t, int64_t n) {
   AMPC_GRID_LOOP(i, n) storeF(out, t, i, acc[i]);
 }
+// acc = x (of type t) widened to f32; four at a time with vec (n % 4 == 0, both aligned to 4).
+__global__ void widenKernel(const void* x, DT t, float* acc, int64_t n, bool vec) {
+  if (vec) {
+    AMPC_GRID_LOOP(q, n / 4) {
+      float v[4];
+      load4(x, t, 4 * q, v);
+      store4(acc, DT::f32, 4 * q, v);
+    }
+    return;
+  }
+  AMPC_GRID_LOOP(i, n) acc[i] = loadF(x, t, i);
+}
 }  // namespace
 
 cudaError_t gather(const void* x, const void* idx, DT idxType, void* out, int elemBytes, int64_t outer, int64_t dim, int64_t n,
@@ -546,10 +558,15 @@ __global__ void orderedSumKernel(const void* dy, DT t, OrderBuffers b, uint32_t 
 }
 }  // namespace
 
-cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outer, int64_t dim, int64_t n,
-                       int64_t inner, void* order, cudaStream_t st) {
+cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, const void* base, DT baseT, float* acc, void* out, int64_t outer,
+                       int64_t dim, int64_t n, int64_t inner, void* order, cudaStream_t st) {
   const int64_t outN = outer * dim * inner;
-  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
+  if (!base) {
+    if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * outN, st); e != cudaSuccess) return e;
+  } else if (outN > 0) {
+    const bool vec = outN % 4 == 0 && reinterpret_cast<uintptr_t>(base) % (4 * dtSize(baseT)) == 0 && reinterpret_cast<uintptr_t>(acc) % 16 == 0;
+    widenKernel<<<gridFor(vec ? outN / 4 : outN), 256, 0, st>>>(base, baseT, acc, outN, vec);
+  }
   if (order && outer * n * inner > 0) {
     const OrderBuffers b = orderBuffers(order, n);
     gatherKeysKernel<<<gridFor(n), 256, 0, st>>>(idx, idxType, n, dim, b.keys, b.items);
@@ -558,7 +575,7 @@ cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float*
   } else if (outer * n * inner > 0) {
     gatherGradKernel<<<gridFor(outer * n * inner), 256, 0, st>>>(dy, t, idx, idxType, acc, outer, dim, n, inner);
   }
-  narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
+  if (out && outN > 0) narrowKernel<<<gridFor(outN), 256, 0, st>>>(acc, out, t, outN);
   return cudaGetLastError();
 }
 

@@ -106,9 +106,10 @@ cudaError_t sortOrder(const OrderBuffers& b, uint32_t targets, cudaStream_t st);
 // Gather along an axis: out[o, j, i] = x[o, idx[j], i] (negative indices wrap; out of range: 0).
 cudaError_t gather(const void* x, const void* idx, DT idxType, void* out, int elemBytes, int64_t outer, int64_t dim, int64_t n,
                    int64_t inner, cudaStream_t st);
-// GatherGrad: acc (f32, zeroed here) [outer, dim, inner] += dy[o, j, i] at idx[j]; then out = acc.
-cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, float* acc, void* out, int64_t outer, int64_t dim, int64_t n,
-                       int64_t inner, void* order, cudaStream_t st);
+// GatherGrad: acc (f32) [outer, dim, inner] = base (of type baseT, widened; zeros when null), then
+// += dy[o, j, i] at idx[j]; then out (type t) = acc, unless out is null (acc is the result: t f32).
+cudaError_t gatherGrad(const void* dy, DT t, const void* idx, DT idxType, const void* base, DT baseT, float* acc, void* out, int64_t outer,
+                       int64_t dim, int64_t n, int64_t inner, void* order, cudaStream_t st);
 // ScatterAddFlat: acc (f32, zeroed here) [outN] += dy[i] at idx[i] (i64); then out = acc.
 cudaError_t scatterAddFlat(const void* dy, DT t, const int64_t* idx, int64_t n, float* acc, void* out, int64_t outN, void* order, cudaStream_t st);
 

@@ -1432,12 +1432,19 @@ void Program::Lowering::ampcGatherGrad() {
   int64_t outer, dim, inner;
   split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
   const int64_t cnt = in(1)->type().numel();
-  const size_t accBytes = alignUp(sizeof(float) * out(0)->type().numel()), ob = orderBytes(cnt, dim);
+  const DT t = dt(in(0)), it = dt(in(1));
+  // An f32 result is summed in place; another type in an f32 scratch, then narrowed.
+  const bool direct = t == DT::f32;
+  const size_t accBytes = direct ? 0 : alignUp(sizeof(float) * out(0)->type().numel()), ob = orderBytes(cnt, dim);
   const Scratch acc = scratch(accBytes + ob);
   const void *dY = P(in(0)), *I = P(in(1));
+  const void* base = has(2) ? P(in(2)) : nullptr;  // the sum's start (passes/accumulate_gather_grads.cpp)
+  const DT bt = has(2) ? dt(in(2)) : DT::f32;
   void* dX = P(out(0));
-  const DT t = dt(in(0)), it = dt(in(1));
-  add([=](cudaStream_t st) { return gatherGrad(dY, t, I, it, acc.f(), dX, outer, dim, cnt, inner, ob ? acc.at(accBytes) : nullptr, st); });
+  add([=](cudaStream_t st) {
+    float* sum = direct ? static_cast<float*>(dX) : acc.f();
+    return gatherGrad(dY, t, I, it, base, bt, sum, direct ? nullptr : dX, outer, dim, cnt, inner, ob ? acc.at(accBytes) : nullptr, st);
+  });
 }
 
 void Program::Lowering::ampcGatherElementsGrad() {

@@ -3,6 +3,7 @@
 // sink-casts (passes/sink_casts.cpp): a widening Cast moves below the Transpose it feeds, exactly.
 // cse (passes/cse.cpp): repeated work merges, random ops and graph outputs stay.
 // fuse-linear (passes/fuse_linear.cpp): a dynamo export's linear layer becomes one Gemm.
+// accumulate-gather-grads (passes/accumulate_gather_grads.cpp): a tied embedding's gradient sum.
 // split-heads (passes/split_heads.cpp): timm's unbound q, k, v become a Split of the projection.
 #include <gtest/gtest.h>
 
@@ -372,6 +373,45 @@ TEST(SinkCasts, AWideningCastMovesBelowItsTransposeExactly) {
       "  %t : f32[6,2] = Transpose(%w) {perm = [1, 0]}\n  %n : f32[2,6] = Neg(%w)\n  output %t\n  output %n\n}\n");
   two->bindOps();
   EXPECT_FALSE(createSinkCastsPass()->run(*two));
+}
+
+// accumulate-gather-grads: a tied embedding's gradient, Add(GatherGrad(dY, idx), Cast(G)), becomes
+// one GatherGrad that starts its sum from G (read through the widening Cast). The same values up to
+// the order of the f32 sums; an Add that does not fit stays.
+TEST(AccumulateGatherGrads, ATiedEmbeddingsGradientSumsIntoTheOtherPath) {
+  const std::string text =
+      "graph \"g\" opset 17 {\n  domain \"ampc\" 1\n  input %dy : f32[7,4]\n  input %idx : i64[7]\n  input %gb : bf16[5,4]\n"
+      "  %gg : f32[5,4] = ampc::GatherGrad(%dy, %idx) {axis = 0, shape = [5, 4]}\n  %c : f32[5,4] = Cast(%gb) {to = 1}\n"
+      "  %w_grad : f32[5,4] = Add(%c, %gg)\n  output %w_grad\n}\n";
+  auto ref = parseGraph(text), g = parseGraph(text);
+  for (auto* x : {ref.get(), g.get()}) {
+    x->bindOps();
+    verify(*x);
+  }
+  ASSERT_TRUE(createAccumulateGatherGradsPass()->run(*g));
+  verify(*g);
+  const Node* acc = producer(*g, "w_grad");  // the gradient keeps its name
+  ASSERT_EQ(acc->op(), "GatherGrad");
+  ASSERT_EQ(acc->inputs().size(), 3u);
+  EXPECT_EQ(acc->inputs()[2], g->lookup("gb"));  // the Cast read through
+  EXPECT_EQ(g->numNodes(), 1u);
+  EXPECT_FALSE(createAccumulateGatherGradsPass()->run(*g));
+  const auto [want, got] = evaluateBoth(*ref, *g, [](const Value* v, int64_t i) {
+    return v->name() == "idx" ? static_cast<double>((i * 3) % 5) : 0.37 * static_cast<double>((i * 7) % 23) - 2.5;
+  });
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got[0].numel(), 20);
+  for (int64_t i = 0; i < 20; ++i) EXPECT_NEAR(got[0].getDouble(i), want[0].getDouble(i), 1e-6 * (1 + std::abs(want[0].getDouble(i)))) << i;
+  // The GatherGrad read elsewhere too, and an Add that broadcasts, stay.
+  for (const char* body : {"  %w_grad : f32[5,4] = Add(%c, %gg)\n  output %w_grad\n  output %gg\n",
+                           "  %r : f32[4] = Cast(%row) {to = 1}\n  %w_grad : f32[5,4] = Add(%gg, %r)\n  output %w_grad\n"}) {
+    auto keep = parseGraph(
+        "graph \"g\" opset 17 {\n  domain \"ampc\" 1\n  input %dy : f32[7,4]\n  input %idx : i64[7]\n  input %gb : bf16[5,4]\n"
+        "  input %row : bf16[4]\n  %gg : f32[5,4] = ampc::GatherGrad(%dy, %idx) {axis = 0, shape = [5, 4]}\n"
+        "  %c : f32[5,4] = Cast(%gb) {to = 1}\n" + std::string(body) + "}\n");
+    keep->bindOps();
+    EXPECT_FALSE(createAccumulateGatherGradsPass()->run(*keep)) << body;
+  }
 }
 
 // fold-transposes: Linear's backward as autodiff writes it over the dynamo exporter's
