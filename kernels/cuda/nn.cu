@@ -193,7 +193,18 @@ __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const voi
   for (int64_t row = blockIdx.x * static_cast<int64_t>(kLnGradWarps) + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kLnGradWarps) {
     const int64_t base = row * D;
-    float v[CH][4], g[CH][4], m, inv;
+    float v[CH][4], g[CH][4], r[CH][4], m, inv;
+    // dy (and up to CH 6 the residual: 126 registers, four blocks a multiprocessor) are loaded
+    // before x's statistics, so that the rows' loads are in flight together instead of one after
+    // another around the reductions.
+    constexpr bool kEarlyRes = CH <= 6;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const int k = c * 128 + lane * 4;
+      if (k >= D) continue;
+      load4(dy, dyT, base + k, g[c]);
+      if (kEarlyRes && res) load4(res, dxT, base + k, r[c]);
+    }
     warpRowStats<CH>(x, t, base, D, eps, v, m, inv);
     float a = 0, b = 0;
 #pragma unroll
@@ -201,7 +212,6 @@ __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const voi
       const int k = c * 128 + lane * 4;
       if (k >= D) continue;
       float sc[4];
-      load4(dy, dyT, base + k, g[c]);
       load4(scale, st, k, sc);
       float4& ds = acc[warp][0][c * 32 + lane];
       float4& db = acc[warp][1][c * 32 + lane];
@@ -222,14 +232,14 @@ __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const voi
     for (int c = 0; c < CH; ++c) {
       const int k = c * 128 + lane * 4;
       if (k >= D) continue;
-      float sc[4], o[4], r[4];
+      float sc[4], o[4];
       load4(scale, st, k, sc);
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[e] = inv * (g[c][e] * sc[e] - a - (v[c][e] - m) * inv * b);
       if (res) {
-        load4(res, dxT, base + k, r);
+        if (!kEarlyRes) load4(res, dxT, base + k, r[c]);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = r[e] + roundTo(dxT, o[e]);
+        for (int e = 0; e < 4; ++e) o[e] = r[c][e] + roundTo(dxT, o[e]);
       }
       store4(dx, dxT, base + k, o);
     }

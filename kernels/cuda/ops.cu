@@ -543,7 +543,7 @@ __global__ void gatherGradOrderedKernel(const void* dy, DT t, OrderBuffers b, fl
     const uint32_t k = b.sortedKeys[s];
     float sum = 0.0f;
     for (int64_t e = s; e < n && b.sortedKeys[e] == k; ++e) sum += loadF(dy, t, (o * n + b.sortedItems[e]) * inner + in);
-    acc[(o * dim + k) * inner + in] = sum;
+    acc[(o * dim + k) * inner + in] += sum;  // onto zeros or the base: one run head per target
   }
 }
 // acc[target] = the sum of dy over the target's items, in item order.
