@@ -92,5 +92,8 @@ std::unique_ptr<Pass> createDropIdentitiesPass();  // drop_identities.cpp
 // Add(GatherGrad(dY, idx), X) becomes GatherGrad(dY, idx, X), a widening Cast in front of X read
 // through (accumulate_gather_grads.cpp).
 std::unique_ptr<Pass> createAccumulateGatherGradsPass();  // accumulate_gather_grads.cpp
+// Rotary embeddings' rotate_half (Concat(Neg(Slice(x, h..2h)), Slice(x, 0..h)) on the last axis) becomes
+// one ampc::RotateHalf (fuse_rotate_half.cpp).
+std::unique_ptr<Pass> createFuseRotateHalfPass();  // fuse_rotate_half.cpp
 
 }  // namespace ampc

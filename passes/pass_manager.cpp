@@ -20,6 +20,7 @@ const PassEntry kPasses[] = {
     {"cse", createCsePass},
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
+    {"fuse-rotate-half", createFuseRotateHalfPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

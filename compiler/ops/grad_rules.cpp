@@ -142,6 +142,7 @@ void gradGelu(GB& b) {
   if (approx != "none" && approx != "tanh") b.fail("unknown approximate '" + approx + "'");
   b.setGrad(0, b.op("GeluGrad", {b.dy(0), b.x(0)}, {{"approximate", approx}}, kGradDomain));
 }
+void gradRotateHalf(GB& b) { b.setGrad(0, b.op("RotateHalf", {b.dy(0)}, {{"sign", -b.node.getInt("sign", 1)}}, kGradDomain)); }
 void gradSilu(GB& b) { b.setGrad(0, b.op("SiluGrad", {b.dy(0), b.x(0)}, {}, kGradDomain)); }
 void gradClip(GB& b) {
   Value* x = b.x(0);
@@ -518,6 +519,15 @@ void registerGradOps(std::vector<OpDef>& t) {
                       c.setOut(0, c.in(0));
                     }});
   t.back().inplace = true;
+  // ampc.RotateHalf {sign}: rotary embeddings' rotate_half, y = sign * [-x2, x1] over the halves of
+  // the last axis (fuse-rotate-half makes it); its gradient is itself with the sign flipped.
+  t.push_back(OpDef{"RotateHalf", kGradDomain, 1, 1, 1, 1, 1, 1, AmpCategory::Infer, true, [](InferContext& c) {
+                      c.check(isFloat(c.in(0).dtype), "X must be a float tensor, got " + c.in(0).str());
+                      c.check(c.in(0).rank() >= 1 && c.in(0).shape.back() % 2 == 0, "the last axis must have an even length, got " + c.in(0).str());
+                      const int64_t sign = c.node().getInt("sign", 1);
+                      c.check(sign == 1 || sign == -1, "sign must be 1 or -1, got " + std::to_string(sign));
+                      c.setOut(0, c.in(0));
+                    }});
   // ampc.Silu: x * sigmoid(x) in one op, rounded once (fuse-gelu makes it of x * Sigmoid(x)).
   t.push_back(OpDef{"Silu", kGradDomain, 1, 1, 1, 1, 1, 1, AmpCategory::Infer, true, [](InferContext& c) {
                       c.check(isFloat(c.in(0).dtype), "X must be a float tensor, got " + c.in(0).str());
@@ -553,6 +563,7 @@ void attachGradRules(std::vector<OpDef>& t) {
     if (d.domain == kGradDomain && d.name == "Attention") d.grad = gradAttention;
     if (d.domain == kGradDomain && d.name == "Gelu") d.grad = gradGelu;
     if (d.domain == kGradDomain && d.name == "Silu") d.grad = gradSilu;
+    if (d.domain == kGradDomain && d.name == "RotateHalf") d.grad = gradRotateHalf;
   }
 }
 

@@ -362,6 +362,23 @@ Tensor castTensor(const Tensor& x, DType to) {
   return out;
 }
 
+// ampc::RotateHalf {sign}: y = sign * [-x2, x1] over the halves of the last axis; the negations flip
+// the sign bit (the last byte's top bit, little-endian), exactly as Neg does.
+void rotateHalfKernel(KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  Tensor& out = c.out(0);
+  const size_t e = dtypeSize(x.type.dtype);
+  const int64_t d = x.type.shape.back(), h = d / 2, rows = d ? x.numel() / d : 0;
+  const bool negFirst = c.node.getInt("sign", 1) > 0;  // sign 1: the first half is -x2; sign -1: the second is -x1
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = x.data.data() + r * d * e;
+    uint8_t* dst = out.data.data() + r * d * e;
+    std::memcpy(dst, src + h * e, static_cast<size_t>(h) * e);
+    std::memcpy(dst + h * e, src, static_cast<size_t>(h) * e);
+    for (int64_t j = negFirst ? 0 : h; j < (negFirst ? h : d); ++j) dst[j * e + e - 1] ^= 0x80;
+  }
+}
+
 void registerTensorKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Reshape", copyKernel}, {"Flatten", copyKernel}, {"Squeeze", copyKernel}, {"Unsqueeze", copyKernel},
@@ -370,7 +387,7 @@ void registerTensorKernels(std::vector<KernelRow>& t) {
       {"ScatterElements", scatterElementsKernel}, {"ScatterND", scatterNDKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
       {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel},
       {"Shape", shapeKernel}, {"ConstantOfShape", constantOfShapeKernel}, {"Constant", constantKernel},
-      {"Range", rangeKernel},
+      {"Range", rangeKernel}, {"RotateHalf", rotateHalfKernel, "ampc"},
   });
 }
 

@@ -765,6 +765,41 @@ cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_
   return cudaGetLastError();
 }
 
+namespace {
+// A thread per (row, k < h): y[k] = x[k + h] and y[k + h] = x[k], the half `negFirst` picks with its
+// sign bit flipped. I: the index type (32-bit where rows * h fits).
+template <typename E, typename I>
+__global__ void rotateHalfKernel(const E* x, E* y, I pairs, I h, bool negFirst, E signBit) {
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < pairs; i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I r = i / h, k = i - r * h, base = r * 2 * h;
+    const E lo = x[base + k], hi = x[base + k + h];
+    y[base + k] = negFirst ? hi ^ signBit : hi;
+    y[base + k + h] = negFirst ? lo : lo ^ signBit;
+  }
+}
+template <typename E>
+void launchRotateHalf(const void* x, void* y, int64_t rows, int64_t h, bool negFirst, cudaStream_t st) {
+  const E bit = static_cast<E>(E{1} << (8 * sizeof(E) - 1));
+  const int64_t pairs = rows * h;
+  if (pairs < (int64_t{1} << 31))
+    rotateHalfKernel<E, uint32_t><<<gridFor(pairs), 256, 0, st>>>(static_cast<const E*>(x), static_cast<E*>(y), static_cast<uint32_t>(pairs),
+                                                                   static_cast<uint32_t>(h), negFirst, bit);
+  else
+    rotateHalfKernel<E, int64_t><<<gridFor(pairs), 256, 0, st>>>(static_cast<const E*>(x), static_cast<E*>(y), pairs, h, negFirst, bit);
+}
+}  // namespace
+
+cudaError_t rotateHalf(const void* x, void* y, int elemBytes, int64_t rows, int64_t h, bool negFirst, cudaStream_t st) {
+  if (rows * h == 0) return cudaSuccess;
+  switch (elemBytes) {
+    case 2: launchRotateHalf<uint16_t>(x, y, rows, h, negFirst, st); break;
+    case 4: launchRotateHalf<uint32_t>(x, y, rows, h, negFirst, st); break;
+    case 8: launchRotateHalf<uint64_t>(x, y, rows, h, negFirst, st); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
 cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st) {
   if (outer * inner == 0 || n == 0) return cudaSuccess;
   const bool intType = t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8;

@@ -138,6 +138,9 @@ cudaError_t indexScatter(const void* upd, DT t, int elemBytes, const void* idx, 
                          void* order, int64_t outN, cudaStream_t st);
 // Trilu over [batches, R, C]: keeps element (i, j) where j - i >= k (upper) or j - i <= k (lower), else 0.
 cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_t R, int64_t C, int64_t k, bool upper, cudaStream_t st);
+// ampc::RotateHalf over rows of 2h float elements (2, 4 or 8 bytes): y = [-x2, x1] (negFirst, sign 1)
+// or [x2, -x1] (sign -1); the negations flip the sign bit, as Neg does.
+cudaError_t rotateHalf(const void* x, void* y, int elemBytes, int64_t rows, int64_t h, bool negFirst, cudaStream_t st);
 // CumSum along one axis of x viewed as [outer, n, inner]: float types sum in f32, integers in int64.
 cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st);
 

@@ -355,6 +355,7 @@ struct Program::Lowering {
   void onnxGatherElements();
   void onnxScatterElements();
   void onnxTrilu();
+  void ampcRotateHalf();
   void onnxCumSum();
   void onnxMatMul() { return gemm(true); }
   void onnxGemm() { return gemm(false); }
@@ -955,6 +956,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "ScatterElements"}, &Lowering::onnxScatterElements},
       {{"", "ScatterND"}, &Lowering::onnxScatterElements},
       {{"", "Trilu"}, &Lowering::onnxTrilu},
+      {{"ampc", "RotateHalf"}, &Lowering::ampcRotateHalf},
       {{"", "CumSum"}, &Lowering::onnxCumSum},
       {{"", "MatMul"}, &Lowering::onnxMatMul},
       {{"", "Gemm"}, &Lowering::onnxGemm},
@@ -1218,6 +1220,16 @@ void Program::Lowering::onnxTrilu() {
   void* Y = P(out(0));
   const int eb = dtSize(dt(in(0)));
   add([=](cudaStream_t st) { return trilu(X, Y, eb, batches, R, Cc, k, upper, st); });
+}
+
+void Program::Lowering::ampcRotateHalf() {
+  const auto& xs = shape(in(0));
+  const int64_t d = xs.back(), rows = d ? in(0)->type().numel() / d : 0;
+  const bool negFirst = n.getInt("sign", 1) > 0;
+  const void* X = P(in(0));
+  void* Y = P(out(0));
+  const int eb = dtSize(dt(in(0)));
+  add([=](cudaStream_t st) { return rotateHalf(X, Y, eb, rows, d / 2, negFirst, st); });
 }
 
 void Program::Lowering::onnxCumSum() {

@@ -22,6 +22,7 @@ inline std::unique_ptr<Graph> trainGraph(const std::filesystem::path& dir, const
   const std::string freeze = model == "transformer" ? "model\\.mask" : model == "gpt2_tiny" ? "causal_mask" : "";
   createFuseAttentionPass(findTarget("cuda"), precision)->run(*g);
   createFuseGeluPass()->run(*g);
+  createFuseRotateHalfPass()->run(*g);
   if (precision != DType::f32) {
     PassManager pm;
     AutocastOptions ao;

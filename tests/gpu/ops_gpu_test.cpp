@@ -330,6 +330,8 @@ std::vector<Case> cases() {
   c.push_back({"GatherGrad_widened_base", "domain \"ampc\" 1\ninput %dy : f32[40,6]\ninput %i : i64[40]\ninput %b : $T[20,6]\n"
                                           "%dx : f32[20,6] = ampc::GatherGrad(%dy, %i, %b) {axis = 0, shape = [20, 6]}\noutput %dx",
                {{"i", {1, 0, 19}}}});
+  c.push_back({"RotateHalf", "domain \"ampc\" 1\ninput %x : $T[3,5,8]\n%y : $T[3,5,8] = ampc::RotateHalf(%x) {sign = 1}\n"
+                             "%z : $T[3,5,8] = ampc::RotateHalf(%x) {sign = -1}\noutput %y\noutput %z"});
   c.push_back({"SliceGrad", "domain \"ampc\" 1\ninput %dy : $T[3,3]\nconst %st : i64[2] = [1, -2]\nconst %en : i64[2] = [9, 0]\n"
                             "const %ax : i64[2] = [0, 1]\nconst %sp : i64[2] = [3, -4]\n"
                             "%dx : $T[10,12] = ampc::SliceGrad(%dy, %st, %en, %ax, %sp) {shape = [10, 12]}\noutput %dx"});

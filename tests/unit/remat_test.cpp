@@ -4,6 +4,7 @@
 // cse (passes/cse.cpp): repeated work merges, random ops and graph outputs stay.
 // fuse-linear (passes/fuse_linear.cpp): a dynamo export's linear layer becomes one Gemm.
 // accumulate-gather-grads (passes/accumulate_gather_grads.cpp): a tied embedding's gradient sum.
+// fuse-rotate-half (passes/fuse_rotate_half.cpp): rotary embeddings' rotate_half as one op.
 // split-heads (passes/split_heads.cpp): timm's unbound q, k, v become a Split of the projection.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "runtime/backend.h"
 #include "runtime/evaluator.h"
 #include "runtime/folds.h"
+#include "passes/autodiff.h"
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
 
@@ -411,6 +413,65 @@ TEST(AccumulateGatherGrads, ATiedEmbeddingsGradientSumsIntoTheOtherPath) {
         "  %c : f32[5,4] = Cast(%gb) {to = 1}\n" + std::string(body) + "}\n");
     keep->bindOps();
     EXPECT_FALSE(createAccumulateGatherGradsPass()->run(*keep)) << body;
+  }
+}
+
+// fuse-rotate-half: rotary embeddings' rotate_half as both exporters write it (slices with an
+// open end or an explicit one, axis -1 or the last index) becomes one ampc::RotateHalf, with the same
+// bits forward and the same gradient through autodiff; a slice pair that is not the two halves, or
+// a half read elsewhere, stays.
+TEST(FuseRotateHalf, RotateHalfBecomesOneOpWithTheSameBitsAndGradient) {
+  for (const char* ends : {"[9223372036854775807]", "[8]"})
+    for (const char* axis : {"-1", "3"}) {
+      const std::string text = std::string("graph \"g\" opset 17 {\n  param %x : f32[2,3,5,8]\n  const %z : i64[1] = [0]\n"
+                                           "  const %h : i64[1] = [4]\n  const %e : i64[1] = ") + ends +
+                               "\n  const %ax : i64[1] = [-1]\n  const %one : i64[1] = [1]\n"
+                               "  %x1 : f32[2,3,5,4] = Slice(%x, %z, %h, %ax, %one)\n  %x2 : f32[2,3,5,4] = Slice(%x, %h, %e, %ax, %one)\n"
+                               "  %n : f32[2,3,5,4] = Neg(%x2)\n  %r : f32[2,3,5,8] = Concat(%n, %x1) {axis = " + axis + "}\n"
+                               "  %c : f32[2,3,5,8] = Cos(%x)\n  %p : f32[2,3,5,8] = Mul(%r, %c)\n  %s : f32[] = ReduceSum(%p) {keepdims = 0}\n"
+                               "  output %s\n  output %r\n}\n";
+      auto ref = parseGraph(text), g = parseGraph(text);
+      for (auto* x : {ref.get(), g.get()}) {
+        x->bindOps();
+        Tensor xv(x->lookup("x")->type());
+        for (int64_t i = 0; i < xv.numel(); ++i) xv.setDouble(i, 0.37 * static_cast<double>((i * 7) % 23) - 2.5);
+        x->lookup("x")->setData(std::move(xv));
+      }
+      ASSERT_TRUE(createFuseRotateHalfPass()->run(*g)) << ends << " axis " << axis;
+      verify(*g);
+      const Node* rot = producer(*g, "r");
+      ASSERT_EQ(rot->op(), "RotateHalf");
+      EXPECT_EQ(rot->inputs()[0], g->lookup("x"));
+      EXPECT_FALSE(createFuseRotateHalfPass()->run(*g));
+      const auto fill = [](const Value*, int64_t i) { return 0.37 * static_cast<double>((i * 7) % 23) - 2.5; };
+      const auto [want, got] = evaluateBoth(*ref, *g, fill);
+      ASSERT_EQ(want.size(), 2u);
+      EXPECT_TRUE(got[1].data == want[1].data);  // the rotation: the same bits
+      // The gradient through the fused op equals the unfused graph's.
+      for (auto* x : {ref.get(), g.get()}) {
+        AutodiffOptions ao;
+        ASSERT_TRUE(createAutodiffPass(ao)->run(*x));
+      }
+      const auto [gw, gg] = evaluateBoth(*ref, *g, fill);
+      bool compared = false;
+      for (size_t i = 0; i < ref->outputs().size(); ++i)
+        if (ref->outputs()[i]->name() == "x_grad") {
+          ASSERT_EQ(gg[i].numel(), 240);
+          for (int64_t k = 0; k < 240; ++k) EXPECT_NEAR(gg[i].getDouble(k), gw[i].getDouble(k), 1e-6) << k;
+          compared = true;
+        }
+      EXPECT_TRUE(compared);
+    }
+  // Not the halves (a slice of 3 from 1), and a half that is also read elsewhere: nothing changes.
+  for (const char* variant : {"%x1 : f32[2,8] = Slice(%x, %z, %h, %ax, %one)\n  %x2 : f32[2,8] = Slice(%x, %h, %e, %ax, %one)\n"
+                              "  %n : f32[2,8] = Neg(%x2)\n  %r : f32[2,16] = Concat(%n, %x1) {axis = -1}\n  output %r\n  output %x2\n",
+                              "%x1 : f32[2,8] = Slice(%x, %z, %h, %ax, %one)\n  %x2 : f32[2,8] = Slice(%x, %h, %e, %ax, %one)\n"
+                              "  %n : f32[2,8] = Neg(%x1)\n  %r : f32[2,16] = Concat(%n, %x2) {axis = -1}\n  output %r\n"}) {
+    auto keep = parseGraph(std::string("graph \"g\" opset 17 {\n  input %x : f32[2,16]\n  const %z : i64[1] = [0]\n  const %h : i64[1] = [8]\n"
+                                       "  const %e : i64[1] = [16]\n  const %ax : i64[1] = [-1]\n  const %one : i64[1] = [1]\n  ") +
+                           variant + "}\n");
+    keep->bindOps();
+    EXPECT_FALSE(createFuseRotateHalfPass()->run(*keep)) << variant;
   }
 }
 

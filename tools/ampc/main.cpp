@@ -355,6 +355,7 @@ int main(int argc, char** argv) {
       const bool lowAttention = amp && (cat == ampOpts.opCategories.end() || cat->second != AmpCategory::Deny);
       pm.add(createFuseAttentionPass(findTarget(train.target), lowAttention ? ampOpts.low : DType::f32));
       pm.add(createFuseGeluPass());
+      pm.add(createFuseRotateHalfPass());
       pm.add(createFuseLinearPass());
       pm.add(createSplitHeadsPass());
     }
