@@ -66,7 +66,7 @@ class FuseRotateHalfPass final : public Pass {
       const TensorType& yt = cat->result(0)->type();
       const int64_t rank = yt.rank();
       if (rank < 1) continue;
-      const int64_t axis = cat->getInt("axis", 0) < 0 ? cat->getInt("axis", 0) + rank : cat->getInt("axis", 0);
+      const int64_t a = cat->getInt("axis", 0), axis = a < 0 ? a + rank : a;
       if (axis != rank - 1 || yt.shape.back() % 2 != 0 || yt.shape.back() <= 0) continue;
       const int64_t h = yt.shape.back() / 2;
       Node* neg = cat->input(0) ? cat->input(0)->producer() : nullptr;
