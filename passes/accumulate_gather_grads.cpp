@@ -22,7 +22,7 @@ int gatherGradOperand(const Graph& g, const Node& a) {
     const Value* v = a.inputs()[k];
     const Value* other = a.inputs()[1 - k];
     const Node* p = v ? v->producer() : nullptr;
-    if (!p || p->domain() != "ampc" || p->op() != "GatherGrad" || p->inputs().size() != 2 || v->uses().size() != 1 || g.isOutput(v))
+    if (!p || p->domain() != "ampc" || p->op() != "GatherGrad" || p->inputs().size() != 2 || !singleUse(g, v))
       continue;
     if (!other || other == v || other->type() != v->type() || a.result(0)->type() != v->type() || !isFloat(v->type().dtype)) continue;
     return k;
@@ -44,8 +44,7 @@ class AccumulateGatherGradsPass final : public Pass {
       Node* cast = base->producer();
       const bool readThrough = isOnnxOp(cast, "Cast") && cast->inputs().size() == 1 && cast->inputs()[0] &&
                                isFloat(cast->inputs()[0]->type().dtype) &&
-                               dtypeSize(cast->inputs()[0]->type().dtype) < dtypeSize(base->type().dtype) && base->uses().size() == 1 &&
-                               !g.isOutput(base);
+                               dtypeSize(cast->inputs()[0]->type().dtype) < dtypeSize(base->type().dtype) && singleUse(g, base);
       if (readThrough) base = cast->inputs()[0];
       // Placed at the Add, after both operands are made.
       Node* acc = g.copyNode(*gg, {gg->inputs()[0], gg->inputs()[1], base},

@@ -30,9 +30,6 @@
 namespace ampc {
 namespace {
 
-// v is read by exactly one node operand and is not a graph output.
-bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !g.isOutput(v); }
-
 const Node* producerOf(const Value* v, const char* op) {
   const Node* n = v ? v->producer() : nullptr;
   return n && n->domain().empty() && n->op() == op ? n : nullptr;

@@ -23,7 +23,6 @@
 namespace ampc {
 namespace {
 
-bool singleUse(const Graph& g, const Value* v) { return v->uses().size() == 1 && !g.isOutput(v); }
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::fabs(b); }
 bool scalarIs(const Value* v, double want) {
   const Tensor* t = v ? v->constData() : nullptr;

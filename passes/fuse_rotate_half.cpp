@@ -14,8 +14,6 @@
 namespace ampc {
 namespace {
 
-bool singleUse(const Graph& g, const Value* v) { return v && v->uses().size() == 1 && !g.isOutput(v); }
-
 std::vector<int64_t> constInts(const Value* v) {
   const Tensor* t = v ? v->constData() : nullptr;
   return t && !isFloat(t->type.dtype) ? t->toInts() : std::vector<int64_t>{};

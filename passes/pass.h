@@ -14,6 +14,9 @@ namespace ampc {
 
 // Whether n is the default-domain (ONNX) op `op`; false for null.
 inline bool isOnnxOp(const Node* n, std::string_view op) { return n && n->domain().empty() && n->op() == op; }
+// Whether v is read by exactly one node operand and is not a graph output (a pattern may absorb
+// it); false for null.
+inline bool singleUse(const Graph& g, const Value* v) { return v && v->uses().size() == 1 && !g.isOutput(v); }
 
 class Pass {
  public:
