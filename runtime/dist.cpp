@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -297,6 +298,11 @@ ProcessGroup::ProcessGroup(int rank, int world, std::unique_ptr<Impl> impl) : ra
 ProcessGroup::~ProcessGroup() = default;
 
 std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, std::chrono::milliseconds timeout) {
+  // gloo's TCP pairs write with writev, which raises SIGPIPE when a peer has died; SIGPIPE's default
+  // action would kill this rank silently (the launcher would report "killed by signal 13") instead
+  // of letting the collective fail with an error that names the rank. Ignoring it turns the write
+  // into EPIPE, which gloo reports as an exception.
+  ::signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>();
   if (env.rank == 0) impl->server = std::make_unique<StoreServer>(env.masterAddr, env.storePort, timeout);
   impl->store = std::make_unique<StoreClient>(env.rank, env.masterAddr, env.storePort, timeout);
