@@ -278,7 +278,10 @@ std::optional<DistEnv> DistEnv::fromEnvironment() {
   e.world = static_cast<int>(envInt("WORLD_SIZE", 1, 1 << 16, std::nullopt));
   e.rank = static_cast<int>(envInt("RANK", 0, e.world - 1, std::nullopt));
   e.localRank = static_cast<int>(envInt("LOCAL_RANK", 0, e.world - 1, int64_t{e.rank}));
-  if (e.world == 1) return e;
+  if (e.world == 1) {  // a group of one has no peers to meet: its store is its own, on a free loopback port
+    e.storePort = freeLoopbackPort();
+    return e;
+  }
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.masterAddr = a;
   else throw Error("the environment sets WORLD_SIZE=" + std::to_string(e.world) + " but not MASTER_ADDR");
   const int64_t master = envInt("MASTER_PORT", 1, 65535, std::nullopt);
@@ -341,6 +344,13 @@ void ProcessGroup::allReduceSum(float* data, size_t n) {
     throw Error("rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": the gradient all-reduce failed (did another rank die or hang?): " +
                 e.what());
   }
+}
+
+std::string ProcessGroup::shareFromRankZero(const std::string& key, const std::string& bytes) {
+  const std::string k = "share/" + key;
+  if (rank_ == 0) impl_->store->set(k, std::vector<char>(bytes.begin(), bytes.end()));
+  const std::vector<char> v = impl_->store->get(k);
+  return std::string(v.begin(), v.end());
 }
 
 void ProcessGroup::barrier() {

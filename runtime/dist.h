@@ -20,6 +20,7 @@ struct DistEnv {
   int rank = 0, world = 1, localRank = 0;
   std::string masterAddr = "127.0.0.1";
   int storePort = 0;
+  // WORLD_SIZE=1 needs nothing else: that group of one serves its own store on a free loopback port.
   // None when WORLD_SIZE is not set; Error naming the variable for a value that does not parse
   // or does not fit (RANK outside [0, WORLD_SIZE), a port outside [1, 65535], ...).
   static std::optional<DistEnv> fromEnvironment();
@@ -35,6 +36,7 @@ class ProcessGroup : public Collective {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   void allReduceSum(float* data, size_t n) override;
+  std::string shareFromRankZero(const std::string& key, const std::string& bytes) override;
   void barrier();
 
  private:

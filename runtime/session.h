@@ -4,6 +4,7 @@
 // (runtime/cuda/trainer.h) and reads its metrics every few steps.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +20,9 @@ struct SessionOptions {
   std::string device = "cpu";        // cpu, cuda or cuda:N
   uint64_t seed = 0;                 // Dropout's Philox key
   Collective* collective = nullptr;  // a data-parallel group (ampc.AllReduce), or none
+  // cuda: how long a wait for a step may take in a group before its peers are taken for dead
+  // (the CPU's Gloo group has the same timeout of its own).
+  std::chrono::milliseconds collectiveTimeout{300000};
   int logEvery = 10;                 // cuda: the metrics are read every N steps (one host sync)
   bool allowTf32 = false, cudaGraph = true, checkPlan = false, deterministic = false;
   // --explain-overflow: the session feeds this watch what it needs to name the op of a skipped

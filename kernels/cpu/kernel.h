@@ -23,6 +23,9 @@ class Collective {
   // Sums n floats element-wise across the group, in place. Every process gets the same bits.
   // Error when a peer has died or stopped answering (the group's timeout).
   virtual void allReduceSum(float* data, size_t n) = 0;
+  // Rank 0's `bytes` under `key`, on every rank (the others' `bytes` are ignored): how a device
+  // collective engine's group id (NCCL's) reaches the group. Error when rank 0 does not answer.
+  virtual std::string shareFromRankZero(const std::string& key, const std::string& bytes) = 0;
 };
 
 // What a backend needs besides the graph: the random stream's position and switches.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <set>
 
 #include "compiler/ops/geometry.h"
@@ -12,6 +13,7 @@
 #include "kernels/cuda/train.h"
 #include "passes/channels_last.h"
 #include "runtime/cuda/libs.h"
+#include "runtime/cuda/nccl.h"
 #include "runtime/folds.h"
 #include "runtime/plan.h"
 
@@ -32,9 +34,29 @@ std::vector<int64_t> nhwcStrides(const std::vector<int64_t>& s) { return {s[1] *
 
 int64_t hostSyncs() { return gSyncs.load(); }
 
+namespace {
+std::mutex gWaiterLock;
+std::function<void(cudaStream_t, const char*)> gWaiter;
+
+void waitFor(cudaStream_t st, const char* why) {
+  std::function<void(cudaStream_t, const char*)> w;
+  {
+    std::lock_guard<std::mutex> l(gWaiterLock);
+    w = gWaiter;
+  }
+  if (w) w(st, why);
+  else check(cudaStreamSynchronize(st), why);
+}
+}  // namespace
+
+void setStreamWaiter(std::function<void(cudaStream_t, const char*)> w) {
+  std::lock_guard<std::mutex> l(gWaiterLock);
+  gWaiter = std::move(w);
+}
+
 void hostSync(cudaStream_t st, const char* why) {
   ++gSyncs;
-  check(cudaStreamSynchronize(st), why);
+  waitFor(st, why);
 }
 
 bool gpuPresent() {
@@ -383,6 +405,7 @@ struct Program::Lowering {
   void ampcAveragePoolGrad() { return pool(false, true); }
   void ampcScatterAddFlat();
   void ampcGatherGrad();
+  void ampcAllReduce();
   void ampcGatherElementsGrad();
   void ampcSliceGrad();
   void ampcPadGrad();
@@ -988,6 +1011,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "AveragePoolGrad"}, &Lowering::ampcAveragePoolGrad},
       {{"ampc", "ScatterAddFlat"}, &Lowering::ampcScatterAddFlat},
       {{"ampc", "GatherGrad"}, &Lowering::ampcGatherGrad},
+      {{"ampc", "AllReduce"}, &Lowering::ampcAllReduce},
       {{"ampc", "GatherElementsGrad"}, &Lowering::ampcGatherElementsGrad},
       {{"ampc", "GatherNDGrad"}, &Lowering::ampcGatherElementsGrad},
       {{"ampc", "SliceGrad"}, &Lowering::ampcSliceGrad},
@@ -1437,6 +1461,76 @@ void Program::Lowering::ampcScatterAddFlat() {
   void* dX = P(out(0));
   const DT t = dt(in(0));
   add([=](cudaStream_t st) { return scatterAddFlat(dY, t, I, cnt, acc.f(), dX, outN, ob ? acc.at(accBytes) : nullptr, st); });
+}
+
+// AllReduce(x1..xn) {reduction: mean} (passes/data_parallel.h), as the CPU kernel computes it: the
+// operands widened into one f32 buffer, summed across the group by one NCCL all-reduce (so the loss,
+// the gradients and any overflow they carry travel together), divided by the group's size and
+// rounded once into the results. Without a group (a group of one) the operands are copied through.
+void Program::Lowering::ampcAllReduce() {
+  if (n.getString("reduction", "mean") != "mean") fail("only reduction 'mean' is supported");
+  if (n.numInputs() != n.numResults()) fail("wants one result per operand");
+  auto flat = [&](Ew op, const Value* from, const Value* to) {
+    EwArgs a;
+    a.op = op;
+    a.rank = 1;
+    a.n = a.shape[0] = from->type().numel();
+    a.in[0] = P(from);
+    a.inType[0] = dt(from);
+    a.access[0] = Access::Same;
+    a.out = to ? P(to) : nullptr;
+    a.outType = to ? dt(to) : DT::f32;
+    return a;
+  };
+  NcclGroup* group = p.opts_.collective;
+  if (!group) {
+    for (size_t i = 0; i < n.numInputs(); ++i) {
+      if (in(i)->type().numel() == 0 || P(in(i)) == P(out(i))) continue;
+      const EwArgs a = flat(Ew::Copy, in(i), out(i));
+      add([=](cudaStream_t st) { return cuda::elementwise(a, st); });
+    }
+    return;
+  }
+  std::vector<size_t> at;
+  size_t total = 0;
+  for (size_t i = 0; i < n.numInputs(); ++i) {
+    if (!isFloat(in(i)->type().dtype) || in(i)->type().dtype != out(i)->type().dtype) fail("operand " + std::to_string(i) + " must be a float tensor of its result's type");
+    at.push_back(total);
+    total += static_cast<size_t>(in(i)->type().numel());
+  }
+  const Scratch buf = scratch(sizeof(float) * total);
+  float* size = static_cast<float*>(p.allocPersistent(sizeof(float)));
+  const float world = static_cast<float>(group->world());
+  check(cudaMemcpy(size, &world, sizeof world, cudaMemcpyHostToDevice), "AllReduce group size");
+  for (size_t i = 0; i < n.numInputs(); ++i) {
+    if (in(i)->type().numel() == 0) continue;
+    const EwArgs a = flat(Ew::Copy, in(i), nullptr);
+    const size_t off = at[i];
+    add([=](cudaStream_t st) {
+      EwArgs w = a;
+      w.out = buf.f() + off;
+      return cuda::elementwise(w, st);
+    });
+  }
+  add([=](cudaStream_t st) {
+    group->allReduceSum(buf.f(), total, st);
+    return cudaGetLastError();
+  });
+  for (size_t i = 0; i < n.numInputs(); ++i) {
+    if (in(i)->type().numel() == 0) continue;
+    EwArgs a = flat(Ew::Div, in(i), out(i));
+    a.nin = 2;
+    a.inType[0] = DT::f32;
+    a.in[1] = size;
+    a.inType[1] = DT::f32;
+    a.access[1] = Access::Scalar;
+    const size_t off = at[i];
+    add([=](cudaStream_t st) {
+      EwArgs w = a;
+      w.in[0] = buf.f() + off;
+      return cuda::elementwise(w, st);
+    });
+  }
 }
 
 void Program::Lowering::ampcGatherGrad() {
@@ -2149,7 +2243,7 @@ Tensor Program::download(const Value* v) {
   } else {
     check(cudaMemcpyAsync(t.data.data(), ptr(v), t.data.size(), cudaMemcpyDeviceToHost, stream_), "download '" + v->name() + "'");
   }
-  check(cudaStreamSynchronize(stream_), "download '" + v->name() + "'");
+  waitFor(stream_, ("download '" + v->name() + "'").c_str());
   return t;
 }
 

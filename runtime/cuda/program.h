@@ -28,6 +28,11 @@ namespace ampc::cuda {
 int64_t hostSyncs();
 // Waits for `st` and counts one host synchronisation.
 void hostSync(cudaStream_t st, const char* why);
+// While set, hostSync waits through `w` instead of cudaStreamSynchronize (an open NCCL group polls
+// for its peers' failures and its timeout: runtime/cuda/nccl.h). Null restores the plain wait.
+void setStreamWaiter(std::function<void(cudaStream_t, const char*)> w);
+
+class NcclGroup;
 
 // True when a CUDA device is present and usable.
 bool gpuPresent();
@@ -58,6 +63,9 @@ struct ProgramOptions {
   // (The other reductions are in a fixed order always; cuBLASLt is deterministic on one stream
   // with its own workspace.) AveragePool's gradient is gathered per input element.
   bool deterministic = false;
+  // A data-parallel group (runtime/cuda/nccl.h): ampc.AllReduce sums across it. None: a group of
+  // one, whose AllReduce copies its operands through.
+  NcclGroup* collective = nullptr;
 };
 
 DT deviceType(DType t, const std::string& where);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "runtime/cuda/nccl.h"
 #include "runtime/cuda/trainer.h"
 #include "runtime/plan.h"
 
@@ -15,10 +16,14 @@ namespace {
 class CudaSession : public TrainSession {
  public:
   CudaSession(Graph& g, const SessionOptions& o) : o_(o) {
-    if (o.collective && o.collective->world() > 1)
-      throw Error("data-parallel groups run on the CPU backend (Gloo) only; the CUDA path (NCCL) is not built yet: add --device cpu");
     ProgramOptions po;
     po.device = parseDevice(o.device);
+    // A data-parallel group: its AllReduce runs through NCCL on this device (Gloo's group finds the
+    // peers and hands out NCCL's unique id).
+    if (o.collective) {
+      nccl_ = std::make_unique<NcclGroup>(*o.collective, po.device, o.collectiveTimeout);
+      po.collective = nccl_.get();
+    }
     po.allowTf32 = o.allowTf32;
     po.cudaGraph = o.cudaGraph;
     po.seed = o.seed;
@@ -94,6 +99,7 @@ class CudaSession : public TrainSession {
 
  private:
   SessionOptions o_;
+  std::unique_ptr<NcclGroup> nccl_;  // outlives the trainer, whose end waits for the stream
   std::unique_ptr<CudaTrainer> trainer_;
   const Value* scale_ = nullptr;
   int device_ = 0;

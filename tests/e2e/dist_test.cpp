@@ -194,6 +194,30 @@ TEST(Dist, GroupEqualsOneProcessWithTheGlobalBatch) {
   }
 }
 
+// A group of one, named by the torchrun environment (WORLD_SIZE=1, as torchrun --nproc-per-node 1
+// gives): it runs through the group's all-reduce, and trains bitwise as a plain run does.
+TEST(Dist, AGroupOfOneIsBitwiseAPlainRun) {
+  TempDir d;
+  const std::string plan = makePlan(d, kBatch, "--precision fp16 --optimizer adamw --lr 0.003");
+  const std::string common = " --data " + kDigits + "/train --shuffle --seed 3 --steps 12 ";
+  auto plain = run(kAmprun + " " + plan + common + "--metrics " + d.file("plain.jsonl") + " --save " + d.file("plain.safetensors"));
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("a group of"), std::string::npos) << plain.out;
+  const std::string env = "WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freeLoopbackPort());
+  auto one = run(env + " " + kAmprun + " " + plan + common + "--metrics " + d.file("one.jsonl") + " --save " + d.file("one.safetensors"));
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("amprun: a group of 1 process; gradients averaged through Gloo (CPU)"), std::string::npos) << one.out;
+  const auto a = readMetrics(d.file("plain.jsonl")), b = readMetrics(d.file("one.jsonl"));
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].loss, b[i].loss) << "step " << i + 1;
+    EXPECT_EQ(a[i].scale, b[i].scale) << "step " << i + 1;
+  }
+  EXPECT_LT(a.back().loss, a.front().loss) << "the run must train";
+  EXPECT_TRUE(sameBits(d.file("one.safetensors"), d.file("plain.safetensors")));
+}
+
 // An Inf in one sample of rank 1's share at step 5 (fp16, dynamic loss scale): rank 1's gradients
 // are not finite, so the averaged ones are not either: every rank skips step 5 and halves the
 // scale, and all ranks end with the same bits.

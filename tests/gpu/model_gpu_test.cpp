@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <set>
 
+#include "passes/data_parallel.h"
+#include "runtime/cuda/nccl.h"
 #include "runtime/cuda/trainer.h"
+#include "runtime/dist.h"
 #include "runtime/data.h"
 #include "runtime/overflow.h"
 #include "tests/common/train_graph.h"
@@ -24,9 +27,10 @@ fs::path modelsDir() {
   return env && *env ? fs::path(env) : fs::path(AMPC_SOURCE_DIR) / "models";
 }
 
-std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer) {
+std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, const std::string& optimizer, float initScale = 0) {
   TrainOptions o;
   o.optimizer = optimizer;
+  if (initScale > 0) o.initScale = initScale;
   // resnet_tiny (batch norm over 4 images) is chaotic at the other models' rates: the backends'
   // rounding-order differences grow step by step. Measured on the H200: at SGD lr 0.05 the f16/bf16
   // losses drifted 2.07e-2 / 1.97e-2 apart by step 20; at SGD lr 0.01 and AdamW lr 1e-3 the fp32
@@ -228,6 +232,72 @@ TEST(GpuDeterministic, TwoRunsAreBitwiseEqual) {
     }
     EXPECT_GT(compared, 4);
   }
+}
+
+// Data-parallel on CUDA (runtime/cuda/nccl.h): the step graph with the group's AllReduce
+// (passes/data_parallel.h), run in a group of one through NCCL (the only group one GPU holds: NCCL
+// takes one rank a device), trains bitwise as the plain graph does: the sum of one rank divided by 1
+// is the identity, and --deterministic makes both runs repeatable. Covered: the gradients of
+// attention and embeddings (gpt2_tiny), BatchNorm's running statistics (resnet_tiny), bf16, and fp16
+// with a loss scale of 2^40 whose first steps overflow, so that the skip rides the all-reduce too.
+TEST(GpuDataParallel, AGroupOfOneThroughNcclIsBitwiseAPlainRun) {
+  AMPC_NEED_GPU();
+  DistEnv env;
+  env.storePort = freeLoopbackPort();
+  auto host = ProcessGroup::connect(env, std::chrono::seconds(60));
+  cuda::NcclGroup nccl(*host, 0, std::chrono::seconds(60));
+  std::printf("%s\n", nccl.version().c_str());
+  for (const std::string model : {"gpt2_tiny", "resnet_tiny"})
+    for (const DType precision : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(model + " " + std::string(dtypeName(precision)));
+      const float scale = precision == DType::f16 ? std::ldexp(1.0f, 40) : 0.0f;
+      auto plain = trainGraph(model, precision, "adamw", scale), grouped = trainGraph(model, precision, "adamw", scale);
+      createDataParallelPass()->run(*grouped);
+      int reduces = 0;
+      for (const auto& n : grouped->nodes()) reduces += n->op() == "AllReduce";
+      ASSERT_EQ(reduces, 1);
+      std::vector<const Value*> ins(plain->inputs().begin(), plain->inputs().end());
+      const uint64_t seed = gputest::rng()();
+      std::vector<Trainer::Metrics> m[2];
+      int64_t launches[2] = {};
+      for (int r = 0; r < 2; ++r) {
+        cuda::ProgramOptions po;
+        po.deterministic = true;
+        po.seed = seed;
+        po.collective = r == 1 ? &nccl : nullptr;
+        cuda::CudaTrainer t(r == 1 ? *grouped : *plain, po, 1);
+        t.begin(0);
+        auto data = DataSource::synthetic(ins, seed, ranges(model));
+        for (int s = 0; s < 8; ++s) {
+          const auto b = data.next();
+          for (const auto& x : t.step(&b)) m[r].push_back(x);
+        }
+        t.syncState();
+        launches[r] = t.program().stats().launches;
+      }
+      EXPECT_GT(launches[1], launches[0]) << "the grouped plan must launch its all-reduce";
+      ASSERT_EQ(m[0].size(), 8u);
+      ASSERT_EQ(m[1].size(), 8u);
+      int skipped = 0;
+      for (size_t s = 0; s < 8; ++s) {
+        EXPECT_EQ(m[0][s].loss, m[1][s].loss) << "step " << s;
+        EXPECT_EQ(m[0][s].gradNorm, m[1][s].gradNorm) << "step " << s;
+        EXPECT_EQ(m[0][s].skipped, m[1][s].skipped) << "step " << s;
+        skipped += m[1][s].skipped;
+      }
+      if (precision == DType::f16) EXPECT_GT(skipped, 0) << "a scale of 2^40 must overflow";
+      EXPECT_LT(skipped, 8);
+      int compared = 0;
+      for (const Value* p : plain->params()) {
+        const Value* q = grouped->lookup(p->name());
+        ASSERT_TRUE(q && p->data() && q->data()) << p->name();
+        const auto &a = p->data()->data, &b = q->data()->data;
+        ASSERT_EQ(a.size(), b.size()) << p->name();
+        EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << p->name() << " differs between the plain and the grouped run";
+        ++compared;
+      }
+      EXPECT_GT(compared, 4);
+    }
 }
 
 // --explain-overflow on CUDA (ProgramOptions::watchFinite): the scans around each launch find the

@@ -299,10 +299,8 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
-  if (useCuda && (world > 1 || nproc > 1)) {
-    std::cerr << "amprun: data-parallel groups run on the CPU backend (Gloo) only; the CUDA path (NCCL) is not built yet: add --device cpu\n";
-    return 2;
-  }
+  // A CUDA group: each rank on GPU LOCAL_RANK (torchrun's convention) unless --device names one.
+  if (useCuda && dist && device == "cuda") device = "cuda:" + std::to_string(dist->localRank);
   if (nproc > 1 && !std::getenv("AMPC_LAUNCHED")) {
     if (dist) {
       std::cerr << "amprun: --nproc launches a group, but the environment already names one (WORLD_SIZE=" << dist->world
@@ -341,8 +339,9 @@ int main(int argc, char** argv) {
     DataSource data = synthetic ? DataSource::synthetic(ins, seed, ranges) : DataSource::fromDir(dataDir, ins, shuffle, seed);
     // A group: every rank averages its loss, gradients and running statistics with the others'
     // before the overflow check (passes/data_parallel.h), on its own share of the global batch.
+    // A group of one (WORLD_SIZE=1) runs through the collective too, as torchrun's DDP does.
     std::unique_ptr<ProcessGroup> group;
-    if (world > 1) {
+    if (dist) {
       try {
         data.shard(rank, world);
       } catch (const Error& e) {
@@ -445,6 +444,7 @@ int main(int argc, char** argv) {
     so.device = device;
     so.seed = seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;  // each rank its own Dropout masks
     so.collective = group.get();
+    so.collectiveTimeout = std::chrono::milliseconds(static_cast<int64_t>(distTimeout * 1000));
     so.logEvery = static_cast<int>(std::max<int64_t>(logEvery, 1));
     so.allowTf32 = allowTf32;
     so.cudaGraph = !noCudaGraph;
@@ -452,6 +452,9 @@ int main(int argc, char** argv) {
     so.deterministic = deterministic;
     so.watch = watch ? &*watch : nullptr;
     auto session = openTrainSession(g, so);
+    if (group && lead)
+      std::cout << "amprun: a group of " << world << (world == 1 ? " process" : " processes") << "; gradients averaged through "
+                << (useCuda ? "NCCL (CUDA)" : "Gloo (CPU)") << "\n";
     session->begin(static_cast<uint64_t>(done));
     int64_t reported = done;
     int explained = 0;
