@@ -35,7 +35,7 @@ const PassEntry kPasses[] = {
     {"cast-cleanup", createCastCleanupPass},
     {"autodiff", [] { return createAutodiffPass(); }},
     {"train-step", [] { return createTrainStepPass(TrainOptions{}); }},
-    {"data-parallel", createDataParallelPass},
+    {"data-parallel", [] { return createDataParallelPass(); }},
 };
 }  // namespace
 

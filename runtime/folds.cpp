@@ -875,6 +875,17 @@ Schedule schedule(const Graph& g) {
     }
     positions[indexOf[n.get()]] = last;
   }
+  // A data-parallel AllReduce (passes/data_parallel.h) may average its bucket on a stream of its own
+  // while the backward goes on (the CUDA backend, in a group): its operands are read until the first
+  // node that reads one of its results, where that stream joins the main one again.
+  for (const auto& n : g.nodes()) {
+    if (n->domain() != "ampc" || n->op() != "AllReduce") continue;
+    int join = static_cast<int>(positions.size());
+    for (size_t r = 0; r < n->numResults(); ++r)
+      for (const Use& u : n->result(r)->uses()) join = std::min(join, positions[indexOf[u.user]]);
+    for (const Value* v : n->inputs())
+      if (v) s.extraReads.emplace_back(v, join);
+  }
   return s;
 }
 

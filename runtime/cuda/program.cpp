@@ -1498,39 +1498,60 @@ void Program::Lowering::ampcAllReduce() {
     at.push_back(total);
     total += static_cast<size_t>(in(i)->type().numel());
   }
-  const Scratch buf = scratch(sizeof(float) * total);
+  // On a stream of its own (overlapping the nodes after it until the first reader of an average,
+  // where the main stream waits: joinComm), with a buffer of its own; in order on the main stream
+  // under --check-plan and --explain-overflow, whose per-node checks would race with it.
+  const bool overlap = !p.opts_.checkPlan && !p.opts_.watchFinite;
+  float* packed = overlap ? static_cast<float*>(p.allocPersistent(sizeof(float) * std::max<size_t>(total, 1))) : nullptr;
+  const Scratch buf = scratch(overlap ? 0 : sizeof(float) * total);
   float* size = static_cast<float*>(p.allocPersistent(sizeof(float)));
   const float world = static_cast<float>(group->world());
   check(cudaMemcpy(size, &world, sizeof world, cudaMemcpyHostToDevice), "AllReduce group size");
+  std::vector<EwArgs> packs, unpacks;
+  std::vector<size_t> offsets;
   for (size_t i = 0; i < n.numInputs(); ++i) {
     if (in(i)->type().numel() == 0) continue;
-    const EwArgs a = flat(Ew::Copy, in(i), nullptr);
-    const size_t off = at[i];
-    add([=](cudaStream_t st) {
-      EwArgs w = a;
-      w.out = buf.f() + off;
-      return cuda::elementwise(w, st);
-    });
-  }
-  add([=](cudaStream_t st) {
-    group->allReduceSum(buf.f(), total, st);
-    return cudaGetLastError();
-  });
-  for (size_t i = 0; i < n.numInputs(); ++i) {
-    if (in(i)->type().numel() == 0) continue;
+    packs.push_back(flat(Ew::Copy, in(i), nullptr));
     EwArgs a = flat(Ew::Div, in(i), out(i));
     a.nin = 2;
     a.inType[0] = DT::f32;
     a.in[1] = size;
     a.inType[1] = DT::f32;
     a.access[1] = Access::Scalar;
-    const size_t off = at[i];
-    add([=](cudaStream_t st) {
-      EwArgs w = a;
-      w.in[0] = buf.f() + off;
-      return cuda::elementwise(w, st);
-    });
+    unpacks.push_back(a);
+    offsets.push_back(at[i]);
   }
+  cudaEvent_t ready = nullptr, done = nullptr;
+  if (overlap) {
+    if (!p.comm_) check(cudaStreamCreateWithFlags(&p.comm_, cudaStreamNonBlocking), "the data-parallel stream");
+    for (cudaEvent_t* e : {&ready, &done}) {
+      check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "the data-parallel stream's events");
+      p.commEvents_.push_back(*e);
+    }
+    p.pendingJoins_.push_back(done);
+  }
+  cudaStream_t comm = p.comm_;
+  add([=](cudaStream_t st) {
+    cudaError_t e = cudaSuccess;
+    cudaStream_t work = st;
+    if (overlap) {
+      if ((e = cudaEventRecord(ready, st)) != cudaSuccess || (e = cudaStreamWaitEvent(comm, ready, 0)) != cudaSuccess) return e;
+      work = comm;
+    }
+    float* base = overlap ? packed : buf.f();
+    for (size_t k = 0; k < packs.size(); ++k) {
+      EwArgs a = packs[k];
+      a.out = base + offsets[k];
+      if ((e = cuda::elementwise(a, work)) != cudaSuccess) return e;
+    }
+    group->allReduceSum(base, total, work);
+    for (size_t k = 0; k < unpacks.size(); ++k) {
+      EwArgs a = unpacks[k];
+      a.in[0] = base + offsets[k];
+      if ((e = cuda::elementwise(a, work)) != cudaSuccess) return e;
+    }
+    return overlap ? cudaEventRecord(done, comm) : cudaGetLastError();
+  });
 }
 
 void Program::Lowering::ampcGatherGrad() {
@@ -1996,6 +2017,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     const Node& n = *nodes[i];
     if (o.checkPlan && i > 0) addPlanCheck(nodes, i - 1, freedAt);  // after node i - 1's launches
     if (o.watchFinite) addFiniteScans(groups[i].operands, "scan operands of " + n.describe());
+    for (const Value* v : n.inputs())
+      if (v && v->producer() && v->producer()->domain() == "ampc" && v->producer()->op() == "AllReduce") joinComm();
     if (leader[i] == i) {
       if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) {
         std::vector<const Node*> group;
@@ -2012,6 +2035,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     }
     if (o.watchFinite) addFiniteScans(groups[i].results, "scan results of " + n.describe());
   }
+  joinComm();  // the metrics and the state write-back read the last averages
   if (o.checkPlan && !nodes.empty()) addPlanCheck(nodes, nodes.size() - 1, freedAt);
   if (o.watchFinite) {
     for (auto& w : groups)
@@ -2023,6 +2047,17 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
+}
+
+void Program::joinComm() {
+  if (pendingJoins_.empty()) return;
+  std::vector<cudaEvent_t> done;
+  done.swap(pendingJoins_);
+  launches_.push_back({"join the data-parallel stream", "ampc.AllReduce", [done](cudaStream_t st) {
+                         for (cudaEvent_t e : done)
+                           if (const cudaError_t r = cudaStreamWaitEvent(st, e, 0); r != cudaSuccess) return r;
+                         return cudaSuccess;
+                       }});
 }
 
 // checkPlan, after node `index`'s launches: count the NaN elements of its float results,
@@ -2197,8 +2232,11 @@ void Program::lowerOptimizerPart(const std::vector<const Node*>& group, size_t g
 
 Program::~Program() {
   if (stream_) cudaStreamSynchronize(stream_);
+  if (comm_) cudaStreamSynchronize(comm_);
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
+  for (cudaEvent_t e : commEvents_) cudaEventDestroy(e);
+  if (comm_) cudaStreamDestroy(comm_);
   keep_.clear();
   for (auto& [v, s] : staging_) {
     if (s.done) cudaEventDestroy(s.done);

@@ -168,6 +168,12 @@ class Program {
   size_t finiteRecords_ = 0;
   void addFiniteScans(const std::vector<std::pair<const Value*, size_t>>& values, const std::string& what);
   void addPlanCheck(const std::vector<const Node*>& nodes, size_t index, const std::map<int, std::vector<std::pair<int64_t, int64_t>>>& freedAt);
+  // Data-parallel buckets averaged on a stream of their own while the backward goes on (ampc.AllReduce
+  // in a group): the stream, every event made for it, and the buckets' completion events that the
+  // main stream has not waited for yet (it does before the first node that reads an average).
+  cudaStream_t comm_ = nullptr;
+  std::vector<cudaEvent_t> commEvents_, pendingJoins_;
+  void joinComm();
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;
   struct Step {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/text.h"
+#include "passes/data_parallel.h"
 #include "passes/memory_plan.h"
 #include "runtime/folds.h"
 #include "tests/common/pitched_graph.h"
@@ -168,6 +169,46 @@ TEST(Folds, CommittedModelsPlanSoundly) {
     for (DType p : {DType::f32, DType::f16, DType::bf16})
       for (const char* opt : {"sgd", "adamw"})
         for (const bool harness : {false, true}) check(m, p, opt, harness);
+}
+
+// Data-parallel buckets (passes/data_parallel.h) averaged on a stream of their own: each
+// AllReduce's operands keep their bytes until the first node that reads one of its results (where
+// the CUDA backend's main stream waits for that stream), and no other value shares those bytes in
+// that time; its results are born at the AllReduce.
+TEST(Folds, AllReduceOperandsLiveUntilTheirStreamJoins) {
+  for (const char* m : {"gpt2_tiny", "resnet_tiny"}) {
+    SCOPED_TRACE(m);
+    auto g = trainGraph(m, DType::bf16, "adamw");
+    ASSERT_TRUE(createDataParallelPass(4096)->run(*g));
+    const Schedule s = schedule(*g);
+    const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
+    EXPECT_NO_THROW(checkMemoryPlan(plan));
+    int buckets = 0, overlapping = 0;
+    for (const auto& n : g->nodes()) {
+      if (n->op() != "AllReduce") continue;
+      ++buckets;
+      const int at = s.positions[static_cast<size_t>(s.order.at(n.get()))];
+      int join = static_cast<int>(s.positions.size());
+      for (size_t r = 0; r < n->numResults(); ++r) {
+        for (const Use& u : n->result(r)->uses()) join = std::min(join, s.positions[static_cast<size_t>(s.order.at(u.user))]);
+        EXPECT_EQ(plan.slots.at(n->result(r)).first, at) << n->result(r)->name();
+      }
+      overlapping += join > at + 1;
+      for (const Value* v : n->inputs()) {
+        auto it = plan.slots.find(v);
+        if (it == plan.slots.end()) continue;
+        EXPECT_GE(it->second.last, join) << v->name() << " is freed before the stream that reads it joins";
+        for (const auto& [w, o] : plan.slots) {  // nothing else in its bytes while it is live
+          if (w == v || o.bytes == 0 || it->second.bytes == 0 || o.group == it->second.group) continue;
+          const bool time = o.first <= it->second.last && it->second.first <= o.last;
+          const bool space = o.offset < it->second.offset + it->second.bytes && it->second.offset < o.offset + o.bytes;
+          EXPECT_FALSE(time && space) << w->name() << " shares the bytes of " << v->name();
+        }
+      }
+    }
+    EXPECT_GT(buckets, 2);
+    EXPECT_GT(overlapping, 0) << "some bucket must have nodes to overlap";
+  }
 }
 
 // resnet_tiny: every Relu is written by the batch norm or Add before it, both residual Adds by a

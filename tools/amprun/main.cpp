@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50, nproc = 1;
-  double minScale = 0, distTimeout = 300;
+  double minScale = 0, distTimeout = 300, bucketMb = 25;
   bool saveEveryRank = false;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
@@ -264,6 +264,9 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", nproc,
                  "data parallel: run N processes on this host, each on its share of every global batch (N times the plan's batch); "
                  "gradients are averaged through Gloo before the overflow check, so every rank keeps the same loss scale and weights");
+  app.add_option("--bucket-mb", bucketMb,
+                 "data parallel: gradients are averaged in buckets of about this many MiB (f32), each as soon as the backward "
+                 "has made it (25; 0: one all-reduce after the backward)");
   app.add_option("--dist-timeout", distTimeout, "data parallel: seconds a rank waits for the others before it stops with an error (300)");
   app.add_flag("--save-every-rank", saveEveryRank, "data parallel: every rank r > 0 also writes its parameters to SAVE.rank<r>");
   try {
@@ -282,8 +285,8 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: error: " << e.what() << "\n";
     return 2;
   }
-  if (nproc < 1 || nproc > 4096 || !(distTimeout > 0 && distTimeout <= 86400)) {
-    std::cerr << "amprun: --nproc wants 1 to 4096 processes and --dist-timeout 0 to 86400 seconds\n";
+  if (nproc < 1 || nproc > 4096 || !(distTimeout > 0 && distTimeout <= 86400) || !(bucketMb >= 0 && bucketMb <= 1 << 20)) {
+    std::cerr << "amprun: --nproc wants 1 to 4096 processes, --dist-timeout 0 to 86400 seconds and --bucket-mb 0 to 1048576\n";
     return 2;
   }
   const int rank = dist ? dist->rank : 0, world = dist ? dist->world : 1;
@@ -347,7 +350,7 @@ int main(int argc, char** argv) {
       } catch (const Error& e) {
         throw Error((synthetic ? std::string("--synthetic") : dataDir) + ": " + e.what());
       }
-      createDataParallelPass()->run(g);
+      createDataParallelPass(static_cast<int64_t>(bucketMb * (1 << 20)))->run(g);
       group = ProcessGroup::connect(*dist, std::chrono::milliseconds(static_cast<int64_t>(distTimeout * 1000)));
     }
     if (checkData)
