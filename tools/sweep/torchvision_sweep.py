@@ -8,6 +8,9 @@ batch.
     python3 tools/sweep/torchvision_sweep.py --ampc build/tools/ampc --amprun build/tools/amprun \
         --out /tmp/sweep [MODEL...]
 
+Besides torchvision's classifiers: two segmentation nets, a U-Net and an encoder-decoder
+Transformer, each read as a classifier (PooledHead, TinySeq2Seq).
+
 Prints one line per model: PASS when
 - the forward loss is within 1e-5 of PyTorch's in f64 (or twice PyTorch's own f32 error, for a
   net as ill-conditioned as inception_v3 at 96 px, batch 2),
@@ -50,6 +53,62 @@ def tiny_vit():
                                                 mlp_dim=64, num_classes=10)
 
 
+class PooledHead(nn.Module):
+    """A dense-prediction net (segmentation: [N, classes, H, W]) as a classifier: its output
+    averaged over the pixels."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        y = self.net(x)
+        return (y["out"] if isinstance(y, dict) else y).mean(dim=(2, 3))
+
+
+class TinyUNet(nn.Module):
+    """Strided convolutions down, ConvTranspose and a bilinear Upsample up, skips concatenated,
+    GroupNorm and SiLU: the classes of a diffusion or segmentation U-Net."""
+
+    def __init__(self, c=8, classes=10):
+        super().__init__()
+        self.inc = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.GroupNorm(2, c), nn.SiLU())
+        self.down1 = nn.Sequential(nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(2, 2 * c), nn.SiLU())
+        self.down2 = nn.Sequential(nn.Conv2d(2 * c, 4 * c, 3, stride=2, padding=1), nn.GroupNorm(2, 4 * c), nn.SiLU())
+        self.up1 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
+        self.fuse1 = nn.Sequential(nn.Conv2d(4 * c, 2 * c, 3, padding=1), nn.GroupNorm(2, 2 * c), nn.SiLU())
+        self.up2 = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.fuse2 = nn.Sequential(nn.Conv2d(3 * c, c, 3, padding=1), nn.SiLU())
+        self.out = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        a = self.inc(x)
+        b = self.down1(a)
+        u = self.up1(self.down2(b))
+        u = self.fuse1(torch.cat([u, b], dim=1))
+        u = self.fuse2(torch.cat([self.up2(u), a], dim=1))
+        return self.out(u)
+
+
+class TinySeq2Seq(nn.Module):
+    """nn.Transformer (encoder-decoder): the image's pixels as the source sequence, 4 learned
+    queries as the target with a causal mask, cross-attention between them."""
+
+    def __init__(self, d=16, classes=10):
+        super().__init__()
+        self.embed = nn.Linear(3, d)
+        self.queries = nn.Parameter(torch.randn(4, d) * 0.1)
+        self.t = nn.Transformer(d_model=d, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, dropout=0.0,
+                                batch_first=True)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        src = self.embed(x.flatten(2).transpose(1, 2))
+        tgt = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1)
+        mask = torch.triu(torch.full((4, 4), float("-inf")), diagonal=1)
+        return self.head(self.t(src, tgt, tgt_mask=mask).mean(dim=1))
+
+
 # name: (builder, input resolution). Resolutions leave the last stage at least 2x2: at 1x1 a
 # BatchNorm over a batch of 2 normalises two values, and even PyTorch's f32 loss leaves its f64 one
 # by 11% (wide_resnet50_2 at 32 px, inception_v3 at 96 px): nothing is left to compare.
@@ -70,6 +129,12 @@ MODELS = {
     "convnext_tiny": (lambda: torchvision.models.convnext_tiny(num_classes=10), 64),
     "swin_t": (lambda: torchvision.models.swin_t(num_classes=10), 64),
     "vit_tiny": (tiny_vit, 32),
+    # Classes the zoo lacks: segmentation heads (bilinear Resize, atrous convolutions, adaptive
+    # pooling), a U-Net (ConvTranspose, GroupNorm, skips), an encoder-decoder Transformer.
+    "lraspp_mobilenet_v3": (lambda: PooledHead(torchvision.models.segmentation.lraspp_mobilenet_v3_large(num_classes=10, weights_backbone=None)), 64),
+    "deeplabv3_mobilenet_v3": (lambda: PooledHead(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(num_classes=10, weights_backbone=None, aux_loss=False)), 64),
+    "unet_tiny": (lambda: PooledHead(TinyUNet()), 16),
+    "seq2seq_tiny": (TinySeq2Seq, 4),
 }
 
 
