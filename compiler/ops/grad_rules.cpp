@@ -406,6 +406,12 @@ void gradGather(GB& b) {
 void gradGatherElements(GB& b) {
   b.setGrad(0, b.op("GatherElementsGrad", {b.dy(0), b.x(1)}, {{"axis", b.node.getInt("axis", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
+// TopK's values are GatherElements(x, indices) along its axis: their gradient is scattered back
+// to the chosen elements.
+void gradTopK(GB& b) {
+  const int64_t axis = normalizeAxis(b.node.getInt("axis", -1), static_cast<int64_t>(shapeOf(b.x(0)).size()));
+  b.setGrad(0, b.op("GatherElementsGrad", {b.dy(0), b.y(1)}, {{"axis", axis}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
+}
 void gradGatherND(GB& b) {
   b.setGrad(0, b.op("GatherNDGrad", {b.dy(0), b.x(1)}, {{"batch_dims", b.node.getInt("batch_dims", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
@@ -552,7 +558,7 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Squeeze", gradReshapeLike}, {"Unsqueeze", gradReshapeLike}, {"Transpose", gradTranspose},
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
-      {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements},
+      {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK},
       {"ScatterElements", gradScatterElements}, {"ScatterND", gradScatterND},
       {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
       {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"Softsign", gradSoftsign}, {"PRelu", gradPRelu},

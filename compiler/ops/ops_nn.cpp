@@ -189,6 +189,23 @@ void inferArgMax(InferContext& c) {
   c.setOut(0, TensorType{DType::i64, s});
 }
 
+// TopK(x, K) {axis, largest, sorted}: the K largest (or smallest) along axis, and their indices.
+// K is a compile-time constant (static shapes); the results are always sorted (which sorted = 0
+// allows), ties in index order.
+void inferTopK(InferContext& c) {
+  c.check(c.in(0).dtype != DType::boolean, "x must be numeric, got " + c.in(0).str());
+  c.check(c.in(1).rank() <= 1 && c.in(1).numel() == 1 && c.in(1).dtype == DType::i64, "K must be a one-element i64 tensor, got " + c.in(1).str());
+  if (!c.constIn(1)) c.fail("K must be a compile-time constant");
+  const int64_t ax = c.axis(c.node().getInt("axis", -1), c.in(0).rank());
+  const int64_t k = c.constIn(1)->getInt(0);
+  c.check(k >= 0 && k <= c.in(0).shape[static_cast<size_t>(ax)],
+          "K " + std::to_string(k) + " must be in [0, " + std::to_string(c.in(0).shape[static_cast<size_t>(ax)]) + "] (the axis' size)");
+  auto s = c.in(0).shape;
+  s[static_cast<size_t>(ax)] = k;
+  c.setOut(0, TensorType{c.in(0).dtype, s});
+  c.setOut(1, TensorType{DType::i64, s});
+}
+
 // SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss: scores (N, C, d...), labels (N, d...).
 void inferLoss(InferContext& c) {
   requireFloat(c, 0);
@@ -310,6 +327,7 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("ReduceMax", L, 1, 2, 1, 1, I, true, inferReduce);
   row("ReduceMin", L, 1, 2, 1, 1, I, true, inferReduce);
   row("ArgMax", L, 1, 1, 1, 1, C, false, inferArgMax);
+  row("TopK", L, 2, 2, 2, 2, C, true, inferTopK);
   row("CumSum", L, 2, 2, 1, 1, D, true, inferCumSum);
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
   t.back().loss = true;

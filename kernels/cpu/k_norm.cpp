@@ -207,6 +207,44 @@ struct ArgMaxK {
   }
 };
 
+// TopK(x, K) {axis, largest}: per row along the axis, the K largest (smallest) values in
+// descending (ascending) order and their indices; equal values in index order, NaN above every
+// number (as PyTorch's topk orders them).
+template <typename C>
+struct TopKK {
+  static void run(KernelCtx& c) {
+    const auto& xs = c.in(0).type.shape;
+    const int64_t axis = normalizeAxis(c.node.getInt("axis", -1), static_cast<int64_t>(xs.size()));
+    const bool largest = c.node.getInt("largest", 1) != 0;
+    const int64_t k = c.in(1).getInt(0);
+    const AxisSplit s(xs, axis);
+    auto x = widen<C>(c.in(0));
+    std::vector<C> vals(static_cast<size_t>(s.outer * k * s.inner));
+    std::vector<int64_t> idx(vals.size());
+    std::vector<int64_t> order(static_cast<size_t>(s.axis));
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        auto at = [&](int64_t a) { return x[static_cast<size_t>((o * s.axis + a) * s.inner + i)]; };
+        auto before = [&](int64_t a, int64_t b) {  // a ranks before b
+          const C va = at(a), vb = at(b);
+          const bool na = va != va, nb = vb != vb;  // NaN
+          if (na || nb) return na && !nb ? largest : (!na && nb ? !largest : a < b);
+          if (va != vb) return largest ? va > vb : va < vb;
+          return a < b;
+        };
+        for (int64_t a = 0; a < s.axis; ++a) order[static_cast<size_t>(a)] = a;
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+        for (int64_t j = 0; j < k; ++j) {
+          const size_t to = static_cast<size_t>((o * k + j) * s.inner + i);
+          idx[to] = order[static_cast<size_t>(j)];
+          vals[to] = at(idx[to]);
+        }
+      }
+    narrow(vals, c.out(0));
+    narrow(idx, c.out(1));
+  }
+};
+
 // SoftmaxCrossEntropyLoss (kFromScores) and NegativeLogLikelihoodLoss: scores (N, C, d...),
 // labels (N, d...), optional class weights, ignore_index, reduction none/sum/mean.
 template <typename C, bool kFromScores>
@@ -296,7 +334,7 @@ void registerNormKernels(std::vector<KernelRow>& t) {
       {"BatchNormalization", summingOp<BatchNormK>}, {"LayerNormalization", summingOp<LayerNormK>},
       {"Softmax", summingOp<SoftmaxPlain>}, {"LogSoftmax", summingOp<LogSoftmaxK>},
       {"ReduceSum", summingNumericOp<ReduceSumK>}, {"ReduceMean", summingNumericOp<ReduceMeanK>},
-      {"ReduceMax", numericOp<ReduceMaxK>}, {"ReduceMin", numericOp<ReduceMinK>}, {"ArgMax", numericOp<ArgMaxK>},
+      {"ReduceMax", numericOp<ReduceMaxK>}, {"ReduceMin", numericOp<ReduceMinK>}, {"ArgMax", numericOp<ArgMaxK>}, {"TopK", numericOp<TopKK>},
       {"CumSum", cumSumKernel},
       {"SoftmaxCrossEntropyLoss", summingOp<SceLossK>}, {"NegativeLogLikelihoodLoss", summingOp<NllLossK>},
   });

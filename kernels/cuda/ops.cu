@@ -641,7 +641,57 @@ __global__ void cumSumKernel(const void* x, void* out, DT t, int64_t outer, int6
     }
   }
 }
+// TopK: one thread per row. The j-th pick is the best element ranked after the (j-1)-th (values
+// descending for largest, ascending otherwise; equal values in index order; NaN above every number,
+// as the CPU kernel ranks them), so a row of n takes k passes over n elements: for the router of a
+// mixture of experts (n the experts, k a few) nothing more is needed.
+template <typename A>
+__device__ bool topKBefore(A va, int64_t a, A vb, int64_t b, bool largest) {
+  const bool na = va != va, nb = vb != vb;  // NaN
+  if (na || nb) return na && !nb ? largest : (!na && nb ? !largest : a < b);
+  if (va != vb) return largest ? va > vb : va < vb;
+  return a < b;
+}
+template <typename A>
+__global__ void topKKernel(const void* x, DT t, int elemBytes, void* vals, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k,
+                           bool largest) {
+  AMPC_GRID_LOOP(line, outer * inner) {
+    const int64_t o = line / inner, in = line % inner;
+    int64_t prev = -1;
+    A pv = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      A bv = 0;
+      for (int64_t a = 0; a < n; ++a) {
+        A v;
+        if constexpr (std::is_integral_v<A>) v = loadI(x, t, (o * n + a) * inner + in);
+        else v = loadF(x, t, (o * n + a) * inner + in);
+        if (prev >= 0 && !topKBefore(pv, prev, v, a, largest)) continue;
+        if (best < 0 || topKBefore(v, a, bv, best, largest)) {
+          best = a;
+          bv = v;
+        }
+      }
+      if (best < 0) break;  // k > n: the shape rule refuses it
+      const int64_t to = (o * k + j) * inner + in;
+      idx[to] = best;
+      const auto* src = static_cast<const unsigned char*>(x) + ((o * n + best) * inner + in) * elemBytes;  // the value's own bits
+      auto* dst = static_cast<unsigned char*>(vals) + to * elemBytes;
+      for (int b = 0; b < elemBytes; ++b) dst[b] = src[b];
+      prev = best;
+      pv = bv;
+    }
+  }
+}
 }  // namespace
+
+cudaError_t topK(const void* x, DT t, void* vals, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, cudaStream_t st) {
+  if (outer * inner * k == 0) return cudaSuccess;
+  const bool intType = t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8;
+  if (intType) topKKernel<int64_t><<<gridFor(outer * inner), 256, 0, st>>>(x, t, dtSize(t), vals, idx, outer, n, inner, k, largest);
+  else topKKernel<float><<<gridFor(outer * inner), 256, 0, st>>>(x, t, dtSize(t), vals, idx, outer, n, inner, k, largest);
+  return cudaGetLastError();
+}
 
 cudaError_t indexGather(const void* x, int elemBytes, const void* idx, DT idxType, void* out, const IndexGeom& g, cudaStream_t st) {
   if (g.n == 0) return cudaSuccess;

@@ -143,6 +143,9 @@ cudaError_t trilu(const void* x, void* y, int elemBytes, int64_t batches, int64_
 cudaError_t rotateHalf(const void* x, void* y, int elemBytes, int64_t rows, int64_t h, bool negFirst, cudaStream_t st);
 // CumSum along one axis of x viewed as [outer, n, inner]: float types sum in f32, integers in int64.
 cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, cudaStream_t st);
+// TopK over [outer, n, inner] along n: the k largest (smallest) values, sorted, with their int64
+// indices; equal values in index order, NaN above every number (the CPU kernel's order).
+cudaError_t topK(const void* x, DT t, void* vals, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, cudaStream_t st);
 
 // ---- reductions -----------------------------------------------------------------------------
 enum class Red : int { Sum, Mean, Max, Min };

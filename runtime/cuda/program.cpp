@@ -406,6 +406,7 @@ struct Program::Lowering {
   void ampcScatterAddFlat();
   void ampcGatherGrad();
   void ampcAllReduce();
+  void onnxTopK();
   void ampcGatherElementsGrad();
   void ampcSliceGrad();
   void ampcPadGrad();
@@ -1012,6 +1013,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "ScatterAddFlat"}, &Lowering::ampcScatterAddFlat},
       {{"ampc", "GatherGrad"}, &Lowering::ampcGatherGrad},
       {{"ampc", "AllReduce"}, &Lowering::ampcAllReduce},
+      {{"", "TopK"}, &Lowering::onnxTopK},
       {{"ampc", "GatherElementsGrad"}, &Lowering::ampcGatherElementsGrad},
       {{"ampc", "GatherNDGrad"}, &Lowering::ampcGatherElementsGrad},
       {{"ampc", "SliceGrad"}, &Lowering::ampcSliceGrad},
@@ -1554,6 +1556,19 @@ void Program::Lowering::ampcAllReduce() {
   });
 }
 
+void Program::Lowering::onnxTopK() {
+  const auto& xs = shape(in(0));
+  int64_t outer, dim, inner;
+  split(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), outer, dim, inner);
+  const int64_t k = constInts(1).at(0);
+  const DT t = dt(in(0));
+  const void* x = P(in(0));
+  void* v = P(out(0));
+  auto* idx = static_cast<int64_t*>(P(out(1)));
+  const bool largest = n.getInt("largest", 1) != 0;
+  add([=](cudaStream_t st) { return topK(x, t, v, idx, outer, dim, inner, k, largest, st); });
+}
+
 void Program::Lowering::ampcGatherGrad() {
   const auto xs = n.getInts("shape");
   int64_t outer, dim, inner;
@@ -2017,21 +2032,25 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     const Node& n = *nodes[i];
     if (o.checkPlan && i > 0) addPlanCheck(nodes, i - 1, freedAt);  // after node i - 1's launches
     if (o.watchFinite) addFiniteScans(groups[i].operands, "scan operands of " + n.describe());
-    for (const Value* v : n.inputs())
-      if (v && v->producer() && v->producer()->domain() == "ampc" && v->producer()->op() == "AllReduce") joinComm();
+    // The nodes whose work runs here (a group's, at its first node).
+    std::vector<const Node*> here;
     if (leader[i] == i) {
-      if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) {
-        std::vector<const Node*> group;
-        for (size_t j = i; j < nodes.size() && leader[j] == i; ++j) group.push_back(nodes[j]);
-        lowerOptimizer(group);
-      } else if (folds::isParamCast(g, n)) {
-        std::vector<const Node*> group;
-        for (size_t j = i; j < nodes.size(); ++j)
-          if (leader[j] == i) group.push_back(nodes[j]);
-        lowerParamCasts(group);
+      const bool optimizer = n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam");
+      if (optimizer || folds::isParamCast(g, n)) {
+        for (size_t j = i; j < nodes.size() && (!optimizer || leader[j] == i); ++j)
+          if (leader[j] == i) here.push_back(nodes[j]);
       } else {
-        Lowering{*this, n}.lower();
+        here.push_back(&n);
       }
+    }
+    // A data-parallel average is read only after the main stream has waited for its bucket.
+    for (const Node* m : here)
+      for (const Value* v : m->inputs())
+        if (v && v->producer() && v->producer()->domain() == "ampc" && v->producer()->op() == "AllReduce") joinComm();
+    if (leader[i] == i) {
+      if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) lowerOptimizer(here);
+      else if (folds::isParamCast(g, n)) lowerParamCasts(here);
+      else Lowering{*this, n}.lower();
     }
     if (o.watchFinite) addFiniteScans(groups[i].results, "scan results of " + n.describe());
   }

@@ -123,6 +123,12 @@ std::vector<Case> cases() {
                         "output %u\noutput %l"});
   c.push_back({"CumSum", "input %x : $T[4,37,3]\nconst %a : i64[] = [1]\n%y : $T[4,37,3] = CumSum(%x, %a)\n"
                          "%z : $T[4,37,3] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\noutput %y\noutput %z"});
+  // TopK: the values' bits and the indices; f16/bf16 draws hold ties, which both backends break in index order.
+  c.push_back({"TopK", "input %x : $T[4,37,3]\nconst %k : i64[1] = [5]\n%v : $T[4,5,3], %i : i64[4,5,3] = TopK(%x, %k) {axis = 1}\n"
+                       "const %k1 : i64[1] = [1]\n%w : $T[4,37,1], %j : i64[4,37,1] = TopK(%x, %k1) {largest = 0}\n"
+                       "output %v\noutput %i\noutput %w\noutput %j"});
+  c.push_back({"TopK_i64", "input %x : i64[6,40]\nconst %k : i64[1] = [7]\n%v : i64[6,7], %i : i64[6,7] = TopK(%x, %k)\noutput %v\noutput %i",
+               {{"x", {1, 0, 3}}}, false});
   c.push_back({"CumSum_i64", "input %x : i64[2,50]\nconst %a : i64[] = [-1]\n%y : i64[2,50] = CumSum(%x, %a)\noutput %y", {{"x", {1, 0, 2}}}, false});
   c.push_back({"Gather_axis1", "input %x : $T[4,9,3]\ninput %i : i32[2]\n%y : $T[4,2,3] = Gather(%x, %i) {axis = 1}\noutput %y", {{"i", {1, 0, 8}}}});
   // Reductions.

@@ -8,8 +8,9 @@ batch.
     python3 tools/sweep/torchvision_sweep.py --ampc build/tools/ampc --amprun build/tools/amprun \
         --out /tmp/sweep [MODEL...]
 
-Besides torchvision's classifiers: two segmentation nets, a U-Net and an encoder-decoder
-Transformer, each read as a classifier (PooledHead, TinySeq2Seq).
+Besides torchvision's classifiers: two segmentation nets, a U-Net, an encoder-decoder
+Transformer and a top-2 mixture of experts, each read as a classifier (PooledHead, TinySeq2Seq,
+TinyMoE).
 
 Prints one line per model: PASS when
 - the forward loss is within 1e-5 of PyTorch's in f64 (or twice PyTorch's own f32 error, for a
@@ -109,6 +110,26 @@ class TinySeq2Seq(nn.Module):
         return self.head(self.t(src, tgt, tgt_mask=mask).mean(dim=1))
 
 
+class TinyMoE(nn.Module):
+    """A mixture-of-experts layer with a top-2 router (TopK, a softmax over the chosen scores
+    scattered into dense gates), its experts computed densely: the static-shape form of Mixtral's
+    and Switch's routing."""
+
+    def __init__(self, d=16, experts=4, classes=10):
+        super().__init__()
+        self.embed = nn.Linear(3, d)
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.SiLU(), nn.Linear(2 * d, d)) for _ in range(experts))
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = self.embed(x.flatten(2).transpose(1, 2))
+        top, idx = self.router(h).topk(2, dim=-1)
+        gates = h.new_zeros(h.shape[0], h.shape[1], len(self.experts)).scatter(-1, idx, top.softmax(dim=-1))
+        y = sum(gates[..., e:e + 1] * expert(h) for e, expert in enumerate(self.experts))
+        return self.head((h + y).mean(dim=1))
+
+
 # name: (builder, input resolution). Resolutions leave the last stage at least 2x2: at 1x1 a
 # BatchNorm over a batch of 2 normalises two values, and even PyTorch's f32 loss leaves its f64 one
 # by 11% (wide_resnet50_2 at 32 px, inception_v3 at 96 px): nothing is left to compare.
@@ -135,6 +156,7 @@ MODELS = {
     "deeplabv3_mobilenet_v3": (lambda: PooledHead(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(num_classes=10, weights_backbone=None, aux_loss=False)), 64),
     "unet_tiny": (lambda: PooledHead(TinyUNet()), 16),
     "seq2seq_tiny": (TinySeq2Seq, 4),
+    "moe_tiny": (TinyMoE, 4),
 }
 
 
