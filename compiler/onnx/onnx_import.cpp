@@ -436,6 +436,26 @@ class Importer {
   // ---- nodes
 
   // Node indices in a topological order; cycles and dangling inputs are errors naming the node.
+  // A node's operands by name: its inputs, and for a node with subgraphs (If) every outer value its
+  // subgraphs read.
+  static std::vector<std::string> operandNames(const onnx::NodeProto& np) {
+    std::vector<std::string> names(np.input().begin(), np.input().end());
+    for (const auto& a : np.attribute()) {
+      if (a.type() != onnx::AttributeProto::GRAPH) continue;
+      std::set<std::string> inside;
+      for (const auto& t : a.g().initializer()) inside.insert(t.name());
+      for (const auto& vi : a.g().input()) inside.insert(vi.name());
+      for (const auto& n : a.g().node()) {
+        for (const auto& in : operandNames(n))
+          if (!inside.count(in)) names.push_back(in);
+        for (const auto& o : n.output()) inside.insert(o);
+      }
+      for (const auto& o : a.g().output())
+        if (!inside.count(o.name())) names.push_back(o.name());
+    }
+    return names;
+  }
+
   std::vector<int> topoOrder() {
     const int count = static_cast<int>(nodes_.size());
     std::unordered_map<std::string, int> producer;
@@ -448,7 +468,7 @@ class Importer {
     std::vector<int> pending(count, 0);
     std::vector<std::vector<int>> users(count);
     for (int i = 0; i < count; ++i)
-      for (const auto& in : nodes_[i].input()) {
+      for (const auto& in : operandNames(nodes_[i])) {
         if (in.empty() || g_->lookup(in)) continue;
         auto it = producer.find(in);
         if (it == producer.end())
@@ -574,7 +594,8 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "ReduceProd"};
+      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "ReduceProd",
+      "LRN", "If"};
 
 
  public:
@@ -968,6 +989,71 @@ class Importer {
                      : step(np, "Transpose", {reshapeTo(np, x, {n, cb, b, b, h, w})}, {{"perm", std::vector<int64_t>{0, 1, 4, 2, 5, 3}}});
       step(np, "Reshape", {t, constI64(np, "shape", {n, cb, h * b, w * b})}, {}, out);
     }
+  }
+
+  // If with a compile-time constant condition: the TorchScript exporter writes Python conditionals
+  // on shapes and ranks (F.local_response_norm's, for one) as If, and with static shapes their
+  // conditions fold. The taken branch's initializers and nodes are imported in the If's place, and
+  // its outputs name the If's. A condition computed at run time is refused, naming the node.
+  void lowerIf(const onnx::NodeProto& np) {
+    Value* c = operand(np, 0);
+    if (!c) fail(nodeLabel(np) + " needs a condition");
+    const Tensor* t = c->constData();
+    if (!t || t->numel() != 1)
+      fail(nodeLabel(np) + ": its condition is computed at run time; ampc takes an If only where the condition is a compile-time constant "
+                           "(with static shapes, a condition on shapes is)");
+    const char* name = t->getDouble(0) != 0 ? "then_branch" : "else_branch";
+    const auto* a = findAttr(np, name, onnx::AttributeProto::GRAPH, "a graph");
+    if (!a) fail(nodeLabel(np) + " has no " + name);
+    const onnx::GraphProto& b = a->g();
+    if (b.output_size() != np.output_size())
+      fail(nodeLabel(np) + ": its " + name + " has " + std::to_string(b.output_size()) + " outputs, the If " + std::to_string(np.output_size()));
+    for (const auto& init : b.initializer()) {
+      if (init.name().empty() || g_->lookup(init.name())) fail(nodeLabel(np) + ": " + name + " initializer '" + init.name() + "' is unnamed or defined twice");
+      g_->addConst(init.name(), initializer(init));
+    }
+    for (const auto& n : b.node()) {  // a subgraph's nodes are in order (ONNX requires it)
+      const bool known = lookupOp(n.domain(), n.op_type(), domainVersion(n.domain())) ||
+                         ((n.domain().empty() || n.domain() == "ai.onnx") && kImportLowered.count(n.op_type()));
+      if (!known) fail(nodeLabel(n) + " (in " + nodeLabel(np) + "'s " + name + ") uses an op ampc does not support at opset " + std::to_string(g_->opset));
+      for (const auto& o : n.output())
+        if (!o.empty() && g_->lookup(o)) fail(nodeLabel(n) + ": output '" + o + "' is defined twice");
+      addNode(n);
+    }
+    for (int i = 0; i < np.output_size(); ++i) {
+      if (np.output(i).empty()) continue;
+      if (auto seq = sequences_.find(b.output(i).name()); seq != sequences_.end()) {  // a sequence of static length
+        sequences_[np.output(i)] = seq->second;
+        continue;
+      }
+      Value* v = g_->lookup(b.output(i).name());
+      if (!v) fail(nodeLabel(np) + ": " + name + " output '" + b.output(i).name() + "' is not produced in it or before it");
+      step(np, "Identity", {v}, {}, np.output(i));
+    }
+  }
+
+  // LRN (local response normalisation, AlexNet's and GoogLeNet's) on [N, C, D...]:
+  // y = x / (bias + alpha / size * sum of x^2 over the channels [c - floor((size - 1) / 2),
+  // c + ceil((size - 1) / 2)])^beta. The window sum is an AveragePool of size x 1 over the squares
+  // with the channels zero-padded on each side, so alpha / size * sum is alpha * that average.
+  void lowerLrn(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    const auto& s = x->type().shape;
+    if (s.size() < 3) fail(nodeLabel(np) + ": the input must be [N, C, D...], got " + x->type().str());
+    const int64_t size = attrInt(np, "size", 0);
+    if (size <= 0) fail(nodeLabel(np) + ": size must be a positive int, got " + std::to_string(size));
+    const DType t = x->type().dtype;
+    int64_t rest = 1;
+    for (size_t d = 2; d < s.size(); ++d) rest *= s[d];
+    Value* xs = castTo(np, x, t);
+    Value* sq = reshapeTo(np, step(np, "Mul", {xs, xs}), {s[0], 1, s[1], rest});
+    const int64_t before = (size - 1) / 2, after = size - 1 - before;
+    Value* padded = step(np, "Pad", {sq, constI64(np, "pads", {0, 0, before, 0, 0, 0, after, 0})});
+    Value* avg = step(np, "AveragePool", {padded}, {{"kernel_shape", std::vector<int64_t>{size, 1}}});
+    Value* base = step(np, "Add", {scalarOf(np, "bias", attrFloat(np, "bias", 1.0f), t),
+                                   step(np, "Mul", {scalarOf(np, "alpha", attrFloat(np, "alpha", 1e-4f), t), reshapeTo(np, avg, s)})});
+    Value* den = step(np, "Pow", {base, scalarOf(np, "beta", attrFloat(np, "beta", 0.75f), t)});
+    step(np, "Div", {xs, den}, {}, out);
   }
 
   // LSTM and GRU of a static sequence length, unrolled over time into MatMul, Sigmoid, Tanh and
@@ -1441,6 +1527,7 @@ class Importer {
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     if (op == "LSTM" || op == "GRU") return lowerRecurrent(np, op == "LSTM");  // every output is optional
+    if (op == "If") return lowerIf(np);
     const std::string out = np.output_size() ? np.output(0) : std::string();
     if (out.empty()) fail(nodeLabel(np) + " has no output");
     if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);
@@ -1449,6 +1536,7 @@ class Importer {
     if (op == "ConvTranspose") return lowerConvTranspose(np, out);
     if (op == "Resize") return lowerResize(np, out);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return lowerDepthSpace(np, op == "SpaceToDepth", out);
+    if (op == "LRN") return lowerLrn(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);

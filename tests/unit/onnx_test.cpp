@@ -1054,3 +1054,67 @@ TEST(OnnxImport, ReduceProdOfAConstantFolds) {
     EXPECT_EQ(y.getDouble(1), -12.0);
   }
 }
+
+// If whose condition folds at import (a test on the input's shape, as TorchScript writes Python
+// conditionals): the taken branch is imported in its place, reading outer values and its own
+// initializer; both conditions are checked against the branch's own arithmetic. A condition that
+// depends on data is refused, naming the node.
+TEST(OnnxImport, IfOnAConstantConditionTakesItsBranch) {
+  TempDir d;
+  for (const int64_t rows : {2, 4}) {  // then (x + 1) * 2 for 2 rows, else x - 5
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {rows, 3});
+    addNode(g, "Shape", {"x"}, {"s"}, "shape");
+    for (const auto& [name, v] : {std::pair<const char*, int64_t>{"zero", 0}, {"two", 2}}) {
+      addInt64Init(g, name, {v});
+      g->mutable_initializer(g->initializer_size() - 1)->clear_dims();  // a scalar
+    }
+    addNode(g, "Gather", {"s", "zero"}, {"r"}, "rows");
+    addNode(g, "Equal", {"r", "two"}, {"c"}, "is2");
+    auto* iff = addNode(g, "If", {"c"}, {"y"}, "branch");
+    for (const bool then : {true, false}) {
+      auto* a = iff->add_attribute();
+      a->set_name(then ? "then_branch" : "else_branch");
+      a->set_type(onnx::AttributeProto::GRAPH);
+      auto* b = a->mutable_g();
+      b->set_name(then ? "then" : "else");
+      addFloatInit(b, then ? "one" : "five", {}, {then ? 1.0f : 5.0f});
+      if (then) {
+        addNode(b, "Add", {"x", "one"}, {"t1"}, "then_add");
+        addFloatInit(b, "twice", {}, {2.0f});
+        addNode(b, "Mul", {"t1", "twice"}, {"t2"}, "then_mul");
+        addOutput(b, "t2");
+      } else {
+        addNode(b, "Sub", {"x", "five"}, {"e1"}, "else_sub");
+        addOutput(b, "e1");
+      }
+    }
+    addOutput(g, "y");
+    const std::string p = d.file("if" + std::to_string(rows) + ".onnx");
+    writeModel(p, m);
+    auto graph = importOnnxFile(p);
+    for (const auto& n : graph->nodes()) EXPECT_NE(n->op(), "If");
+    std::vector<double> x(static_cast<size_t>(rows * 3));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i + 1);
+    Tensor y = evalOne(*graph, {{"x", Tensor::fromDoubles(DType::f32, {rows, 3}, x)}});
+    for (int64_t i = 0; i < rows * 3; ++i) EXPECT_EQ(y.getDouble(i), rows == 2 ? (i + 2) * 2.0 : i + 1 - 5.0) << i;
+  }
+  // A condition computed from the data.
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2});
+  addTensorInput(g, "c", onnx::TensorProto::BOOL, {});
+  auto* iff = addNode(g, "If", {"c"}, {"y"}, "data_branch");
+  for (const char* name : {"then_branch", "else_branch"}) {
+    auto* a = iff->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    addNode(a->mutable_g(), "Neg", {"x"}, {std::string(name) + "_y"}, name);
+    addOutput(a->mutable_g(), std::string(name) + "_y");
+  }
+  addOutput(g, "y");
+  const std::string p = d.file("if_data.onnx");
+  writeModel(p, m);
+  expectImportError(p, {"node 'data_branch' (If)", "computed at run time"});
+}

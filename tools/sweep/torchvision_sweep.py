@@ -9,8 +9,8 @@ batch.
         --out /tmp/sweep [MODEL...]
 
 Besides torchvision's classifiers: two segmentation nets, a U-Net, an encoder-decoder
-Transformer and a top-2 mixture of experts, each read as a classifier (PooledHead, TinySeq2Seq,
-TinyMoE).
+Transformer, a top-2 mixture of experts, each read as a classifier (PooledHead, TinySeq2Seq,
+TinyMoE), and a CNN with local response normalisation.
 
 Prints one line per model: PASS when
 - the forward loss is within 1e-5 of PyTorch's in f64 (or twice PyTorch's own f32 error, for a
@@ -157,6 +157,10 @@ MODELS = {
     "unet_tiny": (lambda: PooledHead(TinyUNet()), 16),
     "seq2seq_tiny": (TinySeq2Seq, 4),
     "moe_tiny": (TinyMoE, 4),
+    # AlexNet-era local response normalisation: PyTorch writes F.local_response_norm with an If on the
+    # input's rank, which ampc takes once the condition folds.
+    "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
+                                      nn.Conv2d(8, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)), 16),
 }
 
 
