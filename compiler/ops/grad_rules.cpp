@@ -412,6 +412,11 @@ void gradTopK(GB& b) {
   const int64_t axis = normalizeAxis(b.node.getInt("axis", -1), static_cast<int64_t>(shapeOf(b.x(0)).size()));
   b.setGrad(0, b.op("GatherElementsGrad", {b.dy(0), b.y(1)}, {{"axis", axis}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
+void gradGridSample(GB& b) {
+  auto r = b.opN("GridSampleGrad", {b.dy(0), b.x(0), b.x(1)}, copyAttrs(b.node), kGradDomain, 2);
+  for (size_t i = 0; i < 2; ++i)
+    if (b.needs(i)) b.setGrad(i, r[i]);
+}
 void gradGatherND(GB& b) {
   b.setGrad(0, b.op("GatherNDGrad", {b.dy(0), b.x(1)}, {{"batch_dims", b.node.getInt("batch_dims", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
@@ -489,6 +494,10 @@ void inferLayerNormGrad(InferContext& c) {  // (dY, X, scale) -> dX, dScale, dBi
   c.setOut(1, t);
   c.setOut(2, t);
 }
+void inferGridSampleGrad(InferContext& c) {  // (dY, X, grid) -> dX, dGrid
+  c.setOut(0, c.in(1));
+  c.setOut(1, c.in(2));
+}
 void inferLossGrad(InferContext& c) { c.setOut(0, c.in(1)); }
 void inferDropoutGrad(InferContext& c) { c.setOut(0, c.in(0)); }
 void inferGeluGrad(InferContext& c) {  // (dY, X) -> dX
@@ -507,6 +516,7 @@ void registerGradOps(std::vector<OpDef>& t) {
   row("AveragePoolGrad", 2, 2, 1, inferAvgPoolGrad);
   row("BatchNormGrad", 5, 5, 3, inferBatchNormGrad);
   row("LayerNormGrad", 3, 3, 3, inferLayerNormGrad);
+  row("GridSampleGrad", 3, 3, 2, inferGridSampleGrad);
   row("SoftmaxCrossEntropyLossGrad", 3, 4, 1, inferLossGrad);
   row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);
   row("SliceGrad", 3, 5, 1, inferWithShapeAttr);
@@ -558,7 +568,7 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Squeeze", gradReshapeLike}, {"Unsqueeze", gradReshapeLike}, {"Transpose", gradTranspose},
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
-      {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK},
+      {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK}, {"GridSample", gradGridSample},
       {"ScatterElements", gradScatterElements}, {"ScatterND", gradScatterND},
       {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
       {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"Softsign", gradSoftsign}, {"PRelu", gradPRelu},

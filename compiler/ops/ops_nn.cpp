@@ -189,6 +189,21 @@ void inferArgMax(InferContext& c) {
   c.setOut(0, TensorType{DType::i64, s});
 }
 
+// GridSample(X [N, C, H, W], grid [N, Ho, Wo, 2]) -> [N, C, Ho, Wo]: 2-d only, modes bilinear
+// (opset 20: linear) and nearest, any padding mode. Cubic and volumes are refused, naming the node.
+void inferGridSample(InferContext& c) {
+  requireFloat(c, 0);
+  requireFloat(c, 1);
+  const auto &x = c.in(0).shape, &g = c.in(1).shape;
+  c.check(x.size() == 4, "X must be [N, C, H, W] (only 2-d sampling is supported), got " + c.in(0).str());
+  c.check(g.size() == 4 && g[0] == x[0] && g[3] == 2, "grid must be [N, Ho, Wo, 2] with X's N, got " + c.in(1).str());
+  const std::string mode = c.node().getString("mode", "bilinear");
+  c.check(mode == "bilinear" || mode == "linear" || mode == "nearest", "mode '" + mode + "' is not supported (bilinear/linear and nearest are)");
+  const std::string pad = c.node().getString("padding_mode", "zeros");
+  c.check(pad == "zeros" || pad == "border" || pad == "reflection", "padding_mode '" + pad + "' is not zeros, border or reflection");
+  c.setOut(0, TensorType{c.in(0).dtype, {x[0], x[1], g[1], g[2]}});
+}
+
 // TopK(x, K) {axis, largest, sorted}: the K largest (or smallest) along axis, and their indices.
 // K is a compile-time constant (static shapes); the results are always sorted (which sorted = 0
 // allows), ties in index order.
@@ -328,6 +343,8 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("ReduceMin", L, 1, 2, 1, 1, I, true, inferReduce);
   row("ArgMax", L, 1, 1, 1, 1, C, false, inferArgMax);
   row("TopK", L, 2, 2, 2, 2, C, true, inferTopK);
+  // FP32, as PyTorch's autocast runs grid_sampler.
+  row("GridSample", 16, 2, 2, 1, 1, D, true, inferGridSample);
   row("CumSum", L, 2, 2, 1, 1, D, true, inferCumSum);
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
   t.back().loss = true;

@@ -348,11 +348,145 @@ struct MaxPoolAnyK {
   }
 };
 
+// GridSample (ONNX GridSample, PyTorch's grid_sample), 2-d: a normalised grid coordinate g in
+// [-1, 1] to a pixel coordinate along one axis of `size` pixels (align_corners: -1 and 1 are the
+// centres of the end pixels, else their outer edges), then the padding mode's clip (border) or
+// reflection and clip (reflection); zeros leaves it, and corners outside read 0. Also d(pixel)/dg.
+struct GridAxis {
+  int64_t size;
+  bool align;
+  int pad;  // 0 zeros, 1 border, 2 reflection
+  template <typename C>
+  C map(C g, C* dpdg) const {
+    const C n = static_cast<C>(size);
+    C x = align ? (g + 1) / 2 * (n - 1) : ((g + 1) * n - 1) / 2;
+    C d = align ? (n - 1) / 2 : n / 2;
+    if (pad == 2) {
+      const C lo2 = align ? 0 : -1, hi2 = align ? 2 * (n - 1) : 2 * n - 1;
+      if (lo2 == hi2) {
+        x = 0;
+        d = 0;
+      } else {
+        const C mn = lo2 / 2, span = (hi2 - lo2) / 2;
+        C in = x - mn, sign = 1;
+        if (in < 0) {
+          sign = -1;
+          in = -in;
+        }
+        const C extra = std::fmod(in, span), flips = std::floor(in / span);
+        const bool even = std::fmod(flips, C(2)) == 0;
+        x = even ? extra + mn : span - extra + mn;
+        d *= even ? sign : -sign;
+      }
+    }
+    if (pad != 0) {
+      if (x <= 0) {
+        x = 0;
+        d = 0;
+      } else if (x >= n - 1) {
+        x = n - 1;
+        d = 0;
+      }
+    }
+    *dpdg = d;
+    return x;
+  }
+};
+struct GridGeom {
+  int64_t N, Ch, H, W, Ho, Wo;
+  GridAxis ax, ay;
+  bool nearest;
+  explicit GridGeom(KernelCtx& c) {
+    const auto &xs = c.in(c.numInputs() == 3 ? 1 : 0).type.shape, &gs = c.in(c.numInputs() == 3 ? 2 : 1).type.shape;
+    N = xs[0], Ch = xs[1], H = xs[2], W = xs[3], Ho = gs[1], Wo = gs[2];
+    const bool align = c.node.getInt("align_corners", 0) != 0;
+    const std::string pad = c.node.getString("padding_mode", "zeros");
+    const int p = pad == "border" ? 1 : pad == "reflection" ? 2 : 0;
+    ax = {W, align, p};
+    ay = {H, align, p};
+    nearest = c.node.getString("mode", "bilinear") == "nearest";
+  }
+};
+
+template <typename C>
+struct GridSampleK {
+  static void run(KernelCtx& c) {
+    const GridGeom q(c);
+    const auto x = widen<C>(c.in(0)), g = widen<C>(c.in(1));
+    std::vector<C> out(static_cast<size_t>(q.N * q.Ch * q.Ho * q.Wo), C(0));
+    for (int64_t n = 0; n < q.N; ++n)
+      for (int64_t p = 0; p < q.Ho * q.Wo; ++p) {
+        C d;
+        const C px = q.ax.map(g[static_cast<size_t>((n * q.Ho * q.Wo + p) * 2)], &d);
+        const C py = q.ay.map(g[static_cast<size_t>((n * q.Ho * q.Wo + p) * 2 + 1)], &d);
+        for (int64_t ch = 0; ch < q.Ch; ++ch) {
+          const C* plane = x.data() + (n * q.Ch + ch) * q.H * q.W;
+          auto at = [&](int64_t yi, int64_t xi) { return yi >= 0 && yi < q.H && xi >= 0 && xi < q.W ? plane[yi * q.W + xi] : C(0); };
+          C v;
+          if (q.nearest) {
+            v = at(static_cast<int64_t>(std::nearbyint(py)), static_cast<int64_t>(std::nearbyint(px)));
+          } else {
+            const int64_t x0 = static_cast<int64_t>(std::floor(px)), y0 = static_cast<int64_t>(std::floor(py));
+            const C wx1 = px - static_cast<C>(x0), wy1 = py - static_cast<C>(y0), wx0 = 1 - wx1, wy0 = 1 - wy1;
+            v = at(y0, x0) * wy0 * wx0 + at(y0, x0 + 1) * wy0 * wx1 + at(y0 + 1, x0) * wy1 * wx0 + at(y0 + 1, x0 + 1) * wy1 * wx1;
+          }
+          out[static_cast<size_t>((n * q.Ch + ch) * q.Ho * q.Wo + p)] = v;
+        }
+      }
+    narrow(out, c.out(0));
+  }
+};
+
+// GridSampleGrad(dY, X, grid) -> dX (the samples' weights scattered back), dGrid (the
+// interpolation's slope along each axis times d(pixel)/dg; 0 for nearest).
+template <typename C>
+struct GridSampleGradK {
+  static void run(KernelCtx& c) {
+    const GridGeom q(c);
+    const auto dy = widen<C>(c.in(0)), x = widen<C>(c.in(1)), g = widen<C>(c.in(2));
+    std::vector<C> dx(x.size(), C(0)), dg(g.size(), C(0));
+    for (int64_t n = 0; n < q.N; ++n)
+      for (int64_t p = 0; p < q.Ho * q.Wo; ++p) {
+        const size_t gi = static_cast<size_t>((n * q.Ho * q.Wo + p) * 2);
+        C dxdg, dydg;
+        const C px = q.ax.map(g[gi], &dxdg), py = q.ay.map(g[gi + 1], &dydg);
+        C sx = 0, sy = 0;
+        for (int64_t ch = 0; ch < q.Ch; ++ch) {
+          const int64_t base = (n * q.Ch + ch) * q.H * q.W;
+          const C go = dy[static_cast<size_t>((n * q.Ch + ch) * q.Ho * q.Wo + p)];
+          auto in = [&](int64_t yi, int64_t xi) { return yi >= 0 && yi < q.H && xi >= 0 && xi < q.W; };
+          auto val = [&](int64_t yi, int64_t xi) { return in(yi, xi) ? x[static_cast<size_t>(base + yi * q.W + xi)] : C(0); };
+          auto put = [&](int64_t yi, int64_t xi, C w) {
+            if (in(yi, xi)) dx[static_cast<size_t>(base + yi * q.W + xi)] += w * go;
+          };
+          if (q.nearest) {
+            put(static_cast<int64_t>(std::nearbyint(py)), static_cast<int64_t>(std::nearbyint(px)), C(1));
+            continue;
+          }
+          const int64_t x0 = static_cast<int64_t>(std::floor(px)), y0 = static_cast<int64_t>(std::floor(py));
+          const C wx1 = px - static_cast<C>(x0), wy1 = py - static_cast<C>(y0), wx0 = 1 - wx1, wy0 = 1 - wy1;
+          put(y0, x0, wy0 * wx0);
+          put(y0, x0 + 1, wy0 * wx1);
+          put(y0 + 1, x0, wy1 * wx0);
+          put(y0 + 1, x0 + 1, wy1 * wx1);
+          const C v00 = val(y0, x0), v01 = val(y0, x0 + 1), v10 = val(y0 + 1, x0), v11 = val(y0 + 1, x0 + 1);
+          sx += go * ((v01 - v00) * wy0 + (v11 - v10) * wy1);
+          sy += go * ((v10 - v00) * wx0 + (v11 - v01) * wx1);
+        }
+        dg[gi] = sx * dxdg;
+        dg[gi + 1] = sy * dydg;
+      }
+    narrow(dx, c.out(0));
+    narrow(dg, c.out(1));
+  }
+};
+
 }  // namespace
 
 void registerLinearGradKernels(std::vector<KernelRow>& t) {
   t.push_back({"ConvGrad", summingOp<ConvGradK>, "ampc"});
   t.push_back({"AveragePoolGrad", summingOp<AveragePoolGradK>, "ampc"});
+  t.push_back({"GridSampleGrad", summingOn1<GridSampleGradK>, "ampc"});
 }
 
 void registerLinearKernels(std::vector<KernelRow>& t) {
@@ -362,6 +496,7 @@ void registerLinearKernels(std::vector<KernelRow>& t) {
       {"Conv", summingOp<ConvK>},
       {"MaxPool", [](KernelCtx& c) { dispatchNumeric<MaxPoolAnyK>(c, c.in(0).type.dtype); }},
       {"AveragePool", summingOp<AveragePoolK>},
+      {"GridSample", summingOp<GridSampleK>},
       {"GlobalAveragePool", summingOp<GlobalAveragePoolK>},
   });
 }

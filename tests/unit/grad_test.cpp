@@ -144,6 +144,9 @@ const Case kCases[] = {
     {"param %x : f64[3,5]\n const %a : i64[] = [-1]\n %y : f64[3,5] = CumSum(%x, %a)\n %z : f64[3,5] = CumSum(%x, %a) {exclusive = 1}\n"
      " %w : f64[3,5] = CumSum(%x, %a) {reverse = 1}\n output %y\n output %z\n output %w"},
     {"param %x : f64[3,4]\n const %i : i64[2,4] = [0, 1, 2, 0, 0, 1, -1, 0]\n %y : f64[2,4] = GatherElements(%x, %i)\n output %y"},
+    {"param %x : f64[2,3,5,4]\n param %g : f64[2,3,2,2]\n %y : f64[2,3,3,2] = GridSample(%x, %g)\n"
+     " %z : f64[2,3,3,2] = GridSample(%x, %g) {align_corners = 1, padding_mode = \"border\"}\n"
+     " %w : f64[2,3,3,2] = GridSample(%x, %g) {padding_mode = \"reflection\"}\n output %y\n output %z\n output %w", -1.3, 1.3},
     {"param %x : f64[3,5,2]\n const %k : i64[1] = [2]\n %v : f64[3,2,2], %i : i64[3,2,2] = TopK(%x, %k) {axis = 1}\n"
      " const %k1 : i64[1] = [1]\n %w : f64[3,5,1], %j : i64[3,5,1] = TopK(%x, %k1) {largest = 0}\n output %v\n output %w"},
     {"param %x : f64[3,4]\n param %u : f64[2,4]\n const %i : i64[2,4] = [0, 1, 2, 0, 2, 0, 1, 1]\n"

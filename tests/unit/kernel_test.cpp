@@ -151,6 +151,8 @@ const Case kCases[] = {
     {"input %a : i64[3,4]\n input %b : i64[4]\n %y : i64[3,4] = Mod(%a, %b)\n %f : f32[3,4] = Cast(%y) {to = 1}\n output %f", {}, -7, 7},
     {"input %x : f32[3,5]\n const %a : i64[] = [1]\n %y : f32[3,5] = CumSum(%x, %a)\n %z : f32[3,5] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\n output %y\n output %z", {0.5, 2}},
     {"input %x : f32[3,4]\n const %i : i64[3,2] = [0, 3, -1, 1, 2, 2]\n %y : f32[3,2] = GatherElements(%x, %i) {axis = 1}\n output %y"},
+    {"input %x : f32[2,3,5,4]\n input %g : f32[2,3,2,2]\n %y : f32[2,3,3,2] = GridSample(%x, %g)\n"
+     " %z : f32[2,3,3,2] = GridSample(%x, %g) {mode = \"nearest\", padding_mode = \"reflection\", align_corners = 1}\n output %y\n output %z"},
     {"input %x : f32[3,7,2]\n const %k : i64[1] = [3]\n %v : f32[3,3,2], %i : i64[3,3,2] = TopK(%x, %k) {axis = 1}\n %f : f32[3,3,2] = Cast(%i) {to = 1}\n"
      " const %k1 : i64[1] = [1]\n %w : f32[3,1,2], %j : i64[3,1,2] = TopK(%x, %k1) {axis = 1, largest = 0}\n output %v\n output %f\n output %w"},
     {"input %x : f32[3,4,5]\n const %i : i64[2,2] = [0, 1, 2, -1]\n %y : f32[2,5] = GatherND(%x, %i)\n const %j : i64[3,1] = [1, 0, 3]\n"

@@ -10,7 +10,8 @@ batch.
 
 Besides torchvision's classifiers: two segmentation nets, a U-Net, an encoder-decoder
 Transformer, a top-2 mixture of experts, each read as a classifier (PooledHead, TinySeq2Seq,
-TinyMoE), and a CNN with local response normalisation.
+TinyMoE), a spatial transformer (TinySTN: an affine grid and grid_sample) and a CNN with local response
+normalisation.
 
 Prints one line per model: PASS when
 - the forward loss is within 1e-5 of PyTorch's in f64 (or twice PyTorch's own f32 error, for a
@@ -130,6 +131,29 @@ class TinyMoE(nn.Module):
         return self.head((h + y).mean(dim=1))
 
 
+class TinySTN(nn.Module):
+    """A spatial transformer: a small net predicts an affine transform per image, the affine grid
+    (F.affine_grid's, written out) is the sampling grid and F.grid_sample (bilinear, reflection padding) warps the image before
+    the classifier; the gradient flows into both the image and the grid."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.loc = nn.Sequential(nn.Conv2d(3, 4, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 6))
+        with torch.no_grad():
+            self.loc[-1].weight.mul_(0.1)
+            self.loc[-1].bias.copy_(torch.tensor([1.0, 0.1, 0.0, -0.1, 0.9, 0.05]))
+        self.head = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, classes))
+
+    def forward(self, x):
+        theta = self.loc(x).view(-1, 2, 3)
+        n, _, h, w = x.shape
+        # F.affine_grid(theta, x.shape, align_corners=False), written out (PyTorch 1.13 cannot export it)
+        ys, xs = (torch.arange(h, dtype=x.dtype) * 2 + 1) / h - 1, (torch.arange(w, dtype=x.dtype) * 2 + 1) / w - 1
+        base = torch.stack([xs.view(1, w).expand(h, w), ys.view(h, 1).expand(h, w), torch.ones(h, w, dtype=x.dtype)], dim=-1)
+        grid = (base.view(1, h * w, 3) @ theta.transpose(1, 2)).view(n, h, w, 2)
+        return self.head(F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False))
+
+
 # name: (builder, input resolution). Resolutions leave the last stage at least 2x2: at 1x1 a
 # BatchNorm over a batch of 2 normalises two values, and even PyTorch's f32 loss leaves its f64 one
 # by 11% (wide_resnet50_2 at 32 px, inception_v3 at 96 px): nothing is left to compare.
@@ -157,6 +181,7 @@ MODELS = {
     "unet_tiny": (lambda: PooledHead(TinyUNet()), 16),
     "seq2seq_tiny": (TinySeq2Seq, 4),
     "moe_tiny": (TinyMoE, 4),
+    "stn_tiny": (TinySTN, 12),
     # AlexNet-era local response normalisation: PyTorch writes F.local_response_norm with an If on the
     # input's rank, which ampc takes once the condition folds.
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
