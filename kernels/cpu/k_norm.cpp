@@ -185,6 +185,7 @@ using ReduceMaxK = ReduceK<C, Red::Max>;
 template <typename C>
 using ReduceMinK = ReduceK<C, Red::Min>;
 
+// ArgMax: the first maximum (the last with select_last_index); NaN above every number.
 template <typename C>
 struct ArgMaxK {
   static void run(KernelCtx& c) {
@@ -199,7 +200,8 @@ struct ArgMaxK {
         int64_t best = 0;
         for (int64_t a = 1; a < s.axis; ++a) {
           const C v = x[(o * s.axis + a) * s.inner + i], b = x[(o * s.axis + best) * s.inner + i];
-          if (v > b || (last && v == b)) best = a;
+          if (b != b) break;  // the first NaN is the maximum (as PyTorch's argmax and TopK pick)
+          if (v != v || v > b || (last && v == b)) best = a;
         }
         out[o * s.inner + i] = best;
       }

@@ -407,6 +407,8 @@ struct Program::Lowering {
   void ampcGatherGrad();
   void ampcAllReduce();
   void onnxTopK();
+  void onnxTile();
+  void onnxArgMax();
   void ampcGatherElementsGrad();
   void ampcSliceGrad();
   void ampcPadGrad();
@@ -1014,6 +1016,8 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "GatherGrad"}, &Lowering::ampcGatherGrad},
       {{"ampc", "AllReduce"}, &Lowering::ampcAllReduce},
       {{"", "TopK"}, &Lowering::onnxTopK},
+      {{"", "Tile"}, &Lowering::onnxTile},
+      {{"", "ArgMax"}, &Lowering::onnxArgMax},
       {{"ampc", "GatherElementsGrad"}, &Lowering::ampcGatherElementsGrad},
       {{"ampc", "GatherNDGrad"}, &Lowering::ampcGatherElementsGrad},
       {{"ampc", "SliceGrad"}, &Lowering::ampcSliceGrad},
@@ -1554,6 +1558,43 @@ void Program::Lowering::ampcAllReduce() {
     }
     return overlap ? cudaEventRecord(done, comm) : cudaGetLastError();
   });
+}
+
+// Tile: the output read as [reps_0, x_0, reps_1, x_1, ...] (the same bytes), a strided copy whose
+// reps dims read x again (source stride 0).
+void Program::Lowering::onnxTile() {
+  const auto &xs = shape(in(0)), &os = shape(out(0));
+  if (p.nhwc_.count(in(0)) || p.nhwc_.count(out(0))) fail("a channels-last operand is not supported");
+  if (xs == os) return copyValue(in(0), out(0));
+  if (2 * xs.size() > static_cast<size_t>(kMaxRank)) fail("rank above " + std::to_string(kMaxRank / 2));
+  const auto reps = constInts(1);
+  const auto src = stridesOf(xs), dst = stridesOf(os);
+  CopyArgs a;
+  a.rank = static_cast<int>(2 * xs.size());
+  a.n = out(0)->type().numel();
+  for (size_t d = 0; d < xs.size(); ++d) {
+    a.shape[2 * d] = reps[d];
+    a.dstStride[2 * d] = xs[d] * dst[d];
+    a.srcStride[2 * d] = 0;
+    a.shape[2 * d + 1] = xs[d];
+    a.dstStride[2 * d + 1] = dst[d];
+    a.srcStride[2 * d + 1] = src[d];
+  }
+  return strided(in(0), out(0), a);
+}
+
+// ArgMax: TopK's kernel with k = 1 (the first of equal maxima, NaN above every number, as the CPU
+// kernel picks), its value written to scratch.
+void Program::Lowering::onnxArgMax() {
+  if (n.getInt("select_last_index", 0) != 0) fail("select_last_index = 1 is not supported on CUDA");
+  const auto& xs = shape(in(0));
+  int64_t outer, dim, inner;
+  split(xs, normalizeAxis(n.getInt("axis", 0), static_cast<int64_t>(xs.size())), outer, dim, inner);
+  const DT t = dt(in(0));
+  const Scratch vals = scratch(static_cast<size_t>(dtSize(t) * std::max<int64_t>(outer * inner, 1)));
+  const void* x = P(in(0));
+  auto* idx = static_cast<int64_t*>(P(out(0)));
+  add([=](cudaStream_t st) { return topK(x, t, vals.at(0), idx, outer, dim, inner, 1, true, st); });
 }
 
 void Program::Lowering::onnxTopK() {

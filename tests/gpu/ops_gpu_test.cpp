@@ -127,6 +127,9 @@ std::vector<Case> cases() {
   c.push_back({"TopK", "input %x : $T[4,37,3]\nconst %k : i64[1] = [5]\n%v : $T[4,5,3], %i : i64[4,5,3] = TopK(%x, %k) {axis = 1}\n"
                        "const %k1 : i64[1] = [1]\n%w : $T[4,37,1], %j : i64[4,37,1] = TopK(%x, %k1) {largest = 0}\n"
                        "output %v\noutput %i\noutput %w\noutput %j"});
+  c.push_back({"Tile", "input %x : $T[3,1,5]\nconst %r : i64[3] = [2, 4, 3]\n%y : $T[6,4,15] = Tile(%x, %r)\noutput %y"});
+  c.push_back({"ArgMax", "input %x : $T[4,37,3]\n%i : i64[4,1,3] = ArgMax(%x) {axis = 1}\n%j : i64[37,3] = ArgMax(%x) {keepdims = 0}\n"
+                         "output %i\noutput %j"});
   c.push_back({"TopK_i64", "input %x : i64[6,40]\nconst %k : i64[1] = [7]\n%v : i64[6,7], %i : i64[6,7] = TopK(%x, %k)\noutput %v\noutput %i",
                {{"x", {1, 0, 3}}}, false});
   c.push_back({"CumSum_i64", "input %x : i64[2,50]\nconst %a : i64[] = [-1]\n%y : i64[2,50] = CumSum(%x, %a)\noutput %y", {{"x", {1, 0, 2}}}, false});
