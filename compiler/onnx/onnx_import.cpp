@@ -1417,11 +1417,11 @@ class Importer {
     step(np, "Conv", ins, attrs, out);
   }
 
-  // Resize, nearest and linear: per resized axis, the source coordinate of each output index (by
-  // coordinate_transformation_mode) becomes constant index tables, and the axis is resampled with
-  // Gather (nearest) or two Gathers blended by constant weights (linear; axes in turn, which is
-  // multilinear interpolation). Cubic, antialias, tf_crop_and_resize and aspect-ratio policies are
-  // refused.
+  // Resize, nearest, linear and cubic: per resized axis, the source coordinate of each output index
+  // (by coordinate_transformation_mode) becomes constant index tables, and the axis is resampled
+  // with Gather (nearest), two Gathers blended by constant weights (linear), or four weighted
+  // Gathers (cubic: cubic_coeff_a, exclude_outside; edge taps otherwise), axes in turn, which is
+  // separable interpolation. Antialias, tf_crop_and_resize and aspect-ratio policies are refused.
   std::string attrString(const onnx::NodeProto& np, const std::string& name, const std::string& dflt) {
     const auto* a = findAttr(np, name, onnx::AttributeProto::STRING, "a string");
     return a ? a->s() : dflt;
@@ -1434,13 +1434,15 @@ class Importer {
     const std::string mode = attrString(np, "mode", "nearest");
     const std::string ctm = attrString(np, "coordinate_transformation_mode", "half_pixel");
     const std::string nearest = attrString(np, "nearest_mode", "round_prefer_floor");
-    if (mode != "nearest" && mode != "linear") fail(nodeLabel(np) + ": mode '" + mode + "' is not supported (nearest and linear are)");
+    if (mode != "nearest" && mode != "linear" && mode != "cubic") fail(nodeLabel(np) + ": mode '" + mode + "' is not supported (nearest, linear and cubic are)");
+    const double cubicA = attrFloat(np, "cubic_coeff_a", -0.75f);
+    const bool excludeOutside = attrInt(np, "exclude_outside", 0) != 0;
     if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" && ctm != "asymmetric")
       fail(nodeLabel(np) + ": coordinate_transformation_mode '" + ctm + "' is not supported");
     if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil")
       fail(nodeLabel(np) + ": nearest_mode '" + nearest + "' is not supported");
     if (attrInt(np, "antialias", 0)) fail(nodeLabel(np) + ": antialias is not supported");
-    if (mode == "linear" && !isFloat(x->type().dtype)) fail(nodeLabel(np) + ": linear resizing needs a float tensor");
+    if (mode != "nearest" && !isFloat(x->type().dtype)) fail(nodeLabel(np) + ": " + mode + " resizing needs a float tensor");
     std::vector<int64_t> axes;
     if (auto a = attrInts(np, "axes")) {
       for (int64_t v : *a) axes.push_back(v < 0 ? v + r : v);
@@ -1483,6 +1485,8 @@ class Importer {
       if (n == in && scale[a] == 1.0) continue;
       std::vector<int64_t> i0(n), i1(n);
       std::vector<double> w(n);
+      std::vector<std::vector<int64_t>> taps(4, std::vector<int64_t>(n));  // cubic: four taps and their weights
+      std::vector<std::vector<double>> tapW(4, std::vector<double>(n));
       for (int64_t o = 0; o < n; ++o) {
         const double s = scale[a];
         double src;
@@ -1500,6 +1504,25 @@ class Importer {
           else if (nearest == "round_prefer_ceil") k = std::floor(src + 0.5);
           else k = std::ceil(src - 0.5);
           i0[o] = std::clamp<int64_t>(static_cast<int64_t>(k), 0, in - 1);
+        } else if (mode == "cubic") {
+          // Keys' cubic convolution with coefficient A over the taps floor(src) - 1 .. + 2; a tap
+          // outside the input reads the edge, or (exclude_outside) weighs 0 and the rest renormalise.
+          const double f = std::floor(src), t = src - f, A = cubicA;
+          auto kernel = [&](double d) {
+            d = std::fabs(d);
+            return d <= 1 ? ((A + 2) * d - (A + 3)) * d * d + 1 : d < 2 ? ((A * d - 5 * A) * d + 8 * A) * d - 4 * A : 0.0;
+          };
+          double sum = 0;
+          for (int k = 0; k < 4; ++k) {
+            const int64_t at = static_cast<int64_t>(f) - 1 + k;
+            double wk = kernel(t + 1 - k);
+            if (excludeOutside && (at < 0 || at >= in)) wk = 0;
+            taps[k][o] = std::clamp<int64_t>(at, 0, in - 1);
+            tapW[k][o] = wk;
+            sum += wk;
+          }
+          if (excludeOutside && sum != 0)
+            for (int k = 0; k < 4; ++k) tapW[k][o] /= sum;
         } else {
           src = std::clamp(src, 0.0, static_cast<double>(in - 1));
           i0[o] = static_cast<int64_t>(std::floor(src));
@@ -1514,10 +1537,19 @@ class Importer {
         v = gather(i0);
         continue;
       }
-      Value* lo = gather(i0);
-      Value* hi = gather(i1);
       std::vector<int64_t> wshape(r, 1);
       wshape[a] = n;
+      if (mode == "cubic") {
+        Value* sum = nullptr;
+        for (int k = 0; k < 4; ++k) {
+          Value* term = step(np, "Mul", {gather(taps[k]), g_->addConst(fresh(np, "weight"), Tensor::fromDoubles(x->type().dtype, wshape, tapW[k]))});
+          sum = sum ? step(np, "Add", {sum, term}) : term;
+        }
+        v = sum;
+        continue;
+      }
+      Value* lo = gather(i0);
+      Value* hi = gather(i1);
       Value* wt = g_->addConst(fresh(np, "weight"), Tensor::fromDoubles(x->type().dtype, wshape, w));
       v = step(np, "Add", {lo, step(np, "Mul", {step(np, "Sub", {hi, lo}), wt})});
     }

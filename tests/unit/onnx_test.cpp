@@ -203,13 +203,13 @@ TEST(OnnxImport, UnsupportedOpsAreListedTogether) {
   auto* g = m.mutable_graph();
   addNode(g, "Foo", {"y"}, {"f"}, "foo_node");
   addNode(g, "Bar", {"f"}, {"b"}, "bar_node", "com.example");
-  addNode(g, "GridSample", {"b", "b"}, {"l"}, "grid_node");
+  addNode(g, "Loop", {"b", "b"}, {"l"}, "loop_node");
   auto* o = m.add_opset_import();
   o->set_domain("com.example");
   o->set_version(1);
   writeModel(d.file("unsup.onnx"), m);
   expectImportError(d.file("unsup.onnx"), {"3 node(s)", "node 'foo_node' (Foo) domain 'ai.onnx'",
-                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'grid_node' (GridSample)"});
+                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'loop_node' (Loop)"});
 }
 
 TEST(OnnxImport, OpsetOutOfRange) {

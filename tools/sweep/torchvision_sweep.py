@@ -182,6 +182,7 @@ MODELS = {
     "seq2seq_tiny": (TinySeq2Seq, 4),
     "moe_tiny": (TinyMoE, 4),
     "stn_tiny": (TinySTN, 12),
+    "bicubic_upsample": (lambda: PooledHead(nn.Sequential(nn.Conv2d(3, 10, 3), nn.Upsample(scale_factor=2, mode="bicubic"), nn.ReLU())), 8),
     # AlexNet-era local response normalisation: PyTorch writes F.local_response_norm with an If on the
     # input's rank, which ampc takes once the condition folds.
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
