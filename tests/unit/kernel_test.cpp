@@ -553,3 +553,23 @@ TEST(KernelReference, LossGradientChecksLabelsBeforeReadingWeights) {
   double z = std::exp(0.1) + std::exp(0.2) + std::exp(0.3);
   EXPECT_NEAR(dx.getDouble(1), (std::exp(0.2) / z - 1) * 2 / 5, 1e-6);
 }
+
+// TopK and ArgMax rank as PyTorch's topk and argmax do: NaN above every number, equal values in
+// index order (so the two backends and both ops agree on which element is chosen).
+TEST(KernelReference, TopKAndArgMaxRankNaNFirstAndTiesInIndexOrder) {
+  const std::string text = graph(
+      "input %x : f32[2,5]\n const %k : i64[1] = [3]\n %v : f32[2,3], %i : i64[2,3] = TopK(%x, %k)\n"
+      " %w : f32[2,3], %j : i64[2,3] = TopK(%x, %k) {largest = 0}\n %a : i64[2] = ArgMax(%x) {axis = 1, keepdims = 0}\n"
+      " output %v\n output %i\n output %w\n output %j\n output %a");
+  const double nan = std::nan("");
+  const std::map<std::string, Tensor> feeds = {{"x", Tensor::fromDoubles(DType::f32, {2, 5}, {1, 3, nan, 3, -2, 4, 0, 4, 4, -1})}};
+  const auto out = runAt(text, feeds, DType::f32);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_TRUE(std::isnan(out[0].getDouble(0)));
+  EXPECT_EQ(out[0].getDouble(1), 3);
+  EXPECT_EQ(out[0].getDouble(2), 3);
+  EXPECT_EQ(out[1].toInts(), (std::vector<int64_t>{2, 1, 3, 0, 2, 3}));  // row 1: the three 4s in index order
+  EXPECT_EQ(out[3].toInts(), (std::vector<int64_t>{4, 0, 1, 4, 1, 0}));  // smallest: NaN last
+  EXPECT_EQ(out[2].getDouble(0), -2);
+  EXPECT_EQ(out[4].toInts(), (std::vector<int64_t>{2, 0}));  // the NaN, then the first of the 4s
+}
