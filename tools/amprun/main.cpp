@@ -263,7 +263,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-scale", minScale, "stop with an error when the dynamic loss scale falls below this (default 0: never)");
   app.add_option("--nproc", nproc,
                  "data parallel: run N processes on this host, each on its share of every global batch (N times the plan's batch); "
-                 "gradients are averaged through Gloo before the overflow check, so every rank keeps the same loss scale and weights");
+                 "gradients are averaged (Gloo on the CPU, NCCL on CUDA: rank r on GPU r) before the overflow check, so every rank keeps the same "
+                 "loss scale and weights");
   app.add_option("--bucket-mb", bucketMb,
                  "data parallel: gradients are averaged in buckets of about this many MiB (f32), each as soon as the backward "
                  "has made it (25; 0: one all-reduce after the backward)");
