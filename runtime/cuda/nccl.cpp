@@ -73,7 +73,7 @@ std::string ncclMessage(NcclResult r) {
 }  // namespace
 
 NcclGroup::NcclGroup(Collective& host, int device, std::chrono::milliseconds timeout)
-    : rank_(host.rank()), world_(host.world()), device_(device), timeout_(timeout) {
+    : rank_(host.rank()), world_(host.world()), timeout_(timeout) {
   const std::string who = "rank " + std::to_string(rank_) + " of " + std::to_string(world_);
   const auto& api = nccl();
   if (!api.error.empty()) throw Error(who + ": " + api.error);

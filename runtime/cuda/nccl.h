@@ -43,7 +43,7 @@ class NcclGroup {
 
  private:
   [[noreturn]] void abort(const std::string& why);
-  int rank_ = 0, world_ = 1, device_ = 0;
+  int rank_ = 0, world_ = 1;
   std::chrono::milliseconds timeout_;
   void* comm_ = nullptr;  // ncclComm_t
   bool aborted_ = false;

@@ -54,6 +54,38 @@ std::map<std::string, std::pair<int64_t, int64_t>> ranges(const std::string& mod
   return {{"target", {0, 9}}};
 }
 
+// `steps` CUDA steps of `g` on synthetic batches drawn from `seed` (the state synced back into g's
+// params); the program's launches per step through *launches.
+std::vector<Trainer::Metrics> cudaSteps(Graph& g, const cuda::ProgramOptions& po, const std::string& model, uint64_t seed, int steps,
+                                        int64_t* launches = nullptr) {
+  std::vector<const Value*> ins(g.inputs().begin(), g.inputs().end());
+  cuda::CudaTrainer t(g, po, 1);
+  t.begin(0);
+  auto data = DataSource::synthetic(ins, seed, ranges(model));
+  std::vector<Trainer::Metrics> out;
+  for (int s = 0; s < steps; ++s) {
+    const auto b = data.next();
+    for (const auto& m : t.step(&b)) out.push_back(m);
+  }
+  t.syncState();
+  if (launches) *launches = t.program().stats().launches;
+  return out;
+}
+
+// Every parameter of `a` has the same bits in `b` (`runs` names the two runs in the message).
+void expectSameParams(const Graph& a, const Graph& b, const std::string& runs) {
+  int compared = 0;
+  for (const Value* p : a.params()) {
+    const Value* q = b.lookup(p->name());
+    ASSERT_TRUE(q && p->data() && q->data()) << p->name();
+    const auto &x = p->data()->data, &y = q->data()->data;
+    ASSERT_EQ(x.size(), y.size()) << p->name();
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin())) << p->name() << " differs between " << runs;
+    ++compared;
+  }
+  EXPECT_GT(compared, 4);
+}
+
 class GpuModels : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
 TEST_P(GpuModels, TwentyStepsMatchTheCpuPlan) {
@@ -196,21 +228,13 @@ TEST(GpuDeterministic, TwoRunsAreBitwiseEqual) {
     SCOPED_TRACE(model);
     std::vector<std::unique_ptr<Graph>> graphs;
     for (int r = 0; r < 3; ++r) graphs.push_back(trainGraph(model, DType::bf16, "adamw"));
-    std::vector<const Value*> ins(graphs[0]->inputs().begin(), graphs[0]->inputs().end());
     const uint64_t seed = gputest::rng()();
     std::vector<std::vector<Trainer::Metrics>> metrics(3);
     for (int r = 0; r < 3; ++r) {
       cuda::ProgramOptions po;
       po.deterministic = r < 2;
       po.seed = seed;
-      cuda::CudaTrainer t(*graphs[r], po, 1);
-      t.begin(0);
-      auto data = DataSource::synthetic(ins, seed, ranges(model));
-      for (int s = 0; s < 6; ++s) {
-        const auto b = data.next();
-        for (const auto& m : t.step(&b)) metrics[r].push_back(m);
-      }
-      t.syncState();
+      metrics[r] = cudaSteps(*graphs[r], po, model, seed, 6);
     }
     ASSERT_EQ(metrics[0].size(), 6u);
     ASSERT_EQ(metrics[1].size(), 6u);
@@ -221,16 +245,7 @@ TEST(GpuDeterministic, TwoRunsAreBitwiseEqual) {
       EXPECT_TRUE(std::isfinite(metrics[0][s].loss));
       EXPECT_NEAR(metrics[0][s].loss, metrics[2][s].loss, 2e-2 * std::fabs(metrics[2][s].loss)) << "step " << s;
     }
-    int compared = 0;
-    for (const Value* p : graphs[0]->params()) {
-      const Value* q = graphs[1]->lookup(p->name());
-      ASSERT_TRUE(q && p->data() && q->data()) << p->name();
-      const auto &a = p->data()->data, &b = q->data()->data;
-      ASSERT_EQ(a.size(), b.size()) << p->name();
-      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << p->name() << " differs between two deterministic runs";
-      ++compared;
-    }
-    EXPECT_GT(compared, 4);
+    expectSameParams(*graphs[0], *graphs[1], "two deterministic runs");
   }
 }
 
@@ -261,7 +276,6 @@ TEST(GpuDataParallel, AGroupOfOneThroughNcclIsBitwiseAPlainRun) {
       for (const auto& n : grouped->nodes()) reduces += n->op() == "AllReduce";
       if (buckets) ASSERT_GT(reduces, 2);
       else ASSERT_EQ(reduces, 1);
-      std::vector<const Value*> ins(plain->inputs().begin(), plain->inputs().end());
       const uint64_t seed = gputest::rng()();
       std::vector<Trainer::Metrics> m[2];
       int64_t launches[2] = {};
@@ -270,15 +284,7 @@ TEST(GpuDataParallel, AGroupOfOneThroughNcclIsBitwiseAPlainRun) {
         po.deterministic = true;
         po.seed = seed;
         po.collective = r == 1 ? &nccl : nullptr;
-        cuda::CudaTrainer t(r == 1 ? *grouped : *plain, po, 1);
-        t.begin(0);
-        auto data = DataSource::synthetic(ins, seed, ranges(model));
-        for (int s = 0; s < 8; ++s) {
-          const auto b = data.next();
-          for (const auto& x : t.step(&b)) m[r].push_back(x);
-        }
-        t.syncState();
-        launches[r] = t.program().stats().launches;
+        m[r] = cudaSteps(r == 1 ? *grouped : *plain, po, model, seed, 8, &launches[r]);
       }
       EXPECT_GT(launches[1], launches[0]) << "the grouped plan must launch its all-reduce";
       ASSERT_EQ(m[0].size(), 8u);
@@ -292,16 +298,7 @@ TEST(GpuDataParallel, AGroupOfOneThroughNcclIsBitwiseAPlainRun) {
       }
       if (precision == DType::f16) EXPECT_GT(skipped, 0) << "a scale of 2^40 must overflow";
       EXPECT_LT(skipped, 8);
-      int compared = 0;
-      for (const Value* p : plain->params()) {
-        const Value* q = grouped->lookup(p->name());
-        ASSERT_TRUE(q && p->data() && q->data()) << p->name();
-        const auto &a = p->data()->data, &b = q->data()->data;
-        ASSERT_EQ(a.size(), b.size()) << p->name();
-        EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << p->name() << " differs between the plain and the grouped run";
-        ++compared;
-      }
-      EXPECT_GT(compared, 4);
+      expectSameParams(*plain, *grouped, "the plain and the grouped run");
     }
 }
 
