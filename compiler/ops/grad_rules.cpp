@@ -35,6 +35,16 @@ void gradDiv(GB& b) {
   if (b.needs(0)) b.setGrad(0, b.reduceTo(b.div(b.dy(0), b.x(1)), shapeOf(b.x(0))));
   if (b.needs(1)) b.setGrad(1, b.reduceTo(b.neg(b.div(b.mul(b.dy(0), b.y(0)), b.x(1))), shapeOf(b.x(1))));
 }
+// Mod(a, b) = a - q b with q = trunc(a / b) (fmod = 1, C's fmod) or floor(a / b) (fmod = 0, Python's
+// %): PyTorch's fmod and remainder give da = dy and db = -q dy. q is the integer (a - y) / b
+// rounded, exact where a / b is: no trunc op is needed.
+void gradMod(GB& b) {
+  if (b.needs(0)) b.setGrad(0, b.reduceTo(b.dy(0), shapeOf(b.x(0))));
+  if (b.needs(1)) {
+    Value* q = b.op("Round", {b.div(b.sub(b.x(0), b.y(0)), b.x(1))});
+    b.setGrad(1, b.reduceTo(b.neg(b.mul(b.dy(0), q)), shapeOf(b.x(1))));
+  }
+}
 void gradPow(GB& b) {
   Value* e = b.cast(b.x(1), dt(b.x(0)));
   if (b.needs(0)) {  // e * x^(e-1)
@@ -554,7 +564,7 @@ void registerGradOps(std::vector<OpDef>& t) {
 
 void attachGradRules(std::vector<OpDef>& t) {
   const std::pair<std::string_view, GradFn> rules[] = {
-      {"Add", gradAdd}, {"Sub", gradSub}, {"Mul", gradMul}, {"Div", gradDiv}, {"Pow", gradPow},
+      {"Add", gradAdd}, {"Sub", gradSub}, {"Mul", gradMul}, {"Div", gradDiv}, {"Mod", gradMod}, {"Pow", gradPow},
       {"Sqrt", gradSqrt}, {"Reciprocal", gradReciprocal}, {"Neg", gradNeg}, {"Abs", gradAbs}, {"Exp", gradExp},
       {"Log", gradLog}, {"Tanh", gradTanh}, {"Sigmoid", gradSigmoid}, {"Relu", gradRelu}, {"LeakyRelu", gradLeakyRelu},
       {"Erf", gradErf}, {"Gelu", gradGelu}, {"Softplus", gradSoftplus}, {"Clip", gradClip}, {"Max", gradMaxMin},

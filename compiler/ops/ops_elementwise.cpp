@@ -148,7 +148,9 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Round", L, 1, 1, 1, 1, I, false, inferUnaryFloat);
   row("Sign", L, 1, 1, 1, 1, I, false, inferUnaryAny);
   row("PRelu", L, 2, 2, 1, 1, I, true, inferPRelu);
-  row("Mod", L, 2, 2, 1, 1, I, false, inferMod);
+  // Differentiable in both operands (PyTorch's fmod and remainder): a gradient of zero would be a
+  // silently wrong answer.
+  row("Mod", L, 2, 2, 1, 1, I, true, inferMod);
   row("Gelu", 20, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Softplus", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
   row("LeakyRelu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);

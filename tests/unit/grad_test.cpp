@@ -73,6 +73,9 @@ const Case kCases[] = {
     {"param %a : f64[1,3]\n param %b : f64[2,1]\n %y : f64[2,3] = Mul(%a, %b)\n output %y"},
     {"param %a : f64[2,3]\n param %b : f64[3]\n %y : f64[2,3] = Div(%a, %b)\n output %y", 0.5, 2},
     {"param %a : f64[2,3]\n param %b : f64[3]\n %y : f64[2,3] = Pow(%a, %b)\n output %y", 0.5, 2},
+    // fmod of either sign (a / b in [-4, 4]: the quotient a gradient of b takes is 0 to 4 either way).
+    {"param %a : f64[2,3]\n param %b : f64[3]\n %y : f64[2,3] = Mod(%a, %b) {fmod = 1}\n %n : f64[2,3] = Neg(%a)\n"
+     " %z : f64[2,3] = Mod(%n, %b) {fmod = 1}\n output %y\n output %z", 0.5, 2},
     {"param %x : f64[5]\n %y : f64[5] = Sqrt(%x)\n output %y", 0.5, 3},
     {"param %x : f64[5]\n %y : f64[5] = Reciprocal(%x)\n output %y", 0.5, 3},
     {"param %x : f64[5]\n %y : f64[5] = Neg(%x)\n output %y"},
