@@ -594,7 +594,7 @@ class Importer {
       "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "ReduceProd",
+      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "RNN", "ReduceProd",
       "LRN", "If"};
 
 
@@ -1062,11 +1062,14 @@ class Importer {
   // linear_before_reset; PyTorch exports 1); directions forward, reverse and bidirectional; both
   // layouts; optional biases and initial states. What it does not reproduce is refused, naming the
   // node: other activations, clip, input_forget, peepholes, and sequence_lens other than full length.
-  void lowerRecurrent(const onnx::NodeProto& np, bool lstm) {
+  // LSTM, GRU and RNN (Elman), unrolled over the sequence into MatMuls and pointwise gates.
+  enum class Cell { Lstm, Gru, Rnn };
+  void lowerRecurrent(const onnx::NodeProto& np, Cell cell) {
     const std::string what = nodeLabel(np);
-    for (const char* a : {"activations", "activation_alpha", "activation_beta", "clip"})
+    const bool lstm = cell == Cell::Lstm;
+    for (const char* a : {"activation_alpha", "activation_beta", "clip"})
       if (std::any_of(np.attribute().begin(), np.attribute().end(), [&](const auto& x) { return x.name() == a; }))
-        fail(what + ": attribute '" + a + "' is not supported (only the default activations, without clip)");
+        fail(what + ": attribute '" + a + "' is not supported (activations without parameters, no clip)");
     if (lstm && attrInt(np, "input_forget", 0) != 0) fail(what + ": input_forget=1 is not supported");
     if (lstm && operand(np, 7)) fail(what + ": peephole weights (P) are not supported");
     Value* x = operand(np, 0);
@@ -1080,7 +1083,31 @@ class Importer {
       return a ? a->s() : std::string("forward");
     }();
     if (dir != "forward" && dir != "reverse" && dir != "bidirectional") fail(what + ": direction '" + dir + "' is not forward, reverse or bidirectional");
-    const int64_t dirs = dir == "bidirectional" ? 2 : 1, gates = lstm ? 4 : 3;
+    const int64_t dirs = dir == "bidirectional" ? 2 : 1, gates = lstm ? 4 : cell == Cell::Gru ? 3 : 1;
+    // The activations, per direction: LSTM and GRU only their defaults (f = Sigmoid, g = h = Tanh),
+    // written or not; RNN's one function Tanh (its default), Relu or Sigmoid, as torch.nn.RNN's
+    // nonlinearity exports.
+    std::vector<std::string> acts;
+    {
+      const size_t per = lstm ? 3 : cell == Cell::Gru ? 2 : 1;
+      std::vector<std::string> defaults = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                               : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                                   : std::vector<std::string>{"Tanh"};
+      for (int64_t d = 0; d < dirs; ++d) acts.insert(acts.end(), defaults.begin(), defaults.end());
+      if (const auto* a = findAttr(np, "activations", onnx::AttributeProto::STRINGS, "a list of strings")) {
+        if (static_cast<size_t>(a->strings_size()) != per * static_cast<size_t>(dirs))
+          fail(what + ": activations lists " + std::to_string(a->strings_size()) + " functions; " + std::to_string(per * dirs) +
+               " are wanted (" + std::to_string(per) + " per direction)");
+        for (int i = 0; i < a->strings_size(); ++i) {
+          const std::string& f = a->strings(i);
+          const bool ok = cell == Cell::Rnn ? (f == "Tanh" || f == "Relu" || f == "Sigmoid") : f == acts[static_cast<size_t>(i)];
+          if (!ok)
+            fail(what + ": activation '" + f + "' is not supported" +
+                 (cell == Cell::Rnn ? std::string(" (Tanh, Relu or Sigmoid)") : " (only the defaults Sigmoid, Tanh" + std::string(lstm ? ", Tanh)" : ")")));
+          acts[static_cast<size_t>(i)] = f;
+        }
+      }
+    }
     const int64_t H = attrInt(np, "hidden_size", 0);
     const auto &xs = x->type().shape, &ws = w->type().shape, &rs = r->type().shape;
     if (xs.size() != 3) fail(what + ": X must have rank 3, got " + x->type().str());
@@ -1136,10 +1163,11 @@ class Importer {
         rb = sliceAxis(np, bd, 0, gates * H, 2 * gates * H);
       }
       // GRU without linear_before_reset: the h gate's recurrent product comes after the reset.
-      Value* rtZr = lstm || lbr ? rt : sliceAxis(np, rt, 1, 0, 2 * H);
-      Value* rtH = lstm || lbr ? nullptr : sliceAxis(np, rt, 1, 2 * H, 3 * H);
-      Value* rbZr = rb && !(lstm || lbr) ? sliceAxis(np, rb, 0, 0, 2 * H) : rb;
-      Value* rbH = rb && !(lstm || lbr) ? sliceAxis(np, rb, 0, 2 * H, 3 * H) : nullptr;
+      const bool split = cell == Cell::Gru && !lbr;
+      Value* rtZr = split ? sliceAxis(np, rt, 1, 0, 2 * H) : rt;
+      Value* rtH = split ? sliceAxis(np, rt, 1, 2 * H, 3 * H) : nullptr;
+      Value* rbZr = rb && split ? sliceAxis(np, rb, 0, 0, 2 * H) : rb;
+      Value* rbH = rb && split ? sliceAxis(np, rb, 0, 2 * H, 3 * H) : nullptr;
       Value* h = h0 ? pick(h0, d) : g_->addConst(fresh(np, "h0"), Tensor(TensorType{dt, {batch, H}}));
       Value* c = lstm ? (c0 ? pick(c0, d) : g_->addConst(fresh(np, "c0"), Tensor(TensorType{dt, {batch, H}}))) : nullptr;
       std::vector<Value*> out(static_cast<size_t>(T));
@@ -1149,7 +1177,9 @@ class Importer {
         Value* hg = step(np, "MatMul", {h, rtZr});      // [B, G H] (GRU without lbr: [B, 2 H])
         if (rbZr) hg = step(np, "Add", {hg, rbZr});
         auto gate = [&](Value* v, int64_t i) { return sliceAxis(np, v, 1, i * H, (i + 1) * H); };
-        if (lstm) {
+        if (cell == Cell::Rnn) {
+          h = step(np, acts[static_cast<size_t>(d)], {step(np, "Add", {xg, hg})});
+        } else if (lstm) {
           Value* s = step(np, "Add", {xg, hg});
           Value* i = step(np, "Sigmoid", {gate(s, 0)});
           Value* o = step(np, "Sigmoid", {gate(s, 1)});
@@ -1558,7 +1588,8 @@ class Importer {
 
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
-    if (op == "LSTM" || op == "GRU") return lowerRecurrent(np, op == "LSTM");  // every output is optional
+    if (op == "LSTM" || op == "GRU" || op == "RNN")  // every output is optional
+      return lowerRecurrent(np, op == "LSTM" ? Cell::Lstm : op == "GRU" ? Cell::Gru : Cell::Rnn);
     if (op == "If") return lowerIf(np);
     const std::string out = np.output_size() ? np.output(0) : std::string();
     if (out.empty()) fail(nodeLabel(np) + " has no output");

@@ -1118,3 +1118,92 @@ TEST(OnnxImport, IfOnAConstantConditionTakesItsBranch) {
   writeModel(p, m);
   expectImportError(p, {"node 'data_branch' (If)", "computed at run time"});
 }
+
+// RNN (Elman) unrolls with its activation per direction: Relu here, forward and reverse, checked
+// against the recurrence by hand. LSTM and GRU take only their default activations, written or
+// not; any other function (or one RNN lacks) is refused, naming the node.
+TEST(OnnxImport, RecurrentActivations) {
+  TempDir d;
+  const int64_t T = 3, B = 2, I = 2, H = 2;
+  const std::vector<float> w{0.5f, -1.0f, 1.5f, 0.25f, -0.5f, 1.0f, 0.75f, -1.25f};  // [2 dirs, H, I]
+  const std::vector<float> r{0.5f, 0.25f, -0.75f, 1.0f, 1.0f, -0.5f, 0.25f, 0.5f};   // [2 dirs, H, H]
+  const std::vector<float> bias{0.1f, -0.2f, 0.3f, 0.0f, -0.1f, 0.2f, 0.05f, 0.4f};  // [2 dirs, Wb H + Rb H]
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {T, B, I});
+  addFloatInit(g, "w", {2, H, I}, w);
+  addFloatInit(g, "r", {2, H, H}, r);
+  addFloatInit(g, "b", {2, 2 * H}, bias);
+  auto* rnn = addNode(g, "RNN", {"x", "w", "r", "b"}, {"y"}, "elman");
+  auto* a = rnn->add_attribute();
+  a->set_name("activations");
+  a->set_type(onnx::AttributeProto::STRINGS);
+  a->add_strings("Relu");
+  a->add_strings("Relu");
+  auto* hs = rnn->add_attribute();
+  hs->set_name("hidden_size");
+  hs->set_type(onnx::AttributeProto::INT);
+  hs->set_i(H);
+  auto* dir = rnn->add_attribute();
+  dir->set_name("direction");
+  dir->set_type(onnx::AttributeProto::STRING);
+  dir->set_s("bidirectional");
+  addOutput(g, "y");
+  const std::string p = d.file("rnn.onnx");
+  writeModel(p, m);
+  auto graph = importOnnxFile(p);
+  std::vector<double> x(static_cast<size_t>(T * B * I));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.7 * static_cast<double>(i)) * 2;
+  Tensor y = evalOne(*graph, {{"x", Tensor::fromDoubles(DType::f32, {T, B, I}, x)}});
+  ASSERT_EQ(y.type.shape, (std::vector<int64_t>{T, 2, B, H}));
+  for (int64_t dd = 0; dd < 2; ++dd)
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> h(H, 0.0);
+      for (int64_t k = 0; k < T; ++k) {
+        const int64_t t = dd ? T - 1 - k : k;
+        std::vector<double> next(H);
+        for (int64_t j = 0; j < H; ++j) {
+          double s = bias[static_cast<size_t>(dd * 2 * H + j)] + bias[static_cast<size_t>(dd * 2 * H + H + j)];
+          for (int64_t i = 0; i < I; ++i) s += w[static_cast<size_t>((dd * H + j) * I + i)] * x[static_cast<size_t>((t * B + b) * I + i)];
+          for (int64_t i = 0; i < H; ++i) s += r[static_cast<size_t>((dd * H + j) * H + i)] * h[static_cast<size_t>(i)];
+          next[static_cast<size_t>(j)] = std::max(s, 0.0);
+        }
+        h = next;
+        for (int64_t j = 0; j < H; ++j)
+          EXPECT_NEAR(y.getDouble(((t * 2 + dd) * B + b) * H + j), h[static_cast<size_t>(j)], 1e-5) << "t " << t << " dir " << dd << " b " << b;
+      }
+    }
+  // Refusals: RNN's LeakyRelu, an LSTM activation other than its default, a list of the wrong length.
+  const struct {
+    const char* op;
+    std::vector<std::string> acts;
+    const char* says;
+  } bad[] = {{"RNN", {"LeakyRelu", "Relu"}, "activation 'LeakyRelu' is not supported"},
+             {"RNN", {"Relu"}, "2 are wanted"},
+             {"LSTM", {"Sigmoid", "Relu", "Tanh", "Sigmoid", "Tanh", "Tanh"}, "activation 'Relu' is not supported"}};
+  for (const auto& c : bad) {
+    const int64_t gates = std::string(c.op) == "LSTM" ? 4 : 1;
+    auto mb = newModel(17);
+    auto* gb = mb.mutable_graph();
+    addTensorInput(gb, "x", onnx::TensorProto::FLOAT, {T, B, I});
+    addFloatInit(gb, "w", {2, gates * H, I}, std::vector<float>(static_cast<size_t>(2 * gates * H * I), 0.5f));
+    addFloatInit(gb, "r", {2, gates * H, H}, std::vector<float>(static_cast<size_t>(2 * gates * H * H), 0.5f));
+    auto* n = addNode(gb, c.op, {"x", "w", "r"}, {"y"}, "cell");
+    auto* at = n->add_attribute();
+    at->set_name("activations");
+    at->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& s : c.acts) at->add_strings(s);
+    auto* h2 = n->add_attribute();
+    h2->set_name("hidden_size");
+    h2->set_type(onnx::AttributeProto::INT);
+    h2->set_i(H);
+    auto* d2 = n->add_attribute();
+    d2->set_name("direction");
+    d2->set_type(onnx::AttributeProto::STRING);
+    d2->set_s("bidirectional");
+    addOutput(gb, "y");
+    const std::string pb = d.file(std::string("bad_") + c.op + std::to_string(c.acts.size()) + ".onnx");
+    writeModel(pb, mb);
+    expectImportError(pb, {std::string("node 'cell' (") + c.op + ")", c.says});
+  }
+}

@@ -157,6 +157,46 @@ class TinySTN(nn.Module):
 # name: (builder, input resolution). Resolutions leave the last stage at least 2x2: at 1x1 a
 # BatchNorm over a batch of 2 normalises two values, and even PyTorch's f32 loss leaves its f64 one
 # by 11% (wide_resnet50_2 at 32 px, inception_v3 at 96 px): nothing is left to compare.
+class RowsAsSequence(nn.Module):
+    """A recurrent classifier: the image's rows as a sequence of 3 x width features, the last
+    step's output to 10 classes."""
+
+    def __init__(self, rnn, features):
+        super().__init__()
+        self.rnn = rnn
+        self.fc = nn.Linear(features, 10)
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        y, _ = self.rnn(x.permute(0, 2, 1, 3).reshape(n, h, c * w))
+        return self.fc(y[:, -1])
+
+
+class ConvThen(nn.Module):
+    """A 3x3 convolution to 8 channels, then `f`, then a linear layer to 10 classes: one op or
+    module under test."""
+
+    def __init__(self, f, res):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.f = f
+        with torch.no_grad():
+            features = self.f(self.c(torch.zeros(1, 3, res, res))).numel()
+        self.fc = nn.Linear(features, 10)
+
+    def forward(self, x):
+        return self.fc(self.f(self.c(x)).flatten(1))
+
+
+class Lambda(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
 MODELS = {
     "alexnet": (lambda: torchvision.models.alexnet(num_classes=10), 64),
     "vgg11_bn": (lambda: torchvision.models.vgg11_bn(num_classes=10), 32),
@@ -185,6 +225,11 @@ MODELS = {
     "bicubic_upsample": (lambda: PooledHead(nn.Sequential(nn.Conv2d(3, 10, 3), nn.Upsample(scale_factor=2, mode="bicubic"), nn.ReLU())), 8),
     # AlexNet-era local response normalisation: PyTorch writes F.local_response_norm with an If on the
     # input's rank, which ampc takes once the condition folds.
+    # Elman RNNs (ONNX RNN: tanh one way; relu, two layers, both ways).
+    "rnn_tanh": (lambda: RowsAsSequence(nn.RNN(24, 16, batch_first=True), 16), 8),
+    "rnn_relu_bi2": (lambda: RowsAsSequence(nn.RNN(24, 16, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True), 32), 8),
+    # torch.fmod exports as Mod: its gradient flows to the convolution (it was dropped once).
+    "fmod_remainder": (lambda: ConvThen(Lambda(lambda y: torch.fmod(y, 0.3) + torch.remainder(y, 0.7) + torch.round(y * 2) / 2), 8), 8),
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
                                       nn.Conv2d(8, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)), 16),
 }
