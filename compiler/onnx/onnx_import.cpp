@@ -536,6 +536,10 @@ class Importer {
       lowerAtImport(np);
       return;
     }
+    if ((np.domain().empty() || np.domain() == "ai.onnx") && np.op_type() == "SoftmaxCrossEntropyLoss" && np.input_size() > 1) {
+      const Value* labels = g_->lookup(np.input(1));
+      if (labels && isFloat(labels->type().dtype)) return lowerSoftTargetCe(np);
+    }
     for (const auto& in : np.input())
       if (sequences_.count(in)) fail(nodeLabel(np) + ": input '" + in + "' is a sequence; ampc lowers sequences only into SequenceAt, ConcatFromSequence and SequenceLength");
     std::vector<Value*> ins;
@@ -595,7 +599,7 @@ class Importer {
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
       "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "RNN", "ReduceProd",
-      "LRN", "If"};
+      "LRN", "If", "OneHot"};
 
 
  public:
@@ -989,6 +993,73 @@ class Importer {
                      : step(np, "Transpose", {reshapeTo(np, x, {n, cb, b, b, h, w})}, {{"perm", std::vector<int64_t>{0, 1, 4, 2, 5, 3}}});
       step(np, "Reshape", {t, constI64(np, "shape", {n, cb, h * b, w * b})}, {}, out);
     }
+  }
+
+  // SoftmaxCrossEntropyLoss with class probabilities as its labels (float, the scores' shape):
+  // PyTorch's F.cross_entropy with soft targets exports so, although ONNX's op takes class indices.
+  // loss = -sum_c w_c p_c log_softmax(x)_c per sample, then the reduction; PyTorch's mean divides
+  // by the number of samples (N d1 ..), weights or not, and ignore_index means nothing here.
+  void lowerSoftTargetCe(const onnx::NodeProto& np) {
+    Value* x = floatOperand(np, 0);
+    Value* p = floatOperand(np, 1);
+    Value* w = operand(np, 2);
+    const auto& xs = x->type().shape;
+    if (xs.size() < 2 || p->type().shape != xs)
+      fail(nodeLabel(np) + ": probability labels " + p->type().str() + " must have the scores' shape " + x->type().str() + " (N x C x ...)");
+    if (w && w->type().shape != std::vector<int64_t>{xs[1]}) fail(nodeLabel(np) + ": weights " + w->type().str() + " must be [C]");
+    const std::string red = [&] {
+      const auto* a = findAttr(np, "reduction", onnx::AttributeProto::STRING, "a string");
+      return a ? a->s() : std::string("mean");
+    }();
+    if (red != "mean" && red != "sum" && red != "none") fail(nodeLabel(np) + ": reduction '" + red + "' is not mean, sum or none");
+    if (np.output_size() < 1 || np.output(0).empty()) fail(nodeLabel(np) + " has no output");
+    if (p->type().dtype != x->type().dtype) p = castTo(np, p, x->type().dtype);
+    const bool wantLogProb = np.output_size() > 1 && !np.output(1).empty();
+    Value* lp = step(np, "LogSoftmax", {x}, {{"axis", int64_t{1}}}, wantLogProb ? np.output(1) : std::string());
+    Value* prod = step(np, "Mul", {lp, p});
+    if (w) {
+      std::vector<int64_t> ws(xs.size() - 1, 1);
+      ws[0] = xs[1];
+      Value* wc = w->type().dtype == x->type().dtype ? w : castTo(np, w, x->type().dtype);
+      prod = step(np, "Mul", {prod, reshapeTo(np, wc, ws)});
+    }
+    Value* per = step(np, "Neg", {reduceNode(np, "ReduceSum", prod, std::vector<int64_t>{1}, 0)});
+    if (red == "none") step(np, "Identity", {per}, {}, np.output(0));
+    else step(np, "Identity", {reduceNode(np, red == "sum" ? "ReduceSum" : "ReduceMean", per, std::nullopt, 0)}, {}, np.output(0));
+  }
+
+  // OneHot (F.one_hot exports as it): Where(Unsqueeze(indices, axis) == arange(depth), on, off), the
+  // arange laid along the new axis. Negative indices count from depth, as ONNX says; an index
+  // outside [-depth, depth) matches nothing (all off). depth must be a compile-time constant.
+  void lowerOneHot(const onnx::NodeProto& np, const std::string& out) {
+    Value* ind = operand(np, 0);
+    Value* depthV = operand(np, 1);
+    Value* values = operand(np, 2);
+    if (!ind || !depthV || !values) fail(nodeLabel(np) + " needs indices, depth and values");
+    const Tensor* dt = depthV->constData();
+    if (!dt || dt->numel() != 1) fail(nodeLabel(np) + ": depth must be a compile-time constant of one element");
+    const double dd = dt->getDouble(0);
+    if (!(dd >= 1 && dd <= double{1 << 30})) fail(nodeLabel(np) + ": depth " + std::to_string(dd) + " is not a positive count");
+    const auto depth = static_cast<int64_t>(dd);
+    if (values->type().shape != std::vector<int64_t>{2})
+      fail(nodeLabel(np) + ": values must be [off_value, on_value], got " + values->type().str());
+    const int64_t rank = static_cast<int64_t>(ind->type().shape.size()) + 1;
+    int64_t axis = attrInt(np, "axis", -1);
+    if (axis < -rank || axis >= rank) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is outside the result's rank " + std::to_string(rank));
+    if (axis < 0) axis += rank;
+    if (ind->type().dtype != DType::i64) ind = castTo(np, ind, DType::i64);  // ONNX: non-integer indices are cast to int64
+    Value* depthK = g_->addConst(fresh(np, "depth"), Tensor::fromInts(DType::i64, {}, {depth}));
+    Value* zero = g_->addConst(fresh(np, "zero"), Tensor::fromInts(DType::i64, {}, {0}));
+    ind = step(np, "Where", {step(np, "Less", {ind, zero}), step(np, "Add", {ind, depthK}), ind});
+    std::vector<int64_t> along(static_cast<size_t>(rank), 1), range(static_cast<size_t>(depth));
+    along[static_cast<size_t>(axis)] = depth;
+    for (int64_t i = 0; i < depth; ++i) range[static_cast<size_t>(i)] = i;
+    Value* arange = g_->addConst(fresh(np, "arange"), Tensor::fromInts(DType::i64, along, range));
+    Value* hit = step(np, "Equal", {step(np, "Unsqueeze", {ind, constI64(np, "axes", {axis})}), arange});
+    auto pick = [&](int64_t i) {
+      return step(np, "Gather", {values, g_->addConst(fresh(np, "index"), Tensor::fromInts(DType::i64, {}, {i}))}, {{"axis", int64_t{0}}});
+    };
+    step(np, "Where", {hit, pick(1), pick(0)}, {}, out);
   }
 
   // If with a compile-time constant condition: the TorchScript exporter writes Python conditionals
@@ -1599,6 +1670,7 @@ class Importer {
     if (op == "ConvTranspose") return lowerConvTranspose(np, out);
     if (op == "Resize") return lowerResize(np, out);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return lowerDepthSpace(np, op == "SpaceToDepth", out);
+    if (op == "OneHot") return lowerOneHot(np, out);
     if (op == "LRN") return lowerLrn(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);

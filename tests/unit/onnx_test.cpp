@@ -1207,3 +1207,81 @@ TEST(OnnxImport, RecurrentActivations) {
     expectImportError(pb, {std::string("node 'cell' (") + c.op + ")", c.says});
   }
 }
+
+// F.cross_entropy with class probabilities exports as SoftmaxCrossEntropyLoss over float labels,
+// and F.one_hot as OneHot: both against their definitions. The loss with class weights, mean over
+// [N, C] and sum over [N, C, d]; OneHot with a negative index, one out of range, and axis 0.
+TEST(OnnxImport, SoftTargetCrossEntropyAndOneHot) {
+  TempDir d;
+  const std::vector<float> x{0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -0.5f, 0.0f, 1.0f};  // [2, 4] or [2, 2, 2]
+  const std::vector<float> p{0.1f, 0.2f, 0.3f, 0.4f, 0.7f, 0.1f, 0.1f, 0.1f};
+  const std::vector<float> w{0.5f, 1.0f, 1.5f, 2.0f};
+  for (const bool spatial : {false, true}) {
+    const std::vector<int64_t> shape = spatial ? std::vector<int64_t>{2, 2, 2} : std::vector<int64_t>{2, 4};
+    const int64_t C = shape[1], D = spatial ? 2 : 1;
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, shape);
+    addFloatInit(g, "p", shape, p);
+    std::vector<std::string> ins{"x", "p"};
+    if (!spatial) {
+      addFloatInit(g, "w", {C}, w);
+      ins.push_back("w");
+    }
+    auto* n = addNode(g, "SoftmaxCrossEntropyLoss", ins, {"loss"}, "soft_ce");
+    auto* r = n->add_attribute();
+    r->set_name("reduction");
+    r->set_type(onnx::AttributeProto::STRING);
+    r->set_s(spatial ? "sum" : "mean");
+    addOutput(g, "loss");
+    const std::string path = d.file(spatial ? "soft_ce3.onnx" : "soft_ce.onnx");
+    writeModel(path, m);
+    auto graph = importOnnxFile(path);
+    std::vector<double> xd(x.begin(), x.end());
+    Tensor got = evalOne(*graph, {{"x", Tensor::fromDoubles(DType::f32, shape, xd)}});
+    double want = 0;
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t k = 0; k < D; ++k) {
+        auto at = [&](int64_t c) { return static_cast<size_t>((i * C + c) * D + k); };
+        double mx = -1e30, z = 0;
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, double{x[at(c)]});
+        for (int64_t c = 0; c < C; ++c) z += std::exp(x[at(c)] - mx);
+        for (int64_t c = 0; c < C; ++c) want -= (spatial ? 1.0 : w[static_cast<size_t>(c)]) * p[at(c)] * (x[at(c)] - mx - std::log(z));
+      }
+    if (!spatial) want /= 2;  // mean over the samples, whatever the weights
+    EXPECT_NEAR(got.getDouble(0), want, 1e-5) << (spatial ? "sum over [N, C, d]" : "weighted mean");
+  }
+  // OneHot: indices [3] = {1, -1, 7} with depth 4 along axis 0, values {off 0.5, on 2}.
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "i", onnx::TensorProto::INT64, {3});
+  addInt64Init(g, "depth", {4});
+  addFloatInit(g, "values", {2}, {0.5f, 2.0f});
+  auto* n = addNode(g, "OneHot", {"i", "depth", "values"}, {"y"}, "one_hot");
+  auto* a = n->add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(0);
+  addOutput(g, "y");
+  const std::string path = d.file("one_hot.onnx");
+  writeModel(path, m);
+  auto graph = importOnnxFile(path);
+  Tensor y = evalOne(*graph, {{"i", Tensor::fromInts(DType::i64, {3}, {1, -1, 7})}});
+  ASSERT_EQ(y.type.shape, (std::vector<int64_t>{4, 3}));
+  for (int64_t c = 0; c < 4; ++c)
+    for (int64_t j = 0; j < 3; ++j) {
+      const int64_t hot = j == 0 ? 1 : j == 1 ? 3 : -1;  // -1 counts from depth; 7 is out of range
+      EXPECT_EQ(y.getDouble(c * 3 + j), c == hot ? 2.0 : 0.5) << "class " << c << " index " << j;
+    }
+  // A depth computed at run time is refused, naming the node.
+  auto mb = newModel(17);
+  auto* gb = mb.mutable_graph();
+  addTensorInput(gb, "i", onnx::TensorProto::INT64, {3});
+  addTensorInput(gb, "depth", onnx::TensorProto::INT64, {1});
+  addFloatInit(gb, "values", {2}, {0.0f, 1.0f});
+  addNode(gb, "OneHot", {"i", "depth", "values"}, {"y"}, "dyn_one_hot");
+  addOutput(gb, "y");
+  const std::string pb = d.file("one_hot_dyn.onnx");
+  writeModel(pb, mb);
+  expectImportError(pb, {"node 'dyn_one_hot' (OneHot)", "depth must be a compile-time constant"});
+}

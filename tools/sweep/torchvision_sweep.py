@@ -42,12 +42,15 @@ LR = 0.005
 
 
 class WithLoss(nn.Module):
-    def __init__(self, model):
+    """The model and its loss: cross-entropy, or the MODELS entry's own loss(logits, target)."""
+
+    def __init__(self, model, loss=None):
         super().__init__()
         self.model = model
+        self.loss = loss or F.cross_entropy
 
     def forward(self, x, target):
-        return F.cross_entropy(self.model(x), target)
+        return self.loss(self.model(x), target)
 
 
 def tiny_vit():
@@ -230,6 +233,18 @@ MODELS = {
     "rnn_relu_bi2": (lambda: RowsAsSequence(nn.RNN(24, 16, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True), 32), 8),
     # torch.fmod exports as Mod: its gradient flows to the convolution (it was dropped once).
     "fmod_remainder": (lambda: ConvThen(Lambda(lambda y: torch.fmod(y, 0.3) + torch.remainder(y, 0.7) + torch.round(y * 2) / 2), 8), 8),
+    # Losses other than cross-entropy over class indices, after one small net (the loss functions
+    # build their tensors in the logits' dtype: the f64 reference runs them too).
+    "loss_bce_one_hot": (lambda: ConvThen(nn.ReLU(), 8), 8,  # OneHot, BCE with logits and pos_weight
+                         lambda o, t: F.binary_cross_entropy_with_logits(o, F.one_hot(t, 10).to(o.dtype),
+                                                                         pos_weight=torch.linspace(0.5, 2, 10, dtype=o.dtype))),
+    "loss_soft_targets": (lambda: ConvThen(nn.ReLU(), 8), 8,  # class probabilities, class weights, [N, C, d] scores
+                          lambda o, t: F.cross_entropy(o, F.softmax(torch.linspace(-1, 1, 10, dtype=o.dtype).expand(2, 10), 1),
+                                                       weight=torch.linspace(0.5, 1.5, 10, dtype=o.dtype))
+                          + F.cross_entropy(o.view(2, 5, 2), F.softmax(torch.linspace(-1, 1, 10, dtype=o.dtype).view(1, 5, 2).expand(2, 5, 2), 1),
+                                            reduction="sum")),
+    "loss_gaussian_nll": (lambda: ConvThen(nn.ReLU(), 8), 8,
+                          lambda o, t: F.gaussian_nll_loss(o, F.one_hot(t, 10).to(o.dtype), torch.full((2, 10), 0.5, dtype=o.dtype))),
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
                                       nn.Conv2d(8, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)), 16),
 }
@@ -241,8 +256,8 @@ def no_randomness(m):
             mod.p = 0.0
 
 
-def torch_steps(model, x, t, steps=3):
-    m = WithLoss(model)
+def torch_steps(model, x, t, loss=None, steps=3):
+    m = WithLoss(model, loss)
     opt = torch.optim.SGD(m.parameters(), lr=LR)
     losses = []
     for _ in range(steps):
@@ -261,13 +276,13 @@ def first_error(out):
     return out.strip().splitlines()[-1][:300] if out.strip() else "(no output)"
 
 
-def grad_errors(model, x, t, grad_dir):
+def grad_errors(model, x, t, grad_dir, loss=None):
     """Per parameter: (ampc's error, PyTorch f32's error), each against the f64 gradient, relative
     L2, over the parameters whose exact gradient is at least 1e-3 of the largest (a zero gradient,
     e.g. a bias that a BatchNorm follows, has no relative error)."""
-    m64 = WithLoss(copy.deepcopy(model)).double()
+    m64 = WithLoss(copy.deepcopy(model), loss).double()
     m64(x.double(), t).backward()
-    m32 = WithLoss(copy.deepcopy(model))
+    m32 = WithLoss(copy.deepcopy(model), loss)
     m32(x, t).backward()
     p32 = dict(m32.named_parameters())
     exact = {n: p.grad.numpy() for n, p in m64.named_parameters()}
@@ -287,7 +302,8 @@ def grad_errors(model, x, t, grad_dir):
 
 
 def check(name, ampc, amprun, out_dir):
-    build, res = MODELS[name]
+    build, res, *rest = MODELS[name]
+    lossFn = rest[0] if rest else None
     torch.manual_seed(0)
     model = build()
     no_randomness(model)
@@ -299,7 +315,7 @@ def check(name, ampc, amprun, out_dir):
     path = os.path.join(d, name + ".onnx")
     reference = copy.deepcopy(model)  # tracing runs the forward: the running statistics move
     try:
-        torch.onnx.export(WithLoss(model), (x, t), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+        torch.onnx.export(WithLoss(model, lossFn), (x, t), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
                           do_constant_folding=False, input_names=["x", "target"], output_names=["loss"])
     except Exception as e:  # noqa: BLE001
         return "EXPORT-FAILS", str(e).splitlines()[0][:300]
@@ -311,11 +327,11 @@ def check(name, ampc, amprun, out_dir):
                        capture_output=True, text=True)
     if r.returncode:
         return "AMPC-REFUSES", first_error(r.stdout + r.stderr)
-    loss64 = WithLoss(copy.deepcopy(reference)).double()(x.double(), t).item()
-    loss32 = WithLoss(copy.deepcopy(reference))(x, t).item()
+    loss64 = WithLoss(copy.deepcopy(reference), lossFn).double()(x.double(), t).item()
+    loss32 = WithLoss(copy.deepcopy(reference), lossFn)(x, t).item()
     lossTol = max(1e-5, 2 * abs(loss32 - loss64) / abs(loss64))  # an ill-conditioned net: PyTorch's own f32 error
     loss = float(np.load(os.path.join(gdir, "loss.npy")))
-    errs = grad_errors(reference, x, t, gdir)
+    errs = grad_errors(reference, x, t, gdir, lossFn)
     worst = max(errs, key=lambda n: errs[n][0] / (errs[n][1] + 1e-6))
     ratio = errs[worst][0] / (errs[worst][1] + 1e-6)
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
@@ -331,8 +347,8 @@ def check(name, ampc, amprun, out_dir):
     if r.returncode:
         return "AMPRUN-FAILS", first_error(r.stdout + r.stderr)
     got = [json.loads(line)["loss"] for line in open(metrics)]
-    want = torch_steps(copy.deepcopy(reference), x, t)
-    exact = torch_steps(copy.deepcopy(reference).double(), x.double(), t)
+    want = torch_steps(copy.deepcopy(reference), x, t, lossFn)
+    exact = torch_steps(copy.deepcopy(reference).double(), x.double(), t, lossFn)
     drift = max(abs(a - b) / abs(b) for a, b in zip(want, exact))
     tol = max(1e-4, 2 * drift)
     rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, want))
