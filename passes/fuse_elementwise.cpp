@@ -30,7 +30,9 @@ constexpr size_t kMaxOperands = 24;  // kernel parameters stay few
 // mask) would be computed early and its result held across everything in between.
 constexpr size_t kJoinWindow = 16;
 
-bool fusibleType(const TensorType& t) { return t.dtype == DType::boolean || isFloat(t.dtype); }
+// The types a generated kernel holds (compiler/codegen/nvptx.cpp): f64 stays out, and its ops run
+// on the backend's own kernels.
+bool fusibleType(const TensorType& t) { return t.dtype == DType::boolean || t.dtype == DType::f32 || isLowFloat(t.dtype); }
 
 struct Group {
   std::vector<Node*> members;  // in node order

@@ -181,7 +181,7 @@ llvm::Type* storageType(llvm::IRBuilder<>& b, DType t) {
     case DType::f16: return b.getHalfTy();
     case DType::bf16: return b.getInt16Ty();
     case DType::boolean: return b.getInt8Ty();
-    default: return nullptr;
+    default: throw Error(std::string("codegen: a generated kernel cannot hold ") + std::string(dtypeName(t)) + " values");
   }
 }
 
