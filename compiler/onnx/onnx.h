@@ -28,6 +28,9 @@ struct ImportOptions {
   // training compiler, gives it PyTorch's training semantics (batch statistics, running statistics
   // updated). --batchnorm as-exported keeps the running statistics (a frozen BatchNorm).
   bool batchNormAsExported = false;
+  // --embedding-padding TABLE=ROW: nn.Embedding(padding_idx=ROW) for an initializer TABLE, as the
+  // model's "ampc.embedding_padding" metadata says (and over it); no exporter keeps padding_idx.
+  std::map<std::string, int64_t> embeddingPadding;
   // Initializers whose data comes from the caller, not the model: the model declares them (name,
   // type, shape) and holds no data for them. A plan's graphs are read this way, their weights
   // viewed from the plan's weights file.

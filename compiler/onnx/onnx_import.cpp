@@ -267,8 +267,10 @@ class Importer {
       if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
       g->addParam(t.name(), initializer(t));
     }
+    for (const auto& [name, row] : opts_.embeddingPadding) g->embeddingPadding[name] = row;
     checkPadding();
     for (int i : topoOrder()) addNode(nodes_[i]);
+    notePaddingLikeRows();
     if (trainingBatchNorms_)
       g->importNotes.push_back(std::to_string(trainingBatchNorms_) +
                                " BatchNormalization node(s) written in inference form (training_mode 0, as PyTorch's dynamo exporter "
@@ -1818,11 +1820,38 @@ class Importer {
   void checkPadding() {
     for (const auto& [name, row] : g_->embeddingPadding) {
       const Value* v = g_->lookup(name);
-      if (!v || v->kind() != ValueKind::Param)
-        fail("metadata 'ampc.embedding_padding' names '" + name + "', which is not an initializer");
+      const std::string from = opts_.embeddingPadding.count(name) ? "--embedding-padding" : "metadata 'ampc.embedding_padding'";
+      if (!v || v->kind() != ValueKind::Param) fail(from + " names '" + name + "', which is not an initializer");
       if (v->type().rank() != 2 || row < 0 || row >= v->type().shape[0])
-        fail("metadata 'ampc.embedding_padding': row " + std::to_string(row) + " of '" + name + "' " + v->type().str() +
-             " is not a row of a 2-D table");
+        fail(from + ": row " + std::to_string(row) + " of '" + name + "' " + v->type().str() + " is not a row of a 2-D table");
+    }
+  }
+  // nn.Embedding(padding_idx=R) starts with row R all zeros and never trains it; ONNX keeps no
+  // padding_idx, so without the metadata (or --embedding-padding) that row would train. A looked-up
+  // table (Gather on axis 0) with exactly one all-zero row and no padding declared gets a note that
+  // names both ways to say so.
+  void notePaddingLikeRows() {
+    std::set<const Value*> seen;
+    for (const auto& n : g_->nodes()) {
+      if (n->op() != "Gather" || n->numInputs() < 1 || n->getInt("axis", 0) != 0) continue;
+      const Value* t = n->input(0);
+      if (t->kind() != ValueKind::Param || t->type().rank() != 2 || !isFloat(t->type().dtype) || !t->data() ||
+          g_->embeddingPadding.count(t->name()) || !seen.insert(t).second)
+        continue;
+      const int64_t rows = t->type().shape[0], cols = t->type().shape[1];
+      if (rows < 2 || cols < 1) continue;
+      int64_t zeroRow = -1, zeros = 0;
+      for (int64_t r = 0; r < rows && zeros < 2; ++r) {
+        bool zero = true;
+        for (int64_t c = 0; zero && c < cols; ++c) zero = t->data()->getDouble(r * cols + c) == 0.0;
+        if (zero) zeroRow = r, ++zeros;
+      }
+      if (zeros != 1) continue;
+      g_->importNotes.push_back("embedding table '" + t->name() + "' has one all-zero row, " + std::to_string(zeroRow) +
+                                ", as nn.Embedding(padding_idx=" + std::to_string(zeroRow) +
+                                ") starts; ONNX keeps no padding_idx, so here that row trains. If it is a padding row, say "
+                                "--embedding-padding " + t->name() + "=" + std::to_string(zeroRow) +
+                                " (or export with tools/export/ampc_export.py, which records it)");
     }
   }
   static void appendUtf8(std::string& out, unsigned cp) {

@@ -33,6 +33,11 @@ TEST(Cli, HelpAndUsageErrors) {
   r = run(kAmpc + " " + kModels + "/mlp.onnx --memory");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("--memory explains the training step's memory plan: it needs --train"), std::string::npos);
+  for (const char* bad : {"w", "w=", "w=x", "w=-1", "=3", "w=2x"}) {
+    r = run(kAmpc + " " + kModels + "/mlp.onnx --embedding-padding " + bad);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.out.find("--embedding-padding wants TABLE=ROW"), std::string::npos) << bad << ": " << r.out;
+  }
 }
 
 // --train --memory: the CUDA memory plan's peak, its values and their ops, at compile time (what

@@ -1017,6 +1017,40 @@ TEST(OnnxImport, EmbeddingPaddingRowGetsNoLookupGradient) {
   expectImportError(make("{\"table\": 4}"), {"row 4 of 'table'"});
   expectImportError(make("{\"nope\": 0}"), {"'nope', which is not an initializer"});
   expectImportError(make("[0]"), {"'ampc.embedding_padding' is not a JSON object"});
+  // Without the metadata, ImportOptions::embeddingPadding (ampc --embedding-padding) says the same.
+  ImportOptions opts;
+  opts.embeddingPadding["table"] = 0;
+  const Tensor byOption = grads(importOnnxFile(make(""), opts));
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(byOption.getDouble(i), padded.getDouble(i)) << i;
+  opts.embeddingPadding["table"] = 7;
+  expectImportError(make(""), {"--embedding-padding: row 7 of 'table'"}, opts);
+}
+
+// A looked-up table with exactly one all-zero row (how nn.Embedding(padding_idx=R) starts) and no
+// padding declared gets an import note naming the table, the row and --embedding-padding; a table
+// with no zero row, or with two, gets none, and neither does one whose padding is declared.
+TEST(OnnxImport, PaddingLikeZeroRowIsNoted) {
+  TempDir d;
+  auto notes = [&](const std::vector<float>& table, const std::string& file, const ImportOptions& opts = {}) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "idx", onnx::TensorProto::INT64, {3});
+    addFloatInit(g, "emb", {3, 2}, table);
+    addNode(g, "Gather", {"emb", "idx"}, {"e"}, "lookup");
+    addNode(g, "ReduceSum", {"e"}, {"loss"}, "sum");
+    addOutput(g, "loss");
+    writeModel(d.file(file), m);
+    return importOnnxFile(d.file(file), opts)->importNotes;
+  };
+  const auto one = notes({1, 2, 0, 0, 3, 4}, "one.onnx");
+  ASSERT_EQ(one.size(), 1u);
+  for (const char* want : {"embedding table 'emb'", "all-zero row, 1", "padding_idx=1", "--embedding-padding emb=1"})
+    EXPECT_NE(one[0].find(want), std::string::npos) << one[0];
+  EXPECT_TRUE(notes({1, 2, 5, 6, 3, 4}, "none.onnx").empty());
+  EXPECT_TRUE(notes({0, 0, 0, 0, 3, 4}, "two.onnx").empty());
+  ImportOptions opts;
+  opts.embeddingPadding["emb"] = 1;
+  EXPECT_TRUE(notes({1, 2, 0, 0, 3, 4}, "declared.onnx", opts).empty());
 }
 
 // ReduceProd of a constant (PyTorch's var/std count their elements as the product of the reduced

@@ -152,8 +152,10 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", out, "output file (--emit onnx needs it; text goes to stdout without it)");
   app.add_flag("--summary", summary, "print node counts per op, parameters, inputs and outputs");
   app.add_option("--input-shape", shapes, "fix an input's dims: NAME=2x3x32x32 (repeatable)");
-  std::vector<std::string> binds;
+  std::vector<std::string> binds, paddings;
   app.add_option("--bind", binds, "make a graph input a compile-time constant: NAME=FILE.npy (repeatable)");
+  app.add_option("--embedding-padding", paddings,
+                 "TABLE=ROW: the embedding table TABLE has nn.Embedding's padding_idx ROW, whose lookups pass no gradient (repeatable)");
   app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce, cse)");
   std::string precision, ampConfig, fp32Ops, fp32Nodes, reportJsonPath;
   bool report = false;
@@ -283,6 +285,21 @@ int main(int argc, char** argv) {
         return 2;
       }
       opts.constInputs[b.substr(0, eq)] = readNpy(b.substr(eq + 1));
+    }
+    for (const auto& p : paddings) {
+      const auto eq = p.find('=');
+      int64_t row = -1;
+      size_t used = 0;
+      try {
+        if (eq != std::string::npos && eq > 0) row = std::stoll(p.substr(eq + 1), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (eq == std::string::npos || eq == 0 || used == 0 || used != p.size() - eq - 1 || row < 0) {
+        std::cerr << "ampc: --embedding-padding wants TABLE=ROW (a row number), got '" << p << "'\n";
+        return 2;
+      }
+      opts.embeddingPadding[p.substr(0, eq)] = row;
     }
     PassManager pm;
     try {

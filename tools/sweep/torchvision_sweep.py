@@ -200,6 +200,23 @@ class Lambda(nn.Module):
         return self.f(x)
 
 
+class TextCnn(nn.Module):
+    """Token ids from the image (|x| of its first channel, bucketed into 50 ids, 0 among them) through
+    nn.Embedding(50, 16, padding_idx=0), Conv1d, BatchNorm1d, ReLU and a max over the sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(50, 16, padding_idx=0)
+        self.c = nn.Conv1d(16, 8, 3, padding=1)
+        self.bn = nn.BatchNorm1d(8)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        ids = (x[:, 0].flatten(1).abs() * 20).long().clamp(0, 49)
+        h = torch.relu(self.bn(self.c(self.e(ids).transpose(1, 2))))
+        return self.fc(h.amax(2))
+
+
 MODELS = {
     "alexnet": (lambda: torchvision.models.alexnet(num_classes=10), 64),
     "vgg11_bn": (lambda: torchvision.models.vgg11_bn(num_classes=10), 32),
@@ -245,6 +262,9 @@ MODELS = {
                                             reduction="sum")),
     "loss_gaussian_nll": (lambda: ConvThen(nn.ReLU(), 8), 8,
                           lambda o, t: F.gaussian_nll_loss(o, F.one_hot(t, 10).to(o.dtype), torch.full((2, 10), 0.5, dtype=o.dtype))),
+    # A text CNN: nn.Embedding(padding_idx=0), Conv1d, BatchNorm1d, a max over time. No exporter keeps
+    # padding_idx: ampc notes the all-zero row, and --embedding-padding says what PyTorch knew.
+    "textcnn_padding_idx": (TextCnn, 8, None, ["--embedding-padding", "model.e.weight=0"]),
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
                                       nn.Conv2d(8, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)), 16),
 }
@@ -304,6 +324,7 @@ def grad_errors(model, x, t, grad_dir, loss=None):
 def check(name, ampc, amprun, out_dir):
     build, res, *rest = MODELS[name]
     lossFn = rest[0] if rest else None
+    flags = rest[1] if len(rest) > 1 else []  # more ampc flags, for both the gradients and the plan
     torch.manual_seed(0)
     model = build()
     no_randomness(model)
@@ -323,7 +344,7 @@ def check(name, ampc, amprun, out_dir):
     np.save(os.path.join(d, "inputs", "target.npy"), t.numpy().astype(np.int64))
     # The first step's gradients, against f64, as accurate as PyTorch's own f32 ones.
     gdir = os.path.join(d, "grads")
-    r = subprocess.run([ampc, path, "--grad", "--eval", "--inputs", os.path.join(d, "inputs"), "--outputs", gdir],
+    r = subprocess.run([ampc, path, "--grad", "--eval", "--inputs", os.path.join(d, "inputs"), "--outputs", gdir] + flags,
                        capture_output=True, text=True)
     if r.returncode:
         return "AMPC-REFUSES", first_error(r.stdout + r.stderr)
@@ -337,7 +358,7 @@ def check(name, ampc, amprun, out_dir):
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
     # drift from f64 where these tiny-batch nets are that chaotic).
     plan = os.path.join(d, name + ".ampplan")
-    r = subprocess.run([ampc, path, "--precision", "fp32", "--optimizer", "sgd", "--lr", str(LR), "-o", plan],
+    r = subprocess.run([ampc, path, "--precision", "fp32", "--optimizer", "sgd", "--lr", str(LR), "-o", plan] + flags,
                        capture_output=True, text=True)
     if r.returncode:
         return "AMPC-REFUSES", first_error(r.stdout + r.stderr)
