@@ -601,7 +601,7 @@ class Importer {
       "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
       "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
       "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "RNN", "ReduceProd",
-      "LRN", "If", "OneHot"};
+      "LRN", "If", "OneHot", "RandomNormal", "RandomUniform"};
 
 
  public:
@@ -1028,6 +1028,27 @@ class Importer {
     Value* per = step(np, "Neg", {reduceNode(np, "ReduceSum", prod, std::vector<int64_t>{1}, 0)});
     if (red == "none") step(np, "Identity", {per}, {}, np.output(0));
     else step(np, "Identity", {reduceNode(np, red == "sum" ? "ReduceSum" : "ReduceMean", per, std::nullopt, 0)}, {}, np.output(0));
+  }
+
+  // RandomNormal and RandomUniform (torch.randn(shape) and torch.rand(shape) in a forward): their
+  // *Like forms over a zero tensor of the shape, so the draws are keyed as Dropout's are.
+  void lowerRandom(const onnx::NodeProto& np, bool normal, const std::string& out) {
+    const auto shape = attrInts(np, "shape");
+    if (!shape) fail(nodeLabel(np) + ": the shape attribute is missing");
+    int64_t numel = 1;
+    for (int64_t d : *shape) {
+      if (d < 0 || d > (int64_t{1} << 40)) fail(nodeLabel(np) + ": shape has a dim " + std::to_string(d));
+      numel *= std::max<int64_t>(d, 1);
+      if (numel > (int64_t{1} << 31)) fail(nodeLabel(np) + ": a shape of over 2^31 elements is not supported");
+    }
+    const auto dt = dtypeFromOnnx(static_cast<int>(attrInt(np, "dtype", onnx::TensorProto::FLOAT)));
+    if (!dt || !isFloat(*dt)) fail(nodeLabel(np) + ": dtype must be a float type");
+    std::map<std::string, Attribute> attrs;
+    const std::vector<std::string> names = normal ? std::vector<std::string>{"mean", "scale", "seed"} : std::vector<std::string>{"low", "high", "seed"};
+    for (const std::string& a : names)
+      if (findAttr(np, a, onnx::AttributeProto::FLOAT, "a float")) attrs[a] = attrFloat(np, a, 0.0f);
+    Value* like = g_->addConst(fresh(np, "like"), Tensor(TensorType{*dt, *shape}));
+    step(np, normal ? "RandomNormalLike" : "RandomUniformLike", {like}, std::move(attrs), out);
   }
 
   // OneHot (F.one_hot exports as it): Where(Unsqueeze(indices, axis) == arange(depth), on, off), the
@@ -1673,6 +1694,7 @@ class Importer {
     if (op == "Resize") return lowerResize(np, out);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return lowerDepthSpace(np, op == "SpaceToDepth", out);
     if (op == "OneHot") return lowerOneHot(np, out);
+    if (op == "RandomNormal" || op == "RandomUniform") return lowerRandom(np, op == "RandomNormal", out);
     if (op == "LRN") return lowerLrn(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);

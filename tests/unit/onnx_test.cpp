@@ -1319,3 +1319,53 @@ TEST(OnnxImport, SoftTargetCrossEntropyAndOneHot) {
   writeModel(pb, mb);
   expectImportError(pb, {"node 'dyn_one_hot' (OneHot)", "depth must be a compile-time constant"});
 }
+
+// RandomNormal and RandomUniform (torch.randn(shape), torch.rand(shape) in a forward) import as their
+// *Like forms, keyed like Dropout: the shape, dtype and parameters hold, and the draws have the
+// asked mean and spread.
+TEST(OnnxImport, RandomNormalAndUniformDrawAsAsked) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  for (const bool normal : {true, false}) {
+    auto* n = addNode(g, normal ? "RandomNormal" : "RandomUniform", {}, {normal ? "n" : "u"}, normal ? "randn" : "rand");
+    auto* sh = n->add_attribute();
+    sh->set_name("shape");
+    sh->set_type(onnx::AttributeProto::INTS);
+    sh->add_ints(64);
+    sh->add_ints(64);
+    for (const auto& [name, v] : normal ? std::vector<std::pair<const char*, float>>{{"mean", 3.0f}, {"scale", 0.5f}}
+                                        : std::vector<std::pair<const char*, float>>{{"low", -2.0f}, {"high", 6.0f}}) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::FLOAT);
+      a->set_f(v);
+    }
+    addOutput(g, normal ? "n" : "u");
+  }
+  writeModel(d.file("rand.onnx"), m);
+  auto graph = importOnnxFile(d.file("rand.onnx"));
+  auto backend = createCpuBackend();
+  ExecOptions o;
+  o.seed = 11;
+  const auto outs = evaluate(*graph, {}, *backend, o);
+  ASSERT_EQ(outs.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    ASSERT_EQ(outs[k].type, (TensorType{DType::f32, {64, 64}}));
+    double sum = 0, sq = 0, lo = 1e30, hi = -1e30;
+    for (int64_t i = 0; i < 4096; ++i) {
+      const double v = outs[k].getDouble(i);
+      sum += v, sq += v * v, lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    const double mean = sum / 4096, sd = std::sqrt(sq / 4096 - mean * mean);
+    if (k == 0) {  // N(3, 0.5^2): the mean within 5 standard errors, the spread within 5%
+      EXPECT_NEAR(mean, 3.0, 5 * 0.5 / 64);
+      EXPECT_NEAR(sd, 0.5, 0.025);
+    } else {  // U(-2, 6): mean 2, sd 8 / sqrt(12), every draw inside
+      EXPECT_NEAR(mean, 2.0, 5 * 8 / std::sqrt(12.0) / 64);
+      EXPECT_NEAR(sd, 8 / std::sqrt(12.0), 0.05 * 8 / std::sqrt(12.0));
+      EXPECT_GE(lo, -2.0);
+      EXPECT_LT(hi, 6.0);
+    }
+  }
+}
