@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Architectures the zoo does not hold, checked the way a new user meets ampc: torchvision models
 built here with whatever PyTorch is installed (Debian's python3-torch works), exported with the
-TorchScript exporter (opset 17, training mode, no constant folding), compiled by ampc at fp32 and
-trained 3 SGD steps by amprun on the CPU, against PyTorch's own 3 steps on the same weights and
-batch.
+TorchScript exporter (opset 17, training mode, no constant folding) or, with `--exporter dynamo`
+(PyTorch 2.9 and up), PyTorch's default exporter through tools/export/ampc_export.py, compiled by
+ampc at fp32 and trained 3 SGD steps by amprun on the CPU, against PyTorch's own 3 steps on the same
+weights and batch.
 
     python3 tools/sweep/torchvision_sweep.py --ampc build/tools/ampc --amprun build/tools/amprun \
-        --out /tmp/sweep [MODEL...]
+        --out /tmp/sweep [--exporter dynamo] [MODEL...]
 
 Besides torchvision's classifiers: two segmentation nets, a U-Net, an encoder-decoder
 Transformer, a top-2 mixture of experts, each read as a classifier (PooledHead, TinySeq2Seq,
@@ -296,7 +297,7 @@ def first_error(out):
     return out.strip().splitlines()[-1][:300] if out.strip() else "(no output)"
 
 
-def grad_errors(model, x, t, grad_dir, loss=None):
+def grad_errors(model, x, t, grad_dir, loss=None, names=None):
     """Per parameter: (ampc's error, PyTorch f32's error), each against the f64 gradient, relative
     L2, over the parameters whose exact gradient is at least 1e-3 of the largest (a zero gradient,
     e.g. a bias that a BatchNorm follows, has no relative error)."""
@@ -309,7 +310,7 @@ def grad_errors(model, x, t, grad_dir, loss=None):
     largest = max(np.linalg.norm(g) for g in exact.values())
     rows = {}
     for n, g in exact.items():
-        f = os.path.join(grad_dir, n + "_grad.npy")
+        f = os.path.join(grad_dir, (names or {}).get(n, n) + "_grad.npy")
         if not os.path.exists(f):
             raise RuntimeError(f"ampc --grad gave no gradient for {n}")
         norm = np.linalg.norm(g)
@@ -321,7 +322,7 @@ def grad_errors(model, x, t, grad_dir, loss=None):
     return rows
 
 
-def check(name, ampc, amprun, out_dir):
+def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     build, res, *rest = MODELS[name]
     lossFn = rest[0] if rest else None
     flags = rest[1] if len(rest) > 1 else []  # more ampc flags, for both the gradients and the plan
@@ -335,11 +336,17 @@ def check(name, ampc, amprun, out_dir):
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     path = os.path.join(d, name + ".onnx")
     reference = copy.deepcopy(model)  # tracing runs the forward: the running statistics move
+    names = {}  # PyTorch's parameter name -> the initializer's, where the exporter renamed it
     try:
-        torch.onnx.export(WithLoss(model, lossFn), (x, t), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["x", "target"], output_names=["loss"])
+        if exporter == "dynamo":  # through the helper: the dynamo exporter's graph, with ampc's metadata
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "export"))
+            from ampc_export import export_training_graph
+            names = dict(export_training_graph(WithLoss(model, lossFn), (x, t), path, dynamo=True, input_names=["x", "target"]))
+        else:
+            torch.onnx.export(WithLoss(model, lossFn), (x, t), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, input_names=["x", "target"], output_names=["loss"])
     except Exception as e:  # noqa: BLE001
-        return "EXPORT-FAILS", str(e).splitlines()[0][:300]
+        return "EXPORT-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
     np.save(os.path.join(d, "inputs", "x.npy"), x.numpy())
     np.save(os.path.join(d, "inputs", "target.npy"), t.numpy().astype(np.int64))
     # The first step's gradients, against f64, as accurate as PyTorch's own f32 ones.
@@ -352,7 +359,7 @@ def check(name, ampc, amprun, out_dir):
     loss32 = WithLoss(copy.deepcopy(reference), lossFn)(x, t).item()
     lossTol = max(1e-5, 2 * abs(loss32 - loss64) / abs(loss64))  # an ill-conditioned net: PyTorch's own f32 error
     loss = float(np.load(os.path.join(gdir, "loss.npy")))
-    errs = grad_errors(reference, x, t, gdir, lossFn)
+    errs = grad_errors(reference, x, t, gdir, lossFn, names)
     worst = max(errs, key=lambda n: errs[n][0] / (errs[n][1] + 1e-6))
     ratio = errs[worst][0] / (errs[worst][1] + 1e-6)
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
@@ -388,17 +395,20 @@ def main():
     ap.add_argument("--ampc", required=True)
     ap.add_argument("--amprun", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                    help="torchscript: torch.onnx.export as a new user calls it; dynamo: PyTorch's default exporter (2.9 and up) "
+                         "through tools/export/ampc_export.py")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     names = a.models or list(MODELS)
     results = {}
     for n in names:
-        verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out)
+        verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter)
         results[n] = {"verdict": verdict, "detail": detail}
         print(f"{n:22s} {verdict:13s} {detail}", flush=True)
     with open(os.path.join(a.out, "sweep.json"), "w") as f:
-        json.dump({"torch": torch.__version__, "torchvision": torchvision.__version__, "results": results}, f, indent=1)
+        json.dump({"torch": torch.__version__, "torchvision": torchvision.__version__, "exporter": a.exporter, "results": results}, f, indent=1)
     return 0
 
 
