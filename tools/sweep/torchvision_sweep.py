@@ -342,9 +342,11 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "export"))
             from ampc_export import export_training_graph
             names = dict(export_training_graph(WithLoss(model, lossFn), (x, t), path, dynamo=True, input_names=["x", "target"]))
-        else:
+        else:  # the TorchScript exporter (since PyTorch 2.9 only when asked for: dynamo=False)
+            import inspect
+            kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
             torch.onnx.export(WithLoss(model, lossFn), (x, t), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                              do_constant_folding=False, input_names=["x", "target"], output_names=["loss"])
+                              do_constant_folding=False, input_names=["x", "target"], output_names=["loss"], **kw)
     except Exception as e:  # noqa: BLE001
         return "EXPORT-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
     np.save(os.path.join(d, "inputs", "x.npy"), x.numpy())
@@ -404,7 +406,10 @@ def main():
     names = a.models or list(MODELS)
     results = {}
     for n in names:
-        verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter)
+        try:
+            verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter)
+        except Exception as e:  # noqa: BLE001 (one model's failure must not end the sweep)
+            verdict, detail = "SWEEP-ERROR", (str(e).splitlines() or [repr(e)])[0][:300]
         results[n] = {"verdict": verdict, "detail": detail}
         print(f"{n:22s} {verdict:13s} {detail}", flush=True)
     with open(os.path.join(a.out, "sweep.json"), "w") as f:
