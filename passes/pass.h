@@ -98,5 +98,8 @@ std::unique_ptr<Pass> createAccumulateGatherGradsPass();  // accumulate_gather_g
 // Rotary embeddings' rotate_half (Concat(Neg(Slice(x, h..2h)), Slice(x, 0..h)) on the last axis) becomes
 // one ampc::RotateHalf (fuse_rotate_half.cpp).
 std::unique_ptr<Pass> createFuseRotateHalfPass();  // fuse_rotate_half.cpp
+// NegativeLogLikelihoodLoss as SoftmaxCrossEntropyLoss over its LogSoftmax's input, or as
+// GatherElements, weights and a reduction (lower_nll.cpp).
+std::unique_ptr<Pass> createLowerNllPass();  // lower_nll.cpp
 
 }  // namespace ampc

@@ -21,6 +21,7 @@ const PassEntry kPasses[] = {
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-rotate-half", createFuseRotateHalfPass},
+    {"lower-nll", createLowerNllPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

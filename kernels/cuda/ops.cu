@@ -1192,4 +1192,183 @@ cudaError_t addStep(uint64_t* step, cudaStream_t st) {
   return cudaGetLastError();
 }
 
+// ---------------------------------------------------------------- GridSample
+
+namespace {
+// A normalised grid coordinate to a pixel coordinate along an axis of n pixels, with the padding
+// mode's reflection and clip; *d gets d(pixel)/dg (0 where clipped). The CPU kernel's GridAxis::map.
+__device__ float gridMap(float g, int64_t size, bool align, int pad, float* d) {
+  const float n = static_cast<float>(size);
+  float x = align ? (g + 1) / 2 * (n - 1) : ((g + 1) * n - 1) / 2;
+  float dd = align ? (n - 1) / 2 : n / 2;
+  if (pad == 2) {
+    const float lo2 = align ? 0 : -1, hi2 = align ? 2 * (n - 1) : 2 * n - 1;
+    if (lo2 == hi2) {
+      x = 0;
+      dd = 0;
+    } else {
+      const float mn = lo2 / 2, span = (hi2 - lo2) / 2;
+      float in = x - mn, sign = 1;
+      if (in < 0) {
+        sign = -1;
+        in = -in;
+      }
+      const float extra = fmodf(in, span), flips = floorf(in / span);
+      const bool even = fmodf(flips, 2.0f) == 0;
+      x = even ? extra + mn : span - extra + mn;
+      dd *= even ? sign : -sign;
+    }
+  }
+  if (pad != 0) {
+    if (x <= 0) {
+      x = 0;
+      dd = 0;
+    } else if (x >= n - 1) {
+      x = n - 1;
+      dd = 0;
+    }
+  }
+  *d = dd;
+  return x;
+}
+// Sample p of image n: its pixel coordinates and slopes.
+struct GridPoint {
+  float px, py, dxdg, dydg;
+};
+__device__ GridPoint gridPoint(const void* grid, DT gt, const GridArgs& a, int64_t n, int64_t p) {
+  GridPoint q;
+  const int64_t gi = (n * a.Ho * a.Wo + p) * 2;
+  q.px = gridMap(loadF(grid, gt, gi), a.W, a.align, a.pad, &q.dxdg);
+  q.py = gridMap(loadF(grid, gt, gi + 1), a.H, a.align, a.pad, &q.dydg);
+  return q;
+}
+// The (up to 4) pixels a sample reads and their weights; a pixel outside the image gets index -1.
+__device__ int gridTaps(const GridArgs& a, const GridPoint& q, int64_t* pix, float* w) {
+  auto at = [&](int64_t yi, int64_t xi) { return yi >= 0 && yi < a.H && xi >= 0 && xi < a.W ? yi * a.W + xi : int64_t{-1}; };
+  if (a.nearest) {
+    pix[0] = at(static_cast<int64_t>(nearbyintf(q.py)), static_cast<int64_t>(nearbyintf(q.px)));
+    w[0] = 1;
+    return 1;
+  }
+  const int64_t x0 = static_cast<int64_t>(floorf(q.px)), y0 = static_cast<int64_t>(floorf(q.py));
+  const float wx1 = q.px - static_cast<float>(x0), wy1 = q.py - static_cast<float>(y0), wx0 = 1 - wx1, wy0 = 1 - wy1;
+  pix[0] = at(y0, x0), w[0] = wy0 * wx0;
+  pix[1] = at(y0, x0 + 1), w[1] = wy0 * wx1;
+  pix[2] = at(y0 + 1, x0), w[2] = wy1 * wx0;
+  pix[3] = at(y0 + 1, x0 + 1), w[3] = wy1 * wx1;
+  return 4;
+}
+__global__ void gridSampleKernel(const void* x, DT t, const void* grid, DT gt, void* y, GridArgs a) {
+  AMPC_GRID_LOOP(i, a.N * a.C * a.Ho * a.Wo) {
+    const int64_t p = i % (a.Ho * a.Wo), ch = (i / (a.Ho * a.Wo)) % a.C, n = i / (a.Ho * a.Wo * a.C);
+    const GridPoint q = gridPoint(grid, gt, a, n, p);
+    int64_t pix[4];
+    float w[4];
+    const int taps = gridTaps(a, q, pix, w);
+    const int64_t plane = (n * a.C + ch) * a.H * a.W;
+    float v = 0;
+    for (int k = 0; k < taps; ++k)
+      if (pix[k] >= 0) v += loadF(x, t, plane + pix[k]) * w[k];
+    storeF(y, t, i, v);
+  }
+}
+// dGrid: per sample, the interpolation's slope along each axis summed over the channels.
+__global__ void gridGradKernel(const void* dy, DT t, const void* x, const void* grid, DT gt, void* dgrid, GridArgs a) {
+  AMPC_GRID_LOOP(i, a.N * a.Ho * a.Wo) {
+    const int64_t p = i % (a.Ho * a.Wo), n = i / (a.Ho * a.Wo);
+    const GridPoint q = gridPoint(grid, gt, a, n, p);
+    float sx = 0, sy = 0;
+    if (!a.nearest) {
+      const int64_t x0 = static_cast<int64_t>(floorf(q.px)), y0 = static_cast<int64_t>(floorf(q.py));
+      const float wx1 = q.px - static_cast<float>(x0), wy1 = q.py - static_cast<float>(y0), wx0 = 1 - wx1, wy0 = 1 - wy1;
+      for (int64_t ch = 0; ch < a.C; ++ch) {
+        const int64_t plane = (n * a.C + ch) * a.H * a.W;
+        auto val = [&](int64_t yi, int64_t xi) { return yi >= 0 && yi < a.H && xi >= 0 && xi < a.W ? loadF(x, t, plane + yi * a.W + xi) : 0.0f; };
+        const float go = loadF(dy, t, (n * a.C + ch) * a.Ho * a.Wo + p);
+        const float v00 = val(y0, x0), v01 = val(y0, x0 + 1), v10 = val(y0 + 1, x0), v11 = val(y0 + 1, x0 + 1);
+        sx += go * ((v01 - v00) * wy0 + (v11 - v10) * wy1);
+        sy += go * ((v10 - v00) * wx0 + (v11 - v01) * wx1);
+      }
+    }
+    storeF(dgrid, gt, i * 2, sx * q.dxdg);
+    storeF(dgrid, gt, i * 2 + 1, sy * q.dydg);
+  }
+}
+// dX with atomics: a thread per (image, channel, sample) adds its weighted dY to its taps.
+__global__ void gridScatterKernel(const void* dy, DT t, const void* grid, DT gt, float* acc, GridArgs a) {
+  AMPC_GRID_LOOP(i, a.N * a.C * a.Ho * a.Wo) {
+    const int64_t p = i % (a.Ho * a.Wo), nc = i / (a.Ho * a.Wo), n = nc / a.C;
+    const GridPoint q = gridPoint(grid, gt, a, n, p);
+    int64_t pix[4];
+    float w[4];
+    const int taps = gridTaps(a, q, pix, w);
+    const float go = loadF(dy, t, i);
+    for (int k = 0; k < taps; ++k)
+      if (pix[k] >= 0) atomicAdd(acc + nc * a.H * a.W + pix[k], w[k] * go);
+  }
+}
+// The deterministic path: item (n Ho Wo + p) * 4 + k is sample p's tap k, keyed by its pixel
+// n H W + pixel (or the sentinel N H W outside the image).
+__global__ void gridKeysKernel(const void* grid, DT gt, GridArgs a, uint32_t* keys, uint32_t* items) {
+  AMPC_GRID_LOOP(i, a.N * a.Ho * a.Wo) {
+    const int64_t p = i % (a.Ho * a.Wo), n = i / (a.Ho * a.Wo);
+    const GridPoint q = gridPoint(grid, gt, a, n, p);
+    int64_t pix[4];
+    float w[4];
+    const int taps = gridTaps(a, q, pix, w);
+    for (int k = 0; k < 4; ++k) {
+      const bool hit = k < taps && pix[k] >= 0;
+      keys[i * 4 + k] = hit ? static_cast<uint32_t>(n * a.H * a.W + pix[k]) : static_cast<uint32_t>(a.N * a.H * a.W);
+      items[i * 4 + k] = static_cast<uint32_t>(i * 4 + k);
+    }
+  }
+}
+// A thread per (run head, channel) sums its pixel's taps in item order.
+__global__ void gridOrderedKernel(const void* dy, DT t, const void* grid, DT gt, OrderBuffers b, float* acc, GridArgs a) {
+  const uint32_t targets = static_cast<uint32_t>(a.N * a.H * a.W);
+  AMPC_GRID_LOOP(i, b.n * a.C) {
+    const int64_t s = i / a.C, ch = i % a.C;
+    if (!runHead(b.sortedKeys, s, targets)) continue;
+    const uint32_t key = b.sortedKeys[s];
+    const int64_t n = key / (a.H * a.W), pixel = key % (a.H * a.W);
+    float sum = 0;
+    for (int64_t e = s; e < b.n && b.sortedKeys[e] == key; ++e) {
+      const int64_t item = b.sortedItems[e], sample = item / 4, k = item % 4, p = sample % (a.Ho * a.Wo);
+      const GridPoint q = gridPoint(grid, gt, a, n, p);
+      int64_t pix[4];
+      float w[4];
+      gridTaps(a, q, pix, w);
+      sum += w[k] * loadF(dy, t, (n * a.C + ch) * a.Ho * a.Wo + p);
+    }
+    acc[(n * a.C + ch) * a.H * a.W + pixel] = sum;
+  }
+}
+}  // namespace
+
+cudaError_t gridSample(const void* x, DT t, const void* grid, DT gt, void* y, const GridArgs& a, cudaStream_t st) {
+  const int64_t n = a.N * a.C * a.Ho * a.Wo;
+  if (n == 0) return cudaSuccess;
+  gridSampleKernel<<<gridFor(n), 256, 0, st>>>(x, t, grid, gt, y, a);
+  return cudaGetLastError();
+}
+
+cudaError_t gridSampleGrad(const void* dy, DT t, const void* x, const void* grid, DT gt, float* acc, void* dx, void* dgrid, const GridArgs& a,
+                           void* order, cudaStream_t st) {
+  const int64_t xN = a.N * a.C * a.H * a.W, samples = a.N * a.Ho * a.Wo;
+  if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * static_cast<size_t>(xN), st); e != cudaSuccess) return e;
+  if (samples > 0) {
+    gridGradKernel<<<gridFor(samples), 256, 0, st>>>(dy, t, x, grid, gt, dgrid, a);
+    if (order) {
+      const OrderBuffers b = orderBuffers(order, samples * 4);
+      gridKeysKernel<<<gridFor(samples), 256, 0, st>>>(grid, gt, a, b.keys, b.items);
+      if (cudaError_t e = sortOrder(b, static_cast<uint32_t>(a.N * a.H * a.W), st); e != cudaSuccess) return e;
+      gridOrderedKernel<<<gridFor(b.n * a.C), 256, 0, st>>>(dy, t, grid, gt, b, acc, a);
+    } else if (a.C > 0) {
+      gridScatterKernel<<<gridFor(samples * a.C), 256, 0, st>>>(dy, t, grid, gt, acc, a);
+    }
+  }
+  if (static_cast<void*>(acc) != dx && xN > 0) narrowKernel<<<gridFor(xN), 256, 0, st>>>(acc, dx, t, xN);
+  return cudaGetLastError();
+}
+
 }  // namespace ampc::cuda

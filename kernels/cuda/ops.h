@@ -362,4 +362,19 @@ cudaError_t broadcastChannelsLast(const void* x, void* y, int64_t N, int64_t P, 
 // gathered per input element in a fixed order (deterministic).
 cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st);
 
+// GridSample, 2-d (X [N, C, H, W], grid [N, Ho, Wo, 2] of normalised (x, y)): what the CPU kernel
+// computes (kernels/cpu/k_linear.cpp), in f32 arithmetic. pad: 0 zeros, 1 border, 2 reflection.
+struct GridArgs {
+  int64_t N = 0, C = 0, H = 0, W = 0, Ho = 0, Wo = 0;
+  bool align = false, nearest = false;
+  int pad = 0;
+};
+cudaError_t gridSample(const void* x, DT t, const void* grid, DT gt, void* y, const GridArgs& a, cudaStream_t st);
+// GridSampleGrad: dGrid (type gt) per sample, and dX (type t) = the samples' weights times dY
+// scattered back, summed in the f32 buffer acc (zeroed here; dX itself when t is f32) with atomics,
+// or, with `order` (orderScratch(N Ho Wo 4) bytes), one thread per input pixel and channel in
+// sample order (deterministic).
+cudaError_t gridSampleGrad(const void* dy, DT t, const void* x, const void* grid, DT gt, float* acc, void* dx, void* dgrid, const GridArgs& a,
+                           void* order, cudaStream_t st);
+
 }  // namespace ampc::cuda

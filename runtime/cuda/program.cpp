@@ -407,6 +407,8 @@ struct Program::Lowering {
   void ampcGatherGrad();
   void ampcAllReduce();
   void onnxTopK();
+  void onnxGridSample();
+  void ampcGridSampleGrad();
   void onnxTile();
   void onnxArgMax();
   void ampcGatherElementsGrad();
@@ -1016,6 +1018,8 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "GatherGrad"}, &Lowering::ampcGatherGrad},
       {{"ampc", "AllReduce"}, &Lowering::ampcAllReduce},
       {{"", "TopK"}, &Lowering::onnxTopK},
+      {{"", "GridSample"}, &Lowering::onnxGridSample},
+      {{"ampc", "GridSampleGrad"}, &Lowering::ampcGridSampleGrad},
       {{"", "Tile"}, &Lowering::onnxTile},
       {{"", "ArgMax"}, &Lowering::onnxArgMax},
       {{"ampc", "GatherElementsGrad"}, &Lowering::ampcGatherElementsGrad},
@@ -1608,6 +1612,45 @@ void Program::Lowering::onnxTopK() {
   auto* idx = static_cast<int64_t*>(P(out(1)));
   const bool largest = n.getInt("largest", 1) != 0;
   add([=](cudaStream_t st) { return topK(x, t, v, idx, outer, dim, inner, k, largest, st); });
+}
+
+// GridSample and its gradient (2-d; the shape rule refuses other ranks and bicubic): the node's
+// geometry from X [N, C, H, W] and grid [N, Ho, Wo, 2].
+static GridArgs gridArgs(const Node& n, const Value* x, const Value* grid) {
+  GridArgs a;
+  const auto &xs = x->type().shape, &gs = grid->type().shape;
+  a.N = xs[0], a.C = xs[1], a.H = xs[2], a.W = xs[3], a.Ho = gs[1], a.Wo = gs[2];
+  a.align = n.getInt("align_corners", 0) != 0;
+  a.nearest = n.getString("mode", "bilinear") == "nearest";
+  const std::string pad = n.getString("padding_mode", "zeros");
+  a.pad = pad == "border" ? 1 : pad == "reflection" ? 2 : 0;
+  return a;
+}
+
+void Program::Lowering::onnxGridSample() {
+  const GridArgs a = gridArgs(n, in(0), in(1));
+  const void *x = P(in(0)), *g = P(in(1));
+  void* y = P(out(0));
+  const DT t = dt(in(0)), gt = dt(in(1));
+  add([=](cudaStream_t st) { return gridSample(x, t, g, gt, y, a, st); });
+}
+
+// dX is summed in f32 (in place when it is f32) with atomics, or under --deterministic in sample
+// order through the ordered scatter (OrderBuffers).
+void Program::Lowering::ampcGridSampleGrad() {
+  const GridArgs a = gridArgs(n, in(1), in(2));
+  const int64_t xN = out(0)->type().numel();
+  const DT t = dt(in(0)), gt = dt(in(2));
+  const bool direct = t == DT::f32;
+  const size_t accBytes = direct ? 0 : alignUp(sizeof(float) * static_cast<size_t>(std::max<int64_t>(xN, 1)));
+  const size_t ob = orderBytes(a.N * a.Ho * a.Wo * 4, a.N * a.H * a.W);
+  const Scratch acc = scratch(accBytes + ob);
+  const void *dY = P(in(0)), *x = P(in(1)), *g = P(in(2));
+  void *dX = P(out(0)), *dG = P(out(1));
+  add([=](cudaStream_t st) {
+    float* sum = direct ? static_cast<float*>(dX) : acc.f();
+    return gridSampleGrad(dY, t, x, g, gt, sum, dX, dG, a, ob ? acc.at(accBytes) : nullptr, st);
+  });
 }
 
 void Program::Lowering::ampcGatherGrad() {

@@ -365,7 +365,10 @@ int main(int argc, char** argv) {
     // Plans (and --train, which shows a plan's graph, and --grad, whose gradients are the plan's)
     // first merge the work exporters repeat (per-layer copies of one mask), then fuse attention,
     // GELU and SiLU before autocast paints them.
-    if (plan || trainStep || grad) pm.add(createCsePass());
+    if (plan || trainStep || grad) {
+      pm.add(createCsePass());
+      pm.add(createLowerNllPass());  // the CUDA backend has no NegativeLogLikelihoodLoss kernel
+    }
     if ((plan || trainStep || grad) && !noFuse) {
       // The fused attention runs at the plan's low precision unless the config denies it one.
       const auto cat = ampOpts.opCategories.find("Attention");
