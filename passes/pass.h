@@ -101,5 +101,7 @@ std::unique_ptr<Pass> createFuseRotateHalfPass();  // fuse_rotate_half.cpp
 // NegativeLogLikelihoodLoss as SoftmaxCrossEntropyLoss over its LogSoftmax's input, or as
 // GatherElements, weights and a reduction (lower_nll.cpp).
 std::unique_ptr<Pass> createLowerNllPass();  // lower_nll.cpp
+// IsNaN and IsInf of a widening Cast read the Cast's operand (narrow_checks.cpp).
+std::unique_ptr<Pass> createNarrowChecksPass();  // narrow_checks.cpp
 
 }  // namespace ampc

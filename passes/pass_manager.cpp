@@ -22,6 +22,7 @@ const PassEntry kPasses[] = {
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-rotate-half", createFuseRotateHalfPass},
     {"lower-nll", createLowerNllPass},
+    {"narrow-checks", createNarrowChecksPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

@@ -1192,6 +1192,40 @@ cudaError_t addStep(uint64_t* step, cudaStream_t st) {
   return cudaGetLastError();
 }
 
+// ---------------------------------------------------------------- Pad's other modes
+
+namespace {
+__global__ void padSourceKernel(int64_t* idx, PadMap m) {
+  AMPC_GRID_LOOP(i, m.n) {
+    int64_t rest = i, off = 0, stride = 1;
+    for (int d = m.rank - 1; d >= 0; --d) {
+      const int64_t o = rest % m.outShape[d], n = m.inShape[d];
+      rest /= m.outShape[d];
+      int64_t k = o - m.begin[d];
+      if (k < 0 || k >= n) {
+        if (m.mode == 1) k = k < 0 ? 0 : n - 1;
+        else if (m.mode == 2) k = ((k % n) + n) % n;
+        else if (n == 1) k = 0;
+        else {
+          const int64_t period = 2 * (n - 1);
+          k = ((k % period) + period) % period;
+          if (k >= n) k = period - k;
+        }
+      }
+      off += k * stride;
+      stride *= n;
+    }
+    idx[i] = off;
+  }
+}
+}  // namespace
+
+cudaError_t padSourceIndex(int64_t* idx, const PadMap& m, cudaStream_t st) {
+  if (m.n == 0) return cudaSuccess;
+  padSourceKernel<<<gridFor(m.n), 256, 0, st>>>(idx, m);
+  return cudaGetLastError();
+}
+
 // ---------------------------------------------------------------- GridSample
 
 namespace {

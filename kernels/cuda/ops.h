@@ -362,6 +362,17 @@ cudaError_t broadcastChannelsLast(const void* x, void* y, int64_t N, int64_t P, 
 // gathered per input element in a fixed order (deterministic).
 cudaError_t averagePoolGrad(const void* dy, void* dx, float* acc, const PoolArgs& a, cudaStream_t st);
 
+// Pad's reflect, edge and wrap modes: idx[i] = the flat offset in the input [inShape] that output
+// element i (of outShape, the input placed at `begin`) reads, as the CPU kernels map it. Pad's
+// forward is then a flat gather, its gradient scatterAddFlat.
+struct PadMap {
+  int rank = 0;
+  int mode = 0;  // 0 reflect, 1 edge, 2 wrap
+  int64_t n = 0;
+  int64_t outShape[kMaxRank] = {}, inShape[kMaxRank] = {}, begin[kMaxRank] = {};
+};
+cudaError_t padSourceIndex(int64_t* idx, const PadMap& m, cudaStream_t st);
+
 // GridSample, 2-d (X [N, C, H, W], grid [N, Ho, Wo, 2] of normalised (x, y)): what the CPU kernel
 // computes (kernels/cpu/k_linear.cpp), in f32 arithmetic. pad: 0 zeros, 1 border, 2 reflection.
 struct GridArgs {

@@ -408,6 +408,7 @@ struct Program::Lowering {
   void ampcAllReduce();
   void onnxTopK();
   void onnxGridSample();
+  PadMap padMap(const std::vector<int64_t>& xs, const std::vector<int64_t>& os, const std::vector<int64_t>& begin);
   void ampcGridSampleGrad();
   void onnxTile();
   void onnxArgMax();
@@ -1055,18 +1056,32 @@ void Program::Lowering::onnxMaxMin() {
   }
 }
 
+// Clip by constant bounds: f32 bounds for floats; integers (token ids clamped into a table) clip
+// in int64 arithmetic against int64 bounds.
 void Program::Lowering::onnxClip() {
   const double lo = has(1) ? constScalar(1, 0) : -INFINITY, hi = has(2) ? constScalar(2, 0) : INFINITY;
-  float* bounds = static_cast<float*>(p.allocPersistent(2 * sizeof(float)));
-  const float hb[2] = {static_cast<float>(lo), static_cast<float>(hi)};
-  check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
   EwArgs a = ewArgs(Ew::Clip, {in(0)}, out(0));
   a.nin = 3;
-  a.in[1] = bounds;
-  a.in[2] = bounds + 1;
-  a.inType[1] = a.inType[2] = DT::f32;
   a.access[1] = a.access[2] = Access::Scalar;
-  if (isInt(a.outType)) fail("Clip of integers is not supported on CUDA");
+  if (isInt(a.outType)) {
+    auto* bounds = static_cast<int64_t*>(p.allocPersistent(2 * sizeof(int64_t)));
+    auto toInt = [](double v) {
+      return v <= -9.2e18 ? INT64_MIN : v >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(v);
+    };
+    const int64_t hb[2] = {toInt(lo), toInt(hi)};
+    check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
+    a.in[1] = bounds;
+    a.in[2] = bounds + 1;
+    a.inType[1] = a.inType[2] = DT::i64;
+    a.intMath = true;
+  } else {
+    float* bounds = static_cast<float*>(p.allocPersistent(2 * sizeof(float)));
+    const float hb[2] = {static_cast<float>(lo), static_cast<float>(hi)};
+    check(cudaMemcpy(bounds, hb, sizeof(hb), cudaMemcpyHostToDevice), "Clip bounds");
+    a.in[1] = bounds;
+    a.in[2] = bounds + 1;
+    a.inType[1] = a.inType[2] = DT::f32;
+  }
   add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
 }
 
@@ -1174,9 +1189,48 @@ void Program::Lowering::onnxConcatSplit() {
   }
 }
 
+// Pad's reflect, edge and wrap modes (and their gradients): each output element's source offset,
+// computed on the device into scratch, then a flat gather forward, a scatter-add backward.
+PadMap Program::Lowering::padMap(const std::vector<int64_t>& xs, const std::vector<int64_t>& os, const std::vector<int64_t>& begin) {
+  const std::string mode = n.getString("mode", "constant");
+  PadMap m;
+  m.mode = mode == "edge" ? 1 : mode == "wrap" ? 2 : 0;
+  m.rank = static_cast<int>(xs.size());
+  if (m.rank > kMaxRank) fail("rank " + std::to_string(m.rank) + " is past the " + std::to_string(kMaxRank) + " CUDA pads");
+  m.n = 1;
+  for (int d = 0; d < m.rank; ++d) {
+    if (xs[d] == 0 && os[d] > 0) fail(mode + " padding of an empty dim");
+    m.inShape[d] = xs[d], m.outShape[d] = os[d], m.begin[d] = begin[d];
+    m.n *= os[d];
+  }
+  return m;
+}
+
 void Program::Lowering::onnxPad() {
-  if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
   const auto& xs = shape(in(0));
+  if (n.getString("mode", "constant") != "constant") {
+    std::vector<int64_t> begin(xs.size(), 0);
+    {
+      const int64_t r = static_cast<int64_t>(xs.size());
+      const auto pads = constInts(1);
+      std::vector<int64_t> axes;
+      if (has(3)) axes = constInts(3);
+      else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+      for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+    }
+    const PadMap m = padMap(xs, shape(out(0)), begin);
+    const Scratch idx = scratch(sizeof(int64_t) * static_cast<size_t>(std::max<int64_t>(m.n, 1)));
+    const void* X = P(in(0));
+    void* Y = P(out(0));
+    const int eb = dtSize(dt(in(0)));
+    const int64_t xN = in(0)->type().numel();
+    add([=](cudaStream_t st) {
+      auto* I = static_cast<int64_t*>(idx.at(0));
+      if (cudaError_t e = padSourceIndex(I, m, st); e != cudaSuccess) return e;
+      return gather(X, I, DT::i64, Y, eb, 1, xN, m.n, 1, st);
+    });
+    return;
+  }
   const int64_t r = static_cast<int64_t>(xs.size());
   const auto pads = constInts(1);
   std::vector<int64_t> axes;
@@ -1703,7 +1757,6 @@ void Program::Lowering::ampcSliceGrad() {
 }
 
 void Program::Lowering::ampcPadGrad() {
-  if (n.getString("mode", "constant") != "constant") fail("only constant padding is supported on CUDA");
   const auto xs = n.getInts("shape");
   const int64_t r = static_cast<int64_t>(xs.size());
   const auto pads = constInts(1);
@@ -1712,6 +1765,22 @@ void Program::Lowering::ampcPadGrad() {
   else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
   std::vector<int64_t> begin(r, 0);
   for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+  if (n.getString("mode", "constant") != "constant") {  // each dY element added to the input element it read
+    const PadMap m = padMap(xs, shape(in(0)), begin);
+    const int64_t xN = out(0)->type().numel();
+    const size_t idxBytes = alignUp(sizeof(int64_t) * static_cast<size_t>(std::max<int64_t>(m.n, 1)));
+    const size_t accBytes = alignUp(sizeof(float) * static_cast<size_t>(std::max<int64_t>(xN, 1))), ob = orderBytes(m.n, xN);
+    const Scratch s = scratch(idxBytes + accBytes + ob);
+    const void* dY = P(in(0));
+    void* dX = P(out(0));
+    const DT t = dt(in(0));
+    add([=](cudaStream_t st) {
+      auto* I = static_cast<int64_t*>(s.at(0));
+      if (cudaError_t e = padSourceIndex(I, m, st); e != cudaSuccess) return e;
+      return scatterAddFlat(dY, t, I, m.n, static_cast<float*>(s.at(idxBytes)), dX, xN, ob ? s.at(idxBytes + accBytes) : nullptr, st);
+    });
+    return;
+  }
   const auto xst = stridesOf(xs), ost = stridesOf(shape(in(0)));
   CopyArgs a;
   a.rank = static_cast<int>(r);

@@ -103,6 +103,15 @@ std::vector<Case> cases() {
   c.push_back({"Concat", "input %a : $T[2,3,4]\ninput %b : $T[2,1,4]\n%y : $T[2,4,4] = Concat(%a, %b) {axis = 1}\noutput %y"});
   c.push_back({"Split", "input %x : $T[5,6]\nconst %s : i64[2] = [2, 4]\n%a : $T[5,2], %b : $T[5,4] = Split(%x, %s) {axis = -1}\noutput %a\noutput %b"});
   c.push_back({"Pad", "input %x : $T[3,4]\nconst %p : i64[4] = [1, 0, 2, 3]\nconst %v : $T[] = [1.5]\n%y : $T[6,7] = Pad(%x, %p, %v)\noutput %y"});
+  // Reflect, edge and wrap: each output element reads its source through an index made on the device;
+  // the gradient adds each dY element back to it (atomics, or the ordered scatter).
+  c.push_back({"Pad_modes", "input %x : $T[2,3,4,5]\nconst %p : i64[8] = [0, 0, 2, 1, 0, 0, 1, 3]\n"
+                            "%r : $T[2,3,7,9] = Pad(%x, %p) {mode = \"reflect\"}\n%e : $T[2,3,7,9] = Pad(%x, %p) {mode = \"edge\"}\n"
+                            "const %q : i64[2] = [3, 2]\nconst %ax : i64[1] = [3]\n%w : $T[2,3,4,10] = Pad(%x, %q, _, %ax) {mode = \"wrap\"}\n"
+                            "output %r\noutput %e\noutput %w"});
+  c.push_back({"Clip_i64", "input %x : i64[64]\nconst %lo : i64[] = [0]\nconst %hi : i64[] = [49]\n%y : i64[64] = Clip(%x, %lo, %hi)\n"
+                           "%z : i64[64] = Clip(%x, %lo)\noutput %y\noutput %z",
+               {{"x", {1, -30, 80}}}, false});
   c.push_back({"Gather", "input %x : $T[20,6]\ninput %i : i64[3,5]\n%y : $T[3,5,6] = Gather(%x, %i) {axis = 0}\noutput %y", {{"i", {1, -20, 19}}}});
   c.push_back({"GatherElements", "input %x : $T[5,9,3]\ninput %i : i64[5,4,3]\n%y : $T[5,4,3] = GatherElements(%x, %i) {axis = 1}\noutput %y",
                {{"i", {1, -9, 8}}}});
@@ -370,6 +379,9 @@ std::vector<Case> cases() {
   c.push_back({"Transpose_widened", "input %x : $T[70,130]\n%c : f32[70,130] = Cast(%x) {to = 1}\n%y : f32[130,70] = Transpose(%c) {perm = [1, 0]}\noutput %y"});
   c.push_back({"Transpose_widened_batched", "input %x : $T[3,40,50]\n%c : f32[3,40,50] = Cast(%x) {to = 1}\n"
                                             "%y : f32[3,50,40] = Transpose(%c) {perm = [0, 2, 1]}\noutput %y"});
+  for (const char* mode : {"reflect", "edge", "wrap"})
+    c.push_back({std::string("PadGrad_") + mode, "domain \"ampc\" 1\ninput %dy : $T[2,3,7,9]\nconst %p : i64[8] = [0, 0, 2, 1, 0, 0, 1, 3]\n"
+                 "%dx : $T[2,3,4,5] = ampc::PadGrad(%dy, %p) {mode = \"" + std::string(mode) + "\", shape = [2, 3, 4, 5]}\noutput %dx"});
   c.push_back({"PadGrad", "domain \"ampc\" 1\ninput %dy : $T[6,7]\nconst %p : i64[4] = [1, 0, 2, 3]\n"
                           "%dx : $T[3,4] = ampc::PadGrad(%dy, %p) {shape = [3, 4]}\noutput %dx"});
   return c;

@@ -367,7 +367,8 @@ int main(int argc, char** argv) {
     // GELU and SiLU before autocast paints them.
     if (plan || trainStep || grad) {
       pm.add(createCsePass());
-      pm.add(createLowerNllPass());  // the CUDA backend has no NegativeLogLikelihoodLoss kernel
+      pm.add(createLowerNllPass());      // the CUDA backend has no NegativeLogLikelihoodLoss kernel
+      pm.add(createNarrowChecksPass());  // nor f64 ones (torch.nan_to_num's IsInf of an f64 Cast)
     }
     if ((plan || trainStep || grad) && !noFuse) {
       // The fused attention runs at the plan's low precision unless the config denies it one.

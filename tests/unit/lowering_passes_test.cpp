@@ -1,7 +1,9 @@
+// Passes that put a model in terms every backend runs.
 // lower-nll (passes/lower_nll.cpp): NegativeLogLikelihoodLoss becomes SoftmaxCrossEntropyLoss over a
 // LogSoftmax's input, or GatherElements, weights and a reduction. On fresh random data the lowered
 // graph gives the same loss and the same gradient as the op, in f64, for every reduction, with and
 // without weights and ignore_index, over [N, C] and [N, C, d].
+// narrow-checks (passes/narrow_checks.cpp): IsNaN and IsInf of a widening Cast read its operand.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -102,4 +104,30 @@ TEST(LowerNll, LogSoftmaxWithOtherReadersStays) {
   EXPECT_EQ(count(*g, "SoftmaxCrossEntropyLoss"), 0);
   EXPECT_EQ(count(*g, "GatherElements"), 1);
   EXPECT_EQ(g->outputs()[0]->name(), "l");
+}
+
+// torch.nan_to_num's IsInf(Cast(x, f64)) and an IsNaN of an f16 -> f32 Cast read x itself, the same
+// answers on NaN, infinities and numbers; the f64 Cast goes, the f32 one with another reader stays.
+TEST(NarrowChecks, ChecksOfAWideningCastReadItsSource) {
+  const std::string text =
+      "graph \"g\" opset 17 {\n  input %x : f32[6]\n  input %h : f16[6]\n"
+      "  %d : f64[6] = Cast(%x) {to = 11}\n  %i : bool[6] = IsInf(%d) {detect_negative = 0}\n"
+      "  %w : f32[6] = Cast(%h) {to = 1}\n  %n : bool[6] = IsNaN(%w)\n  %e : f32[6] = Exp(%w)\n"
+      "  output %i\n  output %n\n  output %e\n}\n";
+  auto g = parseGraph(text);
+  g->bindOps();
+  auto before = parseGraph(text);
+  before->bindOps();
+  ASSERT_TRUE(createNarrowChecksPass()->run(*g));
+  verify(*g);
+  EXPECT_EQ(count(*g, "Cast"), 1);
+  for (const auto& n : g->nodes())
+    for (size_t i = 0; i < n->numInputs(); ++i) EXPECT_NE(n->input(i)->type().dtype, DType::f64) << n->describe();
+  const double inf = INFINITY;
+  std::map<std::string, Tensor> in{{"x", Tensor::fromDoubles(DType::f32, {6}, {1.0, inf, -inf, NAN, 0.0, 3e38})},
+                                   {"h", Tensor::fromDoubles(DType::f16, {6}, {NAN, 1.0, inf, -inf, 65504.0, 0.0})}};
+  auto backend = createCpuBackend();
+  const auto a = evaluate(*before, in, *backend), b = evaluate(*g, in, *backend);
+  for (size_t k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(a[k].getDouble(i), b[k].getDouble(i)) << "output " << k << " element " << i;
 }
