@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <set>
 #include <optional>
 #include <memory>
 #include <stdexcept>
@@ -180,6 +181,10 @@ class Graph {
   // row. A lookup (Gather on axis 0) of such a table gives that row no gradient, as in PyTorch;
   // its other uses (a tied output projection) still do.
   std::map<std::string, int64_t> embeddingPadding;
+  // BatchNormalizations kept in inference form on purpose (--batchnorm as-exported, or frozen
+  // beside training-form ones), by their result's name (ONNX metadata key "ampc.frozen_batchnorms",
+  // written on export): a re-import (a plan's step graph) keeps them so instead of training them.
+  std::set<std::string> frozenBatchNorms;
   // What import changed from the model as written, one line each (ampc prints them).
   std::vector<std::string> importNotes;
 

@@ -28,6 +28,11 @@ struct ImportOptions {
   // training compiler, gives it PyTorch's training semantics (batch statistics, running statistics
   // updated). --batchnorm as-exported keeps the running statistics (a frozen BatchNorm).
   bool batchNormAsExported = false;
+  // Where the graph also holds BatchNormalizations in training form (the TorchScript exporter's
+  // train() mode), its inference-form ones are deliberately frozen (a submodule in eval(), as
+  // fine-tuning often keeps them) and keep their running statistics; --batchnorm train (this flag)
+  // gives them batch statistics all the same.
+  bool batchNormTrainAll = false;
   // --embedding-padding TABLE=ROW: nn.Embedding(padding_idx=ROW) for an initializer TABLE, as the
   // model's "ampc.embedding_padding" metadata says (and over it); no exporter keeps padding_idx.
   std::map<std::string, int64_t> embeddingPadding;

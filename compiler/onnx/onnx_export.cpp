@@ -89,6 +89,11 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
     e->set_key("ampc.embedding_padding");
     e->set_value(nlohmann::json(g.embeddingPadding).dump());
   }
+  if (!g.frozenBatchNorms.empty()) {
+    auto* e = m.add_metadata_props();
+    e->set_key("ampc.frozen_batchnorms");
+    e->set_value(nlohmann::json(g.frozenBatchNorms).dump());
+  }
   auto* gp = m.mutable_graph();
   gp->set_name(g.name);
   for (const Value* v : g.inputs()) valueInfo(v, gp->add_input());

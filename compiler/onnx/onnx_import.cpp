@@ -269,13 +269,28 @@ class Importer {
     }
     for (const auto& [name, row] : opts_.embeddingPadding) g->embeddingPadding[name] = row;
     checkPadding();
+    for (const auto& np : nodes_)  // BatchNorms the exporter wrote in training form (TorchScript's train())
+      if (np.op_type() == "BatchNormalization" && (np.domain().empty() || np.domain() == "ai.onnx")) {
+        bool training = np.output_size() > 1 && std::any_of(np.output().begin() + 1, np.output().end(), [](const auto& o) { return !o.empty(); });
+        for (const auto& a : np.attribute()) training = training || (a.name() == "training_mode" && a.i() != 0);
+        trainingFormBatchNorms_ += training;
+      }
     for (int i : topoOrder()) addNode(nodes_[i]);
     notePaddingLikeRows();
+    if (frozenBatchNorms_)
+      g->importNotes.push_back(std::to_string(frozenBatchNorms_) + " BatchNormalization node(s) in inference form beside " +
+                               std::to_string(trainingFormBatchNorms_) +
+                               " in training form keep their running statistics, as a submodule in eval() mode does (a frozen "
+                               "BatchNorm); --batchnorm train gives them batch statistics");
     if (trainingBatchNorms_)
       g->importNotes.push_back(std::to_string(trainingBatchNorms_) +
                                " BatchNormalization node(s) written in inference form (training_mode 0, as PyTorch's dynamo exporter "
                                "writes a train()-mode BatchNorm) train with batch statistics and update their running statistics, "
-                               "as in PyTorch; --batchnorm as-exported keeps the running statistics");
+                               "as in PyTorch; --batchnorm as-exported keeps the running statistics" +
+                               (gp.name() == "torch_jit" ? std::string(" (this graph is the TorchScript exporter's, which writes a train()-mode "
+                                                                       "BatchNorm in training form: these were exported in eval() mode, "
+                                                                       "frozen or by an export without training=TRAINING)")
+                                                         : std::string()));
     for (const auto& vi : gp.output()) {
       Value* v = g->lookup(vi.name());
       if (!v) fail("graph output '" + vi.name() + "' is not produced by any node, input or initializer");
@@ -579,9 +594,19 @@ class Importer {
 
   // The dynamo exporter writes a train()-mode BatchNorm as the inference form; see ImportOptions.
   void trainingBatchNorm(Node* n) {
-    if (opts_.batchNormAsExported || n->getInt("training_mode", 0) != 0 || n->numResults() != 1) return;
+    if (n->getInt("training_mode", 0) != 0 || n->numResults() != 1) return;
     for (size_t i : {3, 4})
       if (!n->input(i) || n->input(i)->kind() != ValueKind::Param) return;
+    const std::string& y = n->result(0)->name();
+    if (opts_.batchNormAsExported || g_->frozenBatchNorms.count(y)) {  // as written, and so again on re-import
+      g_->frozenBatchNorms.insert(y);
+      return;
+    }
+    if (trainingFormBatchNorms_ > 0 && !opts_.batchNormTrainAll) {  // frozen beside trained ones: as written
+      g_->frozenBatchNorms.insert(y);
+      ++frozenBatchNorms_;
+      return;
+    }
     n->setAttr("training_mode", int64_t{1});
     for (const char* s : {".running_mean", ".running_var"}) g_->addResult(n, g_->uniqueName(n->result(0)->name() + s), TensorType{});
     ++trainingBatchNorms_;
@@ -1826,8 +1851,12 @@ class Importer {
 
   void readMetadata() {
     for (const auto& p : m_.metadata_props()) {
-      if (p.key() == "ampc.trainable") g_->declaredTrainable = parseNameList(p.value());
+      if (p.key() == "ampc.trainable") g_->declaredTrainable = parseNameList(p.value(), p.key());
       if (p.key() == "ampc.embedding_padding") readPadding(p.value());
+      if (p.key() == "ampc.frozen_batchnorms") {
+        const auto names = parseNameList(p.value(), p.key());
+        g_->frozenBatchNorms.insert(names.begin(), names.end());
+      }
     }
   }
   // {"initializer": row, ...}; checked against the initializers once they are read.
@@ -1894,10 +1923,10 @@ class Importer {
     }
   }
   // A JSON list of strings, as the export helper writes it.
-  std::vector<std::string> parseNameList(const std::string& s) {
+  std::vector<std::string> parseNameList(const std::string& s, const std::string& key) {
     std::vector<std::string> r;
     size_t i = 0;
-    auto bad = [&]() { fail("metadata 'ampc.trainable' is not a JSON list of names"); };
+    auto bad = [&]() { fail("metadata '" + key + "' is not a JSON list of names"); };
     auto ws = [&]() { while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i; };
     ws();
     if (i >= s.size() || s[i++] != '[') bad();
@@ -1969,7 +1998,7 @@ class Importer {
   std::unordered_map<std::string, const onnx::ValueInfoProto*> declared_;
   std::vector<onnx::NodeProto> nodes_;  // the graph's nodes, local functions inlined
   std::unordered_map<std::string, std::vector<Value*>> sequences_;  // sequence values of static length
-  int trainingBatchNorms_ = 0;
+  int trainingBatchNorms_ = 0, trainingFormBatchNorms_ = 0, frozenBatchNorms_ = 0;
   Graph* g_ = nullptr;
 };
 

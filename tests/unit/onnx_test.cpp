@@ -494,6 +494,17 @@ TEST(OnnxImport, InferenceFormBatchNormTrainsWithBatchStatistics) {
   EXPECT_TRUE(frozen->importNotes.empty());
   Tensor yf = evalOne(*frozen, {{"x", x}});
   EXPECT_NEAR(yf.getDouble(0), (x.getDouble(0) - 0) / std::sqrt(1 + 1e-5) * 1 + 0, 1e-4);  // running statistics
+  // The choice travels with the graph (ampc.frozen_batchnorms): a plan's step graph, imported again
+  // from the exported forward without the option, keeps the BatchNorm frozen (it once trained it).
+  EXPECT_EQ(frozen->frozenBatchNorms, std::set<std::string>{"y"});
+  writeModel(d.file("bn_round.onnx"), exportOnnx(*frozen));
+  auto again = importOnnxFile(d.file("bn_round.onnx"));
+  EXPECT_EQ(again->nodes().front()->getInt("training_mode", 0), 0);
+  EXPECT_EQ(again->nodes().front()->numResults(), 1u);
+  EXPECT_TRUE(again->importNotes.empty());
+  // And a trained one stays trained.
+  writeModel(d.file("bn_trained_round.onnx"), exportOnnx(*trained));
+  EXPECT_EQ(importOnnxFile(d.file("bn_trained_round.onnx"))->nodes().front()->getInt("training_mode", 0), 1);
 }
 
 // An attribute of the wrong kind that import itself reads (BatchNormalization's training_mode, a
@@ -1368,4 +1379,43 @@ TEST(OnnxImport, RandomNormalAndUniformDrawAsAsked) {
       EXPECT_LT(hi, 6.0);
     }
   }
+}
+
+// A BatchNorm in inference form beside one in training form (the TorchScript exporter's train()
+// with a submodule left in eval(): a frozen BatchNorm) keeps its running statistics, with a note;
+// ImportOptions::batchNormTrainAll (--batchnorm train) gives it batch statistics too.
+TEST(OnnxImport, InferenceFormBatchNormBesideATrainingOneStaysFrozen) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4, 3, 2, 2});
+  for (const char* p : {"a", "b"}) {
+    addFloatInit(g, std::string(p) + "_s", {3}, {1, 2, 3});
+    addFloatInit(g, std::string(p) + "_b", {3}, {0, 0.5, -1});
+    addFloatInit(g, std::string(p) + "_rm", {3}, {0.25, -0.5, 1});
+    addFloatInit(g, std::string(p) + "_rv", {3}, {1, 2, 0.5});
+  }
+  auto* trained = addNode(g, "BatchNormalization", {"x", "a_s", "a_b", "a_rm", "a_rv"}, {"y", "a_rm_new", "a_rv_new"}, "trained_bn");
+  auto* tm = trained->add_attribute();
+  tm->set_name("training_mode");
+  tm->set_type(onnx::AttributeProto::INT);
+  tm->set_i(1);
+  addNode(g, "BatchNormalization", {"y", "b_s", "b_b", "b_rm", "b_rv"}, {"z"}, "frozen_bn");
+  addOutput(g, "z");
+  writeModel(d.file("mixed.onnx"), m);
+  auto mixed = importOnnxFile(d.file("mixed.onnx"));
+  const Node* frozen = nullptr;
+  for (const auto& n : mixed->nodes())
+    if (n->name() == "frozen_bn") frozen = n.get();
+  ASSERT_NE(frozen, nullptr);
+  EXPECT_EQ(frozen->getInt("training_mode", 0), 0);
+  EXPECT_EQ(frozen->numResults(), 1u);
+  ASSERT_EQ(mixed->importNotes.size(), 1u);
+  EXPECT_NE(mixed->importNotes[0].find("1 BatchNormalization node(s) in inference form beside 1 in training form"), std::string::npos)
+      << mixed->importNotes[0];
+  ImportOptions all;
+  all.batchNormTrainAll = true;
+  auto trainedAll = importOnnxFile(d.file("mixed.onnx"), all);
+  for (const auto& n : trainedAll->nodes())
+    if (n->name() == "frozen_bn") EXPECT_EQ(n->getInt("training_mode", 0), 1);
 }

@@ -172,10 +172,11 @@ int main(int argc, char** argv) {
   app.add_option("--freeze", adOpts.freeze, "--grad and plans: parameters whose name matches this regex are not trained");
   app.add_option("--trainable", adOpts.trainable,
                  "--grad and plans: train exactly the parameters whose name matches this regex (over the model's ampc.trainable list)");
-  std::string batchNorm = "train";
+  std::string batchNorm = "auto";
   app.add_option("--batchnorm", batchNorm,
-                 "inference-form BatchNormalization of a training graph: train (batch statistics, as PyTorch's train()) or as-exported")
-      ->check(CLI::IsMember({"train", "as-exported"}));
+                 "inference-form BatchNormalization of a training graph: auto (batch statistics, as PyTorch's train(), unless the graph "
+                 "also holds training-form ones: then they are frozen eval() submodules), train (batch statistics for all) or as-exported")
+      ->check(CLI::IsMember({"auto", "train", "as-exported"}));
   // Training plan (the default output): optimizer, schedule, clipping, loss scaling.
   TrainOptions train;
   std::string betas, lossScale = "auto";
@@ -265,6 +266,7 @@ int main(int argc, char** argv) {
   try {
     ImportOptions opts;
     opts.batchNormAsExported = batchNorm == "as-exported";
+    opts.batchNormTrainAll = batchNorm == "train";
     for (const auto& s : shapes) {
       auto eq = s.find('=');
       if (eq == std::string::npos || eq == 0) {

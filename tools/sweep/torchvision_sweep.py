@@ -218,6 +218,34 @@ class TextCnn(nn.Module):
         return self.fc(h.amax(2))
 
 
+class FrozenBn(nn.Module):
+    """A convolution with a BatchNorm left in eval() (frozen, running statistics not 0 and 1), and,
+    with `trained`, a second convolution whose BatchNorm trains: fine-tuning's usual mix."""
+
+    def __init__(self, trained):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, bias=False) if trained else None
+        self.bn2 = nn.BatchNorm2d(8) if trained else None
+        self.fc = nn.Linear(8, 10)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+        self.bn.eval()
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.bn.eval()
+        return self
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.c(x)))
+        if self.c2 is not None:
+            h = torch.relu(self.bn2(self.c2(h)))
+        return self.fc(h.mean((2, 3)))
+
+
 MODELS = {
     "alexnet": (lambda: torchvision.models.alexnet(num_classes=10), 64),
     "vgg11_bn": (lambda: torchvision.models.vgg11_bn(num_classes=10), 32),
@@ -266,6 +294,10 @@ MODELS = {
     # A text CNN: nn.Embedding(padding_idx=0), Conv1d, BatchNorm1d, a max over time. No exporter keeps
     # padding_idx: ampc notes the all-zero row, and --embedding-padding says what PyTorch knew.
     "textcnn_padding_idx": (TextCnn, 8, None, ["--embedding-padding", "model.e.weight=0"]),
+    # A BatchNorm frozen in eval(): beside a training one ampc keeps it so by itself; alone (nothing in
+    # the graph tells it from the dynamo exporter's train()-mode BatchNorm) --batchnorm as-exported says so.
+    "frozen_bn_mixed": (lambda: FrozenBn(True), 8),
+    "frozen_bn_alone": (lambda: FrozenBn(False), 8, None, ["--batchnorm", "as-exported"]),
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
                                       nn.Conv2d(8, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)), 16),
 }
