@@ -408,6 +408,7 @@ struct Program::Lowering {
   void ampcAllReduce();
   void onnxTopK();
   void onnxGridSample();
+  std::vector<int64_t> padBegin(int64_t rank, int padsAt, int axesAt);
   PadMap padMap(const std::vector<int64_t>& xs, const std::vector<int64_t>& os, const std::vector<int64_t>& begin);
   void ampcGridSampleGrad();
   void onnxTile();
@@ -1191,6 +1192,18 @@ void Program::Lowering::onnxConcatSplit() {
 
 // Pad's reflect, edge and wrap modes (and their gradients): each output element's source offset,
 // computed on the device into scratch, then a flat gather forward, a scatter-add backward.
+// Where the input starts in each dim of Pad's result: the pads (input `padsAt`) over the axes (input
+// `axesAt`, or every dim).
+std::vector<int64_t> Program::Lowering::padBegin(int64_t rank, int padsAt, int axesAt) {
+  const auto pads = constInts(padsAt);
+  std::vector<int64_t> axes;
+  if (has(axesAt)) axes = constInts(axesAt);
+  else for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  std::vector<int64_t> begin(rank, 0);
+  for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], rank)] = pads[i];
+  return begin;
+}
+
 PadMap Program::Lowering::padMap(const std::vector<int64_t>& xs, const std::vector<int64_t>& os, const std::vector<int64_t>& begin) {
   const std::string mode = n.getString("mode", "constant");
   PadMap m;
@@ -1208,16 +1221,9 @@ PadMap Program::Lowering::padMap(const std::vector<int64_t>& xs, const std::vect
 
 void Program::Lowering::onnxPad() {
   const auto& xs = shape(in(0));
+  const int64_t r = static_cast<int64_t>(xs.size());
+  const std::vector<int64_t> begin = padBegin(r, 1, 3);
   if (n.getString("mode", "constant") != "constant") {
-    std::vector<int64_t> begin(xs.size(), 0);
-    {
-      const int64_t r = static_cast<int64_t>(xs.size());
-      const auto pads = constInts(1);
-      std::vector<int64_t> axes;
-      if (has(3)) axes = constInts(3);
-      else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-      for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
-    }
     const PadMap m = padMap(xs, shape(out(0)), begin);
     const Scratch idx = scratch(sizeof(int64_t) * static_cast<size_t>(std::max<int64_t>(m.n, 1)));
     const void* X = P(in(0));
@@ -1231,15 +1237,8 @@ void Program::Lowering::onnxPad() {
     });
     return;
   }
-  const int64_t r = static_cast<int64_t>(xs.size());
-  const auto pads = constInts(1);
-  std::vector<int64_t> axes;
-  if (has(3)) axes = constInts(3);
-  else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-  std::vector<int64_t> begin(r, 0);
-  for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
-  for (size_t i = 0; i < pads.size(); ++i)
-    if (pads[i] < 0) fail("negative pads are not supported on CUDA");
+  for (const int64_t pad : constInts(1))
+    if (pad < 0) fail("negative pads are not supported on CUDA");
   const double value = constScalar(2, 0.0);
   void* Y = P(out(0));
   const DT t = dt(out(0));
@@ -1695,6 +1694,7 @@ void Program::Lowering::ampcGridSampleGrad() {
   const GridArgs a = gridArgs(n, in(1), in(2));
   const int64_t xN = out(0)->type().numel();
   const DT t = dt(in(0)), gt = dt(in(2));
+  if (dt(in(1)) != t) fail("dY and X must have one type");
   const bool direct = t == DT::f32;
   const size_t accBytes = direct ? 0 : alignUp(sizeof(float) * static_cast<size_t>(std::max<int64_t>(xN, 1)));
   const size_t ob = orderBytes(a.N * a.Ho * a.Wo * 4, a.N * a.H * a.W);
@@ -1759,12 +1759,7 @@ void Program::Lowering::ampcSliceGrad() {
 void Program::Lowering::ampcPadGrad() {
   const auto xs = n.getInts("shape");
   const int64_t r = static_cast<int64_t>(xs.size());
-  const auto pads = constInts(1);
-  std::vector<int64_t> axes;
-  if (has(2)) axes = constInts(2);
-  else for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-  std::vector<int64_t> begin(r, 0);
-  for (size_t i = 0; i < axes.size(); ++i) begin[normalizeAxis(axes[i], r)] = pads[i];
+  const std::vector<int64_t> begin = padBegin(r, 1, 2);
   if (n.getString("mode", "constant") != "constant") {  // each dY element added to the input element it read
     const PadMap m = padMap(xs, shape(in(0)), begin);
     const int64_t xN = out(0)->type().numel();
