@@ -1064,7 +1064,9 @@ class Importer {
     for (int64_t d : *shape) {
       if (d < 0 || d > (int64_t{1} << 40)) fail(nodeLabel(np) + ": shape has a dim " + std::to_string(d));
       numel *= std::max<int64_t>(d, 1);
-      if (numel > (int64_t{1} << 31)) fail(nodeLabel(np) + ": a shape of over 2^31 elements is not supported");
+      // The draw's shape is held as a zero constant (saved with the plan): a bound that a crafted
+      // model cannot turn into gigabytes.
+      if (numel > (int64_t{1} << 26)) fail(nodeLabel(np) + ": a shape of over 2^26 elements is not supported");
     }
     const auto dt = dtypeFromOnnx(static_cast<int>(attrInt(np, "dtype", onnx::TensorProto::FLOAT)));
     if (!dt || !isFloat(*dt)) fail(nodeLabel(np) + ": dtype must be a float type");
@@ -1087,7 +1089,7 @@ class Importer {
     const Tensor* dt = depthV->constData();
     if (!dt || dt->numel() != 1) fail(nodeLabel(np) + ": depth must be a compile-time constant of one element");
     const double dd = dt->getDouble(0);
-    if (!(dd >= 1 && dd <= double{1 << 30})) fail(nodeLabel(np) + ": depth " + std::to_string(dd) + " is not a positive count");
+    if (!(dd >= 1 && dd <= double{1 << 24})) fail(nodeLabel(np) + ": depth " + std::to_string(dd) + " is not a count from 1 to 2^24");
     const auto depth = static_cast<int64_t>(dd);
     if (values->type().shape != std::vector<int64_t>{2})
       fail(nodeLabel(np) + ": values must be [off_value, on_value], got " + values->type().str());
