@@ -442,6 +442,18 @@ void stringAttr(onnx::NodeProto* n, const std::string& name, const std::string& 
   a->set_type(onnx::AttributeProto::STRING);
   a->set_s(v);
 }
+void stringsAttr(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRINGS);
+  for (const auto& x : v) a->add_strings(x);
+}
+void intsAttr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
 std::vector<float> ramp(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.7f * static_cast<float>(i) + 0.3f);
@@ -1180,19 +1192,9 @@ TEST(OnnxImport, RecurrentActivations) {
   addFloatInit(g, "r", {2, H, H}, r);
   addFloatInit(g, "b", {2, 2 * H}, bias);
   auto* rnn = addNode(g, "RNN", {"x", "w", "r", "b"}, {"y"}, "elman");
-  auto* a = rnn->add_attribute();
-  a->set_name("activations");
-  a->set_type(onnx::AttributeProto::STRINGS);
-  a->add_strings("Relu");
-  a->add_strings("Relu");
-  auto* hs = rnn->add_attribute();
-  hs->set_name("hidden_size");
-  hs->set_type(onnx::AttributeProto::INT);
-  hs->set_i(H);
-  auto* dir = rnn->add_attribute();
-  dir->set_name("direction");
-  dir->set_type(onnx::AttributeProto::STRING);
-  dir->set_s("bidirectional");
+  stringsAttr(rnn, "activations", {"Relu", "Relu"});
+  intAttr(rnn, "hidden_size", H);
+  stringAttr(rnn, "direction", "bidirectional");
   addOutput(g, "y");
   const std::string p = d.file("rnn.onnx");
   writeModel(p, m);
@@ -1234,18 +1236,9 @@ TEST(OnnxImport, RecurrentActivations) {
     addFloatInit(gb, "w", {2, gates * H, I}, std::vector<float>(static_cast<size_t>(2 * gates * H * I), 0.5f));
     addFloatInit(gb, "r", {2, gates * H, H}, std::vector<float>(static_cast<size_t>(2 * gates * H * H), 0.5f));
     auto* n = addNode(gb, c.op, {"x", "w", "r"}, {"y"}, "cell");
-    auto* at = n->add_attribute();
-    at->set_name("activations");
-    at->set_type(onnx::AttributeProto::STRINGS);
-    for (const auto& s : c.acts) at->add_strings(s);
-    auto* h2 = n->add_attribute();
-    h2->set_name("hidden_size");
-    h2->set_type(onnx::AttributeProto::INT);
-    h2->set_i(H);
-    auto* d2 = n->add_attribute();
-    d2->set_name("direction");
-    d2->set_type(onnx::AttributeProto::STRING);
-    d2->set_s("bidirectional");
+    stringsAttr(n, "activations", c.acts);
+    intAttr(n, "hidden_size", H);
+    stringAttr(n, "direction", "bidirectional");
     addOutput(gb, "y");
     const std::string pb = d.file(std::string("bad_") + c.op + std::to_string(c.acts.size()) + ".onnx");
     writeModel(pb, mb);
@@ -1273,11 +1266,7 @@ TEST(OnnxImport, SoftTargetCrossEntropyAndOneHot) {
       addFloatInit(g, "w", {C}, w);
       ins.push_back("w");
     }
-    auto* n = addNode(g, "SoftmaxCrossEntropyLoss", ins, {"loss"}, "soft_ce");
-    auto* r = n->add_attribute();
-    r->set_name("reduction");
-    r->set_type(onnx::AttributeProto::STRING);
-    r->set_s(spatial ? "sum" : "mean");
+    stringAttr(addNode(g, "SoftmaxCrossEntropyLoss", ins, {"loss"}, "soft_ce"), "reduction", spatial ? "sum" : "mean");
     addOutput(g, "loss");
     const std::string path = d.file(spatial ? "soft_ce3.onnx" : "soft_ce.onnx");
     writeModel(path, m);
@@ -1302,11 +1291,7 @@ TEST(OnnxImport, SoftTargetCrossEntropyAndOneHot) {
   addTensorInput(g, "i", onnx::TensorProto::INT64, {3});
   addInt64Init(g, "depth", {4});
   addFloatInit(g, "values", {2}, {0.5f, 2.0f});
-  auto* n = addNode(g, "OneHot", {"i", "depth", "values"}, {"y"}, "one_hot");
-  auto* a = n->add_attribute();
-  a->set_name("axis");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(0);
+  intAttr(addNode(g, "OneHot", {"i", "depth", "values"}, {"y"}, "one_hot"), "axis", 0);
   addOutput(g, "y");
   const std::string path = d.file("one_hot.onnx");
   writeModel(path, m);
@@ -1340,18 +1325,10 @@ TEST(OnnxImport, RandomNormalAndUniformDrawAsAsked) {
   auto* g = m.mutable_graph();
   for (const bool normal : {true, false}) {
     auto* n = addNode(g, normal ? "RandomNormal" : "RandomUniform", {}, {normal ? "n" : "u"}, normal ? "randn" : "rand");
-    auto* sh = n->add_attribute();
-    sh->set_name("shape");
-    sh->set_type(onnx::AttributeProto::INTS);
-    sh->add_ints(64);
-    sh->add_ints(64);
+    intsAttr(n, "shape", {64, 64});
     for (const auto& [name, v] : normal ? std::vector<std::pair<const char*, float>>{{"mean", 3.0f}, {"scale", 0.5f}}
-                                        : std::vector<std::pair<const char*, float>>{{"low", -2.0f}, {"high", 6.0f}}) {
-      auto* a = n->add_attribute();
-      a->set_name(name);
-      a->set_type(onnx::AttributeProto::FLOAT);
-      a->set_f(v);
-    }
+                                        : std::vector<std::pair<const char*, float>>{{"low", -2.0f}, {"high", 6.0f}})
+      floatAttr(n, name, v);
     addOutput(g, normal ? "n" : "u");
   }
   writeModel(d.file("rand.onnx"), m);
@@ -1395,11 +1372,7 @@ TEST(OnnxImport, InferenceFormBatchNormBesideATrainingOneStaysFrozen) {
     addFloatInit(g, std::string(p) + "_rm", {3}, {0.25, -0.5, 1});
     addFloatInit(g, std::string(p) + "_rv", {3}, {1, 2, 0.5});
   }
-  auto* trained = addNode(g, "BatchNormalization", {"x", "a_s", "a_b", "a_rm", "a_rv"}, {"y", "a_rm_new", "a_rv_new"}, "trained_bn");
-  auto* tm = trained->add_attribute();
-  tm->set_name("training_mode");
-  tm->set_type(onnx::AttributeProto::INT);
-  tm->set_i(1);
+  intAttr(addNode(g, "BatchNormalization", {"x", "a_s", "a_b", "a_rm", "a_rv"}, {"y", "a_rm_new", "a_rv_new"}, "trained_bn"), "training_mode", 1);
   addNode(g, "BatchNormalization", {"y", "b_s", "b_b", "b_rm", "b_rv"}, {"z"}, "frozen_bn");
   addOutput(g, "z");
   writeModel(d.file("mixed.onnx"), m);
