@@ -104,4 +104,10 @@ std::unique_ptr<Pass> createLowerNllPass();  // lower_nll.cpp
 // IsNaN and IsInf of a widening Cast read the Cast's operand (narrow_checks.cpp).
 std::unique_ptr<Pass> createNarrowChecksPass();  // narrow_checks.cpp
 
+// The CUDA target's lowering rewrites (runtime/lower.cpp), each making explicit target nodes
+// ("cuda" domain) that the CPU reference runs too:
+// ReduceSum(dY, axes [0]) beside its weight gradient's Gemm(X^T dY or dY^T X) becomes one
+// cuda::Gemm whose second result is the bias gradient (fuse_bias_grad.cpp).
+std::unique_ptr<Pass> createFuseBiasGradPass();  // fuse_bias_grad.cpp
+
 }  // namespace ampc

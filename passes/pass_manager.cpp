@@ -23,6 +23,7 @@ const PassEntry kPasses[] = {
     {"fuse-rotate-half", createFuseRotateHalfPass},
     {"lower-nll", createLowerNllPass},
     {"narrow-checks", createNarrowChecksPass},
+    {"fuse-bias-grad", createFuseBiasGradPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

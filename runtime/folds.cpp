@@ -177,9 +177,7 @@ bool paddedGemm(const Node& n) {
   int64_t M = 0, N = 0, K = 0;
   if (!gemmDims(n, M, N, K)) return false;
   const int64_t eb = static_cast<int64_t>(dtypeSize(n.inputs()[0]->type().dtype));
-  const bool ta = isOnnx(n, "Gemm") && n.getInt("transA", 0) != 0;
-  const bool misaligned = (K * eb) % 16 != 0 || (N * eb) % 16 != 0 || (ta && (M * eb) % 16 != 0);
-  return misaligned && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kPaddedGemmWork;
+  return cuda::gemmRunsPadded(M, N, K, isOnnx(n, "Gemm") && n.getInt("transA", 0) != 0, eb);
 }
 // v and its views (recursively), if every one keeps the last dim C, is f16/bf16 and no graph output.
 bool viewTree(const Graph& g, const Value* v, int64_t C, std::vector<const Value*>& out) {
@@ -270,41 +268,6 @@ std::map<const Value*, int64_t> pitchedScores(const Graph& g) {
 bool isZeroScalar(const Value* v) {
   const Tensor* t = v && v->type().numel() == 1 ? v->constData() : nullptr;
   return t && t->getDouble(0) == 0.0;
-}
-const Node* biasGradGemm(const Node& r, const std::map<const Node*, int>& order) {
-  if (!isOnnx(r, "ReduceSum") || r.inputs().empty() || !r.inputs()[0]) return nullptr;
-  const Value* dy = r.inputs()[0];
-  const auto& s = dy->type().shape;
-  const DType t = dy->type().dtype;
-  if (s.size() != 2 || (t != DType::f32 && t != DType::f16 && t != DType::bf16)) return nullptr;
-  if (r.result(0)->type().dtype != t || r.result(0)->type().numel() != s[1]) return nullptr;
-  std::vector<int64_t> axes = r.getInts("axes");  // opset < 13; an input from 13
-  if (r.inputs().size() > 1 && r.inputs()[1]) {
-    const Tensor* a = r.inputs()[1]->constData();
-    if (!a) return nullptr;
-    axes = a->toInts();
-  }
-  if (axes.size() != 1 || (axes[0] != 0 && axes[0] != -2)) return nullptr;
-  int reductions = 0;
-  for (const Use& u : dy->uses()) reductions += isOnnx(*u.user, "ReduceSum");
-  if (reductions != 1) return nullptr;
-  for (const Use& u : dy->uses()) {
-    const Node& m = *u.user;
-    if (!isOnnx(m, "Gemm") || u.operand > 1 || m.inputs()[0] == m.inputs()[1]) continue;
-    const Value* other = m.inputs()[1 - u.operand];
-    if (m.getInt("transA", 0) == 0 || m.getInt("transB", 0) != 0 || m.getFloat("alpha", 1.0f) != 1.0f) continue;
-    if (m.inputs().size() > 2 && m.inputs()[2] && m.inputs()[2]->type().numel() > 0) continue;
-    if (other->type().rank() != 2 || other->type().dtype != t || m.result(0)->type().dtype != t || paddedGemm(m)) continue;
-    if (order.at(&m) < order.at(&r)) return &m;
-  }
-  return nullptr;
-}
-const Node* foldedBiasGrad(const Node& gemm, const std::map<const Node*, int>& order) {
-  if (!isOnnx(gemm, "Gemm") || gemm.inputs().size() < 2) return nullptr;
-  for (size_t i = 0; i < 2; ++i)
-    for (const Use& u : gemm.inputs()[i]->uses())
-      if (biasGradGemm(*u.user, order) == &gemm) return u.user;
-  return nullptr;
 }
 // Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
 // one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes
@@ -735,9 +698,6 @@ Schedule schedule(const Graph& g) {
     }
     unwritten.insert(castUnwritten(g, *n));
   }
-  // A bias gradient's ReduceSum runs in its weight gradient's GEMM.
-  for (const auto& n : g.nodes())
-    if (const Node* m = biasGradGemm(*n, indexOf)) positions[indexOf[n.get()]] = positions[indexOf[m]];
   // A folded Relu runs where its producer does; a residual Add where the batch norm that writes it
   // does; a gated Where and its comparison where the BatchNormGrad that reads through them does; a
   // gated Add where its Where does. The values they stand in for get no bytes, nor does a

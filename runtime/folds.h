@@ -84,21 +84,6 @@ bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nul
 // and the consuming MatMul (scores gradient as A) / Gemm (as A, or as B not transposed). Returns
 // each value's pitch in elements, views included.
 std::map<const Value*, int64_t> pitchedScores(const Graph& g);
-// GEMMs of at least this many multiply-adds run on padded copies when a row stride is not a
-// multiple of 16 bytes (runtime/cuda/program.cpp); smaller ones run as they are.
-constexpr double kPaddedGemmWork = double{1 << 30};
-
-// A bias gradient summed by its weight gradient's GEMM (cuBLASLt's BGRADA / BGRADB epilogues):
-// ReduceSum of a 2-d float dY [R, N] over axis 0 into N sums of dY's type (keepdims either way),
-// the only ReduceSum of dY, where an earlier node is a Gemm with transA = 1, transB = 0, alpha 1
-// and no C, all of dY's type, not on the padded path, that reads dY as one operand and something
-// else as the other: X^T dY (weights stored [in, out], as GPT-2's Conv1D) or dY^T X (stored
-// [out, in], as torch.nn.Linear). The GEMM reduces dY over its contraction as it reads it and
-// writes the sums (f32 sums rounded once, as the ReduceSum kernel, in another order); the ReduceSum
-// launches nothing and runs at the Gemm's position. Returns the Gemm, or null.
-const Node* biasGradGemm(const Node& reduceSum, const std::map<const Node*, int>& order);
-// The ReduceSum whose sums Gemm `gemm` writes (biasGradGemm), or null.
-const Node* foldedBiasGrad(const Node& gemm, const std::map<const Node*, int>& order);
 
 // Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
 // one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes with

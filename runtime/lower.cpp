@@ -72,6 +72,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createAccumulateGatherGradsPass()->run(step);
   createFoldTransposesPass()->run(step);
   createSinkCastsPass()->run(step);
+  createFuseBiasGradPass()->run(step);
   if (opts.rematerialize) {
     claim();
     std::map<const Node*, int> order;

@@ -49,6 +49,19 @@ void inferGemm(InferContext& c) {
   c.setOut(0, TensorType{c.in(0).dtype, {m, n}});
 }
 
+// cuda.Gemm (passes/fuse_bias_grad.cpp): a Gemm whose result 1, when present, is the bias gradient
+// its epilogue sums: operand bias_grad's column sums ([N], or [1, N] with keepdims), of its type.
+void inferTargetGemm(InferContext& c) {
+  inferGemm(c);
+  if (c.numOutputs() < 2) return;
+  const int64_t k = c.node().getInt("bias_grad", -1);
+  c.check(k == 0 || k == 1, "bias_grad must be 0 or 1 (the operand whose column sums are result 1)");
+  const TensorType& x = c.in(static_cast<size_t>(k));
+  c.check(x.rank() == 2, "the summed operand must be 2-D");
+  if (c.node().getInt("keepdims", 1) != 0) c.setOut(1, TensorType{x.dtype, {1, x.shape[1]}});
+  else c.setOut(1, TensorType{x.dtype, {x.shape[1]}});
+}
+
 // Spatial output dims of Conv and the pools, from the shared window geometry.
 std::vector<int64_t> spatialOut(InferContext& c, const std::vector<int64_t>& x, const std::vector<int64_t>& kernel,
                                 bool ceilMode) {
@@ -326,6 +339,9 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("MatMul", L, 2, 2, 1, 1, A, true, inferMatMul);
   t.back().flops = matmulFlops;
   row("Gemm", L, 2, 3, 1, 1, A, true, inferGemm);
+  t.back().flops = gemmFlops;
+  // The CUDA target's lowered nodes (runtime/lower.cpp), after autodiff and autocast.
+  t.push_back(OpDef{"Gemm", "cuda", 1, 1, 2, 2, 1, 2, I, false, inferTargetGemm});
   t.back().flops = gemmFlops;
   row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
   t.back().flops = convFlops;

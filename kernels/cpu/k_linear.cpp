@@ -86,6 +86,23 @@ struct GemmK {
   }
 };
 
+// cuda.Gemm (passes/fuse_bias_grad.cpp): the product as Gemm computes it, and, with a result 1, the
+// column sums of operand bias_grad as ReduceSum(axes = [0]) computes them (the same accumulator
+// type, rows in order), so the fused graph is bitwise the unfused one.
+template <typename C>
+struct TargetGemmK {
+  static void run(KernelCtx& c) {
+    GemmK<C>::run(c);
+    if (c.node.numResults() < 2) return;
+    const Tensor& x = c.in(static_cast<size_t>(c.node.getInt("bias_grad", 0)));
+    const int64_t R = x.type.shape[0], N = x.type.shape[1];
+    const auto v = widen<C>(x);
+    std::vector<C> sums(static_cast<size_t>(N), C(0));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < N; ++j) sums[static_cast<size_t>(j)] += v[static_cast<size_t>(r * N + j)];
+    narrow(sums, c.out(1));
+  }
+};
 
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
@@ -493,6 +510,7 @@ void registerLinearKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"MatMul", summingNumericOp<MatMulK>},
       {"Gemm", summingNumericOp<GemmK>},
+      {"Gemm", summingNumericOp<TargetGemmK>, "cuda"},
       {"Conv", summingOp<ConvK>},
       {"MaxPool", [](KernelCtx& c) { dispatchNumeric<MaxPoolAnyK>(c, c.in(0).type.dtype); }},
       {"AveragePool", summingOp<AveragePoolK>},

@@ -23,4 +23,14 @@ inline bool attentionFits(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool
   return attentionMmaShape(lowFloat, D, Dv, Tk, dropout) || (D <= kAttentionMaxHeadDim && Dv <= kAttentionMaxHeadDim);
 }
 
+// cuBLASLt's fast kernels need every row stride to be a multiple of 16 bytes. A GEMM of at least
+// kPaddedGemmWork multiply-adds whose strides are not (GPT-2's vocabulary of 50257 words) runs on
+// copies padded to such dims (runtime/cuda/program.cpp); a smaller one runs as it is. M, N, K as
+// the product computes them; transA: A is stored [K, M] (its row stride is M).
+inline constexpr double kPaddedGemmWork = double{1 << 30};
+inline bool gemmRunsPadded(int64_t M, int64_t N, int64_t K, bool transA, int64_t elementBytes) {
+  const bool misaligned = (K * elementBytes) % 16 != 0 || (N * elementBytes) % 16 != 0 || (transA && (M * elementBytes) % 16 != 0);
+  return misaligned && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kPaddedGemmWork;
+}
+
 }  // namespace ampc::cuda

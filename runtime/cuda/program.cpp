@@ -381,11 +381,12 @@ struct Program::Lowering {
   void onnxCumSum();
   void onnxMatMul() { return gemm(true); }
   void onnxGemm() { return gemm(false); }
+  void cudaGemm() { return gemm(false); }  // with the bias gradient's epilogue (passes/fuse_bias_grad.cpp)
   void onnxConv() { return conv(false); }
   void onnxMaxPool() { return pool(true, false); }
   void onnxAveragePool() { return pool(false, false); }
   void onnxGlobalAveragePool() { return reduce(Red::Mean); }
-  void onnxReduceSum() { return folds::biasGradGemm(n, p.order_) ? void() : reduce(Red::Sum); }  // else summed by its GEMM
+  void onnxReduceSum() { return reduce(Red::Sum); }
   void onnxReduceMean() { return reduce(Red::Mean); }
   void onnxReduceMax() { return reduce(Red::Max); }
   void onnxReduceMin() { return reduce(Red::Min); }
@@ -500,9 +501,7 @@ void Program::Lowering::gemm(bool isMatMul) {
   // part of the contraction dim is zero, the padded rows and columns of the result are dropped.
   const int64_t eb = dtSize(t), unit = 16 / eb;
   const auto up = [unit](int64_t x) { return (x + unit - 1) / unit * unit; };
-  const bool misaligned = (d.K * eb) % 16 != 0 || (d.N * eb) % 16 != 0 || (d.transA && (d.M * eb) % 16 != 0);
-  const bool padded = misaligned && d.batch == 1 && !d.bias && d.beta == 0.0f &&
-                      static_cast<double>(d.M) * static_cast<double>(d.N) * static_cast<double>(d.K) >= kPaddedGemmWork;
+  const bool padded = d.batch == 1 && !d.bias && d.beta == 0.0f && cuda::gemmRunsPadded(d.M, d.N, d.K, d.transA, eb);
   struct Staged {
     const Value* v;
     int64_t rows, cols, prows, pcols;
@@ -533,14 +532,15 @@ void Program::Lowering::gemm(bool isMatMul) {
       if (q.offset) scratchBytes += alignUp(static_cast<size_t>(q.prows * q.pcols * eb));
     }
   }
-  // A bias gradient summed here (folds::biasGradGemm): by cuBLASLt's epilogue, or right after.
-  const Node* sums = folds::foldedBiasGrad(n, p.order_);
-  if (sums && padded) fail("internal: a bias gradient folded into a GEMM on padded copies");
-  const bool sumsA = sums && sums->inputs()[0] == a;  // dY^T X (else X^T dY)
+  // cuda::Gemm's bias gradient (passes/fuse_bias_grad.cpp), result 1: the column sums of operand
+  // bias_grad, by cuBLASLt's epilogue or right after the product.
+  const bool sums = !isMatMul && n.domain() == "cuda" && n.numResults() > 1;
+  if (sums && (padded || !d.transA || d.transB)) fail("a bias gradient's epilogue needs transA = 1, transB = 0 and no padded copies");
+  const bool sumsA = sums && n.getInt("bias_grad", 0) == 0;  // dY^T X (else X^T dY)
   if (sums) pd.biasGrad = sumsA ? GemmDesc::BiasGrad::ofA : GemmDesc::BiasGrad::ofB;
   auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), pd, kGemmWorkspace);
   p.keep_.push_back(g);
-  if (sums) bias = P(sums->result(0));
+  if (sums) bias = P(out(1));
   const Scratch ws = scratch(scratchBytes);
   void* const* base = ws.base;
   const void *A = P(a), *B = P(b);
@@ -567,7 +567,7 @@ void Program::Lowering::gemm(bool isMatMul) {
   });
   if (sums && !g->biasGrad()) {
     const void* X = sumsA ? A : B;
-    void* Y = P(sums->result(0));
+    void* Y = P(out(1));
     const DT t = d.t;
     const int64_t R = d.K, K = sumsA ? d.M : d.N;
     const Scratch acc = scratch(reduceColumnsScratch(R, K));
@@ -990,6 +990,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "CumSum"}, &Lowering::onnxCumSum},
       {{"", "MatMul"}, &Lowering::onnxMatMul},
       {{"", "Gemm"}, &Lowering::onnxGemm},
+      {{"cuda", "Gemm"}, &Lowering::cudaGemm},
       {{"", "Conv"}, &Lowering::onnxConv},
       {{"", "MaxPool"}, &Lowering::onnxMaxPool},
       {{"", "AveragePool"}, &Lowering::onnxAveragePool},

@@ -1,0 +1,144 @@
+// The CUDA target's lowering rewrites (runtime/lower.cpp), which make explicit target nodes: each
+// pattern's forms and near misses, and the rewritten graph against the unfused one on the CPU
+// reference, which runs the target nodes too.
+// fuse-bias-grad (passes/fuse_bias_grad.cpp): ReduceSum(dY, axes [0]) beside its weight gradient's
+// Gemm becomes one cuda::Gemm whose second result is the bias gradient.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "compiler/ir/text.h"
+#include "passes/pass.h"
+#include "runtime/backend.h"
+#include "runtime/evaluator.h"
+
+using namespace ampc;
+
+namespace {
+
+std::unique_ptr<Graph> load(const std::string& text) {
+  auto g = parseGraph(text, "case");
+  g->bindOps();
+  verify(*g);
+  return g;
+}
+
+std::map<std::string, Tensor> randomInputs(const Graph& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::map<std::string, Tensor> in;
+  for (const Value* v : g.inputs()) {
+    Tensor t(v->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, normal(rng));
+    in.emplace(v->name(), std::move(t));
+  }
+  return in;
+}
+
+std::string edit(std::string t, const std::string& from, const std::string& to) {
+  const size_t at = t.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? t : t.replace(at, from.size(), to);
+}
+
+// X^T dY, as GPT-2's Conv1D weight gradient; TYPE is replaced.
+const std::string kBase = R"(graph "b" opset 17 {
+  input %x : TYPE[64,32]
+  input %dy : TYPE[64,48]
+  const %ax : i64[1] = [0]
+  %dw : TYPE[32,48] = Gemm(%x, %dy) {transA = 1}
+  %db : TYPE[1,48] = ReduceSum(%dy, %ax) {keepdims = 1}
+  output %dw
+  output %db
+}
+)";
+
+std::string typed(std::string t, const std::string& type) {
+  for (size_t at; (at = t.find("TYPE")) != std::string::npos;) t.replace(at, 4, type);
+  return t;
+}
+
+// Runs the pass on `text`: whether it fused, and then the fused node's result 1 is db and no
+// ReduceSum or ONNX Gemm is left; the fused graph's outputs are bitwise the unfused graph's on the
+// CPU, on fresh random data.
+bool fuses(const std::string& text) {
+  auto ref = load(text), g = load(text);
+  const bool changed = createFuseBiasGradPass()->run(*g);
+  verify(*g);
+  const Node* f = g->lookup("db")->producer();
+  if (changed) {
+    EXPECT_EQ(f->domain(), "cuda");
+    EXPECT_EQ(f->op(), "Gemm");
+    EXPECT_EQ(f->result(1), g->lookup("db"));
+    EXPECT_EQ(f->result(0), g->lookup("dw"));
+    EXPECT_EQ(g->numNodes(), 1u);
+    EXPECT_EQ(g->consts().size(), 0u) << "the axes constant is left behind";
+  } else {
+    EXPECT_EQ(printGraph(*g), printGraph(*ref));
+  }
+  auto cpu = createCpuBackend();
+  const auto inputs = randomInputs(*ref, 11);
+  const auto want = evaluate(*ref, inputs, *cpu), got = evaluate(*g, inputs, *cpu);
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    EXPECT_EQ(got[i].type, want[i].type) << "output " << i;
+    EXPECT_TRUE(got[i].data == want[i].data) << "output " << i << " differs";
+    double sum = 0;
+    for (int64_t k = 0; k < got[i].numel(); ++k) sum += std::fabs(got[i].getDouble(k));
+    EXPECT_GT(sum, 0.0) << "output " << i << " is all zeros";
+  }
+  return changed;
+}
+
+}  // namespace
+
+TEST(FuseBiasGrad, TheEpilogueFormsFuseAndComputeWhatTheyDid) {
+  for (const char* t : {"f32", "f16", "bf16"}) {
+    SCOPED_TRACE(t);
+    const std::string base = typed(kBase, t), T = t;
+    EXPECT_TRUE(fuses(base));
+    // dY^T X, as torch.nn.Linear's weight gradient (stored [out, in]).
+    EXPECT_TRUE(fuses(edit(base, "%dw : " + T + "[32,48] = Gemm(%x, %dy) {transA = 1}", "%dw : " + T + "[48,32] = Gemm(%dy, %x) {transA = 1}")));
+    // keepdims = 0: the sums as [N].
+    EXPECT_TRUE(fuses(edit(base, "%db : " + T + "[1,48] = ReduceSum(%dy, %ax) {keepdims = 1}", "%db : " + T + "[48] = ReduceSum(%dy, %ax) {keepdims = 0}")));
+  }
+}
+
+TEST(FuseBiasGrad, NearMissesStayAsTheyAre) {
+  const std::string base = typed(kBase, "bf16");
+  // Sums over the other axis.
+  EXPECT_FALSE(fuses(edit(edit(base, "[1] = [0]", "[1] = [1]"), "%db : bf16[1,48]", "%db : bf16[64,1]")));
+  // The product reads dY transposed (transB): its contraction is not over dY's rows.
+  EXPECT_FALSE(fuses(edit(edit(base, "%x : bf16[64,32]", "%x : bf16[48,32]"), "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}",
+                          "%dw : bf16[32,64] = Gemm(%x, %dy) {transA = 1, transB = 1}")));
+  // A second ReduceSum of dY.
+  EXPECT_FALSE(fuses(edit(base, "output %db", "output %db\n  %db2 : bf16[48] = ReduceSum(%dy, %ax) {keepdims = 0}\n  output %db2")));
+  // The Gemm after the ReduceSum.
+  EXPECT_FALSE(fuses(edit(edit(base, "  %dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}\n", ""), "output %dw",
+                          "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}\n  output %dw")));
+  // A scaled product.
+  EXPECT_FALSE(fuses(edit(base, "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}", "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1, alpha = 0.5}")));
+  // A product with C.
+  EXPECT_FALSE(fuses(edit(edit(base, "input %x : bf16[64,32]", "input %x : bf16[64,32]\n  input %c : bf16[48]"), "Gemm(%x, %dy)",
+                          "Gemm(%x, %dy, %c)")));
+}
+
+// The shape rule of cuda::Gemm refuses a bias_grad that names no operand, naming the node.
+TEST(FuseBiasGrad, TargetGemmChecksItsAttributes) {
+  const std::string text = R"(graph "b" opset 17 {
+  domain "cuda" 1
+  input %x : f32[8,4]
+  input %dy : f32[8,6]
+  %dw : f32[4,6], %db : f32[6] = cuda::Gemm(%x, %dy) {transA = 1, bias_grad = 2, keepdims = 0} @g
+  output %dw
+  output %db
+}
+)";
+  try {
+    load(text);
+    FAIL() << "bias_grad = 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bias_grad must be 0 or 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda.Gemm"), std::string::npos) << e.what();
+  }
+}
