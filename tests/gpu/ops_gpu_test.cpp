@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "kernels/cuda/ops.h"
+#include "passes/pass.h"
 #include "tests/common/pitched_graph.h"
 #include "tests/gpu/gpu_util.h"
 
@@ -848,10 +849,11 @@ TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
   EXPECT_FALSE(nan);
 }
 
-// Bias gradients summed by the weight gradients' GEMMs (folds::biasGradGemm): X^T dY (GPT-2's
-// Conv1D) and dY^T X (torch.nn.Linear), against the CPU's ReduceSum. With 16-byte rows at f16 and
-// bf16 cuBLASLt's BGRADA / BGRADB epilogue does it (one launch for both nodes); at 50 columns, or
-// where cuBLASLt has no such algorithm, the GEMM's node sums them itself right after.
+// Bias gradients summed by the weight gradients' GEMMs (passes/fuse_bias_grad.cpp makes the pair one
+// cuda::Gemm, as the CUDA lowering does): X^T dY (GPT-2's Conv1D) and dY^T X (torch.nn.Linear),
+// against the CPU reference. With 16-byte rows at f16 and bf16 cuBLASLt's BGRADA / BGRADB epilogue
+// does it (one launch); at 50 columns, or where cuBLASLt has no such algorithm, the node sums them
+// itself right after the product.
 TEST(GpuProgram, BiasGradientsInTheirGemms) {
   AMPC_NEED_GPU();
   for (const char* t : {"f32", "f16", "bf16"})
@@ -865,6 +867,8 @@ TEST(GpuProgram, BiasGradientsInTheirGemms) {
                                  "] = ReduceSum(%dy, %ax) {keepdims = 1}\n  output %dw\n  output %db\n}\n";
         const std::string what = T + (linear ? " dY^T X" : " X^T dY") + " out " + O;
         auto g = parseGraph(text, "b");
+        g->bindOps();
+        ASSERT_TRUE(createFuseBiasGradPass()->run(*g)) << what;
         {
           cuda::Program p(*g, {});
           std::printf("%s: %lld launch(es)\n", what.c_str(), static_cast<long long>(p.stats().launches));
