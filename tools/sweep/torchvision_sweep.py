@@ -218,6 +218,28 @@ class TextCnn(nn.Module):
         return self.fc(h.amax(2))
 
 
+class PatchAttention(nn.Module):
+    """4x4 patches as tokens through nn.MultiheadAttention with a key padding mask (the last token
+    masked), or through a pre-norm nn.TransformerDecoderLayer with a causal float mask; mean-pooled."""
+
+    def __init__(self, decoder=False):
+        super().__init__()
+        self.c = nn.Conv2d(3, 16, 4, stride=4)
+        self.decoder = decoder
+        self.a = (nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True) if decoder
+                  else nn.MultiheadAttention(16, 2, batch_first=True))
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        t = self.c(x).flatten(2).transpose(1, 2)
+        if self.decoder:
+            n = t.shape[1]
+            return self.fc(self.a(t, t, tgt_mask=torch.triu(torch.full((n, n), float("-inf")), 1)).mean(1))
+        m = torch.zeros(t.shape[0], t.shape[1], dtype=torch.bool)
+        m[:, -1] = True
+        return self.fc(self.a(t, t, t, key_padding_mask=m)[0].mean(1))
+
+
 class FrozenBn(nn.Module):
     """A convolution with a BatchNorm left in eval() (frozen, running statistics not 0 and 1), and,
     with `trained`, a second convolution whose BatchNorm trains: fine-tuning's usual mix."""
@@ -300,6 +322,15 @@ MODELS = {
     "frozen_bn_alone": (lambda: FrozenBn(False), 8, None, ["--batchnorm", "as-exported"]),
     "lrn_cnn": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.LocalResponseNorm(3, alpha=0.5, beta=0.75, k=2.0),
                                       nn.Conv2d(8, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)), 16),
+    # Probed in stop 38 (all passed): attention with a key padding mask, a pre-norm decoder layer,
+    # data movement (pixel shuffle, roll, flip), adaptive max pooling, normalisation written out.
+    "mha_key_padding": (lambda: PatchAttention(False), 16),
+    "decoder_layer_prenorm": (lambda: PatchAttention(True), 16),
+    "pixel_shuffle": (lambda: ConvThen(nn.Sequential(nn.PixelShuffle(2), nn.PixelUnshuffle(2)), 8), 8),
+    "roll_flip": (lambda: ConvThen(Lambda(lambda y: torch.roll(y, 2, 3) + torch.flip(y, [2])), 8), 8),
+    "adaptive_max": (lambda: ConvThen(nn.AdaptiveMaxPool2d(3), 9), 9),
+    "normalize_std": (lambda: ConvThen(Lambda(lambda y: F.normalize(y, dim=1) * F.cosine_similarity(y, y.flip(1), dim=1).unsqueeze(1)
+                                              + (y - y.mean((2, 3), keepdim=True)) / (y.var((2, 3), keepdim=True) + 1e-3).sqrt()), 8), 8),
 }
 
 
