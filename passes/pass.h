@@ -109,5 +109,8 @@ std::unique_ptr<Pass> createNarrowChecksPass();  // narrow_checks.cpp
 // ReduceSum(dY, axes [0]) beside its weight gradient's Gemm(X^T dY or dY^T X) becomes one
 // cuda::Gemm whose second result is the bias gradient (fuse_bias_grad.cpp).
 std::unique_ptr<Pass> createFuseBiasGradPass();  // fuse_bias_grad.cpp
+// The step's parameter casts (f32 -> f16/bf16 of a parameter) become cuda::MultiCast nodes, one
+// launch per group (fuse_param_casts.cpp).
+std::unique_ptr<Pass> createFuseParamCastsPass();  // fuse_param_casts.cpp
 
 }  // namespace ampc

@@ -24,6 +24,7 @@ const PassEntry kPasses[] = {
     {"lower-nll", createLowerNllPass},
     {"narrow-checks", createNarrowChecksPass},
     {"fuse-bias-grad", createFuseBiasGradPass},
+    {"fuse-param-casts", createFuseParamCastsPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

@@ -640,41 +640,12 @@ std::vector<size_t> optimizerGroups(const Graph& g) {
   return leader;
 }
 
-bool isParamCast(const Graph& g, const Node& n) {
-  return isCastBetween(n, false) && n.inputs()[0]->kind() == ValueKind::Param && !castFolded(g, n);
-}
-std::vector<size_t> groups(const Graph& g) {
-  std::vector<size_t> leader = optimizerGroups(g);
-  std::map<DType, size_t> first;  // per target type, the first parameter cast
-  // A parameter cast again (the backward's recasts, passes/rematerialize.cpp) joins the last such
-  // group when that one started at most kRecastWindow nodes before (a layer's backward or two: one
-  // launch for their weights, born a little early), else starts one where it stands.
-  constexpr size_t kRecastWindow = 64;
-  std::map<DType, size_t> recast;
-  std::set<std::pair<const Value*, DType>> cast;
-  size_t i = 0;
-  for (const auto& n : g.nodes()) {
-    if (isParamCast(g, *n)) {
-      const DType t = n->result(0)->type().dtype;
-      if (cast.emplace(n->inputs()[0], t).second) {
-        leader[i] = first.try_emplace(t, i).first->second;
-      } else {
-        auto it = recast.find(t);
-        if (it != recast.end() && i - it->second <= kRecastWindow) leader[i] = it->second;
-        else recast[t] = i;
-      }
-    }
-    ++i;
-  }
-  return leader;
-}
-
 Schedule schedule(const Graph& g) {
   Schedule s;
   for (const auto& n : g.nodes()) s.order[n.get()] = static_cast<int>(s.order.size());
-  // An optimizer group and a parameter-cast group run at their first node, a comparison fused
-  // into its Where at the Where (the plan then keeps the comparison's operands alive until there).
-  s.leader = groups(g);
+  // An optimizer group runs at its first node, a comparison fused into its Where at the Where (the
+  // plan then keeps the comparison's operands alive until there).
+  s.leader = optimizerGroups(g);
   const std::vector<size_t>& leader = s.leader;
   std::vector<int>& positions = s.positions;
   positions.resize(leader.size());

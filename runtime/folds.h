@@ -157,16 +157,10 @@ bool attnViewFolded(const Graph& g, const Node& n);  // any of the above, or a R
 // index, the index of its group's first node (or itself).
 std::vector<size_t> optimizerGroups(const Graph& g);
 
-// A parameter's narrowing Cast (f32 -> f16/bf16, not folded): all of a target type run as one
-// multi-tensor launch at the first of them.
-bool isParamCast(const Graph& g, const Node& n);
-// optimizerGroups, with the parameter casts grouped too: per node index, its group's first node.
-std::vector<size_t> groups(const Graph& g);
-
 // When each node's work runs (an index into the node order, for the memory plan), and the values
 // no launch writes.
 struct Schedule {
-  std::vector<size_t> leader;       // groups
+  std::vector<size_t> leader;       // optimizerGroups
   std::vector<int> positions;       // per node
   std::set<const Value*> unwritten;
   std::map<const Node*, int> order;  // each node's index

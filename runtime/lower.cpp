@@ -83,12 +83,16 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
     };
     createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0 || writesThrough(n); }, opts.rematerializeParamCasts)->run(step);
   }
-  if (!opts.fuseElementwise) return 0;
+  if (!opts.fuseElementwise) {
+    createFuseParamCastsPass()->run(step);
+    return 0;
+  }
   claim();
   createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; },
                             [](const Node& user, size_t i) { return folds::readsWidened(user, i); },
                             [](const Node& n) { return !folds::cudaPointwiseByHand(n); })
       ->run(step);
+  createFuseParamCastsPass()->run(step);  // the parameter casts no group took
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());

@@ -322,6 +322,16 @@ void inferCast(InferContext& c) {
   c.check(to.has_value(), "'to' names a dtype ampc does not support (ONNX type " + std::to_string(c.node().getInt("to", 0)) + ")");
   c.setOut(0, TensorType{*to, c.in(0).shape});
 }
+// cuda.MultiCast (passes/fuse_param_casts.cpp): result i is operand i cast to 'to' (f16 or bf16).
+void inferMultiCast(InferContext& c) {
+  auto to = dtypeFromOnnx(static_cast<int>(c.node().getInt("to", 0)));
+  c.check(to.has_value() && isLowFloat(*to), "'to' must name f16 or bf16");
+  c.check(c.numInputs() == c.numOutputs(), "one result per operand");
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    c.check(c.in(i).dtype == DType::f32, "operand " + std::to_string(i) + " must be f32, got " + c.in(i).str());
+    c.setOut(i, TensorType{*to, c.in(i).shape});
+  }
+}
 void inferCastLike(InferContext& c) { c.setOut(0, TensorType{c.in(1).dtype, c.in(0).shape}); }
 void inferTrilu(InferContext& c) {
   c.check(c.in(0).rank() >= 2, "input must have rank >= 2");
@@ -362,6 +372,8 @@ void registerTensorOps(std::vector<OpDef>& t) {
   t.back().explicitCast = true;
   row("CastLike", L, 2, 2, 1, 1, true, inferCastLike);
   t.back().explicitCast = true;
+  // The CUDA target's multi-tensor parameter cast (runtime/lower.cpp), after autodiff and autocast.
+  t.push_back(OpDef{"MultiCast", "cuda", 1, 1, 1, -1, 1, -1, C, false, inferMultiCast});
   row("Shape", L, 1, 1, 1, 1, false, inferShape);
   t.back().readsOnlyTypes = true;
   row("ConstantOfShape", L, 1, 1, 1, 1, false, inferConstantOfShape);

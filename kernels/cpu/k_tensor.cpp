@@ -325,6 +325,10 @@ void castTo(const Tensor& x, Tensor& out) {
   }
 }
 void castKernel(KernelCtx& c) { castTo(c.in(0), c.out(0)); }
+// cuda.MultiCast (passes/fuse_param_casts.cpp): each operand as its own Cast.
+void multiCastKernel(KernelCtx& c) {
+  for (size_t i = 0; i < c.numInputs(); ++i) castTo(c.in(i), c.out(i));
+}
 
 void shapeKernel(KernelCtx& c) {
   // Reads only the input's type (the node's), so it also runs when the data is not at hand.
@@ -385,7 +389,7 @@ void registerTensorKernels(std::vector<KernelRow>& t) {
       {"Identity", copyKernel}, {"Transpose", transposeKernel}, {"Concat", concatKernel}, {"Split", splitKernel},
       {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"GatherElements", gatherElementsKernel}, {"GatherND", gatherNDKernel},
       {"ScatterElements", scatterElementsKernel}, {"ScatterND", scatterNDKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
-      {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel},
+      {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel}, {"MultiCast", multiCastKernel, "cuda"},
       {"Shape", shapeKernel}, {"ConstantOfShape", constantOfShapeKernel}, {"Constant", constantKernel},
       {"Range", rangeKernel}, {"RotateHalf", rotateHalfKernel, "ampc"},
   });

@@ -382,6 +382,7 @@ struct Program::Lowering {
   void onnxMatMul() { return gemm(true); }
   void onnxGemm() { return gemm(false); }
   void cudaGemm() { return gemm(false); }  // with the bias gradient's epilogue (passes/fuse_bias_grad.cpp)
+  void cudaMultiCast();
   void onnxConv() { return conv(false); }
   void onnxMaxPool() { return pool(true, false); }
   void onnxAveragePool() { return pool(false, false); }
@@ -991,6 +992,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "MatMul"}, &Lowering::onnxMatMul},
       {{"", "Gemm"}, &Lowering::onnxGemm},
       {{"cuda", "Gemm"}, &Lowering::cudaGemm},
+      {{"cuda", "MultiCast"}, &Lowering::cudaMultiCast},
       {{"", "Conv"}, &Lowering::onnxConv},
       {{"", "MaxPool"}, &Lowering::onnxMaxPool},
       {{"", "AveragePool"}, &Lowering::onnxAveragePool},
@@ -1044,6 +1046,24 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "ScalerUpdate"}, &Lowering::ampcTrainStep}
   };
   return kTable;
+}
+
+// cuda::MultiCast (passes/fuse_param_casts.cpp): the step's parameter casts to one type as one
+// multi-tensor launch.
+void Program::Lowering::cudaMultiCast() {
+  std::vector<std::vector<void*>> roles(2);
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < n.numResults(); ++i) {
+    if (dt(in(i)) != DT::f32) fail("operand " + std::to_string(i) + " must be f32");
+    roles[0].push_back(P(in(i)));
+    roles[1].push_back(P(out(i)));
+    sizes.push_back(out(i)->type().numel());
+  }
+  auto l = std::make_shared<TensorList>(sizes, roles);
+  p.keep_.push_back(l);
+  const DT to = dt(out(0));
+  if (to != DT::f16 && to != DT::bf16) fail("the results must be f16 or bf16");
+  add([=](cudaStream_t st) { return castTensors(*l, to, st); });
 }
 
 // Max, Min: variadic, folded pairwise into the result.
@@ -2185,9 +2205,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     std::vector<const Node*> here;
     if (leader[i] == i) {
       const bool optimizer = n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam");
-      if (optimizer || folds::isParamCast(g, n)) {
-        for (size_t j = i; j < nodes.size() && (!optimizer || leader[j] == i); ++j)
-          if (leader[j] == i) here.push_back(nodes[j]);
+      if (optimizer) {
+        for (size_t j = i; j < nodes.size() && leader[j] == i; ++j) here.push_back(nodes[j]);
       } else {
         here.push_back(&n);
       }
@@ -2198,7 +2217,6 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
         if (v && v->producer() && v->producer()->domain() == "ampc" && v->producer()->op() == "AllReduce") joinComm();
     if (leader[i] == i) {
       if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam")) lowerOptimizer(here);
-      else if (folds::isParamCast(g, n)) lowerParamCasts(here);
       else Lowering{*this, n}.lower();
     }
     if (o.watchFinite) addFiniteScans(groups[i].results, "scan results of " + n.describe());
@@ -2303,23 +2321,6 @@ std::vector<std::pair<std::string, int64_t>> Program::nanWriters() {
   for (size_t i = 0; i < c.size(); ++i)
     if (c[i]) r.emplace_back(nodeNames_[i], static_cast<int64_t>(c[i]));
   return r;
-}
-
-// The step's parameter casts to one type (folds::groups), as one multi-tensor launch.
-void Program::lowerParamCasts(const std::vector<const Node*>& group) {
-  std::vector<std::vector<void*>> roles(2);
-  std::vector<int64_t> sizes;
-  for (const Node* m : group) {
-    roles[0].push_back(ptr(m->inputs()[0]));
-    roles[1].push_back(ptr(m->result(0)));
-    sizes.push_back(m->result(0)->type().numel());
-  }
-  auto l = std::make_shared<TensorList>(sizes, roles);
-  keep_.push_back(l);
-  const DT to = group.front()->result(0)->type().dtype == DType::f16 ? DT::f16 : DT::bf16;
-  const Node& n = *group.front();
-  const std::string what = n.describe() + (group.size() > 1 ? " (+" + std::to_string(group.size() - 1) + " fused)" : "");
-  launches_.push_back({what, n.qualifiedOp(), [=](cudaStream_t st) { return castTensors(*l, to, st); }});
 }
 
 // The gradient an optimizer node reads: where the step's UnscaleCheck (and clip) fold into it

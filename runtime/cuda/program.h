@@ -126,7 +126,6 @@ class Program {
   void lowerOptimizer(const std::vector<const Node*>& group);
   void lowerOptimizerPart(const std::vector<const Node*>& group, size_t groupSize);
   std::pair<const Value*, GradIn> gradIn(const Value* grad);
-  void lowerParamCasts(const std::vector<const Node*>& group);
   void enqueueAll();
 
   const Graph& g_;

@@ -3,6 +3,7 @@
 // reference, which runs the target nodes too.
 // fuse-bias-grad (passes/fuse_bias_grad.cpp): ReduceSum(dY, axes [0]) beside its weight gradient's
 // Gemm becomes one cuda::Gemm whose second result is the bias gradient.
+// fuse-param-casts (passes/fuse_param_casts.cpp): the parameter casts become cuda::MultiCast nodes.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -141,4 +142,54 @@ TEST(FuseBiasGrad, TargetGemmChecksItsAttributes) {
     EXPECT_NE(std::string(e.what()).find("bias_grad must be 0 or 1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda.Gemm"), std::string::npos) << e.what();
   }
+}
+
+// Two weights cast for the forward form one group at the first cast; the recasts of both, further
+// on, another (the second joins the first, within kRecastWindow nodes); a cast of an input is left
+// alone. Bitwise the casts on the CPU.
+TEST(FuseParamCasts, FirstCastsGroupAndRecastsStartTheirOwn) {
+  std::string text = R"(graph "pc" opset 17 {
+  input %x : bf16[8,16]
+  input %xf : f32[8,16]
+  param %w1 : f32[16,16]
+  param %w2 : f32[16]
+  %c1 : bf16[16,16] = Cast(%w1) {to = 16} @cast_w1
+  %h : bf16[8,16] = MatMul(%x, %c1) @mm
+  %c2 : bf16[16] = Cast(%w2) {to = 16} @cast_w2
+  %y : bf16[8,16] = Add(%h, %c2) @bias
+  %xc : bf16[8,16] = Cast(%xf) {to = 16} @cast_input
+)";
+  for (int i = 0; i < 70; ++i) text += "  %n" + std::to_string(i + 1) + " : bf16[8,16] = Neg(%" + (i ? "n" + std::to_string(i) : std::string("y")) + ")\n";
+  text += R"(  %r1 : bf16[16,16] = Cast(%w1) {to = 16} @recast_w1
+  %z : bf16[8,16] = MatMul(%n70, %r1) @mm2
+  %r2 : bf16[16] = Cast(%w2) {to = 16} @recast_w2
+  %z2 : bf16[8,16] = Add(%z, %r2) @bias2
+  %s : bf16[8,16] = Add(%z2, %xc) @sum
+  output %s
+}
+)";
+  auto ref = load(text), g = load(text);
+  for (Value* p : {ref->lookup("w1"), ref->lookup("w2"), g->lookup("w1"), g->lookup("w2")}) {
+    Tensor t(p->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, 0.01 * static_cast<double>((i * 37) % 101) - 0.5);
+    p->setData(std::move(t));
+  }
+  ASSERT_TRUE(createFuseParamCastsPass()->run(*g));
+  verify(*g);
+  std::vector<const Node*> multi;
+  for (const auto& n : g->nodes())
+    if (n->domain() == "cuda" && n->op() == "MultiCast") multi.push_back(n.get());
+  ASSERT_EQ(multi.size(), 2u);
+  EXPECT_EQ(multi[0]->numResults(), 2u);
+  EXPECT_EQ(multi[0]->result(0), g->lookup("c1"));
+  EXPECT_EQ(multi[0]->result(1), g->lookup("c2"));
+  EXPECT_EQ(multi[1]->numResults(), 2u);
+  EXPECT_EQ(multi[1]->result(0), g->lookup("r1"));
+  EXPECT_EQ(multi[1]->result(1), g->lookup("r2"));
+  EXPECT_EQ(g->lookup("xc")->producer()->op(), "Cast");  // an input's cast stays
+  auto cpu = createCpuBackend();
+  const auto inputs = randomInputs(*ref, 5);
+  const auto want = evaluate(*ref, inputs, *cpu), got = evaluate(*g, inputs, *cpu);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].data == want[0].data);
 }
