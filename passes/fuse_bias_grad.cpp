@@ -12,6 +12,8 @@
 // epilogue does not take the shape); the CPU reference computes the product and the sums as the two
 // nodes did, in the same order (kernels/cpu/k_linear.cpp), so the fused graph is bitwise the unfused
 // one there.
+#include <map>
+#include <set>
 #include <vector>
 
 #include "kernels/cuda/limits.h"
@@ -64,8 +66,9 @@ class FuseBiasGradPass final : public Pass {
     std::map<const Node*, size_t> order;
     for (const auto& n : g.nodes()) order.emplace(n.get(), order.size());
     std::vector<std::pair<Node*, Node*>> found;  // (ReduceSum, Gemm)
+    std::set<const Node*> taken;                 // a Gemm sums one operand (dY1^T dY2 could match twice)
     for (const auto& n : g.nodes())
-      if (Node* m = summingGemm(*n, order)) found.emplace_back(n.get(), m);
+      if (Node* m = summingGemm(*n, order); m && taken.insert(m).second) found.emplace_back(n.get(), m);
     for (const auto& [r, m] : found) {
       g.domainOpsets.emplace(kCudaDomain, 1);
       std::vector<Value*> ins = {m->input(0), m->input(1)};

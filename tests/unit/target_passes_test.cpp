@@ -119,6 +119,32 @@ TEST(FuseBiasGrad, NearMissesStayAsTheyAre) {
                           "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}\n  output %dw")));
   // A scaled product.
   EXPECT_FALSE(fuses(edit(base, "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}", "%dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1, alpha = 0.5}")));
+  // dY1^T dY2 with a ReduceSum of each: the Gemm sums one of them, the other stays a ReduceSum.
+  {
+    const std::string two = R"(graph "b" opset 17 {
+  input %x : bf16[64,32]
+  input %dy : bf16[64,48]
+  const %ax : i64[1] = [0]
+  const %ax2 : i64[1] = [0]
+  %dw : bf16[32,48] = Gemm(%x, %dy) {transA = 1}
+  %db : bf16[1,48] = ReduceSum(%dy, %ax) {keepdims = 1}
+  %dx : bf16[32] = ReduceSum(%x, %ax2) {keepdims = 0}
+  output %dw
+  output %db
+  output %dx
+}
+)";
+    auto ref = load(two), g = load(two);
+    ASSERT_TRUE(createFuseBiasGradPass()->run(*g));
+    verify(*g);
+    EXPECT_EQ(g->numNodes(), 2u);
+    EXPECT_EQ(g->lookup("dw")->producer()->domain(), "cuda");
+    auto cpu = createCpuBackend();
+    const auto inputs = randomInputs(*ref, 3);
+    const auto want = evaluate(*ref, inputs, *cpu), got = evaluate(*g, inputs, *cpu);
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(got[i].data == want[i].data) << i;
+  }
   // A product with C.
   EXPECT_FALSE(fuses(edit(edit(base, "input %x : bf16[64,32]", "input %x : bf16[64,32]\n  input %c : bf16[48]"), "Gemm(%x, %dy)",
                           "Gemm(%x, %dy, %c)")));
