@@ -16,6 +16,10 @@ struct AttentionShape {
   bool dropout = false;
 };
 
+// The domain of the CUDA target's lowered nodes (cuda::Gemm, cuda::MultiCast: runtime/lower.cpp's
+// rewrites), which the CPU reference runs too.
+inline constexpr const char* kCudaDomain = "cuda";
+
 struct Target {
   std::string name;  // "cuda", "cpu"
   // Whether its fused attention takes this shape; null: any (the CPU reference).

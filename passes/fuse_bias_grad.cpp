@@ -16,15 +16,13 @@
 #include <set>
 #include <vector>
 
+#include "compiler/target.h"
 #include "kernels/cuda/limits.h"
 #include "passes/pass.h"
 
 namespace ampc {
 namespace {
 
-constexpr const char* kCudaDomain = "cuda";
-
-bool lowFloatOrF32(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 // The Gemm that can sum ReduceSum r's operand, or null (see the file comment).
 Node* summingGemm(const Node& r, const std::map<const Node*, size_t>& order) {
@@ -32,7 +30,7 @@ Node* summingGemm(const Node& r, const std::map<const Node*, size_t>& order) {
   Value* dy = r.input(0);
   const auto& s = dy->type().shape;
   const DType t = dy->type().dtype;
-  if (s.size() != 2 || !lowFloatOrF32(t)) return nullptr;
+  if (s.size() != 2 || (t != DType::f32 && !isLowFloat(t))) return nullptr;
   if (r.result(0)->type().dtype != t || r.result(0)->type().numel() != s[1]) return nullptr;
   std::vector<int64_t> axes = r.getInts("axes");  // opset < 13; an input from 13
   if (r.numInputs() > 1 && r.input(1)) {

@@ -13,12 +13,11 @@
 #include <set>
 #include <vector>
 
+#include "compiler/target.h"
 #include "passes/pass.h"
 
 namespace ampc {
 namespace {
-
-constexpr const char* kCudaDomain = "cuda";
 constexpr size_t kRecastWindow = 64;
 
 bool paramCast(const Node& n) {

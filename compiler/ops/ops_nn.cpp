@@ -4,6 +4,7 @@
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/grad.h"
+#include "compiler/target.h"
 
 namespace ampc {
 namespace {
@@ -341,7 +342,7 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("Gemm", L, 2, 3, 1, 1, A, true, inferGemm);
   t.back().flops = gemmFlops;
   // The CUDA target's lowered nodes (runtime/lower.cpp), after autodiff and autocast.
-  t.push_back(OpDef{"Gemm", "cuda", 1, 1, 2, 2, 1, 2, I, false, inferTargetGemm});
+  t.push_back(OpDef{"Gemm", kCudaDomain, 1, 1, 2, 2, 1, 2, I, false, inferTargetGemm});
   t.back().flops = gemmFlops;
   row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
   t.back().flops = convFlops;

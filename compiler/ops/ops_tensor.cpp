@@ -8,6 +8,7 @@
 
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
+#include "compiler/target.h"
 
 namespace ampc {
 namespace {
@@ -373,7 +374,7 @@ void registerTensorOps(std::vector<OpDef>& t) {
   row("CastLike", L, 2, 2, 1, 1, true, inferCastLike);
   t.back().explicitCast = true;
   // The CUDA target's multi-tensor parameter cast (runtime/lower.cpp), after autodiff and autocast.
-  t.push_back(OpDef{"MultiCast", "cuda", 1, 1, 1, -1, 1, -1, C, false, inferMultiCast});
+  t.push_back(OpDef{"MultiCast", kCudaDomain, 1, 1, 1, -1, 1, -1, C, false, inferMultiCast});
   row("Shape", L, 1, 1, 1, 1, false, inferShape);
   t.back().readsOnlyTypes = true;
   row("ConstantOfShape", L, 1, 1, 1, 1, false, inferConstantOfShape);

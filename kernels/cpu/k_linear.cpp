@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/target.h"
 #include "kernels/cpu/compute.h"
 #include "kernels/cpu/families.h"
 
@@ -510,7 +511,7 @@ void registerLinearKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"MatMul", summingNumericOp<MatMulK>},
       {"Gemm", summingNumericOp<GemmK>},
-      {"Gemm", summingNumericOp<TargetGemmK>, "cuda"},
+      {"Gemm", summingNumericOp<TargetGemmK>, kCudaDomain},
       {"Conv", summingOp<ConvK>},
       {"MaxPool", [](KernelCtx& c) { dispatchNumeric<MaxPoolAnyK>(c, c.in(0).type.dtype); }},
       {"AveragePool", summingOp<AveragePoolK>},

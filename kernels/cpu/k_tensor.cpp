@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/target.h"
 #include "kernels/cpu/compute.h"
 #include "kernels/cpu/families.h"
 
@@ -389,7 +390,7 @@ void registerTensorKernels(std::vector<KernelRow>& t) {
       {"Identity", copyKernel}, {"Transpose", transposeKernel}, {"Concat", concatKernel}, {"Split", splitKernel},
       {"Slice", sliceKernel}, {"Gather", gatherKernel}, {"GatherElements", gatherElementsKernel}, {"GatherND", gatherNDKernel},
       {"ScatterElements", scatterElementsKernel}, {"ScatterND", scatterNDKernel}, {"Expand", expandKernel}, {"Tile", tileKernel},
-      {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel}, {"MultiCast", multiCastKernel, "cuda"},
+      {"Pad", padKernel}, {"Trilu", triluKernel}, {"Cast", castKernel}, {"CastLike", castKernel}, {"MultiCast", multiCastKernel, kCudaDomain},
       {"Shape", shapeKernel}, {"ConstantOfShape", constantOfShapeKernel}, {"Constant", constantKernel},
       {"Range", rangeKernel}, {"RotateHalf", rotateHalfKernel, "ampc"},
   });

@@ -8,6 +8,7 @@
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
+#include "compiler/target.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cuda/limits.h"
 #include "kernels/cuda/train.h"
@@ -381,7 +382,6 @@ struct Program::Lowering {
   void onnxCumSum();
   void onnxMatMul() { return gemm(true); }
   void onnxGemm() { return gemm(false); }
-  void cudaGemm() { return gemm(false); }  // with the bias gradient's epilogue (passes/fuse_bias_grad.cpp)
   void cudaMultiCast();
   void onnxConv() { return conv(false); }
   void onnxMaxPool() { return pool(true, false); }
@@ -535,7 +535,7 @@ void Program::Lowering::gemm(bool isMatMul) {
   }
   // cuda::Gemm's bias gradient (passes/fuse_bias_grad.cpp), result 1: the column sums of operand
   // bias_grad, by cuBLASLt's epilogue or right after the product.
-  const bool sums = !isMatMul && n.domain() == "cuda" && n.numResults() > 1;
+  const bool sums = !isMatMul && n.domain() == kCudaDomain && n.numResults() > 1;
   if (sums && (padded || !d.transA || d.transB)) fail("a bias gradient's epilogue needs transA = 1, transB = 0 and no padded copies");
   const bool sumsA = sums && n.getInt("bias_grad", 0) == 0;  // dY^T X (else X^T dY)
   if (sums) pd.biasGrad = sumsA ? GemmDesc::BiasGrad::ofA : GemmDesc::BiasGrad::ofB;
@@ -991,8 +991,8 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "CumSum"}, &Lowering::onnxCumSum},
       {{"", "MatMul"}, &Lowering::onnxMatMul},
       {{"", "Gemm"}, &Lowering::onnxGemm},
-      {{"cuda", "Gemm"}, &Lowering::cudaGemm},
-      {{"cuda", "MultiCast"}, &Lowering::cudaMultiCast},
+      {{kCudaDomain, "Gemm"}, &Lowering::onnxGemm},  // with the bias gradient's epilogue (passes/fuse_bias_grad.cpp)
+      {{kCudaDomain, "MultiCast"}, &Lowering::cudaMultiCast},
       {{"", "Conv"}, &Lowering::onnxConv},
       {{"", "MaxPool"}, &Lowering::onnxMaxPool},
       {{"", "AveragePool"}, &Lowering::onnxAveragePool},
