@@ -16,8 +16,9 @@ struct AttentionShape {
   bool dropout = false;
 };
 
-// The domain of the CUDA target's lowered nodes (cuda::Gemm, cuda::MultiCast: runtime/lower.cpp's
-// rewrites), which the CPU reference runs too.
+// The domain of the CUDA target's lowered nodes (cuda::Gemm, cuda::MultiCast, cuda::BatchNormalization,
+// cuda::BatchNormGrad, cuda::LayerNormGrad, cuda::Dropout: runtime/lower.cpp's rewrites), which the
+// CPU reference runs too.
 inline constexpr const char* kCudaDomain = "cuda";
 
 struct Target {

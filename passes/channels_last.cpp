@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler/target.h"
+
 namespace ampc {
 
 bool layoutCandidate(const Value* v) {
@@ -75,13 +77,18 @@ std::set<const Value*> placeChannelsLast(const Graph& g) {
       for (size_t i = 1; i < n.numResults(); ++i) join(n.result(i), r);
       continue;
     }
-    if (onnx && op == "BatchNormalization") {
+    // The CUDA target's batch norms too (cuda::BatchNormalization's residual, input 5, and
+    // cuda::BatchNormGrad's gate y, input 5, are read as X is).
+    const bool target = n.domain() == kCudaDomain;
+    if ((onnx || target) && op == "BatchNormalization") {
       join(n.inputs()[0], n.result(0));
+      if (n.input(5)) join(n.input(5), n.result(0));
       continue;
     }
-    if (ampc && op == "BatchNormGrad") {
+    if ((ampc || target) && op == "BatchNormGrad") {
       join(n.inputs()[0], n.inputs()[1]);
       join(n.inputs()[1], n.result(0));
+      if (n.input(5)) join(n.input(5), n.inputs()[1]);
       continue;
     }
     if (onnx && op == "MaxPool" && n.inputs()[0]->type().shape.size() == 4 && n.getInt("storage_order", 0) == 0) {

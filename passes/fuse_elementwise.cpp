@@ -6,7 +6,8 @@
 // The groups grow greedily in node order: a node joins the group of one of its operands' producers
 // when its result has the group's shape, it comes within kJoinWindow nodes of the group's last
 // member, and no other operand depends on the group through a node outside it (so the fused graph
-// has no cycle); otherwise it starts a group. Groups of one node stay
+// has no cycle); otherwise it starts a group. A node whose operands come from two groups merges
+// them when no outside node lies between them. Groups of one node stay
 // as they are, unless `alone` asks for them (an op with no other kernel on the backend). One-element constant operands are folded into the body.
 #include <algorithm>
 #include <functional>
@@ -78,11 +79,30 @@ class FuseElementwisePass final : public Pass {
       groups[chosen].members.push_back(n);
       groups[chosen].last = index.at(n);
       groupOf.emplace(n, chosen);
+      // Another operand's group joins too where nothing outside lies between them (a ReLU gradient
+      // Where(Greater(y, 0), Add(a, b), 0): the sum's group and the comparison's meet at the Where).
+      for (const Value* v : n->inputs()) {
+        if (!v || !v->producer()) continue;
+        auto it = groupOf.find(v->producer());
+        if (it == groupOf.end() || it->second == chosen) continue;
+        const size_t other = it->second;
+        if (groups[other].shape != shape || index.at(n) > groups[other].last + kJoinWindow) continue;
+        if (!mayMerge(groups, groupOf, chosen, other, index)) continue;
+        Group& into = groups[chosen];
+        for (Node* m : groups[other].members) {
+          into.members.push_back(m);
+          groupOf[m] = chosen;
+        }
+        std::sort(into.members.begin(), into.members.end(), [&](const Node* a, const Node* b) { return index.at(a) < index.at(b); });
+        into.first = std::min(into.first, groups[other].first);
+        into.last = std::max(into.last, groups[other].last);
+        groups[other].members.clear();
+      }
     }
     bool changed = false;
     int counter = 0;
     for (Group& grp : groups)
-      if ((grp.members.size() >= 2 || (alone_ && alone_(*grp.members[0]))) && fuse(g, grp, counter)) changed = true;
+      if (!grp.members.empty() && (grp.members.size() >= 2 || (alone_ && alone_(*grp.members[0]))) && fuse(g, grp, counter)) changed = true;
     if (changed) g.sortNodes();
     return changed;
   }
@@ -128,6 +148,36 @@ class FuseElementwisePass final : public Pass {
       }
       for (const Value* v : p->inputs())
         if (v && v->producer()) stack.push_back(v->producer());
+    }
+    return true;
+  }
+
+  // Whether groups a and b may become one: no path from one to the other through a node outside
+  // both (each other group counted as one node, as in mayJoin).
+  static bool mayMerge(const std::vector<Group>& groups, const std::unordered_map<const Node*, size_t>& groupOf, size_t a, size_t b,
+                       const std::unordered_map<const Node*, size_t>& index) {
+    auto inside = [&](const Node* p) {
+      auto it = groupOf.find(p);
+      return it != groupOf.end() && (it->second == a || it->second == b);
+    };
+    const size_t first = std::min(groups[a].first, groups[b].first);
+    std::unordered_set<const Node*> seen;
+    std::vector<const Node*> stack;
+    for (size_t gid : {a, b})
+      for (const Node* m : groups[gid].members)
+        for (const Value* v : m->inputs())
+          if (v && v->producer() && !inside(v->producer())) stack.push_back(v->producer());
+    while (!stack.empty()) {
+      const Node* p = stack.back();
+      stack.pop_back();
+      if (index.at(p) < first || !seen.insert(p).second) continue;
+      if (inside(p)) return false;
+      auto it = groupOf.find(p);
+      std::vector<const Node*> from = {p};
+      if (it != groupOf.end()) from.assign(groups[it->second].members.begin(), groups[it->second].members.end());
+      for (const Node* m : from)
+        for (const Value* v : m->inputs())
+          if (v && v->producer()) stack.push_back(v->producer());
     }
     return true;
   }

@@ -112,5 +112,13 @@ std::unique_ptr<Pass> createFuseBiasGradPass();  // fuse_bias_grad.cpp
 // The step's parameter casts (f32 -> f16/bf16 of a parameter) become cuda::MultiCast nodes, one
 // launch per group (fuse_param_casts.cpp).
 std::unique_ptr<Pass> createFuseParamCastsPass();  // fuse_param_casts.cpp
+// A batch norm with the residual Add and Relu after it, a LayerNormGrad with the residual Add after
+// it, become cuda::BatchNormalization / cuda::LayerNormGrad nodes that write the sum (fuse_norm_epilogue.cpp).
+std::unique_ptr<Pass> createFuseNormEpiloguePass();  // fuse_norm_epilogue.cpp
+// BatchNormGrad of a ReLU's gradient Where(Greater(y, 0), dz, 0) becomes cuda::BatchNormGrad
+// reading dz gated by y (fuse_relu_grad.cpp).
+std::unique_ptr<Pass> createFuseReluGradPass();  // fuse_relu_grad.cpp
+// Add(Cast(Dropout(x)) to f32, r) becomes cuda::Dropout writing r + the dropped x (fuse_dropout_residual.cpp).
+std::unique_ptr<Pass> createFuseDropoutResidualPass();  // fuse_dropout_residual.cpp
 
 }  // namespace ampc

@@ -5,6 +5,7 @@
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
+#include "compiler/target.h"
 #include "kernels/cuda/limits.h"
 #include "passes/train_step.h"
 
@@ -68,7 +69,7 @@ bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C) {
 bool readsWidened(const Node& user, size_t i) {
   if (foldsCasts(user)) return true;
   if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
-  if (user.domain() == "ampc" && user.op() == "LayerNormGrad") return i <= 1;  // dY and X
+  if ((user.domain() == "ampc" || user.domain() == kCudaDomain) && user.op() == "LayerNormGrad") return i <= 1;  // dY and X
   if (isLayerNorm(user)) return i == 0;
   if (user.domain() == "ampc" && user.op() == "UnscaleCheck") return i >= 1;  // the gradients
   int64_t b, r, c;
@@ -265,122 +266,6 @@ std::map<const Value*, int64_t> pitchedScores(const Graph& g) {
   }
   return pitch;
 }
-bool isZeroScalar(const Value* v) {
-  const Tensor* t = v && v->type().numel() == 1 ? v->constData() : nullptr;
-  return t && t->getDouble(0) == 0.0;
-}
-// Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
-// one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes
-// with rounding). The Relu launches nothing and the producer's own result gets no bytes. Returns
-// the Relu that n writes, or null.
-const Node* foldedRelu(const Graph& g, const Node& n) {
-  if (!isOnnx(n, "BatchNormalization") && !(isOnnx(n, "Add") && !allConstInputs(n))) return nullptr;
-  const Value* r = n.result(0);
-  if (r->uses().size() != 1 || g.isOutput(r) || !isFloat(r->type().dtype) || r->type().dtype == DType::f64) return nullptr;
-  const Node& relu = *r->uses()[0].user;
-  if (!isOnnx(relu, "Relu") || relu.result(0)->type() != r->type() || narrowedResult(g, relu)) return nullptr;
-  if (isOnnx(n, "Add") && narrowedResult(g, n)) return nullptr;
-  return &relu;
-}
-// A residual Add folded into the norm before it, a BatchNormalization (its y) or a LayerNormGrad
-// (its dX: a transformer's residual-stream gradient): Add(y, r) with y read only there, r of y's
-// shape and type and ready before the norm runs (made by an earlier node, or a graph input). The
-// norm writes round(y) + r (and the Add's folded Relu) into the Add's result (or the Relu's); y
-// gets no bytes. Returns the Add, or null.
-const Node* foldedResidual(const Graph& g, const Node& bn, const std::map<const Node*, int>& order) {
-  if (!isOnnx(bn, "BatchNormalization") && !(bn.domain() == "ampc" && bn.op() == "LayerNormGrad")) return nullptr;
-  const Value* y = bn.result(0);
-  if (y->uses().size() != 1 || g.isOutput(y)) return nullptr;
-  const Node& add = *y->uses()[0].user;
-  if (!isOnnx(add, "Add") || add.inputs()[0] == add.inputs()[1] || narrowedResult(g, add) || add.result(0)->type() != y->type()) return nullptr;
-  if (addGated(g, add)) return nullptr;  // already summed by a ReLU-gradient Where (Ew::GateSum reads y)
-  if (!isOnnx(bn, "BatchNormalization") && foldedRelu(g, add)) return nullptr;  // LayerNormGrad applies no Relu
-  const Value* r = residualOf(add, y);
-  if (r->type() != y->type() || widenedSource(g, r)) return nullptr;
-  const Node* rp = r->producer();
-  return !rp || order.at(rp) < order.at(&bn) ? &add : nullptr;
-}
-const Value* residualOf(const Node& add, const Value* y) { return add.inputs()[0] == y ? add.inputs()[1] : add.inputs()[0]; }
-bool addFoldedIntoNorm(const Graph& g, const Node& add, const std::map<const Node*, int>& order) {
-  if (!isOnnx(add, "Add")) return false;
-  for (const Value* v : add.inputs())
-    if (v && v->producer() && foldedResidual(g, *v->producer(), order) == &add) return true;
-  return false;
-}
-// A residual Add after a Dropout's widening Cast: Add(Cast(y) to f32, r) with y (f16/bf16) the
-// Dropout's result read only by that Cast, the Cast read only by the Add, r f32 of the sum's shape
-// and ready before the Dropout runs. The Dropout writes r + widen(y) into the Add's result (the
-// Add rounds once either way); y gets no bytes, the Cast and the Add launch nothing.
-const Node* droppedResidual(const Graph& g, const Node& d, const std::map<const Node*, int>& order) {
-  if (!isOnnx(d, "Dropout") || !isLowFloat(d.result(0)->type().dtype)) return nullptr;
-  const Value* y = d.result(0);
-  if (y->uses().size() != 1 || g.isOutput(y)) return nullptr;
-  const Node& c = *y->uses()[0].user;
-  if (!isCastBetween(c, true) || widenedSource(g, c.result(0)) != &c || c.result(0)->uses().size() != 1) return nullptr;
-  const Value* w = c.result(0);
-  const Node& add = *w->uses()[0].user;
-  if (!isOnnx(add, "Add") || add.inputs()[0] == add.inputs()[1] || add.result(0)->type() != w->type()) return nullptr;
-  if (narrowedResult(g, add) || foldedRelu(g, add) || addGated(g, add) || addFoldedIntoNorm(g, add, order)) return nullptr;
-  const Value* r = residualOf(add, w);
-  if (r->type() != w->type() || widenedSource(g, r)) return nullptr;
-  const Node* rp = r->producer();
-  return !rp || order.at(rp) < order.at(&d) ? &add : nullptr;
-}
-bool addFoldedIntoDropout(const Graph& g, const Node& add, const std::map<const Node*, int>& order) {
-  if (!isOnnx(add, "Add")) return false;
-  for (const Value* v : add.inputs()) {
-    const Node* c = v ? v->producer() : nullptr;
-    const Node* d = c && isCastBetween(*c, true) && c->inputs()[0] ? c->inputs()[0]->producer() : nullptr;
-    if (d && droppedResidual(g, *d, order) == &add) return true;
-  }
-  return false;
-}
-bool reluFolded(const Graph& g, const Node& relu) {
-  const Node* p = isOnnx(relu, "Relu") && relu.inputs()[0] ? relu.inputs()[0]->producer() : nullptr;
-  return p && foldedRelu(g, *p) == &relu;
-}
-// A Relu's gradient folded into the BatchNormGrad that reads it: Where(Greater(y, 0), dz, 0) whose
-// one reader is BatchNormGrad's dY, all of one type and shape. BatchNormGrad reads dz gated by y
-// (batchNormGrad's `gate`); the Where and its comparison launch nothing, and dY gets no bytes.
-// Returns the Where that BatchNormGrad node n reads through, or null.
-const Node* gatedGrad(const Graph& g, const Node& n) {
-  if (n.domain() != "ampc" || n.op() != "BatchNormGrad" || !n.inputs()[0]) return nullptr;
-  const Value* dy = n.inputs()[0];
-  const Node* w = dy->producer();
-  if (!w || !isOnnx(*w, "Where") || dy->uses().size() != 1 || g.isOutput(dy) || !isZeroScalar(w->inputs()[2])) return nullptr;
-  const Node* c = w->inputs()[0]->producer();
-  if (!c || !isOnnx(*c, "Greater") || !fusedComparison(g, *c) || !isZeroScalar(c->inputs()[1])) return nullptr;
-  const Value *y = c->inputs()[0], *dz = w->inputs()[1];
-  for (const Value* v : {y, dz})
-    if (v->type() != dy->type() || widenedSource(g, v)) return nullptr;
-  return w;
-}
-// A sum's ReLU gradient in one pass: Where(Greater(y, 0), Add(a, b), 0) whose Add has this Where
-// as its one reader, a, b and the sum of one shape: out = y > 0 ? a + b : 0 (Ew::GateSum; exact:
-// the sum is rounded once either way). The Add launches nothing and its result gets no bytes.
-// Returns the Add that Where w reads through, or null.
-const Node* summedGate(const Graph& g, const Node& w) {
-  if (!isOnnx(w, "Where") || whereGated(g, w) || !isZeroScalar(w.inputs()[2])) return nullptr;
-  const Node* c = w.inputs()[0]->producer();
-  if (!c || !isOnnx(*c, "Greater") || !fusedComparison(g, *c) || !isZeroScalar(c->inputs()[1])) return nullptr;
-  const Value* sum = w.inputs()[1];
-  const Node* add = sum->producer();
-  if (!add || !isOnnx(*add, "Add") || allConstInputs(*add) || sum->uses().size() != 1 || g.isOutput(sum) || widenedSource(g, sum))
-    return nullptr;
-  if (!isFloat(sum->type().dtype) || sum->type().dtype == DType::f64) return nullptr;
-  for (const Value* v : add->inputs())
-    if (v->type() != sum->type() || widenedSource(g, v)) return nullptr;
-  return add;
-}
-bool addGated(const Graph& g, const Node& add) {
-  const Value* r = add.result(0);
-  return isOnnx(add, "Add") && r->uses().size() == 1 && summedGate(g, *r->uses()[0].user) == &add;
-}
-bool whereGated(const Graph& g, const Node& w) {
-  const Value* r = w.result(0);
-  return isOnnx(w, "Where") && r->uses().size() == 1 && gatedGrad(g, *r->uses()[0].user) == &w;
-}
-
 // ---- attention operands in place ----
 namespace {
 bool isAttn(const Node& n) { return n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad"); }
@@ -669,30 +554,10 @@ Schedule schedule(const Graph& g) {
     }
     unwritten.insert(castUnwritten(g, *n));
   }
-  // A folded Relu runs where its producer does; a residual Add where the batch norm that writes it
-  // does; a gated Where and its comparison where the BatchNormGrad that reads through them does; a
-  // gated Add where its Where does. The values they stand in for get no bytes, nor does a
-  // ConvGrad's unread dX.
-  for (const auto& n : g.nodes()) {
-    if (reluFolded(g, *n)) {
-      positions[indexOf[n.get()]] = positions[indexOf[n->inputs()[0]->producer()]];
-      unwritten.insert(n->inputs()[0]);
-    } else if (const Node* w = gatedGrad(g, *n)) {
-      positions[indexOf[w]] = positions[indexOf[w->inputs()[0]->producer()]] = positions[indexOf[n.get()]];
-      unwritten.insert(w->result(0));
-    } else if (const Node* add = foldedResidual(g, *n, indexOf)) {
-      positions[indexOf[add]] = positions[indexOf[n.get()]];
+  // A ConvGrad's dX that nothing reads is not computed: no bytes.
+  for (const auto& n : g.nodes())
+    if (n->domain() == "ampc" && n->op() == "ConvGrad" && n->result(0)->uses().empty() && !g.isOutput(n->result(0)))
       unwritten.insert(n->result(0));
-    } else if (const Node* dadd = droppedResidual(g, *n, indexOf)) {
-      positions[indexOf[dadd]] = positions[indexOf[n.get()]];
-      unwritten.insert(n->result(0));
-    } else if (addGated(g, *n)) {
-      positions[indexOf[n.get()]] = positions[indexOf[n->result(0)->uses()[0].user]];
-      unwritten.insert(n->result(0));
-    } else if (n->domain() == "ampc" && n->op() == "ConvGrad" && n->result(0)->uses().empty() && !g.isOutput(n->result(0))) {
-      unwritten.insert(n->result(0));  // a dX nobody reads is not computed
-    }
-  }
   // The gradient chain folded into the optimizer: the unscaled and clipped gradients get no bytes,
   // and each optimizer node reads again the gradient UnscaleCheck read, UnscaleCheck's 1/scale and
   // the clip's found_inf.

@@ -1,9 +1,10 @@
 // The CUDA backend's folds (pure IR, so testable without a GPU): which nodes launch nothing because
-// a neighbour does their work (a cast read or written through, a comparison inside its Where, a
-// Relu written by the batch norm or Add before it, a residual Add written by a batch norm, a
-// ReLU gradient read through by BatchNormGrad or summed with its Add), where each node's work
-// runs, and which values are never written (no bytes in the memory plan). runtime/cuda/program.cpp
-// lowers by these decisions; tests/unit/folds_test.cpp checks them on the committed models.
+// a neighbour does their work (a cast read or written through, a comparison inside its Where,
+// attention operands read and written in place, the gradient chain inside the optimizer), where
+// each node's work runs, and which values are never written (no bytes in the memory plan).
+// runtime/cuda/program.cpp lowers by these decisions; tests/unit/folds_test.cpp checks them on the
+// committed models. The fusions that became IR rewrites (passes/fuse_*.cpp, run by runtime/lower.cpp)
+// make explicit cuda:: nodes instead.
 #pragma once
 
 #include <map>
@@ -16,7 +17,6 @@
 namespace ampc::folds {
 
 bool isOnnx(const Node& n, std::string_view op);
-bool isZeroScalar(const Value* v);  // a one-element constant 0
 // Every input a constant with data (and the op not random): the CUDA lowering computes such a node on the CPU.
 bool allConstInputs(const Node& n);
 
@@ -84,36 +84,6 @@ bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nul
 // and the consuming MatMul (scores gradient as A) / Gemm (as A, or as B not transposed). Returns
 // each value's pitch in elements, views included.
 std::map<const Value*, int64_t> pitchedScores(const Graph& g);
-
-// Relus folded into the op before them: a BatchNormalization (its y) or a float Add whose result's
-// one reader is a Relu writes max(0, .) straight into the Relu's result (exact: a Relu commutes with
-// rounding). Returns the Relu that n writes, or null.
-const Node* foldedRelu(const Graph& g, const Node& n);
-bool reluFolded(const Graph& g, const Node& relu);
-// A residual Add folded into the norm before it: a BatchNormalization (its y) or a LayerNormGrad
-// (its dX, a transformer's residual-stream gradient). Add(y, r) with y read only there, r of y's
-// shape and type and ready before the norm runs (made by an earlier node in `order`, or a graph
-// input). The norm writes round(y) + r (and the Add's folded Relu) into the Add's result (or the
-// Relu's); y gets no bytes. Returns the Add, or null.
-const Node* foldedResidual(const Graph& g, const Node& bn, const std::map<const Node*, int>& order);
-const Value* residualOf(const Node& add, const Value* y);  // the Add's operand that is not y
-bool addFoldedIntoNorm(const Graph& g, const Node& add, const std::map<const Node*, int>& order);
-// A residual Add after a Dropout's widening Cast: Add(Cast(y) to f32, r) with y (f16/bf16) the
-// Dropout's result read only by that Cast, the Cast only by the Add, r f32 and ready before the
-// Dropout runs. The Dropout writes r + widen(y) into the Add's result (rounded once either way); y
-// gets no bytes, the Cast and the Add launch nothing. Returns the Add, or null.
-const Node* droppedResidual(const Graph& g, const Node& d, const std::map<const Node*, int>& order);
-bool addFoldedIntoDropout(const Graph& g, const Node& add, const std::map<const Node*, int>& order);
-// A Relu's gradient folded into the BatchNormGrad that reads it: Where(Greater(y, 0), dz, 0) whose
-// one reader is BatchNormGrad's dY, all of one type and shape. BatchNormGrad reads dz gated by y;
-// the Where and its comparison launch nothing, and dY gets no bytes. Returns the Where, or null.
-const Node* gatedGrad(const Graph& g, const Node& bnGrad);
-bool whereGated(const Graph& g, const Node& w);
-// A sum's ReLU gradient in one pass: Where(Greater(y, 0), Add(a, b), 0) whose Add has this Where as
-// its one reader, a, b and the sum of one shape: y > 0 ? a + b : 0 (exact: the sum is rounded once
-// either way). The Add launches nothing and its result gets no bytes. Returns the Add, or null.
-const Node* summedGate(const Graph& g, const Node& w);
-bool addGated(const Graph& g, const Node& add);
 
 // Attention operands in place. The fused attention's mma.sync kernels (f16/bf16, head dims and Tk
 // multiples of 8, rank 4) address every operand as element (n = b H + h, row, col) at

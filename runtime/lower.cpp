@@ -19,18 +19,10 @@ namespace {
 
 bool pointwise(const Node* n) { return n && pointwiseFormula(*n) && n->numResults() == 1; }
 
-// Nodes a fold runs inside a non-pointwise neighbour (a batch norm, a layer norm, a loss, a
-// dropout, the optimizer): fusing them would write what the fold never writes.
-bool claimedByFold(const Graph& g, const Node& n, const std::map<const Node*, int>& order) {
+// Nodes a fold runs inside a non-pointwise neighbour (a layer norm, a loss, a dropout's gradient,
+// UnscaleCheck, a Transpose): fusing them would write what the fold never writes.
+bool claimedByFold(const Graph& g, const Node& n) {
   using namespace folds;
-  if (isOnnx(n, "Relu") && reluFolded(g, n)) return true;
-  if (isOnnx(n, "Add") && (foldedRelu(g, n) || addFoldedIntoNorm(g, n, order) || addFoldedIntoDropout(g, n, order) || addGated(g, n)))
-    return true;
-  if (isOnnx(n, "Where") && (whereGated(g, n) || summedGate(g, n))) return true;
-  if (fusedComparison(g, n)) {  // inside its Where: fused with it, or left with it
-    const Node* w = n.result(0)->uses()[0].user;
-    return whereGated(g, *w) || summedGate(g, *w);
-  }
   if (isOnnx(n, "Cast") && castFolded(g, n)) {
     if (castReadByDropoutGrad(g, n)) return true;
     // Folded into a neighbour that is not pointwise (a loss, a norm, UnscaleCheck, a Transpose): keep
@@ -62,26 +54,21 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   if (opts.target != "cuda") return 0;
   std::set<const Node*> claimed;
   auto claim = [&] {
-    std::map<const Node*, int> order;
-    for (const auto& n : step.nodes()) order.emplace(n.get(), static_cast<int>(order.size()));
     claimed.clear();
     for (const auto& n : step.nodes())
-      if (claimedByFold(step, *n, order)) claimed.insert(n.get());
+      if (claimedByFold(step, *n)) claimed.insert(n.get());
   };
   createDropIdentitiesPass()->run(step);
   createAccumulateGatherGradsPass()->run(step);
   createFoldTransposesPass()->run(step);
   createSinkCastsPass()->run(step);
   createFuseBiasGradPass()->run(step);
+  createFuseNormEpiloguePass()->run(step);
+  createFuseReluGradPass()->run(step);
+  createFuseDropoutResidualPass()->run(step);
   if (opts.rematerialize) {
     claim();
-    std::map<const Node*, int> order;
-    for (const auto& n : step.nodes()) order.emplace(n.get(), static_cast<int>(order.size()));
-    // A batch norm that writes through a folded Relu or residual Add leaves its own y unwritten.
-    auto writesThrough = [&](const Node& n) {
-      return folds::isOnnx(n, "BatchNormalization") && (folds::foldedRelu(step, n) || folds::foldedResidual(step, n, order));
-    };
-    createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0 || writesThrough(n); }, opts.rematerializeParamCasts)->run(step);
+    createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0; }, opts.rematerializeParamCasts)->run(step);
   }
   if (!opts.fuseElementwise) {
     createFuseParamCastsPass()->run(step);

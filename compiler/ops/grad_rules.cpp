@@ -7,6 +7,7 @@
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/grad.h"
+#include "compiler/target.h"
 
 namespace ampc {
 namespace {
@@ -504,6 +505,16 @@ void inferLayerNormGrad(InferContext& c) {  // (dY, X, scale) -> dX, dScale, dBi
   c.setOut(1, t);
   c.setOut(2, t);
 }
+void inferTargetBatchNormGrad(InferContext& c) {  // (dz, X, scale, mean, var, y) {gate}
+  inferBatchNormGrad(c);
+  c.check(c.node().getInt("gate", 0) == 1, "gate must be 1 (dY is dz where y > 0)");
+  c.check(c.in(0) == c.in(1) && c.in(5) == c.in(1), "dz, X and y must have one type, got " + c.in(0).str() + ", " + c.in(1).str() + ", " + c.in(5).str());
+}
+void inferTargetLayerNormGrad(InferContext& c) {  // (dY, X, scale, r) {residual}: dX + r
+  inferLayerNormGrad(c);
+  c.check(c.node().getInt("residual", 0) == 1, "residual must be 1 (result 0 is dX + input 3)");
+  c.check(c.in(3) == c.in(1), "the residual must have X's type, got " + c.in(3).str());
+}
 void inferGridSampleGrad(InferContext& c) {  // (dY, X, grid) -> dX, dGrid
   c.setOut(0, c.in(1));
   c.setOut(1, c.in(2));
@@ -526,6 +537,9 @@ void registerGradOps(std::vector<OpDef>& t) {
   row("AveragePoolGrad", 2, 2, 1, inferAvgPoolGrad);
   row("BatchNormGrad", 5, 5, 3, inferBatchNormGrad);
   row("LayerNormGrad", 3, 3, 3, inferLayerNormGrad);
+  // The CUDA target's epilogues (passes/fuse_relu_grad.cpp, passes/fuse_norm_epilogue.cpp).
+  t.push_back(OpDef{"BatchNormGrad", kCudaDomain, 1, 1, 6, 6, 3, 3, AmpCategory::Infer, false, inferTargetBatchNormGrad});
+  t.push_back(OpDef{"LayerNormGrad", kCudaDomain, 1, 1, 4, 4, 3, 3, AmpCategory::Infer, false, inferTargetLayerNormGrad});
   row("GridSampleGrad", 3, 3, 2, inferGridSampleGrad);
   row("SoftmaxCrossEntropyLossGrad", 3, 4, 1, inferLossGrad);
   row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);

@@ -2,6 +2,7 @@
 // Where, Clip, Dropout.
 #include "compiler/ops/families.h"
 #include "compiler/ops/pointwise.h"
+#include "compiler/target.h"
 
 namespace ampc {
 
@@ -107,6 +108,12 @@ void inferDropout(InferContext& c) {
   if (c.numOutputs() > 1) c.setOut(1, TensorType{DType::boolean, c.in(0).shape});
 }
 
+void inferTargetDropout(InferContext& c) {
+  inferDropout(c);
+  c.check(c.in(3).dtype == DType::f32 && c.in(3).shape == c.in(0).shape, "the residual must be f32 of X's shape, got " + c.in(3).str());
+  c.setOut(0, c.in(3));
+}
+
 constexpr auto A = AmpCategory::Allow;
 constexpr auto D = AmpCategory::Deny;
 constexpr auto I = AmpCategory::Infer;
@@ -199,6 +206,10 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   t.back().random = true;
   t.back().fp32Operands = 0b10;  // ratio
   t.back().gradResults = 2;      // the mask
+  // cuda::Dropout (passes/fuse_dropout_residual.cpp): Dropout's operands and an f32 residual r;
+  // result 0 is r + the dropped X widened to f32.
+  t.push_back(OpDef{"Dropout", kCudaDomain, 1, 1, 4, 4, 1, 2, I, false, inferTargetDropout});
+  t.back().random = true;
 }
 
 }  // namespace ampc

@@ -140,6 +140,13 @@ void inferBatchNorm(InferContext& c) {
   if (c.numOutputs() > 2) c.setOut(2, c.in(4));
 }
 
+void inferTargetBatchNorm(InferContext& c) {
+  inferBatchNorm(c);
+  const bool residual = c.node().getInt("residual", 0) != 0;
+  c.check(residual == c.hasInput(5), "residual = 1 takes the residual as input 5, and only then");
+  if (residual) c.check(c.in(5) == c.in(0), "the residual must have X's type, got " + c.in(5).str());
+}
+
 void inferLayerNorm(InferContext& c) {
   requireFloat(c, 0);
   const auto& x = c.in(0).shape;
@@ -344,6 +351,9 @@ void registerNNOps(std::vector<OpDef>& t) {
   // The CUDA target's lowered nodes (runtime/lower.cpp), after autodiff and autocast.
   t.push_back(OpDef{"Gemm", kCudaDomain, 1, 1, 2, 2, 1, 2, I, false, inferTargetGemm});
   t.back().flops = gemmFlops;
+  // cuda::BatchNormalization (passes/fuse_norm_epilogue.cpp): + a residual, then a Relu, on the way out.
+  t.push_back(OpDef{"BatchNormalization", kCudaDomain, 1, 1, 5, 6, 1, 3, I, false, inferTargetBatchNorm});
+  t.back().stateOperands = 0b11000;  // running mean, running var
   row("Conv", L, 2, 3, 1, 1, A, true, inferConv);
   t.back().flops = convFlops;
   row("MaxPool", L, 1, 1, 1, 2, C, true, inferMaxPool);

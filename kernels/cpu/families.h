@@ -19,4 +19,5 @@ void registerGradKernels(std::vector<KernelRow>& t);         // k_grad.cpp: "amp
 void registerLinearGradKernels(std::vector<KernelRow>& t);   // k_linear.cpp: ConvGrad, AveragePoolGrad
 void registerTrainKernels(std::vector<KernelRow>& t);        // k_train.cpp: the training step's ops
 void registerAttentionKernels(std::vector<KernelRow>& t);    // k_attention.cpp: fused attention
+void registerTargetKernels(std::vector<KernelRow>& t);       // k_target.cpp: the CUDA target's epilogue nodes
 }  // namespace ampc::cpu

@@ -80,7 +80,7 @@ struct Philox {
   static void block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 };
 // Dropout keep/drop for element i: the same stream on every backend, keyed by (seed, step, node).
-uint32_t dropoutNodeKey(const Node& n);  // stable hash of the node's first result name
+uint32_t dropoutNodeKey(const Node& n);  // stable hash of the node's first result name (or of its `stream` attribute)
 // The seed of a random op's stream: its "seed" attribute (an int for Dropout's extension, a float
 // for RandomUniformLike, RandomNormalLike and Bernoulli), else the run's seed.
 uint64_t randomSeed(const Node& n, uint64_t runSeed);

@@ -22,6 +22,7 @@ const std::vector<KernelRow>& table() {
     registerGradKernels(r);
     registerTrainKernels(r);
     registerAttentionKernels(r);
+    registerTargetKernels(r);
     return r;
   }();
   return t;
@@ -86,8 +87,10 @@ void Philox::block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]
 }
 
 uint32_t dropoutNodeKey(const Node& n) {
-  uint32_t h = 2166136261u;  // FNV-1a of the first result's name
-  for (char ch : n.result(0)->name()) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
+  // FNV-1a of the first result's name, or of `stream` (a target node's: the name of the result
+  // whose stream it keeps, passes/fuse_dropout_residual.cpp).
+  uint32_t h = 2166136261u;
+  for (char ch : n.hasAttr("stream") ? n.getString("stream", "") : n.result(0)->name()) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
   return h;
 }
 

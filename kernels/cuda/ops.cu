@@ -137,11 +137,6 @@ __device__ __forceinline__ bool compare(Ew cmp, float a, float b) {
 template <typename C>
 __global__ void ewKernel(EwArgs g) {
   AMPC_GRID_LOOP(i, g.n) {
-    if (g.op == Ew::GateSum) {
-      const bool cond = compare(g.cmp, loadF(g.in[0], g.inType[0], operandOffset(g, 0, i)), loadF(g.in[1], g.inType[1], operandOffset(g, 1, i)));
-      storeF(g.out, g.outType, i, cond ? loadF(g.in[2], g.inType[2], operandOffset(g, 2, i)) + loadF(g.in[3], g.inType[3], operandOffset(g, 3, i)) : 0.0f);
-      continue;
-    }
     if (g.op == Ew::Where || g.op == Ew::WhereCmp) {
       const int first = g.op == Ew::Where ? 1 : 2;
       const bool cond = g.op == Ew::Where ? loadI(g.in[0], g.inType[0], operandOffset(g, 0, i)) != 0
@@ -160,7 +155,6 @@ __global__ void ewKernel(EwArgs g) {
     if constexpr (std::is_integral_v<C>) {
       storeI(g.out, g.outType, i, r);
     } else {
-      if (g.relu) r = applyOp<C>(Ew::Relu, r, 0, 0, g);
       storeF(g.out, g.outType, i, r);
     }
   }
@@ -171,16 +165,14 @@ __global__ void ewKernel(EwArgs g) {
 // The operand loops are unrolled over kMaxOperands with a guard, so every array is indexed
 // statically and stays in registers (a loop bound of g.nin put them in local memory); operands stay
 // packed until each element is widened. OP >= 0 fixes the op at compile time (the hot ones: Add,
-// Sub, Mul, Relu, WhereCmp, GateSum, and the GELUs and their gradients), so the op switch folds away and the kernel stays small enough for full
+// Sub, Mul, Relu, WhereCmp, and the GELUs and their gradients), so the op switch folds away and the kernel stays small enough for full
 // occupancy; OP < 0 switches on g.op. WhereCmp's comparison runs here too (ReLU's gradient:
-// Where(Greater(y, 0), dy, 0)), and GateSum's (the ReLU gradient of a sum).
+// Where(Greater(y, 0), dy, 0)).
 template <int OP>
 __device__ __forceinline__ float ewVecApply(const EwArgs& g, float a, float b, float c, float d) {
   const Ew op = OP < 0 ? g.op : static_cast<Ew>(OP);
   if (op == Ew::WhereCmp) return compare(g.cmp, a, b) ? c : d;
-  if (op == Ew::GateSum) return compare(g.cmp, a, b) ? c + d : 0.0f;
-  const float r = applyOp<float>(op, a, b, c, g);
-  return g.relu ? applyOp<float>(Ew::Relu, r, 0.0f, 0.0f, g) : r;
+  return applyOp<float>(op, a, b, c, g);
 }
 template <typename T, int OP>
 __global__ void __launch_bounds__(256, 4) ewVec(EwArgs g) {
@@ -227,7 +219,6 @@ void launchVec(const EwArgs& a, cudaStream_t st) {
     case Ew::Mul: ewVec<T, static_cast<int>(Ew::Mul)><<<grid, 256, 0, st>>>(a); break;
     case Ew::Relu: ewVec<T, static_cast<int>(Ew::Relu)><<<grid, 256, 0, st>>>(a); break;
     case Ew::WhereCmp: ewVec<T, static_cast<int>(Ew::WhereCmp)><<<grid, 256, 0, st>>>(a); break;
-    case Ew::GateSum: ewVec<T, static_cast<int>(Ew::GateSum)><<<grid, 256, 0, st>>>(a); break;
     case Ew::Gelu: ewVec<T, static_cast<int>(Ew::Gelu)><<<grid, 256, 0, st>>>(a); break;
     case Ew::GeluGrad: ewVec<T, static_cast<int>(Ew::GeluGrad)><<<grid, 256, 0, st>>>(a); break;
     case Ew::GeluTanh: ewVec<T, static_cast<int>(Ew::GeluTanh)><<<grid, 256, 0, st>>>(a); break;

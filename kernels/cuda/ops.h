@@ -27,8 +27,6 @@ enum class Ew : int {
   Where, Clip,
   // (in0 `cmp` in1) ? in2 : in3, the comparison fused into its Where (ReLU's gradient)
   WhereCmp,
-  // (in0 `cmp` in1) ? in2 + in3 : 0, the ReLU gradient of a sum (the sum's Add folded in)
-  GateSum,
   // unary
   Copy, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf, Gelu, GeluTanh, Softplus, LeakyRelu, Relu, Neg, Abs, Not, IsNaN, IsInf,
   Sin, Cos, HardSigmoid, HardSwish, Elu, Selu, Celu, Mish, Floor, Ceil, Round, Sign,
@@ -60,7 +58,6 @@ struct EwArgs {
   int fmod = 0;                      // Mod
   int detectNeg = 1, detectPos = 1;  // IsInf
   bool intMath = false;              // compute in int64 (integer operands), else in f32
-  bool relu = false;                 // max(0, result): a Relu folded into the op (float ops)
 };
 cudaError_t elementwise(const EwArgs& a, cudaStream_t st);
 

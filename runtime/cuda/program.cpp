@@ -233,10 +233,6 @@ struct Program::Lowering {
       operand(a, static_cast<int>(k), readThrough(p.g_, ins[k]), os);
     }
     const Node* d = o == n.result(0) ? narrowedResult(p.g_, n) : nullptr;
-    if (const Node* relu = o == n.result(0) ? foldedRelu(p.g_, n) : nullptr) {
-      d = relu;
-      a.relu = true;
-    }
     a.out = P(d ? d->result(0) : o);
     a.outType = dt(d ? d->result(0) : o);
     return a;
@@ -933,18 +929,11 @@ void Program::Lowering::lower() {
   if (n.domain().empty()) {  // first the folds: nodes that another node's launch does
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
-    if (reluFolded(p.g_, n)) return;          // written by the BatchNormalization or Add before it
-    if (whereGated(p.g_, n)) return;          // read through by the BatchNormGrad after it
-    if (addGated(p.g_, n)) return;            // summed by the ReLU-gradient Where after it
-    if (addFoldedIntoNorm(p.g_, n, p.order_)) return;  // written by the BatchNormalization or LayerNormGrad before it
-    if (addFoldedIntoDropout(p.g_, n, p.order_)) return;  // written by the Dropout before it
     if (attnViewFolded(p.g_, n)) return;  // attention reads or writes through it in place
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
-        const Node* sum = summedGate(p.g_, n);
-        EwArgs a = sum ? ewArgs(Ew::GateSum, {c.inputs()[0], c.inputs()[1], sum->inputs()[0], sum->inputs()[1]}, out(0))
-                       : ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
+        EwArgs a = ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
         a.cmp = *cmp;
         a.intMath = isInt(a.outType);
         add([a](cudaStream_t st) { return cuda::elementwise(a, st); });
@@ -1005,8 +994,10 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "LogSoftmax"}, &Lowering::onnxSoftmax},
       {{"", "LayerNormalization"}, &Lowering::onnxLayerNormalization},
       {{"", "BatchNormalization"}, &Lowering::onnxBatchNormalization},
+      {{kCudaDomain, "BatchNormalization"}, &Lowering::onnxBatchNormalization},  // + residual, Relu (passes/fuse_norm_epilogue.cpp)
       {{"", "SoftmaxCrossEntropyLoss"}, &Lowering::onnxSoftmaxCrossEntropyLoss},
       {{"", "Dropout"}, &Lowering::onnxDropout},
+      {{kCudaDomain, "Dropout"}, &Lowering::onnxDropout},  // + residual (passes/fuse_dropout_residual.cpp)
       {{"", "RandomUniformLike"}, &Lowering::onnxRandom},
       {{"", "RandomNormalLike"}, &Lowering::onnxRandom},
       {{"", "Bernoulli"}, &Lowering::onnxRandom},
@@ -1032,7 +1023,9 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "SliceGrad"}, &Lowering::ampcSliceGrad},
       {{"ampc", "PadGrad"}, &Lowering::ampcPadGrad},
       {{"ampc", "BatchNormGrad"}, &Lowering::ampcBatchNormGrad},
+      {{kCudaDomain, "BatchNormGrad"}, &Lowering::ampcBatchNormGrad},  // dY gated by y (passes/fuse_relu_grad.cpp)
       {{"ampc", "LayerNormGrad"}, &Lowering::ampcLayerNormGrad},
+      {{kCudaDomain, "LayerNormGrad"}, &Lowering::ampcLayerNormGrad},  // + residual (passes/fuse_norm_epilogue.cpp)
       {{"ampc", "SoftmaxCrossEntropyLossGrad"}, &Lowering::ampcSoftmaxCrossEntropyLossGrad},
       {{"ampc", "Attention"}, &Lowering::ampcAttention},
       {{"ampc", "AttentionGrad"}, &Lowering::ampcAttention},
@@ -1387,15 +1380,14 @@ void Program::Lowering::onnxBatchNormalization() {
   for (size_t i = 2; i < 5; ++i)
     if (dt(in(i)) != a.pT) fail("scale, bias, mean and var must share a type");
   if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("X must be f32, f16 or bf16");
-  // Written through: a Relu after it, or a residual Add (and that Add's Relu).
-  const Node* sum = foldedResidual(p.g_, n, p.order_);
-  const Node* relu = foldedRelu(p.g_, sum ? *sum : n);
-  a.relu = relu != nullptr;
-  a.residual = sum ? P(residualOf(*sum, out(0))) : nullptr;
+  // cuda::BatchNormalization: + input 5 (a residual), then a Relu, on the way out.
+  a.relu = n.getInt("relu", 0) != 0;
+  a.residual = has(5) ? P(in(5)) : nullptr;
+  if (a.residual && dt(in(5)) != a.t) fail("the residual's type differs from X's");
   a.nhwc = p.nhwc_.count(in(0)) != 0;
   const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
   const void *X = P(in(0)), *S = P(in(1)), *B = P(in(2)), *M = P(in(3)), *V = P(in(4));
-  void* Y = P(relu ? relu->result(0) : sum ? sum->result(0) : out(0));
+  void* Y = P(out(0));
   void* rm = n.numResults() > 1 ? P(out(1)) : nullptr;
   void* rv = n.numResults() > 2 ? P(out(2)) : nullptr;
   add([=](cudaStream_t st) { return batchNorm(X, S, B, M, V, Y, rm, rv, ws.f(), a, st); });
@@ -1426,8 +1418,8 @@ void Program::Lowering::onnxDropout() {
   const bool training = has(2) && constScalar(2, 0) != 0;
   if (training && (ratio < 0.0f || ratio >= 1.0f)) fail("ratio must be in [0, 1)");
   bool* mask = n.numResults() > 1 ? static_cast<bool*>(P(out(1))) : nullptr;
-  // A residual Add after the result's widening Cast is written through: res + widen(y).
-  const Node* sum = droppedResidual(p.g_, n, p.order_);
+  // cuda::Dropout: result 0 is input 3 (an f32 residual) + widen(y).
+  const bool sum = has(3);
   const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
   if (off && !sum) {
     copyValue(in(0), out(0));
@@ -1441,8 +1433,9 @@ void Program::Lowering::onnxDropout() {
   const uint32_t key = cpu::dropoutNodeKey(n);
   const void* X = P(in(0));
   void* Y = sum ? nullptr : P(out(0));
-  const float* R = sum ? static_cast<const float*>(P(residualOf(*sum, out(0)->uses()[0].user->result(0)))) : nullptr;
-  float* S = sum ? static_cast<float*>(P(sum->result(0))) : nullptr;
+  if (sum && (dt(in(3)) != DT::f32 || dt(out(0)) != DT::f32)) fail("the residual and the sum must be f32");
+  const float* R = sum ? static_cast<const float*>(P(in(3))) : nullptr;
+  float* S = sum ? static_cast<float*>(P(out(0))) : nullptr;
   const DT t = dt(in(0));
   const int64_t cnt = in(0)->type().numel();
   const uint64_t* step = p.step_;
@@ -1816,8 +1809,9 @@ void Program::Lowering::ampcBatchNormGrad() {
   a.nhwc = p.nhwc_.count(in(1)) != 0;
   if (dt(in(0)) != a.t || dt(out(1)) != a.pT || dt(in(3)) != a.pT) fail("mixed operand types");
   const Scratch ws = scratch(batchNormScratchBytes(a.C, a.nhwc));
-  const Node* where = gatedGrad(p.g_, n);  // a Relu's gradient read through: dz gated by y
-  const void *dY = P(where ? where->inputs()[1] : in(0)), *gate = where ? P(where->inputs()[0]->producer()->inputs()[0]) : nullptr;
+  // cuda::BatchNormGrad: a Relu's gradient read through, dz (input 0) gated by y (input 5).
+  if (has(5) && dt(in(5)) != a.t) fail("y's type differs from X's");
+  const void *dY = P(in(0)), *gate = has(5) ? P(in(5)) : nullptr;
   const void *X = P(in(1)), *S = P(in(2)), *M = P(in(3)), *V = P(in(4));
   void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
   add([=](cudaStream_t st) { return batchNormGrad(dY, gate, X, S, M, V, dX, dS, dB, ws.f(), a, st); });
@@ -1831,11 +1825,10 @@ void Program::Lowering::ampcLayerNormGrad() {
   const Scratch ws = scratch(layerNormGradScratch(rows, D));
   // A Cast to f32 in front of dY or X is read through.
   const Value *dy = readThrough(p.g_, in(0)), *x = readThrough(p.g_, in(1));
-  // A residual Add after dX is written through: dX + r into the Add's result.
-  const Node* sum = foldedResidual(p.g_, n, p.order_);
-  const Value* r = sum ? residualOf(*sum, out(0)) : nullptr;
+  // cuda::LayerNormGrad: result 0 is dX + input 3 (the residual stream's gradient).
+  const Value* r = has(3) ? in(3) : nullptr;
   const void *dY = P(dy), *X = P(x), *S = P(in(2)), *R = r ? P(r) : nullptr;
-  void *dX = P(sum ? sum->result(0) : out(0)), *dS = P(out(1)), *dB = P(out(2));
+  void *dX = P(out(0)), *dS = P(out(1)), *dB = P(out(2));
   const DT dyT = dt(dy), t = dt(x), dxT = dt(out(0)), st_ = dt(in(2)), pt = dt(out(1));
   if (r && dt(r) != dxT) fail("the residual's type differs from dX's");
   const float eps = n.getFloat("epsilon", 1e-5f);

@@ -282,8 +282,9 @@ std::vector<Case> cases() {
                  "output %dx\noutput %ds\noutput %db",
                  {{"v", {1.0, 0, 1, true}}}, true, 2.0});
   }
-  // A Relu folded into the BatchNormalization or Add before it, and a Relu's gradient (from its
-  // output y, as autodiff writes it) folded into the BatchNormGrad after it (dz gated by y).
+  // A Relu written by the BatchNormalization before it (cuda::BatchNormalization), a Relu after an
+  // Add, and a Relu's gradient (from its output y, as autodiff writes it) read through by the
+  // BatchNormGrad after it (cuda::BatchNormGrad: dz gated by y).
   c.push_back({"BatchNorm_relu_folded", "input %x : $T[6,4,5,8]\ninput %s : f32[4]\ninput %b : f32[4]\ninput %m : f32[4]\ninput %v : f32[4]\n"
                                         "%n : $T[6,4,5,8] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n%y : $T[6,4,5,8] = Relu(%n)\noutput %y",
                {{"v", {1.0, 0, 1, true}}}});
@@ -309,7 +310,7 @@ std::vector<Case> cases() {
   // ReLU's gradient through the 16-byte path with a tail (7 x 33 elements).
   c.push_back({"Where_fused_comparison_tail", "input %y : $T[7,33]\ninput %dz : $T[7,33]\nconst %z : $T[] = [0.0]\n"
                                               "%g : bool[7,33] = Greater(%y, %z)\n%dy : $T[7,33] = Where(%g, %dz, %z)\noutput %dy"});
-  // The ReLU gradient of a sum, the Add folded into the Where (Ew::GateSum).
+  // The ReLU gradient of a sum (a generated kernel in a plan; here op by op).
   c.push_back({"Where_gate_sum", "input %y : $T[6,40]\ninput %a : $T[6,40]\ninput %b : $T[6,40]\nconst %z : $T[] = [0.0]\n"
                                  "%s : $T[6,40] = Add(%a, %b)\n%g : bool[6,40] = Greater(%y, %z)\n%d : $T[6,40] = Where(%g, %s, %z)\noutput %d"});
   c.push_back({"MaxPool_dilated_padded", "input %x : $T[3,5,13,11]\n%y : $T[3,5,7,5], %i : i64[3,5,7,5] = MaxPool(%x) "
@@ -398,6 +399,11 @@ void runCase(const Case& k, const std::string& t, bool deterministic = false) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) (line.rfind("domain", 0) == 0 ? header : body) += "  " + line + "\n";
   auto g = parseGraph("graph \"case\" opset 17 {\n" + header + body + "}\n", k.name);
+  // The CUDA lowering's epilogue rewrites (runtime/lower.cpp), as a plan for --target cuda has them:
+  // the batch norm, ReLU-gradient and residual cases become cuda:: nodes (their CPU kernels compute
+  // exactly what the unfused nodes did: tests/unit/target_passes_test.cpp).
+  createFuseNormEpiloguePass()->run(*g);
+  createFuseReluGradPass()->run(*g);
   std::map<std::string, Tensor> inputs;
   for (const Value* v : g->inputs()) {
     Spec s;
@@ -459,10 +465,11 @@ TEST(GpuDropout, MasksAreBitIdenticalToTheCpu) {
     }
 }
 
-// A transformer block's output Dropout at f16/bf16 (runtime/folds.h): the residual Add after its
-// Cast up to the f32 stream is written by the Dropout, and the DropoutGrad reads its f32 gradient
-// through the Cast down. Bit-identical to the CPU, training and not (the mask all kept), and the
-// narrow values the folds stand in for get no bytes. At f32 there is nothing to fold.
+// A transformer block's output Dropout at f16/bf16: the residual Add after its Cast up to the f32
+// stream is written by the Dropout (cuda::Dropout, passes/fuse_dropout_residual.cpp), and the
+// DropoutGrad reads its f32 gradient through the Cast down (runtime/folds.h). Bit-identical to the
+// CPU, training and not (the mask all kept), and the narrow gradient the fold stands in for gets no
+// bytes. At f32 there is nothing to fold.
 TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
   AMPC_NEED_GPU();
   for (const char* t : {"f32", "f16", "bf16"})
@@ -479,11 +486,12 @@ TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
       eo.seed = 0x1234567890abcdefull;
       eo.step = 11;
       const std::string what = "dropout folds " + T + " training " + training;
+      const bool folded = T != "f32";
+      EXPECT_EQ(createFuseDropoutResidualPass()->run(*g), folded) << what;
+      EXPECT_EQ(g->lookup("y") == nullptr, folded) << what;
       expectSameOnGpu(*g, in, what, 1e-9, eo);
       cuda::Program prog(*g, {});
       const MemoryPlan& plan = prog.memoryPlan();
-      const bool folded = T != "f32";
-      EXPECT_EQ(plan.slots.at(g->lookup("y")).bytes == 0, folded) << what;
       EXPECT_EQ(plan.slots.at(g->lookup("gl")).bytes == 0, folded) << what;
     }
 }

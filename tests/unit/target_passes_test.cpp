@@ -4,6 +4,8 @@
 // fuse-bias-grad (passes/fuse_bias_grad.cpp): ReduceSum(dY, axes [0]) beside its weight gradient's
 // Gemm becomes one cuda::Gemm whose second result is the bias gradient.
 // fuse-param-casts (passes/fuse_param_casts.cpp): the parameter casts become cuda::MultiCast nodes.
+// fuse-norm-epilogue, fuse-relu-grad, fuse-dropout-residual: a batch norm's residual and Relu, a
+// LayerNormGrad's residual, a ReLU gradient under BatchNormGrad and a Dropout's residual sum.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -218,4 +220,222 @@ TEST(FuseParamCasts, FirstCastsGroupAndRecastsStartTheirOwn) {
   const auto want = evaluate(*ref, inputs, *cpu), got = evaluate(*g, inputs, *cpu);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(got[0].data == want[0].data);
+}
+
+// ---- fuse-norm-epilogue, fuse-relu-grad, fuse-dropout-residual ----
+namespace {
+
+int countOps(const Graph& g, const std::string& domain, const std::string& op) {
+  int k = 0;
+  for (const auto& n : g.nodes()) k += n->domain() == domain && n->op() == op;
+  return k;
+}
+
+// The rewritten graph's outputs are bitwise the unfused graph's on the CPU, on fresh random data
+// (variances made positive), and none is all zeros.
+void expectSameOnCpu(const Graph& ref, const Graph& g, uint64_t seed, const ExecOptions& eo = {}) {
+  auto cpu = createCpuBackend();
+  auto inputs = randomInputs(ref, seed);
+  for (auto& [name, t] : inputs)
+    if (name.rfind("v", 0) == 0)
+      for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, std::fabs(t.getDouble(i)) + 0.1);
+  const auto want = evaluate(ref, inputs, *cpu, eo), got = evaluate(g, inputs, *cpu, eo);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].type, want[i].type) << "output " << i;
+    EXPECT_TRUE(got[i].data == want[i].data) << "output " << i << " (" << ref.outputs()[i]->name() << ") differs";
+    double sum = 0;
+    for (int64_t k = 0; k < got[i].numel(); ++k) sum += std::fabs(got[i].getDouble(k));
+    EXPECT_GT(sum, 0.0) << "output " << i << " is all zeros";
+  }
+}
+
+// A bottleneck's last batch norm: + the shortcut, then ReLU; its running statistics are outputs.
+const std::string kBnBlock = R"(graph "bn" opset 17 {
+  input %x : TYPE[4,8,5,3]
+  input %r : TYPE[4,8,5,3]
+  input %s : f32[8]
+  input %b : f32[8]
+  input %m : f32[8]
+  input %v : f32[8]
+  %y : TYPE[4,8,5,3], %rm : f32[8], %rv : f32[8] = BatchNormalization(%x, %s, %b, %m, %v) {momentum = 0.9, training_mode = 1}
+  %a : TYPE[4,8,5,3] = Add(%y, %r)
+  %z : TYPE[4,8,5,3] = Relu(%a)
+  output %z
+  output %rm
+  output %rv
+}
+)";
+
+}  // namespace
+
+TEST(FuseNormEpilogue, BatchNormWritesItsResidualAndRelu) {
+  for (const char* t : {"f32", "f16", "bf16"}) {
+    SCOPED_TRACE(t);
+    const std::string base = typed(kBnBlock, t), T = t;
+    const std::string noAdd = edit(edit(base, "  %a : " + T + "[4,8,5,3] = Add(%y, %r)\n", ""), "Relu(%a)", "Relu(%y)");
+    const std::string noRelu = edit(edit(base, "  %z : " + T + "[4,8,5,3] = Relu(%a)\n", ""), "output %z", "output %a");
+    struct Form {
+      std::string text;
+      int64_t residual, relu;
+    };
+    for (const Form& f : {Form{base, 1, 1}, Form{noAdd, 0, 1}, Form{noRelu, 1, 0}}) {
+      auto ref = load(f.text), g = load(f.text);
+      ASSERT_TRUE(createFuseNormEpiloguePass()->run(*g));
+      verify(*g);
+      ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+      const Node& n = *g->nodes().front();
+      EXPECT_EQ(n.domain(), "cuda");
+      EXPECT_EQ(n.op(), "BatchNormalization");
+      EXPECT_EQ(n.getInt("residual", -1), f.residual);
+      EXPECT_EQ(n.getInt("relu", -1), f.relu);
+      EXPECT_EQ(n.numInputs(), f.residual ? 6u : 5u);
+      EXPECT_EQ(n.getFloat("momentum", 0), 0.9f);  // the batch norm's attributes kept
+      EXPECT_EQ(g->outputs()[0]->name(), f.relu ? "z" : "a");
+      expectSameOnCpu(*ref, *g, 21);
+    }
+  }
+}
+
+TEST(FuseNormEpilogue, NearMissesStayAsTheyAre) {
+  const std::string base = typed(kBnBlock, "bf16");
+  for (const std::string& text : {
+           // y read twice: the Add's second reader needs y itself.
+           edit(base, "  output %z\n", "  output %z\n  output %y\n"),
+           // The residual made after the batch norm: the fused node would run before it.
+           edit(base, "  %a : bf16[4,8,5,3] = Add(%y, %r)\n", "  %r2 : bf16[4,8,5,3] = Neg(%r)\n  %a : bf16[4,8,5,3] = Add(%y, %r2)\n"),
+       }) {
+    auto g = load(text);
+    createFuseNormEpiloguePass()->run(*g);
+    verify(*g);
+    EXPECT_EQ(countOps(*g, "", "Add"), 1) << printGraph(*g);
+  }
+  // A broadcast residual keeps its Add, and so its Relu (which reads the Add, not the batch norm).
+  auto b = load(edit(base, "input %r : bf16[4,8,5,3]", "input %r : bf16[8,5,3]"));
+  createFuseNormEpiloguePass()->run(*b);
+  EXPECT_EQ(countOps(*b, "", "Add"), 1);
+  EXPECT_EQ(countOps(*b, "", "Relu"), 1);
+  // A sum read twice: the batch norm writes the sum, and the Relu stays.
+  auto twice = load(edit(base, "  output %z\n", "  output %z\n  output %a\n"));
+  ASSERT_TRUE(createFuseNormEpiloguePass()->run(*twice));
+  EXPECT_EQ(countOps(*twice, "", "Relu"), 1);
+  EXPECT_EQ(twice->lookup("a")->producer()->domain(), "cuda");
+}
+
+TEST(FuseNormEpilogue, LayerNormGradWritesTheResidualStreamsGradient) {
+  for (const char* t : {"f32", "bf16"}) {
+    SCOPED_TRACE(t);
+    const std::string text = typed(R"(graph "ln" opset 17 {
+  domain "ampc" 1
+  input %dy : TYPE[6,32]
+  input %x : TYPE[6,32]
+  input %s : f32[32]
+  input %g : TYPE[6,32]
+  %dx : TYPE[6,32], %ds : f32[32], %db : f32[32] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1, epsilon = 0.00001}
+  %sum : TYPE[6,32] = Add(%g, %dx)
+  output %sum
+  output %ds
+  output %db
+}
+)", t);
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createFuseNormEpiloguePass()->run(*g));
+    verify(*g);
+    ASSERT_EQ(g->numNodes(), 1u);
+    const Node& n = *g->nodes().front();
+    EXPECT_EQ(n.domain(), "cuda");
+    EXPECT_EQ(n.op(), "LayerNormGrad");
+    EXPECT_EQ(n.input(3), g->lookup("g"));
+    EXPECT_EQ(n.result(0), g->lookup("sum"));
+    expectSameOnCpu(*ref, *g, 22);
+  }
+}
+
+TEST(FuseReluGrad, BatchNormGradReadsTheGatedGradient) {
+  const std::string base = R"(graph "g" opset 17 {
+  domain "ampc" 1
+  input %dz : TYPE[4,8,5,3]
+  input %y : TYPE[4,8,5,3]
+  input %x : TYPE[4,8,5,3]
+  input %s : f32[8]
+  input %m : f32[8]
+  input %v : f32[8]
+  const %z : TYPE[] = [0.0]
+  %p : bool[4,8,5,3] = Greater(%y, %z)
+  %dy : TYPE[4,8,5,3] = Where(%p, %dz, %z)
+  %dx : TYPE[4,8,5,3], %ds : f32[8], %db : f32[8] = ampc::BatchNormGrad(%dy, %x, %s, %m, %v) {training_mode = 1}
+  output %dx
+  output %ds
+  output %db
+}
+)";
+  for (const char* t : {"f32", "f16", "bf16"}) {
+    SCOPED_TRACE(t);
+    const std::string text = typed(base, t);
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createFuseReluGradPass()->run(*g));
+    verify(*g);
+    ASSERT_EQ(g->numNodes(), 1u);
+    const Node& n = *g->nodes().front();
+    EXPECT_EQ(n.domain(), "cuda");
+    EXPECT_EQ(n.op(), "BatchNormGrad");
+    EXPECT_EQ(n.input(0), g->lookup("dz"));
+    EXPECT_EQ(n.input(5), g->lookup("y"));
+    EXPECT_EQ(g->consts().size(), 0u) << "the zero is left behind";
+    expectSameOnCpu(*ref, *g, 23);
+  }
+  // The gated gradient read elsewhere too (a shortcut's), a gate other than y > 0, or a Where
+  // whose other branch is not 0: left as they are.
+  const std::string bf = typed(base, "bf16");
+  for (const std::string& text : {edit(bf, "  output %dx\n", "  output %dx\n  output %dy\n"),
+                                  edit(bf, "Greater(%y, %z)", "Less(%y, %z)"),
+                                  edit(edit(bf, "Where(%p, %dz, %z)", "Where(%p, %dz, %one)"), "  const %z : bf16[] = [0.0]\n",
+                                       "  const %z : bf16[] = [0.0]\n  const %one : bf16[] = [1.0]\n")}) {
+    auto g = load(text);
+    EXPECT_FALSE(createFuseReluGradPass()->run(*g));
+  }
+}
+
+TEST(FuseDropoutResidual, DropoutWritesTheResidualSumOnItsOwnStream) {
+  const std::string base = R"(graph "d" opset 17 {
+  input %x : TYPE[3,1001]
+  input %r : f32[3,1001]
+  const %ra : f32[] = [0.3]
+  const %tr : bool[] = [1]
+  %y : TYPE[3,1001], %m : bool[3,1001] = Dropout(%x, %ra, %tr)
+  %w : f32[3,1001] = Cast(%y) {to = 1}
+  %s : f32[3,1001] = Add(%r, %w)
+  output %s
+  output %m
+}
+)";
+  ExecOptions eo;
+  eo.seed = 0x5eed;
+  eo.step = 7;
+  for (const char* t : {"f16", "bf16"}) {
+    SCOPED_TRACE(t);
+    const std::string text = typed(base, t);
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createFuseDropoutResidualPass()->run(*g));
+    verify(*g);
+    ASSERT_EQ(g->numNodes(), 1u);
+    const Node& n = *g->nodes().front();
+    EXPECT_EQ(n.domain(), "cuda");
+    EXPECT_EQ(n.op(), "Dropout");
+    EXPECT_EQ(n.getString("stream", ""), "y");  // the unfused Dropout's stream
+    EXPECT_EQ(n.input(3), g->lookup("r"));
+    expectSameOnCpu(*ref, *g, 24, eo);
+    eo.dropout = false;  // off: every element kept
+    expectSameOnCpu(*ref, *g, 25, eo);
+    eo.dropout = true;
+  }
+  // f32 (no Cast), the residual made after the Dropout, or the narrow result read elsewhere too.
+  const std::string bf = typed(base, "bf16");
+  for (const std::string& text : {edit(edit(typed(base, "f32"), "  %w : f32[3,1001] = Cast(%y) {to = 1}\n", ""), "Add(%r, %w)", "Add(%r, %y)"),
+                                  edit(edit(bf, "input %r : f32[3,1001]", "input %r0 : f32[3,1001]"), "  %w : f32[3,1001] = Cast(%y) {to = 1}\n",
+                                       "  %r : f32[3,1001] = Neg(%r0)\n  %w : f32[3,1001] = Cast(%y) {to = 1}\n"),
+                                  edit(bf, "  output %m\n", "  output %m\n  output %y\n")}) {
+    auto g = load(text);
+    EXPECT_FALSE(createFuseDropoutResidualPass()->run(*g)) << text;
+  }
 }
