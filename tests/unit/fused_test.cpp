@@ -95,6 +95,32 @@ TEST(FuseElementwise, NoGroupThroughAnOutsideNode) {
   EXPECT_EQ(order, (std::vector<std::string>{"Fused", "MatMul", "Fused"}));
 }
 
+// Two groups that meet at a node become one: a ReLU gradient of a summed gradient,
+// Where(Greater(y, 0), Add(a, b), 0), whose Add and Greater start groups of their own, is one
+// kernel. Not where an outside node lies between them (the sum -> MatMul -> Exp path below).
+TEST(FuseElementwise, GroupsMeetingAtANodeMerge) {
+  const std::string text = fusedcases::instantiate(
+      "input %a : f16[6,40]\ninput %b : f16[6,40]\ninput %y : f16[6,40]\nconst %z : f16[] = [0.0]\n"
+      "%s : f16[6,40] = Add(%a, %b)\n%p : bool[6,40] = Greater(%y, %z)\n%d : f16[6,40] = Where(%p, %s, %z)\noutput %d",
+      "f16");
+  auto ref = load(text), g = load(text);
+  ASSERT_TRUE(createFuseElementwisePass()->run(*g));
+  verify(*g);
+  ASSERT_EQ(g->numNodes(), 1u);
+  EXPECT_EQ(countOp(*g, "Fused"), 1);
+  auto cpu = createCpuBackend();
+  const auto inputs = randomInputs(*ref, false, 3);
+  EXPECT_TRUE(evaluate(*g, inputs, *cpu)[0].data == evaluate(*ref, inputs, *cpu)[0].data);
+  auto apart = load(fusedcases::instantiate(
+      "input %x : f32[8,8]\ninput %y : f32[8,8]\ninput %w : f32[8,8]\n%s : f32[8,8] = Add(%x, %y)\n%m : f32[8,8] = MatMul(%s, %w)\n"
+      "%e : f32[8,8] = Exp(%m)\n%c : f32[8,8] = Mul(%e, %s)\noutput %c",
+      "f32"));
+  ASSERT_TRUE(createFuseElementwisePass()->run(*apart));
+  verify(*apart);
+  EXPECT_EQ(countOp(*apart, "Fused"), 1);  // {e, c}; the Add stays alone
+  EXPECT_EQ(countOp(*apart, "Add"), 1);
+}
+
 // A widening Cast also read outside the group, by readers that read through it, stays for them and
 // is recomputed inside: the group reads the bf16 source, and no f32 copy is written for it. (The
 // test says a MatMul reads through casts; the CUDA backend's folds::readsWidened decides in plans.)
