@@ -120,5 +120,8 @@ std::unique_ptr<Pass> createFuseNormEpiloguePass();  // fuse_norm_epilogue.cpp
 std::unique_ptr<Pass> createFuseReluGradPass();  // fuse_relu_grad.cpp
 // Add(Cast(Dropout(x)) to f32, r) becomes cuda::Dropout writing r + the dropped x (fuse_dropout_residual.cpp).
 std::unique_ptr<Pass> createFuseDropoutResidualPass();  // fuse_dropout_residual.cpp
+// The cross-entropy loss keeps its rows' max and sum for the gradients over the same scores:
+// cuda::SoftmaxCrossEntropyLoss's result 1, read by cuda::SoftmaxCrossEntropyLossGrad (keep_loss_stats.cpp).
+std::unique_ptr<Pass> createKeepLossStatsPass();  // keep_loss_stats.cpp
 
 }  // namespace ampc

@@ -28,6 +28,7 @@ const PassEntry kPasses[] = {
     {"fuse-norm-epilogue", createFuseNormEpiloguePass},
     {"fuse-relu-grad", createFuseReluGradPass},
     {"fuse-dropout-residual", createFuseDropoutResidualPass},
+    {"keep-loss-stats", createKeepLossStatsPass},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

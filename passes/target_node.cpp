@@ -7,10 +7,12 @@
 namespace ampc {
 
 Node* replaceByTargetNode(Graph& g, const std::string& op, Node& at, const std::vector<Value*>& inputs,
-                          const std::vector<Value*>& standsFor, const std::vector<Node*>& erase) {
+                          const std::vector<Value*>& standsFor, const std::vector<Node*>& erase,
+                          const std::vector<std::pair<std::string, TensorType>>& added) {
   g.domainOpsets.emplace(kCudaDomain, 1);
   std::vector<std::pair<std::string, TensorType>> results;
   for (const Value* v : standsFor) results.emplace_back(g.uniqueName(v->name() + ".f"), v->type());
+  for (const auto& [name, type] : added) results.emplace_back(g.uniqueName(name), type);
   Node* f = g.createNode(op, kCudaDomain, inputs, results, &at);
   f->setName(at.name());
   for (const auto& [k, a] : at.attrs()) f->setAttr(k, a);

@@ -33,7 +33,7 @@ bool foldsCasts(const Node& n) {
                                              "Erf", "Softplus", "LeakyRelu", "Relu", "Neg", "Abs", "Gelu", "Clip"};  // Max/Min (chained launches) not
   return n.domain().empty() && kOps.count(n.op()) != 0;
 }
-bool isLossGrad(const Node& n) { return n.domain() == "ampc" && n.op() == "SoftmaxCrossEntropyLossGrad"; }
+bool isLossGrad(const Node& n) { return (n.domain() == "ampc" || n.domain() == kCudaDomain) && n.op() == "SoftmaxCrossEntropyLossGrad"; }
 bool isLayerNorm(const Node& n) { return n.domain().empty() && n.op() == "LayerNormalization"; }
 // A Transpose that moves one group of adjacent input dims past another ([batch, R, C] ->
 // [batch, C, R] once adjacent dims are merged and size-1 dims dropped): the tiled kernel.
@@ -69,6 +69,7 @@ bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C) {
 bool readsWidened(const Node& user, size_t i) {
   if (foldsCasts(user)) return true;
   if (user.domain().empty() && user.op() == "SoftmaxCrossEntropyLoss") return i == 0 && user.numResults() == 1;
+  if (user.domain() == kCudaDomain && user.op() == "SoftmaxCrossEntropyLoss") return i == 0;  // result 1: the row statistics
   if ((user.domain() == "ampc" || user.domain() == kCudaDomain) && user.op() == "LayerNormGrad") return i <= 1;  // dY and X
   if (isLayerNorm(user)) return i == 0;
   if (user.domain() == "ampc" && user.op() == "UnscaleCheck") return i >= 1;  // the gradients
@@ -189,10 +190,10 @@ bool viewTree(const Graph& g, const Value* v, int64_t C, std::vector<const Value
     if (isView(*u.user) && u.operand == 0 && !viewTree(g, u.user->result(0), C, out)) return false;
   return true;
 }
-bool isLoss(const Node& n) { return isOnnx(n, "SoftmaxCrossEntropyLoss") || (n.domain() == "ampc" && n.op() == "SoftmaxCrossEntropyLoss"); }
-// The loss (without log-probs) or its gradient reading 2-d scores.
+bool isLoss(const Node& n) { return n.op() == "SoftmaxCrossEntropyLoss" && (n.domain().empty() || n.domain() == kCudaDomain); }
+// The loss (without log-probs; the target's keeps row statistics instead) or its gradient reading 2-d scores.
 bool lossReads(const Node& n, int operand) {
-  if (isLoss(n)) return operand == 0 && n.numResults() == 1 && n.inputs()[0]->type().rank() == 2;
+  if (isLoss(n)) return operand == 0 && (n.numResults() == 1 || n.domain() == kCudaDomain) && n.inputs()[0]->type().rank() == 2;
   return isLossGrad(n) && operand == 1 && n.inputs()[1]->type().rank() == 2;
 }
 }  // namespace

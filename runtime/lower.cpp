@@ -66,6 +66,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createFuseNormEpiloguePass()->run(step);
   createFuseReluGradPass()->run(step);
   createFuseDropoutResidualPass()->run(step);
+  createKeepLossStatsPass()->run(step);
   if (opts.rematerialize) {
     claim();
     createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0; }, opts.rematerializeParamCasts)->run(step);

@@ -515,6 +515,11 @@ void inferTargetLayerNormGrad(InferContext& c) {  // (dY, X, scale, r) {residual
   c.check(c.node().getInt("residual", 0) == 1, "residual must be 1 (result 0 is dX + input 3)");
   c.check(c.in(3) == c.in(1), "the residual must have X's type, got " + c.in(3).str());
 }
+void inferTargetLossGrad(InferContext& c) {  // (dL, scores, labels, stats[, weights])
+  c.check(c.in(1).rank() == 2, "scores must be [rows, C], got " + c.in(1).str());
+  c.check(c.in(3) == TensorType{DType::f32, {c.in(1).shape[0], 2}}, "the row statistics must be f32 [rows, 2], got " + c.in(3).str());
+  c.setOut(0, c.in(1));
+}
 void inferGridSampleGrad(InferContext& c) {  // (dY, X, grid) -> dX, dGrid
   c.setOut(0, c.in(1));
   c.setOut(1, c.in(2));
@@ -540,6 +545,8 @@ void registerGradOps(std::vector<OpDef>& t) {
   // The CUDA target's epilogues (passes/fuse_relu_grad.cpp, passes/fuse_norm_epilogue.cpp).
   t.push_back(OpDef{"BatchNormGrad", kCudaDomain, 1, 1, 6, 6, 3, 3, AmpCategory::Infer, false, inferTargetBatchNormGrad});
   t.push_back(OpDef{"LayerNormGrad", kCudaDomain, 1, 1, 4, 4, 3, 3, AmpCategory::Infer, false, inferTargetLayerNormGrad});
+  // passes/keep_loss_stats.cpp: the loss gradient reading the loss's row statistics (input 3).
+  t.push_back(OpDef{"SoftmaxCrossEntropyLossGrad", kCudaDomain, 1, 1, 4, 5, 1, 1, AmpCategory::Infer, false, inferTargetLossGrad});
   row("GridSampleGrad", 3, 3, 2, inferGridSampleGrad);
   row("SoftmaxCrossEntropyLossGrad", 3, 4, 1, inferLossGrad);
   row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);

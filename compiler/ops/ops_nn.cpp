@@ -261,6 +261,14 @@ void inferLoss(InferContext& c) {
   if (c.numOutputs() > 1) c.setOut(1, c.in(0));
 }
 
+// cuda::SoftmaxCrossEntropyLoss (passes/keep_loss_stats.cpp): the loss, and each row's max and sum
+// of exp(x - max) as result 1, f32 [rows, 2].
+void inferTargetLoss(InferContext& c) {
+  c.check(c.in(0).rank() == 2, "scores must be [rows, C], got " + c.in(0).str());
+  inferLoss(c);
+  c.setOut(1, TensorType{DType::f32, {c.in(0).shape[0], 2}});
+}
+
 // FLOPs: 2 per multiply-add.
 double matmulFlops(const Node& n) {
   const auto& a = n.input(0)->type().shape;
@@ -376,6 +384,8 @@ void registerNNOps(std::vector<OpDef>& t) {
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
   t.back().loss = true;
   t.back().noGradOperands = 0b100;  // class weights
+  // cuda::SoftmaxCrossEntropyLoss (passes/keep_loss_stats.cpp): + each row's statistics as result 1.
+  t.push_back(OpDef{"SoftmaxCrossEntropyLoss", kCudaDomain, 1, 1, 2, 3, 2, 2, D, false, inferTargetLoss});
   row("NegativeLogLikelihoodLoss", L, 2, 3, 1, 1, D, true, inferLoss);
   t.back().loss = true;
   t.back().noGradOperands = 0b100;

@@ -1,7 +1,9 @@
 // The CPU reference of the CUDA target's epilogue nodes (the lowering rewrites of runtime/lower.cpp:
-// fuse-norm-epilogue, fuse-relu-grad, fuse-dropout-residual): each runs the unfused op's kernel and
+// fuse-norm-epilogue, fuse-relu-grad, fuse-dropout-residual, keep-loss-stats): each runs the unfused op's kernel and
 // then the ops the rewrite took in, with their roundings, so that a fused graph computes exactly
 // what the unfused one did (tests/unit/target_passes_test.cpp checks bit equality).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "compiler/target.h"
@@ -87,6 +89,39 @@ void dropoutKernel(KernelCtx& c) {
   narrow(s, c.out(0));
 }
 
+// Runs kernel k on inputs `ins` into the node's first `results` results.
+void runOn(KernelCtx& c, Kernel k, const std::vector<const Tensor*>& ins, size_t results) {
+  std::vector<Tensor> outs;
+  for (size_t r = 0; r < results; ++r) outs.push_back(std::move(c.out(r)));
+  KernelCtx inner(c.node, ins, outs, c.opts);
+  k(inner);
+  for (size_t r = 0; r < results; ++r) c.out(r) = std::move(outs[r]);
+}
+
+// cuda::SoftmaxCrossEntropyLoss(scores [rows, C], labels[, weights]): the loss, and each row's max
+// and sum of exp(x - max) as result 1 (0 for a row of -inf), which only the CUDA gradient reads.
+void lossKernel(KernelCtx& c) {
+  runOn(c, base(c, "SoftmaxCrossEntropyLoss", ""), {&c.in(0), &c.in(1), c.has(2) ? &c.in(2) : nullptr}, 1);
+  const Tensor& x = c.in(0);
+  const int64_t rows = x.type.shape[0], C = x.type.shape[1];
+  const auto v = widen<double>(x);
+  Tensor& stats = c.out(1);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < C; ++k) m = std::max(m, v[static_cast<size_t>(r * C + k)]);
+    if (m != -INFINITY)
+      for (int64_t k = 0; k < C; ++k) s += std::exp(v[static_cast<size_t>(r * C + k)] - m);
+    stats.setDouble(2 * r, m);
+    stats.setDouble(2 * r + 1, s);
+  }
+}
+
+// cuda::SoftmaxCrossEntropyLossGrad(dL, scores, labels, stats[, weights]): the gradient, from the
+// scores as before (the statistics save the CUDA kernel a pass).
+void lossGradKernel(KernelCtx& c) {
+  runOn(c, base(c, "SoftmaxCrossEntropyLossGrad", "ampc"), {&c.in(0), &c.in(1), &c.in(2), c.has(4) ? &c.in(4) : nullptr}, 1);
+}
+
 }  // namespace
 
 void registerTargetKernels(std::vector<KernelRow>& t) {
@@ -95,6 +130,8 @@ void registerTargetKernels(std::vector<KernelRow>& t) {
       {"BatchNormGrad", batchNormGradKernel, kCudaDomain},
       {"LayerNormGrad", layerNormGradKernel, kCudaDomain},
       {"Dropout", dropoutKernel, kCudaDomain},
+      {"SoftmaxCrossEntropyLoss", lossKernel, kCudaDomain},
+      {"SoftmaxCrossEntropyLossGrad", lossGradKernel, kCudaDomain},
   });
 }
 

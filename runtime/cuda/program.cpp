@@ -330,7 +330,8 @@ struct Program::Lowering {
     a.ignore = n.getInt("ignore_index", 0);
     a.t = dt(scores);
     a.labelT = dt(labels);
-    const size_t weights = n.domain() == "ampc" ? 3 : 2;
+    // The weights: the loss's input 2, the gradient's 3 (4 after the target's row statistics).
+    const size_t weights = !isLossGrad(n) ? 2 : n.domain() == kCudaDomain ? 4 : 3;
     if (has(weights)) a.wT = dt(in(weights));
     return a;
   }
@@ -996,6 +997,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "BatchNormalization"}, &Lowering::onnxBatchNormalization},
       {{kCudaDomain, "BatchNormalization"}, &Lowering::onnxBatchNormalization},  // + residual, Relu (passes/fuse_norm_epilogue.cpp)
       {{"", "SoftmaxCrossEntropyLoss"}, &Lowering::onnxSoftmaxCrossEntropyLoss},
+      {{kCudaDomain, "SoftmaxCrossEntropyLoss"}, &Lowering::onnxSoftmaxCrossEntropyLoss},  // + row statistics (passes/keep_loss_stats.cpp)
       {{"", "Dropout"}, &Lowering::onnxDropout},
       {{kCudaDomain, "Dropout"}, &Lowering::onnxDropout},  // + residual (passes/fuse_dropout_residual.cpp)
       {{"", "RandomUniformLike"}, &Lowering::onnxRandom},
@@ -1027,6 +1029,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"ampc", "LayerNormGrad"}, &Lowering::ampcLayerNormGrad},
       {{kCudaDomain, "LayerNormGrad"}, &Lowering::ampcLayerNormGrad},  // + residual (passes/fuse_norm_epilogue.cpp)
       {{"ampc", "SoftmaxCrossEntropyLossGrad"}, &Lowering::ampcSoftmaxCrossEntropyLossGrad},
+      {{kCudaDomain, "SoftmaxCrossEntropyLossGrad"}, &Lowering::ampcSoftmaxCrossEntropyLossGrad},  // reading them
       {{"ampc", "Attention"}, &Lowering::ampcAttention},
       {{"ampc", "AttentionGrad"}, &Lowering::ampcAttention},
       {{"ampc", "DropoutGrad"}, &Lowering::ampcDropoutGrad},
@@ -1394,22 +1397,21 @@ void Program::Lowering::onnxBatchNormalization() {
 }
 
 void Program::Lowering::onnxSoftmaxCrossEntropyLoss() {
-  if (n.numResults() > 1 && dt(out(1)) != dt(in(0))) fail("the log-probabilities' type differs from the scores'");
+  const bool target = n.domain() == kCudaDomain;  // cuda::SoftmaxCrossEntropyLoss: result 1 is the row statistics
+  if (!target && n.numResults() > 1 && dt(out(1)) != dt(in(0))) fail("the log-probabilities' type differs from the scores'");
   const Value* x = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
   LossArgs a = lossArgs(x, in(1));
   a.outT = dt(out(0));
   a.pitch = pitchOf(x);
-  // Where a gradient of the same scores follows, the rows' max and sum are kept for it.
-  const bool hasGrad = std::any_of(x->uses().begin(), x->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); }) ||
-                       std::any_of(in(0)->uses().begin(), in(0)->uses().end(), [&](const Use& u) { return isLossGrad(*u.user); });
-  if (hasGrad && a.inner == 1 && n.numResults() == 1 && !p.lossStats_.count(x)) {
-    a.rowStats = static_cast<float*>(p.allocPersistent(sizeof(float) * 2 * a.outer));
-    p.lossStats_[x] = a.rowStats;
+  // The rows' max and sum, kept for the gradient (passes/keep_loss_stats.cpp).
+  if (target) {
+    if (a.inner != 1 || out(1)->type() != TensorType{DType::f32, {a.outer, 2}}) fail("the row statistics must be f32 [rows, 2] of 2-d scores");
+    a.rowStats = static_cast<float*>(P(out(1)));
   }
   const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
   const void *X = P(x), *L = P(in(1)), *W = has(2) ? P(in(2)) : nullptr;
   void* loss = P(out(0));
-  void* logp = n.numResults() > 1 ? P(out(1)) : nullptr;
+  void* logp = !target && n.numResults() > 1 ? P(out(1)) : nullptr;
   add([=](cudaStream_t st) { return softmaxCrossEntropy(X, L, W, loss, logp, ws.f(), a, st); });
 }
 
@@ -1844,9 +1846,14 @@ void Program::Lowering::ampcSoftmaxCrossEntropyLossGrad() {
   a.gT = dt(g);
   a.pitch = pitchOf(x);
   a.gPitch = pitchOf(g);
-  if (auto it = p.lossStats_.find(x); it != p.lossStats_.end() && a.inner == 1) a.rowStats = it->second;
+  const bool target = n.domain() == kCudaDomain;  // input 3: the loss's row statistics (passes/keep_loss_stats.cpp)
+  if (target) {
+    if (a.inner != 1 || dt(in(3)) != DT::f32) fail("the row statistics must be f32 [rows, 2] of 2-d scores");
+    a.rowStats = static_cast<float*>(P(in(3)));
+  }
+  const size_t w = target ? 4 : 3;
   const Scratch ws = scratch(sizeof(float) * (2 * a.outer * a.inner + 2));
-  const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(3) ? P(in(3)) : nullptr;
+  const void *dL = P(in(0)), *X = P(x), *L = P(in(2)), *W = has(w) ? P(in(w)) : nullptr;
   const DT dlT = dt(in(0));
   void* dX = P(g);
   add([=](cudaStream_t st) { return softmaxCrossEntropyGrad(dL, dlT, X, L, W, dX, ws.f(), a, st); });

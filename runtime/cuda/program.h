@@ -140,8 +140,6 @@ class Program {
   // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
-  // Cross-entropy losses' row statistics, by the scores they read: their gradients read them.
-  std::map<const Value*, float*> lossStats_;
   // UnscaleCheck nodes folded into their optimizer (folds::fusedGradChain) with a clip: the sum of
   // squares the clip's norm comes from.
   std::map<const Node*, double*> chainNorm_;

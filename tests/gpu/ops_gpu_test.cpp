@@ -400,10 +400,11 @@ void runCase(const Case& k, const std::string& t, bool deterministic = false) {
   for (std::string line; std::getline(in, line);) (line.rfind("domain", 0) == 0 ? header : body) += "  " + line + "\n";
   auto g = parseGraph("graph \"case\" opset 17 {\n" + header + body + "}\n", k.name);
   // The CUDA lowering's epilogue rewrites (runtime/lower.cpp), as a plan for --target cuda has them:
-  // the batch norm, ReLU-gradient and residual cases become cuda:: nodes (their CPU kernels compute
+  // the batch norm, ReLU-gradient, residual and loss-with-gradient cases become cuda:: nodes (their CPU kernels compute
   // exactly what the unfused nodes did: tests/unit/target_passes_test.cpp).
   createFuseNormEpiloguePass()->run(*g);
   createFuseReluGradPass()->run(*g);
+  createKeepLossStatsPass()->run(*g);
   std::map<std::string, Tensor> inputs;
   for (const Value* v : g->inputs()) {
     Spec s;
@@ -823,38 +824,44 @@ TEST(GpuProgram, ViewsAndFoldedCastsTakeNoBytes) {
 // the CPU's, which stores them densely.
 TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
   AMPC_NEED_GPU();
-  auto g = parseGraph(test::pitchedLossGraph(), "pitched");
-  cuda::Program p(*g, {});
-  const MemoryPlan& m = p.memoryPlan();
-  for (const char* v : {"z", "gb"}) EXPECT_EQ(m.slots.at(g->lookup(v)).bytes, 1040 * 1008 * 2) << v;
-  EXPECT_EQ(m.slots.at(g->lookup("gr")).offset, m.slots.at(g->lookup("gb")).offset);
-  Tensor labels = randomTensor(g->lookup("l")->type(), 1, 0, 1000);
-  for (int64_t r = 0; r < 1040; r += 37) labels.setDouble(r, 3);  // some rows ignored: their gradient rows are 0
-  std::map<std::string, Tensor> in{{"h", randomTensor(g->lookup("h")->type())},
-                                   {"w", randomTensor(g->lookup("w")->type(), 0.1)},
-                                   {"wt", randomTensor(g->lookup("wt")->type())},
-                                   {"l", std::move(labels)},
-                                   {"d", randomTensor(g->lookup("d")->type())}};
-  expectSameOnGpu(*g, in, "pitched loss scores", 1.0);
-  // Downloading a pitched value gives its rows without the pad: the gradient gb (pitched, read by
-  // the last two nodes, so nothing written after its last read takes its bytes) against the CPU's.
-  // (The logits z cannot serve: their bytes go to gb and the products once the loss has read them.)
-  const Value* gb = g->lookup("gb");
-  const MemoryPlan::Slot& sg = m.slots.at(gb);
-  for (const auto& [v, s] : m.slots) {
-    if (s.bytes > 0 && s.first > sg.last) {
-      EXPECT_TRUE(s.offset + s.bytes <= sg.offset || sg.offset + sg.bytes <= s.offset) << v->name() << " takes gb's bytes";
+  for (const bool stats : {false, true}) {
+    SCOPED_TRACE(stats ? "with the row statistics" : "without");
+    auto g = parseGraph(test::pitchedLossGraph(), "pitched");
+    // The loss keeping its row statistics for the gradient (keep-loss-stats, as the CUDA lowering
+    // runs it), and not.
+    if (stats) ASSERT_TRUE(createKeepLossStatsPass()->run(*g));
+    cuda::Program p(*g, {});
+    const MemoryPlan& m = p.memoryPlan();
+    for (const char* v : {"z", "gb"}) EXPECT_EQ(m.slots.at(g->lookup(v)).bytes, 1040 * 1008 * 2) << v;
+    EXPECT_EQ(m.slots.at(g->lookup("gr")).offset, m.slots.at(g->lookup("gb")).offset);
+    Tensor labels = randomTensor(g->lookup("l")->type(), 1, 0, 1000);
+    for (int64_t r = 0; r < 1040; r += 37) labels.setDouble(r, 3);  // some rows ignored: their gradient rows are 0
+    std::map<std::string, Tensor> in{{"h", randomTensor(g->lookup("h")->type())},
+                                     {"w", randomTensor(g->lookup("w")->type(), 0.1)},
+                                     {"wt", randomTensor(g->lookup("wt")->type())},
+                                     {"l", std::move(labels)},
+                                     {"d", randomTensor(g->lookup("d")->type())}};
+    expectSameOnGpu(*g, in, "pitched loss scores", 1.0);
+    // Downloading a pitched value gives its rows without the pad: the gradient gb (pitched, read by
+    // the last two nodes, so nothing written after its last read takes its bytes) against the CPU's.
+    // (The logits z cannot serve: their bytes go to gb and the products once the loss has read them.)
+    const Value* gb = g->lookup("gb");
+    const MemoryPlan::Slot& sg = m.slots.at(gb);
+    for (const auto& [v, s] : m.slots) {
+      if (s.bytes > 0 && s.first > sg.last) {
+        EXPECT_TRUE(s.offset + s.bytes <= sg.offset || sg.offset + sg.bytes <= s.offset) << v->name() << " takes gb's bytes";
+      }
     }
+    auto ref = parseGraph(test::pitchedLossGraph("  output %gb\n"), "pitched-ref");
+    auto cpu = createCpuBackend();
+    const auto want = evaluate(*ref, in, *cpu, {});
+    ASSERT_EQ(want.size(), 4u);
+    for (const Value* v : g->inputs()) p.upload(v, in.at(v->name()));
+    p.run();
+    bool nan = false;
+    EXPECT_LE(relL2(p.download(gb), want[3], nan), tolerance(DType::bf16)) << "pitched download";
+    EXPECT_FALSE(nan);
   }
-  auto ref = parseGraph(test::pitchedLossGraph("  output %gb\n"), "pitched-ref");
-  auto cpu = createCpuBackend();
-  const auto want = evaluate(*ref, in, *cpu, {});
-  ASSERT_EQ(want.size(), 4u);
-  for (const Value* v : g->inputs()) p.upload(v, in.at(v->name()));
-  p.run();
-  bool nan = false;
-  EXPECT_LE(relL2(p.download(gb), want[3], nan), tolerance(DType::bf16)) << "pitched download";
-  EXPECT_FALSE(nan);
 }
 
 // Bias gradients summed by the weight gradients' GEMMs (passes/fuse_bias_grad.cpp makes the pair one

@@ -105,6 +105,7 @@ Counts check(const std::string& model, DType precision, const std::string& optim
   createFuseNormEpiloguePass()->run(*g);
   createFuseReluGradPass()->run(*g);
   createFuseDropoutResidualPass()->run(*g);
+  createKeepLossStatsPass()->run(*g);
   EXPECT_NO_THROW(verify(*g));
   const Schedule s = schedule(*g);
   const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
@@ -287,6 +288,13 @@ TEST(Folds, LossScoresPitched) {
                                                                 {"dw : bf16[1040,1001]", "dw : bf16[64,1001]"}});
   const std::string odd = replaced(test::pitchedLossGraph(), {{"[8, 130, 1001]", "[4, 259, 1001]"}, {"[8,130,", "[4,259,"}, {"1040", "1036"}});
   for (const std::string& text : {small, odd}) EXPECT_TRUE(pitchedScores(*parseGraph(text, "kept")).empty()) << text;
+  // After keep-loss-stats (the loss and its gradient as cuda:: nodes, the row statistics between
+  // them), the same values are pitched.
+  auto kept = parseGraph(test::pitchedLossGraph(), "pitched");
+  ASSERT_TRUE(createKeepLossStatsPass()->run(*kept));
+  const auto again = pitchedScores(*kept);
+  EXPECT_EQ(again.size(), 3u);
+  for (const char* v : {"z", "gb", "gr"}) EXPECT_EQ(again.count(kept->lookup(v)) ? again.at(kept->lookup(v)) : 0, 1008) << v;
 }
 
 // The step's UnscaleCheck and ClipByGlobalNorm fold into SGD / AdamW (one chain per step): neither

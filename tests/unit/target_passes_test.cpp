@@ -439,3 +439,62 @@ TEST(FuseDropoutResidual, DropoutWritesTheResidualSumOnItsOwnStream) {
     EXPECT_FALSE(createFuseDropoutResidualPass()->run(*g)) << text;
   }
 }
+
+// keep-loss-stats: the loss keeps its rows' max and sum (result 1) for the gradients over the same
+// scores, read directly or through a widening Cast of one source; the loss and the gradient are
+// the unfused ones bit for bit, and the statistics are each row's max and sum of exp(x - max).
+TEST(KeepLossStats, TheLossHandsItsRowStatisticsToItsGradient) {
+  const std::string base = R"(graph "l" opset 17 {
+  domain "ampc" 1
+  input %x : bf16[12,37]
+  input %l : i64[12]
+  input %d : f32[]
+  %xf : f32[12,37] = Cast(%x) {to = 1}
+  %loss : f32[] = SoftmaxCrossEntropyLoss(%xf, %l) {ignore_index = 3}
+  %xg : f32[12,37] = Cast(%x) {to = 1}
+  %g : f32[12,37] = ampc::SoftmaxCrossEntropyLossGrad(%d, %xg, %l) {ignore_index = 3, reduction = "mean"}
+  output %loss
+  output %g
+}
+)";
+  auto ref = load(base), g = load(base);
+  ASSERT_TRUE(createKeepLossStatsPass()->run(*g));
+  verify(*g);
+  const Node* loss = g->lookup("loss")->producer();
+  const Node* grad = g->lookup("g")->producer();
+  EXPECT_EQ(loss->domain(), "cuda");
+  EXPECT_EQ(grad->domain(), "cuda");
+  ASSERT_EQ(loss->numResults(), 2u);
+  EXPECT_EQ(loss->result(1)->type(), (TensorType{DType::f32, {12, 2}}));
+  EXPECT_EQ(grad->input(3), loss->result(1));
+  EXPECT_EQ(grad->numInputs(), 4u);  // no weights
+  std::map<std::string, Tensor> in;
+  Tensor x(TensorType{DType::bf16, {12, 37}});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, 0.1 * static_cast<double>((i * 29) % 53) - 2.0);
+  Tensor l(TensorType{DType::i64, {12}});
+  for (int64_t i = 0; i < 12; ++i) l.setInt(i, (i * 7) % 37);
+  Tensor d(TensorType{DType::f32, {}});
+  d.setDouble(0, 1.0);
+  in = {{"x", x}, {"l", l}, {"d", d}};
+  auto cpu = createCpuBackend();
+  const auto want = evaluate(*ref, in, *cpu);
+  const auto got = evaluate(*g, in, *cpu, {}, {loss->result(1)});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].data == want[0].data);
+  EXPECT_TRUE(got[1].data == want[1].data);
+  for (int64_t r = 0; r < 12; ++r) {
+    double m = -1e30, s = 0;
+    for (int64_t k = 0; k < 37; ++k) m = std::max(m, x.getDouble(r * 37 + k));
+    for (int64_t k = 0; k < 37; ++k) s += std::exp(x.getDouble(r * 37 + k) - m);
+    EXPECT_EQ(got[2].getDouble(2 * r), static_cast<float>(m)) << r;
+    EXPECT_NEAR(got[2].getDouble(2 * r + 1), s, 1e-5 * s) << r;
+  }
+  // No gradient over these scores, or log-probs asked for: the loss stays ONNX's.
+  for (const std::string& text : {edit(base, "ampc::SoftmaxCrossEntropyLossGrad(%d, %xg, %l)", "ampc::SoftmaxCrossEntropyLossGrad(%d, %xg2, %l)"),
+                                  edit(base, "%loss : f32[] = SoftmaxCrossEntropyLoss(%xf, %l)", "%loss : f32[], %lp : f32[12,37] = SoftmaxCrossEntropyLoss(%xf, %l)")}) {
+    std::string t = text;
+    if (t.find("%xg2") != std::string::npos) t = edit(t, "  %xg : f32[12,37] = Cast(%x) {to = 1}\n", "  %xg2 : f32[12,37] = Neg(%xf)\n");
+    auto h = load(t);
+    EXPECT_FALSE(createKeepLossStatsPass()->run(*h)) << t;
+  }
+}
