@@ -110,6 +110,7 @@ void inferDropout(InferContext& c) {
 
 void inferTargetDropout(InferContext& c) {
   inferDropout(c);
+  c.check(c.hasInput(3), "input 3, the residual, is required");
   c.check(c.in(3).dtype == DType::f32 && c.in(3).shape == c.in(0).shape, "the residual must be f32 of X's shape, got " + c.in(3).str());
   c.setOut(0, c.in(3));
 }
@@ -208,7 +209,8 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   t.back().gradResults = 2;      // the mask
   // cuda::Dropout (passes/fuse_dropout_residual.cpp): Dropout's operands and an f32 residual r;
   // result 0 is r + the dropped X widened to f32.
-  t.push_back(OpDef{"Dropout", kCudaDomain, 1, 1, 4, 4, 1, 2, I, false, inferTargetDropout});
+  // Its ratio and training_mode may be absent (ONNX's defaults), as Dropout's.
+  t.push_back(OpDef{"Dropout", kCudaDomain, 1, 1, 1, 4, 1, 2, I, false, inferTargetDropout});
   t.back().random = true;
 }
 

@@ -429,6 +429,15 @@ TEST(FuseDropoutResidual, DropoutWritesTheResidualSumOnItsOwnStream) {
     expectSameOnCpu(*ref, *g, 25, eo);
     eo.dropout = true;
   }
+  // A Dropout without ratio and training_mode (inference: the identity) keeps them absent.
+  {
+    const std::string text = edit(typed(base, "bf16"), "Dropout(%x, %ra, %tr)", "Dropout(%x)");
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createFuseDropoutResidualPass()->run(*g));
+    verify(*g);
+    EXPECT_EQ(g->nodes().front()->input(1), nullptr);
+    expectSameOnCpu(*ref, *g, 26, eo);
+  }
   // f32 (no Cast), the residual made after the Dropout, or the narrow result read elsewhere too.
   const std::string bf = typed(base, "bf16");
   for (const std::string& text : {edit(edit(typed(base, "f32"), "  %w : f32[3,1001] = Cast(%y) {to = 1}\n", ""), "Add(%r, %w)", "Add(%r, %y)"),
