@@ -486,6 +486,29 @@ TEST(Amprun, PlanRecordsItsTarget) {
   EXPECT_FALSE(fs::exists(d.file("x.ampplan")));
 }
 
+// The CUDA target's lowering, as `ampc --train --emit text` shows it: resnet_tiny at fp16 has its
+// batch norms' Relus and residuals, its ReLU gradients under BatchNormGrad and its loss statistics
+// as cuda:: nodes (no Relu node left); for --target cpu the step keeps the ONNX and ampc ops.
+TEST(Ampc, EmitTextShowsTheCudaTargetNodes) {
+  const std::string model = std::string(AMPC_SOURCE_DIR) + "/models/resnet_tiny.onnx";
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t k = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++k;
+    return k;
+  };
+  auto r = run(kAmpc + " " + model + " --precision fp16 --train --emit text");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "= cuda::BatchNormalization("), 7u);
+  EXPECT_EQ(count(r.out, "= cuda::BatchNormGrad("), 5u);
+  EXPECT_EQ(count(r.out, "= cuda::SoftmaxCrossEntropyLoss("), 1u);
+  EXPECT_EQ(count(r.out, "= cuda::SoftmaxCrossEntropyLossGrad("), 1u);
+  EXPECT_EQ(count(r.out, "= Relu("), 0u);
+  r = run(kAmpc + " " + model + " --precision fp16 --train --target cpu --emit text");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "cuda::"), 0u);
+  EXPECT_EQ(count(r.out, "= Relu("), 7u);
+}
+
 // A plan trains exactly the model's "ampc.trainable" list (the export helper's named_parameters()):
 // the step graph is built from the exported forward, which now carries the list. Before, plans
 // trained every float initializer, buffers too.
