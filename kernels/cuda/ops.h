@@ -292,8 +292,8 @@ struct BatchNormArgs {
   int64_t N = 0, C = 0, S = 0;
   float eps = 1e-5f, momentum = 0.9f;
   bool training = false;
-  bool relu = false;             // the forward writes max(0, y) (a Relu folded into it)
-  const void* residual = nullptr;  // the forward writes y + residual (X's type and shape: an Add folded into it), before the Relu
+  bool relu = false;             // the forward writes max(0, y) (cuda::BatchNormalization {relu})
+  const void* residual = nullptr;  // the forward writes y + residual (X's type and shape: cuda::BatchNormalization's input 5), before the Relu
   bool nhwc = false;             // x, y, dy, dx stored [N, S, C] (C a multiple of 8, at most 2048)
   DT t = DT::f32, pT = DT::f32;  // X/Y type (f32, f16 or bf16), scale/bias/mean/var type
 };

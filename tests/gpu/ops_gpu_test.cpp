@@ -241,8 +241,8 @@ std::vector<Case> cases() {
                                                  "%dx : $T[7," + D + "], %ds : $T[" + D + "], %db : $T[" + D + "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n"
                                                  "output %y\noutput %dx\noutput %ds\noutput %db"});
   }
-  // A residual-stream gradient: the Add after dX is written by LayerNormGrad (runtime/folds.h), on
-  // both kernels.
+  // A residual-stream gradient: the Add after dX is written by LayerNormGrad (cuda::LayerNormGrad,
+  // passes/fuse_norm_epilogue.cpp, which runCase applies), on both kernels.
   for (const char* shape : {"64,768", "5,6"}) {
     const std::string x = shape, D = x.substr(x.find(',') + 1);
     c.push_back({"LayerNormGrad_residual_" + x, "domain \"ampc\" 1\ninput %dy : $T[" + x + "]\ninput %x : $T[" + x + "]\ninput %s : $T[" + D +
