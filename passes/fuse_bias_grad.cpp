@@ -16,9 +16,9 @@
 #include <set>
 #include <vector>
 
-#include "compiler/target.h"
 #include "kernels/cuda/limits.h"
 #include "passes/pass.h"
+#include "passes/target_node.h"
 
 namespace ampc {
 namespace {
@@ -68,25 +68,10 @@ class FuseBiasGradPass final : public Pass {
     for (const auto& n : g.nodes())
       if (Node* m = summingGemm(*n, order); m && taken.insert(m).second) found.emplace_back(n.get(), m);
     for (const auto& [r, m] : found) {
-      g.domainOpsets.emplace(kCudaDomain, 1);
-      std::vector<Value*> ins = {m->input(0), m->input(1)};
-      Node* f = g.createNode("Gemm", kCudaDomain, ins,
-                             {{g.uniqueName(m->result(0)->name() + ".f"), m->result(0)->type()},
-                              {g.uniqueName(r->result(0)->name() + ".f"), r->result(0)->type()}},
-                             m);
-      f->setName(m->name());
-      f->setAttr("transA", int64_t{1});
-      f->setAttr("bias_grad", static_cast<int64_t>(m->input(0) == r->input(0) ? 0 : 1));
-      f->setAttr("keepdims", static_cast<int64_t>(r->result(0)->type().rank() == 2 ? 1 : 0));
-      const std::string product = m->result(0)->name(), sums = r->result(0)->name();
-      m->result(0)->replaceAllUsesWith(f->result(0));
-      r->result(0)->replaceAllUsesWith(f->result(1));
-      Value* axes = r->numInputs() > 1 ? r->input(1) : nullptr;
-      g.eraseNode(r);
-      g.eraseNode(m);
-      if (axes && axes->kind() == ValueKind::Const && axes->uses().empty() && !g.isOutput(axes)) g.eraseGraphValue(axes);
-      g.renameValue(f->result(0), product);
-      g.renameValue(f->result(1), sums);
+      const int64_t k = m->input(0) == r->input(0) ? 0 : 1, keepdims = r->result(0)->type().rank() == 2 ? 1 : 0;
+      Node* f = replaceByTargetNode(g, "Gemm", *m, {m->input(0), m->input(1)}, {m->result(0), r->result(0)}, {r, m});
+      f->setAttr("bias_grad", k);
+      f->setAttr("keepdims", keepdims);
     }
     if (!found.empty()) g.bindOps();
     return !found.empty();

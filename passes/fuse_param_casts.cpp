@@ -13,8 +13,8 @@
 #include <set>
 #include <vector>
 
-#include "compiler/target.h"
 #include "passes/pass.h"
+#include "passes/target_node.h"
 
 namespace ampc {
 namespace {
@@ -59,22 +59,15 @@ class FuseParamCastsPass final : public Pass {
       ++i;
     }
     for (const auto& group : groups) {
-      g.domainOpsets.emplace(kCudaDomain, 1);
-      std::vector<Value*> ins;
-      std::vector<std::pair<std::string, TensorType>> results;
-      for (const Node* c : group) {
+      std::vector<Value*> ins, casts;
+      for (Node* c : group) {
         ins.push_back(c->input(0));
-        results.emplace_back(g.uniqueName(c->result(0)->name() + ".m"), c->result(0)->type());
+        casts.push_back(c->result(0));
       }
-      Node* m = g.createNode("MultiCast", kCudaDomain, ins, results, group.front());
-      m->setName(group.front()->name() + (group.size() > 1 ? "/MultiCast" : ""));
-      m->setAttr("to", static_cast<int64_t>(dtypeToOnnx(group.front()->result(0)->type().dtype)));
-      for (size_t k = 0; k < group.size(); ++k) {
-        const std::string name = group[k]->result(0)->name();
-        group[k]->result(0)->replaceAllUsesWith(m->result(k));
-        g.eraseNode(group[k]);
-        g.renameValue(m->result(k), name);
-      }
+      const std::string name = group.front()->name() + (group.size() > 1 ? "/MultiCast" : "");
+      Node* m = replaceByTargetNode(g, "MultiCast", *group.front(), ins, casts, group);
+      m->setName(name);
+      m->setAttr("to", static_cast<int64_t>(dtypeToOnnx(m->result(0)->type().dtype)));
     }
     if (!groups.empty()) g.bindOps();
     return !groups.empty();

@@ -7,6 +7,7 @@
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
 #include "kernels/cuda/limits.h"
+#include "passes/target_node.h"
 #include "passes/train_step.h"
 
 namespace ampc::folds {
@@ -286,11 +287,6 @@ int slotOf(const Node& n, size_t i) {
   static const int kGrad[] = {3, 0, 1, 2, 4};
   return i < 5 ? kGrad[i] : -1;
 }
-bool onlyUse(const Graph& g, const Value* v, const Node** user) {
-  if (v->uses().size() != 1 || g.isOutput(v)) return false;
-  *user = v->uses()[0].user;
-  return true;
-}
 // u [B, T, H, D] as [B, H, T, D] or [B, H, D, T] rows (keyRows) at `base`, rows `sRow` apart.
 AttnOperand headsOf(const Value* base, int64_t offset, const std::vector<int64_t>& u, int64_t sRow, bool keyRows) {
   AttnOperand o;
@@ -331,7 +327,7 @@ bool splitReadInPlace(const Graph& g, const Node& split) {
   for (size_t k = 0; k < split.numResults(); ++k) {
     const Value* w = split.result(k);
     const Node* r = nullptr;
-    if (w->type().shape[2] % 8 != 0 || !onlyUse(g, w, &r) || !isOnnx(*r, "Reshape")) return false;
+    if (w->type().shape[2] % 8 != 0 || !(r = onlyReader(g, w)) || !isOnnx(*r, "Reshape")) return false;
     const auto& us = r->result(0)->type().shape;
     if (us.size() != 4 || us[0] != xs[0] || us[1] != xs[1] || r->result(0)->uses().empty() || g.isOutput(r->result(0))) return false;
     for (const Use& u : r->result(0)->uses())
@@ -343,8 +339,7 @@ const Value* groupedSource(const Graph& g, const Node& r, int64_t* rep) {
   if (!isOnnx(r, "Reshape") || g.isOutput(r.result(0)) || r.result(0)->uses().empty()) return nullptr;
   const Node* e = r.inputs()[0]->producer();
   const Node* u = e && isOnnx(*e, "Expand") ? e->inputs()[0]->producer() : nullptr;
-  const Node* none = nullptr;
-  if (!u || !isOnnx(*u, "Unsqueeze") || !onlyUse(g, e->result(0), &none) || !onlyUse(g, u->result(0), &none)) return nullptr;
+  if (!u || !isOnnx(*u, "Unsqueeze") || !onlyReader(g, e->result(0)) || !onlyReader(g, u->result(0))) return nullptr;
   const Value* x = u->inputs()[0];
   const auto &xs = x->type().shape, &us = u->result(0)->type().shape, &es = e->result(0)->type().shape, &rs = r.result(0)->type().shape;
   // x [B, Hkv, T, D] -> [B, Hkv, 1, T, D] -> [B, Hkv, rep, T, D] -> [B, Hkv rep, T, D]
@@ -365,8 +360,8 @@ bool groupedReadInPlace(const Graph& g, const Node& n) {
   const Node* r = &n;
   if (isOnnx(n, "Unsqueeze") || isOnnx(n, "Expand")) {  // down to the Reshape
     const Node* next = nullptr;
-    if (!onlyUse(g, n.result(0), &next)) return false;
-    if (isOnnx(n, "Unsqueeze") && !onlyUse(g, next->result(0), &next)) return false;
+    if (!(next = onlyReader(g, n.result(0)))) return false;
+    if (isOnnx(n, "Unsqueeze") && !(next = onlyReader(g, next->result(0)))) return false;
     r = next;
   } else if (isOnnx(n, "Transpose")) {
     r = n.inputs()[0]->producer();
@@ -388,7 +383,7 @@ const Node* outputTransposed(const Graph& g, const Node& a) {
 const Node* gradTransposed(const Graph& g, const Node& a, size_t r) {
   if (a.domain() != "ampc" || a.op() != "AttentionGrad" || !attnStrided(a) || r > 2) return nullptr;
   const Node* t = nullptr;
-  if (!onlyUse(g, a.result(r), &t)) return nullptr;
+  if (!(t = onlyReader(g, a.result(r)))) return nullptr;
   return r == 1 ? (hasPerm(*t, {0, 3, 1, 2}) ? t : nullptr) : (hasPerm(*t, {0, 2, 1, 3}) ? t : nullptr);
 }
 const Node* gradConcat(const Graph& g, const Node& a) {
@@ -396,8 +391,8 @@ const Node* gradConcat(const Graph& g, const Node& a) {
   for (size_t r = 0; r < 3; ++r) {
     const Node* t = gradTransposed(g, a, r);
     const Node *re = nullptr, *c = nullptr;
-    if (!t || !onlyUse(g, t->result(0), &re) || !isOnnx(*re, "Reshape") || re->result(0)->type().rank() != 3 ||
-        !onlyUse(g, re->result(0), &c) || !isOnnx(*c, "Concat") || (concat && c != concat))
+    if (!t || !(re = onlyReader(g, t->result(0))) || !isOnnx(*re, "Reshape") || re->result(0)->type().rank() != 3 ||
+        !(c = onlyReader(g, re->result(0))) || !isOnnx(*c, "Concat") || (concat && c != concat))
       return nullptr;
     // [B, T, H, D] -> [B, T, H D]: the Concat's rows are the gradient's rows
     const auto &ts = t->result(0)->type().shape, &rs = re->result(0)->type().shape;

@@ -19,6 +19,15 @@ Kernel base(const KernelCtx& c, const char* op, const char* domain) {
   return k;
 }
 
+// Runs kernel k on inputs `ins` into the node's first `results` results.
+void runOn(KernelCtx& c, Kernel k, const std::vector<const Tensor*>& ins, size_t results) {
+  std::vector<Tensor> outs;
+  for (size_t r = 0; r < results; ++r) outs.push_back(std::move(c.out(r)));
+  KernelCtx inner(c.node, ins, outs, c.opts);
+  k(inner);
+  for (size_t r = 0; r < results; ++r) c.out(r) = std::move(outs[r]);
+}
+
 // y = relu(round(y + r)) in place, as Add (f32 arithmetic for f32/f16/bf16, f64 for f64) and then
 // Relu would compute it; either step may be absent.
 template <typename C>
@@ -65,12 +74,7 @@ void batchNormGradKernel(KernelCtx& c) {
   uint8_t* p = dy.data.data();
   for (int64_t i = 0; i < dy.numel(); ++i)
     if (!(y.getDouble(i) > 0.0)) std::memset(p + i * e, 0, e);
-  std::vector<const Tensor*> ins = {&dy, &c.in(1), &c.in(2), &c.in(3), &c.in(4)};
-  std::vector<Tensor> outs;
-  for (size_t r = 0; r < c.numOutputs(); ++r) outs.push_back(std::move(c.out(r)));
-  KernelCtx inner(c.node, ins, outs, c.opts);
-  k(inner);
-  for (size_t r = 0; r < c.numOutputs(); ++r) c.out(r) = std::move(outs[r]);
+  runOn(c, k, {&dy, &c.in(1), &c.in(2), &c.in(3), &c.in(4)}, c.numOutputs());
 }
 
 // cuda::Dropout(X, ratio, training_mode, r) {stream}: r + widen(Dropout(X)) (f32), and the mask.
@@ -89,14 +93,6 @@ void dropoutKernel(KernelCtx& c) {
   narrow(s, c.out(0));
 }
 
-// Runs kernel k on inputs `ins` into the node's first `results` results.
-void runOn(KernelCtx& c, Kernel k, const std::vector<const Tensor*>& ins, size_t results) {
-  std::vector<Tensor> outs;
-  for (size_t r = 0; r < results; ++r) outs.push_back(std::move(c.out(r)));
-  KernelCtx inner(c.node, ins, outs, c.opts);
-  k(inner);
-  for (size_t r = 0; r < results; ++r) c.out(r) = std::move(outs[r]);
-}
 
 // cuda::SoftmaxCrossEntropyLoss(scores [rows, C], labels[, weights]): the loss, and each row's max
 // and sum of exp(x - max) as result 1 (0 for a row of -inf), which only the CUDA gradient reads.
