@@ -7,11 +7,13 @@ namespace ampc {
 namespace {
 
 bool cudaAttention(const AttentionShape& s) { return cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout); }
+// The mma.sync kernels take strided operands.
+bool cudaAttentionInPlace(const AttentionShape& s) { return cuda::attentionMmaShape(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout); }
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
-      {"cuda", cudaAttention},
-      {"cpu", nullptr},
+      {"cuda", cudaAttention, cudaAttentionInPlace},
+      {"cpu", nullptr, nullptr},
   };
   return t;
 }

@@ -26,6 +26,10 @@ struct Target {
   // Whether its fused attention takes this shape; null: any (the CPU reference).
   bool (*attention)(const AttentionShape&) = nullptr;
   bool fusesAttention(const AttentionShape& s) const { return !attention || attention(s); }
+  // Whether its fused attention reads and writes its operands in place, through strides
+  // (compiler/ops/geometry.h, AttentionLayout), at this shape; null: never. The attention-in-place
+  // rewrite asks it.
+  bool (*attentionInPlace)(const AttentionShape&) = nullptr;
   // Whether a plan compiled for this target runs on `backend` ("cpu" runs every target's plans:
   // the reference has every fused op at any size).
   bool runsOn(const std::string& backend) const { return backend == "cpu" || backend == name; }

@@ -123,5 +123,9 @@ std::unique_ptr<Pass> createFuseDropoutResidualPass();  // fuse_dropout_residual
 // The cross-entropy loss keeps its rows' max and sum for the gradients over the same scores:
 // cuda::SoftmaxCrossEntropyLoss's result 1, read by cuda::SoftmaxCrossEntropyLossGrad (keep_loss_stats.cpp).
 std::unique_ptr<Pass> createKeepLossStatsPass();  // keep_loss_stats.cpp
+// Fused attention reads and writes its operands where they lie (the head Transposes, the QKV
+// Split and its gradient's Concat, a grouped-query repeat): cuda::Attention / cuda::AttentionGrad
+// with layouts, where the target takes strided operands (attention_in_place.cpp).
+std::unique_ptr<Pass> createAttentionInPlacePass(const Target& target);  // attention_in_place.cpp
 
 }  // namespace ampc

@@ -1,5 +1,6 @@
 #include <sstream>
 
+#include "compiler/target.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/data_parallel.h"
@@ -29,6 +30,7 @@ const PassEntry kPasses[] = {
     {"fuse-relu-grad", createFuseReluGradPass},
     {"fuse-dropout-residual", createFuseDropoutResidualPass},
     {"keep-loss-stats", createKeepLossStatsPass},
+    {"attention-in-place", [] { return createAttentionInPlacePass(findTarget("cuda")); }},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

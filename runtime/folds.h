@@ -1,6 +1,6 @@
 // The CUDA backend's folds (pure IR, so testable without a GPU): which nodes launch nothing because
 // a neighbour does their work (a cast read or written through, a comparison inside its Where,
-// attention operands read and written in place, the gradient chain inside the optimizer), where
+// the gradient chain inside the optimizer), where
 // each node's work runs, and which values are never written (no bytes in the memory plan).
 // runtime/cuda/program.cpp lowers by these decisions; tests/unit/folds_test.cpp checks them on the
 // committed models. The fusions that became IR rewrites (passes/fuse_*.cpp, run by runtime/lower.cpp)
@@ -85,44 +85,6 @@ bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nul
 // each value's pitch in elements, views included.
 std::map<const Value*, int64_t> pitchedScores(const Graph& g);
 
-// Attention operands in place. The fused attention's mma.sync kernels (f16/bf16, head dims and Tk
-// multiples of 8, rank 4) address every operand as element (n = b H + h, row, col) at
-// offset + b sB + h sH + row sRow + col, so the head transposes exporters put around attention need
-// not run, nor the Split of the QKV projection before them, nor the Concat of its gradient:
-//   reads: Q, V, dO = Transpose(u, (0,2,1,3)) and KT = Transpose(u, (0,2,3,1)) of u [B, T, H, D]
-//     whose every reader is such an attention operand: read from u (K as rows [j][d]); and u a
-//     Reshape of a Split output (last axis, every output so used): read from the Split's input.
-//   writes: O whose readers are one Transpose (0,2,1,3) and AttentionGrad operands: written into
-//     the Transpose's result, and read back from there; dQ, dV (Transpose (0,2,1,3)) and dKT
-//     (Transpose (0,3,1,2), dK written as rows): written into the Transpose's result, or, when all
-//     three are Reshaped into one Concat on the last axis, into the Concat's result.
-// The Transposes, Reshapes, Split and Concat launch nothing, and the values they stand in for get
-// no bytes.
-// Grouped-query attention, read in place too: V = Reshape(Expand(Unsqueeze(x, 2), [B, Hkv, rep, T, D]),
-// [B, Hkv rep, T, D]) with x [B, Hkv, T, D] (Hugging Face's repeat_kv), and KT = Transpose of that
-// (0, 1, 3, 2), every reader such an attention operand: read from x, head h at x's head h / rep
-// (K as rows). The Unsqueeze, Expand, Reshape and Transpose launch nothing; the gradients, per query
-// head, are summed over each group by the graph's Expand gradient as before.
-struct AttnOperand {
-  const Value* base = nullptr;  // whose bytes hold the operand
-  int64_t offset = 0, heads = 1, sB = 0, sH = 0, sRow = 0;  // elements
-  int64_t group = 1;            // query heads per stored head (grouped-query attention's K and V)
-  bool keyRows = false;         // K (or dK) as rows [j][d]: the [.., D, T] transpose is not made
-};
-// Where attention node n reads its operand i, or writes its result r (contiguous: base the value).
-AttnOperand attnRead(const Graph& g, const Node& n, size_t i);
-AttnOperand attnWrite(const Graph& g, const Node& n, size_t r);
-// The folds' nodes (each launches nothing).
-bool transposeReadInPlace(const Graph& g, const Node& t);
-bool splitReadInPlace(const Graph& g, const Node& split);
-// The Reshape of a grouped K or V read in place (above): x, and rep through *rep; else null.
-const Value* groupedSource(const Graph& g, const Node& reshape, int64_t* rep = nullptr);
-bool groupedReadInPlace(const Graph& g, const Node& n);  // that Reshape, its Unsqueeze and Expand, or K's Transpose
-const Node* outputTransposed(const Graph& g, const Node& attention);  // the Transpose Attention writes
-const Node* gradTransposed(const Graph& g, const Node& attnGrad, size_t r);
-const Node* gradConcat(const Graph& g, const Node& attnGrad);
-bool attnViewFolded(const Graph& g, const Node& n);  // any of the above, or a Reshape between them
-
 // Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Per node
 // index, the index of its group's first node (or itself).
 std::vector<size_t> optimizerGroups(const Graph& g);
@@ -134,7 +96,7 @@ struct Schedule {
   std::vector<int> positions;       // per node
   std::set<const Value*> unwritten;
   std::map<const Node*, int> order;  // each node's index
-  std::vector<std::pair<const Value*, int>> extraReads;  // reads no operand shows (AttentionGrad's O in place)
+  std::vector<std::pair<const Value*, int>> extraReads;  // reads no operand shows (the folded gradient chain's)
   // Optimizer results (and the Identity naming each the state's next value) stored in the bytes of
   // the state they update: in unwritten too (no arena bytes); the program points them at the state.
   std::map<const Value*, const Value*> aliases;

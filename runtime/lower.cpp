@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "compiler/ops/pointwise.h"
+#include "compiler/target.h"
 #include "passes/pass.h"
 #include "runtime/folds.h"
 #include "runtime/plan.h"
@@ -67,6 +68,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createFuseReluGradPass()->run(step);
   createFuseDropoutResidualPass()->run(step);
   createKeepLossStatsPass()->run(step);
+  createAttentionInPlacePass(findTarget("cuda"))->run(step);
   if (opts.rematerialize) {
     claim();
     createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0; }, opts.rematerializeParamCasts)->run(step);

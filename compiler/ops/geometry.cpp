@@ -203,4 +203,50 @@ bool attentionMaskMap(const std::vector<int64_t>& lead, int64_t tq, int64_t tk, 
   return true;
 }
 
+AttentionDims attentionDims(const Node& n) {
+  const auto v = n.getInts("dims");
+  if (v.size() != 6) throw Error("attribute dims must be [B, H, Tq, Tk, D, Dv]");
+  for (int64_t x : v)
+    if (x <= 0) throw Error("attribute dims must be positive");
+  return {v[0], v[1], v[2], v[3], v[4], v[5]};
+}
+
+void attentionSlotExtent(const AttentionDims& d, const std::string& slot, bool keyRows, int64_t& rows, int64_t& cols) {
+  if (slot == "q" || slot == "dq") rows = d.Tq, cols = d.D;
+  else if (slot == "k" || slot == "dk") rows = keyRows ? d.Tk : d.D, cols = keyRows ? d.D : d.Tk;
+  else if (slot == "v" || slot == "dv") rows = d.Tk, cols = d.Dv;
+  else if (slot == "o" || slot == "do") rows = d.Tq, cols = d.Dv;
+  else throw Error("no attention operand slot '" + slot + "'");
+}
+
+AttentionLayout attentionLayout(const Node& n, const AttentionDims& d, const std::string& slot) {
+  AttentionLayout l;
+  const std::string name = slot + "_layout";
+  if (!n.hasAttr(name)) {
+    int64_t rows = 0, cols = 0;
+    attentionSlotExtent(d, slot, false, rows, cols);
+    l.sRow = cols;
+    l.sB = checkedMul(rows, cols);
+    return l;
+  }
+  const auto v = n.getInts(name);
+  if (v.size() != 7 || (v[6] != 0 && v[6] != 1)) throw Error("attribute " + name + " must be [offset, heads, sB, sH, sRow, group, keyRows]");
+  l = {v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0};
+  if (l.keyRows && slot != "k" && slot != "dk") throw Error("attribute " + name + ": only k and dk take keyRows");
+  return l;
+}
+
+int64_t attentionLayoutEnd(const AttentionLayout& l, const AttentionDims& d, int64_t rows, int64_t cols) {
+  const bool contiguous = l.heads == 1 && l.group == 1;
+  if (!contiguous && (l.heads != d.H || l.group < 1 || d.H % l.group != 0))
+    throw Error("a laid-out operand must have heads H = " + std::to_string(d.H) + " and a group dividing it");
+  if (l.offset < 0 || l.sB < 0 || l.sH < 0 || l.sRow < cols || (rows > 1 && l.sRow <= 0))
+    throw Error("an attention operand's strides must be non-negative and its rows " + std::to_string(cols) + " elements or more apart");
+  const int64_t slices = contiguous ? checkedMul(d.B, d.H) : d.B, heads = contiguous ? 1 : d.H / l.group;
+  int64_t end = checkedAdd(l.offset, checkedMul(slices - 1, l.sB));
+  end = checkedAdd(end, checkedMul(heads - 1, l.sH));
+  end = checkedAdd(end, checkedMul(rows - 1, l.sRow));
+  return checkedAdd(end, cols);
+}
+
 }  // namespace ampc

@@ -62,6 +62,32 @@ struct AttentionMaskMap {
 bool attentionMaskMap(const std::vector<int64_t>& lead, int64_t tq, int64_t tk, const std::vector<int64_t>& mask, AttentionMaskMap& map,
                       std::string* why = nullptr);
 
+// Fused attention's operands where they lie (cuda::Attention, cuda::AttentionGrad: the CUDA
+// target's attention-in-place rewrite, passes/attention_in_place.cpp). The logical operands are
+// [B, H, rows, cols] (attribute dims = [B, H, Tq, Tk, D, Dv]); element (n = b H + h, row, col) of
+// one lies at offset + b sB + (h / group) sH + row sRow + col of the value the node reads or writes
+// there (elements). Slot names: q, k, v, o, do (reads; o also Attention's result), dq, dk, dv
+// (AttentionGrad's results). k and dk are KT [D, Tk] rows d, or with keyRows K [Tk, D] rows j. A
+// slot without its attribute (<slot>_layout = [offset, heads, sB, sH, sRow, group, keyRows]) is the
+// contiguous logical tensor.
+struct AttentionLayout {
+  int64_t offset = 0, heads = 1, sB = 0, sH = 0, sRow = 0, group = 1;
+  bool keyRows = false;
+  std::vector<int64_t> toInts() const { return {offset, heads, sB, sH, sRow, group, keyRows ? 1 : 0}; }
+};
+struct AttentionDims {
+  int64_t B = 1, H = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
+};
+// The node's dims attribute; Error unless six positive ints.
+AttentionDims attentionDims(const Node& n);
+// A slot's rows and columns as laid out (k/dk by keyRows).
+void attentionSlotExtent(const AttentionDims& d, const std::string& slot, bool keyRows, int64_t& rows, int64_t& cols);
+// The slot's layout: its attribute, or the contiguous [B H, rows, cols]. Error on a malformed attribute.
+AttentionLayout attentionLayout(const Node& n, const AttentionDims& d, const std::string& slot);
+// One past the last element the layout touches; Error unless its heads are H, group divides H and
+// every stride is non-negative.
+int64_t attentionLayoutEnd(const AttentionLayout& l, const AttentionDims& d, int64_t rows, int64_t cols);
+
 // Normalises a possibly negative axis against rank r; Error if out of range.
 int64_t normalizeAxis(int64_t a, int64_t r);
 

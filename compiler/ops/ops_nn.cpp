@@ -335,10 +335,124 @@ void inferAttentionGrad(InferContext& c) {
     c.setOut(3, c.in(6));
   }
 }
+// cuda::Attention(Q, KT, V, mask?) and cuda::AttentionGrad(dO, Q, KT, V, O, LSE, mask?)
+// (passes/attention_in_place.cpp): ampc's attention ops over rank-4 operands [B, H, .., ..] that
+// may lie in the bytes of other values (compiler/ops/geometry.h, AttentionLayout). Each operand with
+// a layout must hold every element the layout touches; one without is the logical tensor itself. A
+// result written with a layout is token-major, [B, T, H, cols] (the head Transpose's value it
+// stands for), or with packed_grads = 1 AttentionGrad's one result [B, Tq, row] holds dQ, dK and dV
+// side by side in each row (the Concat of the QKV projection's gradient).
+TensorType attentionLogical(DType t, const AttentionDims& d, const std::string& slot) {
+  int64_t rows = 0, cols = 0;
+  attentionSlotExtent(d, slot, false, rows, cols);
+  return TensorType{t, {d.B, d.H, rows, cols}};
+}
+TensorType attentionTokenMajor(DType t, const AttentionDims& d, const std::string& slot) {
+  int64_t rows = 0, cols = 0;
+  attentionSlotExtent(d, slot, true, rows, cols);
+  return TensorType{t, {d.B, rows, d.H, cols}};
+}
+// The geometry's errors (a malformed attribute, an overflow), naming the node.
+template <typename F>
+auto named(const InferContext& c, F f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+}
+int64_t laidEnd(const InferContext& c, const AttentionDims& d, const std::string& slot, AttentionLayout* out = nullptr) {
+  return named(c, [&] {
+    const AttentionLayout l = attentionLayout(c.node(), d, slot);
+    int64_t rows = 0, cols = 0;
+    attentionSlotExtent(d, slot, l.keyRows, rows, cols);
+    if (out) *out = l;
+    return attentionLayoutEnd(l, d, rows, cols);
+  });
+}
+// Checks operand i in its slot; returns whether it is laid out.
+bool checkLaidOperand(InferContext& c, const AttentionDims& d, size_t i, const std::string& slot, DType t) {
+  c.check(c.in(i).dtype == t, "operand " + std::to_string(i) + " (" + slot + ") must have Q's type, got " + c.in(i).str());
+  const std::string attr = slot + "_layout";
+  if (!c.node().hasAttr(attr)) {
+    c.check(c.in(i) == attentionLogical(t, d, slot), "operand " + std::to_string(i) + " (" + slot + ") must be " +
+                                                          attentionLogical(t, d, slot).str() + " without " + attr + ", got " + c.in(i).str());
+    return false;
+  }
+  c.check(laidEnd(c, d, slot) <= c.in(i).numel(),
+          "operand " + std::to_string(i) + " (" + slot + ") " + c.in(i).str() + " does not hold what " + attr + " addresses");
+  return true;
+}
+void checkLaidResult(InferContext& c, const AttentionDims& d, const std::string& slot, const TensorType& t) {
+  c.check(laidEnd(c, d, slot) <= t.numel(), "result " + slot + " " + t.str() + " does not hold what " + slot + "_layout addresses");
+}
+void checkTargetMask(InferContext& c, const AttentionDims& d, size_t mask) {
+  if (mask >= c.numInputs() || !c.hasInput(mask)) return;
+  requireFloat(c, mask);
+  AttentionMaskMap map;
+  std::string why;
+  c.check(attentionMaskMap({d.B, d.H}, d.Tq, d.Tk, c.in(mask).shape, map, &why), "the mask does not broadcast to the scores: " + why);
+}
+
+void inferTargetAttention(InferContext& c) {
+  const AttentionDims d = named(c, [&] { return attentionDims(c.node()); });
+  requireFloat(c, 0);
+  const DType t = c.in(0).dtype;
+  checkLaidOperand(c, d, 0, "q", t);
+  checkLaidOperand(c, d, 1, "k", t);
+  checkLaidOperand(c, d, 2, "v", t);
+  checkTargetMask(c, d, 3);
+  const bool laid = c.node().hasAttr("o_layout");
+  const TensorType o = laid ? attentionTokenMajor(t, d, "o") : attentionLogical(t, d, "o");
+  if (laid) checkLaidResult(c, d, "o", o);
+  c.setOut(0, o);
+  c.setOut(1, TensorType{DType::f32, {d.B, d.H, d.Tq}});
+}
+
+void inferTargetAttentionGrad(InferContext& c) {
+  const AttentionDims d = named(c, [&] { return attentionDims(c.node()); });
+  requireFloat(c, 1);
+  const DType t = c.in(1).dtype;
+  checkLaidOperand(c, d, 0, "do", t);
+  checkLaidOperand(c, d, 1, "q", t);
+  checkLaidOperand(c, d, 2, "k", t);
+  checkLaidOperand(c, d, 3, "v", t);
+  checkLaidOperand(c, d, 4, "o", t);
+  c.check(c.in(5) == TensorType{DType::f32, {d.B, d.H, d.Tq}}, "LSE must be f32[B, H, Tq], got " + c.in(5).str());
+  checkTargetMask(c, d, 6);
+  size_t next = 3;
+  if (c.node().getInt("packed_grads", 0) != 0) {
+    for (const char* s : {"dq", "dk", "dv"}) c.check(c.node().hasAttr(std::string(s) + "_layout"), "packed_grads = 1 needs dq_layout, dk_layout and dv_layout");
+    AttentionLayout dq;
+    laidEnd(c, d, "dq", &dq);
+    const TensorType p{t, {d.B, d.Tq, dq.sRow}};
+    for (const char* s : {"dq", "dk", "dv"}) checkLaidResult(c, d, s, p);
+    c.setOut(0, p);
+    next = 1;
+  } else {
+    size_t r = 0;
+    for (const char* s : {"dq", "dk", "dv"}) {
+      const bool laid = c.node().hasAttr(std::string(s) + "_layout");
+      const TensorType rt = laid ? attentionTokenMajor(t, d, s) : attentionLogical(t, d, s);
+      if (laid) checkLaidResult(c, d, s, rt);
+      c.setOut(r++, rt);
+    }
+  }
+  if (c.numOutputs() > next) {
+    c.check(c.numInputs() > 6 && c.hasInput(6), "the mask's gradient needs the mask (operand 6)");
+    c.setOut(next, c.in(6));
+  }
+}
+
 double attentionFlops(const Node& n) {  // the two products, every score counted
   const auto &q = n.input(0)->type().shape, &v = n.input(2)->type().shape;
   const double scores = static_cast<double>(n.result(1)->type().numel()) * static_cast<double>(v[v.size() - 2]);
   return 2.0 * scores * static_cast<double>(q.back() + v.back());
+}
+
+double targetAttentionFlops(const Node& n) {
+  const AttentionDims d = attentionDims(n);
+  return 2.0 * static_cast<double>(d.B * d.H) * static_cast<double>(d.Tq) * static_cast<double>(d.Tk) * static_cast<double>(d.D + d.Dv);
 }
 
 constexpr auto A = AmpCategory::Allow;
@@ -396,6 +510,12 @@ void registerNNOps(std::vector<OpDef>& t) {
   t.back().fp32Operands = 0b1000;
   t.back().random = true;  // dropout inside
   t.push_back(OpDef{"AttentionGrad", kGradDomain, 1, 1, 6, 7, 3, 4, I, false, inferAttentionGrad});
+  t.back().random = true;
+  // The CUDA target's attention over operands in place (passes/attention_in_place.cpp).
+  t.push_back(OpDef{"Attention", kCudaDomain, 1, 1, 3, 4, 2, 2, I, false, inferTargetAttention});
+  t.back().flops = targetAttentionFlops;
+  t.back().random = true;
+  t.push_back(OpDef{"AttentionGrad", kCudaDomain, 1, 1, 6, 7, 1, 4, I, false, inferTargetAttentionGrad});
   t.back().random = true;
 }
 

@@ -4,13 +4,17 @@
 // probabilities and the score gradients rounded likewise (what a tensor-core kernel feeds its
 // products). Dropout draws the Dropout op's Philox stream at the scores' flat index.
 #include <cmath>
+#include <cstring>
 
 #include "compiler/ops/geometry.h"
+#include "compiler/target.h"
 #include "kernels/cpu/compute.h"
 #include "kernels/cpu/families.h"
 
 namespace ampc::cpu {
 namespace {
+
+const char* const kGradSlots[] = {"dq", "dk", "dv"};
 
 struct AttnDims {
   int64_t N = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
@@ -140,7 +144,7 @@ struct AttentionGradK {
     std::vector<C> mask;
     if (maskT) mask = widen<C>(*maskT);
     std::vector<C> dq(q.size(), C(0)), dkt(kt.size(), C(0)), dv(v.size(), C(0));
-    const bool maskGrad = c.node.numResults() > 3;
+    const bool maskGrad = c.numOutputs() > 3;
     if (maskGrad && !maskT) c.fail("the mask's gradient needs the mask");
     std::vector<C> dS(maskGrad ? static_cast<size_t>(d.N * d.Tq * d.Tk) : 0, C(0));  // per score, unscaled
 #pragma omp parallel for schedule(static)
@@ -197,12 +201,106 @@ struct AttentionGradK {
 template <template <typename> class F>
 void floatOp(KernelCtx& c) { dispatchFloat<F>(c, c.in(0).type.dtype); }
 
+// cuda::Attention and cuda::AttentionGrad (passes/attention_in_place.cpp): the operands gathered
+// from where their layouts put them, ampc's kernel on the logical tensors, the results scattered
+// back. Element (row, col) of slice n of a slot's logical tensor, with its laid-out address.
+template <typename F>
+void eachElement(const AttentionLayout& l, const AttentionDims& d, const std::string& slot, F f) {
+  int64_t rows = 0, cols = 0;
+  attentionSlotExtent(d, slot, false, rows, cols);  // the logical tensor's (KT for k and dk)
+  for (int64_t n = 0, e = 0; n < d.B * d.H; ++n) {
+    const int64_t b = n / l.heads, h = n % l.heads;
+    const int64_t base = l.offset + b * l.sB + (h / l.group) * l.sH;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t x = 0; x < cols; ++x, ++e) f(e, l.keyRows ? base + x * l.sRow + r : base + r * l.sRow + x);
+  }
+}
+Tensor gatherSlot(const Tensor& t, const AttentionLayout& l, const AttentionDims& d, const std::string& slot) {
+  int64_t rows = 0, cols = 0;
+  attentionSlotExtent(d, slot, false, rows, cols);
+  Tensor o(TensorType{t.type.dtype, {d.B, d.H, rows, cols}});
+  const size_t es = dtypeSize(t.type.dtype);
+  eachElement(l, d, slot, [&](int64_t e, int64_t at) { std::memcpy(o.data.data() + e * es, t.data.data() + at * es, es); });
+  return o;
+}
+void scatterSlot(const Tensor& o, Tensor& t, const AttentionLayout& l, const AttentionDims& d, const std::string& slot) {
+  const size_t es = dtypeSize(t.type.dtype);
+  eachElement(l, d, slot, [&](int64_t e, int64_t at) { std::memcpy(t.data.data() + at * es, o.data.data() + e * es, es); });
+}
+
+void targetAttention(KernelCtx& c) {
+  const bool grad = c.node.op() == "AttentionGrad";
+  AttentionDims d;
+  try {
+    d = attentionDims(c.node);
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+  auto laid = [&](const std::string& slot) { return c.node.hasAttr(slot + "_layout"); };
+  auto layout = [&](const std::string& slot) {
+    try {
+      return attentionLayout(c.node, d, slot);
+    } catch (const Error& e) {
+      c.fail(e.what());
+    }
+  };
+  static const char* const kFwd[] = {"q", "k", "v"};
+  static const char* const kBwd[] = {"do", "q", "k", "v", "o"};
+  const size_t laidInputs = grad ? 5 : 3;
+  std::vector<Tensor> gathered(laidInputs);
+  std::vector<const Tensor*> ins;
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    if (i < laidInputs && laid(grad ? kBwd[i] : kFwd[i])) {
+      const std::string slot = grad ? kBwd[i] : kFwd[i];
+      gathered[i] = gatherSlot(c.in(i), layout(slot), d, slot);
+      ins.push_back(&gathered[i]);
+    } else {
+      ins.push_back(c.has(i) ? &c.in(i) : nullptr);
+    }
+  }
+  const DType t = c.in(grad ? 1 : 0).type.dtype;
+  auto logical = [&](const std::string& slot) {
+    int64_t rows = 0, cols = 0;
+    attentionSlotExtent(d, slot, false, rows, cols);
+    return Tensor(TensorType{t, {d.B, d.H, rows, cols}});
+  };
+  std::vector<Tensor> outs;
+  if (!grad) {
+    outs.push_back(laid("o") ? logical("o") : std::move(c.out(0)));
+    outs.push_back(std::move(c.out(1)));
+  } else {
+    const bool packed = c.node.getInt("packed_grads", 0) != 0;
+    for (size_t r = 0; r < 3; ++r) outs.push_back(laid(kGradSlots[r]) ? logical(kGradSlots[r]) : std::move(c.out(r)));
+    const size_t mask = packed ? 1 : 3;
+    if (c.numOutputs() > mask) outs.push_back(std::move(c.out(mask)));
+  }
+  KernelCtx inner(c.node, ins, outs, c.opts);
+  Kernel k = findKernel(c.node.op(), "ampc");
+  if (!k) c.fail("no kernel for ampc::" + c.node.op());
+  k(inner);
+  if (!grad) {
+    if (laid("o")) scatterSlot(outs[0], c.out(0), layout("o"), d, "o");
+    else c.out(0) = std::move(outs[0]);
+    c.out(1) = std::move(outs[1]);
+    return;
+  }
+  const bool packed = c.node.getInt("packed_grads", 0) != 0;
+  for (size_t r = 0; r < 3; ++r) {
+    Tensor& dst = c.out(packed ? 0 : r);
+    if (laid(kGradSlots[r])) scatterSlot(outs[r], dst, layout(kGradSlots[r]), d, kGradSlots[r]);
+    else dst = std::move(outs[r]);
+  }
+  if (outs.size() > 3) c.out(packed ? 1 : 3) = std::move(outs[3]);
+}
+
 }  // namespace
 
 void registerAttentionKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"Attention", summingOp<AttentionK>, "ampc"},
       {"AttentionGrad", summingOp<AttentionGradK>, "ampc"},
+      {"Attention", targetAttention, kCudaDomain},
+      {"AttentionGrad", targetAttention, kCudaDomain},
   });
 }
 

@@ -116,26 +116,27 @@ struct Program::Lowering {
     return t->toInts();
   }
   // The fused attention's operands (compiler/ops/ops_nn.cpp has the shape rules).
-  AttentionArgs attentionArgs(const Value* q, const Value* kt, const Value* v, const Value* mask) const {
+  // lead: the scores' leading dims; Q's type is the operands' (the target nodes' operands are laid
+  // out: compiler/ops/geometry.h, AttentionLayout).
+  AttentionArgs attentionArgs(const std::vector<int64_t>& lead, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, const Value* q,
+                              const Value* mask) const {
     AttentionArgs a;
     a.deterministic = p.opts_.deterministic;
-    const auto &qs = shape(q), &ks = shape(kt), &vs = shape(v);
-    const size_t r = qs.size();
     a.t = dt(q);
     if (a.t != DT::f32 && a.t != DT::f16 && a.t != DT::bf16) fail("Q, KT and V must be f32, f16 or bf16");
     a.N = 1;
-    for (size_t i = 0; i + 2 < r; ++i) a.N *= qs[i];
-    a.Tq = qs[r - 2];
-    a.D = qs[r - 1];
-    a.Tk = ks[r - 1];
-    a.Dv = vs[r - 1];
+    for (int64_t x : lead) a.N *= x;
+    a.Tq = Tq;
+    a.D = D;
+    a.Tk = Tk;
+    a.Dv = Dv;
     if (mask) {
       a.mask = P(mask);
       a.maskType = dt(mask);
       if (a.maskType != DT::f32 && a.maskType != DT::f16 && a.maskType != DT::bf16) fail("the mask must be a float tensor");
       AttentionMaskMap map;
       std::string why;
-      if (!attentionMaskMap(std::vector<int64_t>(qs.begin(), qs.end() - 2), a.Tq, a.Tk, mask->type().shape, map, &why))
+      if (!attentionMaskMap(lead, a.Tq, a.Tk, mask->type().shape, map, &why))
         fail("the mask does not broadcast to the scores: " + why);
       a.maskDiv = map.div;
       a.maskMod = map.mod;
@@ -930,7 +931,6 @@ void Program::Lowering::lower() {
   if (n.domain().empty()) {  // first the folds: nodes that another node's launch does
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
     if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
-    if (attnViewFolded(p.g_, n)) return;  // attention reads or writes through it in place
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
@@ -1032,6 +1032,8 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{kCudaDomain, "SoftmaxCrossEntropyLossGrad"}, &Lowering::ampcSoftmaxCrossEntropyLossGrad},  // reading them
       {{"ampc", "Attention"}, &Lowering::ampcAttention},
       {{"ampc", "AttentionGrad"}, &Lowering::ampcAttention},
+      {{kCudaDomain, "Attention"}, &Lowering::ampcAttention},  // operands in place (passes/attention_in_place.cpp)
+      {{kCudaDomain, "AttentionGrad"}, &Lowering::ampcAttention},
       {{"ampc", "DropoutGrad"}, &Lowering::ampcDropoutGrad},
       {{"ampc", "UnscaleCheck"}, &Lowering::ampcTrainStep},
       {{"ampc", "ClipByGlobalNorm"}, &Lowering::ampcTrainStep},
@@ -1861,12 +1863,30 @@ void Program::Lowering::ampcSoftmaxCrossEntropyLossGrad() {
 
 void Program::Lowering::ampcAttention() {
   const std::string& op = n.op();
-  const bool grad = op == "AttentionGrad";
+  const bool grad = op == "AttentionGrad", target = n.domain() == kCudaDomain;
   const size_t q = grad ? 1 : 0, maskAt = grad ? 6 : 3;
-  AttentionArgs a = attentionArgs(in(q), in(q + 1), in(q + 2), has(maskAt) ? in(maskAt) : nullptr);
-  if (grad && n.numResults() > 3) {  // a trained mask's gradient
-    if (!has(6) || dt(out(3)) != DT::f32) fail("the mask's gradient needs an f32 mask");
-    a.dMask = static_cast<float*>(P(out(3)));
+  // The logical dims: the target node's attribute, or ampc's operands [.., Tq, D], [.., D, Tk], [.., Tk, Dv].
+  AttentionDims d;
+  std::vector<int64_t> lead;
+  if (target) {
+    try {
+      d = attentionDims(n);
+    } catch (const Error& e) {
+      fail(e.what());
+    }
+    lead = {d.B, d.H};
+  } else {
+    const auto &qs = shape(in(q)), &ks = shape(in(q + 1)), &vs = shape(in(q + 2));
+    const size_t r = qs.size();
+    lead.assign(qs.begin(), qs.end() - 2);
+    d.Tq = qs[r - 2], d.D = qs[r - 1], d.Tk = ks[r - 1], d.Dv = vs[r - 1];
+  }
+  AttentionArgs a = attentionArgs(lead, d.Tq, d.Tk, d.D, d.Dv, in(q), has(maskAt) ? in(maskAt) : nullptr);
+  const bool packed = n.getInt("packed_grads", 0) != 0;
+  const size_t maskGradAt = packed ? 1 : 3;
+  if (grad && n.numResults() > maskGradAt) {  // a trained mask's gradient
+    if (!has(6) || dt(out(maskGradAt)) != DT::f32) fail("the mask's gradient needs an f32 mask");
+    a.dMask = static_cast<float*>(P(out(maskGradAt)));
   }
   if (a.mask) {  // the mask's tile flags: computed where the step first reads this mask, then shared
     auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
@@ -1878,23 +1898,33 @@ void Program::Lowering::ampcAttention() {
     a.flags = it->second;
   }
   const Scratch ws = scratch(attentionScratch(a, grad));
-  // Operands in place (runtime/folds.h): the head transposes, the QKV Split and the gradient's
-  // Concat around attention are read and written through strides.
+  // Operands in place (cuda::Attention, passes/attention_in_place.cpp): each slot's layout, or the
+  // value itself as [N, rows, cols].
   bool inPlace = false;
-  auto at = [&](const AttnOperand& o, AttnLayout& l) {
+  auto at = [&](const Value* v, const std::string& slot, AttnLayout& l, bool* keyRows = nullptr) {
+    AttentionLayout o;
+    if (target) {
+      try {
+        o = attentionLayout(n, d, slot);
+      } catch (const Error& e) {
+        fail(e.what());
+      }
+    } else {
+      o.sRow = shape(v).back();
+      o.sB = shape(v)[shape(v).size() - 2] * o.sRow;
+    }
     l = {o.heads, o.sB, o.sH, o.sRow, o.group};
+    if (keyRows) *keyRows = o.keyRows;
     inPlace |= o.offset != 0 || o.heads != 1;
-    return static_cast<char*>(P(o.base)) + o.offset * dtSize(a.t);
+    return static_cast<char*>(P(v)) + o.offset * dtSize(a.t);
   };
   auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands
     if (inPlace && !attentionTensorCores(a)) fail("internal: strided attention operands off the mma.sync path");
   };
-  const AttnOperand lk = attnRead(p.g_, n, q + 1);
-  const void *Q = at(attnRead(p.g_, n, q), a.q), *KT = at(lk, a.k), *V = at(attnRead(p.g_, n, q + 2), a.v);
-  a.kRows = lk.keyRows;
+  const void *Q = at(in(q), "q", a.q), *KT = at(in(q + 1), "k", a.k, &a.kRows), *V = at(in(q + 2), "v", a.v);
   if (!grad) {
     if (dt(out(1)) != DT::f32) fail("LSE must be f32");
-    void* O = at(attnWrite(p.g_, n, 0), a.o);
+    void* O = at(out(0), "o", a.o);
     float* lse = static_cast<float*>(P(out(1)));
     checkInPlace();
     // With dropout and a backward in this program: record the keep bits for it.
@@ -1908,11 +1938,9 @@ void Program::Lowering::ampcAttention() {
     return;
   }
   if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
-  const void *dO = at(attnRead(p.g_, n, 0), a.dO), *O = at(attnRead(p.g_, n, 4), a.o);
+  const void *dO = at(in(0), "do", a.dO), *O = at(in(4), "o", a.o);
   const float* lse = static_cast<const float*>(P(in(5)));
-  const AttnOperand ldk = attnWrite(p.g_, n, 1);
-  void *dQ = at(attnWrite(p.g_, n, 0), a.dq), *dKT = at(ldk, a.dk), *dV = at(attnWrite(p.g_, n, 2), a.dv);
-  a.dkRows = ldk.keyRows;
+  void *dQ = at(out(0), "dq", a.dq), *dKT = at(out(packed ? 0 : 1), "dk", a.dk, &a.dkRows), *dV = at(out(packed ? 0 : 2), "dv", a.dv);
   checkInPlace();
   // The forward's keep bits, where it drew them with this node's shapes, mask and stream.
   if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {

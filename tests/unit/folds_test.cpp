@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/text.h"
+#include "compiler/target.h"
 #include "passes/data_parallel.h"
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
@@ -29,7 +30,7 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
 }
 
 // A node that launches nothing: its work is done by a neighbour.
-bool foldedAway(const Graph& g, const Node& n) { return fusedComparison(g, n) || castFolded(g, n) || attnViewFolded(g, n); }
+bool foldedAway(const Graph& g, const Node& n) { return fusedComparison(g, n) || castFolded(g, n); }
 
 // The values node n's launches read, as the CUDA lowering reads them.
 std::vector<const Value*> reads(const Graph& g, const Node& n) {
@@ -40,10 +41,6 @@ std::vector<const Value*> reads(const Graph& g, const Node& n) {
     if (!v) continue;
     if (narrow && i == 0) {  // DropoutGrad's dY: the narrowing Cast's f32 operand
       r.push_back(narrow->inputs()[0]);
-      continue;
-    }
-    if (n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad")) {  // operands in place
-      r.push_back(attnRead(g, n, i).base);
       continue;
     }
     if (n.domain() == "ampc" && (n.op() == "SGD" || n.op() == "Adam") && i == 1) {  // through a folded UnscaleCheck (and clip)
@@ -76,8 +73,6 @@ std::vector<const Value*> writes(const Graph& g, const Node& n) {
   std::vector<const Value*> w;
   for (size_t i = 0; i < n.numResults(); ++i) w.push_back(n.result(i));
   if (const Node* d = narrowedResult(g, n)) w[0] = d->result(0);
-  if (n.domain() == "ampc" && (n.op() == "Attention" || n.op() == "AttentionGrad"))
-    for (size_t i = 0; i < (n.op() == "Attention" ? 1u : 3u); ++i) w[i] = attnWrite(g, n, i).base;
   if (n.domain() == "ampc" && n.op() == "ConvGrad" && n.result(0)->uses().empty() && !g.isOutput(n.result(0))) w.erase(w.begin());
   // A folded gradient chain: UnscaleCheck writes only found_inf, the clip only its norm.
   const Node* clip = nullptr;
@@ -93,7 +88,7 @@ std::vector<const Value*> writes(const Graph& g, const Node& n) {
 // Relu and residual, cuda::LayerNormGrad with its residual, cuda::BatchNormGrad gated by a ReLU,
 // cuda::Dropout with its residual, cuda::Gemm with a bias gradient), and the Relus left.
 struct Counts {
-  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, dropped = 0, narrowed = 0, attnViews = 0, biasGrads = 0,
+  int nodes = 0, foldedAway = 0, relus = 0, residuals = 0, gated = 0, dropped = 0, narrowed = 0, attention = 0, packed = 0, biasGrads = 0,
       reluNodes = 0;
 };
 
@@ -106,6 +101,7 @@ Counts check(const std::string& model, DType precision, const std::string& optim
   createFuseReluGradPass()->run(*g);
   createFuseDropoutResidualPass()->run(*g);
   createKeepLossStatsPass()->run(*g);
+  createAttentionInPlacePass(findTarget("cuda"))->run(*g);
   EXPECT_NO_THROW(verify(*g));
   const Schedule s = schedule(*g);
   const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
@@ -121,7 +117,8 @@ Counts check(const std::string& model, DType precision, const std::string& optim
     c.dropped += target && n.op() == "Dropout";
     c.reluNodes += isOnnx(n, "Relu");
     c.narrowed += narrowedGradInput(*g, n) != nullptr;
-    c.attnViews += attnViewFolded(*g, n);
+    c.attention += target && (n.op() == "Attention" || n.op() == "AttentionGrad");
+    c.packed += target && n.getInt("packed_grads", 0) != 0;
     c.biasGrads += n.domain() == "cuda" && n.op() == "Gemm" && n.numResults() == 2;
     if (foldedAway(*g, n)) {
       ++c.foldedAway;
@@ -227,9 +224,10 @@ TEST(Folds, TransformerResiduals) {
     EXPECT_EQ(c.residuals, 4);
     EXPECT_EQ(c.dropped, p == DType::f32 ? 0 : 4);
     EXPECT_EQ(c.narrowed, p == DType::f32 ? 0 : 4);
-    // Per block at bf16: Q, K, V and dO's head Transposes read in place, the QKV Split and its three
-    // Reshapes, O's Transpose, the three gradient Transposes, their Reshapes and the Concat.
-    EXPECT_EQ(c.attnViews, p == DType::f32 ? 0 : 2 * 16);
+    // At bf16 both blocks' attention and its gradient read and write in place
+    // (passes/attention_in_place.cpp): cuda:: nodes, the gradients packed into the QKV Concat's value.
+    EXPECT_EQ(c.attention, p == DType::f32 ? 0 : 4);
+    EXPECT_EQ(c.packed, p == DType::f32 ? 0 : 2);
   }
   // The tied embedding's gradient from lm_head (bf16 GEMM, cast up, transposed): the Transpose
   // reads the bf16 result through the Cast, which launches nothing.
@@ -330,72 +328,5 @@ TEST(Folds, BiasGradientsInTheirGemms) {
   for (DType p : {DType::f32, DType::bf16}) {
     EXPECT_EQ(check("gpt2_tiny", p, "adamw").biasGrads, 8);
     EXPECT_EQ(check("mlp", p, "sgd").biasGrads, 2);
-  }
-}
-
-// Grouped-query attention (Hugging Face's repeat_kv: Unsqueeze, Expand, Reshape; K transposed after):
-// K and V are read from the stored heads, head h at stored head h / 2, and the copies are not made.
-TEST(Folds, GroupedKeysAndValuesReadInPlace) {
-  const std::string base = R"(graph "gqa" opset 18 {
-  domain "ampc" 1
-  input %q : bf16[2,4,16,8]
-  input %k : bf16[2,2,16,8]
-  input %v : bf16[2,2,16,8]
-  const %ax : i64[1] = [2]
-  const %s5 : i64[5] = [2, 2, 2, 16, 8]
-  const %s4 : i64[4] = [2, 4, 16, 8]
-  %ku : bf16[2,2,1,16,8] = Unsqueeze(%k, %ax)
-  %ke : bf16[2,2,2,16,8] = Expand(%ku, %s5)
-  %kr : bf16[2,4,16,8] = Reshape(%ke, %s4)
-  %kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}
-  %vu : bf16[2,2,1,16,8] = Unsqueeze(%v, %ax)
-  %ve : bf16[2,2,2,16,8] = Expand(%vu, %s5)
-  %vr : bf16[2,4,16,8] = Reshape(%ve, %s4)
-  %o : bf16[2,4,16,8], %lse : f32[2,4,16] = ampc::Attention(%q, %kt, %vr) {scale = 0.35}
-  output %o
-}
-)";
-  {
-    auto g = parseGraph(base, "gqa");
-    const Node* att = g->lookup("o")->producer();
-    const AttnOperand k = attnRead(*g, *att, 1), v = attnRead(*g, *att, 2);
-    EXPECT_EQ(k.base, g->lookup("k"));
-    EXPECT_EQ(v.base, g->lookup("v"));
-    for (const AttnOperand& o : {k, v}) {
-      EXPECT_EQ(o.group, 2);
-      EXPECT_EQ(o.heads, 4);
-      EXPECT_EQ(o.sB, 2 * 16 * 8);
-      EXPECT_EQ(o.sH, 16 * 8);
-      EXPECT_EQ(o.sRow, 8);
-    }
-    EXPECT_TRUE(k.keyRows);
-    EXPECT_FALSE(v.keyRows);
-    EXPECT_EQ(attnRead(*g, *att, 0).base, g->lookup("q"));
-    const Schedule s = schedule(*g);
-    const int at = s.positions[static_cast<size_t>(s.order.at(att))];
-    for (const char* name : {"ku", "ke", "kr", "kt", "vu", "ve", "vr"}) {
-      const Node* n = g->lookup(name)->producer();
-      EXPECT_TRUE(attnViewFolded(*g, *n)) << name;
-      EXPECT_TRUE(s.unwritten.count(n->result(0))) << name;
-      EXPECT_EQ(s.positions[static_cast<size_t>(s.order.at(n))], at) << name;  // so k and v live until attention reads them
-    }
-  }
-  // Another reader of the expanded K (here a graph output), or a repeat whose shapes do not match,
-  // keeps the copies: attention reads them as made.
-  auto edited = [&](const std::string& from, const std::string& to) {
-    std::string t = base;
-    const size_t at = t.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    return at == std::string::npos ? t : t.replace(at, from.size(), to);
-  };
-  for (const std::string& text : {edited("  output %o\n", "  output %o\n  output %kr\n"),
-                                  edited("%kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}",
-                                         "%kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}\n  %kt2 : bf16[2,4,8,16] = Neg(%kt)")}) {
-    auto g = parseGraph(text, "gqa");
-    const Node* att = g->lookup("o")->producer();
-    EXPECT_EQ(attnRead(*g, *att, 1).base, g->lookup("kt"));
-    EXPECT_EQ(attnRead(*g, *att, 1).group, 1);
-    EXPECT_FALSE(attnViewFolded(*g, *g->lookup("ke")->producer()));
-    EXPECT_EQ(attnRead(*g, *att, 2).base, g->lookup("v"));  // V's repeat is still read in place
   }
 }

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "compiler/ir/text.h"
+#include "compiler/target.h"
 #include "passes/pass.h"
 #include "runtime/backend.h"
 #include "runtime/evaluator.h"
@@ -505,5 +506,196 @@ TEST(KeepLossStats, TheLossHandsItsRowStatisticsToItsGradient) {
     if (t.find("%xg2") != std::string::npos) t = edit(t, "  %xg : f32[12,37] = Cast(%x) {to = 1}\n", "  %xg2 : f32[12,37] = Neg(%xf)\n");
     auto h = load(t);
     EXPECT_FALSE(createKeepLossStatsPass()->run(*h)) << t;
+  }
+}
+
+// attention-in-place: GPT-2's attention block as the exporters write it, the QKV projection Split
+// and Reshaped into heads, Transposed for attention, O Transposed back, and in the backward dO
+// Transposed in and the three gradients Transposed, Reshaped and Concatenated into the QKV
+// projection's gradient. With dropout on its Philox stream.
+const std::string kAttnBlock = R"(graph "attn" opset 18 {
+  domain "ampc" 1
+  input %x : bf16[2,16,48]
+  input %dot : bf16[2,16,2,8]
+  const %sp : i64[3] = [16, 16, 16]
+  const %heads : i64[4] = [2, 16, 2, 8]
+  const %rows : i64[3] = [2, 16, 16]
+  %q0 : bf16[2,16,16], %k0 : bf16[2,16,16], %v0 : bf16[2,16,16] = Split(%x, %sp) {axis = 2}
+  %q1 : bf16[2,16,2,8] = Reshape(%q0, %heads)
+  %k1 : bf16[2,16,2,8] = Reshape(%k0, %heads)
+  %v1 : bf16[2,16,2,8] = Reshape(%v0, %heads)
+  %q : bf16[2,2,16,8] = Transpose(%q1) {perm = [0, 2, 1, 3]}
+  %kt : bf16[2,2,8,16] = Transpose(%k1) {perm = [0, 2, 3, 1]}
+  %v : bf16[2,2,16,8] = Transpose(%v1) {perm = [0, 2, 1, 3]}
+  %o : bf16[2,2,16,8], %lse : f32[2,2,16] = ampc::Attention(%q, %kt, %v) {scale = 0.35, dropout_ratio = 0.25, dropout_key = 5} @attn
+  %ot : bf16[2,16,2,8] = Transpose(%o) {perm = [0, 2, 1, 3]}
+  %do : bf16[2,2,16,8] = Transpose(%dot) {perm = [0, 2, 1, 3]}
+  %dq : bf16[2,2,16,8], %dkt : bf16[2,2,8,16], %dv : bf16[2,2,16,8] = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse) {scale = 0.35, dropout_ratio = 0.25, dropout_key = 5} @attn_grad
+  %dq1 : bf16[2,16,2,8] = Transpose(%dq) {perm = [0, 2, 1, 3]}
+  %dk1 : bf16[2,16,2,8] = Transpose(%dkt) {perm = [0, 3, 1, 2]}
+  %dv1 : bf16[2,16,2,8] = Transpose(%dv) {perm = [0, 2, 1, 3]}
+  %dq0 : bf16[2,16,16] = Reshape(%dq1, %rows)
+  %dk0 : bf16[2,16,16] = Reshape(%dk1, %rows)
+  %dv0 : bf16[2,16,16] = Reshape(%dv1, %rows)
+  %dx : bf16[2,16,48] = Concat(%dq0, %dk0, %dv0) {axis = 2}
+  output %ot
+  output %dx
+}
+)";
+
+// The whole block becomes two target nodes: attention reads Q, K and V from the projection's
+// bytes (K as rows), writes O token-major as the Transpose's value and reads it back there, and the
+// gradient writes dQ, dK and dV into the Concat's rows. On the CPU the outputs are the unfused
+// graph's bit for bit, with dropout on and off.
+TEST(AttentionInPlace, TheHeadViewsAroundAttentionGo) {
+  auto ref = load(kAttnBlock), g = load(kAttnBlock);
+  ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+  verify(*g);
+  ASSERT_EQ(g->numNodes(), 2u) << printGraph(*g);
+  EXPECT_EQ(g->consts().size(), 0u) << "the Split's and Reshapes' constants are left behind";
+  const Node* a = g->lookup("ot")->producer();
+  const Node* b = g->lookup("dx")->producer();
+  EXPECT_EQ(a->domain(), "cuda");
+  EXPECT_EQ(a->op(), "Attention");
+  EXPECT_EQ(b->op(), "AttentionGrad");
+  EXPECT_EQ(a->getInts("dims"), (std::vector<int64_t>{2, 2, 16, 16, 8, 8}));
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a->input(i), g->lookup("x")) << i;
+  // Q at column 0, K at 16 (rows j), V at 32: heads 2, 8 apart, rows 48 apart, a batch 16 rows.
+  EXPECT_EQ(a->getInts("q_layout"), (std::vector<int64_t>{0, 2, 16 * 48, 8, 48, 1, 0}));
+  EXPECT_EQ(a->getInts("k_layout"), (std::vector<int64_t>{16, 2, 16 * 48, 8, 48, 1, 1}));
+  EXPECT_EQ(a->getInts("v_layout"), (std::vector<int64_t>{32, 2, 16 * 48, 8, 48, 1, 0}));
+  EXPECT_EQ(a->getInts("o_layout"), (std::vector<int64_t>{0, 2, 16 * 16, 8, 16, 1, 0}));
+  EXPECT_EQ(b->input(0), g->lookup("dot"));
+  EXPECT_EQ(b->input(4), g->lookup("ot"));
+  EXPECT_EQ(b->input(5), a->result(1));
+  EXPECT_EQ(b->getInt("packed_grads", 0), 1);
+  ASSERT_EQ(b->numResults(), 1u);
+  EXPECT_EQ(b->getInts("dk_layout"), (std::vector<int64_t>{16, 2, 16 * 48, 8, 48, 1, 1}));
+  EXPECT_EQ(a->name(), "attn");
+  ExecOptions eo;
+  eo.seed = 0x5eed;
+  eo.step = 3;
+  expectSameOnCpu(*ref, *g, 31, eo);
+  eo.dropout = false;
+  expectSameOnCpu(*ref, *g, 32, eo);
+}
+
+// Near misses keep their views, each one alone: the QKV gradient Concatenated with a fourth piece
+// (the Transposes are still written in place, unpacked), K's head Transpose read by another node (K
+// read as made; Q and V still in place), O read by a node other than its Transpose (O written as
+// the logical tensor), head dims not multiples of 8 (no rewrite), and the CPU target (no rewrite).
+TEST(AttentionInPlace, NearMissesKeepTheirViews) {
+  {
+    const std::string text = edit(edit(edit(kAttnBlock, "input %dot : bf16[2,16,2,8]", "input %dot : bf16[2,16,2,8]\n  input %e : bf16[2,16,8]"),
+                                       "Concat(%dq0, %dk0, %dv0)", "Concat(%dq0, %dk0, %dv0, %e)"),
+                                  "%dx : bf16[2,16,48]", "%dx : bf16[2,16,56]");
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+    verify(*g);
+    const Node* b = g->lookup("dx")->producer()->input(0)->producer()->input(0)->producer();
+    EXPECT_EQ(b->op(), "AttentionGrad");
+    EXPECT_EQ(b->numResults(), 3u);
+    EXPECT_EQ(b->getInt("packed_grads", 0), 0);
+    EXPECT_TRUE(b->hasAttr("dq_layout") && b->hasAttr("dk_layout") && b->hasAttr("dv_layout"));
+    expectSameOnCpu(*ref, *g, 33);
+  }
+  {
+    const std::string text = edit(kAttnBlock, "  output %dx\n", "  output %dx\n  output %kt\n");
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+    verify(*g);
+    const Node* a = g->lookup("ot")->producer();
+    EXPECT_EQ(a->input(1), g->lookup("kt"));
+    EXPECT_FALSE(a->hasAttr("k_layout"));
+    // The Split stays (K's Reshape still reads it), so Q and V are read from their Reshapes' values.
+    EXPECT_TRUE(a->hasAttr("q_layout") && a->hasAttr("v_layout"));
+    expectSameOnCpu(*ref, *g, 34);
+  }
+  {
+    const std::string text = edit(kAttnBlock, "  output %dx\n", "  output %dx\n  output %o\n");
+    auto ref = load(text), g = load(text);
+    ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+    verify(*g);
+    const Node* a = g->lookup("o")->producer();
+    EXPECT_EQ(a->domain(), "cuda");
+    EXPECT_FALSE(a->hasAttr("o_layout"));
+    EXPECT_EQ(g->lookup("ot")->producer()->op(), "Transpose");
+    expectSameOnCpu(*ref, *g, 35);
+  }
+  {
+    auto g = load(kAttnBlock);
+    EXPECT_FALSE(createAttentionInPlacePass(findTarget("cpu"))->run(*g));
+  }
+}
+
+// Grouped-query attention (Hugging Face's repeat_kv: Unsqueeze, Expand, Reshape; K transposed
+// after): K and V are read from the stored heads, head h at stored head h / 2, and the copies go. A
+// second reader of the repeated K keeps K's copies; V is still read in place.
+TEST(AttentionInPlace, GroupedKeysAndValuesReadFromTheStoredHeads) {
+  const std::string base = R"(graph "gqa" opset 18 {
+  domain "ampc" 1
+  input %q : bf16[2,4,16,8]
+  input %k : bf16[2,2,16,8]
+  input %w : bf16[2,2,16,8]
+  const %ax : i64[1] = [2]
+  const %s5 : i64[5] = [2, 2, 2, 16, 8]
+  const %s4 : i64[4] = [2, 4, 16, 8]
+  %ku : bf16[2,2,1,16,8] = Unsqueeze(%k, %ax)
+  %ke : bf16[2,2,2,16,8] = Expand(%ku, %s5)
+  %kr : bf16[2,4,16,8] = Reshape(%ke, %s4)
+  %kt : bf16[2,4,8,16] = Transpose(%kr) {perm = [0, 1, 3, 2]}
+  %wu : bf16[2,2,1,16,8] = Unsqueeze(%w, %ax)
+  %we : bf16[2,2,2,16,8] = Expand(%wu, %s5)
+  %wr : bf16[2,4,16,8] = Reshape(%we, %s4)
+  %o : bf16[2,4,16,8], %lse : f32[2,4,16] = ampc::Attention(%q, %kt, %wr) {scale = 0.35}
+  output %o
+}
+)";
+  {
+    auto ref = load(base), g = load(base);
+    ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+    verify(*g);
+    ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+    const Node* a = g->lookup("o")->producer();
+    EXPECT_EQ(a->input(0), g->lookup("q"));
+    EXPECT_FALSE(a->hasAttr("q_layout"));
+    EXPECT_EQ(a->input(1), g->lookup("k"));
+    EXPECT_EQ(a->input(2), g->lookup("w"));
+    EXPECT_EQ(a->getInts("k_layout"), (std::vector<int64_t>{0, 4, 2 * 16 * 8, 16 * 8, 8, 2, 1}));
+    EXPECT_EQ(a->getInts("v_layout"), (std::vector<int64_t>{0, 4, 2 * 16 * 8, 16 * 8, 8, 2, 0}));
+    expectSameOnCpu(*ref, *g, 36);
+  }
+  const std::string text = edit(base, "  output %o\n", "  output %o\n  output %kr\n");
+  auto ref = load(text), g = load(text);
+  ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+  verify(*g);
+  const Node* a = g->lookup("o")->producer();
+  EXPECT_EQ(a->input(1), g->lookup("kt"));
+  EXPECT_FALSE(a->hasAttr("k_layout"));
+  EXPECT_EQ(a->input(2), g->lookup("w"));
+  expectSameOnCpu(*ref, *g, 37);
+}
+
+// The target nodes check their layouts against the values they address: a layout reaching past
+// its operand, or heads that are not H, is refused naming the node.
+TEST(AttentionInPlace, TargetAttentionChecksItsLayouts) {
+  const std::string base = R"(graph "t" opset 18 {
+  domain "cuda" 1
+  input %x : bf16[2,16,48]
+  %o : bf16[2,2,16,8], %lse : f32[2,2,16] = cuda::Attention(%x, %x, %x) {dims = [2, 2, 16, 16, 8, 8], q_layout = [0, 2, 768, 8, 48, 1, 0], k_layout = [16, 2, 768, 8, 48, 1, 1], v_layout = [32, 2, 768, 8, 48, 1, 0]} @a
+  output %o
+}
+)";
+  EXPECT_NO_THROW(load(base));
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"v_layout = [32,", "v_layout = [33,"},
+                                                                                  {"q_layout = [0, 2,", "q_layout = [0, 3,"},
+                                                                                  {"dims = [2, 2, 16, 16, 8, 8]", "dims = [2, 2, 17, 16, 8, 8]"},
+                                                                                  {"k_layout = [16, 2, 768, 8, 48, 1, 1]", "k_layout = [16, 2, 768, 8, 48, 1]"}}) {
+    try {
+      load(edit(base, from, to));
+      ADD_FAILURE() << "accepted " << to;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("node 'a' (cuda.Attention)"), std::string::npos) << e.what();
+    }
   }
 }
