@@ -507,6 +507,22 @@ TEST(Ampc, EmitTextShowsTheCudaTargetNodes) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(count(r.out, "cuda::"), 0u);
   EXPECT_EQ(count(r.out, "= Relu("), 7u);
+  // gpt2_tiny at bf16: both blocks' attention reads Q, K and V from the QKV projection and its
+  // gradient writes into the projection gradient's Concat (passes/attention_in_place.cpp); no head
+  // Transpose, Split or Concat is left.
+  const std::string gpt2 = std::string(AMPC_SOURCE_DIR) + "/models/gpt2_tiny.onnx";
+  r = run(kAmpc + " " + gpt2 + " --precision bf16 --train --emit text");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "= cuda::Attention("), 2u);
+  EXPECT_EQ(count(r.out, "= cuda::AttentionGrad("), 2u);
+  EXPECT_EQ(count(r.out, "packed_grads = 1"), 2u);
+  EXPECT_EQ(count(r.out, "= ampc::Attention"), 0u);
+  EXPECT_EQ(count(r.out, "= Split("), 0u);
+  EXPECT_EQ(count(r.out, "= Concat("), 0u);
+  r = run(kAmpc + " " + gpt2 + " --precision bf16 --train --target cpu --emit text");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "= ampc::Attention("), 2u);
+  EXPECT_EQ(count(r.out, "= Split("), 2u);
 }
 
 // A plan trains exactly the model's "ampc.trainable" list (the export helper's named_parameters()):
