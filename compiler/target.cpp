@@ -12,8 +12,8 @@ bool cudaAttentionInPlace(const AttentionShape& s) { return cuda::attentionMmaSh
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
-      {"cuda", cudaAttention, cudaAttentionInPlace},
-      {"cpu", nullptr, nullptr},
+      {"cuda", cudaAttention, cudaAttentionInPlace, cuda::gemmRunsPadded},
+      {"cpu", nullptr, nullptr, nullptr},
   };
   return t;
 }

@@ -30,6 +30,9 @@ struct Target {
   // (compiler/ops/geometry.h, AttentionLayout), at this shape; null: never. The attention-in-place
   // rewrite asks it.
   bool (*attentionInPlace)(const AttentionShape&) = nullptr;
+  // Whether its GEMM runs this product (M, N, K as it computes them; transA: A stored [K, M]) on
+  // copies padded to 16-byte rows; null: never. pitch-loss-scores asks it.
+  bool (*paddedGemm)(int64_t M, int64_t N, int64_t K, bool transA, int64_t elementBytes) = nullptr;
   // Whether a plan compiled for this target runs on `backend` ("cpu" runs every target's plans:
   // the reference has every fused op at any size).
   bool runsOn(const std::string& backend) const { return backend == "cpu" || backend == name; }

@@ -127,5 +127,9 @@ std::unique_ptr<Pass> createKeepLossStatsPass();  // keep_loss_stats.cpp
 // Split and its gradient's Concat, a grouped-query repeat): cuda::Attention / cuda::AttentionGrad
 // with layouts, where the target takes strided operands (attention_in_place.cpp).
 std::unique_ptr<Pass> createAttentionInPlacePass(const Target& target);  // attention_in_place.cpp
+// The loss scores and their gradient over rows that are not 16-byte multiples stored with a padded
+// row pitch where only the padded GEMMs around them, their views, the loss and its gradient touch
+// them: scores_pitch / grad_pitch on the gradient node (pitch_loss_scores.cpp).
+std::unique_ptr<Pass> createPitchLossScoresPass(const Target& target);  // pitch_loss_scores.cpp
 
 }  // namespace ampc

@@ -31,6 +31,7 @@ const PassEntry kPasses[] = {
     {"fuse-dropout-residual", createFuseDropoutResidualPass},
     {"keep-loss-stats", createKeepLossStatsPass},
     {"attention-in-place", [] { return createAttentionInPlacePass(findTarget("cuda")); }},
+    {"pitch-loss-scores", [] { return createPitchLossScoresPass(findTarget("cuda")); }},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

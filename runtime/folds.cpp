@@ -6,7 +6,6 @@
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
-#include "kernels/cuda/limits.h"
 #include "passes/target_node.h"
 #include "passes/train_step.h"
 
@@ -154,51 +153,6 @@ const Value* castUnwritten(const Graph& g, const Node& c) {
 
 bool isOnnx(const Node& n, std::string_view op) { return n.domain().empty() && n.op() == op; }
 
-namespace {
-bool isView(const Node& n) { return n.def() && n.def()->view && n.numResults() == 1 && !n.inputs().empty(); }
-// M, N, K of a MatMul whose B is one matrix (A's batch is rows of one GEMM) or a Gemm without C.
-bool gemmDims(const Node& n, int64_t& M, int64_t& N, int64_t& K) {
-  if (n.inputs().size() < 2 || !n.inputs()[0] || !n.inputs()[1]) return false;
-  const auto &as = n.inputs()[0]->type().shape, &bs = n.inputs()[1]->type().shape;
-  if (isOnnx(n, "MatMul")) {
-    if (as.size() < 2 || bs.size() != 2) return false;
-    K = as.back();
-    N = bs.back();
-    M = K ? n.inputs()[0]->type().numel() / K : 0;
-    return true;
-  }
-  if (!isOnnx(n, "Gemm") || as.size() != 2 || bs.size() != 2) return false;
-  if (n.inputs().size() > 2 && n.inputs()[2] && n.inputs()[2]->type().numel() > 0) return false;
-  const bool ta = n.getInt("transA", 0) != 0, tb = n.getInt("transB", 0) != 0;
-  M = ta ? as[1] : as[0];
-  K = ta ? as[0] : as[1];
-  N = tb ? bs[0] : bs[1];
-  return true;
-}
-// The CUDA lowering runs this product on 16-byte padded dims (program.cpp, gemm).
-bool paddedGemm(const Node& n) {
-  int64_t M = 0, N = 0, K = 0;
-  if (!gemmDims(n, M, N, K)) return false;
-  const int64_t eb = static_cast<int64_t>(dtypeSize(n.inputs()[0]->type().dtype));
-  return cuda::gemmRunsPadded(M, N, K, isOnnx(n, "Gemm") && n.getInt("transA", 0) != 0, eb);
-}
-// v and its views (recursively), if every one keeps the last dim C, is f16/bf16 and no graph output.
-bool viewTree(const Graph& g, const Value* v, int64_t C, std::vector<const Value*>& out) {
-  const auto& s = v->type().shape;
-  if (s.empty() || s.back() != C || g.isOutput(v) || (v->type().dtype != DType::f16 && v->type().dtype != DType::bf16)) return false;
-  out.push_back(v);
-  for (const Use& u : v->uses())
-    if (isView(*u.user) && u.operand == 0 && !viewTree(g, u.user->result(0), C, out)) return false;
-  return true;
-}
-bool isLoss(const Node& n) { return n.op() == "SoftmaxCrossEntropyLoss" && (n.domain().empty() || n.domain() == kCudaDomain); }
-// The loss (without log-probs; the target's keeps row statistics instead) or its gradient reading 2-d scores.
-bool lossReads(const Node& n, int operand) {
-  if (isLoss(n)) return operand == 0 && (n.numResults() == 1 || n.domain() == kCudaDomain) && n.inputs()[0]->type().rank() == 2;
-  return isLossGrad(n) && operand == 1 && n.inputs()[1]->type().rank() == 2;
-}
-}  // namespace
-
 bool fusedGradChain(const Graph& g, const Node& u, const Node** clipOut) {
   if (u.domain() != "ampc" || u.op() != "UnscaleCheck" || u.inputs().size() < 2 || u.numResults() != u.inputs().size()) return false;
   const size_t k = u.inputs().size() - 1;
@@ -225,49 +179,6 @@ bool fusedGradChain(const Graph& g, const Node& u, const Node** clipOut) {
   return true;
 }
 
-std::map<const Value*, int64_t> pitchedScores(const Graph& g) {
-  std::map<const Value*, int64_t> pitch;
-  auto claim = [&](const Value* root, int64_t C, auto&& usesOk) {
-    std::vector<const Value*> group;
-    const int64_t eb = static_cast<int64_t>(dtypeSize(root->type().dtype)), unit = 16 / eb;
-    if (!viewTree(g, root, C, group) || (root->type().numel() / C) % unit != 0) return;
-    for (const Value* m : group)
-      for (const Use& u : m->uses())
-        if (!(isView(*u.user) && u.operand == 0) && !usesOk(*u.user, u.operand)) return;
-    for (const Value* m : group) pitch[m] = (C + unit - 1) / unit * unit;
-  };
-  for (const auto& n : g.nodes()) {
-    if (!isLossGrad(*n) || n->inputs().size() < 3 || !n->inputs()[1] || n->inputs()[1]->type().rank() != 2) continue;
-    const int64_t C = n->inputs()[1]->type().shape[1];
-    if (C <= 0 || pitch.count(n->inputs()[1])) continue;
-    // The scores: a padded product's result, read by the loss and this gradient (through a folded
-    // widening Cast or directly).
-    const Value* x = readThrough(g, n->inputs()[1]);
-    while (x->producer() && isView(*x->producer())) x = x->producer()->inputs()[0];
-    const Node* prod = x->producer();
-    const int64_t eb = static_cast<int64_t>(dtypeSize(x->type().dtype));
-    if (prod && paddedGemm(*prod) && (C * eb) % 16 != 0)
-      claim(x, C, [&](const Node& user, int operand) {
-        if (lossReads(user, operand)) return true;
-        if (!isCastBetween(user, true) || !widenedSource(g, user.result(0))) return false;
-        for (const Use& w : user.result(0)->uses())
-          if (!lossReads(*w.user, w.operand)) return false;
-        return true;
-      });
-    // The gradient (the narrowed Cast it writes, or its own result): read by padded products only,
-    // as MatMul's A (the contraction over C), Gemm's A (either way: C is K, or M transposed) or
-    // Gemm's B (not transposed: C is N).
-    const Node* narrow = narrowedResult(g, *n);
-    const Value* dx = narrow ? narrow->result(0) : n->result(0);
-    if ((C * static_cast<int64_t>(dtypeSize(dx->type().dtype))) % 16 != 0)
-      claim(dx, C, [&](const Node& user, int operand) {
-        if (!paddedGemm(user)) return false;
-        if (isOnnx(user, "MatMul")) return operand == 0;
-        return operand == 0 || (operand == 1 && user.getInt("transB", 0) == 0);
-      });
-  }
-  return pitch;
-}
 std::vector<size_t> optimizerGroups(const Graph& g) {
   std::vector<const Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());

@@ -72,19 +72,6 @@ const Value* castUnwritten(const Graph& g, const Node& c);
 // `clip` gets the ClipByGlobalNorm or null.
 bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nullptr);
 
-// Scores stored with a padded row pitch. A softmax cross-entropy loss over f16/bf16 scores
-// [rows, C] whose rows are not a multiple of 16 bytes (GPT-2's vocabulary of 50257 words) had its
-// scores and their gradient copied to a padded pitch around each of the three GEMMs that write or
-// read them (cuBLASLt's fast kernels need 16-byte strides). Instead, the two values (and their
-// views) are stored with a row pitch of C rounded up to 16 bytes: the GEMMs read and write them in
-// place, the loss and its gradient index rows by the pitch, and the gradient's pad columns are
-// written as zeros (they are part of the next product's contraction). Only where every node that
-// touches their bytes is one of those: the producing MatMul/Gemm (no bias, large enough to take the
-// padded path), views keeping the last dim, the folded widening Cast, the loss and its gradient,
-// and the consuming MatMul (scores gradient as A) / Gemm (as A, or as B not transposed). Returns
-// each value's pitch in elements, views included.
-std::map<const Value*, int64_t> pitchedScores(const Graph& g);
-
 // Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Per node
 // index, the index of its group's first node (or itself).
 std::vector<size_t> optimizerGroups(const Graph& g);

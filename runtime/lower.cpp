@@ -12,6 +12,7 @@
 #include "compiler/ops/pointwise.h"
 #include "compiler/target.h"
 #include "passes/pass.h"
+#include "passes/pitch_loss_scores.h"
 #include "runtime/folds.h"
 #include "runtime/plan.h"
 
@@ -42,7 +43,7 @@ bool claimedByFold(const Graph& g, const Node& n) {
 
 MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<const Value*, int64_t>* pitches) {
   folds::Schedule s = folds::schedule(step);
-  const auto pitch = folds::pitchedScores(step);
+  const auto pitch = pitchedValues(step);
   std::map<const Value*, int64_t> bytes;
   for (const auto& [v, p] : pitch) bytes[v] = v->type().numel() / v->type().shape.back() * p * static_cast<int64_t>(dtypeSize(v->type().dtype));
   MemoryPlan plan = planMemory(step, s.positions, s.unwritten, s.extraReads, bytes, s.inPlace);
@@ -75,6 +76,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   }
   if (!opts.fuseElementwise) {
     createFuseParamCastsPass()->run(step);
+    createPitchLossScoresPass(findTarget("cuda"))->run(step);
     return 0;
   }
   claim();
@@ -83,6 +85,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
                             [](const Node& n) { return !folds::cudaPointwiseByHand(n); })
       ->run(step);
   createFuseParamCastsPass()->run(step);  // the parameter casts no group took
+  createPitchLossScoresPass(findTarget("cuda"))->run(step);  // on the final graph: every node that touches the scores is known
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());

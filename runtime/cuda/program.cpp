@@ -316,7 +316,7 @@ struct Program::Lowering {
     rows = D = 1;
     for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) (d < axis ? rows : D) *= s[d];
   }
-  // A value's row pitch in elements where folds::pitchedScores stores it padded, else 0.
+  // A value's row pitch in elements where pitch-loss-scores stores it padded (pitchedValues), else 0.
   int64_t pitchOf(const Value* v) const {
     auto it = p.pitch_.find(v);
     return it == p.pitch_.end() ? 0 : it->second;
@@ -522,7 +522,7 @@ void Program::Lowering::gemm(bool isMatMul) {
     }
     for (Staged& q : staged) {
       // In place (offset 0): already of the padded dims, or stored with the padded row pitch
-      // (folds::pitchedScores; its rows are a multiple of the unit there).
+      // (pitch-loss-scores; its rows are a multiple of the unit there).
       if (auto it = p.pitch_.find(q.v); it != p.pitch_.end()) {
         if (it->second != q.pcols || q.rows != q.prows) fail("internal: a pitched operand off its GEMM's padded dims");
         q.pcols = q.cols;

@@ -150,7 +150,7 @@ class Program {
   }
   std::map<const Node*, int> order_;            // each node's index in the graph's order
   std::set<const Value*> nhwc_;                 // 4-d values stored channels-last (passes/channels_last.h)
-  std::map<const Value*, int64_t> pitch_;       // values stored with a padded row pitch (folds::pitchedScores)
+  std::map<const Value*, int64_t> pitch_;       // values stored with a padded row pitch (passes/pitch_loss_scores.h, pitchedValues)
   size_t scratchBytes_ = 0;
   unsigned long long* nan_ = nullptr;  // checkPlan: per node, the NaN elements its results held
   std::vector<std::string> nodeNames_;       // checkPlan: per node

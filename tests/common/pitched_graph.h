@@ -1,4 +1,4 @@
-// GPT-2's lm_head in small, for the pitched-scores fold (runtime/folds.h, pitchedScores): bf16
+// GPT-2's lm_head in small, for the loss scores' row pitch (passes/pitch_loss_scores.cpp): bf16
 // scores [1040, 1001] (rows of 2002 bytes) from a product large enough for the padded GEMM path,
 // the loss, its gradient (some rows ignored: label 3), and the two products that read it.
 // `extra` is inserted before the closing brace (more outputs or readers).

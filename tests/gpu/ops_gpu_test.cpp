@@ -819,7 +819,7 @@ TEST(GpuProgram, ViewsAndFoldedCastsTakeNoBytes) {
 }
 
 // GPT-2's lm_head in small (tests/common/pitched_graph.h): the scores and their gradient are stored
-// with a row pitch of 1008 (folds::pitchedScores), no padded copies of them, and the results are
+// with a row pitch of 1008 (pitch-loss-scores), no padded copies of them, and the results are
 // the CPU's, which stores them densely.
 TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
   AMPC_NEED_GPU();
@@ -829,6 +829,7 @@ TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
     // The loss keeping its row statistics for the gradient (keep-loss-stats, as the CUDA lowering
     // runs it), and not.
     if (stats) ASSERT_TRUE(createKeepLossStatsPass()->run(*g));
+    ASSERT_TRUE(createPitchLossScoresPass(findTarget("cuda"))->run(*g));
     cuda::Program p(*g, {});
     const MemoryPlan& m = p.memoryPlan();
     for (const char* v : {"z", "gb"}) EXPECT_EQ(m.slots.at(g->lookup(v)).bytes, 1040 * 1008 * 2) << v;

@@ -13,7 +13,6 @@
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
 #include "runtime/folds.h"
-#include "tests/common/pitched_graph.h"
 #include "tests/common/train_graph.h"
 
 using namespace ampc;
@@ -257,43 +256,6 @@ TEST(Folds, ParameterCastsInOneLaunch) {
 }
 
 }  // namespace
-
-// The loss's scores and their gradient, [1040, 1001] bf16 (rows of 2002 bytes), between three
-// products large enough for the padded path: both values (and the gradient's view) are stored with a
-// row pitch of 1008, the f32 sides of the folded casts not at all; as a graph output, or read by
-// anything else, a value keeps its own layout.
-TEST(Folds, LossScoresPitched) {
-  auto g = parseGraph(test::pitchedLossGraph(), "pitched");
-  const auto pitch = pitchedScores(*g);
-  EXPECT_EQ(pitch.size(), 3u);
-  for (const char* v : {"z", "gb", "gr"}) EXPECT_EQ(pitch.count(g->lookup(v)) ? pitch.at(g->lookup(v)) : 0, 1008) << v;
-  const MemoryPlan m = planMemory(*g, {}, {}, {}, {{g->lookup("z"), 1040 * 1008 * 2}});
-  EXPECT_EQ(m.slots.at(g->lookup("z")).bytes, 1040 * 1008 * 2);
-  // The logits as an output, and the gradient read by an elementwise op: neither is pitched.
-  auto g2 = parseGraph(test::pitchedLossGraph("  output %z\n  %n : bf16[1040,1001] = Neg(%gb)\n  output %n\n"), "kept");
-  EXPECT_TRUE(pitchedScores(*g2).empty());
-  // Too small for the padded GEMM path (a hidden width of 64: the rows then stay dense), or rows
-  // not a multiple of 8 (1036).
-  auto replaced = [](std::string t, const std::vector<std::pair<std::string, std::string>>& subs) {
-    for (const auto& [from, to] : subs)
-      for (size_t at = t.find(from); at != std::string::npos; at = t.find(from, at + to.size())) t.replace(at, from.size(), to);
-    return t;
-  };
-  const std::string small = replaced(test::pitchedLossGraph(), {{"h : bf16[1040,1040]", "h : bf16[1040,64]"},
-                                                                {"w : bf16[1040,1001]", "w : bf16[64,1001]"},
-                                                                {"wt : bf16[1001,1040]", "wt : bf16[1001,64]"},
-                                                                {"dh : bf16[8,130,1040]", "dh : bf16[8,130,64]"},
-                                                                {"dw : bf16[1040,1001]", "dw : bf16[64,1001]"}});
-  const std::string odd = replaced(test::pitchedLossGraph(), {{"[8, 130, 1001]", "[4, 259, 1001]"}, {"[8,130,", "[4,259,"}, {"1040", "1036"}});
-  for (const std::string& text : {small, odd}) EXPECT_TRUE(pitchedScores(*parseGraph(text, "kept")).empty()) << text;
-  // After keep-loss-stats (the loss and its gradient as cuda:: nodes, the row statistics between
-  // them), the same values are pitched.
-  auto kept = parseGraph(test::pitchedLossGraph(), "pitched");
-  ASSERT_TRUE(createKeepLossStatsPass()->run(*kept));
-  const auto again = pitchedScores(*kept);
-  EXPECT_EQ(again.size(), 3u);
-  for (const char* v : {"z", "gb", "gr"}) EXPECT_EQ(again.count(kept->lookup(v)) ? again.at(kept->lookup(v)) : 0, 1008) << v;
-}
 
 // The step's UnscaleCheck and ClipByGlobalNorm fold into SGD / AdamW (one chain per step): neither
 // the unscaled nor the clipped gradients get bytes. LAMB reads its gradients twice, so it keeps

@@ -13,8 +13,10 @@
 #include "compiler/ir/text.h"
 #include "compiler/target.h"
 #include "passes/pass.h"
+#include "passes/pitch_loss_scores.h"
 #include "runtime/backend.h"
 #include "runtime/evaluator.h"
+#include "tests/common/pitched_graph.h"
 
 using namespace ampc;
 
@@ -697,5 +699,57 @@ TEST(AttentionInPlace, TargetAttentionChecksItsLayouts) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("node 'a' (cuda.Attention)"), std::string::npos) << e.what();
     }
+  }
+}
+
+// pitch-loss-scores: the loss's scores and their gradient, [1040, 1001] bf16 (rows of 2002 bytes),
+// between three products large enough for the padded path. The gradient node records both pitches
+// (1008), and the scores, the gradient and the gradient's view are stored with it, the f32 sides of
+// the casts not at all; as a graph output, or read by anything else, a value keeps its own layout;
+// and the CPU target never pitches.
+namespace {
+std::map<const Value*, int64_t> pitched(Graph& g, bool keepStats = false) {
+  g.bindOps();
+  verify(g);
+  if (keepStats) EXPECT_TRUE(createKeepLossStatsPass()->run(g));
+  createPitchLossScoresPass(findTarget("cuda"))->run(g);
+  verify(g);
+  return pitchedValues(g);
+}
+}  // namespace
+
+TEST(PitchLossScores, ScoresAndGradientBetweenPaddedProducts) {
+  for (const bool stats : {false, true}) {
+    SCOPED_TRACE(stats ? "after keep-loss-stats" : "ampc's loss gradient");
+    auto g = parseGraph(test::pitchedLossGraph(), "pitched");
+    const auto pitch = pitched(*g, stats);
+    EXPECT_EQ(pitch.size(), 3u);
+    for (const char* v : {"z", "gb", "gr"}) EXPECT_EQ(pitch.count(g->lookup(v)) ? pitch.at(g->lookup(v)) : 0, 1008) << v;
+    const Node* grad = g->lookup("g")->producer();
+    EXPECT_EQ(grad->getInt("scores_pitch", 0), 1008);
+    EXPECT_EQ(grad->getInt("grad_pitch", 0), 1008);
+    auto cpuTarget = parseGraph(test::pitchedLossGraph(), "pitched");
+    EXPECT_FALSE(createPitchLossScoresPass(findTarget("cpu"))->run(*cpuTarget));
+  }
+  // The logits as an output, and the gradient read by an elementwise op: neither is pitched.
+  auto g2 = parseGraph(test::pitchedLossGraph("  output %z\n  %n : bf16[1040,1001] = Neg(%gb)\n  output %n\n"), "kept");
+  EXPECT_TRUE(pitched(*g2).empty());
+  EXPECT_FALSE(g2->lookup("g")->producer()->hasAttr("scores_pitch"));
+  // Too small for the padded GEMM path (a hidden width of 64: the rows then stay dense), or rows
+  // not a multiple of 8 (1036).
+  auto replaced = [](std::string t, const std::vector<std::pair<std::string, std::string>>& subs) {
+    for (const auto& [from, to] : subs)
+      for (size_t at = t.find(from); at != std::string::npos; at = t.find(from, at + to.size())) t.replace(at, from.size(), to);
+    return t;
+  };
+  const std::string small = replaced(test::pitchedLossGraph(), {{"h : bf16[1040,1040]", "h : bf16[1040,64]"},
+                                                                {"w : bf16[1040,1001]", "w : bf16[64,1001]"},
+                                                                {"wt : bf16[1001,1040]", "wt : bf16[1001,64]"},
+                                                                {"dh : bf16[8,130,1040]", "dh : bf16[8,130,64]"},
+                                                                {"dw : bf16[1040,1001]", "dw : bf16[64,1001]"}});
+  const std::string odd = replaced(test::pitchedLossGraph(), {{"[8, 130, 1001]", "[4, 259, 1001]"}, {"[8,130,", "[4,259,"}, {"1040", "1036"}});
+  for (const std::string& text : {small, odd}) {
+    auto g = parseGraph(text, "kept");
+    EXPECT_TRUE(pitched(*g).empty()) << text;
   }
 }
