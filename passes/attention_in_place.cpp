@@ -218,9 +218,6 @@ struct Plan {
   AttentionDims dims;
 };
 
-const char* const kReadSlots[] = {"q", "k", "v", "do", "o"};
-const char* const kGradSlots[] = {"dq", "dk", "dv"};
-
 Plan plan(const Planner& p, Node* n, std::vector<Node*>& views) {
   Plan pl;
   pl.node = n;
@@ -231,7 +228,7 @@ Plan plan(const Planner& p, Node* n, std::vector<Node*>& views) {
   for (size_t i = 0; i < n->numInputs(); ++i) {
     const Operand o = p.read(n, i, views);
     pl.inputs.push_back(o.value);
-    if (o.layout) pl.layouts.emplace_back(kReadSlots[Planner::slotOf(n, i)], *o.layout);
+    if (o.layout) pl.layouts.emplace_back(attentionOperandSlot(grad, i), *o.layout);
   }
   if (!grad) {
     Node* t = p.outputTransposed(n);
@@ -253,7 +250,7 @@ Plan plan(const Planner& p, Node* n, std::vector<Node*>& views) {
     const auto& ts = t->result(0)->type().shape;
     views.push_back(t);
     if (!c) {
-      pl.layouts.emplace_back(kGradSlots[r], *headsOf(t->result(0), 0, ts, ts[2] * ts[3], r == 1).layout);
+      pl.layouts.emplace_back(attentionGradSlot(r), *headsOf(t->result(0), 0, ts, ts[2] * ts[3], r == 1).layout);
       pl.standsFor.push_back(t->result(0));
       continue;
     }
@@ -264,7 +261,7 @@ Plan plan(const Planner& p, Node* n, std::vector<Node*>& views) {
       if (in == re->result(0)) break;
       offset += in->type().shape[2];
     }
-    pl.layouts.emplace_back(kGradSlots[r], *headsOf(c->result(0), offset, ts, c->result(0)->type().shape[2], r == 1).layout);
+    pl.layouts.emplace_back(attentionGradSlot(r), *headsOf(c->result(0), offset, ts, c->result(0)->type().shape[2], r == 1).layout);
   }
   if (c) {
     pl.packed = true;

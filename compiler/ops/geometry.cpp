@@ -219,6 +219,23 @@ void attentionSlotExtent(const AttentionDims& d, const std::string& slot, bool k
   else throw Error("no attention operand slot '" + slot + "'");
 }
 
+std::vector<int64_t> attentionLogicalShape(const AttentionDims& d, const std::string& slot) {
+  int64_t rows = 0, cols = 0;
+  attentionSlotExtent(d, slot, false, rows, cols);
+  return {d.B, d.H, rows, cols};
+}
+
+const char* attentionOperandSlot(bool grad, size_t i) {
+  static const char* const kFwd[] = {"q", "k", "v"};
+  static const char* const kBwd[] = {"do", "q", "k", "v", "o"};
+  return grad ? (i < 5 ? kBwd[i] : nullptr) : (i < 3 ? kFwd[i] : nullptr);
+}
+
+const char* attentionGradSlot(size_t r) {
+  static const char* const kGrad[] = {"dq", "dk", "dv"};
+  return r < 3 ? kGrad[r] : nullptr;
+}
+
 AttentionLayout attentionLayout(const Node& n, const AttentionDims& d, const std::string& slot) {
   AttentionLayout l;
   const std::string name = slot + "_layout";

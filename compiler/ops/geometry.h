@@ -82,6 +82,12 @@ struct AttentionDims {
 AttentionDims attentionDims(const Node& n);
 // A slot's rows and columns as laid out (k/dk by keyRows).
 void attentionSlotExtent(const AttentionDims& d, const std::string& slot, bool keyRows, int64_t& rows, int64_t& cols);
+// The slot's logical shape [B, H, rows, cols] (KT's for k and dk).
+std::vector<int64_t> attentionLogicalShape(const AttentionDims& d, const std::string& slot);
+// The slot of Attention's (grad: AttentionGrad's) operand i, null for one without a layout (the
+// mask, LSE); of AttentionGrad's gradient r (0 dq, 1 dk, 2 dv).
+const char* attentionOperandSlot(bool grad, size_t i);
+const char* attentionGradSlot(size_t r);
 // The slot's layout: its attribute, or the contiguous [B H, rows, cols]. Error on a malformed attribute.
 AttentionLayout attentionLayout(const Node& n, const AttentionDims& d, const std::string& slot);
 // One past the last element the layout touches; Error unless its heads are H, group divides H and

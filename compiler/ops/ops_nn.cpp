@@ -342,11 +342,7 @@ void inferAttentionGrad(InferContext& c) {
 // result written with a layout is token-major, [B, T, H, cols] (the head Transpose's value it
 // stands for), or with packed_grads = 1 AttentionGrad's one result [B, Tq, row] holds dQ, dK and dV
 // side by side in each row (the Concat of the QKV projection's gradient).
-TensorType attentionLogical(DType t, const AttentionDims& d, const std::string& slot) {
-  int64_t rows = 0, cols = 0;
-  attentionSlotExtent(d, slot, false, rows, cols);
-  return TensorType{t, {d.B, d.H, rows, cols}};
-}
+TensorType attentionLogical(DType t, const AttentionDims& d, const std::string& slot) { return TensorType{t, attentionLogicalShape(d, slot)}; }
 TensorType attentionTokenMajor(DType t, const AttentionDims& d, const std::string& slot) {
   int64_t rows = 0, cols = 0;
   attentionSlotExtent(d, slot, true, rows, cols);
@@ -370,18 +366,17 @@ int64_t laidEnd(const InferContext& c, const AttentionDims& d, const std::string
     return attentionLayoutEnd(l, d, rows, cols);
   });
 }
-// Checks operand i in its slot; returns whether it is laid out.
-bool checkLaidOperand(InferContext& c, const AttentionDims& d, size_t i, const std::string& slot, DType t) {
+// Checks operand i in its slot: the logical tensor, or a value holding what its layout addresses.
+void checkLaidOperand(InferContext& c, const AttentionDims& d, size_t i, const std::string& slot, DType t) {
   c.check(c.in(i).dtype == t, "operand " + std::to_string(i) + " (" + slot + ") must have Q's type, got " + c.in(i).str());
   const std::string attr = slot + "_layout";
   if (!c.node().hasAttr(attr)) {
     c.check(c.in(i) == attentionLogical(t, d, slot), "operand " + std::to_string(i) + " (" + slot + ") must be " +
                                                           attentionLogical(t, d, slot).str() + " without " + attr + ", got " + c.in(i).str());
-    return false;
+    return;
   }
   c.check(laidEnd(c, d, slot) <= c.in(i).numel(),
           "operand " + std::to_string(i) + " (" + slot + ") " + c.in(i).str() + " does not hold what " + attr + " addresses");
-  return true;
 }
 void checkLaidResult(InferContext& c, const AttentionDims& d, const std::string& slot, const TensorType& t) {
   c.check(laidEnd(c, d, slot) <= t.numel(), "result " + slot + " " + t.str() + " does not hold what " + slot + "_layout addresses");
@@ -398,9 +393,7 @@ void inferTargetAttention(InferContext& c) {
   const AttentionDims d = named(c, [&] { return attentionDims(c.node()); });
   requireFloat(c, 0);
   const DType t = c.in(0).dtype;
-  checkLaidOperand(c, d, 0, "q", t);
-  checkLaidOperand(c, d, 1, "k", t);
-  checkLaidOperand(c, d, 2, "v", t);
+  for (size_t i = 0; i < 3; ++i) checkLaidOperand(c, d, i, attentionOperandSlot(false, i), t);
   checkTargetMask(c, d, 3);
   const bool laid = c.node().hasAttr("o_layout");
   const TensorType o = laid ? attentionTokenMajor(t, d, "o") : attentionLogical(t, d, "o");
@@ -413,11 +406,7 @@ void inferTargetAttentionGrad(InferContext& c) {
   const AttentionDims d = named(c, [&] { return attentionDims(c.node()); });
   requireFloat(c, 1);
   const DType t = c.in(1).dtype;
-  checkLaidOperand(c, d, 0, "do", t);
-  checkLaidOperand(c, d, 1, "q", t);
-  checkLaidOperand(c, d, 2, "k", t);
-  checkLaidOperand(c, d, 3, "v", t);
-  checkLaidOperand(c, d, 4, "o", t);
+  for (size_t i = 0; i < 5; ++i) checkLaidOperand(c, d, i, attentionOperandSlot(true, i), t);
   c.check(c.in(5) == TensorType{DType::f32, {d.B, d.H, d.Tq}}, "LSE must be f32[B, H, Tq], got " + c.in(5).str());
   checkTargetMask(c, d, 6);
   size_t next = 3;
@@ -431,7 +420,8 @@ void inferTargetAttentionGrad(InferContext& c) {
     next = 1;
   } else {
     size_t r = 0;
-    for (const char* s : {"dq", "dk", "dv"}) {
+    for (size_t g = 0; g < 3; ++g) {
+      const char* s = attentionGradSlot(g);
       const bool laid = c.node().hasAttr(std::string(s) + "_layout");
       const TensorType rt = laid ? attentionTokenMajor(t, d, s) : attentionLogical(t, d, s);
       if (laid) checkLaidResult(c, d, s, rt);

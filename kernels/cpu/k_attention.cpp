@@ -14,8 +14,6 @@
 namespace ampc::cpu {
 namespace {
 
-const char* const kGradSlots[] = {"dq", "dk", "dv"};
-
 struct AttnDims {
   int64_t N = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
   AttentionMaskMap mask;  // which mask slice each batch-head reads (compiler/ops/geometry.h)
@@ -216,9 +214,7 @@ void eachElement(const AttentionLayout& l, const AttentionDims& d, const std::st
   }
 }
 Tensor gatherSlot(const Tensor& t, const AttentionLayout& l, const AttentionDims& d, const std::string& slot) {
-  int64_t rows = 0, cols = 0;
-  attentionSlotExtent(d, slot, false, rows, cols);
-  Tensor o(TensorType{t.type.dtype, {d.B, d.H, rows, cols}});
+  Tensor o(TensorType{t.type.dtype, attentionLogicalShape(d, slot)});
   const size_t es = dtypeSize(t.type.dtype);
   eachElement(l, d, slot, [&](int64_t e, int64_t at) { std::memcpy(o.data.data() + e * es, t.data.data() + at * es, es); });
   return o;
@@ -244,14 +240,11 @@ void targetAttention(KernelCtx& c) {
       c.fail(e.what());
     }
   };
-  static const char* const kFwd[] = {"q", "k", "v"};
-  static const char* const kBwd[] = {"do", "q", "k", "v", "o"};
-  const size_t laidInputs = grad ? 5 : 3;
-  std::vector<Tensor> gathered(laidInputs);
+  std::vector<Tensor> gathered(c.numInputs());
   std::vector<const Tensor*> ins;
   for (size_t i = 0; i < c.numInputs(); ++i) {
-    if (i < laidInputs && laid(grad ? kBwd[i] : kFwd[i])) {
-      const std::string slot = grad ? kBwd[i] : kFwd[i];
+    const char* slot = attentionOperandSlot(grad, i);
+    if (slot && laid(slot)) {
       gathered[i] = gatherSlot(c.in(i), layout(slot), d, slot);
       ins.push_back(&gathered[i]);
     } else {
@@ -259,18 +252,14 @@ void targetAttention(KernelCtx& c) {
     }
   }
   const DType t = c.in(grad ? 1 : 0).type.dtype;
-  auto logical = [&](const std::string& slot) {
-    int64_t rows = 0, cols = 0;
-    attentionSlotExtent(d, slot, false, rows, cols);
-    return Tensor(TensorType{t, {d.B, d.H, rows, cols}});
-  };
+  auto logical = [&](const std::string& slot) { return Tensor(TensorType{t, attentionLogicalShape(d, slot)}); };
+  const bool packed = c.node.getInt("packed_grads", 0) != 0;
   std::vector<Tensor> outs;
   if (!grad) {
     outs.push_back(laid("o") ? logical("o") : std::move(c.out(0)));
     outs.push_back(std::move(c.out(1)));
   } else {
-    const bool packed = c.node.getInt("packed_grads", 0) != 0;
-    for (size_t r = 0; r < 3; ++r) outs.push_back(laid(kGradSlots[r]) ? logical(kGradSlots[r]) : std::move(c.out(r)));
+    for (size_t r = 0; r < 3; ++r) outs.push_back(laid(attentionGradSlot(r)) ? logical(attentionGradSlot(r)) : std::move(c.out(r)));
     const size_t mask = packed ? 1 : 3;
     if (c.numOutputs() > mask) outs.push_back(std::move(c.out(mask)));
   }
@@ -284,10 +273,10 @@ void targetAttention(KernelCtx& c) {
     c.out(1) = std::move(outs[1]);
     return;
   }
-  const bool packed = c.node.getInt("packed_grads", 0) != 0;
   for (size_t r = 0; r < 3; ++r) {
     Tensor& dst = c.out(packed ? 0 : r);
-    if (laid(kGradSlots[r])) scatterSlot(outs[r], dst, layout(kGradSlots[r]), d, kGradSlots[r]);
+    const char* slot = attentionGradSlot(r);
+    if (laid(slot)) scatterSlot(outs[r], dst, layout(slot), d, slot);
     else dst = std::move(outs[r]);
   }
   if (outs.size() > 3) c.out(packed ? 1 : 3) = std::move(outs[3]);
