@@ -1,6 +1,10 @@
 #include "compiler/target.h"
 
+#include <set>
+
 #include "compiler/ir/ir.h"
+#include "compiler/ops/geometry.h"
+#include "compiler/ops/registry.h"
 #include "kernels/cuda/limits.h"
 
 namespace ampc {
@@ -10,15 +14,75 @@ bool cudaAttention(const AttentionShape& s) { return cuda::attentionFits(s.lowFl
 // The mma.sync kernels take strided operands.
 bool cudaAttentionInPlace(const AttentionShape& s) { return cuda::attentionMmaShape(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout); }
 
+bool onnxOp(const Node& n, const char* op) { return n.domain().empty() && n.op() == op; }
+bool lossGrad(const Node& n) { return (n.domain() == "ampc" || n.domain() == kCudaDomain) && n.op() == "SoftmaxCrossEntropyLossGrad"; }
+// The elementwise ops whose hand-written kernels widen any operand and round the result in
+// registers (Max/Min, chained launches, do not).
+bool elementwiseThroughCasts(const Node& n) {
+  static const std::set<std::string> kOps = {"Add",  "Sub",  "Mul",        "Div",   "Pow",   "Equal", "Less",     "LessOrEqual", "Greater",
+                                             "GreaterOrEqual", "Where", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf",
+                                             "Softplus", "LeakyRelu", "Relu", "Neg", "Abs", "Gelu", "Clip"};
+  return n.domain().empty() && kOps.count(n.op()) != 0;
+}
+// Elementwise ops any operand, the cross-entropy loss (without its log-prob result) and its
+// gradient the scores, LayerNormalization X, LayerNormGrad dY and X, UnscaleCheck the gradients, a
+// tiled Transpose its input (it converts in its tiles).
+bool cudaReadsWidened(const Node& user, size_t i) {
+  if (elementwiseThroughCasts(user)) return true;
+  if (onnxOp(user, "SoftmaxCrossEntropyLoss")) return i == 0 && user.numResults() == 1;
+  if (user.domain() == kCudaDomain && user.op() == "SoftmaxCrossEntropyLoss") return i == 0;  // result 1: the row statistics
+  if ((user.domain() == "ampc" || user.domain() == kCudaDomain) && user.op() == "LayerNormGrad") return i <= 1;
+  if (onnxOp(user, "LayerNormalization")) return i == 0;
+  if (user.domain() == "ampc" && user.op() == "UnscaleCheck") return i >= 1;
+  int64_t b, r, c;
+  if (tiledTranspose(user, b, r, c)) return i == 0;
+  return lossGrad(user) && i == 1;
+}
+// Elementwise ops (not one computed at load), the loss gradient and LayerNormalization's result 0.
+bool cudaWritesNarrowed(const Node& n) {
+  const bool layerNorm = onnxOp(n, "LayerNormalization");
+  if (!(elementwiseThroughCasts(n) && !allConstInputs(n)) && !lossGrad(n) && !layerNorm) return false;
+  return (n.numResults() == 1 || layerNorm) && n.result(0)->type().dtype == DType::f32;
+}
+// DropoutGrad's dY (a residual stream's gradient cast down for the dropout's backward).
+bool cudaReadsNarrowed(const Node& user, size_t i) { return user.domain() == "ampc" && user.op() == "DropoutGrad" && i == 0; }
+// The pointwise ops runtime/cuda/program.cpp lowers by hand (its elementwise kernel, GELU, SiLU,
+// Max/Min, Clip, Identity). An op missing here runs generated (correct); one listed that
+// program.cpp lacks fails at load, naming it.
+bool cudaPointwiseByHand(const Node& n) {
+  static const std::set<std::string> kOnnx = {
+      "Add",     "Sub",       "Mul",      "Div",         "Pow",      "Equal",       "Less",      "LessOrEqual", "Greater",
+      "GreaterOrEqual", "And", "Or",      "Where",       "Sqrt",     "Reciprocal",  "Exp",       "Log",         "Tanh",
+      "Sigmoid", "Erf",       "Softplus", "LeakyRelu",   "Relu",     "Neg",         "Abs",       "Not",         "IsNaN",
+      "IsInf",   "Cast",      "CastLike", "Sin",         "Cos",      "HardSigmoid", "HardSwish", "Elu",         "Selu",
+      "Celu",    "Mish",      "Floor",    "Ceil",        "Round",    "Sign",        "PRelu",     "Mod",         "Gelu",
+      "Max",     "Min",       "Clip",     "Identity"};
+  static const std::set<std::string> kAmpc = {"Gelu", "GeluGrad", "Silu", "SiluGrad"};
+  return n.domain().empty() ? kOnnx.count(n.op()) != 0 : n.domain() == "ampc" && kAmpc.count(n.op()) != 0;
+}
+
 const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
-      {"cuda", cudaAttention, cudaAttentionInPlace, cuda::gemmRunsPadded},
-      {"cpu", nullptr, nullptr, nullptr},
+      {.name = "cuda",
+       .attention = cudaAttention,
+       .attentionInPlace = cudaAttentionInPlace,
+       .paddedGemm = cuda::gemmRunsPadded,
+       .readsWidened = cudaReadsWidened,
+       .writesNarrowed = cudaWritesNarrowed,
+       .readsNarrowed = cudaReadsNarrowed,
+       .pointwiseByHand = cudaPointwiseByHand},
+      {.name = "cpu"},
   };
   return t;
 }
 
 }  // namespace
+
+bool allConstInputs(const Node& n) {
+  bool all = !n.inputs().empty() && !(n.def() && n.def()->random);
+  for (const Value* v : n.inputs()) all = all && (!v || (v->kind() == ValueKind::Const && v->constData()));
+  return all;
+}
 
 const Target& findTarget(const std::string& name) {
   for (const auto& t : targets())

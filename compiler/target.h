@@ -3,11 +3,14 @@
 // chooses one; the plan records it, and amprun runs a plan only on a backend that can take it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ampc {
+
+class Node;  // compiler/ir/ir.h
 
 // The shape of one fused attention, as the target's support query takes it.
 struct AttentionShape {
@@ -33,10 +36,28 @@ struct Target {
   // Whether its GEMM runs this product (M, N, K as it computes them; transA: A stored [K, M]) on
   // copies padded to 16-byte rows; null: never. pitch-loss-scores asks it.
   bool (*paddedGemm)(int64_t M, int64_t N, int64_t K, bool transA, int64_t elementBytes) = nullptr;
+  // Casts a kernel does inside its own launch (fold-casts, passes/fold_casts.h, asks; null: none):
+  // - readsWidened: its kernel for `user` widens operand i (f16/bf16 -> f32) in registers, so it can
+  //   read the narrow value in front of a widening Cast;
+  // - writesNarrowed: its kernel for n rounds result 0 to f16/bf16 as it stores it, so it can write
+  //   the result of the narrowing Cast after it;
+  // - readsNarrowed: its kernel for `user` rounds operand i to f16/bf16 in registers, so it can read
+  //   the f32 value in front of a narrowing Cast.
+  bool (*readsWidened)(const Node& user, size_t i) = nullptr;
+  bool (*writesNarrowed)(const Node& n) = nullptr;
+  bool (*readsNarrowed)(const Node& user, size_t i) = nullptr;
+  // The pointwise ops it runs with kernels of its own; any other op with a pointwise formula
+  // (compiler/ops/pointwise.h) it runs only as a generated kernel, so the lowering makes even a
+  // lone such node a group. Null: every op by its own kernels.
+  bool (*pointwiseByHand)(const Node& n) = nullptr;
   // Whether a plan compiled for this target runs on `backend` ("cpu" runs every target's plans:
   // the reference has every fused op at any size).
   bool runsOn(const std::string& backend) const { return backend == "cpu" || backend == name; }
 };
+
+// Every input a constant with data, and the op not random: a target computes such a node on the
+// CPU at load (the CUDA lowering), so no kernel of its reads or writes anything.
+bool allConstInputs(const Node& n);
 
 // "cuda" (the default: such plans run on the GPU and on the CPU reference) or "cpu". Error naming
 // the known targets for another name.

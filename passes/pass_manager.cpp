@@ -32,6 +32,7 @@ const PassEntry kPasses[] = {
     {"keep-loss-stats", createKeepLossStatsPass},
     {"attention-in-place", [] { return createAttentionInPlacePass(findTarget("cuda")); }},
     {"pitch-loss-scores", [] { return createPitchLossScoresPass(findTarget("cuda")); }},
+    {"fold-casts", [] { return createFoldCastsPass(findTarget("cuda")); }},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

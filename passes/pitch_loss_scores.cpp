@@ -17,6 +17,7 @@
 
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
+#include "passes/fold_casts.h"
 #include "passes/pass.h"
 #include "passes/target_node.h"
 
@@ -26,11 +27,6 @@ namespace {
 bool isView(const Node* n) { return n && n->def() && n->def()->view && n->numResults() == 1 && n->numInputs() > 0; }
 bool isLoss(const Node& n) { return n.op() == "SoftmaxCrossEntropyLoss" && (n.domain().empty() || n.domain() == kCudaDomain); }
 bool isLossGrad(const Node& n) { return n.op() == "SoftmaxCrossEntropyLossGrad" && (n.domain() == "ampc" || n.domain() == kCudaDomain); }
-bool isCast(const Node* c, bool widening) {
-  if (!isOnnxOp(c, "Cast") || !c->input(0)) return false;
-  const DType a = c->input(0)->type().dtype, b = c->result(0)->type().dtype;
-  return widening ? (isLowFloat(a) && b == DType::f32) : (a == DType::f32 && isLowFloat(b));
-}
 // The loss (without log-probs; the target's keeps row statistics instead) or its gradient reading 2-d scores.
 bool lossReads(const Node& n, int operand) {
   if (isLoss(n)) return operand == 0 && (n.numResults() == 1 || n.domain() == kCudaDomain) && n.input(0)->type().rank() == 2;
@@ -40,7 +36,7 @@ bool lossReads(const Node& n, int operand) {
 const Value* scoresOf(const Graph& g, const Node& grad) {
   const Value* v = grad.input(1);
   const Node* c = v->producer();
-  if (!isCast(c, true) || g.isOutput(v)) return v;
+  if (!isCastBetween(c, true) || g.isOutput(v)) return v;
   for (const Use& u : v->uses())
     if (!lossReads(*u.user, u.operand)) return v;
   return c->input(0);
@@ -48,7 +44,7 @@ const Value* scoresOf(const Graph& g, const Node& grad) {
 // The gradient's stored value: the narrowing Cast it writes, or its result.
 const Value* gradOf(const Graph& g, const Node& grad) {
   const Node* c = onlyReader(g, grad.result(0));
-  return grad.result(0)->type().dtype == DType::f32 && isCast(c, false) ? c->result(0) : grad.result(0);
+  return grad.result(0)->type().dtype == DType::f32 && isCastBetween(c, false) ? c->result(0) : grad.result(0);
 }
 // v and its views (recursively), if every one keeps the last dim C, is f16/bf16 and no graph output.
 bool viewTree(const Graph& g, const Value* v, int64_t C, std::vector<const Value*>& out) {
@@ -97,7 +93,7 @@ class PitchLossScoresPass final : public Pass {
       if (!claimed.count(x) && padded(x->producer(), x) &&
           claim(g, x, C, [&](const Node& user, int operand) {
             if (lossReads(user, operand)) return true;
-            if (!isCast(&user, true) || user.result(0)->uses().empty()) return false;
+            if (!isCastBetween(&user, true) || user.result(0)->uses().empty()) return false;
             for (const Use& w : user.result(0)->uses())
               if (!lossReads(*w.user, w.operand)) return false;
             return !g.isOutput(user.result(0));

@@ -1,6 +1,5 @@
-// The step graph as a target runs it (runtime/plan.h, lowerStep): for CUDA, pointwise groups fused
-// into generated kernels, leaving to the CUDA backend's folds (runtime/folds.h) the nodes they
-// already run inside a neighbour.
+// The step graph as a target runs it (runtime/plan.h, lowerStep): for CUDA, the target rewrites,
+// pointwise groups fused into generated kernels, and last the casts folded into their neighbours.
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -11,6 +10,7 @@
 
 #include "compiler/ops/pointwise.h"
 #include "compiler/target.h"
+#include "passes/fold_casts.h"
 #include "passes/pass.h"
 #include "passes/pitch_loss_scores.h"
 #include "runtime/folds.h"
@@ -21,20 +21,18 @@ namespace {
 
 bool pointwise(const Node* n) { return n && pointwiseFormula(*n) && n->numResults() == 1; }
 
-// Nodes a fold runs inside a non-pointwise neighbour (a layer norm, a loss, a dropout's gradient,
-// UnscaleCheck, a Transpose): fusing them would write what the fold never writes.
-bool claimedByFold(const Graph& g, const Node& n) {
-  using namespace folds;
-  if (isOnnx(n, "Cast") && castFolded(g, n)) {
-    if (castReadByDropoutGrad(g, n)) return true;
-    // Folded into a neighbour that is not pointwise (a loss, a norm, UnscaleCheck, a Transpose): keep
-    // the fold; between pointwise ops the group does the same work in registers.
-    if (isCastBetween(n, true)) {
+// Casts a fold runs inside a non-pointwise neighbour (a layer norm, a loss, a dropout's gradient,
+// UnscaleCheck, a Transpose): fusing them would write what the fold never writes. Between pointwise
+// ops the group does the same work in registers.
+bool claimedByFold(const Graph& g, const Node& n, const Target& t) {
+  switch (foldableCast(g, n, t)) {
+    case CastFold::GradReader: return true;
+    case CastFold::Producer: return !pointwise(n.input(0)->producer());
+    case CastFold::Readers:
       for (const Use& u : n.result(0)->uses())
         if (!pointwise(u.user)) return true;
       return false;
-    }
-    return !pointwise(n.input(0)->producer());
+    case CastFold::None: break;
   }
   return false;
 }
@@ -42,6 +40,7 @@ bool claimedByFold(const Graph& g, const Node& n) {
 }  // namespace
 
 MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<const Value*, int64_t>* pitches) {
+  checkCastFolds(step, findTarget("cuda"));
   folds::Schedule s = folds::schedule(step);
   const auto pitch = pitchedValues(step);
   std::map<const Value*, int64_t> bytes;
@@ -54,11 +53,12 @@ MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<co
 
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate) {
   if (opts.target != "cuda") return 0;
+  const Target& cuda = findTarget("cuda");
   std::set<const Node*> claimed;
   auto claim = [&] {
     claimed.clear();
     for (const auto& n : step.nodes())
-      if (claimedByFold(step, *n)) claimed.insert(n.get());
+      if (claimedByFold(step, *n, cuda)) claimed.insert(n.get());
   };
   createDropIdentitiesPass()->run(step);
   createAccumulateGatherGradsPass()->run(step);
@@ -69,23 +69,25 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createFuseReluGradPass()->run(step);
   createFuseDropoutResidualPass()->run(step);
   createKeepLossStatsPass()->run(step);
-  createAttentionInPlacePass(findTarget("cuda"))->run(step);
+  createAttentionInPlacePass(cuda)->run(step);
   if (opts.rematerialize) {
     claim();
     createRematerializePass([&](const Node& n) { return claimed.count(&n) != 0; }, opts.rematerializeParamCasts)->run(step);
   }
   if (!opts.fuseElementwise) {
     createFuseParamCastsPass()->run(step);
-    createPitchLossScoresPass(findTarget("cuda"))->run(step);
+    createPitchLossScoresPass(cuda)->run(step);
+    createFoldCastsPass(cuda)->run(step);
     return 0;
   }
   claim();
-  createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; },
-                            [](const Node& user, size_t i) { return folds::readsWidened(user, i); },
-                            [](const Node& n) { return !folds::cudaPointwiseByHand(n); })
+  createFuseElementwisePass([&](const Node& n) { return claimed.count(&n) != 0; }, cuda.readsWidened,
+                            [&](const Node& n) { return !cuda.pointwiseByHand(n); })
       ->run(step);
   createFuseParamCastsPass()->run(step);  // the parameter casts no group took
-  createPitchLossScoresPass(findTarget("cuda"))->run(step);  // on the final graph: every node that touches the scores is known
+  // On the final graph: every node that touches the scores, and every reader of a Cast, is known.
+  createPitchLossScoresPass(cuda)->run(step);
+  createFoldCastsPass(cuda)->run(step);
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());
@@ -128,7 +130,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   return without;
 }
 
-void expandFused(Graph& g, bool onlyWithoutKernel) {
+int expandFused(Graph& g, bool onlyWithoutKernel) {
   std::vector<Node*> fused;
   for (const auto& n : g.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused" && (!onlyWithoutKernel || n->getString("ptx", "").empty())) fused.push_back(n.get());
@@ -154,6 +156,7 @@ void expandFused(Graph& g, bool onlyWithoutKernel) {
     for (size_t r = 0; r < names.size(); ++r) g.renameValue(map.at(body->outputs()[r]), names[r]);
   }
   if (!fused.empty()) g.bindOps();
+  return static_cast<int>(fused.size());
 }
 
 }  // namespace ampc

@@ -40,8 +40,10 @@ using KernelGenerator = std::function<codegen::Kernel(const Node& fused, const s
 // Returns the groups left without a kernel (no generator, or no libdevice for their formulas).
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate = {});
 // The inverse: each ampc.Fused node (only those without a kernel, if asked) replaced by its body's
-// nodes, its results keeping their names.
-void expandFused(Graph& g, bool onlyWithoutKernel);
+// nodes, its results keeping their names. Returns how many it expanded. The casts' folds recorded
+// before stay sound (no group reads or writes a folded Cast); the expanded casts launch unless
+// fold-casts runs again.
+int expandFused(Graph& g, bool onlyWithoutKernel);
 
 // The CUDA backend's memory plan of a lowered step: over the folds' schedule (runtime/folds.h),
 // without the values they never write, the loss's scores at their padded row pitch. amprun

@@ -266,4 +266,30 @@ int64_t attentionLayoutEnd(const AttentionLayout& l, const AttentionDims& d, int
   return checkedAdd(end, cols);
 }
 
+bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C) {
+  if (!t.domain().empty() || t.op() != "Transpose" || !t.inputs()[0]) return false;
+  const auto& xs = t.inputs()[0]->type().shape;
+  const int64_t r = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> perm = t.getInts("perm");
+  if (perm.empty())
+    for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+  std::vector<std::vector<int64_t>> groups;  // output order; input dims of each group
+  for (int64_t d = 0; d < r; ++d) {
+    if (xs[perm[d]] == 1) continue;
+    if (!groups.empty() && groups.back().back() + 1 == perm[d]) groups.back().push_back(perm[d]);
+    else groups.push_back({perm[d]});
+  }
+  auto size = [&](const std::vector<int64_t>& grp) {
+    int64_t p = 1;
+    for (int64_t d : grp) p *= xs[d];
+    return p;
+  };
+  const size_t gn = groups.size();
+  if (gn < 2 || gn > 3 || groups[gn - 1].front() > groups[gn - 2].front() || (gn == 3 && groups[0].front() > groups[2].front())) return false;
+  batch = gn == 3 ? size(groups[0]) : 1;
+  R = size(groups[gn - 1]);
+  C = size(groups[gn - 2]);
+  return true;
+}
+
 }  // namespace ampc

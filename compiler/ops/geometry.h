@@ -94,6 +94,11 @@ AttentionLayout attentionLayout(const Node& n, const AttentionDims& d, const std
 // every stride is non-negative.
 int64_t attentionLayoutEnd(const AttentionLayout& l, const AttentionDims& d, int64_t rows, int64_t cols);
 
+// A Transpose that moves one group of adjacent input dims past another: [batch, R, C] -> [batch,
+// C, R] once adjacent dims are merged and size-1 dims dropped (the CUDA target's tiled kernel).
+// Fills batch, R, C.
+bool tiledTranspose(const Node& t, int64_t& batch, int64_t& R, int64_t& C);
+
 // Normalises a possibly negative axis against rank r; Error if out of range.
 int64_t normalizeAxis(int64_t a, int64_t r);
 

@@ -231,9 +231,9 @@ struct Program::Lowering {
     a.n = o->type().numel();
     for (size_t d = 0; d < os.size(); ++d) a.shape[d] = os[d];
     for (size_t k = 0; k < ins.size(); ++k) {
-      operand(a, static_cast<int>(k), readThrough(p.g_, ins[k]), os);
+      operand(a, static_cast<int>(k), readThrough(ins[k]), os);
     }
-    const Node* d = o == n.result(0) ? narrowedResult(p.g_, n) : nullptr;
+    const Node* d = o == n.result(0) ? narrowedResult(n) : nullptr;
     a.out = P(d ? d->result(0) : o);
     a.outType = dt(d ? d->result(0) : o);
     return a;
@@ -930,7 +930,7 @@ void Program::Lowering::lower() {
       {"Sign", Ew::Sign}, {"PRelu", Ew::PRelu}, {"Mod", Ew::Mod}};
   if (n.domain().empty()) {  // first the folds: nodes that another node's launch does
     if (fusableComparison(p.g_, n)) return;  // computed by its Where
-    if (castFolded(p.g_, n)) return;          // done by the elementwise op that reads or writes it
+    if (castFolded(n)) return;          // done by the elementwise op that reads or writes it
     if (op == "Where" && in(0)->producer())
       if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
         const Node& c = *in(0)->producer();
@@ -1111,12 +1111,12 @@ void Program::Lowering::onnxTranspose() {
   std::vector<int64_t> perm = n.getInts("perm");
   if (perm.empty())
     for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
-  // Tiled when it is [batch, R, C] -> [batch, C, R] (folds::tiledTranspose), reading an f16/bf16
+  // Tiled when it is [batch, R, C] -> [batch, C, R] (compiler/ops/geometry.h, tiledTranspose), reading an f16/bf16
   // operand through a widening Cast in front when there is one.
   int64_t batch = 1, R = 0, C = 0;
   const int eb = dtSize(dt(in(0)));
   if ((eb == 2 || eb == 4) && tiledTranspose(n, batch, R, C)) {
-    const Value* x = readThrough(p.g_, in(0));
+    const Value* x = readThrough(in(0));
     const void* src = P(x);
     void* dst = P(out(0));
     if (x != in(0)) {
@@ -1367,10 +1367,10 @@ void Program::Lowering::onnxLayerNormalization() {
   rowsOf(xs, normalizeAxis(n.getInt("axis", -1), static_cast<int64_t>(xs.size())), rows, D);
   if (in(1)->type().numel() != D || (has(2) && in(2)->type().numel() != D)) fail("scale and bias must cover the normalised dims");
   if (n.numResults() > 1 && dt(out(1)) != DT::f32) fail("Mean must be f32");
-  const Value* x = readThrough(p.g_, in(0));  // a widening Cast in front is read through
+  const Value* x = readThrough(in(0));  // a widening Cast in front is read through
   const void *X = P(x), *S = P(in(1)), *B = has(2) ? P(in(2)) : nullptr;
   if (B && dt(in(2)) != dt(in(1))) fail("scale and bias must share a type");
-  const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
+  const Node* narrow = narrowedResult(n);  // a Cast after it is written through
   const Value* y = narrow ? narrow->result(0) : out(0);
   void* Y = P(y);
   float* mean = n.numResults() > 1 ? static_cast<float*>(P(out(1))) : nullptr;
@@ -1401,7 +1401,7 @@ void Program::Lowering::onnxBatchNormalization() {
 void Program::Lowering::onnxSoftmaxCrossEntropyLoss() {
   const bool target = n.domain() == kCudaDomain;  // cuda::SoftmaxCrossEntropyLoss: result 1 is the row statistics
   if (!target && n.numResults() > 1 && dt(out(1)) != dt(in(0))) fail("the log-probabilities' type differs from the scores'");
-  const Value* x = readThrough(p.g_, in(0));  // a Cast to f32 in front is read through
+  const Value* x = readThrough(in(0));  // a Cast to f32 in front is read through
   LossArgs a = lossArgs(x, in(1));
   a.outT = dt(out(0));
   a.pitch = pitchOf(x);
@@ -1828,7 +1828,7 @@ void Program::Lowering::ampcLayerNormGrad() {
   if (in(2)->type().numel() != D) fail("scale must cover the normalised dims");
   const Scratch ws = scratch(layerNormGradScratch(rows, D));
   // A Cast to f32 in front of dY or X is read through.
-  const Value *dy = readThrough(p.g_, in(0)), *x = readThrough(p.g_, in(1));
+  const Value *dy = readThrough(in(0)), *x = readThrough(in(1));
   // cuda::LayerNormGrad: result 0 is dX + input 3 (the residual stream's gradient).
   const Value* r = has(3) ? in(3) : nullptr;
   const void *dY = P(dy), *X = P(x), *S = P(in(2)), *R = r ? P(r) : nullptr;
@@ -1841,8 +1841,8 @@ void Program::Lowering::ampcLayerNormGrad() {
 
 void Program::Lowering::ampcSoftmaxCrossEntropyLossGrad() {
   if (dt(out(0)) != dt(in(1))) fail("the gradient's type differs from the scores'");
-  const Value* x = readThrough(p.g_, in(1));  // a Cast to f32 in front is read through
-  const Node* narrow = narrowedResult(p.g_, n);  // a Cast after it is written through
+  const Value* x = readThrough(in(1));  // a Cast to f32 in front is read through
+  const Node* narrow = narrowedResult(n);  // a Cast after it is written through
   const Value* g = narrow ? narrow->result(0) : out(0);
   LossArgs a = lossArgs(x, in(2));
   a.gT = dt(g);
@@ -1956,7 +1956,7 @@ void Program::Lowering::ampcDropoutGrad() {
   const float ratio = static_cast<float>(constScalar(2, 0.5));
   const bool training = has(3) && constScalar(3, 0) != 0;
   // A narrowing Cast in front is read through: dY's f32 source, rounded here.
-  const Node* narrow = narrowedGradInput(p.g_, n);
+  const Node* narrow = narrowedGradInput(n);
   const Value* dy = narrow ? narrow->inputs()[0] : in(0);
   const bool off = !training || !p.opts_.dropout || ratio == 0.0f;
   if (off && !narrow) return copyValue(in(0), out(0));
@@ -1988,7 +1988,7 @@ void Program::Lowering::train() {
     // One launch per gradient type: f32, and f16/bf16 gradients whose widening Cast is read through.
     const size_t k = n.inputs().size() - 1;
     std::map<DT, std::vector<size_t>> byType;
-    for (size_t i = 0; i < k; ++i) byType[dt(readThrough(p.g_, in(i + 1)))].push_back(i);
+    for (size_t i = 0; i < k; ++i) byType[dt(readThrough(in(i + 1)))].push_back(i);
     const float* inv = f32(in(0));
     bool* found = const_cast<bool*>(flag(out(k)));
     bool clear = true;
@@ -2002,7 +2002,7 @@ void Program::Lowering::train() {
         std::vector<int64_t> sizes;
         std::vector<void*> src;
         for (size_t i : idx) {
-          src.push_back(P(readThrough(p.g_, in(i + 1))));
+          src.push_back(P(readThrough(in(i + 1))));
           sizes.push_back(in(i + 1)->type().numel());
         }
         lists.emplace_back(t, std::make_shared<TensorList>(sizes, std::vector<std::vector<void*>>{src}));
@@ -2032,7 +2032,7 @@ void Program::Lowering::train() {
       std::vector<int64_t> sizes;
       std::vector<void*> src, dst;
       for (size_t i : idx) {
-        src.push_back(P(readThrough(p.g_, in(i + 1))));
+        src.push_back(P(readThrough(in(i + 1))));
         dst.push_back(f32(out(i)));
         sizes.push_back(in(i + 1)->type().numel());
       }
@@ -2358,7 +2358,7 @@ std::pair<const Value*, GradIn> Program::gradIn(const Value* grad) {
   const Node* u = prod && prod->op() == "ClipByGlobalNorm" ? prod->inputs()[1]->producer() : prod;
   const Node* clip = nullptr;
   if (!u || !fusedGradChain(g_, *u, &clip) || (clip ? clip != prod : u != prod)) return {grad, GradIn{}};
-  const Value* src = readThrough(g_, u->inputs()[static_cast<size_t>(grad->resultIndex()) + 1]);
+  const Value* src = readThrough(u->inputs()[static_cast<size_t>(grad->resultIndex()) + 1]);
   GradIn gi;
   gi.t = src->type().dtype == DType::f16 ? DT::f16 : src->type().dtype == DType::bf16 ? DT::bf16 : DT::f32;
   gi.invScale = static_cast<const float*>(ptr(u->inputs()[0]));

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "compiler/target.h"
+#include "passes/pass.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/cuda/trainer.h"
 #include "runtime/plan.h"
@@ -30,7 +32,9 @@ class CudaSession : public TrainSession {
     po.checkPlan = o.checkPlan;
     po.watchFinite = o.watch != nullptr;
     po.deterministic = o.deterministic;
-    expandFused(g, /*onlyWithoutKernel=*/true);  // a plan from an ampc without the code generator
+    // A plan from an ampc without the code generator: its groups run as their ops, the casts among
+    // them folded as fold-casts decides on the expanded graph.
+    if (expandFused(g, /*onlyWithoutKernel=*/true) > 0) createFoldCastsPass(findTarget("cuda"))->run(g);
     device_ = po.device;
     memBase_ = deviceMemoryUsed(po.device);
     // --explain-overflow reads every step's metrics at once (one synchronisation a step), so a

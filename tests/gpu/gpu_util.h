@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "compiler/ir/text.h"
+#include "compiler/target.h"
+#include "passes/pass.h"
 #include "runtime/cuda/program.h"
 #include "runtime/evaluator.h"
 
@@ -66,6 +68,7 @@ inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& input
                             const ExecOptions& eo = {}, bool deterministic = false) {
   auto cpu = createCpuBackend();
   const auto want = evaluate(g, inputs, *cpu, eo);
+  createFoldCastsPass(findTarget("cuda"))->run(g);  // the casts folded as the CUDA lowering folds them
   cuda::ProgramOptions po;
   po.seed = eo.seed;
   po.dropout = eo.dropout;

@@ -46,7 +46,9 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
   o.lr = optimizer == "sgd" ? sgd : (model == "resnet_tiny" ? 1e-4f : 1e-3f);
   o.momentum = 0.9f;
   o.clipNorm = 1.0f;
-  return ampc::test::trainGraph(modelsDir(), model, precision, o);
+  auto g = ampc::test::trainGraph(modelsDir(), model, precision, o);
+  createFoldCastsPass(findTarget("cuda"))->run(*g);  // the casts folded as the CUDA lowering folds them
+  return g;
 }
 
 std::map<std::string, std::pair<int64_t, int64_t>> ranges(const std::string& model) {
@@ -60,6 +62,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> ranges(const std::string& mod
 std::vector<Trainer::Metrics> cudaSteps(Graph& g, const cuda::ProgramOptions& po, const std::string& model, uint64_t seed, int steps,
                                         int64_t* launches = nullptr) {
   std::vector<const Value*> ins(g.inputs().begin(), g.inputs().end());
+  createFoldCastsPass(findTarget("cuda"))->run(g);  // again after data-parallel's AllReduce, as amprun does
   cuda::CudaTrainer t(g, po, 1);
   t.begin(0);
   auto data = DataSource::synthetic(ins, seed, ranges(model));

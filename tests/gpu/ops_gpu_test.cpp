@@ -6,6 +6,7 @@
 
 #include "compiler/target.h"
 #include "kernels/cuda/ops.h"
+#include "passes/fold_casts.h"
 #include "passes/pass.h"
 #include "tests/common/pitched_graph.h"
 #include "tests/gpu/gpu_util.h"
@@ -469,7 +470,7 @@ TEST(GpuDropout, MasksAreBitIdenticalToTheCpu) {
 
 // A transformer block's output Dropout at f16/bf16: the residual Add after its Cast up to the f32
 // stream is written by the Dropout (cuda::Dropout, passes/fuse_dropout_residual.cpp), and the
-// DropoutGrad reads its f32 gradient through the Cast down (runtime/folds.h). Bit-identical to the
+// DropoutGrad reads its f32 gradient through the Cast down (fold-casts, grad_reader). Bit-identical to the
 // CPU, training and not (the mask all kept), and the narrow gradient the fold stands in for gets no
 // bytes. At f32 there is nothing to fold.
 TEST(GpuDropout, ResidualAndGradientCastFoldsAreExact) {
@@ -806,6 +807,9 @@ TEST(GpuProgram, ViewsAndFoldedCastsTakeNoBytes) {
   output %r
 }
 )");
+  ASSERT_TRUE(createFoldCastsPass(findTarget("cuda"))->run(*g));
+  EXPECT_EQ(castFold(*g->lookup("xf")->producer()), CastFold::Readers);
+  EXPECT_EQ(castFold(*g->lookup("gl")->producer()), CastFold::Producer);
   cuda::Program p(*g, {});
   const MemoryPlan& m = p.memoryPlan();
   EXPECT_EQ(m.slots.at(g->lookup("xf")).bytes, 0);
@@ -830,6 +834,7 @@ TEST(GpuProgram, PitchedLossScoresMatchTheCpu) {
     // runs it), and not.
     if (stats) ASSERT_TRUE(createKeepLossStatsPass()->run(*g));
     ASSERT_TRUE(createPitchLossScoresPass(findTarget("cuda"))->run(*g));
+    createFoldCastsPass(findTarget("cuda"))->run(*g);
     cuda::Program p(*g, {});
     const MemoryPlan& m = p.memoryPlan();
     for (const char* v : {"z", "gb"}) EXPECT_EQ(m.slots.at(g->lookup(v)).bytes, 1040 * 1008 * 2) << v;

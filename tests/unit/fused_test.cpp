@@ -123,7 +123,7 @@ TEST(FuseElementwise, GroupsMeetingAtANodeMerge) {
 
 // A widening Cast also read outside the group, by readers that read through it, stays for them and
 // is recomputed inside: the group reads the bf16 source, and no f32 copy is written for it. (The
-// test says a MatMul reads through casts; the CUDA backend's folds::readsWidened decides in plans.)
+// test says a MatMul reads through casts; the CUDA target's Target::readsWidened decides in plans.)
 // Where a reader does not read through it, the group writes the f32 result as any other.
 TEST(FuseElementwise, WideningCastReadOutsideIsRecomputed) {
   auto g = load(fusedcases::instantiate(

@@ -6,12 +6,14 @@
 // fuse-param-casts (passes/fuse_param_casts.cpp): the parameter casts become cuda::MultiCast nodes.
 // fuse-norm-epilogue, fuse-relu-grad, fuse-dropout-residual: a batch norm's residual and Relu, a
 // LayerNormGrad's residual, a ReLU gradient under BatchNormGrad and a Dropout's residual sum.
+// fold-casts (passes/fold_casts.cpp): the casts done inside their neighbours, recorded on the Casts.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "compiler/ir/text.h"
 #include "compiler/target.h"
+#include "passes/fold_casts.h"
 #include "passes/pass.h"
 #include "passes/pitch_loss_scores.h"
 #include "runtime/backend.h"
@@ -752,4 +754,48 @@ TEST(PitchLossScores, ScoresAndGradientBetweenPaddedProducts) {
     auto g = parseGraph(text, "kept");
     EXPECT_TRUE(pitched(*g).empty()) << text;
   }
+}
+
+// fold-casts (passes/fold_casts.cpp): the casts a neighbour's kernel does are decided once and
+// recorded on the Cast (the golden fold_casts.ir shows the three forms and their near misses).
+// A target without such kernels folds none; the pass is idempotent; a reader added afterwards that
+// cannot widen makes the recorded fold stale, which checkCastFolds refuses, naming the Cast, until
+// fold-casts runs again and clears it; an unknown fold value is refused.
+TEST(FoldCasts, RecordedOnceCheckedAndDecidedAgainAfterARewrite) {
+  const std::string text = R"(graph "c" opset 17 {
+  input %x : bf16[8,64]
+  input %y : f32[8,64]
+  input %w : f32[64,64]
+  %xf : f32[8,64] = Cast(%x) {to = 1}
+  %a : f32[8,64] = Add(%xf, %y)
+  %ab : bf16[8,64] = Cast(%a) {to = 16}
+  output %ab
+})";
+  auto cpu = load(text);
+  EXPECT_FALSE(createFoldCastsPass(findTarget("cpu"))->run(*cpu));
+  auto g = load(text);
+  const Target& cuda = findTarget("cuda");
+  ASSERT_TRUE(createFoldCastsPass(cuda)->run(*g));
+  Node* xf = g->lookup("xf")->producer();
+  EXPECT_EQ(castFold(*xf), CastFold::Readers);
+  EXPECT_EQ(castFold(*g->lookup("ab")->producer()), CastFold::Producer);
+  const std::string once = printGraph(*g);
+  createFoldCastsPass(cuda)->run(*g);
+  EXPECT_EQ(printGraph(*g), once);
+  EXPECT_NO_THROW(checkCastFolds(*g, cuda));
+  // A MatMul now reads the f32 value too: it has no bytes while the fold stands.
+  Value* p = g->createNode("MatMul", "", {g->lookup("xf"), g->lookup("w")}, {{"p", TensorType{DType::f32, {8, 64}}}})->result(0);
+  g->addOutput(p);
+  g->bindOps();
+  try {
+    checkCastFolds(*g, cuda);
+    ADD_FAILURE() << "a stale fold passed the check";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("xf"), std::string::npos) << e.what();
+  }
+  createFoldCastsPass(cuda)->run(*g);
+  EXPECT_EQ(castFold(*xf), CastFold::None);
+  EXPECT_NO_THROW(checkCastFolds(*g, cuda));
+  xf->setAttr("fold", std::string("sideways"));
+  EXPECT_THROW(castFold(*xf), Error);
 }

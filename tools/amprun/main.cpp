@@ -36,6 +36,7 @@
 #include "runtime/session.h"
 #include "runtime/trainer.h"
 #include "passes/data_parallel.h"
+#include "passes/pass.h"
 
 namespace fs = std::filesystem;
 using namespace ampc;
@@ -352,6 +353,8 @@ int main(int argc, char** argv) {
         throw Error((synthetic ? std::string("--synthetic") : dataDir) + ": " + e.what());
       }
       createDataParallelPass(static_cast<int64_t>(bucketMb * (1 << 20)))->run(g);
+      // The AllReduce reads the gradients UnscaleCheck read: the casts in front are folded again.
+      if (plan.options.target == "cuda") createFoldCastsPass(findTarget("cuda"))->run(g);
       group = ProcessGroup::connect(*dist, std::chrono::milliseconds(static_cast<int64_t>(distTimeout * 1000)));
     }
     if (checkData)
