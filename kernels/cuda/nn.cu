@@ -884,30 +884,33 @@ __global__ void maxPool2d(const T* x, T* y, int64_t* indices, PoolArgs a) {
   }
 }
 // Max pooling of x [N, H, W, C] (2 spatial dims), V channels per thread; the indices are offsets in
-// that order (ScatterAddFlat scatters the gradient into the same layout).
-template <typename T, int V>
+// that order (ScatterAddFlat scatters the gradient into the same layout). I: the index arithmetic's
+// type (int where every offset fits: 64-bit division costs more than the pool's bytes).
+template <typename T, int V, typename I>
 __global__ void maxPoolNhwc(const T* x, T* y, int64_t* indices, PoolArgs a) {
-  const int64_t G = a.C / V, OH = a.out[0], OW = a.out[1], IH = a.in[0], IW = a.in[1];
-  const int64_t total = a.N * OH * OW * G;
-  AMPC_GRID_LOOP(v, total) {
-    int64_t t = v / G;
-    const int64_t cg = v - t * G, ow = t % OW;
+  const I C = static_cast<I>(a.C), G = C / V, OH = static_cast<I>(a.out[0]), OW = static_cast<I>(a.out[1]);
+  const I IH = static_cast<I>(a.in[0]), IW = static_cast<I>(a.in[1]), k0 = static_cast<I>(a.k[0]), k1 = static_cast<I>(a.k[1]);
+  const I total = static_cast<I>(a.N) * OH * OW * G;
+  for (I v = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); v < total;
+       v += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) {
+    I t = v / G;
+    const I cg = v - t * G, ow = t % OW;
     t /= OW;
-    const int64_t oh = t % OH, n = t / OH;
+    const I oh = t % OH, n = t / OH;
     float best[V];
-    int64_t at[V];
+    I at[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       best[e] = -INFINITY;
       at[e] = -1;
     }
-    for (int64_t kh = 0; kh < a.k[0]; ++kh) {
-      const int64_t h = oh * a.s[0] - a.pad[0] + kh * a.d[0];
+    for (I kh = 0; kh < k0; ++kh) {
+      const I h = oh * static_cast<I>(a.s[0]) - static_cast<I>(a.pad[0]) + kh * static_cast<I>(a.d[0]);
       if (h < 0 || h >= IH) continue;
-      for (int64_t kw = 0; kw < a.k[1]; ++kw) {
-        const int64_t w = ow * a.s[1] - a.pad[1] + kw * a.d[1];
+      for (I kw = 0; kw < k1; ++kw) {
+        const I w = ow * static_cast<I>(a.s[1]) - static_cast<I>(a.pad[1]) + kw * static_cast<I>(a.d[1]);
         if (w < 0 || w >= IW) continue;
-        const int64_t off = ((n * IH + h) * IW + w) * a.C + cg * V;
+        const I off = ((n * IH + h) * IW + w) * C + cg * V;
         float xv[V];
         loadPack<T, V>(x, off, xv);
 #pragma unroll
@@ -918,37 +921,57 @@ __global__ void maxPoolNhwc(const T* x, T* y, int64_t* indices, PoolArgs a) {
           }
       }
     }
-    storePack<T, V>(y, v * V, best);
-    if (indices)
+    storePack<T, V>(y, static_cast<int64_t>(v) * V, best);
+    if (indices) {  // V offsets as 16-byte pairs (V is even, and the row of V starts 16-byte aligned)
+      longlong2* out = reinterpret_cast<longlong2*>(indices + static_cast<int64_t>(v) * V);
 #pragma unroll
-      for (int e = 0; e < V; ++e) indices[v * V + e] = at[e];
+      for (int e = 0; e < V; e += 2) out[e / 2] = make_longlong2(at[e], at[e + 1]);
+    }
   }
 }
+// The output positions along one spatial dim whose window covers input position x (with dilation d,
+// those where x + pad - o * s is a multiple of d as well): o in [lo, hi].
+template <typename I>
+__device__ __forceinline__ void coveringWindows(I x, I pad, I k, I s, I d, I outN, I& lo, I& hi) {
+  const I top = x + pad, first = top - (k - 1) * d;  // o * s lies in [first, top]
+  lo = first <= 0 ? 0 : (first + s - 1) / s;
+  hi = top / s < outN - 1 ? top / s : outN - 1;
+}
 // MaxPool's gradient as a gather over x [N, H, W, C] (2 spatial dims), V channels per thread: each
-// input element sums dy over the windows that cover it and chose it (indices from maxPoolNhwc). The
-// same sums as ScatterAddFlat's scatter, without its f32 buffer and atomics.
-template <typename T, int V>
+// input element sums dy over the windows that cover it and chose it (indices from maxPoolNhwc), in
+// the order of the windows (the CPU's ScatterAddFlat's order). The same sums as the scatter, without
+// its f32 buffer and atomics.
+template <typename T, int V, typename I>
 __global__ void maxPoolGradNhwc(const T* dy, const int64_t* indices, T* dx, PoolArgs a) {
-  const int64_t G = a.C / V, OH = a.out[0], OW = a.out[1], IH = a.in[0], IW = a.in[1];
-  const int64_t total = a.N * IH * IW * G;
-  AMPC_GRID_LOOP(v, total) {
-    int64_t t = v / G;
-    const int64_t cg = v - t * G, w = t % IW;
+  const I C = static_cast<I>(a.C), G = C / V, OH = static_cast<I>(a.out[0]), OW = static_cast<I>(a.out[1]);
+  const I IH = static_cast<I>(a.in[0]), IW = static_cast<I>(a.in[1]), d0 = static_cast<I>(a.d[0]), d1 = static_cast<I>(a.d[1]);
+  const I s0 = static_cast<I>(a.s[0]), s1 = static_cast<I>(a.s[1]), p0 = static_cast<I>(a.pad[0]), p1 = static_cast<I>(a.pad[1]);
+  const I total = static_cast<I>(a.N) * IH * IW * G;
+  for (I v = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); v < total;
+       v += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) {
+    I t = v / G;
+    const I cg = v - t * G, w = t % IW;
     t /= IW;
-    const int64_t h = t % IH, n = t / IH, self = v * V;  // the flat offset of channel cg * V here
+    const I h = t % IH, n = t / IH;
+    const int64_t self = static_cast<int64_t>(v) * V;  // the flat offset of channel cg * V here
+    I hlo, hhi, wlo, whi;
+    coveringWindows<I>(h, p0, static_cast<I>(a.k[0]), s0, d0, OH, hlo, hhi);
+    coveringWindows<I>(w, p1, static_cast<I>(a.k[1]), s1, d1, OW, wlo, whi);
     float acc[V] = {};
-    for (int64_t kh = 0; kh < a.k[0]; ++kh) {
-      const int64_t nh = h + a.pad[0] - kh * a.d[0];
-      if (nh < 0 || nh % a.s[0] != 0 || nh / a.s[0] >= OH) continue;
-      for (int64_t kw = 0; kw < a.k[1]; ++kw) {
-        const int64_t nw = w + a.pad[1] - kw * a.d[1];
-        if (nw < 0 || nw % a.s[1] != 0 || nw / a.s[1] >= OW) continue;
-        const int64_t o = ((n * OH + nh / a.s[0]) * OW + nw / a.s[1]) * a.C + cg * V;
+    for (I oh = hlo; oh <= hhi; ++oh) {
+      if (d0 != 1 && (h + p0 - oh * s0) % d0 != 0) continue;
+      for (I ow = wlo; ow <= whi; ++ow) {
+        if (d1 != 1 && (w + p1 - ow * s1) % d1 != 0) continue;
+        const I o = ((n * OH + oh) * OW + ow) * C + cg * V;
         float g[V];
         loadPack<T, V>(dy, o, g);
+        const longlong2* at = reinterpret_cast<const longlong2*>(indices + o);
 #pragma unroll
-        for (int e = 0; e < V; ++e)
-          if (indices[o + e] == self + e) acc[e] += g[e];
+        for (int e = 0; e < V; e += 2) {
+          const longlong2 p = at[e / 2];
+          if (p.x == self + e) acc[e] += g[e];
+          if (p.y == self + e + 1) acc[e + 1] += g[e + 1];
+        }
       }
     }
     storePack<T, V>(dx, self, acc);
@@ -1243,6 +1266,29 @@ cudaError_t softmaxCrossEntropyGrad(const void* dloss, DT dlT, const void* x, co
   return cudaGetLastError();
 }
 
+namespace {
+// Whether every element offset of a channels-last pool's x and y (and the grid's thread index past
+// them) fits an int with room to spare.
+bool offsets32(const PoolArgs& a) {
+  const int64_t in = a.N * a.in[0] * a.in[1] * a.C, out = a.N * a.out[0] * a.out[1] * a.C;
+  return std::max(in, out) < (int64_t{1} << 30);
+}
+template <typename I>
+void launchPoolNhwc(const void* x, void* y, int64_t* indices, const PoolArgs& a, int64_t vec, cudaStream_t st) {
+  if (a.t == DT::f16) maxPoolNhwc<__half, 8, I><<<gridFor(vec), 256, 0, st>>>(static_cast<const __half*>(x), static_cast<__half*>(y), indices, a);
+  else if (a.t == DT::bf16)
+    maxPoolNhwc<__nv_bfloat16, 8, I><<<gridFor(vec), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), indices, a);
+  else maxPoolNhwc<float, 4, I><<<gridFor(vec * 2), 256, 0, st>>>(static_cast<const float*>(x), static_cast<float*>(y), indices, a);
+}
+template <typename I>
+void launchPoolGradNhwc(const void* dy, const int64_t* indices, void* dx, const PoolArgs& a, int64_t vec, cudaStream_t st) {
+  if (a.t == DT::f16) maxPoolGradNhwc<__half, 8, I><<<gridFor(vec), 256, 0, st>>>(static_cast<const __half*>(dy), indices, static_cast<__half*>(dx), a);
+  else if (a.t == DT::bf16)
+    maxPoolGradNhwc<__nv_bfloat16, 8, I><<<gridFor(vec), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(dy), indices, static_cast<__nv_bfloat16*>(dx), a);
+  else maxPoolGradNhwc<float, 4, I><<<gridFor(vec * 2), 256, 0, st>>>(static_cast<const float*>(dy), indices, static_cast<float*>(dx), a);
+}
+}  // namespace
+
 cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a, cudaStream_t st) {
   int64_t P = a.N * a.C;
   for (int d = 0; d < a.nsp; ++d) P *= a.out[d];
@@ -1250,11 +1296,8 @@ cudaError_t maxPool(const void* x, void* y, int64_t* indices, const PoolArgs& a,
   if (a.nhwc) {  // placeChannelsLast: 2 spatial dims, C a multiple of 8
     if (a.nsp != 2 || a.C % 8 != 0) return cudaErrorInvalidValue;
     const int64_t vec = P / 8;
-    if (a.t == DT::f16) maxPoolNhwc<__half, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __half*>(x), static_cast<__half*>(y), indices, a);
-    else if (a.t == DT::bf16)
-      maxPoolNhwc<__nv_bfloat16, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), indices, a);
-    else if (a.t == DT::f32) maxPoolNhwc<float, 4><<<gridFor(P / 4), 256, 0, st>>>(static_cast<const float*>(x), static_cast<float*>(y), indices, a);
-    else return cudaErrorInvalidValue;
+    if (offsets32(a)) launchPoolNhwc<int>(x, y, indices, a, vec, st);
+    else launchPoolNhwc<int64_t>(x, y, indices, a, vec, st);
     return cudaGetLastError();
   }
   const bool plane32 = a.nsp == 2 && a.in[0] * a.in[1] < (int64_t{1} << 31);
@@ -1270,11 +1313,9 @@ cudaError_t maxPoolGradChannelsLast(const void* dy, const int64_t* indices, void
   if (!a.nhwc || a.nsp != 2 || a.C % 8 != 0) return cudaErrorInvalidValue;
   const int64_t vec = a.N * a.in[0] * a.in[1] * a.C / 8;
   if (vec == 0) return cudaSuccess;
-  if (a.t == DT::f16) maxPoolGradNhwc<__half, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __half*>(dy), indices, static_cast<__half*>(dx), a);
-  else if (a.t == DT::bf16)
-    maxPoolGradNhwc<__nv_bfloat16, 8><<<gridFor(vec), 256, 0, st>>>(static_cast<const __nv_bfloat16*>(dy), indices, static_cast<__nv_bfloat16*>(dx), a);
-  else if (a.t == DT::f32) maxPoolGradNhwc<float, 4><<<gridFor(vec * 2), 256, 0, st>>>(static_cast<const float*>(dy), indices, static_cast<float*>(dx), a);
-  else return cudaErrorInvalidValue;
+  if (a.t != DT::f16 && a.t != DT::bf16 && a.t != DT::f32) return cudaErrorInvalidValue;
+  if (offsets32(a)) launchPoolGradNhwc<int>(dy, indices, dx, a, vec, st);
+  else launchPoolGradNhwc<int64_t>(dy, indices, dx, a, vec, st);
   return cudaGetLastError();
 }
 

@@ -943,4 +943,39 @@ TEST(GpuProgram, ChannelsLastStemMatchesTheCpu) {
   }
 }
 
+// A max pool between convolutions is stored channels-last with its indices, and its gradient is the
+// gather kernel (maxPoolGradChannelsLast): windows that overlap (3 x 3, stride 2), dilated and
+// unevenly padded ones, at f16 and bf16, against the CPU's pool and scatter.
+TEST(GpuProgram, ChannelsLastMaxPoolAndGradientMatchTheCpu) {
+  AMPC_NEED_GPU();
+  const std::vector<std::pair<std::string, std::string>> pools = {
+      {"kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]", "[2,16,5,5]"},
+      {"dilations = [2, 1], kernel_shape = [3, 2], pads = [2, 0, 1, 1], strides = [2, 2]", "[2,16,5,5]"}};
+  for (const char* t : {"f16", "bf16"})
+    for (const auto& [attrs, pooled] : pools) {
+      std::string text = R"(graph "pool" opset 17 {
+  domain "ampc" 1
+  input %x : $T[2,16,10,10]
+  input %w1 : $T[16,16,3,3]
+  input %w2 : $T[8,16,1,1]
+  %y1 : $T[2,16,10,10] = Conv(%x, %w1) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}
+  %p : $T$P, %i : i64$P = MaxPool(%y1) {$A}
+  %dy : $T$P = Mul(%p, %p)
+  %dx : $T[2,16,10,10] = ampc::ScatterAddFlat(%dy, %i) {shape = [2, 16, 10, 10]}
+  %z : $T[2,8,10,10] = Conv(%dx, %w2) {kernel_shape = [1, 1]}
+  output %z
+}
+)";
+      text = std::regex_replace(std::regex_replace(std::regex_replace(text, std::regex("\\$T"), t), std::regex("\\$P"), pooled), std::regex("\\$A"), attrs);
+      auto g = parseGraph(text);
+      {
+        cuda::Program p(*g, {});
+        for (const char* v : {"y1", "p", "i", "dy", "dx"}) EXPECT_TRUE(p.channelsLast(g->lookup(v))) << t << " " << attrs << ": " << v;
+      }
+      std::map<std::string, Tensor> in;
+      for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type(), v->name() == "x" ? 1.0 : 0.2));
+      expectSameOnGpu(*g, in, std::string("channels-last max pool at ") + t + ", " + attrs, 1.0);
+    }
+}
+
 }  // namespace
