@@ -131,6 +131,9 @@ std::unique_ptr<Pass> createAttentionInPlacePass(const Target& target);  // atte
 // row pitch where only the padded GEMMs around them, their views, the loss and its gradient touch
 // them: scores_pitch / grad_pitch on the gradient node (pitch_loss_scores.cpp).
 std::unique_ptr<Pass> createPitchLossScoresPass(const Target& target);  // pitch_loss_scores.cpp
+// The step's UnscaleCheck (and ClipByGlobalNorm) run inside the SGD / Adam nodes that read their
+// results: fold = "optimizer" on each (fuse_grad_chain.cpp, passes/fuse_grad_chain.h).
+std::unique_ptr<Pass> createFuseGradChainPass();  // fuse_grad_chain.cpp
 // The Casts the target's kernels do in their neighbours (a widening Cast read through by its
 // readers, a narrowing one written by its producer or read by DropoutGrad): `fold` on each
 // (fold_casts.cpp, passes/fold_casts.h).

@@ -33,6 +33,7 @@ const PassEntry kPasses[] = {
     {"attention-in-place", [] { return createAttentionInPlacePass(findTarget("cuda")); }},
     {"pitch-loss-scores", [] { return createPitchLossScoresPass(findTarget("cuda")); }},
     {"fold-casts", [] { return createFoldCastsPass(findTarget("cuda")); }},
+    {"fuse-grad-chain", [] { return createFuseGradChainPass(); }},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

@@ -46,29 +46,10 @@ const Value* castUnwritten(const Node& c) { return castFold(c) == CastFold::Prod
 
 bool isOnnx(const Node& n, std::string_view op) { return n.domain().empty() && n.op() == op; }
 
-bool fusedGradChain(const Graph& g, const Node& u, const Node** clipOut) {
-  if (u.domain() != "ampc" || u.op() != "UnscaleCheck" || u.inputs().size() < 2 || u.numResults() != u.inputs().size()) return false;
-  const size_t k = u.inputs().size() - 1;
-  auto single = [&](const Value* r) -> const Use* { return g.isOutput(r) || r->uses().size() != 1 ? nullptr : &r->uses()[0]; };
-  auto optimizerGrad = [](const Use& use) {
-    const Node& o = *use.user;
-    return o.domain() == "ampc" && use.operand == 1 && (o.op() == "SGD" || (o.op() == "Adam" && o.getInt("lamb", 0) == 0));
-  };
-  const Use* first = single(u.result(0));
-  if (!first) return false;
-  const Node* clip = first->user->domain() == "ampc" && first->user->op() == "ClipByGlobalNorm" ? first->user : nullptr;
-  if (clip && (clip->inputs().size() != k + 1 || clip->inputs()[0] != u.result(k) || clip->numResults() < k)) return false;
-  for (size_t i = 0; i < k; ++i) {
-    const Use* use = single(u.result(i));
-    if (!use) return false;
-    if (clip) {
-      const Use* c = single(clip->result(i));
-      if (use->user != clip || use->operand != static_cast<int>(i) + 1 || !c || !optimizerGrad(*c)) return false;
-    } else if (!optimizerGrad(*use)) {
-      return false;
-    }
-  }
-  if (clipOut) *clipOut = clip;
+bool fusedGradChain(const Node& u, const Node** clipOut) {
+  if (u.domain() != "ampc" || u.op() != "UnscaleCheck" || u.getString("fold", "") != "optimizer") return false;
+  const Node* first = u.result(0)->uses().empty() ? nullptr : u.result(0)->uses()[0].user;
+  if (clipOut) *clipOut = first && first->op() == "ClipByGlobalNorm" && first->getString("fold", "") == "optimizer" ? first : nullptr;
   return true;
 }
 
@@ -139,7 +120,7 @@ Schedule schedule(const Graph& g) {
   // the clip's found_inf.
   for (const auto& n : g.nodes()) {
     const Node* clip = nullptr;
-    if (!fusedGradChain(g, *n, &clip)) continue;
+    if (!fusedGradChain(*n, &clip)) continue;
     for (size_t i = 0; i + 1 < n->inputs().size(); ++i) {
       unwritten.insert(n->result(i));
       const Value* read = clip ? clip->result(i) : n->result(i);

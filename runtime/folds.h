@@ -38,15 +38,12 @@ const Node* narrowedGradInput(const Node& n);
 bool castFolded(const Node& c);
 const Value* castUnwritten(const Node& c);
 
-// The step's gradient chain folded into the optimizer: an UnscaleCheck each of whose unscaled
-// gradients has one reader, either all one ClipByGlobalNorm (taking UnscaleCheck's found_inf) each
-// of whose clipped gradients has one reader, or directly, and those readers the gradient operand
-// of SGD or Adam/AdamW nodes (not LAMB); none a graph output. UnscaleCheck then only checks (and
-// sums the squares for the clip), the clip only writes its norm, and the optimizer reads each
-// gradient as UnscaleCheck did, unscaling and clipping it in registers with the same operations:
-// the unscaled and clipped gradients are never written. Returns whether `unscale` is such a node;
-// `clip` gets the ClipByGlobalNorm or null.
-bool fusedGradChain(const Graph& g, const Node& unscale, const Node** clip = nullptr);
+// The step's gradient chain folded into the optimizer, as fuse-grad-chain recorded it
+// (passes/fuse_grad_chain.cpp): UnscaleCheck only checks (and sums the squares for the clip), the
+// clip only writes its norm, and each optimizer node reads the gradient UnscaleCheck read,
+// unscaling and clipping it in registers; the unscaled and clipped gradients are never written.
+// Returns whether `unscale` is such a node; `clip` gets the ClipByGlobalNorm or null.
+bool fusedGradChain(const Node& unscale, const Node** clip = nullptr);
 
 // Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Per node
 // index, the index of its group's first node (or itself).

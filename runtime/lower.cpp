@@ -11,6 +11,7 @@
 #include "compiler/ops/pointwise.h"
 #include "compiler/target.h"
 #include "passes/fold_casts.h"
+#include "passes/fuse_grad_chain.h"
 #include "passes/pass.h"
 #include "passes/pitch_loss_scores.h"
 #include "runtime/folds.h"
@@ -41,6 +42,7 @@ bool claimedByFold(const Graph& g, const Node& n, const Target& t) {
 
 MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<const Value*, int64_t>* pitches) {
   checkCastFolds(step, findTarget("cuda"));
+  checkGradChain(step);
   folds::Schedule s = folds::schedule(step);
   const auto pitch = pitchedValues(step);
   std::map<const Value*, int64_t> bytes;
@@ -77,6 +79,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   if (!opts.fuseElementwise) {
     createFuseParamCastsPass()->run(step);
     createPitchLossScoresPass(cuda)->run(step);
+    createFuseGradChainPass()->run(step);
     createFoldCastsPass(cuda)->run(step);
     return 0;
   }
@@ -87,6 +90,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createFuseParamCastsPass()->run(step);  // the parameter casts no group took
   // On the final graph: every node that touches the scores, and every reader of a Cast, is known.
   createPitchLossScoresPass(cuda)->run(step);
+  createFuseGradChainPass()->run(step);
   createFoldCastsPass(cuda)->run(step);
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())

@@ -1993,7 +1993,7 @@ void Program::Lowering::train() {
     bool* found = const_cast<bool*>(flag(out(k)));
     bool clear = true;
     const Node* clip = nullptr;
-    if (fusedGradChain(p.g_, n, &clip)) {  // only the check (and the clip's squares): the optimizer unscales
+    if (fusedGradChain(n, &clip)) {  // only the check (and the clip's squares): the optimizer unscales
       // The clip's sum of squares: one partial per chunk of every launch, then summed in order.
       std::vector<std::pair<DT, std::shared_ptr<TensorList>>> lists;  // per gradient type
       size_t chunks = 0;
@@ -2049,7 +2049,7 @@ void Program::Lowering::train() {
     const size_t k = n.inputs().size() - 1;
     const Node* u = k ? in(1)->producer() : nullptr;
     const Node* clip = nullptr;
-    if (u && fusedGradChain(p.g_, *u, &clip) && clip == &n) {  // folded: the optimizer clips; only the norm here
+    if (u && fusedGradChain(*u, &clip) && clip == &n) {  // folded: the optimizer clips; only the norm here
       const double* normSq = p.chainNorm(u);
       float* norm = n.numResults() > k ? f32(out(k)) : nullptr;
       if (norm) add([normSq, norm](cudaStream_t st) { return clipNormOut(normSq, norm, st); });
@@ -2357,7 +2357,7 @@ std::pair<const Value*, GradIn> Program::gradIn(const Value* grad) {
   const Node* prod = grad->producer();
   const Node* u = prod && prod->op() == "ClipByGlobalNorm" ? prod->inputs()[1]->producer() : prod;
   const Node* clip = nullptr;
-  if (!u || !fusedGradChain(g_, *u, &clip) || (clip ? clip != prod : u != prod)) return {grad, GradIn{}};
+  if (!u || !fusedGradChain(*u, &clip) || (clip ? clip != prod : u != prod)) return {grad, GradIn{}};
   const Value* src = readThrough(u->inputs()[static_cast<size_t>(grad->resultIndex()) + 1]);
   GradIn gi;
   gi.t = src->type().dtype == DType::f16 ? DT::f16 : src->type().dtype == DType::bf16 ? DT::bf16 : DT::f32;

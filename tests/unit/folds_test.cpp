@@ -11,6 +11,7 @@
 #include "compiler/target.h"
 #include "passes/data_parallel.h"
 #include "passes/fold_casts.h"
+#include "passes/fuse_grad_chain.h"
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
 #include "runtime/folds.h"
@@ -47,7 +48,7 @@ std::vector<const Value*> reads(const Graph& g, const Node& n) {
       const Node* p = v->producer();
       const Node* u = p && p->op() == "ClipByGlobalNorm" ? p->inputs()[1]->producer() : p;
       const Node* clip = nullptr;
-      if (u && fusedGradChain(g, *u, &clip)) {  // the gradient, 1/scale and the clip's found_inf
+      if (u && fusedGradChain(*u, &clip)) {  // the gradient, 1/scale and the clip's found_inf
         r.push_back(readThrough(u->inputs()[static_cast<size_t>(v->resultIndex()) + 1]));
         r.push_back(u->inputs()[0]);
         if (clip) r.push_back(clip->inputs()[0]);
@@ -57,7 +58,7 @@ std::vector<const Value*> reads(const Graph& g, const Node& n) {
     if (n.domain() == "ampc" && n.op() == "ClipByGlobalNorm" && i > 0) {  // folded: reads only found_inf
       const Node* u = n.inputs()[1]->producer();
       const Node* clip = nullptr;
-      if (u && fusedGradChain(g, *u, &clip) && clip == &n) continue;
+      if (u && fusedGradChain(*u, &clip) && clip == &n) continue;
     }
     if (isOnnx(n, "Where") && i == 0 && v->producer() && fusedComparison(g, *v->producer())) {  // the comparison's operands
       for (const Value* a : v->producer()->inputs()) r.push_back(readThrough(a));
@@ -77,9 +78,9 @@ std::vector<const Value*> writes(const Graph& g, const Node& n) {
   // A folded gradient chain: UnscaleCheck writes only found_inf, the clip only its norm.
   const Node* clip = nullptr;
   const size_t k = n.inputs().size() - 1;
-  if (fusedGradChain(g, n, &clip)) w = {n.result(k)};
+  if (fusedGradChain(n, &clip)) w = {n.result(k)};
   if (n.domain() == "ampc" && n.op() == "ClipByGlobalNorm" && n.inputs()[1]->producer() &&
-      fusedGradChain(g, *n.inputs()[1]->producer(), &clip) && clip == &n)
+      fusedGradChain(*n.inputs()[1]->producer(), &clip) && clip == &n)
     w = n.numResults() > k ? std::vector<const Value*>{n.result(k)} : std::vector<const Value*>{};
   return w;
 }
@@ -102,6 +103,7 @@ Counts check(const std::string& model, DType precision, const std::string& optim
   createFuseDropoutResidualPass()->run(*g);
   createKeepLossStatsPass()->run(*g);
   createAttentionInPlacePass(findTarget("cuda"))->run(*g);
+  createFuseGradChainPass()->run(*g);
   createFoldCastsPass(findTarget("cuda"))->run(*g);
   EXPECT_NO_THROW(verify(*g));
   const Schedule s = schedule(*g);
@@ -170,6 +172,7 @@ TEST(Folds, AllReduceOperandsLiveUntilTheirStreamJoins) {
   for (const char* m : {"gpt2_tiny", "resnet_tiny"}) {
     SCOPED_TRACE(m);
     auto g = trainGraph(m, DType::bf16, "adamw");
+    createFuseGradChainPass()->run(*g);
     createFoldCastsPass(findTarget("cuda"))->run(*g);
     ASSERT_TRUE(createDataParallelPass(4096)->run(*g));
     // The AllReduce now reads gradients that UnscaleCheck read through their widening Casts: those
@@ -177,6 +180,7 @@ TEST(Folds, AllReduceOperandsLiveUntilTheirStreamJoins) {
     EXPECT_THROW(checkCastFolds(*g, findTarget("cuda")), Error);
     createFoldCastsPass(findTarget("cuda"))->run(*g);
     EXPECT_NO_THROW(checkCastFolds(*g, findTarget("cuda")));
+    EXPECT_NO_THROW(checkGradChain(*g));  // the AllReduce comes before UnscaleCheck: the chain after it stands
     const Schedule s = schedule(*g);
     const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
     EXPECT_NO_THROW(checkMemoryPlan(plan));
@@ -275,11 +279,12 @@ TEST(Folds, GradChainFoldsIntoTheOptimizer) {
     for (const char* opt : {"sgd", "adamw", "lamb"}) {
       SCOPED_TRACE(std::string(m) + " " + opt);
       auto g = trainGraph(m, DType::bf16, opt);
+      EXPECT_EQ(createFuseGradChainPass()->run(*g), std::string(opt) != "lamb");
       const Schedule s = schedule(*g);
       int chains = 0;
       for (const auto& n : g->nodes()) {
         const Node* clip = nullptr;
-        if (!fusedGradChain(*g, *n, &clip)) continue;
+        if (!fusedGradChain(*n, &clip)) continue;
         ++chains;
         ASSERT_NE(clip, nullptr);  // the plans always have the clip (its norm is a metric)
         for (size_t i = 0; i + 1 < n->inputs().size(); ++i) {
