@@ -134,6 +134,12 @@ std::unique_ptr<Pass> createPitchLossScoresPass(const Target& target);  // pitch
 // The step's UnscaleCheck (and ClipByGlobalNorm) run inside the SGD / Adam nodes that read their
 // results: fold = "optimizer" on each (fuse_grad_chain.cpp, passes/fuse_grad_chain.h).
 std::unique_ptr<Pass> createFuseGradChainPass();  // fuse_grad_chain.cpp
+// Consecutive SGD/Adam nodes that share op, attributes and lr/step/found run as one launch: group = K
+// on each member (group_optimizers.cpp, passes/group_optimizers.h).
+std::unique_ptr<Pass> createGroupOptimizersPass();  // group_optimizers.cpp
+// A float comparison whose one use is a Where's condition runs in that Where: fold = "where" on it
+// (fold_comparisons.cpp, passes/fold_comparisons.h).
+std::unique_ptr<Pass> createFoldComparisonsPass();  // fold_comparisons.cpp
 // The Casts the target's kernels do in their neighbours (a widening Cast read through by its
 // readers, a narrowing one written by its producer or read by DropoutGrad): `fold` on each
 // (fold_casts.cpp, passes/fold_casts.h).

@@ -34,6 +34,8 @@ const PassEntry kPasses[] = {
     {"pitch-loss-scores", [] { return createPitchLossScoresPass(findTarget("cuda")); }},
     {"fold-casts", [] { return createFoldCastsPass(findTarget("cuda")); }},
     {"fuse-grad-chain", [] { return createFuseGradChainPass(); }},
+    {"fold-comparisons", [] { return createFoldComparisonsPass(); }},
+    {"group-optimizers", [] { return createGroupOptimizersPass(); }},
     {"fuse-linear", createFuseLinearPass},
     {"split-heads", createSplitHeadsPass},
     {"drop-identities", createDropIdentitiesPass},

@@ -5,21 +5,12 @@
 
 #include "compiler/target.h"
 #include "passes/fold_casts.h"
+#include "passes/group_optimizers.h"
 #include "passes/train_step.h"
 
 namespace ampc::folds {
 
-bool fusedComparison(const Graph& g, const Node& c) {
-  static const std::set<std::string> kCmp = {"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"};
-  if (!c.domain().empty() || !kCmp.count(c.op())) return false;
-  const Value* r = c.result(0);
-  if (r->uses().size() != 1 || r->uses()[0].operand != 0 || r->uses()[0].user->op() != "Where" || !r->uses()[0].user->domain().empty())
-    return false;
-  if (g.isOutput(r)) return false;
-  for (const Value* v : c.inputs())
-    if (!v || !isFloat(v->type().dtype) || v->type().dtype == DType::f64) return false;
-  return true;
-}
+bool fusedComparison(const Node& c) { return c.domain().empty() && c.getString("fold", "") == "where"; }
 
 bool isLossGrad(const Node& n) { return (n.domain() == "ampc" || n.domain() == kCudaDomain) && n.op() == "SoftmaxCrossEntropyLossGrad"; }
 
@@ -53,41 +44,12 @@ bool fusedGradChain(const Node& u, const Node** clipOut) {
   return true;
 }
 
-std::vector<size_t> optimizerGroups(const Graph& g) {
-  std::vector<const Node*> nodes;
-  for (const auto& n : g.nodes()) nodes.push_back(n.get());
-  std::vector<size_t> leader(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) leader[i] = i;
-  auto key = [](const Node* n) {
-    std::string k = n->op() + "|";
-    for (const auto& [name, a] : n->attrs())
-      if (const float* f = std::get_if<float>(&a)) k += name + "=" + std::to_string(*f) + ";";
-      else if (const int64_t* v = std::get_if<int64_t>(&a)) k += name + "=" + std::to_string(*v) + ";";
-    const size_t first = n->op() == "SGD" ? 3 : 4;  // the shared operands: lr (step) found
-    for (size_t i = first; i < n->inputs().size(); ++i) k += n->inputs()[i] ? n->inputs()[i]->name() + "," : "_,";
-    return k;
-  };
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node* n = nodes[i];
-    if (n->domain() != "ampc" || (n->op() != "SGD" && n->op() != "Adam") || leader[i] != i) continue;
-    const std::string k = key(n);
-    // Later nodes join while nothing else runs in between (the optimizer tail of a train step).
-    for (size_t j = i + 1; j < nodes.size(); ++j) {
-      const Node* m = nodes[j];
-      if (m->domain() != "ampc" || (m->op() != "SGD" && m->op() != "Adam")) break;
-      if (key(m) == k) leader[j] = i;
-      else break;
-    }
-  }
-  return leader;
-}
-
 Schedule schedule(const Graph& g) {
   Schedule s;
   for (const auto& n : g.nodes()) s.order[n.get()] = static_cast<int>(s.order.size());
   // An optimizer group runs at its first node, a comparison fused into its Where at the Where (the
   // plan then keeps the comparison's operands alive until there).
-  s.leader = optimizerGroups(g);
+  s.leader = recordedOptimizerGroups(g);
   const std::vector<size_t>& leader = s.leader;
   std::vector<int>& positions = s.positions;
   positions.resize(leader.size());
@@ -95,7 +57,7 @@ Schedule schedule(const Graph& g) {
   for (const auto& n : g.nodes()) {
     const int i = indexOf[n.get()];
     positions[i] = static_cast<int>(leader[i]);
-    if (fusedComparison(g, *n)) positions[i] = indexOf[n->result(0)->uses()[0].user];
+    if (fusedComparison(*n)) positions[i] = indexOf[n->result(0)->uses()[0].user];
   }
   // A folded Cast runs where its last reader or its writer does: the value it reads stays alive
   // until then, and the value it writes is born then. Its f32 side is never written: no bytes.

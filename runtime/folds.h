@@ -18,9 +18,9 @@ namespace ampc::folds {
 
 bool isOnnx(const Node& n, std::string_view op);
 
-// A float comparison whose one use is the condition of a Where (not a graph output) runs inside
-// that Where: the bool tensor is never written.
-bool fusedComparison(const Graph& g, const Node& c);
+// A float comparison run inside the Where that reads it, as fold-comparisons recorded it
+// (passes/fold_comparisons.cpp): the bool tensor is never written.
+bool fusedComparison(const Node& c);
 
 bool isLossGrad(const Node& n);
 // The casts folded into the ops around them, as fold-casts recorded them (passes/fold_casts.h):
@@ -45,14 +45,10 @@ const Value* castUnwritten(const Node& c);
 // Returns whether `unscale` is such a node; `clip` gets the ClipByGlobalNorm or null.
 bool fusedGradChain(const Node& unscale, const Node** clip = nullptr);
 
-// Optimizer nodes that run as one launch: same op, attributes, lr/step/found operands. Per node
-// index, the index of its group's first node (or itself).
-std::vector<size_t> optimizerGroups(const Graph& g);
-
 // When each node's work runs (an index into the node order, for the memory plan), and the values
 // no launch writes.
 struct Schedule {
-  std::vector<size_t> leader;       // optimizerGroups
+  std::vector<size_t> leader;       // the optimizer groups group-optimizers recorded (passes/group_optimizers.h)
   std::vector<int> positions;       // per node
   std::set<const Value*> unwritten;
   std::map<const Node*, int> order;  // each node's index

@@ -11,7 +11,9 @@
 #include "compiler/ops/pointwise.h"
 #include "compiler/target.h"
 #include "passes/fold_casts.h"
+#include "passes/fold_comparisons.h"
 #include "passes/fuse_grad_chain.h"
+#include "passes/group_optimizers.h"
 #include "passes/pass.h"
 #include "passes/pitch_loss_scores.h"
 #include "runtime/folds.h"
@@ -43,6 +45,8 @@ bool claimedByFold(const Graph& g, const Node& n, const Target& t) {
 MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<const Value*, int64_t>* pitches) {
   checkCastFolds(step, findTarget("cuda"));
   checkGradChain(step);
+  checkComparisonFolds(step);
+  checkOptimizerGroups(step);
   folds::Schedule s = folds::schedule(step);
   const auto pitch = pitchedValues(step);
   std::map<const Value*, int64_t> bytes;
@@ -80,6 +84,8 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
     createFuseParamCastsPass()->run(step);
     createPitchLossScoresPass(cuda)->run(step);
     createFuseGradChainPass()->run(step);
+    createFoldComparisonsPass()->run(step);
+    createGroupOptimizersPass()->run(step);
     createFoldCastsPass(cuda)->run(step);
     return 0;
   }
@@ -91,6 +97,8 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   // On the final graph: every node that touches the scores, and every reader of a Cast, is known.
   createPitchLossScoresPass(cuda)->run(step);
   createFuseGradChainPass()->run(step);
+  createFoldComparisonsPass()->run(step);
+  createGroupOptimizersPass()->run(step);
   createFoldCastsPass(cuda)->run(step);
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())

@@ -352,10 +352,10 @@ struct Program::Lowering {
   }
 
   // The comparison fused into its Where (folds::fusedComparison) as a kernel op, or null.
-  static const Ew* fusableComparison(const Graph& g, const Node& c) {
+  static const Ew* fusableComparison(const Node& c) {
     static const std::map<std::string, Ew> kCmp = {{"Greater", Ew::Greater}, {"Less", Ew::Less}, {"GreaterOrEqual", Ew::GreaterEq},
                                                   {"LessOrEqual", Ew::LessEq}, {"Equal", Ew::Equal}};
-    if (!folds::fusedComparison(g, c)) return nullptr;
+    if (!folds::fusedComparison(c)) return nullptr;
     return &kCmp.at(c.op());
   }
 
@@ -929,10 +929,10 @@ void Program::Lowering::lower() {
       {"Selu", Ew::Selu}, {"Celu", Ew::Celu}, {"Mish", Ew::Mish}, {"Floor", Ew::Floor}, {"Ceil", Ew::Ceil}, {"Round", Ew::Round},
       {"Sign", Ew::Sign}, {"PRelu", Ew::PRelu}, {"Mod", Ew::Mod}};
   if (n.domain().empty()) {  // first the folds: nodes that another node's launch does
-    if (fusableComparison(p.g_, n)) return;  // computed by its Where
+    if (fusableComparison(n)) return;  // computed by its Where
     if (castFolded(n)) return;          // done by the elementwise op that reads or writes it
     if (op == "Where" && in(0)->producer())
-      if (const Ew* cmp = fusableComparison(p.g_, *in(0)->producer())) {
+      if (const Ew* cmp = fusableComparison(*in(0)->producer())) {
         const Node& c = *in(0)->producer();
         EwArgs a = ewArgs(Ew::WhereCmp, {c.inputs()[0], c.inputs()[1], in(1), in(2)}, out(0));
         a.cmp = *cmp;

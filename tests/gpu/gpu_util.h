@@ -62,9 +62,13 @@ inline double relL2(const Tensor& got, const Tensor& want, bool& nanMismatch) {
 inline double tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::f16 ? 1e-3 : 2e-5; }
 
 // The folds the CUDA lowering records last (runtime/lower.cpp): the gradient chain into the
-// optimizer and the casts into their neighbours. Idempotent; run again after a rewrite.
+// optimizer, comparisons into their Where, the optimizer launch groups and the casts into their
+// neighbours. Idempotent; run
+// again after a rewrite.
 inline void lowerFolds(Graph& g) {
   createFuseGradChainPass()->run(g);
+  createFoldComparisonsPass()->run(g);
+  createGroupOptimizersPass()->run(g);
   createFoldCastsPass(findTarget("cuda"))->run(g);
 }
 

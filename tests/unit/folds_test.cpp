@@ -31,7 +31,7 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
 }
 
 // A node that launches nothing: its work is done by a neighbour.
-bool foldedAway(const Graph& g, const Node& n) { return fusedComparison(g, n) || castFolded(n); }
+bool foldedAway(const Graph& g, const Node& n) { return fusedComparison(n) || castFolded(n); }
 
 // The values node n's launches read, as the CUDA lowering reads them.
 std::vector<const Value*> reads(const Graph& g, const Node& n) {
@@ -60,7 +60,7 @@ std::vector<const Value*> reads(const Graph& g, const Node& n) {
       const Node* clip = nullptr;
       if (u && fusedGradChain(*u, &clip) && clip == &n) continue;
     }
-    if (isOnnx(n, "Where") && i == 0 && v->producer() && fusedComparison(g, *v->producer())) {  // the comparison's operands
+    if (isOnnx(n, "Where") && i == 0 && v->producer() && fusedComparison(*v->producer())) {  // the comparison's operands
       for (const Value* a : v->producer()->inputs()) r.push_back(readThrough(a));
       continue;
     }
@@ -104,6 +104,8 @@ Counts check(const std::string& model, DType precision, const std::string& optim
   createKeepLossStatsPass()->run(*g);
   createAttentionInPlacePass(findTarget("cuda"))->run(*g);
   createFuseGradChainPass()->run(*g);
+  createFoldComparisonsPass()->run(*g);
+  createGroupOptimizersPass()->run(*g);
   createFoldCastsPass(findTarget("cuda"))->run(*g);
   EXPECT_NO_THROW(verify(*g));
   const Schedule s = schedule(*g);
@@ -173,6 +175,7 @@ TEST(Folds, AllReduceOperandsLiveUntilTheirStreamJoins) {
     SCOPED_TRACE(m);
     auto g = trainGraph(m, DType::bf16, "adamw");
     createFuseGradChainPass()->run(*g);
+    createFoldComparisonsPass()->run(*g);
     createFoldCastsPass(findTarget("cuda"))->run(*g);
     ASSERT_TRUE(createDataParallelPass(4096)->run(*g));
     // The AllReduce now reads gradients that UnscaleCheck read through their widening Casts: those

@@ -14,6 +14,8 @@
 #include "compiler/ir/text.h"
 #include "compiler/target.h"
 #include "passes/fold_casts.h"
+#include "passes/fold_comparisons.h"
+#include "passes/group_optimizers.h"
 #include "passes/pass.h"
 #include "passes/pitch_loss_scores.h"
 #include "runtime/backend.h"
@@ -798,4 +800,53 @@ TEST(FoldCasts, RecordedOnceCheckedAndDecidedAgainAfterARewrite) {
   EXPECT_NO_THROW(checkCastFolds(*g, cuda));
   xf->setAttr("fold", std::string("sideways"));
   EXPECT_THROW(castFold(*xf), Error);
+}
+
+// fold-comparisons (passes/fold_comparisons.cpp): recorded on the comparison, refused by the check
+// once another node reads the bool tensor, cleared when the pass runs again.
+TEST(FoldComparisons, RecordedCheckedAndDecidedAgain) {
+  auto g = load(R"(graph "c" opset 17 {
+  input %x : f16[8,32]
+  input %y : f16[8,32]
+  const %z : f16[] = [0.0]
+  %g : bool[8,32] = Greater(%x, %z)
+  %r : f16[8,32] = Where(%g, %y, %z)
+  output %r
+})");
+  ASSERT_TRUE(createFoldComparisonsPass()->run(*g));
+  Node* cmp = g->lookup("g")->producer();
+  EXPECT_EQ(cmp->getString("fold", ""), "where");
+  EXPECT_NO_THROW(checkComparisonFolds(*g));
+  g->addOutput(g->createNode("Not", "", {g->lookup("g")}, {{"n", TensorType{DType::boolean, {8, 32}}}})->result(0));
+  g->bindOps();
+  EXPECT_THROW(checkComparisonFolds(*g), Error);
+  createFoldComparisonsPass()->run(*g);
+  EXPECT_FALSE(cmp->hasAttr("fold"));
+  EXPECT_NO_THROW(checkComparisonFolds(*g));
+}
+
+// group-optimizers (passes/group_optimizers.cpp): consecutive optimizer nodes sharing op, attributes
+// and lr/found are one recorded group; a member changed afterwards is refused by the check.
+TEST(GroupOptimizers, RecordedAndChecked) {
+  auto g = load(R"(graph "o" opset 17 {
+  domain "ampc" 1
+  input %g1 : f32[64]
+  input %g2 : f32[32]
+  param %w1 : f32[64]
+  param %w2 : f32[32]
+  param %lr : f32[]
+  param %found : bool[]
+  %u1 : f32[64] = ampc::SGD(%w1, %g1, _, %lr, %found) {momentum = 0.0, nesterov = 0, weight_decay = 0.0}
+  %u2 : f32[32] = ampc::SGD(%w2, %g2, _, %lr, %found) {momentum = 0.0, nesterov = 0, weight_decay = 0.0}
+  output %u1
+  output %u2
+})");
+  EXPECT_TRUE(recordedOptimizerGroups(*g) == std::vector<size_t>({0, 1}));  // nothing recorded: each alone
+  ASSERT_TRUE(createGroupOptimizersPass()->run(*g));
+  EXPECT_TRUE(recordedOptimizerGroups(*g) == std::vector<size_t>({0, 0}));
+  EXPECT_NO_THROW(checkOptimizerGroups(*g));
+  g->lookup("u2")->producer()->setAttr("weight_decay", 0.01f);
+  EXPECT_THROW(checkOptimizerGroups(*g), Error);
+  createGroupOptimizersPass()->run(*g);
+  EXPECT_TRUE(recordedOptimizerGroups(*g) == std::vector<size_t>({0, 1}));
 }
