@@ -57,6 +57,13 @@ MemoryPlan planCudaMemory(const Graph& step, folds::Schedule* sched, std::map<co
   return plan;
 }
 
+void recordFolds(Graph& step) {
+  createFuseGradChainPass()->run(step);
+  createFoldComparisonsPass()->run(step);
+  createGroupOptimizersPass()->run(step);
+  createFoldCastsPass(findTarget("cuda"))->run(step);
+}
+
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate) {
   if (opts.target != "cuda") return 0;
   const Target& cuda = findTarget("cuda");
@@ -83,10 +90,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   if (!opts.fuseElementwise) {
     createFuseParamCastsPass()->run(step);
     createPitchLossScoresPass(cuda)->run(step);
-    createFuseGradChainPass()->run(step);
-    createFoldComparisonsPass()->run(step);
-    createGroupOptimizersPass()->run(step);
-    createFoldCastsPass(cuda)->run(step);
+    recordFolds(step);
     return 0;
   }
   claim();
@@ -96,10 +100,7 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   createFuseParamCastsPass()->run(step);  // the parameter casts no group took
   // On the final graph: every node that touches the scores, and every reader of a Cast, is known.
   createPitchLossScoresPass(cuda)->run(step);
-  createFuseGradChainPass()->run(step);
-  createFoldComparisonsPass()->run(step);
-  createGroupOptimizersPass()->run(step);
-  createFoldCastsPass(cuda)->run(step);
+  recordFolds(step);
   std::vector<Node*> groups;
   for (const auto& n : step.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());

@@ -39,6 +39,12 @@ using KernelGenerator = std::function<codegen::Kernel(const Node& fused, const s
 // Without one, amprun runs a group's nodes one by one on CUDA.
 // Returns the groups left without a kernel (no generator, or no libdevice for their formulas).
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate = {});
+// The CUDA lowering's last rewrites, which record on the graph what runs inside a neighbour: the
+// gradient chain in the optimizer, comparisons in their Where, the optimizer launch groups and the
+// casts (passes/fuse_grad_chain.h, fold_comparisons.h, group_optimizers.h, fold_casts.h). Each
+// decides afresh, so running them again after a rewrite at load (data-parallel, expanded groups)
+// records what the rewritten graph allows; planCudaMemory refuses a stale record, naming the node.
+void recordFolds(Graph& step);
 // The inverse: each ampc.Fused node (only those without a kernel, if asked) replaced by its body's
 // nodes, its results keeping their names. Returns how many it expanded. The casts' folds recorded
 // before stay sound (no group reads or writes a folded Cast); the expanded casts launch unless

@@ -883,6 +883,16 @@ __global__ void maxPool2d(const T* x, T* y, int64_t* indices, PoolArgs a) {
     if (indices) indices[i] = at < 0 ? -1 : plane * IS + at;
   }
 }
+// Pack v's place in an [N, H, W, G] grid of channel packs (a channels-last tensor, V channels a pack).
+template <typename I>
+__device__ __forceinline__ void packCoords(I v, I G, I H, I W, I& n, I& h, I& w, I& cg) {
+  I t = v / G;
+  cg = v - t * G;
+  w = t % W;
+  t /= W;
+  h = t % H;
+  n = t / H;
+}
 // Max pooling of x [N, H, W, C] (2 spatial dims), V channels per thread; the indices are offsets in
 // that order (ScatterAddFlat scatters the gradient into the same layout). I: the index arithmetic's
 // type (int where every offset fits: 64-bit division costs more than the pool's bytes).
@@ -893,10 +903,8 @@ __global__ void maxPoolNhwc(const T* x, T* y, int64_t* indices, PoolArgs a) {
   const I total = static_cast<I>(a.N) * OH * OW * G;
   for (I v = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); v < total;
        v += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) {
-    I t = v / G;
-    const I cg = v - t * G, ow = t % OW;
-    t /= OW;
-    const I oh = t % OH, n = t / OH;
+    I n, oh, ow, cg;
+    packCoords(v, G, OH, OW, n, oh, ow, cg);
     float best[V];
     I at[V];
 #pragma unroll
@@ -949,10 +957,8 @@ __global__ void maxPoolGradNhwc(const T* dy, const int64_t* indices, T* dx, Pool
   const I total = static_cast<I>(a.N) * IH * IW * G;
   for (I v = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); v < total;
        v += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) {
-    I t = v / G;
-    const I cg = v - t * G, w = t % IW;
-    t /= IW;
-    const I h = t % IH, n = t / IH;
+    I n, h, w, cg;
+    packCoords(v, G, IH, IW, n, h, w, cg);
     const int64_t self = static_cast<int64_t>(v) * V;  // the flat offset of channel cg * V here
     I hlo, hhi, wlo, whi;
     coveringWindows<I>(h, p0, static_cast<I>(a.k[0]), s0, d0, OH, hlo, hhi);

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 
-#include "compiler/target.h"
-#include "passes/pass.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/cuda/trainer.h"
 #include "runtime/plan.h"
@@ -32,9 +30,9 @@ class CudaSession : public TrainSession {
     po.checkPlan = o.checkPlan;
     po.watchFinite = o.watch != nullptr;
     po.deterministic = o.deterministic;
-    // A plan from an ampc without the code generator: its groups run as their ops, the casts among
-    // them folded as fold-casts decides on the expanded graph.
-    if (expandFused(g, /*onlyWithoutKernel=*/true) > 0) createFoldCastsPass(findTarget("cuda"))->run(g);
+    // A plan from an ampc without the code generator: its groups run as their ops, folded as the
+    // lowering would fold them.
+    if (expandFused(g, /*onlyWithoutKernel=*/true) > 0) recordFolds(g);
     device_ = po.device;
     memBase_ = deviceMemoryUsed(po.device);
     // --explain-overflow reads every step's metrics at once (one synchronisation a step), so a

@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "compiler/ir/text.h"
-#include "compiler/target.h"
-#include "passes/pass.h"
+#include "runtime/plan.h"
 #include "runtime/cuda/program.h"
 #include "runtime/evaluator.h"
 
@@ -61,17 +60,6 @@ inline double relL2(const Tensor& got, const Tensor& want, bool& nanMismatch) {
 // type where an order difference crosses a rounding boundary (f16, bf16).
 inline double tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::f16 ? 1e-3 : 2e-5; }
 
-// The folds the CUDA lowering records last (runtime/lower.cpp): the gradient chain into the
-// optimizer, comparisons into their Where, the optimizer launch groups and the casts into their
-// neighbours. Idempotent; run
-// again after a rewrite.
-inline void lowerFolds(Graph& g) {
-  createFuseGradChainPass()->run(g);
-  createFoldComparisonsPass()->run(g);
-  createGroupOptimizersPass()->run(g);
-  createFoldCastsPass(findTarget("cuda"))->run(g);
-}
-
 // Runs g's outputs on the CPU and on the GPU (outputs poisoned with NaN bytes first) with the same
 // inputs and compares them. Integer/bool outputs must be equal. With AMPC_GPU_TEST_DETAIL set, a
 // float output over its bound also prints its first elements that differ by more than 5%.
@@ -79,7 +67,7 @@ inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& input
                             const ExecOptions& eo = {}, bool deterministic = false) {
   auto cpu = createCpuBackend();
   const auto want = evaluate(g, inputs, *cpu, eo);
-  lowerFolds(g);
+  recordFolds(g);  // the folds as the CUDA lowering records them
   cuda::ProgramOptions po;
   po.seed = eo.seed;
   po.dropout = eo.dropout;

@@ -47,7 +47,7 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
   o.momentum = 0.9f;
   o.clipNorm = 1.0f;
   auto g = ampc::test::trainGraph(modelsDir(), model, precision, o);
-  gputest::lowerFolds(*g);  // as the CUDA lowering records them
+  recordFolds(*g);  // as the CUDA lowering records them
   return g;
 }
 
@@ -62,7 +62,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> ranges(const std::string& mod
 std::vector<Trainer::Metrics> cudaSteps(Graph& g, const cuda::ProgramOptions& po, const std::string& model, uint64_t seed, int steps,
                                         int64_t* launches = nullptr) {
   std::vector<const Value*> ins(g.inputs().begin(), g.inputs().end());
-  gputest::lowerFolds(g);  // again after data-parallel's AllReduce, as amprun does
+  recordFolds(g);  // again after data-parallel's AllReduce, as amprun does
   cuda::CudaTrainer t(g, po, 1);
   t.begin(0);
   auto data = DataSource::synthetic(ins, seed, ranges(model));

@@ -15,6 +15,7 @@
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
 #include "runtime/folds.h"
+#include "runtime/plan.h"
 #include "tests/common/train_graph.h"
 
 using namespace ampc;
@@ -31,10 +32,10 @@ std::unique_ptr<Graph> trainGraph(const std::string& model, DType precision, con
 }
 
 // A node that launches nothing: its work is done by a neighbour.
-bool foldedAway(const Graph& g, const Node& n) { return fusedComparison(n) || castFolded(n); }
+bool foldedAway(const Node& n) { return fusedComparison(n) || castFolded(n); }
 
 // The values node n's launches read, as the CUDA lowering reads them.
-std::vector<const Value*> reads(const Graph& g, const Node& n) {
+std::vector<const Value*> reads(const Node& n) {
   std::vector<const Value*> r;
   const Node* narrow = narrowedGradInput(n);
   for (size_t i = 0; i < n.inputs().size(); ++i) {
@@ -103,10 +104,7 @@ Counts check(const std::string& model, DType precision, const std::string& optim
   createFuseDropoutResidualPass()->run(*g);
   createKeepLossStatsPass()->run(*g);
   createAttentionInPlacePass(findTarget("cuda"))->run(*g);
-  createFuseGradChainPass()->run(*g);
-  createFoldComparisonsPass()->run(*g);
-  createGroupOptimizersPass()->run(*g);
-  createFoldCastsPass(findTarget("cuda"))->run(*g);
+  recordFolds(*g);
   EXPECT_NO_THROW(verify(*g));
   const Schedule s = schedule(*g);
   const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
@@ -125,13 +123,13 @@ Counts check(const std::string& model, DType precision, const std::string& optim
     c.attention += target && (n.op() == "Attention" || n.op() == "AttentionGrad");
     c.packed += target && n.getInt("packed_grads", 0) != 0;
     c.biasGrads += n.domain() == "cuda" && n.op() == "Gemm" && n.numResults() == 2;
-    if (foldedAway(*g, n)) {
+    if (foldedAway(n)) {
       ++c.foldedAway;
       continue;
     }
     if (allConstInputs(n)) continue;  // computed on the CPU at load
     const int at = s.positions[static_cast<size_t>(s.order.at(&n))];
-    for (const Value* v : reads(*g, n)) {
+    for (const Value* v : reads(n)) {
       EXPECT_FALSE(s.unwritten.count(v) && !s.aliases.count(v)) << n.describe() << " reads " << v->name() << ", which nothing writes";
       auto it = plan.slots.find(v);
       if (it == plan.slots.end()) continue;  // an input, param or constant
@@ -174,16 +172,14 @@ TEST(Folds, AllReduceOperandsLiveUntilTheirStreamJoins) {
   for (const char* m : {"gpt2_tiny", "resnet_tiny"}) {
     SCOPED_TRACE(m);
     auto g = trainGraph(m, DType::bf16, "adamw");
-    createFuseGradChainPass()->run(*g);
-    createFoldComparisonsPass()->run(*g);
-    createFoldCastsPass(findTarget("cuda"))->run(*g);
+    recordFolds(*g);
     ASSERT_TRUE(createDataParallelPass(4096)->run(*g));
     // The AllReduce now reads gradients that UnscaleCheck read through their widening Casts: those
     // folds are stale until fold-casts runs again (amprun runs it after data-parallel).
     EXPECT_THROW(checkCastFolds(*g, findTarget("cuda")), Error);
-    createFoldCastsPass(findTarget("cuda"))->run(*g);
-    EXPECT_NO_THROW(checkCastFolds(*g, findTarget("cuda")));
     EXPECT_NO_THROW(checkGradChain(*g));  // the AllReduce comes before UnscaleCheck: the chain after it stands
+    recordFolds(*g);
+    EXPECT_NO_THROW(checkCastFolds(*g, findTarget("cuda")));
     const Schedule s = schedule(*g);
     const MemoryPlan plan = planMemory(*g, s.positions, s.unwritten, s.extraReads);
     EXPECT_NO_THROW(checkMemoryPlan(plan));

@@ -36,7 +36,6 @@
 #include "runtime/session.h"
 #include "runtime/trainer.h"
 #include "passes/data_parallel.h"
-#include "passes/pass.h"
 
 namespace fs = std::filesystem;
 using namespace ampc;
@@ -353,8 +352,8 @@ int main(int argc, char** argv) {
         throw Error((synthetic ? std::string("--synthetic") : dataDir) + ": " + e.what());
       }
       createDataParallelPass(static_cast<int64_t>(bucketMb * (1 << 20)))->run(g);
-      // The AllReduce reads the gradients UnscaleCheck read: the casts in front are folded again.
-      if (plan.options.target == "cuda") createFoldCastsPass(findTarget("cuda"))->run(g);
+      // The AllReduce reads the gradients UnscaleCheck read through their casts: fold again.
+      if (plan.options.target == "cuda") recordFolds(g);
       group = ProcessGroup::connect(*dist, std::chrono::milliseconds(static_cast<int64_t>(distTimeout * 1000)));
     }
     if (checkData)
