@@ -63,7 +63,8 @@ def main():
             subprocess.run([a.ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", *flags, "-o", plan], check=True)
             text = subprocess.run([a.ampc, path, "--precision", "bf16", "--train", "--emit", "text", *flags], check=True,
                                   capture_output=True, text=True).stdout
-            row[label + "_attention_nodes"] = text.count("ampc::Attention(")
+            # ampc::Attention, or cuda::Attention where the CUDA lowering reads its operands in place
+            row[label + "_attention_nodes"] = text.count("ampc::Attention(") + text.count("cuda::Attention(")
             row[label + "_softmax_nodes"] = text.count("Softmax(")
             metrics = os.path.join(work, label + ".jsonl")
             if os.path.exists(metrics):
