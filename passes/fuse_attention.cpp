@@ -2,6 +2,8 @@
 //
 //   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
 //   S = S * c  or  S / c          (optional, scalar constant)
+//   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
+//                                  causal mask; fill a scalar constant at most -1e30 or -inf)
 //   S = S + mask                  (optional; a trainable one, a bias, gets its gradient)
 //   P = Softmax(S, axis = -1)
 //   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
@@ -14,6 +16,12 @@
 // [.., Tq, Tk] scores nor the probabilities are stored: the fused kernels never write them. The
 // dropout keeps the Dropout node's Philox stream (its key and the element index over [.., Tq, Tk]),
 // so the fused graph draws the same masks as the graph it replaces.
+//
+// A Where mask becomes the additive mask Where(c, 0, fill) (or Where(c, fill, 0)), added to the
+// mask of an Add above it if there is one. That is exact: in f32 a score s with |s| below 2^-24
+// |fill| (any sane score, at |fill| >= 1e30) gives s + fill == fill, and s + -inf == -inf, so the
+// masked scores take the same value as under Where (a row masked everywhere included). A larger
+// fill (-1e4, say) would make s + fill differ from fill; such a Where is left unfused.
 //
 // Runs before autocast: the fused op is on the allow list (low-precision Q, K, V; FP32 softmax
 // inside; the mask stays FP32). Head dims the target's fused attention does not take are left
@@ -76,10 +84,45 @@ bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
 
 struct Match {
   Node *qScale = nullptr, *kScale = nullptr, *scores = nullptr, *scale = nullptr, *add = nullptr, *softmax = nullptr, *cast = nullptr,
-       *dropout = nullptr, *out = nullptr, *isNan = nullptr, *nanWhere = nullptr;
+       *dropout = nullptr, *out = nullptr, *isNan = nullptr, *nanWhere = nullptr, *where = nullptr;
   Value *q = nullptr, *kt = nullptr, *v = nullptr, *mask = nullptr;
   double scale_ = 1.0, ratio = 0.0;
+  double fill = 0.0;       // with `where`: the value of its masked entries
+  bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
+// Numpy broadcasting of two shapes (empty where they do not broadcast).
+std::vector<int64_t> broadcast(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> r(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < r.size(); ++i) {
+    const int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) return {};
+    r[r.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return r;
+}
+// The scores' producers that the mask forms sit on: the product or its scaling.
+bool scoresProducer(const Value* v) {
+  const Node* p = v->producer();
+  return p && p->domain().empty() && (p->op() == "MatMul" || p->op() == "Mul" || p->op() == "Div");
+}
+// Where(c, S, fill) or Where(c, fill, S) on the scores s (shape ss), with a constant scalar fill at
+// most -1e30: records it in m and returns S.
+Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, Match& m) {
+  const Node* w = producerOf(s, "Where");
+  if (!w || w->numInputs() != 3 || !singleUse(g, s) || w->input(0)->type().dtype != DType::boolean ||
+      !maskShapeOk(w->input(0)->type().shape, ss))
+    return nullptr;
+  for (const int i : {1, 2}) {
+    const double fill = scalarConst(w->input(i));
+    Value* other = w->input(3 - i);
+    if (std::isnan(fill) || !(fill <= -1e30) || other->type() != s->type() || !scoresProducer(other)) continue;
+    m.where = const_cast<Node*>(w);
+    m.fill = fill;
+    m.fillFirst = i == 1;
+    return other;
+  }
+  return nullptr;
+}
 
 bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType compute) {
   if (!sm->domain().empty() || sm->op() != "Softmax" || sm->numInputs() != 1) return false;
@@ -94,15 +137,23 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     for (int i = 0; i < 2; ++i) {
       Value* other = add->input(1 - i);
       if (other->type().shape != ss || !maskShapeOk(add->input(i)->type().shape, ss)) continue;
-      if (!other->producer() || (other->producer()->op() != "MatMul" && other->producer()->op() != "Mul" &&
-                                 other->producer()->op() != "Div"))
-        continue;
+      if (!scoresProducer(other) && !(producerOf(other, "Where") && add->input(i)->type().dtype == DType::f32)) continue;
       if (!isFloat(add->input(i)->type().dtype)) return false;
       m.add = const_cast<Node*>(add);
       m.mask = add->input(i);
       s = other;
       break;
     }
+  }
+  // Where(c, S, fill): alone, or under the Add of an f32 mask (transformers' eager attention)
+  if (Value* inner = matchWhereMask(g, s, ss, m)) {
+    s = inner;
+    if (m.mask) {
+      const auto both = broadcast(m.mask->type().shape, m.where->input(0)->type().shape);
+      if (both.empty() || !maskShapeOk(both, ss)) return false;
+    }
+  } else if (m.add && !scoresProducer(s)) {
+    return false;
   }
   // * scale
   double f = 1.0;
@@ -183,10 +234,36 @@ std::string dirOf(const std::string& name) {
   return slash == std::string::npos ? "" : name.substr(0, slash + 1);
 }
 
+// The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
+Value* additiveMask(Graph& g, const Match& m) {
+  Value* c = m.where->input(0);
+  const std::string base = dirOf(m.where->name()) + "where_mask";
+  const double keep = 0.0, fill = m.fill;
+  Value* wm = nullptr;
+  if (const Tensor* ct = c->constData()) {  // a constant condition (a causal buffer): a constant mask
+    Tensor t(TensorType{DType::f32, c->type().shape});
+    for (int64_t e = 0; e < t.numel(); ++e) t.setDouble(e, (ct->getInt(e) != 0) == m.fillFirst ? fill : keep);
+    wm = g.addConst(g.uniqueName(base), std::move(t));
+  } else {
+    Value* zero = g.addConst(g.uniqueName(base + ".zero"), Tensor::fromDoubles(DType::f32, {}, {keep}));
+    Value* f = g.addConst(g.uniqueName(base + ".fill"), Tensor::fromDoubles(DType::f32, {}, {fill}));
+    Node* n = g.createNode("Where", "", {c, m.fillFirst ? f : zero, m.fillFirst ? zero : f},
+                           {{g.uniqueName(base), TensorType{DType::f32, c->type().shape}}}, m.out);
+    n->setName(base);
+    wm = n->result(0);
+  }
+  if (!m.mask) return wm;
+  Node* add = g.createNode("Add", "", {m.mask, wm},
+                           {{g.uniqueName(base + ".sum"), TensorType{DType::f32, broadcast(wm->type().shape, m.mask->type().shape)}}}, m.out);
+  add->setName(base + "_sum");
+  return add->result(0);
+}
+
 void rewrite(Graph& g, const Match& m) {
   Value* old = m.out->result(0);
   std::vector<Value*> ins{m.q, m.kt, m.v};
-  if (m.mask) ins.push_back(m.mask);
+  if (m.where) ins.push_back(additiveMask(g, m));
+  else if (m.mask) ins.push_back(m.mask);
   const std::string oldName = old->name();
   Node* a = g.createNode("Attention", kGradDomain, ins,
                          {{g.uniqueName(oldName + ".fused"), old->type()},
@@ -203,7 +280,7 @@ void rewrite(Graph& g, const Match& m) {
   auto types = inferTypes(*a);
   for (size_t i = 0; i < a->numResults(); ++i) a->result(i)->setType(types[i]);
   old->replaceAllUsesWith(a->result(0));
-  for (Node* n : {m.out, m.dropout, m.cast, m.nanWhere, m.isNan, m.softmax, m.add, m.scale, m.scores, m.qScale, m.kScale})
+  for (Node* n : {m.out, m.dropout, m.cast, m.nanWhere, m.isNan, m.softmax, m.add, m.where, m.scale, m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
   g.renameValue(a->result(0), oldName);
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <sstream>
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
@@ -367,6 +368,97 @@ TEST(FusedAttentionPass, BroadcastMasksAndTheNaNGuard) {
         EXPECT_EQ(zeroRows, ms.size() == 2 ? 4 : 2) << what;  // every batch-head, or the two of one batch / head
       }
     }
+}
+
+// Where masks as exporters write them: nanoGPT's masked_fill(mask, -inf) (Where(c, fill, S), here
+// with a constant causal condition), transformers' eager attention (Where(c, S, finfo.min) under
+// the Add of a padding mask, the condition an input) and a condition input with -inf. Each fuses
+// into one Attention with an additive mask, and the loss and gradients are the unfused graph's
+// (fresh random data, f32). A fill of -1e4 is left unfused: s + fill is not fill there.
+TEST(FusedAttentionPass, WhereMasksFuse) {
+  struct W {
+    std::string name, where, extra;
+    bool constCond, fuses;
+  };
+  const std::vector<W> cases = {
+      {"masked_fill_const_causal", "Where(%c, %fill, %ss)", "", true, true},
+      {"eager_where_then_padding", "Where(%c, %ss, %fill)", "add", false, true},
+      {"where_input_cond", "Where(%c, %ss, %fill)", "", false, true},
+      {"small_fill_stays", "Where(%c, %ss, %fill)", "", false, false},
+  };
+  for (const W& w : cases) {
+    const double fill = w.name == "small_fill_stays" ? -1e4 : w.name == "eager_where_then_padding" ? -3.4028234663852886e38 : -INFINITY;
+    std::ostringstream fs;
+    fs.precision(17);
+    fs << fill;
+    std::string cond;
+    if (w.constCond) {
+      cond = "  const %c : bool[5,5] = [";
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 5; ++j) cond += std::string(i || j ? ", " : "") + (j > i ? "1" : "0");  // masked_fill: true is masked
+      cond += "]\n";
+    } else {
+      cond = "  input %c : bool[2,1,5,5]\n";
+    }
+    const std::string fillText = std::isinf(fill) ? "-inf" : fs.str();
+    const bool add = w.extra == "add";
+    std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + cond + (add ? "  input %m : f32[2,1,1,5]\n" : "") +
+                       "  const %sc0 : f32[] = [0.35355339]\n  const %fill : f32[] = [" + fillText + "]\n" +
+                       "  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk\n  %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale\n" +
+                       "  %sw : f32[2,2,5,5] = " + w.where + " @attn/where\n";
+    text += add ? "  %sm : f32[2,2,5,5] = Add(%sw, %m) @attn/mask\n" : "  %sm : f32[2,2,5,5] = Identity(%sw) @attn/id\n";
+    text += R"(  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+    if (!add) {  // the Softmax reads the Where itself
+      text.replace(text.find("  %sm : f32[2,2,5,5] = Identity(%sw) @attn/id\n"), std::string("  %sm : f32[2,2,5,5] = Identity(%sw) @attn/id\n").size(), "");
+      text.replace(text.find("Softmax(%sm)"), std::string("Softmax(%sm)").size(), "Softmax(%sw)");
+    }
+    auto fused = parseGraph(text, w.name), plain = parseGraph(text, w.name);
+    EXPECT_EQ(createFuseAttentionPass(findTarget("cpu"))->run(*fused), w.fuses) << w.name;
+    EXPECT_EQ(count(*fused, "Attention"), w.fuses ? 1 : 0) << w.name;
+    EXPECT_EQ(count(*fused, "Softmax"), w.fuses ? 0 : 1) << w.name;
+    if (!w.fuses) continue;
+    std::mt19937 rng(5);
+    for (Value* p : plain->params()) {
+      Tensor t(p->type());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, std::normal_distribution<double>(0, 0.5)(rng));
+      fused->lookup(p->name())->setData(t);
+      p->setData(std::move(t));
+    }
+    createAutodiffPass()->run(*fused);
+    createAutodiffPass()->run(*plain);
+    std::map<std::string, Tensor> in;
+    Tensor x(TensorType{DType::f32, {2, 5, 16}});
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
+    in.emplace("x", x);
+    if (!w.constCond) {  // random keys masked, each row keeping its diagonal; the Where keeps where c is 1
+      Tensor c(TensorType{DType::boolean, {2, 1, 5, 5}});
+      for (int64_t e = 0; e < c.numel(); ++e) {
+        const bool keepIt = e % 5 == (e / 5) % 5 || std::uniform_real_distribution<double>()(rng) < 0.6;
+        c.setDouble(e, (w.where.find("%fill, %ss") != std::string::npos) != keepIt ? 1.0 : 0.0);
+      }
+      in.emplace("c", c);
+    }
+    if (add) {
+      Tensor m(TensorType{DType::f32, {2, 1, 1, 5}});
+      for (int64_t e = 0; e < m.numel(); ++e) m.setDouble(e, e == 9 ? -3.4028234663852886e38 : 0.0);  // batch 1's last key padded
+      in.emplace("m", m);
+    }
+    auto backend = createCpuBackend();
+    auto a = evaluate(*fused, in, *backend), b = evaluate(*plain, in, *backend);
+    ASSERT_EQ(a.size(), 4u) << w.name;  // the loss and three weight gradients
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::vector<double> u, v;
+      for (int64_t k = 0; k < a[i].numel(); ++k) u.push_back(a[i].getDouble(k)), v.push_back(b[i].getDouble(k));
+      for (double d : u) ASSERT_TRUE(std::isfinite(d)) << w.name;
+      EXPECT_LE(relL2(u, v), 1e-5) << w.name << ": " << fused->outputs()[i]->name();
+      EXPECT_GT(std::fabs(v[0]) + std::fabs(v.back()), 0.0) << w.name;
+    }
+  }
 }
 
 // A mask computed from a trained parameter (GPT-2's causal mask buffer, trained when nobody
