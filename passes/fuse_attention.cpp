@@ -27,6 +27,8 @@
 // inside; the mask stays FP32). Head dims the target's fused attention does not take are left
 // unfused (compiler/target.h: CUDA's kernels hold a whole head row in one tile).
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/grad.h"
@@ -234,24 +236,31 @@ std::string dirOf(const std::string& name) {
   return slash == std::string::npos ? "" : name.substr(0, slash + 1);
 }
 
+// The additive forms made so far, per condition, fill and polarity: every layer of a model
+// masks with the same condition (CSE has merged the exporter's copies), so one mask serves all.
+using MaskCache = std::map<std::tuple<const Value*, double, bool>, Value*>;
+
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
-Value* additiveMask(Graph& g, const Match& m) {
+Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
   Value* c = m.where->input(0);
+  Value*& cached = cache[{c, m.fill, m.fillFirst}];
   const std::string base = dirOf(m.where->name()) + "where_mask";
   const double keep = 0.0, fill = m.fill;
-  Value* wm = nullptr;
-  if (const Tensor* ct = c->constData()) {  // a constant condition (a causal buffer): a constant mask
-    Tensor t(TensorType{DType::f32, c->type().shape});
-    for (int64_t e = 0; e < t.numel(); ++e) t.setDouble(e, (ct->getInt(e) != 0) == m.fillFirst ? fill : keep);
-    wm = g.addConst(g.uniqueName(base), std::move(t));
-  } else {
-    Value* zero = g.addConst(g.uniqueName(base + ".zero"), Tensor::fromDoubles(DType::f32, {}, {keep}));
-    Value* f = g.addConst(g.uniqueName(base + ".fill"), Tensor::fromDoubles(DType::f32, {}, {fill}));
-    Node* n = g.createNode("Where", "", {c, m.fillFirst ? f : zero, m.fillFirst ? zero : f},
-                           {{g.uniqueName(base), TensorType{DType::f32, c->type().shape}}}, m.out);
-    n->setName(base);
-    wm = n->result(0);
+  if (!cached) {
+    if (const Tensor* ct = c->constData()) {  // a constant condition (a causal buffer): a constant mask
+      Tensor t(TensorType{DType::f32, c->type().shape});
+      for (int64_t e = 0; e < t.numel(); ++e) t.setDouble(e, (ct->getInt(e) != 0) == m.fillFirst ? fill : keep);
+      cached = g.addConst(g.uniqueName(base), std::move(t));
+    } else {
+      Value* zero = g.addConst(g.uniqueName(base + ".zero"), Tensor::fromDoubles(DType::f32, {}, {keep}));
+      Value* f = g.addConst(g.uniqueName(base + ".fill"), Tensor::fromDoubles(DType::f32, {}, {fill}));
+      Node* n = g.createNode("Where", "", {c, m.fillFirst ? f : zero, m.fillFirst ? zero : f},
+                             {{g.uniqueName(base), TensorType{DType::f32, c->type().shape}}}, m.out);
+      n->setName(base);
+      cached = n->result(0);
+    }
   }
+  Value* wm = cached;
   if (!m.mask) return wm;
   Node* add = g.createNode("Add", "", {m.mask, wm},
                            {{g.uniqueName(base + ".sum"), TensorType{DType::f32, broadcast(wm->type().shape, m.mask->type().shape)}}}, m.out);
@@ -259,10 +268,10 @@ Value* additiveMask(Graph& g, const Match& m) {
   return add->result(0);
 }
 
-void rewrite(Graph& g, const Match& m) {
+void rewrite(Graph& g, const Match& m, MaskCache& cache) {
   Value* old = m.out->result(0);
   std::vector<Value*> ins{m.q, m.kt, m.v};
-  if (m.where) ins.push_back(additiveMask(g, m));
+  if (m.where) ins.push_back(additiveMask(g, m, cache));
   else if (m.mask) ins.push_back(m.mask);
   const std::string oldName = old->name();
   Node* a = g.createNode("Attention", kGradDomain, ins,
@@ -294,11 +303,12 @@ class FuseAttentionPass final : public Pass {
     for (const auto& n : g.nodes())
       if (n->domain().empty() && n->op() == "Softmax") softmaxes.push_back(n.get());
     bool changed = false;
+    MaskCache cache;
     for (Node* sm : softmaxes) {
       Match m;
       if (!matchAt(g, sm, m, target_, compute_)) continue;
       g.domainOpsets.emplace(kGradDomain, 1);
-      rewrite(g, m);
+      rewrite(g, m, cache);
       changed = true;
     }
     return changed;

@@ -461,6 +461,30 @@ TEST(FusedAttentionPass, WhereMasksFuse) {
   }
 }
 
+// Layers that mask with one condition share one additive mask: one Where for two attentions.
+TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
+  std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + "  input %c : bool[1,1,5,5]\n  const %fill : f32[] = [-inf]\n";
+  for (const char* l : {"1", "2"}) {
+    const std::string L = l;
+    text += "  %sc" + L + " : f32[2,2,5,5] = MatMul(%q, %kt) @l" + L + "/qk\n";
+    text += "  %sw" + L + " : f32[2,2,5,5] = Where(%c, %fill, %sc" + L + ") @l" + L + "/where\n";
+    text += "  %p" + L + " : f32[2,2,5,5] = Softmax(%sw" + L + ") {axis = -1} @l" + L + "/softmax\n";
+    text += "  %o" + L + " : f32[2,2,5,8] = MatMul(%p" + L + ", %v) @l" + L + "/pv\n";
+  }
+  text += "  %o : f32[2,2,5,8] = Add(%o1, %o2) @sum\n  output %o\n}\n";
+  auto g = parseGraph(text, "two layers");
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+  EXPECT_EQ(count(*g, "Attention"), 2);
+  EXPECT_EQ(count(*g, "Where"), 1);
+  const Value* mask = nullptr;
+  for (const auto& n : g->nodes())
+    if (n->op() == "Attention") {
+      ASSERT_EQ(n->numInputs(), 4u);
+      if (mask) EXPECT_EQ(n->input(3), mask);
+      mask = n->input(3);
+    }
+}
+
 // A mask computed from a trained parameter (GPT-2's causal mask buffer, trained when nobody
 // freezes it) fuses too, and the backward gives it its gradient: AttentionGrad's fourth result.
 TEST(FusedAttentionPass, TrainedMaskGetsItsGradient) {
