@@ -9,6 +9,7 @@
 //   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
 //   P = Cast(P) to P's own dtype  (optional: transformers' GPT-2 casts to V's dtype)
 //   P = Dropout(P, ratio, training)  (optional, constant ratio and mode, mask result unused)
+//   P = Identity(P)               (any number, before or after the Cast and the Dropout: clone)
 //   O = MatMul(P, V)
 //
 // and replaces it with one ampc.Attention node (compiler/ops/ops_nn.cpp). Its backward,
@@ -89,6 +90,7 @@ struct Match {
        *dropout = nullptr, *out = nullptr, *isNan = nullptr, *nanWhere = nullptr, *where = nullptr;
   Value *q = nullptr, *kt = nullptr, *v = nullptr, *mask = nullptr;
   double scale_ = 1.0, ratio = 0.0;
+  std::vector<Node*> down;  // the nodes between P and the product with V, in order: Identity (clone), Cast, Dropout
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -203,12 +205,23 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   }
   if (!singleUse(g, p)) return false;
   Node* user = p->uses()[0].user;
+  // Identity nodes on the way (torch.export's clone of the probabilities): passed through.
+  auto skipIdentities = [&]() {
+    while (user->domain().empty() && user->op() == "Identity" && singleUse(g, user->result(0))) {
+      m.down.push_back(user);
+      p = user->result(0);
+      user = p->uses()[0].user;
+    }
+  };
+  skipIdentities();
   // A Cast to the probabilities' own dtype (transformers casts them to V's dtype): the identity.
   if (user->domain().empty() && user->op() == "Cast" && user->result(0)->type().dtype == p->type().dtype) {
     m.cast = user;
+    m.down.push_back(user);
     p = user->result(0);
     if (!singleUse(g, p)) return false;
     user = p->uses()[0].user;
+    skipIdentities();
   }
   if (user->domain().empty() && user->op() == "Dropout") {
     const double ratio = user->numInputs() > 1 ? scalarConst(user->input(1)) : 0.5;
@@ -218,10 +231,12 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     const bool training = mode && mode->getInt(0) != 0;
     if (training && (ratio < 0.0 || ratio >= 1.0)) return false;
     m.dropout = user;
+    m.down.push_back(user);
     m.ratio = training ? ratio : 0.0;
     p = user->result(0);
     if (!singleUse(g, p)) return false;
     user = p->uses()[0].user;
+    skipIdentities();
   }
   if (!user->domain().empty() || user->op() != "MatMul" || user->input(0) != p) return false;
   m.out = user;
@@ -289,7 +304,9 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache) {
   auto types = inferTypes(*a);
   for (size_t i = 0; i < a->numResults(); ++i) a->result(i)->setType(types[i]);
   old->replaceAllUsesWith(a->result(0));
-  for (Node* n : {m.out, m.dropout, m.cast, m.nanWhere, m.isNan, m.softmax, m.add, m.where, m.scale, m.scores, m.qScale, m.kScale})
+  g.eraseNode(m.out);
+  for (auto it = m.down.rbegin(); it != m.down.rend(); ++it) g.eraseNode(*it);
+  for (Node* n : {m.nanWhere, m.isNan, m.softmax, m.add, m.where, m.scale, m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
   g.renameValue(a->result(0), oldName);
 }

@@ -197,6 +197,47 @@ def t5():
     return LMLoss(T5ForConditionalGeneration(cfg), seq2seq=True), lambda g: tokens(g, 2, 16, 96, dec=True)
 
 
+class NanoGpt(nn.Module):
+    """A GPT written by hand as nanoGPT (and many user models) writes it: q, k, v split from one
+    projection, (q @ k^T) * d^-1/2, masked_fill of a causal buffer with -inf, softmax, attention
+    dropout, @ v. Its attention reaches ONNX as Where(mask, -inf, scores) rather than an Add."""
+
+    def __init__(self, vocab=50304, n_layer=6, n_head=12, n_embd=768, block=1024, dropout=0.1):
+        super().__init__()
+        self.n_head = n_head
+        self.attn_drop = nn.Dropout(dropout)
+        self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block, n_embd)
+        self.blocks = nn.ModuleList()
+        for _ in range(n_layer):
+            b = nn.Module()
+            b.ln1, b.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+            b.attn, b.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+            b.fc, b.out = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
+            self.blocks.append(b)
+        self.ln_f, self.head = nn.LayerNorm(n_embd), nn.Linear(n_embd, vocab, bias=False)
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, input_ids):
+        import types
+        B, T = input_ids.shape
+        x = self.wte(input_ids) + self.wpe(torch.arange(T, device=input_ids.device))
+        for b in self.blocks:
+            q, k, v = b.attn(b.ln1(x)).split(x.shape[-1], dim=2)
+            q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (k.shape[-1] ** 0.5))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = self.attn_drop(F.softmax(att, dim=-1))
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, -1)
+            x = x + b.proj(y)
+            x = x + b.out(F.gelu(b.fc(b.ln2(x))))
+        return types.SimpleNamespace(logits=self.head(self.ln_f(x)))
+
+
+def nanogpt():
+    """A hand-written GPT (nanoGPT's attention: masked_fill of a causal buffer with -inf)."""
+    return LMLoss(NanoGpt(vocab=96, n_layer=2, n_head=2, n_embd=32, block=32, dropout=0.0)), lambda g: tokens(g, 2, 16, 96)
+
+
 # Architectures beyond the issue's list: the suite is for the class, not for a list.
 def mixer():
     from timm.models.mlp_mixer import MlpMixer
@@ -258,7 +299,7 @@ def unet():
 FAMILIES = {
     "vit": vit, "convnext": convnext, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
     "resnet_timm": resnet_timm, "resnet_tv": resnet_tv, "bert": bert, "distilbert": distilbert,
-    "gpt2": gpt2, "llama": llama, "qwen2": qwen2, "t5": t5,
+    "gpt2": gpt2, "llama": llama, "qwen2": qwen2, "t5": t5, "nanogpt": nanogpt,
     "mixer": mixer, "mobilenetv2_tv": mobilenetv2_tv, "roberta": roberta, "unet": unet,
 }
 

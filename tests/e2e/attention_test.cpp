@@ -461,7 +461,8 @@ TEST(FusedAttentionPass, WhereMasksFuse) {
   }
 }
 
-// Layers that mask with one condition share one additive mask: one Where for two attentions.
+// Layers that mask with one condition share one additive mask: one Where for two attentions. The
+// second layer's probabilities pass through Identity nodes (torch.export's clone) on the way to V.
 TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
   std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + "  input %c : bool[1,1,5,5]\n  const %fill : f32[] = [-inf]\n";
   for (const char* l : {"1", "2"}) {
@@ -469,13 +470,16 @@ TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
     text += "  %sc" + L + " : f32[2,2,5,5] = MatMul(%q, %kt) @l" + L + "/qk\n";
     text += "  %sw" + L + " : f32[2,2,5,5] = Where(%c, %fill, %sc" + L + ") @l" + L + "/where\n";
     text += "  %p" + L + " : f32[2,2,5,5] = Softmax(%sw" + L + ") {axis = -1} @l" + L + "/softmax\n";
-    text += "  %o" + L + " : f32[2,2,5,8] = MatMul(%p" + L + ", %v) @l" + L + "/pv\n";
+    const std::string pv = L == "2" ? "%pc2" : "%p1";
+    if (L == "2") text += "  %pi2 : f32[2,2,5,5] = Identity(%p2) @l2/clone\n  %pc2 : f32[2,2,5,5] = Identity(%pi2) @l2/clone2\n";
+    text += "  %o" + L + " : f32[2,2,5,8] = MatMul(" + pv + ", %v) @l" + L + "/pv\n";
   }
   text += "  %o : f32[2,2,5,8] = Add(%o1, %o2) @sum\n  output %o\n}\n";
   auto g = parseGraph(text, "two layers");
   ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
   EXPECT_EQ(count(*g, "Attention"), 2);
   EXPECT_EQ(count(*g, "Where"), 1);
+  EXPECT_EQ(count(*g, "Identity") + count(*g, "Softmax"), 0);
   const Value* mask = nullptr;
   for (const auto& n : g->nodes())
     if (n->op() == "Attention") {

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "export"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "zoo"))
 from ampc_export import export_training_graph  # noqa: E402
-from make_zoo import ImageLoss, LMLoss  # noqa: E402  the zoo's loss wrappers
+from make_zoo import ImageLoss, LMLoss, NanoGpt  # noqa: E402  the zoo's loss wrappers and nanoGPT
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_size import measure, weight_bytes  # noqa: E402
 
@@ -110,41 +110,6 @@ def gpt2_124m():
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     return GPT2LMHeadModel(cfg)
-
-
-class NanoGpt(nn.Module):
-    """A GPT written by hand as nanoGPT (and many user models) writes it: q, k, v split from one
-    projection, (q @ k^T) * d^-1/2, masked_fill of a causal buffer with -inf, softmax, attention
-    dropout, @ v. Its attention reaches ONNX as Where(mask, -inf, scores) rather than an Add."""
-
-    def __init__(self, vocab=50304, n_layer=6, n_head=12, n_embd=768, block=1024, dropout=0.1):
-        super().__init__()
-        self.n_head, self.dropout = n_head, dropout
-        self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block, n_embd)
-        self.blocks = nn.ModuleList()
-        for _ in range(n_layer):
-            b = nn.Module()
-            b.ln1, b.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
-            b.attn, b.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
-            b.fc, b.out = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
-            self.blocks.append(b)
-        self.ln_f, self.head = nn.LayerNorm(n_embd), nn.Linear(n_embd, vocab, bias=False)
-        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
-
-    def forward(self, input_ids):
-        import types
-        B, T = input_ids.shape
-        x = self.wte(input_ids) + self.wpe(torch.arange(T, device=input_ids.device))
-        for b in self.blocks:
-            q, k, v = b.attn(b.ln1(x)).split(x.shape[-1], dim=2)
-            q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / (k.shape[-1] ** 0.5))
-            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-            att = F.dropout(F.softmax(att, dim=-1), self.dropout, self.training)
-            y = (att @ v).transpose(1, 2).contiguous().view(B, T, -1)
-            x = x + b.proj(y)
-            x = x + b.out(F.gelu(b.fc(b.ln2(x))))
-        return types.SimpleNamespace(logits=self.head(self.ln_f(x)))
 
 
 def resnet50():
