@@ -21,8 +21,8 @@
 // A Where mask becomes the additive mask Where(c, 0, fill) (or Where(c, fill, 0)), added to the
 // mask of an Add above it if there is one. That is exact: in f32 a score s with |s| below 2^-24
 // |fill| (any sane score, at |fill| >= 1e30) gives s + fill == fill, and s + -inf == -inf, so the
-// masked scores take the same value as under Where (a row masked everywhere included). A larger
-// fill (-1e4, say) would make s + fill differ from fill; such a Where is left unfused.
+// masked scores take the same value as under Where (a row masked everywhere included). A fill
+// above -1e30 (-1e4, say) would make s + fill differ from fill; such a Where is left unfused.
 //
 // Runs before autocast: the fused op is on the allow list (low-precision Q, K, V; FP32 softmax
 // inside; the mask stays FP32). Head dims the target's fused attention does not take are left
