@@ -484,7 +484,9 @@ TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
   for (const auto& n : g->nodes())
     if (n->op() == "Attention") {
       ASSERT_EQ(n->numInputs(), 4u);
-      if (mask) EXPECT_EQ(n->input(3), mask);
+      if (mask) {
+        EXPECT_EQ(n->input(3), mask);
+      }
       mask = n->input(3);
     }
 }
