@@ -94,16 +94,6 @@ struct Match {
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
-// Numpy broadcasting of two shapes (empty where they do not broadcast).
-std::vector<int64_t> broadcast(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  std::vector<int64_t> r(std::max(a.size(), b.size()));
-  for (size_t i = 0; i < r.size(); ++i) {
-    const int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (x != y && x != 1 && y != 1) return {};
-    r[r.size() - 1 - i] = x == 1 ? y : x;
-  }
-  return r;
-}
 // The scores' producers that the mask forms sit on: the product or its scaling.
 bool scoresProducer(const Value* v) {
   const Node* p = v->producer();
@@ -153,8 +143,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (Value* inner = matchWhereMask(g, s, ss, m)) {
     s = inner;
     if (m.mask) {
-      const auto both = broadcast(m.mask->type().shape, m.where->input(0)->type().shape);
-      if (both.empty() || !maskShapeOk(both, ss)) return false;
+      const auto both = broadcastShapes(m.mask->type().shape, m.where->input(0)->type().shape);
+      if (!both || !maskShapeOk(*both, ss)) return false;
     }
   } else if (m.add && !scoresProducer(s)) {
     return false;
@@ -278,7 +268,7 @@ Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
   Value* wm = cached;
   if (!m.mask) return wm;
   Node* add = g.createNode("Add", "", {m.mask, wm},
-                           {{g.uniqueName(base + ".sum"), TensorType{DType::f32, broadcast(wm->type().shape, m.mask->type().shape)}}}, m.out);
+                           {{g.uniqueName(base + ".sum"), TensorType{DType::f32, *broadcastShapes(wm->type().shape, m.mask->type().shape)}}}, m.out);
   add->setName(base + "_sum");
   return add->result(0);
 }

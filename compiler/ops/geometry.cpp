@@ -11,6 +11,18 @@ std::vector<int64_t> stridesOf(const std::vector<int64_t>& s) {
   return st;
 }
 
+std::optional<std::vector<int64_t>> broadcastShapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  const size_t r = std::max(a.size(), b.size());
+  std::vector<int64_t> out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
 int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& out, const std::vector<int64_t>& in) {
   int64_t idx = 0, stride = 1;
   size_t off = out.size() - in.size();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ std::vector<int64_t> stridesOf(const std::vector<int64_t>& shape);  // row-major
 // instead of wrapping to a wrong shape.
 int64_t checkedAdd(int64_t a, int64_t b);
 int64_t checkedMul(int64_t a, int64_t b);
+
+// The numpy broadcast of two shapes; nullopt where they do not broadcast.
+std::optional<std::vector<int64_t>> broadcastShapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 
 // Index of the input element that output element `i` reads under numpy broadcasting.
 int64_t broadcastIndex(int64_t i, const std::vector<int64_t>& outShape, const std::vector<int64_t>& inShape);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "compiler/ops/families.h"
+#include "compiler/ops/geometry.h"
 
 namespace ampc {
 
@@ -58,22 +59,13 @@ int64_t InferContext::axis(int64_t a, int64_t r) const {
 
 std::vector<int64_t> broadcastShapes(const InferContext& c, const std::vector<int64_t>& a,
                                      const std::vector<int64_t>& b) {
-  size_t r = std::max(a.size(), b.size());
-  std::vector<int64_t> out(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      auto str = [](const std::vector<int64_t>& s) {
-        std::string t = "[";
-        for (size_t k = 0; k < s.size(); ++k) t += (k ? "," : "") + std::to_string(s[k]);
-        return t + "]";
-      };
-      c.fail("shapes " + str(a) + " and " + str(b) + " do not broadcast");
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
+  if (auto out = broadcastShapes(a, b)) return *out;
+  auto str = [](const std::vector<int64_t>& s) {
+    std::string t = "[";
+    for (size_t k = 0; k < s.size(); ++k) t += (k ? "," : "") + std::to_string(s[k]);
+    return t + "]";
+  };
+  c.fail("shapes " + str(a) + " and " + str(b) + " do not broadcast");
 }
 
 const std::vector<OpDef>& allOps() {
