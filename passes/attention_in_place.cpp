@@ -14,10 +14,13 @@
 //     [B, Hkv rep, T, D]) with x [B, Hkv, T, D] (Hugging Face's repeat_kv), KT = Transpose of that
 //     (0, 1, 3, 2), every reader such an operand: read from x, head h at x's head h / rep. Their
 //     gradients, per query head, are summed over each group by the graph's Expand gradient as before.
+//   K of its own heads: KT = Transpose(x, (0, 1, 3, 2)) with x [B, H, T, D] (Llama's K after the
+//     rotary embedding, without repeats), every reader KT: read from x as rows.
 //   writes: O whose readers are one Transpose (0,2,1,3) and AttentionGrad operands: written as the
 //     Transpose's value (and read back from there); dQ, dV (Transpose (0,2,1,3)) and dKT
 //     (Transpose (0,3,1,2), dK as rows): written as the Transpose's value, or, when all three are
-//     Reshaped into one Concat on the last axis, as the Concat's value (packed_grads = 1).
+//     Reshaped into one Concat on the last axis, as the Concat's value (packed_grads = 1); dKT whose
+//     one reader is Transpose (0,1,3,2): written as that value, [B, H, T, D] (dK as rows).
 // The CPU reference runs the target nodes by gathering and scattering through the same layouts
 // (kernels/cpu/k_attention.cpp), so a rewritten plan computes on the CPU exactly what it did before.
 #include <map>
@@ -51,6 +54,17 @@ Operand headsOf(Value* base, int64_t offset, const std::vector<int64_t>& u, int6
   l.sH = u[3];
   l.keyRows = keyRows;
   return {base, l};
+}
+// x [B, H, T, D] itself, as K rows.
+Operand keyRowsOf(Value* x) {
+  const auto& s = x->type().shape;
+  AttentionLayout l;
+  l.heads = s[1];
+  l.sB = s[1] * s[2] * s[3];
+  l.sH = s[2] * s[3];
+  l.sRow = s[3];
+  l.keyRows = true;
+  return {x, l};
 }
 
 class Planner {
@@ -130,10 +144,20 @@ class Planner {
     }
     return t;
   }
-  Node* gradTransposed(const Node* a, size_t r) const {
+  // The Transpose a gradient is written into: to [B, T, H, D], or (headsMajor, dKT only) to
+  // [B, H, T, D].
+  Node* gradTransposed(const Node* a, size_t r, bool headsMajor = false) const {
     Node* t = onlyReader(g_, a->result(r));
+    if (headsMajor) return r == 1 && hasPerm(t, {0, 1, 3, 2}) ? t : nullptr;
     if (r == 1) return hasPerm(t, {0, 3, 1, 2}) ? t : nullptr;
     return hasPerm(t, {0, 2, 1, 3}) ? t : nullptr;
+  }
+  // KT = Transpose(x, (0, 1, 3, 2)) that only attention nodes read, as KT.
+  bool keyTransposeRead(const Node* t) const {
+    if (!hasPerm(t, {0, 1, 3, 2}) || t->result(0)->uses().empty() || g_.isOutput(t->result(0))) return false;
+    for (const Use& u : t->result(0)->uses())
+      if (!strided(u.user) || slotOf(u.user, u.operand) != 1) return false;
+    return true;
   }
   // The Concat that all three of AttentionGrad a's gradients are Reshaped into, or null.
   Node* gradConcat(const Node* a) const {
@@ -185,6 +209,10 @@ class Planner {
         views.push_back(p);
         return {x, l};
       }
+    }
+    if (slot == 1 && keyTransposeRead(p)) {  // K [B, H, T, D] itself
+      views.push_back(p);
+      return keyRowsOf(p->input(0));
     }
     if (!transposeRead(p)) return {v, {}};
     views.push_back(p);
@@ -243,6 +271,14 @@ Plan plan(const Planner& p, Node* n, std::vector<Node*>& views) {
   Node* c = p.gradConcat(n);
   for (size_t r = 0; r < 3; ++r) {
     Node* t = p.gradTransposed(n, r);
+    if (!t && !c) {
+      if (Node* h = p.gradTransposed(n, r, true)) {  // dK rows [B, H, T, D]
+        views.push_back(h);
+        pl.layouts.emplace_back(attentionGradSlot(r), *keyRowsOf(h->result(0)).layout);
+        pl.standsFor.push_back(h->result(0));
+        continue;
+      }
+    }
     if (!t) {
       pl.standsFor.push_back(n->result(r));
       continue;

@@ -25,6 +25,10 @@ struct SessionOptions {
   std::chrono::milliseconds collectiveTimeout{300000};
   int logEvery = 10;                 // cuda: the metrics are read every N steps (one host sync)
   bool allowTf32 = false, cudaGraph = true, checkPlan = false, deterministic = false;
+  // cuda: the fused attention's implementation: auto (the faster of ampc's kernels and cuDNN's fused
+  // SDPA where cuDNN takes the node, measured in the first step), kernels or cudnn
+  // (runtime/cuda/program.h, ProgramOptions::attention).
+  std::string attention = "auto";
   // --explain-overflow: the session feeds this watch what it needs to name the op of a skipped
   // step (cpu: every node as it runs; cuda: per-launch scans, read after the step, every step).
   OverflowWatch* watch = nullptr;
@@ -34,6 +38,7 @@ struct SessionOptions {
 struct SessionReport {
   bool device = false;  // a device's numbers (cuda): planned and measured memory, syncs, graphs
   int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
+  std::vector<std::string> attention;  // cuda: "<attention shape>: cuDNN" or ": kernels", where cuDNN took the node
 };
 
 class TrainSession {

@@ -340,7 +340,7 @@ void inferAttentionGrad(InferContext& c) {
 // may lie in the bytes of other values (compiler/ops/geometry.h, AttentionLayout). Each operand with
 // a layout must hold every element the layout touches; one without is the logical tensor itself. A
 // result written with a layout is token-major, [B, T, H, cols] (the head Transpose's value it
-// stands for), or with packed_grads = 1 AttentionGrad's one result [B, Tq, row] holds dQ, dK and dV
+// stands for; a gradient whose layout is packed [B, H, rows, cols] is that), or with packed_grads = 1 AttentionGrad's one result [B, Tq, row] holds dQ, dK and dV
 // side by side in each row (the Concat of the QKV projection's gradient).
 TensorType attentionLogical(DType t, const AttentionDims& d, const std::string& slot) { return TensorType{t, attentionLogicalShape(d, slot)}; }
 TensorType attentionTokenMajor(DType t, const AttentionDims& d, const std::string& slot) {
@@ -380,6 +380,17 @@ void checkLaidOperand(InferContext& c, const AttentionDims& d, size_t i, const s
 }
 void checkLaidResult(InferContext& c, const AttentionDims& d, const std::string& slot, const TensorType& t) {
   c.check(laidEnd(c, d, slot) <= t.numel(), "result " + slot + " " + t.str() + " does not hold what " + slot + "_layout addresses");
+}
+// A gradient written with a layout: token-major, or heads-major [B, H, rows, cols] where the layout
+// is that packed tensor (dK as rows under the Transpose (0, 1, 3, 2) of a K [B, H, T, D] read as is).
+TensorType laidGradType(const InferContext& c, const AttentionDims& d, const std::string& slot, DType t) {
+  AttentionLayout l;
+  laidEnd(c, d, slot, &l);
+  int64_t rows = 0, cols = 0;
+  attentionSlotExtent(d, slot, l.keyRows, rows, cols);
+  if (d.H > 1 && l.offset == 0 && l.group == 1 && l.sRow == cols && l.sH == rows * cols && l.sB == d.H * rows * cols)
+    return TensorType{t, {d.B, d.H, rows, cols}};
+  return attentionTokenMajor(t, d, slot);
 }
 void checkTargetMask(InferContext& c, const AttentionDims& d, size_t mask) {
   if (mask >= c.numInputs() || !c.hasInput(mask)) return;
@@ -423,7 +434,7 @@ void inferTargetAttentionGrad(InferContext& c) {
     for (size_t g = 0; g < 3; ++g) {
       const char* s = attentionGradSlot(g);
       const bool laid = c.node().hasAttr(std::string(s) + "_layout");
-      const TensorType rt = laid ? attentionTokenMajor(t, d, s) : attentionLogical(t, d, s);
+      const TensorType rt = laid ? laidGradType(c, d, s, t) : attentionLogical(t, d, s);
       if (laid) checkLaidResult(c, d, s, rt);
       c.setOut(r++, rt);
     }

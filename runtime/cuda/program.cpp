@@ -13,6 +13,7 @@
 #include "kernels/cuda/limits.h"
 #include "kernels/cuda/train.h"
 #include "passes/channels_last.h"
+#include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/libs.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/folds.h"
@@ -30,6 +31,54 @@ size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 // Element strides of the dims N, C, H, W of a value stored N, H, W, C.
 std::vector<int64_t> nhwcStrides(const std::vector<int64_t>& s) { return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}; }
+
+// Whether an attention mask constant is the causal one over [.., Tq, Tk] scores: 0 where key j <=
+// query i, and below -1e30 (exp() of it 0 in f32) above, in every plane.
+bool isCausalMask(const Tensor& m, int64_t Tq, int64_t Tk) {
+  const auto& s = m.type.shape;
+  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return false;
+  const int64_t n = m.numel();
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t j = e % Tk, i = (e / Tk) % Tq;
+    const double x = m.getDouble(e);
+    if (j <= i ? x != 0.0 : !(x <= -1e30)) return false;
+  }
+  return true;
+}
+
+// Times two launches that write the same results, on the stream outside capture: one warm-up run
+// each, then three timed runs each, alternating; 1 where the second (`alt`) took less device time in
+// total, 0 otherwise (or where it failed).
+cudaError_t pickFaster(const std::function<cudaError_t(cudaStream_t)>& base, const std::function<cudaError_t(cudaStream_t)>& alt, int& pick,
+                       cudaStream_t st) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(st, &cs); e != cudaSuccess) return e;
+  pick = 0;
+  if (cs != cudaStreamCaptureStatusNone) return cudaSuccess;  // no timing inside a capture
+  if (cudaError_t e = base(st); e != cudaSuccess) return e;
+  if (alt(st) != cudaSuccess) return cudaGetLastError(), cudaSuccess;
+  cudaEvent_t ev[7];
+  for (auto& e : ev) cudaEventCreate(&e);
+  cudaEventRecord(ev[0], st);
+  for (int r = 0; r < 3; ++r) {
+    base(st);
+    cudaEventRecord(ev[1 + 2 * r], st);
+    alt(st);
+    cudaEventRecord(ev[2 + 2 * r], st);
+  }
+  cudaError_t e = cudaEventSynchronize(ev[6]);
+  ++gSyncs;
+  float tb = 0, ta = 0;
+  for (int r = 0; r < 3 && e == cudaSuccess; ++r) {
+    float x = 0, y = 0;
+    cudaEventElapsedTime(&x, ev[2 * r], ev[1 + 2 * r]);
+    cudaEventElapsedTime(&y, ev[1 + 2 * r], ev[2 + 2 * r]);
+    tb += x, ta += y;
+  }
+  for (auto& x : ev) cudaEventDestroy(x);
+  if (e == cudaSuccess) pick = ta < tb ? 1 : 0;
+  return e;
+}
 
 }  // namespace
 
@@ -420,6 +469,8 @@ struct Program::Lowering {
   void ampcLayerNormGrad();
   void ampcSoftmaxCrossEntropyLossGrad();
   void ampcAttention();
+  std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key);
+  void attentionLaunch(Launch ours, std::shared_ptr<CudnnSdpa> dnn, const std::string& key, Launch theirs);
   void ampcDropoutGrad();
   void ampcTrainStep() { return train(); }
   void gemm(bool isMatMul);
@@ -1934,7 +1985,15 @@ void Program::Lowering::ampcAttention() {
       a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
       p.keepBits_[out(1)] = a;
     }
-    add([=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); });
+    Launch ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
+    std::string key;
+    auto dnn = target ? cudnnAttention(a, d, false, has(maskAt) ? in(maskAt) : nullptr, key) : nullptr;
+    if (!dnn) return add(ours);
+    const Scratch dws = scratch(dnn->workspaceBytes());
+    CudnnSdpa* c = dnn.get();
+    attentionLaunch(ours, dnn, key, [=](cudaStream_t st) {
+      return c->forward(Q, KT, V, O, lse, dws.at(0), st) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+    });
     return;
   }
   if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
@@ -1949,7 +2008,81 @@ void Program::Lowering::ampcAttention() {
         f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
       a.keep = f.keep;
   }
-  add([=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); });
+  Launch ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
+  std::string key;
+  auto dnn = target ? cudnnAttention(a, d, true, has(maskAt) ? in(maskAt) : nullptr, key) : nullptr;
+  if (!dnn) return add(ours);
+  const Scratch dws = scratch(dnn->workspaceBytes());
+  CudnnSdpa* c = dnn.get();
+  attentionLaunch(ours, dnn, key, [=](cudaStream_t st) {
+    return c->backward(dO, Q, KT, V, O, lse, dQ, dKT, dV, dws.at(0), st) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+  });
+}
+
+// cuDNN's fused SDPA for a cuda::Attention(Grad) node where ProgramOptions::attention allows it and
+// the node is one cuDNN's graphs express: no dropout, no trained mask, f16/bf16 operands with K as
+// rows, grouped heads alike for K and V, and no mask or the causal constant. Null otherwise; `key`:
+// the node's attention shape (the automatic choice's).
+std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask,
+                                                             std::string& key) {
+  const auto mode = p.opts_.attention;
+  if (mode == ProgramOptions::Attention::kernels || (mode == ProgramOptions::Attention::automatic && p.opts_.deterministic)) return nullptr;
+  if (a.ratio > 0.0f || a.dMask || (a.t != DT::f16 && a.t != DT::bf16) || !a.kRows || (grad && !a.dkRows)) return nullptr;  // K, dK as rows
+  const int64_t group = a.k.group;
+  if (group < 1 || d.H % group != 0 || a.v.group != group || a.q.group != 1 || a.o.group != 1) return nullptr;
+  // dK and dV per K/V head (the group's sum), or per query head
+  const bool fullHead = grad && group > 1 && a.dk.group == 1 && a.dv.group == 1;
+  if (grad && (a.dO.group != 1 || a.dq.group != 1 || (!fullHead && (a.dk.group != group || a.dv.group != group)))) return nullptr;
+  bool causal = false;
+  if (mask) {
+    const Tensor* m = mask->constData();
+    if (!m) return nullptr;
+    auto [it, first] = p.causalMask_.try_emplace(mask, false);
+    if (first) it->second = isCausalMask(*m, d.Tq, d.Tk);
+    if (!it->second) return nullptr;
+    causal = true;
+  }
+  SdpaDesc s;
+  s.t = a.t;
+  s.B = d.B, s.H = d.H, s.Hk = d.H / group, s.Tq = d.Tq, s.Tk = d.Tk, s.D = d.D, s.Dv = d.Dv;
+  // [b, h] at b sB + h sH: a layout over the heads, or the contiguous slices n = b H + h
+  bool laid = true;
+  auto st = [&](const AttnLayout& l) {
+    if (l.heads == d.H) return SdpaStrides{l.sB, l.sH, l.sRow};
+    laid &= l.heads == 1 && l.group == 1;
+    return SdpaStrides{l.sB * d.H, l.sB, l.sRow};
+  };
+  s.q = st(a.q), s.k = st(a.k), s.v = st(a.v), s.o = st(a.o);
+  if (grad) s.dO = st(a.dO), s.dq = st(a.dq), s.dk = st(a.dk), s.dv = st(a.dv);
+  if (!laid) return nullptr;
+  s.causal = causal;
+  s.scale = a.scale;
+  s.backward = grad;
+  s.fullHeadGrads = fullHead;
+  if (!CudnnSdpa::shapeSupported(s)) return nullptr;
+  key = std::to_string(s.B) + "x" + std::to_string(s.H) + "/" + std::to_string(s.Hk) + "x" + std::to_string(s.Tq) + "x" + std::to_string(s.Tk) +
+        " D" + std::to_string(s.D) + "/" + std::to_string(s.Dv) + (causal ? " causal" : "") + (grad ? " backward" : " forward");
+  try {
+    auto c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
+    p.keep_.push_back(c);
+    return c;
+  } catch (const Error& e) {
+    if (mode == ProgramOptions::Attention::cudnn) fail(e.what());
+    return nullptr;  // automatic: cuDNN has no engine for it; ampc's kernels run
+  }
+}
+
+// A node that either implementation can run: cuDNN where ProgramOptions::attention says so, else
+// the faster of the two as the first run measures it (per attention shape).
+void Program::Lowering::attentionLaunch(Launch ours, std::shared_ptr<CudnnSdpa> dnn, const std::string& key, Launch theirs) {
+  auto [it, first] = p.attentionPick_.try_emplace(key, nullptr);
+  if (first) it->second = std::make_shared<int>(p.opts_.attention == ProgramOptions::Attention::cudnn ? 1 : -1);
+  std::shared_ptr<int> pick = it->second;
+  add([ours, theirs, pick, dnn](cudaStream_t st) -> cudaError_t {
+    if (*pick < 0)
+      if (cudaError_t e = pickFaster(ours, theirs, *pick, st); e != cudaSuccess) return e;
+    return *pick == 1 ? theirs(st) : ours(st);
+  });
 }
 
 void Program::Lowering::ampcDropoutGrad() {

@@ -66,6 +66,13 @@ struct ProgramOptions {
   // A data-parallel group (runtime/cuda/nccl.h): ampc.AllReduce sums across it. None: a group of
   // one, whose AllReduce copies its operands through.
   NcclGroup* collective = nullptr;
+  // The fused attention (cuda::Attention, AttentionGrad): ampc's kernels (kernels/cuda/attention.cu)
+  // or cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h), which takes attention without dropout whose
+  // mask is none or the causal one (a constant). automatic: where cuDNN takes a node, the first run
+  // times both on its operands and keeps the faster for every node of that shape (kernels only with
+  // `deterministic`); kernels: never cuDNN; cudnn: cuDNN wherever it takes the node.
+  enum class Attention { automatic, kernels, cudnn };
+  Attention attention = Attention::automatic;
 };
 
 DT deviceType(DType t, const std::string& where);
@@ -101,6 +108,13 @@ class Program {
     bool captured = false;
   };
   const Stats& stats() const { return stats_; }
+  // The fused attention's implementation per attention shape where cuDNN took it: 0 ampc's kernels,
+  // 1 cuDNN, -1 not yet measured (ProgramOptions::attention).
+  std::vector<std::pair<std::string, int>> attentionPicks() const {
+    std::vector<std::pair<std::string, int>> r;
+    for (const auto& [k, v] : attentionPick_) r.emplace_back(k, *v);
+    return r;
+  }
   // One eager run with events around every node's launches: device milliseconds per node, in
   // order (the run counts as a step: state moves on).
   struct Timing {
@@ -140,6 +154,10 @@ class Program {
   // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
+  std::map<const Value*, bool> causalMask_;  // constant attention masks: whether each is the causal one
+  // ProgramOptions::Attention::automatic: per attention shape, which implementation the first run
+  // measured faster (-1 until then, 0 ampc's kernels, 1 cuDNN), shared by the nodes of that shape.
+  std::map<std::string, std::shared_ptr<int>> attentionPick_;
   // UnscaleCheck nodes folded into their optimizer (folds::fusedGradChain) with a clip: the sum of
   // squares the clip's norm comes from.
   std::map<const Node*, double*> chainNorm_;

@@ -30,6 +30,9 @@ class CudaSession : public TrainSession {
     po.checkPlan = o.checkPlan;
     po.watchFinite = o.watch != nullptr;
     po.deterministic = o.deterministic;
+    if (o.attention == "kernels") po.attention = ProgramOptions::Attention::kernels;
+    else if (o.attention == "cudnn") po.attention = ProgramOptions::Attention::cudnn;
+    else if (o.attention != "auto") throw Error("attention must be auto, kernels or cudnn, not '" + o.attention + "'");
     // A plan from an ampc without the code generator: its groups run as their ops, folded as the
     // lowering would fold them.
     if (expandFused(g, /*onlyWithoutKernel=*/true) > 0) recordFolds(g);
@@ -68,6 +71,8 @@ class CudaSession : public TrainSession {
     r.syncsInSteps = trainer_->syncsInSteps();
     r.replays = st.replays;
     r.launches = st.launches;
+    for (const auto& [shape, pick] : trainer_->program().attentionPicks())
+      r.attention.push_back(shape + ": " + (pick == 1 ? "cuDNN" : pick == 0 ? "kernels" : "not measured"));
     return r;
   }
   // Device time per op (summed over its nodes) and the costliest nodes of one more step.

@@ -64,7 +64,9 @@ inline double tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::
 // inputs and compares them. Integer/bool outputs must be equal. With AMPC_GPU_TEST_DETAIL set, a
 // float output over its bound also prints its first elements that differ by more than 5%.
 inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& inputs, const std::string& what, double tolScale = 1.0,
-                            const ExecOptions& eo = {}, bool deterministic = false) {
+                            const ExecOptions& eo = {}, bool deterministic = false,
+                            cuda::ProgramOptions::Attention attention = cuda::ProgramOptions::Attention::automatic,
+                            std::vector<std::pair<std::string, int>>* attentionPicks = nullptr) {
   auto cpu = createCpuBackend();
   const auto want = evaluate(g, inputs, *cpu, eo);
   recordFolds(g);  // the folds as the CUDA lowering records them
@@ -72,6 +74,7 @@ inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& input
   po.seed = eo.seed;
   po.dropout = eo.dropout;
   po.deterministic = deterministic;
+  po.attention = attention;
   cuda::Program prog(g, po);
   for (const Value* v : g.inputs()) prog.upload(v, inputs.at(v->name()));
   for (const Value* v : g.outputs()) {
@@ -81,6 +84,7 @@ inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& input
   }
   prog.setStep(eo.step);
   prog.run();
+  if (attentionPicks) *attentionPicks = prog.attentionPicks();
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* v = g.outputs()[i];
     const Tensor got = prog.download(v);

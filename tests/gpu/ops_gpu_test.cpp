@@ -748,6 +748,65 @@ TEST(GpuAttention, GroupedKeysAndValuesMatchTheCpu) {
       }
 }
 
+// cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h) in place of the kernels (ProgramOptions::attention
+// cudnn): no mask and the causal constant, one K/V head per query head (K read through its
+// Transpose as rows) and grouped (6 over 2, as Hugging Face's repeat_kv exports it), dK written
+// through its Transpose back, head dims 64 and 128, f16 and bf16. Forward and backward against the
+// CPU, and cuDNN ran both nodes (no fallback to the kernels).
+TEST(GpuAttention, CudnnMatchesTheCpu) {
+  AMPC_NEED_GPU();
+  for (const int hd : {64, 128})
+    for (const char* t : {"f16", "bf16"})
+      for (const bool causal : {false, true}) {
+        const bool grouped = causal;  // the two features in separate cases and together
+        const std::string T = t;
+        std::string text = R"(graph "sdpa" opset 18 {
+  domain "ampc" 1
+  input %q : T[2,6,128,16]
+  input %k : T[2,KH,128,16]
+  input %v : T[2,KH,128,16]
+  input %dO : T[2,6,128,16]
+  const %m : f32[1,1,128,128] = ...
+)";
+        if (grouped)
+          text += R"(  const %ax : i64[1] = [2]
+  const %s5 : i64[5] = [2, 2, 3, 128, 16]
+  const %s4 : i64[4] = [2, 6, 128, 16]
+  %ku : T[2,2,1,128,16] = Unsqueeze(%k, %ax)
+  %ke : T[2,2,3,128,16] = Expand(%ku, %s5)
+  %kr : T[2,6,128,16] = Reshape(%ke, %s4)
+  %KT : T[2,6,16,128] = Transpose(%kr) {perm = [0, 1, 3, 2]}
+  %vu : T[2,2,1,128,16] = Unsqueeze(%v, %ax)
+  %ve : T[2,2,3,128,16] = Expand(%vu, %s5)
+  %V : T[2,6,128,16] = Reshape(%ve, %s4)
+)";
+        else
+          text += "  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}\n";  // Llama's K without repeats
+        const std::string m = causal ? ", %m" : "", V = grouped ? "%V" : "%v";
+        text += "  %O : T[2,6,128,16], %lse : f32[2,6,128] = ampc::Attention(%q, %KT, " + V + m + ") ATTRS\n";
+        text += "  %dQ : T[2,6,128,16], %dKT : T[2,6,16,128], %dV : T[2,6,128,16] = ampc::AttentionGrad(%dO, %q, %KT, " + V + ", %O, %lse" + m +
+                ") ATTRS\n  %dK : T[2,6,128,16] = Transpose(%dKT) {perm = [0, 1, 3, 2]}\n";
+        text += "  output %O\n  output %dQ\n  output %dK\n  output %dV\n}\n";
+        text = std::regex_replace(text, std::regex("ATTRS"), "{scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}");
+        text = std::regex_replace(text, std::regex("\\bT\\["), T + "[");
+        text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
+        text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
+        auto g = parseGraph(text, "cudnn attention");
+        // The causal mask as the exporters leave it: a constant (-3.4e38 above the diagonal).
+        Tensor mask(g->lookup("m")->type());
+        for (int64_t e = 0; e < mask.numel(); ++e) mask.setDouble(e, e % 128 > e / 128 ? -3.4028234663852886e38 : 0.0);
+        g->lookup("m")->setData(mask);
+        ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+        std::map<std::string, Tensor> in;
+        for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
+        const std::string what = "cuDNN attention " + T + " head dim " + std::to_string(hd) + (causal ? " causal" : "") + (grouped ? " grouped" : "");
+        std::vector<std::pair<std::string, int>> picks;
+        expectSameOnGpu(*g, in, what, 1.0, {}, false, cuda::ProgramOptions::Attention::cudnn, &picks);
+        ASSERT_EQ(picks.size(), 2u) << what << ": a forward and a backward shape";
+        for (const auto& [shape, pick] : picks) EXPECT_EQ(pick, 1) << what << ": " << shape;
+      }
+}
+
 // The tensor-core backward's registers and shared memory are sized for two blocks per SM at both
 // head tiles (at 128: two cp.async stages, dS^T over the used dO tile); before stop 34 the 128 tile
 // took 152 KB and ran one block of four warps per SM. A change that grows either fails here.

@@ -676,10 +676,46 @@ TEST(AttentionInPlace, GroupedKeysAndValuesReadFromTheStoredHeads) {
   ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
   verify(*g);
   const Node* a = g->lookup("o")->producer();
-  EXPECT_EQ(a->input(1), g->lookup("kt"));
-  EXPECT_FALSE(a->hasAttr("k_layout"));
+  // The repeat is an output, so it stays; K is read from it as rows, past the Transpose.
+  EXPECT_EQ(a->input(1), g->lookup("kr"));
+  EXPECT_EQ(a->getInts("k_layout"), (std::vector<int64_t>{0, 4, 4 * 16 * 8, 16 * 8, 8, 1, 1}));
+  EXPECT_EQ(g->lookup("kt"), nullptr);
   EXPECT_EQ(a->input(2), g->lookup("w"));
   expectSameOnCpu(*ref, *g, 37);
+}
+
+// K of its own heads (Llama without repeats): KT = Transpose(k, (0, 1, 3, 2)) of k [B, H, T, D] is read
+// from k as rows, and dKT's Transpose back to [B, H, T, D] is written as rows; no Transpose stays,
+// and the plan computes what the graph did (the CPU gathers and scatters through the layouts).
+TEST(AttentionInPlace, KeysOfTheirOwnHeadsReadAndWrittenAsRows) {
+  const std::string text = R"(graph "mha" opset 18 {
+  domain "ampc" 1
+  input %q : bf16[2,4,16,8]
+  input %k : bf16[2,4,16,8]
+  input %v : bf16[2,4,16,8]
+  input %do : bf16[2,4,16,8]
+  %kt : bf16[2,4,8,16] = Transpose(%k) {perm = [0, 1, 3, 2]}
+  %o : bf16[2,4,16,8], %lse : f32[2,4,16] = ampc::Attention(%q, %kt, %v) {scale = 0.35}
+  %dq : bf16[2,4,16,8], %dkt : bf16[2,4,8,16], %dv : bf16[2,4,16,8] = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse) {scale = 0.35}
+  %dk : bf16[2,4,16,8] = Transpose(%dkt) {perm = [0, 1, 3, 2]}
+  output %o
+  output %dq
+  output %dk
+  output %dv
+}
+)";
+  auto ref = load(text), g = load(text);
+  ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+  verify(*g);
+  ASSERT_EQ(g->numNodes(), 2u) << printGraph(*g);
+  const Node* a = g->lookup("o")->producer();
+  EXPECT_EQ(a->input(1), g->lookup("k"));
+  EXPECT_EQ(a->getInts("k_layout"), (std::vector<int64_t>{0, 4, 4 * 16 * 8, 16 * 8, 8, 1, 1}));
+  const Node* b = g->lookup("dk")->producer();
+  EXPECT_EQ(b->op(), "AttentionGrad");
+  EXPECT_EQ(b->getInts("dk_layout"), (std::vector<int64_t>{0, 4, 4 * 16 * 8, 16 * 8, 8, 1, 1}));
+  EXPECT_EQ(g->lookup("dk")->type().shape, (std::vector<int64_t>{2, 4, 16, 8}));
+  expectSameOnCpu(*ref, *g, 38);
 }
 
 // The target nodes check their layouts against the values they address: a layout reaching past

@@ -114,6 +114,7 @@ void printBench(const std::string& device, const SessionReport& r, double wallMs
                "per step: {}\n",
                r.syncsInSteps, steps > 0 ? static_cast<double>(r.syncsInSteps) / static_cast<double>(steps) : 0.0, logEvery, r.replays,
                r.launches);
+  for (const auto& a : r.attention) fmt::print("  fused attention {}\n", a);
 }
 
 // --nproc N: runs this command line as N processes of one group on this host (RANK, WORLD_SIZE,
@@ -227,6 +228,7 @@ int main(int argc, char** argv) {
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
        explainOverflow = false, checkData = false, deterministic = false;
   std::vector<std::string> intRanges;
+  std::string attention = "auto";
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda when a GPU is present)");
@@ -234,6 +236,10 @@ int main(int argc, char** argv) {
   app.add_flag("--fixed-batch", fixedBatch, "train on the first batch every step (uploaded once)");
   app.add_flag("--no-cuda-graph", noCudaGraph, "cuda: launch every step's kernels instead of replaying one captured graph");
   app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
+  app.add_option("--attention", attention,
+                 "cuda: the fused attention's implementation: auto (the faster of ampc's kernels and cuDNN's fused SDPA, measured in the first "
+                 "step, where cuDNN takes the node: no dropout, no mask or the causal one), kernels, or cudnn")
+      ->check(CLI::IsMember({"auto", "kernels", "cudnn"}));
   app.add_flag("--deterministic", deterministic,
                "cuda: the same bits every run with the same seed: deterministic cuDNN algorithms, attention and scatter-add gradients "
                "summed in a fixed order instead of with atomics (the CPU backend always is)");
@@ -456,6 +462,7 @@ int main(int argc, char** argv) {
     so.cudaGraph = !noCudaGraph;
     so.checkPlan = checkPlan;
     so.deterministic = deterministic;
+    so.attention = attention;
     so.watch = watch ? &*watch : nullptr;
     auto session = openTrainSession(g, so);
     if (group && lead)

@@ -1,11 +1,15 @@
 // attn_bench: device time of the fused attention kernels alone (ampc.Attention and
 // ampc.AttentionGrad, kernels/cuda/attention.cu) at one size, with and without their mask and
 // dropout, to see what each costs. Runs on the GPU machine (staged by tools/bench/stage_gpu.sh):
-//   attn_bench [--bh 96] [--seq 1024] [--dim 64] [--dtype bf16] [--reps 10] [--layout contiguous|gpt2]
+//   attn_bench [--bh 96] [--seq 1024] [--dim 64] [--dtype bf16] [--reps 10] [--layout contiguous|gpt2|gqa] [--kv-heads N]
+//              [--attention auto|kernels|cudnn]
 // --layout gpt2 (with --heads, default 12; bh = batch x heads): the operands as GPT-2 exports them,
 // split from one [B, T, 3 H D] projection and transposed to heads, O transposed back and the
 // gradients concatenated; the CUDA backend reads and writes them in place (runtime/folds.h), so
-// this times the strided kernels (K as rows) that GPT-2 runs.
+// this times the strided kernels (K as rows) that GPT-2 runs. --layout gqa: Llama's grouped-query
+// attention, --kv-heads K/V heads (default --heads / 4) repeated to --heads as Hugging Face's
+// repeat_kv exports them, read in place. --attention: ampc's kernels, cuDNN's fused SDPA
+// (runtime/cuda/cudnn_sdpa.h; no dropout, the causal mask a constant), or the faster (auto).
 // For each variant (no mask / causal mask, dropout 0 / 0.1) it prints the median forward and
 // backward milliseconds over --reps runs (events around each node, after 0.3 s of warm-up runs) and
 // the TFLOP/s they reach, counting the causal half of the scores only where the mask is causal.
@@ -27,7 +31,8 @@ using namespace ampc;
 int main(int argc, char** argv) {
   int64_t bh = 96, seq = 1024, dim = 64, heads = 12;
   int reps = 10;
-  std::string dtype = "bf16", layout = "contiguous";
+  int64_t kvHeads = 0;  // --layout gqa: K/V heads (default --heads / 4)
+  std::string dtype = "bf16", layout = "contiguous", attention = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--bh") bh = std::stoll(v);
@@ -37,15 +42,24 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--heads") heads = std::stoll(v);
     else if (k == "--layout") layout = v;
+    else if (k == "--kv-heads") kvHeads = std::stoll(v);
+    else if (k == "--attention") attention = v;
     else {
       std::fprintf(stderr, "attn_bench: unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  if ((layout != "contiguous" && layout != "gpt2") || heads < 1 || bh % heads != 0) {
-    std::fprintf(stderr, "attn_bench: --layout is contiguous or gpt2, and --bh a multiple of --heads\n");
+  if (kvHeads == 0) kvHeads = std::max<int64_t>(heads / 4, 1);
+  if ((layout != "contiguous" && layout != "gpt2" && layout != "gqa") || heads < 1 || bh % heads != 0 || kvHeads < 1 || heads % kvHeads != 0 ||
+      (attention != "auto" && attention != "kernels" && attention != "cudnn")) {
+    std::fprintf(stderr,
+                 "attn_bench: --layout is contiguous, gpt2 or gqa, --bh a multiple of --heads, --heads of --kv-heads; --attention auto, kernels "
+                 "or cudnn\n");
     return 2;
   }
+  const auto impl = attention == "kernels" ? cuda::ProgramOptions::Attention::kernels
+                    : attention == "cudnn" ? cuda::ProgramOptions::Attention::cudnn
+                                           : cuda::ProgramOptions::Attention::automatic;
   try {
     for (const bool causal : {false, true})
       for (const double ratio : {0.0, 0.1}) {
@@ -55,7 +69,7 @@ int main(int argc, char** argv) {
         const std::string attrs = " {scale = 0.125, dropout_ratio = " + std::to_string(ratio) + ", dropout_key = 7}";
         std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n";
         text += "  input %q : " + qs + "\n  input %kt : " + kts + "\n  input %v : " + qs + "\n  input %do : " + qs + "\n";
-        if (causal) text += "  input %m : f32[" + s + "," + s + "]\n";
+        if (causal) text += "  const %m : f32[" + s + "," + s + "] = ...\n";
         text += "  %o : " + qs + ", %lse : f32[" + b + "," + s + "] = ampc::Attention(%q, %kt, %v" + m + ")" + attrs + " @fwd\n";
         text += "  %dq : " + qs + ", %dkt : " + kts + ", %dv : " + qs + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs +
                 " @bwd\n";
@@ -67,7 +81,7 @@ int main(int argc, char** argv) {
           const std::string mask = causal ? ", %m" : "";
           text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n  input %x : " + T + "[" + B + "," + s + "," + std::to_string(3 * heads * dim) +
                  "]\n  input %dy : " + btc + "\n";
-          if (causal) text += "  input %m : f32[" + s + "," + s + "]\n";
+          if (causal) text += "  const %m : f32[" + s + "," + s + "] = ...\n";
           text += "  const %s4 : i64[4] = [" + B + ", " + s + ", " + H + ", " + d + "]\n  const %s3 : i64[3] = [" + B + ", " + s + ", " + C + "]\n";
           text += "  const %sp : i64[3] = [" + C + ", " + C + ", " + C + "]\n";
           text += "  %q : " + btc + ", %k : " + btc + ", %v : " + btc + " = Split(%x, %sp) {axis = 2}\n";
@@ -85,17 +99,43 @@ int main(int argc, char** argv) {
           text += "  %dx : " + T + "[" + B + "," + s + "," + std::to_string(3 * heads * dim) + "] = Concat(%dQr, %dKr, %dVr) {axis = 2}\n";
           text += "  output %Or\n  output %dx\n}\n";
         }
+        if (layout == "gqa") {  // Llama's: K and V repeated over head groups as Hugging Face's repeat_kv exports it
+          const std::string B = std::to_string(bh / heads), H = std::to_string(heads), Hk = std::to_string(kvHeads),
+                            G = std::to_string(heads / kvHeads);
+          const std::string bhtd = T + "[" + B + "," + H + "," + s + "," + d + "]", bhdt = T + "[" + B + "," + H + "," + d + "," + s + "]",
+                            kv = T + "[" + B + "," + Hk + "," + s + "," + d + "]", kv5 = T + "[" + B + "," + Hk + ",1," + s + "," + d + "]",
+                            kvx = T + "[" + B + "," + Hk + "," + G + "," + s + "," + d + "]";
+          const std::string mask = causal ? ", %m" : "";
+          text = "graph \"a\" opset 18 {\n  domain \"ampc\" 1\n  input %q : " + bhtd + "\n  input %k : " + kv + "\n  input %v : " + kv +
+                 "\n  input %do : " + bhtd + "\n";
+          if (causal) text += "  const %m : f32[" + s + "," + s + "] = ...\n";
+          text += "  const %ax : i64[1] = [2]\n  const %s5 : i64[5] = [" + B + ", " + Hk + ", " + G + ", " + s + ", " + d + "]\n";
+          text += "  const %s4 : i64[4] = [" + B + ", " + H + ", " + s + ", " + d + "]\n";
+          for (const char* w : {"k", "v"}) {
+            const std::string x = w;
+            text += "  %" + x + "u : " + kv5 + " = Unsqueeze(%" + x + ", %ax)\n  %" + x + "e : " + kvx + " = Expand(%" + x + "u, %s5)\n";
+            text += "  %" + x + "r : " + bhtd + " = Reshape(%" + x + "e, %s4)\n";
+          }
+          text += "  %kt : " + bhdt + " = Transpose(%kr) {perm = [0, 1, 3, 2]}\n";
+          text += "  %o : " + bhtd + ", %lse : f32[" + B + "," + H + "," + s + "] = ampc::Attention(%q, %kt, %vr" + mask + ")" + attrs + " @fwd\n";
+          text += "  %dq : " + bhtd + ", %dkt : " + bhdt + ", %dv : " + bhtd + " = ampc::AttentionGrad(%do, %q, %kt, %vr, %o, %lse" + mask + ")" +
+                  attrs + " @bwd\n  %dk : " + bhtd + " = Transpose(%dkt) {perm = [0, 1, 3, 2]}\n  output %o\n  output %dq\n  output %dk\n  output %dv\n}\n";
+        }
         auto g = parseGraph(text, "attn_bench");
+        if (causal) {  // the causal mask, a constant as the exporters leave it
+          Tensor m(g->lookup("m")->type());
+          for (int64_t e = 0; e < m.numel(); ++e) m.setDouble(e, (e % seq) > (e / seq) ? -3.4028234663852886e38 : 0.0);
+          g->lookup("m")->setData(m);
+        }
         createAttentionInPlacePass(findTarget("cuda"))->run(*g);  // as the CUDA lowering runs it: the gpt2 layout's views go
-        cuda::Program p(*g, {});
+        cuda::ProgramOptions po;
+        po.attention = impl;
+        cuda::Program p(*g, po);
         std::mt19937_64 rng(1);
         std::normal_distribution<double> nd;
         for (const Value* v : g->inputs()) {
           Tensor x(v->type());
-          for (int64_t e = 0; e < x.numel(); ++e) {
-            if (v->name() == "m") x.setDouble(e, (e % seq) > (e / seq) ? -3.4028234663852886e38 : 0.0);
-            else x.setDouble(e, nd(rng));
-          }
+          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, nd(rng));
           p.upload(v, x);
         }
         std::vector<double> fwd, bwd;
@@ -118,6 +158,8 @@ int main(int argc, char** argv) {
                              (causal ? 0.5 : 1.0);
         std::printf("%-6s %s mask %-6s dropout %.1f: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", dtype.c_str(),
                     layout.c_str(), causal ? "causal" : "none", ratio, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+        for (const auto& [shape, pick] : p.attentionPicks())
+          std::printf("  %s: %s\n", shape.c_str(), pick == 1 ? "cuDNN" : pick == 0 ? "ampc's kernels" : "not measured");
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn_bench: %s\n", e.what());

@@ -1,7 +1,8 @@
 """PyTorch's scaled_dot_product_attention (flash backend) at GPT-2's attention shape, timed with
 CUDA events, forward and backward, causal, dropout 0 and 0.1: the attention numbers ampc's fused
 kernels (tools/attn_bench) are held against; with --cudnn, PyTorch's cuDNN backend as well.
-Usage: python3 sdpa_ref.py [--b 8 --h 12 --t 1024 --d 64] [--cudnn]"""
+--kv-heads N: grouped-query attention (K and V with N heads, enable_gqa), as Llama's.
+Usage: python3 sdpa_ref.py [--b 8 --h 12 --t 1024 --d 64] [--kv-heads N] [--cudnn]"""
 import argparse
 
 import torch
@@ -12,11 +13,14 @@ p.add_argument("--b", type=int, default=8)
 p.add_argument("--h", type=int, default=12)
 p.add_argument("--t", type=int, default=1024)
 p.add_argument("--d", type=int, default=64)
+p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (grouped-query attention); default: --h")
 p.add_argument("--reps", type=int, default=20)
 p.add_argument("--cudnn", action="store_true", help="also time the CUDNN_ATTENTION backend")
 a = p.parse_args()
 dev = "cuda"
-q, k, v = (torch.randn(a.b, a.h, a.t, a.d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+hk = a.kv_heads or a.h
+q = torch.randn(a.b, a.h, a.t, a.d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+k, v = (torch.randn(a.b, hk, a.t, a.d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
 do = torch.randn(a.b, a.h, a.t, a.d, device=dev, dtype=torch.bfloat16)
 flops = 4 * a.b * a.h * a.t * a.t * a.d / 2  # causal half
 backends = [("flash", torch.nn.attention.SDPBackend.FLASH_ATTENTION)]
@@ -30,7 +34,7 @@ for name, backend in backends:
                 for r in range(a.reps + 3):
                     e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
                     e[0].record()
-                    o = F.scaled_dot_product_attention(q, k, v, dropout_p=ratio, is_causal=True)
+                    o = F.scaled_dot_product_attention(q, k, v, dropout_p=ratio, is_causal=True, enable_gqa=hk != a.h)
                     e[1].record()
                     o.backward(do)
                     e[2].record()
@@ -44,5 +48,5 @@ for name, backend in backends:
             continue
         fw.sort(), bw.sort()
         f, b = fw[len(fw) // 2], bw[len(bw) // 2]
-        print(f"torch sdpa {name} bf16 causal dropout {ratio}: forward {f:.3f} ms ({flops / f / 1e9:.0f} TFLOP/s), "
+        print(f"torch sdpa {name} bf16 causal{' gqa' if hk != a.h else ''} dropout {ratio}: forward {f:.3f} ms ({flops / f / 1e9:.0f} TFLOP/s), "
               f"backward {b:.3f} ms ({2.5 * flops / b / 1e9:.0f} TFLOP/s)")
