@@ -38,7 +38,7 @@ struct SessionOptions {
 struct SessionReport {
   bool device = false;  // a device's numbers (cuda): planned and measured memory, syncs, graphs
   int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
-  std::vector<std::string> attention;  // cuda: "<attention shape>: cuDNN" or ": kernels", where cuDNN took the node
+  std::vector<std::string> attention;  // cuda: "<attention shape>: <implementation>" where cuDNN takes the node
 };
 
 class TrainSession {

@@ -1,5 +1,6 @@
 #include "runtime/cuda/cudnn_sdpa.h"
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <map>
@@ -47,13 +48,14 @@ cudnnDataType_t dnn(DT t) { return t == DT::f16 ? CUDNN_DATA_HALF : t == DT::bf1
 
 }  // namespace
 
-// The descriptors of one operation graph and its plan (all kept alive for the plan's life).
+// The descriptors of one operation graph and its plans (all kept alive for the plans' life).
 struct CudnnSdpa::Graph {
   cudnnHandle_t h;
   std::vector<std::unique_ptr<Desc>> owned;
   std::map<int64_t, cudnnBackendDescriptor_t> tensors;
   std::vector<cudnnBackendDescriptor_t> ops;
-  std::unique_ptr<Desc> plan;
+  std::vector<std::unique_ptr<Desc>> plans;
+  std::vector<std::string> names;  // each plan's engine
   int64_t nextUid = kFirstVirtual;
 
   Desc& make(cudnnBackendDescriptorType_t t) {
@@ -146,9 +148,10 @@ struct CudnnSdpa::Graph {
     pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, kNegInf, y, keep);
     return y;
   }
-  // The operation graph, and the first engine configuration (heuristics mode A, then the fallback
-  // list) whose plan finalizes.
-  std::string finalize() {
+  // The operation graph, and the plans of the first kMaxPlans engine configurations whose plans
+  // finalize, in the order of heuristics mode A (or, where it has none, of the fallback list).
+  void finalize() {
+    constexpr size_t kMaxPlans = 3;
     Desc& og = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     og.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()), ops.data(), "graph ops");
     og.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle");
@@ -188,10 +191,12 @@ struct CudnnSdpa::Graph {
         if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine.d) == CUDNN_STATUS_SUCCESS &&
             cudnnBackendGetAttribute(engine.d, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index) == CUDNN_STATUS_SUCCESS)
           name = "engine " + std::to_string(index);
-        plan = std::move(p);
-        return name;
+        plans.push_back(std::move(p));
+        names.push_back(name);
+        if (plans.size() == kMaxPlans) return;
       }
       if (got == 0) tried += " heuristics mode " + std::to_string(static_cast<int>(mode)) + ": no engine;";
+      if (!plans.empty()) return;
     }
     throw Error("cuDNN attention: no engine takes the graph:" + tried);
   }
@@ -300,11 +305,13 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
     g.matmul(dS, kk, kDQAcc);
     g.pointwise(CUDNN_POINTWISE_IDENTITY, kDQAcc, 0, kDQ);
   }
-  engine_ = g.finalize();
-  int64_t n = 0, ws = 0;
-  ok(cudnnBackendGetAttribute(g.plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws), "workspace size");
+  g.finalize();
+  for (const auto& p : g.plans) {
+    int64_t n = 0, ws = 0;
+    ok(cudnnBackendGetAttribute(p->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws), "workspace size");
+    planWs_ = std::max(planWs_, static_cast<size_t>(ws));
+  }
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  planWs_ = static_cast<size_t>(ws);
   wsBytes_ = align(planWs_);
   if (d.backward) {
     sumOffset_ = wsBytes_;
@@ -316,7 +323,11 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
 
 CudnnSdpa::~CudnnSdpa() = default;
 
-cudnnStatus_t CudnnSdpa::execute(const std::vector<std::pair<int64_t, const void*>>& ptrs, void* ws, cudaStream_t st) const {
+size_t CudnnSdpa::plans() const { return g_->plans.size(); }
+const std::string& CudnnSdpa::engine(size_t plan) const { return g_->names.at(plan); }
+
+cudnnStatus_t CudnnSdpa::execute(const std::vector<std::pair<int64_t, const void*>>& ptrs, void* ws, size_t plan, cudaStream_t st) const {
+  if (plan >= g_->plans.size()) return CUDNN_STATUS_BAD_PARAM;
   cudnnStatus_t s = cudnnSetStream(h_, st);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   std::vector<int64_t> uids;
@@ -332,7 +343,7 @@ cudnnStatus_t CudnnSdpa::execute(const std::vector<std::pair<int64_t, const void
       (s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, data.data())) == CUDNN_STATUS_SUCCESS &&
       (s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)) == CUDNN_STATUS_SUCCESS &&
       (s = cudnnBackendFinalize(vp)) == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendExecute(h_, g_->plan->d, vp);
+    s = cudnnBackendExecute(h_, g_->plans[plan]->d, vp);
   cudnnBackendDestroyDescriptor(vp);
   return s;
 }
@@ -341,20 +352,20 @@ namespace {
 const float kNegFill = std::numeric_limits<float>::lowest(), kUnit = 1.0f;
 }
 
-cudnnStatus_t CudnnSdpa::forward(const void* Q, const void* K, const void* V, void* O, float* stats, void* ws, cudaStream_t st) const {
+cudnnStatus_t CudnnSdpa::forward(const void* Q, const void* K, const void* V, void* O, float* stats, void* ws, size_t plan, cudaStream_t st) const {
   std::vector<std::pair<int64_t, const void*>> p{{kQ, Q}, {kK, K}, {kV, V}, {kO, O}, {kStats, stats}, {kScale, &d_.scale}};
   if (d_.causal) p.emplace_back(kNegInf, &kNegFill);
-  return execute(p, ws, st);
+  return execute(p, ws, plan, st);
 }
 
 cudnnStatus_t CudnnSdpa::backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const float* stats, void* dQ,
-                                  void* dK, void* dV, void* ws, cudaStream_t st) const {
+                                  void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const {
   char* w = static_cast<char*>(ws);
   std::vector<std::pair<int64_t, const void*>> p{{kQ, Q},   {kK, K},   {kV, V},   {kO, O},      {kStats, stats},        {kDO, dO},
                                                  {kDQ, dQ}, {kDK, dK}, {kDV, dV}, {kScale, &d_.scale}, {kOne, &kUnit},
                                                  {kRowSum, w + sumOffset_},     {kDQAcc, w + accOffset_}};
   if (d_.causal) p.emplace_back(kNegInf, &kNegFill);
-  return execute(p, ws, st);
+  return execute(p, ws, plan, st);
 }
 
 }  // namespace ampc::cuda

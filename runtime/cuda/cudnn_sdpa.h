@@ -42,29 +42,31 @@ struct SdpaDesc {
 
 class CudnnSdpa {
  public:
-  // Builds the graph and finalizes the first plan cuDNN's heuristics offer that takes it. Throws
-  // Error (with cuDNN's status) where none does.
+  // Builds the graph and finalizes the plans of the first few engine configurations cuDNN's
+  // heuristics offer that take it (the caller times them: ProgramOptions::attention). Throws Error
+  // (with cuDNN's status) where none does.
   CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d);
   ~CudnnSdpa();
   CudnnSdpa(const CudnnSdpa&) = delete;
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;
-  // Scratch the runs need (cuDNN's workspace, and the backward's f32 row sums and dQ accumulator).
+  // Scratch the runs need, with any plan (cuDNN's workspace, and the backward's f32 row sums and dQ
+  // accumulator).
   size_t workspaceBytes() const { return wsBytes_; }
-  const std::string& engine() const { return engine_; }
-  cudnnStatus_t forward(const void* Q, const void* K, const void* V, void* O, float* stats, void* ws, cudaStream_t st) const;
+  size_t plans() const;
+  const std::string& engine(size_t plan) const;  // "engine <cuDNN's global index>"
+  cudnnStatus_t forward(const void* Q, const void* K, const void* V, void* O, float* stats, void* ws, size_t plan, cudaStream_t st) const;
   cudnnStatus_t backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const float* stats, void* dQ, void* dK,
-                         void* dV, void* ws, cudaStream_t st) const;
+                         void* dV, void* ws, size_t plan, cudaStream_t st) const;
   // Whether the graphs can take `d` at all (type, head dims, strides); the engines may still refuse.
   static bool shapeSupported(const SdpaDesc& d, std::string* why = nullptr);
 
  private:
   struct Graph;
-  cudnnStatus_t execute(const std::vector<std::pair<int64_t, const void*>>& ptrs, void* ws, cudaStream_t st) const;
+  cudnnStatus_t execute(const std::vector<std::pair<int64_t, const void*>>& ptrs, void* ws, size_t plan, cudaStream_t st) const;
   cudnnHandle_t h_;
   SdpaDesc d_;
   std::unique_ptr<Graph> g_;
   size_t planWs_ = 0, sumOffset_ = 0, accOffset_ = 0, wsBytes_ = 0;
-  std::string engine_;
 };
 
 }  // namespace ampc::cuda

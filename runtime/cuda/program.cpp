@@ -46,37 +46,64 @@ bool isCausalMask(const Tensor& m, int64_t Tq, int64_t Tk) {
   return true;
 }
 
-// Times two launches that write the same results, on the stream outside capture: one warm-up run
-// each, then three timed runs each, alternating; 1 where the second (`alt`) took less device time in
-// total, 0 otherwise (or where it failed).
-cudaError_t pickFaster(const std::function<cudaError_t(cudaStream_t)>& base, const std::function<cudaError_t(cudaStream_t)>& alt, int& pick,
-                       cudaStream_t st) {
+// The value of `v` where it is computed from constants only (no input, parameter or random op), by
+// the CPU reference kernels, at most maxElements of results evaluated in all; null otherwise.
+// (fold-constants folds small values only: a causal mask of a long sequence is computed in the step.)
+const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo, int64_t& budget) {
+  if (const Tensor* t = v->constData()) return t;
+  if (auto it = memo.find(v); it != memo.end()) return &it->second;
+  const Node* n = v->producer();
+  if (!n || (n->def() && n->def()->random)) return nullptr;
+  std::vector<const Tensor*> ins;
+  for (const Value* x : n->inputs()) {
+    const Tensor* t = x ? constantValue(x, memo, budget) : nullptr;
+    if (x && !t) return nullptr;
+    ins.push_back(t);
+  }
+  for (size_t r = 0; r < n->numResults(); ++r) budget -= n->result(r)->type().numel();
+  if (budget < 0) return nullptr;
+  try {
+    auto out = cpu::runNode(*n, ins);
+    for (size_t r = 0; r < out.size(); ++r) memo.emplace(n->result(r), std::move(out[r]));
+  } catch (const Error&) {
+    return nullptr;  // no CPU kernel for it
+  }
+  return &memo.at(v);
+}
+
+// Times launches that write the same results, candidates[first..], on the stream outside capture:
+// a warm-up run each (a candidate that fails it is out), then three timed rounds over them; `pick`
+// the one with the least device time in all (`first` inside a capture, or where all failed but it).
+cudaError_t pickFastest(const std::vector<std::function<cudaError_t(cudaStream_t)>>& candidates, size_t first, int& pick, cudaStream_t st) {
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (cudaError_t e = cudaStreamIsCapturing(st, &cs); e != cudaSuccess) return e;
-  pick = 0;
+  pick = static_cast<int>(first);
   if (cs != cudaStreamCaptureStatusNone) return cudaSuccess;  // no timing inside a capture
-  if (cudaError_t e = base(st); e != cudaSuccess) return e;
-  if (alt(st) != cudaSuccess) return cudaGetLastError(), cudaSuccess;
-  cudaEvent_t ev[7];
+  std::vector<size_t> live;
+  for (size_t i = first; i < candidates.size(); ++i) {
+    if (candidates[i](st) == cudaSuccess) live.push_back(i);
+    else if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || i == first) return e != cudaSuccess ? e : cudaErrorUnknown;
+  }
+  if (live.size() < 2) return live.empty() ? cudaSuccess : (pick = static_cast<int>(live[0]), cudaSuccess);
+  std::vector<cudaEvent_t> ev(3 * live.size() + 1);
   for (auto& e : ev) cudaEventCreate(&e);
   cudaEventRecord(ev[0], st);
-  for (int r = 0; r < 3; ++r) {
-    base(st);
-    cudaEventRecord(ev[1 + 2 * r], st);
-    alt(st);
-    cudaEventRecord(ev[2 + 2 * r], st);
-  }
-  cudaError_t e = cudaEventSynchronize(ev[6]);
+  for (size_t r = 0, k = 1; r < 3; ++r)
+    for (size_t i : live) {
+      candidates[i](st);
+      cudaEventRecord(ev[k++], st);
+    }
+  cudaError_t e = cudaEventSynchronize(ev.back());
   ++gSyncs;
-  float tb = 0, ta = 0;
-  for (int r = 0; r < 3 && e == cudaSuccess; ++r) {
-    float x = 0, y = 0;
-    cudaEventElapsedTime(&x, ev[2 * r], ev[1 + 2 * r]);
-    cudaEventElapsedTime(&y, ev[1 + 2 * r], ev[2 + 2 * r]);
-    tb += x, ta += y;
-  }
+  std::vector<float> total(live.size(), 0.0f);
+  for (size_t r = 0, k = 1; r < 3 && e == cudaSuccess; ++r)
+    for (size_t c = 0; c < live.size(); ++c, ++k) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, ev[k - 1], ev[k]);
+      total[c] += ms;
+    }
   for (auto& x : ev) cudaEventDestroy(x);
-  if (e == cudaSuccess) pick = ta < tb ? 1 : 0;
+  if (e == cudaSuccess) pick = static_cast<int>(live[std::min_element(total.begin(), total.end()) - total.begin()]);
   return e;
 }
 
@@ -470,7 +497,7 @@ struct Program::Lowering {
   void ampcSoftmaxCrossEntropyLossGrad();
   void ampcAttention();
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key);
-  void attentionLaunch(Launch ours, std::shared_ptr<CudnnSdpa> dnn, const std::string& key, Launch theirs);
+  void attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs);
   void ampcDropoutGrad();
   void ampcTrainStep() { return train(); }
   void gemm(bool isMatMul);
@@ -1991,9 +2018,7 @@ void Program::Lowering::ampcAttention() {
     if (!dnn) return add(ours);
     const Scratch dws = scratch(dnn->workspaceBytes());
     CudnnSdpa* c = dnn.get();
-    attentionLaunch(ours, dnn, key, [=](cudaStream_t st) {
-      return c->forward(Q, KT, V, O, lse, dws.at(0), st) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
-    });
+    attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) { return c->forward(Q, KT, V, O, lse, dws.at(0), plan, st); });
     return;
   }
   if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
@@ -2014,32 +2039,46 @@ void Program::Lowering::ampcAttention() {
   if (!dnn) return add(ours);
   const Scratch dws = scratch(dnn->workspaceBytes());
   CudnnSdpa* c = dnn.get();
-  attentionLaunch(ours, dnn, key, [=](cudaStream_t st) {
-    return c->backward(dO, Q, KT, V, O, lse, dQ, dKT, dV, dws.at(0), st) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
-  });
+  attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) { return c->backward(dO, Q, KT, V, O, lse, dQ, dKT, dV, dws.at(0), plan, st); });
 }
 
 // cuDNN's fused SDPA for a cuda::Attention(Grad) node where ProgramOptions::attention allows it and
 // the node is one cuDNN's graphs express: no dropout, no trained mask, f16/bf16 operands with K as
-// rows, grouped heads alike for K and V, and no mask or the causal constant. Null otherwise; `key`:
-// the node's attention shape (the automatic choice's).
+// rows, grouped heads alike for K and V, and no mask or the causal one from constants. Null otherwise, the
+// reason noted as the shape's implementation (amprun --bench lists them); `key`: the node's
+// attention shape (the automatic choice's).
 std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask,
                                                              std::string& key) {
   const auto mode = p.opts_.attention;
   if (mode == ProgramOptions::Attention::kernels || (mode == ProgramOptions::Attention::automatic && p.opts_.deterministic)) return nullptr;
-  if (a.ratio > 0.0f || a.dMask || (a.t != DT::f16 && a.t != DT::bf16) || !a.kRows || (grad && !a.dkRows)) return nullptr;  // K, dK as rows
   const int64_t group = a.k.group;
-  if (group < 1 || d.H % group != 0 || a.v.group != group || a.q.group != 1 || a.o.group != 1) return nullptr;
+  key = std::to_string(d.B) + "x" + std::to_string(d.H) + "/" + std::to_string(group > 0 ? d.H / group : 0) + "x" + std::to_string(d.Tq) + "x" +
+        std::to_string(d.Tk) + " D" + std::to_string(d.D) + "/" + std::to_string(d.Dv) + (mask ? " masked" : "") + (grad ? " backward" : " forward");
+  auto no = [&](const std::string& why) -> std::shared_ptr<CudnnSdpa> {
+    auto [it, first] = p.attentionPick_.try_emplace(key + " (not for cuDNN: " + why + ")");
+    if (first) it->second = {std::make_shared<int>(0), {"kernels"}};
+    return nullptr;
+  };
+  if (a.ratio > 0.0f) return no("dropout");
+  if (a.dMask) return no("a trained mask");
+  if (a.t != DT::f16 && a.t != DT::bf16) return no("f32 operands");
+  if (!a.kRows || (grad && !a.dkRows)) return no("K or dK not stored as rows");
+  if (group < 1 || d.H % group != 0 || a.v.group != group || a.q.group != 1 || a.o.group != 1) return no("K and V heads grouped unlike");
   // dK and dV per K/V head (the group's sum), or per query head
   const bool fullHead = grad && group > 1 && a.dk.group == 1 && a.dv.group == 1;
-  if (grad && (a.dO.group != 1 || a.dq.group != 1 || (!fullHead && (a.dk.group != group || a.dv.group != group)))) return nullptr;
+  if (grad && (a.dO.group != 1 || a.dq.group != 1 || (!fullHead && (a.dk.group != group || a.dv.group != group))))
+    return no("gradients grouped unlike K and V");
   bool causal = false;
   if (mask) {
-    const Tensor* m = mask->constData();
-    if (!m) return nullptr;
+    // A constant, or computed from constants only (evaluated here, once per mask value)
     auto [it, first] = p.causalMask_.try_emplace(mask, false);
-    if (first) it->second = isCausalMask(*m, d.Tq, d.Tk);
-    if (!it->second) return nullptr;
+    if (first) {
+      std::map<const Value*, Tensor> memo;
+      int64_t budget = int64_t{1} << 26;
+      const Tensor* m = constantValue(mask, memo, budget);
+      it->second = m && isCausalMask(*m, d.Tq, d.Tk);
+    }
+    if (!it->second) return no(mask->constData() ? "a mask other than the causal one" : "a mask that is not the causal one from constants");
     causal = true;
   }
   SdpaDesc s;
@@ -2054,34 +2093,41 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   };
   s.q = st(a.q), s.k = st(a.k), s.v = st(a.v), s.o = st(a.o);
   if (grad) s.dO = st(a.dO), s.dq = st(a.dq), s.dk = st(a.dk), s.dv = st(a.dv);
-  if (!laid) return nullptr;
+  if (!laid) return no("an operand's layout");
   s.causal = causal;
   s.scale = a.scale;
   s.backward = grad;
   s.fullHeadGrads = fullHead;
-  if (!CudnnSdpa::shapeSupported(s)) return nullptr;
-  key = std::to_string(s.B) + "x" + std::to_string(s.H) + "/" + std::to_string(s.Hk) + "x" + std::to_string(s.Tq) + "x" + std::to_string(s.Tk) +
-        " D" + std::to_string(s.D) + "/" + std::to_string(s.Dv) + (causal ? " causal" : "") + (grad ? " backward" : " forward");
+  if (std::string why; !CudnnSdpa::shapeSupported(s, &why)) return no(why);
+  if (causal) key.replace(key.find(" masked"), 7, " causal");
   try {
     auto c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
     p.keep_.push_back(c);
     return c;
   } catch (const Error& e) {
     if (mode == ProgramOptions::Attention::cudnn) fail(e.what());
-    return nullptr;  // automatic: cuDNN has no engine for it; ampc's kernels run
+    return no(e.what());  // automatic: cuDNN has no engine for it; ampc's kernels run
   }
 }
 
-// A node that either implementation can run: cuDNN where ProgramOptions::attention says so, else
-// the faster of the two as the first run measures it (per attention shape).
-void Program::Lowering::attentionLaunch(Launch ours, std::shared_ptr<CudnnSdpa> dnn, const std::string& key, Launch theirs) {
-  auto [it, first] = p.attentionPick_.try_emplace(key, nullptr);
-  if (first) it->second = std::make_shared<int>(p.opts_.attention == ProgramOptions::Attention::cudnn ? 1 : -1);
-  std::shared_ptr<int> pick = it->second;
-  add([ours, theirs, pick, dnn](cudaStream_t st) -> cudaError_t {
+// A node that ampc's kernels (candidate 0) and cuDNN's plans (1..) can run: the fastest as the
+// first run measures it, per attention shape (only cuDNN's with ProgramOptions::Attention::cudnn).
+void Program::Lowering::attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key,
+                                        std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs) {
+  std::vector<Launch> candidates{std::move(ours)};
+  std::vector<std::string> names{"kernels"};
+  for (size_t i = 0; i < dnn->plans(); ++i) {
+    candidates.push_back([theirs, i](cudaStream_t st) { return theirs(i, st) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; });
+    names.push_back("cuDNN " + dnn->engine(i));
+  }
+  auto [it, first] = p.attentionPick_.try_emplace(key);
+  if (first) it->second = {std::make_shared<int>(-1), names};
+  std::shared_ptr<int> pick = it->second.first;
+  const size_t from = p.opts_.attention == ProgramOptions::Attention::cudnn ? 1 : 0;
+  add([candidates, pick, dnn, from](cudaStream_t st) -> cudaError_t {
     if (*pick < 0)
-      if (cudaError_t e = pickFaster(ours, theirs, *pick, st); e != cudaSuccess) return e;
-    return *pick == 1 ? theirs(st) : ours(st);
+      if (cudaError_t e = pickFastest(candidates, from, *pick, st); e != cudaSuccess) return e;
+    return candidates[static_cast<size_t>(*pick)](st);
   });
 }
 

@@ -68,8 +68,9 @@ struct ProgramOptions {
   NcclGroup* collective = nullptr;
   // The fused attention (cuda::Attention, AttentionGrad): ampc's kernels (kernels/cuda/attention.cu)
   // or cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h), which takes attention without dropout whose
-  // mask is none or the causal one (a constant). automatic: where cuDNN takes a node, the first run
-  // times both on its operands and keeps the faster for every node of that shape (kernels only with
+  // mask is none or the causal one (a constant, or computed from constants only: evaluated at load).
+  // automatic: where cuDNN takes a node, the first run times the kernels and cuDNN's plans on its
+  // operands and keeps the fastest for every node of that shape (kernels only with
   // `deterministic`); kernels: never cuDNN; cudnn: cuDNN wherever it takes the node.
   enum class Attention { automatic, kernels, cudnn };
   Attention attention = Attention::automatic;
@@ -108,11 +109,11 @@ class Program {
     bool captured = false;
   };
   const Stats& stats() const { return stats_; }
-  // The fused attention's implementation per attention shape where cuDNN took it: 0 ampc's kernels,
-  // 1 cuDNN, -1 not yet measured (ProgramOptions::attention).
-  std::vector<std::pair<std::string, int>> attentionPicks() const {
-    std::vector<std::pair<std::string, int>> r;
-    for (const auto& [k, v] : attentionPick_) r.emplace_back(k, *v);
+  // The fused attention's implementation per attention shape where cuDNN takes it (ProgramOptions::
+  // attention): "kernels", "cuDNN engine <n>", or "not measured" before the first run.
+  std::vector<std::pair<std::string, std::string>> attentionPicks() const {
+    std::vector<std::pair<std::string, std::string>> r;
+    for (const auto& [k, v] : attentionPick_) r.emplace_back(k, *v.first < 0 ? "not measured" : v.second.at(static_cast<size_t>(*v.first)));
     return r;
   }
   // One eager run with events around every node's launches: device milliseconds per node, in
@@ -154,10 +155,11 @@ class Program {
   // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
-  std::map<const Value*, bool> causalMask_;  // constant attention masks: whether each is the causal one
-  // ProgramOptions::Attention::automatic: per attention shape, which implementation the first run
-  // measured faster (-1 until then, 0 ampc's kernels, 1 cuDNN), shared by the nodes of that shape.
-  std::map<std::string, std::shared_ptr<int>> attentionPick_;
+  std::map<const Value*, bool> causalMask_;  // attention masks: whether each is the causal one from constants
+  // Per attention shape where cuDNN takes the node: which implementation the first run measured
+  // fastest (-1 until then; an index into the names: 0 ampc's kernels, then cuDNN's plans), shared
+  // by the nodes of that shape.
+  std::map<std::string, std::pair<std::shared_ptr<int>, std::vector<std::string>>> attentionPick_;
   // UnscaleCheck nodes folded into their optimizer (folds::fusedGradChain) with a clip: the sum of
   // squares the clip's norm comes from.
   std::map<const Node*, double*> chainNorm_;

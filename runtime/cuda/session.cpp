@@ -71,8 +71,7 @@ class CudaSession : public TrainSession {
     r.syncsInSteps = trainer_->syncsInSteps();
     r.replays = st.replays;
     r.launches = st.launches;
-    for (const auto& [shape, pick] : trainer_->program().attentionPicks())
-      r.attention.push_back(shape + ": " + (pick == 1 ? "cuDNN" : pick == 0 ? "kernels" : "not measured"));
+    for (const auto& [shape, pick] : trainer_->program().attentionPicks()) r.attention.push_back(shape + ": " + pick);
     return r;
   }
   // Device time per op (summed over its nodes) and the costliest nodes of one more step.

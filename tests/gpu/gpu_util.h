@@ -66,7 +66,7 @@ inline double tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::
 inline void expectSameOnGpu(Graph& g, const std::map<std::string, Tensor>& inputs, const std::string& what, double tolScale = 1.0,
                             const ExecOptions& eo = {}, bool deterministic = false,
                             cuda::ProgramOptions::Attention attention = cuda::ProgramOptions::Attention::automatic,
-                            std::vector<std::pair<std::string, int>>* attentionPicks = nullptr) {
+                            std::vector<std::pair<std::string, std::string>>* attentionPicks = nullptr) {
   auto cpu = createCpuBackend();
   const auto want = evaluate(g, inputs, *cpu, eo);
   recordFolds(g);  // the folds as the CUDA lowering records them

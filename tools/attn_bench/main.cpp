@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
         std::printf("%-6s %s mask %-6s dropout %.1f: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", dtype.c_str(),
                     layout.c_str(), causal ? "causal" : "none", ratio, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
         for (const auto& [shape, pick] : p.attentionPicks())
-          std::printf("  %s: %s\n", shape.c_str(), pick == 1 ? "cuDNN" : pick == 0 ? "ampc's kernels" : "not measured");
+          std::printf("  %s: %s\n", shape.c_str(), pick.c_str());
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attn_bench: %s\n", e.what());

@@ -193,6 +193,9 @@ def run_ampc(path, work, steps, ampc, amprun, profile=0, flags=()):
     m = re.search(r"launches per step: ([0-9]+)", out)
     if m:
         row["ampc_launches"] = int(m.group(1))
+    attention = [line.strip()[len("fused attention "):] for line in out.splitlines() if line.strip().startswith("fused attention ")]
+    if attention:
+        row["ampc_attention"] = attention  # the implementation each attention shape ran (amprun --attention auto)
     return row
 
 
