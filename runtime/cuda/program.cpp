@@ -13,6 +13,7 @@
 #include "kernels/cuda/limits.h"
 #include "kernels/cuda/train.h"
 #include "passes/channels_last.h"
+#include "runtime/attention_mask.h"
 #include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/libs.h"
 #include "runtime/cuda/nccl.h"
@@ -31,45 +32,6 @@ size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 // Element strides of the dims N, C, H, W of a value stored N, H, W, C.
 std::vector<int64_t> nhwcStrides(const std::vector<int64_t>& s) { return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}; }
-
-// Whether an attention mask constant is the causal one over [.., Tq, Tk] scores: 0 where key j <=
-// query i, and below -1e30 (exp() of it 0 in f32) above, in every plane.
-bool isCausalMask(const Tensor& m, int64_t Tq, int64_t Tk) {
-  const auto& s = m.type.shape;
-  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return false;
-  const int64_t n = m.numel();
-  for (int64_t e = 0; e < n; ++e) {
-    const int64_t j = e % Tk, i = (e / Tk) % Tq;
-    const double x = m.getDouble(e);
-    if (j <= i ? x != 0.0 : !(x <= -1e30)) return false;
-  }
-  return true;
-}
-
-// The value of `v` where it is computed from constants only (no input, parameter or random op), by
-// the CPU reference kernels, at most maxElements of results evaluated in all; null otherwise.
-// (fold-constants folds small values only: a causal mask of a long sequence is computed in the step.)
-const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo, int64_t& budget) {
-  if (const Tensor* t = v->constData()) return t;
-  if (auto it = memo.find(v); it != memo.end()) return &it->second;
-  const Node* n = v->producer();
-  if (!n || (n->def() && n->def()->random)) return nullptr;
-  std::vector<const Tensor*> ins;
-  for (const Value* x : n->inputs()) {
-    const Tensor* t = x ? constantValue(x, memo, budget) : nullptr;
-    if (x && !t) return nullptr;
-    ins.push_back(t);
-  }
-  for (size_t r = 0; r < n->numResults(); ++r) budget -= n->result(r)->type().numel();
-  if (budget < 0) return nullptr;
-  try {
-    auto out = cpu::runNode(*n, ins);
-    for (size_t r = 0; r < out.size(); ++r) memo.emplace(n->result(r), std::move(out[r]));
-  } catch (const Error&) {
-    return nullptr;  // no CPU kernel for it
-  }
-  return &memo.at(v);
-}
 
 // Times launches that write the same results, candidates[first..], on the stream outside capture:
 // a warm-up run each (a candidate that fails it is out), then three timed rounds over them; `pick`
@@ -2072,12 +2034,7 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   if (mask) {
     // A constant, or computed from constants only (evaluated here, once per mask value)
     auto [it, first] = p.causalMask_.try_emplace(mask, false);
-    if (first) {
-      std::map<const Value*, Tensor> memo;
-      int64_t budget = int64_t{1} << 26;
-      const Tensor* m = constantValue(mask, memo, budget);
-      it->second = m && isCausalMask(*m, d.Tq, d.Tk);
-    }
+    if (first) it->second = isCausalMask(mask, d.Tq, d.Tk);
     if (!it->second) return no(mask->constData() ? "a mask other than the causal one" : "a mask that is not the causal one from constants");
     causal = true;
   }

@@ -1,0 +1,25 @@
+// What an attention mask is, read from the graph: the CUDA backend runs attention whose mask is the
+// causal one through cuDNN's causal graph (runtime/cuda/cudnn_sdpa.h), which builds that mask
+// itself, so it must know the mask's values before the first step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include "compiler/ir/ir.h"
+
+namespace ampc {
+
+// The value of `v` where it is a constant or is computed from constants only (no graph input,
+// parameter or random op), evaluated by the CPU reference kernels: at most `budget` result elements
+// in all (decremented); null otherwise, or where a node has no CPU kernel. `memo` holds the
+// evaluated values (and owns what the result points to when `v` is not a constant).
+// fold-constants folds small values only, so a long sequence's causal mask is computed in the step.
+const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo, int64_t& budget);
+
+// Whether `mask` [.., Tq, Tk] (every leading plane alike) is the causal mask: 0 where key j <= query
+// i and at most -1e30 above (exp() of it is 0 in f32), its value known before the step
+// (constantValue, at most maxElements evaluated).
+bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
+
+}  // namespace ampc
