@@ -70,8 +70,8 @@ struct ProgramOptions {
   // or cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h), which takes attention without dropout whose
   // mask is none or the causal one (a constant, or computed from constants only: evaluated at load).
   // automatic: where cuDNN takes a node, the first run times the kernels and cuDNN's plans on its
-  // operands and keeps the fastest for every node of that shape (kernels only with
-  // `deterministic`); kernels: never cuDNN; cudnn: cuDNN wherever it takes the node.
+  // operands and keeps the fastest for every node of that shape; kernels: never cuDNN; cudnn: cuDNN
+  // wherever it takes the node. With `deterministic`, the kernels only.
   enum class Attention { automatic, kernels, cudnn };
   Attention attention = Attention::automatic;
 };
