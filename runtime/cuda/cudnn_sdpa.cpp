@@ -260,7 +260,9 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
     g.tensor(kDK, {B, Hg, Tk, D}, st(d.dk), io, false);
     g.tensor(kDV, {B, Hg, Tk, Dv}, st(d.dv), io, false);
     g.scalar(kOne);
-    // rowSum = sum_d dO O (each query row's), f32 in scratch
+    // rowSum = sum_d dO O (each query row's), f32 in scratch; times 1 where a graph with dropout
+    // scales it by 1 - p (the form the engines match). The product's strides are those cuDNN's own
+    // frontend gives this virtual tensor.
     const Dims odStrides{H * Tq * Dv, Tq * Dv, H * Dv, 1};
     const int64_t dOO = g.temp({B, H, Tq, Dv}, f32, &odStrides), rs = g.temp(rowDims);
     g.pointwise(CUDNN_POINTWISE_MUL, kDO, kO, dOO);
