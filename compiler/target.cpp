@@ -10,9 +10,14 @@
 namespace ampc {
 namespace {
 
-bool cudaAttention(const AttentionShape& s) { return cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout); }
-// The mma.sync kernels take strided operands.
-bool cudaAttentionInPlace(const AttentionShape& s) { return cuda::attentionMmaShape(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout); }
+bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.causalOrNone); }
+bool cudaAttention(const AttentionShape& s) {
+  return cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s);
+}
+// The mma.sync kernels take strided operands, and cuDNN (which wants K as rows).
+bool cudaAttentionInPlace(const AttentionShape& s) {
+  return cuda::attentionMmaShape(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s);
+}
 
 bool onnxOp(const Node& n, const char* op) { return n.domain().empty() && n.op() == op; }
 bool lossGrad(const Node& n) { return (n.domain() == "ampc" || n.domain() == kCudaDomain) && n.op() == "SoftmaxCrossEntropyLossGrad"; }

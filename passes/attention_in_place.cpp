@@ -29,6 +29,7 @@
 
 #include "compiler/ops/geometry.h"
 #include "compiler/target.h"
+#include "passes/attention_mask.h"
 #include "passes/pass.h"
 #include "passes/target_node.h"
 
@@ -77,7 +78,19 @@ class Planner {
     const size_t q = n->op() == "AttentionGrad" ? 1 : 0;
     const TensorType &Q = n->input(q)->type(), &K = n->input(q + 1)->type(), &V = n->input(q + 2)->type();
     if (Q.rank() != 4) return false;
-    return target_.attentionInPlace({isLowFloat(Q.dtype), Q.shape[3], V.shape[3], K.shape[3], n->getFloat("dropout_ratio", 0.0f) > 0.0f});
+    AttentionShape s{isLowFloat(Q.dtype), Q.shape[3], V.shape[3], K.shape[3], n->getFloat("dropout_ratio", 0.0f) > 0.0f};
+    if (target_.attentionInPlace(s)) return true;
+    // The mask (operand 3, AttentionGrad's 6) none or the causal one: evaluated once per mask value
+    const size_t maskAt = q ? 6 : 3;
+    const Value* mask = n->numInputs() > maskAt ? n->input(maskAt) : nullptr;
+    if (!mask) {
+      s.causalOrNone = true;
+    } else {
+      auto [it, first] = causal_.try_emplace(mask, false);
+      if (first) it->second = isCausalMask(mask, Q.shape[2], K.shape[3]);
+      s.causalOrNone = it->second;
+    }
+    return s.causalOrNone && target_.attentionInPlace(s);
   }
   // Operand i of an attention node: 0 Q, 1 KT, 2 V, 3 dO, 4 O, else -1.
   static int slotOf(const Node* n, size_t i) {
@@ -234,6 +247,7 @@ class Planner {
  private:
   const Graph& g_;
   const Target& target_;
+  mutable std::map<const Value*, bool> causal_;  // masks: whether each is the causal one
 };
 
 // One attention node's rewrite, decided on the graph before any rewrite.

@@ -36,6 +36,7 @@
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
 #include "kernels/cpu/kernel.h"
+#include "passes/attention_mask.h"
 #include "passes/pass.h"
 
 namespace ampc {
@@ -94,6 +95,27 @@ struct Match {
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
+// Whether the match's mask is none or the causal one, known from constants: an added mask, or a
+// Where's condition (kept where true for Where(c, S, fill), masked where true for Where(c, fill, S)).
+bool causalOrNone(const Match& m, int64_t Tq, int64_t Tk) {
+  if (m.where && m.mask) return false;
+  if (m.mask) return isCausalMask(m.mask, Tq, Tk);
+  if (!m.where) return true;
+  const Value* c = m.where->input(0);
+  const auto& cs = c->type().shape;
+  if (cs.size() < 2 || cs[cs.size() - 2] != Tq || cs.back() != Tk) return false;
+  std::map<const Value*, Tensor> memo;
+  int64_t budget = int64_t{1} << 26;
+  const Tensor* t = constantValue(c, memo, budget);
+  if (!t) return false;
+  for (int64_t e = 0, n = t->numel(); e < n; ++e) {
+    const int64_t j = e % Tk, i = (e / Tk) % Tq;
+    const bool masked = (t->getDouble(e) != 0.0) == m.fillFirst;
+    if (masked != (j > i)) return false;
+  }
+  return true;
+}
+
 // The scores' producers that the mask forms sit on: the product or its scaling.
 bool scoresProducer(const Value* v) {
   const Node* p = v->producer();
@@ -233,7 +255,10 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   m.v = user->input(1);
   const auto& vs = m.v->type().shape;
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
-  return target.fusesAttention({isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0});
+  AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
+  if (target.fusesAttention(shape)) return true;
+  shape.causalOrNone = causalOrNone(m, qs[qs.size() - 2], ks.back());  // (evaluates the mask)
+  return shape.causalOrNone && target.fusesAttention(shape);
 }
 
 std::string dirOf(const std::string& name) {

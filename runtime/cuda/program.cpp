@@ -13,7 +13,7 @@
 #include "kernels/cuda/limits.h"
 #include "kernels/cuda/train.h"
 #include "passes/channels_last.h"
-#include "runtime/attention_mask.h"
+#include "passes/attention_mask.h"
 #include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/libs.h"
 #include "runtime/cuda/nccl.h"
@@ -156,8 +156,9 @@ struct Program::Lowering {
   // The fused attention's operands (compiler/ops/ops_nn.cpp has the shape rules).
   // lead: the scores' leading dims; Q's type is the operands' (the target nodes' operands are laid
   // out: compiler/ops/geometry.h, AttentionLayout).
+  // kernels: whether ampc's kernels take the node (set where given; else an error where they do not).
   AttentionArgs attentionArgs(const std::vector<int64_t>& lead, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, const Value* q,
-                              const Value* mask) const {
+                              const Value* mask, bool* kernels = nullptr) const {
     AttentionArgs a;
     a.deterministic = p.opts_.deterministic;
     a.t = dt(q);
@@ -188,7 +189,9 @@ struct Program::Lowering {
     a.seed = cpu::randomSeed(n, p.opts_.seed);
     a.step = p.step_;
     a.key = static_cast<uint32_t>(n.getInt("dropout_key", 0));
-    if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f))
+    const bool fits = attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f);
+    if (kernels) *kernels = fits;
+    else if (!fits)
       fail("no fused CUDA kernel takes head dims D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + " here (f16/bf16 with head dims multiples of 8 up to " +
            std::to_string(kAttentionMaxHeadDimMma) + " and, with dropout, Tk a multiple of 4; otherwise up to " + std::to_string(kAttentionMaxHeadDim) + ")");
     return a;
@@ -458,7 +461,8 @@ struct Program::Lowering {
   void ampcLayerNormGrad();
   void ampcSoftmaxCrossEntropyLossGrad();
   void ampcAttention();
-  std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key);
+  std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
+                                            bool& copyK, bool& copyDK);
   void attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs);
   void ampcDropoutGrad();
   void ampcTrainStep() { return train(); }
@@ -1921,14 +1925,17 @@ void Program::Lowering::ampcAttention() {
     lead.assign(qs.begin(), qs.end() - 2);
     d.Tq = qs[r - 2], d.D = qs[r - 1], d.Tk = ks[r - 1], d.Dv = vs[r - 1];
   }
-  AttentionArgs a = attentionArgs(lead, d.Tq, d.Tk, d.D, d.Dv, in(q), has(maskAt) ? in(maskAt) : nullptr);
+  // Head dims past the kernels' (kernels/cuda/limits.h): cuDNN's fused SDPA only (the target fused
+  // such a node only without dropout and with no mask or the causal one).
+  bool kernels = true;
+  AttentionArgs a = attentionArgs(lead, d.Tq, d.Tk, d.D, d.Dv, in(q), has(maskAt) ? in(maskAt) : nullptr, target ? &kernels : nullptr);
   const bool packed = n.getInt("packed_grads", 0) != 0;
   const size_t maskGradAt = packed ? 1 : 3;
   if (grad && n.numResults() > maskGradAt) {  // a trained mask's gradient
     if (!has(6) || dt(out(maskGradAt)) != DT::f32) fail("the mask's gradient needs an f32 mask");
     a.dMask = static_cast<float*>(P(out(maskGradAt)));
   }
-  if (a.mask) {  // the mask's tile flags: computed where the step first reads this mask, then shared
+  if (a.mask && kernels) {  // the mask's tile flags: computed where the step first reads this mask, then shared
     auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
     if (first) {
       it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
@@ -1937,7 +1944,7 @@ void Program::Lowering::ampcAttention() {
     }
     a.flags = it->second;
   }
-  const Scratch ws = scratch(attentionScratch(a, grad));
+  const Scratch ws = scratch(kernels ? attentionScratch(a, grad) : 0);
   // Operands in place (cuda::Attention, passes/attention_in_place.cpp): each slot's layout, or the
   // value itself as [N, rows, cols].
   bool inPlace = false;
@@ -1958,8 +1965,20 @@ void Program::Lowering::ampcAttention() {
     inPlace |= o.offset != 0 || o.heads != 1;
     return static_cast<char*>(P(v)) + o.offset * dtSize(a.t);
   };
-  auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands
-    if (inPlace && !attentionTensorCores(a)) fail("internal: strided attention operands off the mma.sync path");
+  auto checkInPlace = [&] {  // only the mma.sync kernels take strided operands (and cuDNN)
+    if (kernels && inPlace && !attentionTensorCores(a)) fail("internal: strided attention operands off the mma.sync path");
+  };
+  // cuDNN for the node: where it is the only implementation, it must take it. copyK / copyDK: K and
+  // dK pass through scratch as rows (transposed from and to KT; scratchK bytes after cuDNN's)
+  bool copyK = false, copyDK = false;
+  const int64_t N = d.B * d.H, eb = dtSize(a.t);
+  const size_t kBytes = alignUp(static_cast<size_t>(N * d.Tk * d.D * eb));
+  auto cudnnFor = [&](std::string& key) {
+    auto c = target ? cudnnAttention(a, d, grad, has(maskAt) ? in(maskAt) : nullptr, key, !kernels, copyK, copyDK) : nullptr;
+    if (!c && !kernels)
+      fail("head dims D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + " run only through cuDNN's fused SDPA (the kernels take up to " +
+           std::to_string(kAttentionMaxHeadDimMma) + "), and it does not take this node" + (key.empty() ? "" : ": " + key));
+    return c;
   };
   const void *Q = at(in(q), "q", a.q), *KT = at(in(q + 1), "k", a.k, &a.kRows), *V = at(in(q + 2), "v", a.v);
   if (!grad) {
@@ -1974,13 +1993,19 @@ void Program::Lowering::ampcAttention() {
       a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
       p.keepBits_[out(1)] = a;
     }
-    Launch ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
+    Launch ours;
+    if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     std::string key;
-    auto dnn = target ? cudnnAttention(a, d, false, has(maskAt) ? in(maskAt) : nullptr, key) : nullptr;
+    auto dnn = cudnnFor(key);
     if (!dnn) return add(ours);
-    const Scratch dws = scratch(dnn->workspaceBytes());
+    const size_t wsB = alignUp(dnn->workspaceBytes());
+    const Scratch dws = scratch(wsB + (copyK ? kBytes : 0));
     CudnnSdpa* c = dnn.get();
-    attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) { return c->forward(Q, KT, V, O, lse, dws.at(0), plan, st); });
+    attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
+      void* kr = copyK ? dws.at(wsB) : nullptr;
+      if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+      return c->forward(Q, copyK ? kr : KT, V, O, lse, dws.at(0), plan, st);
+    });
     return;
   }
   if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
@@ -1995,13 +2020,21 @@ void Program::Lowering::ampcAttention() {
         f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
       a.keep = f.keep;
   }
-  Launch ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
+  Launch ours;
+  if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
   std::string key;
-  auto dnn = target ? cudnnAttention(a, d, true, has(maskAt) ? in(maskAt) : nullptr, key) : nullptr;
+  auto dnn = cudnnFor(key);
   if (!dnn) return add(ours);
-  const Scratch dws = scratch(dnn->workspaceBytes());
+  const size_t wsB = alignUp(dnn->workspaceBytes());
+  const Scratch dws = scratch(wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0));
   CudnnSdpa* c = dnn.get();
-  attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) { return c->backward(dO, Q, KT, V, O, lse, dQ, dKT, dV, dws.at(0), plan, st); });
+  attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
+    void *kr = copyK ? dws.at(wsB) : nullptr, *dkr = copyDK ? dws.at(wsB + (copyK ? kBytes : 0)) : nullptr;
+    if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+    const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, lse, dQ, copyDK ? dkr : dKT, dV, dws.at(0), plan, st);
+    if (s != CUDNN_STATUS_SUCCESS || !copyDK) return s;
+    return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
+  });
 }
 
 // cuDNN's fused SDPA for a cuda::Attention(Grad) node where ProgramOptions::attention allows it and
@@ -2010,23 +2043,30 @@ void Program::Lowering::ampcAttention() {
 // reason noted as the shape's implementation (amprun --bench lists them); `key`: the node's
 // attention shape (the automatic choice's).
 std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask,
-                                                             std::string& key) {
+                                                             std::string& key, bool only, bool& copyK, bool& copyDK) {
   const auto mode = p.opts_.attention;
-  if (mode == ProgramOptions::Attention::kernels) return nullptr;
+  if (mode == ProgramOptions::Attention::kernels && !only) return nullptr;
   const int64_t group = a.k.group;
   key = std::to_string(d.B) + "x" + std::to_string(d.H) + "/" + std::to_string(group > 0 ? d.H / group : 0) + "x" + std::to_string(d.Tq) + "x" +
         std::to_string(d.Tk) + " D" + std::to_string(d.D) + "/" + std::to_string(d.Dv) + (mask ? " masked" : "") + (grad ? " backward" : " forward");
   auto no = [&](const std::string& why) -> std::shared_ptr<CudnnSdpa> {
-    auto [it, first] = p.attentionPick_.try_emplace(key + " (not for cuDNN: " + why + ")");
+    key += " (not for cuDNN: " + why + ")";
+    if (only) return nullptr;  // the caller's error names it
+    auto [it, first] = p.attentionPick_.try_emplace(key);
     if (first) it->second = {std::make_shared<int>(0), {"kernels"}};
     return nullptr;
   };
-  // cuDNN's backward sums dQ with atomics, and which implementation runs is timed
-  if (p.opts_.deterministic) return no("--deterministic");
+  // cuDNN's backward sums dQ with atomics, and which implementation runs is timed (a forward only
+  // cuDNN runs runs there, on its first plan)
+  if (p.opts_.deterministic && (!only || grad)) return no("--deterministic");
   if (a.ratio > 0.0f) return no("dropout");
   if (a.dMask) return no("a trained mask");
   if (a.t != DT::f16 && a.t != DT::bf16) return no("f32 operands");
-  if (!a.kRows || (grad && !a.dkRows)) return no("K or dK not stored as rows");
+  // K or dK stored as KT [B H, D, Tk] itself: through scratch as rows where only cuDNN runs the node
+  auto contiguousKT = [&](const AttnLayout& l) { return l.heads == 1 && l.group == 1 && l.sRow == d.Tk && l.sB == d.D * d.Tk; };
+  copyK = !a.kRows && only && contiguousKT(a.k);
+  copyDK = grad && !a.dkRows && only && contiguousKT(a.dk);
+  if ((!a.kRows && !copyK) || (grad && !a.dkRows && !copyDK)) return no("K or dK not stored as rows");
   if (group < 1 || d.H % group != 0 || a.v.group != group || a.q.group != 1 || a.o.group != 1) return no("K and V heads grouped unlike");
   // dK and dV per K/V head (the group's sum), or per query head
   const bool fullHead = grad && group > 1 && a.dk.group == 1 && a.dv.group == 1;
@@ -2053,6 +2093,9 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   s.q = st(a.q), s.k = st(a.k), s.v = st(a.v), s.o = st(a.o);
   if (grad) s.dO = st(a.dO), s.dq = st(a.dq), s.dk = st(a.dk), s.dv = st(a.dv);
   if (!laid) return no("an operand's layout");
+  const SdpaStrides rows{d.H * d.Tk * d.D, d.Tk * d.D, d.D};  // the scratch copies
+  if (copyK) s.k = rows;
+  if (copyDK) s.dk = rows;
   s.causal = causal;
   s.scale = a.scale;
   s.backward = grad;
@@ -2064,7 +2107,7 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
     p.keep_.push_back(c);
     return c;
   } catch (const Error& e) {
-    if (mode == ProgramOptions::Attention::cudnn) fail(e.what());
+    if (mode == ProgramOptions::Attention::cudnn || only) fail(e.what());
     return no(e.what());  // automatic: cuDNN has no engine for it; ampc's kernels run
   }
 }
@@ -2073,6 +2116,9 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
 // first run measures it, per attention shape (only cuDNN's with ProgramOptions::Attention::cudnn).
 void Program::Lowering::attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key,
                                         std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs) {
+  // (no kernels for the node: candidate 0 is not run)
+  const size_t from = p.opts_.attention == ProgramOptions::Attention::cudnn || !ours ? 1 : 0;
+  if (!ours) ours = [](cudaStream_t) { return cudaErrorNotSupported; };
   std::vector<Launch> candidates{std::move(ours)};
   std::vector<std::string> names{"kernels"};
   for (size_t i = 0; i < dnn->plans(); ++i) {
@@ -2080,9 +2126,8 @@ void Program::Lowering::attentionLaunch(Launch ours, const std::shared_ptr<Cudnn
     names.push_back("cuDNN " + dnn->engine(i));
   }
   auto [it, first] = p.attentionPick_.try_emplace(key);
-  if (first) it->second = {std::make_shared<int>(-1), names};
+  if (first) it->second = {std::make_shared<int>(p.opts_.deterministic ? static_cast<int>(from) : -1), names};
   std::shared_ptr<int> pick = it->second.first;
-  const size_t from = p.opts_.attention == ProgramOptions::Attention::cudnn ? 1 : 0;
   add([candidates, pick, dnn, from](cudaStream_t st) -> cudaError_t {
     if (*pick < 0)
       if (cudaError_t e = pickFastest(candidates, from, *pick, st); e != cudaSuccess) return e;

@@ -71,7 +71,9 @@ struct ProgramOptions {
   // mask is none or the causal one (a constant, or computed from constants only: evaluated at load).
   // automatic: where cuDNN takes a node, the first run times the kernels and cuDNN's plans on its
   // operands and keeps the fastest for every node of that shape; kernels: never cuDNN; cudnn: cuDNN
-  // wherever it takes the node. With `deterministic`, the kernels only.
+  // wherever it takes the node. With `deterministic`, the kernels only. Head dims past the kernels'
+  // (up to 256: kernels/cuda/limits.h) run through cuDNN in every mode (with `deterministic`, the
+  // forward only: the backward is an error).
   enum class Attention { automatic, kernels, cudnn };
   Attention attention = Attention::automatic;
 };

@@ -249,8 +249,9 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
   expectFusedLikePlain(text, {2, 6, 16});
   EXPECT_THROW(findTarget("tpu"), Error);
   // At bf16 the cuda target's tensor-core kernels take head dims that are multiples of 8 up to 128
-  // (kernels/cuda/limits.h): the attention fuses at 128 and 96 and stays as written at 256 and at 100;
-  // with dropout, only where Tk is a multiple of 4 (6 keys: not) or the head dims are at most 64.
+  // (kernels/cuda/limits.h): the attention fuses at 128 and 96 and stays as written at 100; with
+  // dropout, only where Tk is a multiple of 4 (6 keys: not) or the head dims are at most 64. At 256
+  // (cuDNN's fused SDPA only) it fuses without dropout (and without a mask: CudnnOnlyHeadDims...).
   for (const int64_t d : {128, 96, 256, 100, 64})
     for (const bool dropout : {false, true}) {
       const std::string D = std::to_string(d), lead = "bf16[2,2,";
@@ -260,10 +261,65 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
       if (dropout) t += "  %pd : bf16[2,2,6,6] = Dropout(%p, %r, %on) @attn/drop\n";
       t += "  %o : bf16[2,2,6," + D + "] = MatMul(%" + std::string(dropout ? "pd" : "p") + ", %v) @attn/pv\n  output %o\n}\n";
       auto g = parseGraph(t, "b");
-      const bool fuses = d % 8 == 0 && d <= (dropout ? 64 : 128);
+      const bool fuses = d % 8 == 0 && d <= (dropout ? 64 : 256);
       EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), fuses) << "head dim " << d << (dropout ? " with dropout" : "");
       EXPECT_EQ(count(*g, "Attention"), fuses ? 1 : 0);
     }
+}
+
+// Head dims only cuDNN's fused SDPA takes on CUDA (256: kernels/cuda/limits.h) fuse for the cuda
+// target where the mask is none or the causal one known from constants: an added constant, one
+// computed from constants, or masked_fill's constant condition; a padding mask from an input or a
+// constant other than the causal one keeps the attention as written. The fused node is then a
+// target node (cuda::Attention), and the plan computes what the graph did.
+TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedTheCausalMaskOrNone) {
+  struct C {
+    std::string name, mask;
+    bool fuses;
+  };
+  const std::vector<C> cases = {{"causal_const", "const", true},     {"causal_computed", "computed", true}, {"masked_fill", "where", true},
+                                {"padding_input", "input", false},   {"shifted_const", "shifted", false}};
+  for (const C& c : cases) {
+    std::string t = "graph \"a\" opset 17 {\n  input %q : bf16[2,2,6,256]\n  input %kt : bf16[2,2,256,6]\n  input %v : bf16[2,2,6,256]\n";
+    std::string causal = "[", shifted = "[", cond = "[";
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) {
+        const std::string sep = i || j ? ", " : "";
+        causal += sep + (j > i ? "-inf" : "0.0");
+        shifted += sep + (j > i + 1 ? "-inf" : "0.0");
+        cond += sep + (j > i ? "1" : "0");
+      }
+    causal += "]", shifted += "]", cond += "]";
+    if (c.mask == "where") t += "  const %c : bool[6,6] = " + cond + "\n  const %fill : bf16[] = [-inf]\n";
+    else if (c.mask == "input") t += "  input %m : bf16[2,1,1,6]\n";
+    else if (c.mask == "shifted") t += "  const %m : bf16[6,6] = " + shifted + "\n";
+    else if (c.mask == "const") t += "  const %m : bf16[6,6] = " + causal + "\n";
+    else t += "  const %m0 : bf16[6,6] = " + causal + "\n  const %z : bf16[] = [0.0]\n  %m : bf16[6,6] = Add(%m0, %z)\n";
+    t += "  %sc : bf16[2,2,6,6] = MatMul(%q, %kt) @attn/qk\n";
+    t += c.mask == "where" ? "  %sm : bf16[2,2,6,6] = Where(%c, %fill, %sc) @attn/where\n" : "  %sm : bf16[2,2,6,6] = Add(%sc, %m) @attn/mask\n";
+    t += "  %p : bf16[2,2,6,6] = Softmax(%sm) {axis = -1} @attn/softmax\n  %o : bf16[2,2,6,256] = MatMul(%p, %v) @attn/pv\n  output %o\n}\n";
+    auto g = parseGraph(t, c.name), ref = parseGraph(t, c.name);
+    EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), c.fuses) << c.name;
+    EXPECT_EQ(count(*g, "Attention"), c.fuses ? 1 : 0) << c.name;
+    if (!c.fuses) continue;
+    ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g)) << c.name;
+    const Node* a = g->lookup("o")->producer();
+    EXPECT_EQ(a->domain(), kCudaDomain) << c.name;  // (KT an input here: the CUDA lowering copies K to rows for cuDNN)
+    // The plan on the CPU reference against the graph as written
+    std::map<std::string, Tensor> in;
+    std::mt19937 rng(7);
+    std::normal_distribution<double> nd;
+    for (const Value* v : ref->inputs()) {
+      Tensor x(v->type());
+      for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, nd(rng));
+      in.emplace(v->name(), std::move(x));
+    }
+    auto cpu = createCpuBackend();
+    const auto want = evaluate(*ref, in, *cpu), got = evaluate(*g, in, *cpu);
+    double err = 0;
+    for (int64_t e = 0; e < want[0].numel(); ++e) err = std::max(err, std::fabs(got[0].getDouble(e) - want[0].getDouble(e)));
+    EXPECT_LT(err, 0.05) << c.name;
+  }
 }
 
 // Scaled dot-product attention as PyTorch's exporters decompose it with the scale split before the

@@ -752,11 +752,12 @@ TEST(GpuAttention, GroupedKeysAndValuesMatchTheCpu) {
 // cudnn): no mask and the causal one (a constant, or computed from constants in the step), one K/V
 // head per query head (K read through its
 // Transpose as rows) and grouped (6 over 2, as Hugging Face's repeat_kv exports it), dK written
-// through its Transpose back, head dims 64 and 128, f16 and bf16. Forward and backward against the
-// CPU, and cuDNN ran both nodes (no fallback to the kernels).
+// through its Transpose back, head dims 64, 128 and 256 (cuDNN only; also with KT itself an input,
+// copied to rows and dK back), f16 and bf16. Forward and backward against the CPU, and cuDNN ran
+// both nodes (no fallback to the kernels).
 TEST(GpuAttention, CudnnMatchesTheCpu) {
   AMPC_NEED_GPU();
-  for (const int hd : {64, 128})
+  for (const int hd : {64, 128, 256})
     for (const char* t : {"f16", "bf16"})
       for (const bool causal : {false, true}) {
         const bool grouped = causal;  // the two features in separate cases and together
@@ -781,8 +782,12 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
   %ve : T[2,2,3,128,16] = Expand(%vu, %s5)
   %V : T[2,6,128,16] = Reshape(%ve, %s4)
 )";
-        else
+        else if (hd != 256)
           text += "  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}\n";  // Llama's K without repeats
+        // Head dim 256 (cuDNN only) without repeats: KT itself an input, so that K and dK pass through
+        // scratch as rows
+        const bool ktInput = hd == 256 && !grouped;
+        if (ktInput) text = std::regex_replace(text, std::regex("input %k : T\\[2,KH,128,16\\]"), "input %KT : T[2,6,16,128]");
         // f16 at head dim 128: the causal mask computed in the step from constants only (as a long
         // sequence's is: fold-constants folds small values only), else the constant itself
         const bool computed = causal && hd == 128 && T == "f16";
@@ -790,8 +795,9 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
         const std::string m = causal ? (computed ? ", %mc" : ", %m") : "", V = grouped ? "%V" : "%v";
         text += "  %O : T[2,6,128,16], %lse : f32[2,6,128] = ampc::Attention(%q, %KT, " + V + m + ") ATTRS\n";
         text += "  %dQ : T[2,6,128,16], %dKT : T[2,6,16,128], %dV : T[2,6,128,16] = ampc::AttentionGrad(%dO, %q, %KT, " + V + ", %O, %lse" + m +
-                ") ATTRS\n  %dK : T[2,6,128,16] = Transpose(%dKT) {perm = [0, 1, 3, 2]}\n";
-        text += "  output %O\n  output %dQ\n  output %dK\n  output %dV\n}\n";
+                ") ATTRS\n";
+        if (!ktInput) text += "  %dK : T[2,6,128,16] = Transpose(%dKT) {perm = [0, 1, 3, 2]}\n";
+        text += std::string("  output %O\n  output %dQ\n  output ") + (ktInput ? "%dKT" : "%dK") + "\n  output %dV\n}\n";
         text = std::regex_replace(text, std::regex("ATTRS"), "{scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}");
         text = std::regex_replace(text, std::regex("\\bT\\["), T + "[");
         text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
@@ -805,9 +811,11 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
         std::map<std::string, Tensor> in;
         for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
         const std::string what = "cuDNN attention " + T + " head dim " + std::to_string(hd) + (causal ? " causal" : "") + (grouped ? " grouped" : "") +
-                                 (computed ? " (mask computed)" : "");
+                                 (computed ? " (mask computed)" : "") + (ktInput ? " (KT an input)" : "");
         std::vector<std::pair<std::string, std::string>> picks;
-        expectSameOnGpu(*g, in, what, 1.0, {}, false, cuda::ProgramOptions::Attention::cudnn, &picks);
+        // (at 256, only cuDNN runs the nodes: the automatic choice has nothing else to take)
+        expectSameOnGpu(*g, in, what, 1.0, {}, false, hd == 256 ? cuda::ProgramOptions::Attention::automatic : cuda::ProgramOptions::Attention::cudnn,
+                        &picks);
         ASSERT_EQ(picks.size(), 2u) << what << ": a forward and a backward shape";
         for (const auto& [shape, pick] : picks) EXPECT_EQ(pick.rfind("cuDNN", 0), 0u) << what << ": " << shape << ": " << pick;
       }

@@ -1,11 +1,11 @@
-// runtime/attention_mask.h: which attention masks are the causal one before the first step (the
+// passes/attention_mask.h: which attention masks are the causal one before the first step (the
 // CUDA backend then runs cuDNN's causal graph, which makes the mask itself).
 #include <cmath>
 
 #include <gtest/gtest.h>
 
 #include "compiler/ir/text.h"
-#include "runtime/attention_mask.h"
+#include "passes/attention_mask.h"
 
 using namespace ampc;
 

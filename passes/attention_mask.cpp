@@ -1,4 +1,4 @@
-#include "runtime/attention_mask.h"
+#include "passes/attention_mask.h"
 
 #include "compiler/ops/registry.h"
 #include "kernels/cpu/kernel.h"

@@ -1,6 +1,7 @@
-// What an attention mask is, read from the graph: the CUDA backend runs attention whose mask is the
-// causal one through cuDNN's causal graph (runtime/cuda/cudnn_sdpa.h), which builds that mask
-// itself, so it must know the mask's values before the first step.
+// What an attention mask is, read from the graph ahead of the step: the CUDA target fuses attention
+// at head dims only cuDNN's fused SDPA takes where the mask is none or the causal one
+// (passes/fuse_attention.cpp, attention_in_place.cpp), and the CUDA backend runs such attention
+// through cuDNN's causal graph (runtime/cuda/cudnn_sdpa.h), which builds that mask itself.
 #pragma once
 
 #include <cstdint>
