@@ -80,17 +80,15 @@ class Planner {
     if (Q.rank() != 4) return false;
     AttentionShape s{isLowFloat(Q.dtype), Q.shape[3], V.shape[3], K.shape[3], n->getFloat("dropout_ratio", 0.0f) > 0.0f};
     if (target_.attentionInPlace(s)) return true;
+    s.causalOrNone = true;  // would the target take it with no mask or the causal one?
+    if (!target_.attentionInPlace(s)) return false;
     // The mask (operand 3, AttentionGrad's 6) none or the causal one: evaluated once per mask value
     const size_t maskAt = q ? 6 : 3;
     const Value* mask = n->numInputs() > maskAt ? n->input(maskAt) : nullptr;
-    if (!mask) {
-      s.causalOrNone = true;
-    } else {
-      auto [it, first] = causal_.try_emplace(mask, false);
-      if (first) it->second = isCausalMask(mask, Q.shape[2], K.shape[3]);
-      s.causalOrNone = it->second;
-    }
-    return s.causalOrNone && target_.attentionInPlace(s);
+    if (!mask) return true;
+    auto [it, first] = causal_.try_emplace(mask, false);
+    if (first) it->second = isCausalMask(mask, Q.shape[2], K.shape[3]);
+    return it->second;
   }
   // Operand i of an attention node: 0 Q, 1 KT, 2 V, 3 dO, 4 O, else -1.
   static int slotOf(const Node* n, size_t i) {

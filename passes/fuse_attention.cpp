@@ -257,8 +257,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   if (target.fusesAttention(shape)) return true;
-  shape.causalOrNone = causalOrNone(m, qs[qs.size() - 2], ks.back());  // (evaluates the mask)
-  return shape.causalOrNone && target.fusesAttention(shape);
+  shape.causalOrNone = true;  // would the target take it with no mask or the causal one?
+  return target.fusesAttention(shape) && causalOrNone(m, qs[qs.size() - 2], ks.back());  // (evaluates the mask)
 }
 
 std::string dirOf(const std::string& name) {
