@@ -136,12 +136,20 @@ TEST_P(FusedAttention, TrainsLikeTheUnfusedGraph) {
   EXPECT_LE(w, 1e-5);
 
   // bf16: the fused op keeps the scores in FP32, so it is no further from the fp32 run than the
-  // unfused graph (which rounds the scores to bf16), up to a margin for its own rounding.
-  const TrainRun fb = train(c, true, DType::bf16, batch), ub = train(c, false, DType::bf16, batch);
-  const double ef = worstParam(fb, b), eu = worstParam(ub, b);
-  std::printf("%s bf16 vs fp32 worst param rel L2: fused %.2e, unfused %.2e\n", c.model.c_str(), ef, eu);
-  EXPECT_GT(ef, 0.0);
-  EXPECT_LE(ef, 1.25 * eu + 1e-4);
+  // unfused graph (which rounds the scores to bf16), up to a margin for its own rounding. Each error
+  // is one draw of the rounding noise (one batch's ratio has read up to 1.28), so the errors are
+  // summed over three batches, this one and two more fresh ones, before they are compared.
+  double ef = 0, eu = 0;
+  for (int k = 0; k < 3; ++k) {
+    const auto bk = k == 0 ? batch : batchFor(*g, rng);
+    const TrainRun ref = k == 0 ? b : train(c, false, DType::f32, bk);
+    const TrainRun fb = train(c, true, DType::bf16, bk), ub = train(c, false, DType::bf16, bk);
+    const double f = worstParam(fb, ref), u = worstParam(ub, ref);
+    std::printf("%s bf16 vs fp32 worst param rel L2, batch %d: fused %.2e, unfused %.2e\n", c.model.c_str(), k, f, u);
+    EXPECT_GT(f, 0.0);
+    ef += f, eu += u;
+  }
+  EXPECT_LE(ef, 1.25 * eu + 3e-4) << "(data seed " << seed << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FusedAttention,
