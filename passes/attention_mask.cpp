@@ -27,19 +27,31 @@ const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo
   return &memo.at(v);
 }
 
-bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
-  const auto& s = mask->type().shape;
+namespace {
+// Whether v [.., Tq, Tk], known from constants, has fits(x, masked) true at every element, masked
+// where key j > query i.
+template <typename Fits>
+bool causalPattern(const Value* v, int64_t Tq, int64_t Tk, int64_t maxElements, Fits fits) {
+  const auto& s = v->type().shape;
   if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return false;
   std::map<const Value*, Tensor> memo;
-  const Tensor* m = constantValue(mask, memo, maxElements);
+  const Tensor* m = constantValue(v, memo, maxElements);
   if (!m) return false;
-  const int64_t n = m->numel();
-  for (int64_t e = 0; e < n; ++e) {
+  for (int64_t e = 0, n = m->numel(); e < n; ++e) {
     const int64_t j = e % Tk, i = (e / Tk) % Tq;
-    const double x = m->getDouble(e);
-    if (j <= i ? x != 0.0 : !(x <= -1e30)) return false;
+    if (!fits(m->getDouble(e), j > i)) return false;
   }
   return true;
+}
+}  // namespace
+
+bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
+  // masked: at most -1e30; kept: exactly 0
+  return causalPattern(mask, Tq, Tk, maxElements, [](double x, bool masked) { return masked ? x <= -1e30 : x == 0.0; });
+}
+
+bool isCausalCondition(const Value* cond, int64_t Tq, int64_t Tk, bool trueMasks, int64_t maxElements) {
+  return causalPattern(cond, Tq, Tk, maxElements, [trueMasks](double x, bool masked) { return ((x != 0.0) == trueMasks) == masked; });
 }
 
 }  // namespace ampc

@@ -22,5 +22,8 @@ const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo
 // i and at most -1e30 above (exp() of it is 0 in f32), its value known before the step
 // (constantValue, at most maxElements evaluated).
 bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
+// The same for a boolean condition (a Where's): true where masked (trueMasks, masked_fill's), else
+// true where kept.
+bool isCausalCondition(const Value* cond, int64_t Tq, int64_t Tk, bool trueMasks, int64_t maxElements = int64_t{1} << 26);
 
 }  // namespace ampc
