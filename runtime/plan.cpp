@@ -84,6 +84,55 @@ std::string checksumField(uint64_t h) {
   for (int i = 0; i < 8; ++i) f.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
   return f;
 }
+
+// The plan at `path`, checked: a plan, in a format this reads, its checksum intact.
+plan::Plan readChecked(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": no such file");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw Error(path + ": cannot read the plan");
+  plan::Plan p;
+  if (!p.ParseFromString(bytes) || p.format_version() == 0 || p.step_model().empty())
+    throw Error(path + ": not an ampc plan (truncated, or not written by ampc)");
+  if (p.format_version() > kPlanFormatVersion)
+    throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is newer than this amprun reads (" +
+                std::to_string(kPlanFormatVersion) + "); recompile the model with this ampc or update amprun");
+  if (p.format_version() < kOldestPlanFormat)
+    throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is older than this amprun reads (" +
+                std::to_string(kOldestPlanFormat) + " to " + std::to_string(kPlanFormatVersion) + "); compile the model again");
+  {
+    const size_t body = bytes.size() >= 9 ? bytes.size() - 9 : 0;
+    if (bytes.size() < 9 || bytes.compare(body, 9, checksumField(p.checksum())) != 0 ||
+        planHash(std::string_view(bytes).substr(0, body)) != p.checksum())
+      throw Error(path + ": the plan is truncated or altered (its checksum does not match); compile the model again");
+  }
+  return p;
+}
+
+// The plan's bytes, its checksum last (Plan.checksum).
+std::string sealed(plan::Plan& p, const std::string& path) {
+  p.clear_checksum();
+  std::string bytes;
+  if (!p.SerializeToString(&bytes)) throw Error(path + ": cannot serialize the plan");
+  return bytes + checksumField(planHash(bytes));
+}
+
+// `bytes` as the file at `path`, whole or not at all (written beside it, then renamed over it).
+void writeAtomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  auto failed = [&](const std::string& why) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": " + why);
+  };
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush()) failed("cannot write the plan");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) failed("rename failed: " + ec.message());
+}
 }  // namespace
 
 int writePlan(const std::string& path, const Graph& forward, const TrainOptions& o, const std::string& source,
@@ -184,50 +233,23 @@ int writePlan(const std::string& path, const Graph& forward, const TrainOptions&
   c->set_target(findTarget(o.target).name);
   c->set_batch_size(forward.inputs().empty() || forward.inputs()[0]->type().rank() == 0 ? 1 : forward.inputs()[0]->type().shape[0]);
 
-  std::string bytes;
-  if (!p.SerializeToString(&bytes)) throw Error(path + ": cannot serialize the plan");
-  bytes += checksumField(planHash(bytes));
+  const std::string bytes = sealed(p, path);
   // The weights first, then the plan, each atomically; if the plan cannot be written, its new
   // weights file goes too, so a failed compile leaves no output behind.
   const std::string weightsPath = weightsPathOf(path, weightsFile);
   writeSafetensors(weightsPath, weights);
-  const std::string tmp = path + ".tmp";
-  auto failed = [&](const std::string& why) {
-    std::remove(tmp.c_str());
+  try {
+    writeAtomically(path, bytes);
+  } catch (const Error&) {
     std::remove(weightsPath.c_str());
-    throw Error(path + ": " + why);
-  };
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush()) failed("cannot write the plan");
+    throw;
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) failed("rename failed: " + ec.message());
   return withoutKernel;
 }
 
 LoadedPlan readPlan(const std::string& path) {
+  const plan::Plan p = readChecked(path);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) throw Error(path + ": cannot read the plan");
-  plan::Plan p;
-  if (!p.ParseFromString(bytes) || p.format_version() == 0 || p.step_model().empty())
-    throw Error(path + ": not an ampc plan (truncated, or not written by ampc)");
-  if (p.format_version() > kPlanFormatVersion)
-    throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is newer than this amprun reads (" +
-                std::to_string(kPlanFormatVersion) + "); recompile the model with this ampc or update amprun");
-  if (p.format_version() < kOldestPlanFormat)
-    throw Error(path + ": plan format version " + std::to_string(p.format_version()) + " is older than this amprun reads (" +
-                std::to_string(kOldestPlanFormat) + " to " + std::to_string(kPlanFormatVersion) + "); compile the model again");
-  {
-    const size_t body = bytes.size() >= 9 ? bytes.size() - 9 : 0;
-    if (bytes.size() < 9 || bytes.compare(body, 9, checksumField(p.checksum())) != 0 ||
-        planHash(std::string_view(bytes).substr(0, body)) != p.checksum())
-      throw Error(path + ": the plan is truncated or altered (its checksum does not match); compile the model again");
-  }
   LoadedPlan r;
   // The initial state: views of the mapped weights file (checked tensor by tensor), and zeros.
   ImportOptions io;
@@ -291,6 +313,8 @@ LoadedPlan readPlan(const std::string& path) {
   }
   r.batchSize = c.batch_size();
   r.source = p.source();
+  r.tuning.device = p.tuning().device();
+  r.tuning.attention.insert(p.tuning().attention().begin(), p.tuning().attention().end());
   std::ostringstream d;
   d << "plan " << path << ": format " << p.format_version() << ", from " << p.source() << "\n"
     << "config: precision " << c.precision() << ", optimizer " << c.optimizer() << ", lr " << c.lr() << " (" << c.schedule()
@@ -309,11 +333,24 @@ LoadedPlan readPlan(const std::string& path) {
     if (t.role() == plan::ACTIVATION) d << " @" << t.offset();
     d << "\n";
   }
+  if (!r.tuning.attention.empty()) {
+    d << "tuning (amprun --tune) on " << r.tuning.device << ":\n";
+    for (const auto& [shape, choice] : r.tuning.attention) d << "  fused attention " << shape << ": " << choice << "\n";
+  }
   d << "steps: " << p.steps_size() << "\n";
   for (int i = 0; i < p.steps_size(); ++i)
     d << "  " << i << ": " << p.steps(i).op() << " " << p.steps(i).node() << "  <- " << p.steps(i).source_node() << "\n";
   r.dump = d.str();
   return r;
+}
+
+void storeTuning(const std::string& path, const Tuning& t) {
+  plan::Plan p = readChecked(path);
+  auto* pt = p.mutable_tuning();
+  pt->Clear();
+  pt->set_device(t.device);
+  for (const auto& [shape, choice] : t.attention) (*pt->mutable_attention())[shape] = choice;
+  writeAtomically(path, sealed(p, path));
 }
 
 }  // namespace ampc

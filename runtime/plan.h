@@ -11,6 +11,7 @@
 #include "passes/memory_plan.h"
 #include "passes/train_step.h"
 #include "runtime/folds.h"
+#include "runtime/session.h"
 
 namespace ampc {
 
@@ -27,6 +28,7 @@ struct LoadedPlan {
   int64_t batchSize = 0;
   std::string source;
   std::string dump;             // a readable listing (amprun --dump)
+  Tuning tuning;                // the choices `amprun --tune` stored (plan.proto, Tuning)
 };
 
 // Generates an ampc.Fused node's kernel (codegen::fusedKernel, which only ampc links).
@@ -64,5 +66,9 @@ int writePlan(const std::string& path, const Graph& forward, const TrainOptions&
                const KernelGenerator& generate = {});
 // Error naming the file: missing, not a plan, a newer format version.
 LoadedPlan readPlan(const std::string& path);
+// Stores `t` in the plan at `path` in place of the tuning it held (amprun --tune): the plan is read
+// and checked as readPlan checks it, then rewritten atomically with a new checksum; its weights file
+// is not touched. Error naming the file.
+void storeTuning(const std::string& path, const Tuning& t);
 
 }  // namespace ampc

@@ -16,6 +16,13 @@
 
 namespace ampc {
 
+// Implementation choices measured on one device and stored in the plan (`amprun --tune`,
+// plan.proto's Tuning): per fused attention shape, "kernels" or "cuDNN engine <n>".
+struct Tuning {
+  std::string device;  // where they were measured (runtime/cuda/program.h, Program::tuningIdentity)
+  std::map<std::string, std::string> attention;
+};
+
 struct SessionOptions {
   std::string device = "cpu";        // cpu, cuda or cuda:N
   uint64_t seed = 0;                 // Dropout's Philox key
@@ -29,6 +36,9 @@ struct SessionOptions {
   // SDPA where cuDNN takes the node, measured in the first step), kernels or cudnn
   // (runtime/cuda/program.h, ProgramOptions::attention).
   std::string attention = "auto";
+  // cuda, attention auto: the choices the plan stores, followed where `tuning.device` is this
+  // machine's; shapes without one are measured in the first step.
+  Tuning tuning;
   // --explain-overflow: the session feeds this watch what it needs to name the op of a skipped
   // step (cpu: every node as it runs; cuda: per-launch scans, read after the step, every step).
   OverflowWatch* watch = nullptr;
@@ -39,6 +49,9 @@ struct SessionReport {
   bool device = false;  // a device's numbers (cuda): planned and measured memory, syncs, graphs
   int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
   std::vector<std::string> attention;  // cuda: "<attention shape>: <implementation>" where cuDNN takes the node
+  // cuda: the choices in force after the steps (measured or stored), for `amprun --tune` to store
+  Tuning tuning;
+  std::string tuningNote;  // why the plan's stored choices were not followed, or ""
 };
 
 class TrainSession {

@@ -73,6 +73,20 @@ cudaError_t pickFastest(const std::vector<std::function<cudaError_t(cudaStream_t
 
 int64_t hostSyncs() { return gSyncs.load(); }
 
+std::vector<std::pair<std::string, std::string>> Program::attentionPicks() const {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& [k, v] : attentionPick_)
+    r.emplace_back(k, *v.pick < 0 ? "not measured" : v.names.at(static_cast<size_t>(*v.pick)) + (v.stored ? " (stored in the plan)" : ""));
+  return r;
+}
+
+std::map<std::string, std::string> Program::attentionChoices() const {
+  std::map<std::string, std::string> r;
+  for (const auto& [k, v] : attentionPick_)
+    if (v.names.size() > 1 && *v.pick >= 0) r.emplace(k, v.names.at(static_cast<size_t>(*v.pick)));
+  return r;
+}
+
 namespace {
 std::mutex gWaiterLock;
 std::function<void(cudaStream_t, const char*)> gWaiter;
@@ -464,6 +478,12 @@ struct Program::Lowering {
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
                                             bool& copyK, bool& copyDK);
   void attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs);
+  struct ShapePick {
+    std::shared_ptr<int> pick;  // Program::attentionPick_'s, shared by the shape's nodes
+    size_t from = 0;            // the first candidate that may run: 1 where the kernels do not
+    bool kernelsMayRun = true;  // not decided for cuDNN before the first run
+  };
+  ShapePick attentionPick(const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, bool kernels);
   void ampcDropoutGrad();
   void ampcTrainStep() { return train(); }
   void gemm(bool isMatMul);
@@ -1935,16 +1955,6 @@ void Program::Lowering::ampcAttention() {
     if (!has(6) || dt(out(maskGradAt)) != DT::f32) fail("the mask's gradient needs an f32 mask");
     a.dMask = static_cast<float*>(P(out(maskGradAt)));
   }
-  if (a.mask && kernels) {  // the mask's tile flags: computed where the step first reads this mask, then shared
-    auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
-    if (first) {
-      it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
-      uint8_t* f = it->second;
-      add([a, f](cudaStream_t st) { return attentionMaskTiles(a, f, st); });
-    }
-    a.flags = it->second;
-  }
-  const Scratch ws = scratch(kernels ? attentionScratch(a, grad) : 0);
   // Operands in place (cuda::Attention, passes/attention_in_place.cpp): each slot's layout, or the
   // value itself as [N, rows, cols].
   bool inPlace = false;
@@ -1978,7 +1988,24 @@ void Program::Lowering::ampcAttention() {
     if (!c && !kernels)
       fail("head dims D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + " run only through cuDNN's fused SDPA (the kernels take up to " +
            std::to_string(kAttentionMaxHeadDimMma) + "), and it does not take this node" + (key.empty() ? "" : ": " + key));
+    // Where cuDNN is chosen before the first run (stored in the plan, or cuDNN only), the kernels
+    // never run this node: no tile flags or scratch for them.
+    if (c && !attentionPick(c, key, kernels).kernelsMayRun) kernels = false;
     return c;
+  };
+  // The kernels' mask tile flags (computed where the step first reads this mask with the kernels,
+  // then shared) and their scratch.
+  auto kernelsScratch = [&] {
+    if (a.mask && kernels) {
+      auto [it, first] = p.maskFlags_.try_emplace(in(maskAt), nullptr);
+      if (first) {
+        it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
+        uint8_t* f = it->second;
+        add([a, f](cudaStream_t st) { return attentionMaskTiles(a, f, st); });
+      }
+      a.flags = it->second;
+    }
+    return scratch(kernels ? attentionScratch(a, grad) : 0);
   };
   const void *Q = at(in(q), "q", a.q), *KT = at(in(q + 1), "k", a.k, &a.kRows), *V = at(in(q + 2), "v", a.v);
   if (!grad) {
@@ -1993,10 +2020,11 @@ void Program::Lowering::ampcAttention() {
       a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
       p.keepBits_[out(1)] = a;
     }
-    Launch ours;
-    if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     std::string key;
     auto dnn = cudnnFor(key);
+    kernelsScratch();
+    Launch ours;
+    if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     if (!dnn) return add(ours);
     const size_t wsB = alignUp(dnn->workspaceBytes());
     const Scratch dws = scratch(wsB + (copyK ? kBytes : 0));
@@ -2020,10 +2048,11 @@ void Program::Lowering::ampcAttention() {
         f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
       a.keep = f.keep;
   }
-  Launch ours;
-  if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
   std::string key;
   auto dnn = cudnnFor(key);
+  const Scratch ws = kernelsScratch();
+  Launch ours;
+  if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
   if (!dnn) return add(ours);
   const size_t wsB = alignUp(dnn->workspaceBytes());
   const Scratch dws = scratch(wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0));
@@ -2053,7 +2082,7 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
     key += " (not for cuDNN: " + why + ")";
     if (only) return nullptr;  // the caller's error names it
     auto [it, first] = p.attentionPick_.try_emplace(key);
-    if (first) it->second = {std::make_shared<int>(0), {"kernels"}};
+    if (first) it->second.pick = std::make_shared<int>(0), it->second.names = {"kernels"};
     return nullptr;
   };
   // cuDNN's backward sums dQ with atomics, and which implementation runs is timed (a forward only
@@ -2112,22 +2141,39 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   }
 }
 
-// A node that ampc's kernels (candidate 0) and cuDNN's plans (1..) can run: the fastest as the
-// first run measures it, per attention shape (only cuDNN's with ProgramOptions::Attention::cudnn).
+// The entry of the node's attention shape (made by its first node): the implementation the plan
+// stores for the shape where it is offered here (ProgramOptions::attentionChoices), else -1 to be
+// measured in the first run, or the only candidate where nothing is timed.
+Program::Lowering::ShapePick Program::Lowering::attentionPick(const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, bool kernels) {
+  // (no kernels for the node, or cuDNN asked for: candidate 0 is not run)
+  const size_t from = p.opts_.attention == ProgramOptions::Attention::cudnn || !kernels ? 1 : 0;
+  auto [it, first] = p.attentionPick_.try_emplace(key);
+  AttentionPick& e = it->second;
+  if (first) {
+    e.names = {"kernels"};
+    for (size_t i = 0; i < dnn->plans(); ++i) e.names.push_back("cuDNN " + dnn->engine(i));
+    int pick = p.opts_.deterministic ? static_cast<int>(from) : -1;
+    if (auto c = p.opts_.attentionChoices.find(key); pick < 0 && c != p.opts_.attentionChoices.end()) {
+      const auto n = std::find(e.names.begin(), e.names.end(), c->second);
+      if (n != e.names.end() && static_cast<size_t>(n - e.names.begin()) >= from) pick = static_cast<int>(n - e.names.begin()), e.stored = true;
+    }
+    e.pick = std::make_shared<int>(pick);
+  }
+  return {e.pick, from, from == 0 && *e.pick <= 0};
+}
+
+// A node that ampc's kernels (candidate 0) and cuDNN's plans (1..) can run: the one the plan stores
+// for its attention shape, or the fastest as the first run measures it (only cuDNN's with
+// ProgramOptions::Attention::cudnn).
 void Program::Lowering::attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key,
                                         std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs) {
-  // (no kernels for the node: candidate 0 is not run)
-  const size_t from = p.opts_.attention == ProgramOptions::Attention::cudnn || !ours ? 1 : 0;
+  const ShapePick s = attentionPick(dnn, key, static_cast<bool>(ours));
   if (!ours) ours = [](cudaStream_t) { return cudaErrorNotSupported; };
   std::vector<Launch> candidates{std::move(ours)};
-  std::vector<std::string> names{"kernels"};
-  for (size_t i = 0; i < dnn->plans(); ++i) {
+  for (size_t i = 0; i < dnn->plans(); ++i)
     candidates.push_back([theirs, i](cudaStream_t st) { return theirs(i, st) == CUDNN_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; });
-    names.push_back("cuDNN " + dnn->engine(i));
-  }
-  auto [it, first] = p.attentionPick_.try_emplace(key);
-  if (first) it->second = {std::make_shared<int>(p.opts_.deterministic ? static_cast<int>(from) : -1), names};
-  std::shared_ptr<int> pick = it->second.first;
+  std::shared_ptr<int> pick = s.pick;
+  const size_t from = s.from;
   add([candidates, pick, dnn, from](cudaStream_t st) -> cudaError_t {
     if (*pick < 0)
       if (cudaError_t e = pickFastest(candidates, from, *pick, st); e != cudaSuccess) return e;
@@ -2323,6 +2369,16 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   check(cudnnCreate(&dnn), "cudnnCreate");
   cudnn_ = dnn;
   check(cudnnSetStream(dnn, stream_), "cudnnSetStream");
+  {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+    identity_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + "), cuDNN " + std::to_string(cudnnGetVersion());
+  }
+  // Stored choices hold only for the machine (and cuDNN) that measured them.
+  if (!opts_.attentionChoices.empty() && opts_.tunedOn != identity_) {
+    tuningNote_ = "the plan's attention choices were measured on " + opts_.tunedOn + ", not on this " + identity_ + ": measured again";
+    opts_.attentionChoices.clear();
+  }
 
   // Memory: params, constants and inputs in their own buffers; node results in one arena, planned
   // over where each node's work runs and without the values the folds never write (runtime/folds.h).

@@ -76,6 +76,11 @@ struct ProgramOptions {
   // forward only: the backward is an error).
   enum class Attention { automatic, kernels, cudnn };
   Attention attention = Attention::automatic;
+  // automatic: choices measured before and stored in the plan (amprun --tune), per attention shape
+  // ("kernels" or "cuDNN engine <n>"), followed without timing where `tunedOn` equals this
+  // machine's tuningIdentity() and the choice is offered; other shapes are measured.
+  std::map<std::string, std::string> attentionChoices;
+  std::string tunedOn;
 };
 
 DT deviceType(DType t, const std::string& where);
@@ -112,12 +117,16 @@ class Program {
   };
   const Stats& stats() const { return stats_; }
   // The fused attention's implementation per attention shape where cuDNN takes it (ProgramOptions::
-  // attention): "kernels", "cuDNN engine <n>", or "not measured" before the first run.
-  std::vector<std::pair<std::string, std::string>> attentionPicks() const {
-    std::vector<std::pair<std::string, std::string>> r;
-    for (const auto& [k, v] : attentionPick_) r.emplace_back(k, *v.first < 0 ? "not measured" : v.second.at(static_cast<size_t>(*v.first)));
-    return r;
-  }
+  // attention): "kernels" or "cuDNN engine <n>", followed by " (stored in the plan)" where the plan's
+  // choice was followed, or "not measured" before the first run.
+  std::vector<std::pair<std::string, std::string>> attentionPicks() const;
+  // The shapes with a choice between implementations and the one in force (measured or stored):
+  // what amprun --tune stores (ProgramOptions::attentionChoices).
+  std::map<std::string, std::string> attentionChoices() const;
+  // The machine the choices hold for: the device's name and compute capability, and cuDNN's version.
+  const std::string& tuningIdentity() const { return identity_; }
+  // Why the plan's stored choices were not followed (measured on another machine), or "".
+  const std::string& tuningNote() const { return tuningNote_; }
   // One eager run with events around every node's launches: device milliseconds per node, in
   // order (the run counts as a step: state moves on).
   struct Timing {
@@ -158,10 +167,16 @@ class Program {
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
   std::map<const Value*, bool> causalMask_;  // attention masks: whether each is the causal one from constants
-  // Per attention shape where cuDNN takes the node: which implementation the first run measured
-  // fastest (-1 until then; an index into the names: 0 ampc's kernels, then cuDNN's plans), shared
-  // by the nodes of that shape.
-  std::map<std::string, std::pair<std::shared_ptr<int>, std::vector<std::string>>> attentionPick_;
+  // Per attention shape where cuDNN takes the node: which implementation runs, as stored in the plan
+  // or as the first run measured it fastest (-1 until then; an index into the names: 0 ampc's
+  // kernels, then cuDNN's plans), shared by the nodes of that shape.
+  struct AttentionPick {
+    std::shared_ptr<int> pick;
+    std::vector<std::string> names;
+    bool stored = false;  // the plan's choice, not measured here
+  };
+  std::map<std::string, AttentionPick> attentionPick_;
+  std::string identity_, tuningNote_;
   // UnscaleCheck nodes folded into their optimizer (folds::fusedGradChain) with a clip: the sum of
   // squares the clip's norm comes from.
   std::map<const Node*, double*> chainNorm_;

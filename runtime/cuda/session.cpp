@@ -33,6 +33,8 @@ class CudaSession : public TrainSession {
     if (o.attention == "kernels") po.attention = ProgramOptions::Attention::kernels;
     else if (o.attention == "cudnn") po.attention = ProgramOptions::Attention::cudnn;
     else if (o.attention != "auto") throw Error("attention must be auto, kernels or cudnn, not '" + o.attention + "'");
+    po.attentionChoices = o.tuning.attention;
+    po.tunedOn = o.tuning.device;
     // A plan from an ampc without the code generator: its groups run as their ops, folded as the
     // lowering would fold them.
     if (expandFused(g, /*onlyWithoutKernel=*/true) > 0) recordFolds(g);
@@ -71,7 +73,11 @@ class CudaSession : public TrainSession {
     r.syncsInSteps = trainer_->syncsInSteps();
     r.replays = st.replays;
     r.launches = st.launches;
-    for (const auto& [shape, pick] : trainer_->program().attentionPicks()) r.attention.push_back(shape + ": " + pick);
+    const Program& prog = trainer_->program();
+    for (const auto& [shape, pick] : prog.attentionPicks()) r.attention.push_back(shape + ": " + pick);
+    r.tuningNote = prog.tuningNote();
+    r.tuning.device = prog.tuningIdentity();
+    r.tuning.attention = prog.attentionChoices();
     return r;
   }
   // Device time per op (summed over its nodes) and the costliest nodes of one more step.

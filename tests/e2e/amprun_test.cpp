@@ -11,6 +11,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "runtime/npy.h"
+#include "runtime/plan.h"
 #include "runtime/hash.h"
 #include "runtime/plan.pb.h"
 #include "runtime/safetensors.h"
@@ -347,6 +348,52 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
   EXPECT_NE(r.out.find("emptyloss.ampplan"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("is declared with shape [0] but computes f32[] (wrong shape)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "a step ran: " << r.out;
+}
+
+// amprun --tune stores the fused attention's choices in the plan (runtime/plan.h, storeTuning): the
+// plan is rewritten whole with a new checksum, its weights untouched, and it trains as before; a
+// damaged plan is refused and left as it was; --tune itself needs CUDA and --attention auto.
+TEST(Amprun, TuningIsStoredInThePlan) {
+  TempDir d;
+  const std::string p = makePlan(d, "bf16");
+  const std::string w = readBytes(p + ".safetensors");
+  const std::string train = kAmprun + " " + p + " --synthetic --int-range target=0:9 --steps 3 --metrics ";
+  ASSERT_EQ(run(train + d.file("before.jsonl")).code, 0);
+  Tuning t;
+  t.device = "Some GPU (sm_90), cuDNN 91400";
+  t.attention = {{"8x12/12x1024x1024 D64/64 causal forward", "cuDNN engine 2"}, {"8x12/12x1024x1024 D64/64 causal backward", "kernels"}};
+  storeTuning(p, t);
+  const LoadedPlan lp = readPlan(p);
+  EXPECT_EQ(lp.tuning.device, t.device);
+  EXPECT_EQ(lp.tuning.attention, t.attention);
+  EXPECT_EQ(readBytes(p + ".safetensors"), w);
+  auto dump = run(kAmprun + " " + p + " --dump");
+  ASSERT_EQ(dump.code, 0) << dump.out;
+  EXPECT_NE(dump.out.find("tuning (amprun --tune) on Some GPU (sm_90), cuDNN 91400:\n  fused attention 8x12/12x1024x1024 D64/64 causal backward: kernels"),
+            std::string::npos)
+      << dump.out;
+  auto r = run(train + d.file("after.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(metricsWithoutTime(d.file("after.jsonl")), metricsWithoutTime(d.file("before.jsonl")));
+  EXPECT_EQ(metricsWithoutTime(d.file("after.jsonl")).size(), 3u);
+  // Stored again: the old choices are replaced, not merged.
+  t.attention = {{"2x4/4x64x64 D32/32 forward", "kernels"}};
+  storeTuning(p, t);
+  EXPECT_EQ(readPlan(p).tuning.attention, t.attention);
+  // A plan cut short is refused by storeTuning as by readPlan, and keeps its bytes.
+  const std::string bytes = readBytes(p);
+  writeBytes(d.file("cut.ampplan"), bytes.substr(0, bytes.size() - 5));
+  try {
+    storeTuning(d.file("cut.ampplan"), t);
+    ADD_FAILURE() << "a truncated plan was rewritten";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(readBytes(d.file("cut.ampplan")), bytes.substr(0, bytes.size() - 5));
+  EXPECT_FALSE(fs::exists(d.file("cut.ampplan.tmp")));
+  r = run(kAmprun + " " + p + " --synthetic --int-range target=0:9 --steps 1 --tune");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--tune times the fused attention's implementations: it needs --device cuda"), std::string::npos) << r.out;
 }
 
 // The weights live once, in a safetensors file beside the plan, every tensor under its own hash: a

@@ -748,6 +748,17 @@ TEST(GpuAttention, GroupedKeysAndValuesMatchTheCpu) {
       }
 }
 
+// A graph of cuDNN attention tests: its constant %m [1, 1, 128, 128] becomes the causal mask as the
+// exporters leave it (-3.4e38 above the diagonal), its operands are read in place as the CUDA
+// lowering reads them, and `in` gets random values for its inputs.
+static void prepareCausalAttention(Graph& g, std::map<std::string, Tensor>& in) {
+  Tensor mask(g.lookup("m")->type());
+  for (int64_t e = 0; e < mask.numel(); ++e) mask.setDouble(e, e % 128 > e / 128 ? -3.4028234663852886e38 : 0.0);
+  g.lookup("m")->setData(mask);
+  ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(g));
+  for (const Value* v : g.inputs()) in.emplace(v->name(), randomTensor(v->type()));
+}
+
 // cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h) in place of the kernels (ProgramOptions::attention
 // cudnn): no mask and the causal one (a constant, or computed from constants in the step), one K/V
 // head per query head (K read through its
@@ -803,13 +814,8 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
         text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
         text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
         auto g = parseGraph(text, "cudnn attention");
-        // The causal mask as the exporters leave it: a constant (-3.4e38 above the diagonal).
-        Tensor mask(g->lookup("m")->type());
-        for (int64_t e = 0; e < mask.numel(); ++e) mask.setDouble(e, e % 128 > e / 128 ? -3.4028234663852886e38 : 0.0);
-        g->lookup("m")->setData(mask);
-        ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
         std::map<std::string, Tensor> in;
-        for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
+        ASSERT_NO_FATAL_FAILURE(prepareCausalAttention(*g, in));
         const std::string what = "cuDNN attention " + T + " head dim " + std::to_string(hd) + (causal ? " causal" : "") + (grouped ? " grouped" : "") +
                                  (computed ? " (mask computed)" : "") + (ktInput ? " (KT an input)" : "");
         std::vector<std::pair<std::string, std::string>> picks;
@@ -819,6 +825,87 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
         ASSERT_EQ(picks.size(), 2u) << what << ": a forward and a backward shape";
         for (const auto& [shape, pick] : picks) EXPECT_EQ(pick.rfind("cuDNN", 0), 0u) << what << ": " << shape << ": " << pick;
       }
+}
+
+// Choices stored in the plan (ProgramOptions::attentionChoices, written by amprun --tune) are followed
+// without timing on the machine that measured them, and where cuDNN runs the mask's readers the
+// kernels' mask tile flags are not computed (one launch fewer). A choice measured on another machine,
+// or one not offered here, is measured again. Every run matches the CPU.
+TEST(GpuAttention, StoredChoicesAreFollowed) {
+  AMPC_NEED_GPU();
+  auto g = parseGraph(R"(graph "sdpa" opset 18 {
+  domain "ampc" 1
+  input %q : bf16[2,6,128,64]
+  input %k : bf16[2,6,128,64]
+  input %v : bf16[2,6,128,64]
+  input %dO : bf16[2,6,128,64]
+  const %m : f32[1,1,128,128] = ...
+  %KT : bf16[2,6,64,128] = Transpose(%k) {perm = [0, 1, 3, 2]}
+  %O : bf16[2,6,128,64], %lse : f32[2,6,128] = ampc::Attention(%q, %KT, %v, %m) {scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}
+  %dQ : bf16[2,6,128,64], %dKT : bf16[2,6,64,128], %dV : bf16[2,6,128,64] = ampc::AttentionGrad(%dO, %q, %KT, %v, %O, %lse, %m) {scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}
+  %dK : bf16[2,6,128,64] = Transpose(%dKT) {perm = [0, 1, 3, 2]}
+  output %O
+  output %dQ
+  output %dK
+  output %dV
+}
+)",
+                      "stored attention choices");
+  std::map<std::string, Tensor> in;
+  ASSERT_NO_FATAL_FAILURE(prepareCausalAttention(*g, in));
+  auto cpu = createCpuBackend();
+  const auto want = evaluate(*g, in, *cpu);
+  recordFolds(*g);
+  struct Ran {
+    std::vector<std::pair<std::string, std::string>> picks;
+    std::map<std::string, std::string> choices;
+    std::string identity, note;
+    int64_t launches = 0;
+  };
+  auto runWith = [&](const cuda::ProgramOptions& po, const std::string& what) {
+    cuda::Program prog(*g, po);
+    for (const Value* v : g->inputs()) prog.upload(v, in.at(v->name()));
+    prog.run();
+    Ran r{prog.attentionPicks(), prog.attentionChoices(), prog.tuningIdentity(), prog.tuningNote(), prog.stats().launches};
+    for (size_t i = 0; i < g->outputs().size(); ++i) {
+      bool nan = false;
+      EXPECT_LE(relL2(prog.download(g->outputs()[i]), want[i], nan), tolerance(DType::bf16)) << what << ": output " << i;
+      EXPECT_FALSE(nan) << what;
+    }
+    return r;
+  };
+  cuda::ProgramOptions po;
+  po.attention = cuda::ProgramOptions::Attention::cudnn;
+  const Ran dnn = runWith(po, "cudnn");
+  ASSERT_EQ(dnn.choices.size(), 2u) << "cuDNN takes the forward and the backward";
+  for (const auto& [shape, c] : dnn.choices) ASSERT_EQ(c.rfind("cuDNN", 0), 0u) << shape << ": " << c;
+  po.attention = cuda::ProgramOptions::Attention::automatic;
+  po.tunedOn = dnn.identity;
+  // Stored: the kernels for both shapes, then cuDNN for both.
+  for (auto& [shape, c] : po.attentionChoices = dnn.choices) c = "kernels";
+  const Ran kernels = runWith(po, "stored kernels");
+  po.attentionChoices = dnn.choices;
+  const Ran stored = runWith(po, "stored cuDNN");
+  ASSERT_EQ(kernels.picks.size(), 2u);
+  ASSERT_EQ(stored.picks.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(kernels.picks[i].second, "kernels (stored in the plan)") << kernels.picks[i].first;
+    EXPECT_EQ(stored.picks[i].second, dnn.choices.at(stored.picks[i].first) + " (stored in the plan)") << stored.picks[i].first;
+  }
+  EXPECT_EQ(stored.launches, kernels.launches - 1) << "the mask's tile flags are computed only for the kernels";
+  EXPECT_TRUE(kernels.note.empty() && stored.note.empty());
+  // Measured on another machine: measured here (the first run times the candidates), and said why.
+  po.tunedOn = "another GPU (sm_80), cuDNN 90100";
+  const Ran other = runWith(po, "stored elsewhere");
+  EXPECT_NE(other.note.find("measured on another GPU (sm_80), cuDNN 90100"), std::string::npos) << other.note;
+  for (const auto& [shape, pick] : other.picks) EXPECT_EQ(pick.find("stored"), std::string::npos) << shape << ": " << pick;
+  EXPECT_EQ(other.choices.size(), 2u);
+  // A choice this cuDNN does not offer: measured too.
+  po.tunedOn = dnn.identity;
+  for (auto& [shape, c] : po.attentionChoices) c = "cuDNN engine 999";
+  const Ran gone = runWith(po, "choice not offered");
+  for (const auto& [shape, pick] : gone.picks) EXPECT_EQ(pick.find("stored"), std::string::npos) << shape << ": " << pick;
+  EXPECT_TRUE(gone.note.empty());
 }
 
 // The tensor-core backward's registers and shared memory are sized for two blocks per SM at both

@@ -2,7 +2,7 @@
 //
 //   amprun PLAN --data DIR --steps N [--metrics run.jsonl] [--checkpoint DIR --checkpoint-every K]
 //               [--resume DIR|FILE] [--save final.safetensors] [--eval-data DIR]
-//               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--profile N]
+//               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--profile N] [--tune]
 //   amprun PLAN --dump
 //   amprun --nproc N PLAN ...    data parallel: N processes on this host (or the torchrun
 //                                environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
@@ -115,6 +115,7 @@ void printBench(const std::string& device, const SessionReport& r, double wallMs
                r.syncsInSteps, steps > 0 ? static_cast<double>(r.syncsInSteps) / static_cast<double>(steps) : 0.0, logEvery, r.replays,
                r.launches);
   for (const auto& a : r.attention) fmt::print("  fused attention {}\n", a);
+  if (!r.tuningNote.empty()) fmt::print("  tuning: {}\n", r.tuningNote);
 }
 
 // --nproc N: runs this command line as N processes of one group on this host (RANK, WORLD_SIZE,
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
   bool saveEveryRank = false;
   uint64_t seed = 0;
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
-       explainOverflow = false, checkData = false, deterministic = false;
+       explainOverflow = false, checkData = false, deterministic = false, tune = false;
   std::vector<std::string> intRanges;
   std::string attention = "auto";
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
@@ -241,6 +242,9 @@ int main(int argc, char** argv) {
                  "the first step, where cuDNN takes the node: no dropout, no mask or the causal one), kernels, or cudnn (head dims past 128 "
                  "run through cuDNN in every mode)")
       ->check(CLI::IsMember({"auto", "kernels", "cudnn"}));
+  app.add_flag("--tune", tune,
+               "cuda, --attention auto: measure every fused attention shape's implementation afresh in the first step and store the "
+               "choices in the plan (rewritten atomically), so that later runs on this GPU and cuDNN follow them without timing");
   app.add_flag("--deterministic", deterministic,
                "cuda: the same bits every run with the same seed: deterministic cuDNN algorithms, attention and scatter-add gradients "
                "summed in a fixed order instead of with atomics (the CPU backend always is)");
@@ -310,6 +314,11 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
+  if (tune && (!useCuda || attention != "auto" || deterministic)) {
+    std::cerr << "amprun: --tune times the fused attention's implementations: it needs --device cuda and --attention auto, without "
+                 "--deterministic\n";
+    return 2;
+  }
   // A CUDA group: each rank on GPU LOCAL_RANK (torchrun's convention) unless --device names one.
   if (useCuda && dist && device == "cuda") device = "cuda:" + std::to_string(dist->localRank);
   if (nproc > 1 && !std::getenv("AMPC_LAUNCHED")) {
@@ -375,6 +384,7 @@ int main(int argc, char** argv) {
         throw Error(resumeFrom + ": " + e.what());
       }
     }
+    if (tune && steps <= done) throw Error("--tune measures in the first step it runs, and --steps " + std::to_string(steps) + " runs none");
     // The metrics file continues a resumed run: lines past the checkpoint's step are dropped.
     std::vector<std::string> kept;
     if (!metricsPath.empty() && lead && done > 0) {
@@ -464,6 +474,7 @@ int main(int argc, char** argv) {
     so.checkPlan = checkPlan;
     so.deterministic = deterministic;
     so.attention = attention;
+    if (!tune) so.tuning = plan.tuning;  // --tune measures afresh
     so.watch = watch ? &*watch : nullptr;
     auto session = openTrainSession(g, so);
     if (group && lead)
@@ -515,7 +526,13 @@ int main(int argc, char** argv) {
       auto cpu = createCpuBackend();
       evaluateOn(evalDir, *plan.eval, g, *cpu);
     }
-    if (bench && lead) printBench(device, session->report(), wallMs, stepMs, steps - done, logEvery);
+    const SessionReport report = session->report();
+    if (bench && lead) printBench(device, report, wallMs, stepMs, steps - done, logEvery);
+    if (tune && lead) {
+      storeTuning(planPath, report.tuning);
+      fmt::print("amprun: stored {} fused attention choice{} in {} (measured on {})\n", report.tuning.attention.size(),
+                 report.tuning.attention.size() == 1 ? "" : "s", planPath, report.tuning.device);
+    }
   } catch (const Error& e) {
     if (undoMetrics) undoMetrics();
     sayLine(who + e.what());
