@@ -10,7 +10,7 @@
 namespace ampc {
 namespace {
 
-bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.causalOrNone); }
+bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.maskForCudnn); }
 bool cudaAttention(const AttentionShape& s) {
   return cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s);
 }

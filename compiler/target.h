@@ -17,9 +17,10 @@ struct AttentionShape {
   bool lowFloat = false;          // f16/bf16 operands (else f32)
   int64_t headDim = 0, vHeadDim = 0, keys = 0;  // D (Q's and K's), Dv (V's), Tk
   bool dropout = false;
-  // The mask is none or the causal one, known from constants (passes/attention_mask.h). The passes
-  // work it out only where the target refuses the shape without it.
-  bool causalOrNone = false;
+  // No mask, or one cuDNN's fused SDPA reads as it is: computed from no parameter (so it needs no
+  // gradient), and rows masked everywhere not zeroed (zero_empty_rows). The passes work it out only
+  // where the target refuses the shape without it.
+  bool maskForCudnn = false;
 };
 
 // The domain of the CUDA target's lowered nodes (cuda::Gemm, cuda::MultiCast, cuda::BatchNormalization,

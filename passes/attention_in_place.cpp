@@ -80,14 +80,16 @@ class Planner {
     if (Q.rank() != 4) return false;
     AttentionShape s{isLowFloat(Q.dtype), Q.shape[3], V.shape[3], K.shape[3], n->getFloat("dropout_ratio", 0.0f) > 0.0f};
     if (target_.attentionInPlace(s)) return true;
-    s.causalOrNone = true;  // would the target take it with no mask or the causal one?
+    s.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
     if (!target_.attentionInPlace(s)) return false;
-    // The mask (operand 3, AttentionGrad's 6) none or the causal one: evaluated once per mask value
+    // The mask (operand 3, AttentionGrad's 6): none, or computed from no parameter (once per mask
+    // value) without zero_empty_rows
     const size_t maskAt = q ? 6 : 3;
     const Value* mask = n->numInputs() > maskAt ? n->input(maskAt) : nullptr;
     if (!mask) return true;
-    auto [it, first] = causal_.try_emplace(mask, false);
-    if (first) it->second = isCausalMask(mask, Q.shape[2], K.shape[3]);
+    if (n->getInt("zero_empty_rows", 0) != 0) return false;
+    auto [it, first] = untrained_.try_emplace(mask, false);
+    if (first) it->second = !dependsOnParams(mask);
     return it->second;
   }
   // Operand i of an attention node: 0 Q, 1 KT, 2 V, 3 dO, 4 O, else -1.
@@ -245,7 +247,7 @@ class Planner {
  private:
   const Graph& g_;
   const Target& target_;
-  mutable std::map<const Value*, bool> causal_;  // masks: whether each is the causal one
+  mutable std::map<const Value*, bool> untrained_;  // masks: whether each is computed from no parameter
 };
 
 // One attention node's rewrite, decided on the graph before any rewrite.

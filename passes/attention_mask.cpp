@@ -1,5 +1,8 @@
 #include "passes/attention_mask.h"
 
+#include <set>
+#include <vector>
+
 #include "compiler/ops/registry.h"
 #include "kernels/cpu/kernel.h"
 
@@ -27,31 +30,33 @@ const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo
   return &memo.at(v);
 }
 
-namespace {
-// Whether v [.., Tq, Tk], known from constants, has fits(x, masked) true at every element, masked
-// where key j > query i.
-template <typename Fits>
-bool causalPattern(const Value* v, int64_t Tq, int64_t Tk, int64_t maxElements, Fits fits) {
-  const auto& s = v->type().shape;
+bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
+  const auto& s = mask->type().shape;
   if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return false;
   std::map<const Value*, Tensor> memo;
-  const Tensor* m = constantValue(v, memo, maxElements);
+  const Tensor* m = constantValue(mask, memo, maxElements);
   if (!m) return false;
+  // masked (key j > query i): at most -1e30; kept: exactly 0
   for (int64_t e = 0, n = m->numel(); e < n; ++e) {
     const int64_t j = e % Tk, i = (e / Tk) % Tq;
-    if (!fits(m->getDouble(e), j > i)) return false;
+    const double x = m->getDouble(e);
+    if (j > i ? !(x <= -1e30) : x != 0.0) return false;
   }
   return true;
 }
-}  // namespace
 
-bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
-  // masked: at most -1e30; kept: exactly 0
-  return causalPattern(mask, Tq, Tk, maxElements, [](double x, bool masked) { return masked ? x <= -1e30 : x == 0.0; });
-}
-
-bool isCausalCondition(const Value* cond, int64_t Tq, int64_t Tk, bool trueMasks, int64_t maxElements) {
-  return causalPattern(cond, Tq, Tk, maxElements, [trueMasks](double x, bool masked) { return ((x != 0.0) == trueMasks) == masked; });
+bool dependsOnParams(const Value* v) {
+  std::vector<const Value*> todo{v};
+  std::set<const Value*> seen{v};
+  while (!todo.empty()) {
+    const Value* x = todo.back();
+    todo.pop_back();
+    if (x->kind() == ValueKind::Param) return true;
+    if (const Node* n = x->producer())
+      for (const Value* in : n->inputs())
+        if (in && seen.insert(in).second) todo.push_back(in);
+  }
+  return false;
 }
 
 }  // namespace ampc

@@ -1,7 +1,7 @@
 // What an attention mask is, read from the graph ahead of the step: the CUDA target fuses attention
-// at head dims only cuDNN's fused SDPA takes where the mask is none or the causal one
-// (passes/fuse_attention.cpp, attention_in_place.cpp), and the CUDA backend runs such attention
-// through cuDNN's causal graph (runtime/cuda/cudnn_sdpa.h), which builds that mask itself.
+// at head dims only cuDNN's fused SDPA takes where the mask needs no gradient (passes/fuse_attention.cpp,
+// attention_in_place.cpp), and the CUDA backend runs attention whose mask is the causal one through
+// cuDNN's causal graph (runtime/cuda/cudnn_sdpa.h), which builds that mask itself instead of reading it.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,9 @@ const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo
 // i and at most -1e30 above (exp() of it is 0 in f32), its value known before the step
 // (constantValue, at most maxElements evaluated).
 bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
-// The same for a boolean condition (a Where's): true where masked (trueMasks, masked_fill's), else
-// true where kept.
-bool isCausalCondition(const Value* cond, int64_t Tq, int64_t Tk, bool trueMasks, int64_t maxElements = int64_t{1} << 26);
+
+// Whether `v` is computed from a parameter (an initializer: it may be trained, so a mask made from it
+// may need a gradient), through any path of producers.
+bool dependsOnParams(const Value* v);
 
 }  // namespace ampc

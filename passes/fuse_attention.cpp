@@ -95,12 +95,13 @@ struct Match {
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
-// Whether the match's mask is none or the causal one, known from constants: an added mask, or a
-// Where's condition (kept where true for Where(c, S, fill), masked where true for Where(c, fill, S)).
-bool causalOrNone(const Match& m, int64_t Tq, int64_t Tk) {
-  if (m.where && m.mask) return false;
-  if (m.mask) return isCausalMask(m.mask, Tq, Tk);
-  return !m.where || isCausalCondition(m.where->input(0), Tq, Tk, m.fillFirst);
+// Whether the match's mask is one cuDNN's fused SDPA reads (AttentionShape::maskForCudnn): none, or
+// an added mask or a Where's condition computed from no parameter, without the NaN guard
+// (zero_empty_rows) where there is one.
+bool maskForCudnn(const Match& m) {
+  if (!m.mask && !m.where) return true;
+  if (m.nanWhere) return false;
+  return !(m.mask && dependsOnParams(m.mask)) && !(m.where && dependsOnParams(m.where->input(0)));
 }
 
 // The scores' producers that the mask forms sit on: the product or its scaling.
@@ -244,8 +245,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   if (target.fusesAttention(shape)) return true;
-  shape.causalOrNone = true;  // would the target take it with no mask or the causal one?
-  return target.fusesAttention(shape) && causalOrNone(m, qs[qs.size() - 2], ks.back());  // (evaluates the mask)
+  shape.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
+  return target.fusesAttention(shape) && maskForCudnn(m);
 }
 
 std::string dirOf(const std::string& name) {

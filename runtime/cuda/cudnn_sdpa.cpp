@@ -12,7 +12,7 @@ namespace ampc::cuda {
 namespace {
 
 // The graph's real tensors (the variant pack's ids); virtual ones count up from kFirstVirtual.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSum, kDQAcc, kFirstVirtual = 100 };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSum, kDQAcc, kBias, kFirstVirtual = 100 };
 
 using Dims = std::array<int64_t, 4>;
 
@@ -232,13 +232,22 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
   g.tensor(kStats, rowDims, {H * Tq, Tq, 1, 1}, f32, false);
   g.scalar(kScale);
   if (d.causal) g.scalar(kNegInf);
+  if (d.bias) g.tensor(kBias, sd, {d.biasAt.sB, d.biasAt.sH, d.biasAt.sRow, 1}, dnn(d.biasT), false);
+  // scale s [+ bias]
+  auto scaledScores = [&](int64_t s) {
+    const int64_t scaled = g.temp(sd);
+    g.pointwise(CUDNN_POINTWISE_MUL, s, kScale, scaled);
+    if (!d.bias) return scaled;
+    const int64_t biased = g.temp(sd);
+    g.pointwise(CUDNN_POINTWISE_ADD, scaled, kBias, biased);
+    return biased;
+  };
   if (!d.backward) {
     g.tensor(kV, {B, Hk, Tk, Dv}, st(d.v), io, false);
     g.tensor(kO, {B, H, Tq, Dv}, st(d.o), io, false);
     int64_t s = g.temp(sd);
     g.matmul(kQ, kK, s);
-    const int64_t scaled = g.temp(sd);
-    g.pointwise(CUDNN_POINTWISE_MUL, s, kScale, scaled);
+    const int64_t scaled = scaledScores(s);
     s = d.causal ? g.causal(scaled, sd) : scaled;
     // softmax, with its statistics max + log(sum exp(s - max))
     const int64_t mx = g.temp(rowDims), centred = g.temp(sd), e = g.temp(sd), sum = g.temp(rowDims), lg = g.temp(rowDims);
@@ -269,11 +278,10 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
     g.reduce(CUDNN_REDUCE_TENSOR_ADD, dOO, rs);
     g.tensor(kRowSum, rowDims, {H * Tq, Tq, 1, 1}, f32, false);
     g.pointwise(CUDNN_POINTWISE_MUL, rs, kOne, kRowSum);
-    // P = exp(scale Q K^T [masked] - stats)
-    const int64_t s = g.temp(sd), scaled = g.temp(sd), centred = g.temp(sd);
+    // P = exp(scale Q K^T [+ bias] [masked] - stats)
+    const int64_t s = g.temp(sd), centred = g.temp(sd);
     g.matmul(kQ, kK, s);
-    g.pointwise(CUDNN_POINTWISE_MUL, s, kScale, scaled);
-    g.pointwise(CUDNN_POINTWISE_SUB, scaled, kStats, centred);
+    g.pointwise(CUDNN_POINTWISE_SUB, scaledScores(s), kStats, centred);
     const int64_t masked = d.causal ? g.causal(centred, sd) : centred;
     const int64_t p = g.temp(sd);
     g.pointwise(CUDNN_POINTWISE_EXP, masked, 0, p);
@@ -354,19 +362,22 @@ namespace {
 const float kNegFill = std::numeric_limits<float>::lowest(), kUnit = 1.0f;
 }
 
-cudnnStatus_t CudnnSdpa::forward(const void* Q, const void* K, const void* V, void* O, float* stats, void* ws, size_t plan, cudaStream_t st) const {
+cudnnStatus_t CudnnSdpa::forward(const void* Q, const void* K, const void* V, const void* bias, void* O, float* stats, void* ws, size_t plan,
+                                 cudaStream_t st) const {
   std::vector<std::pair<int64_t, const void*>> p{{kQ, Q}, {kK, K}, {kV, V}, {kO, O}, {kStats, stats}, {kScale, &d_.scale}};
   if (d_.causal) p.emplace_back(kNegInf, &kNegFill);
+  if (d_.bias) p.emplace_back(kBias, bias);
   return execute(p, ws, plan, st);
 }
 
-cudnnStatus_t CudnnSdpa::backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const float* stats, void* dQ,
-                                  void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const {
+cudnnStatus_t CudnnSdpa::backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const void* bias,
+                                  const float* stats, void* dQ, void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const {
   char* w = static_cast<char*>(ws);
   std::vector<std::pair<int64_t, const void*>> p{{kQ, Q},   {kK, K},   {kV, V},   {kO, O},      {kStats, stats},        {kDO, dO},
                                                  {kDQ, dQ}, {kDK, dK}, {kDV, dV}, {kScale, &d_.scale}, {kOne, &kUnit},
                                                  {kRowSum, w + sumOffset_},     {kDQAcc, w + accOffset_}};
   if (d_.causal) p.emplace_back(kNegInf, &kNegFill);
+  if (d_.bias) p.emplace_back(kBias, bias);
   return execute(p, ws, plan, st);
 }
 

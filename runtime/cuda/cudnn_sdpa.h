@@ -1,8 +1,8 @@
 // Fused scaled-dot-product attention through cuDNN's backend graph API: the forward (O and the
-// rows' log-sum-exp) and the backward (dQ, dK, dV) of softmax(scale Q K^T [+ causal mask]) V, as
+// rows' log-sum-exp) and the backward (dQ, dK, dV) of softmax(scale Q K^T [+ bias] [causal]) V, as
 // operation graphs that cuDNN's flash-attention runtime-fusion engines take (cuDNN 9, sm_80 and up).
 // The CUDA backend runs it in place of its own kernels (kernels/cuda/attention.cu) where the
-// attention has no dropout and no mask other than the causal one, and it is faster there, and for
+// attention has no dropout and no trained mask, and it is faster there, and for
 // head dims past the kernels' (up to 256) always (runtime/cuda/program.cpp: ProgramOptions::attention).
 //
 // The statistics are the natural-log log-sum-exp of each row's scaled (and masked) scores, f32
@@ -33,6 +33,11 @@ struct SdpaDesc {
   int64_t B = 1, H = 1, Hk = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
   SdpaStrides q, k, v, o, dO, dq, dk, dv;
   bool causal = false;  // key j > query i masked (top-left aligned)
+  // An additive mask or bias on the scaled scores, [B, H, Tq, Tk] at these strides (0 where it
+  // broadcasts, also along the queries), of biasT; not trained (no gradient).
+  bool bias = false;
+  DT biasT = DT::f32;
+  SdpaStrides biasAt;
   float scale = 1.0f;
   bool backward = false;  // the backward graph (else the forward)
   // Grouped heads: dK and dV per query head ([B, H, Tk, D], as a graph whose K/V repeats' gradient is
@@ -54,9 +59,11 @@ class CudnnSdpa {
   size_t workspaceBytes() const { return wsBytes_; }
   size_t plans() const;
   const std::string& engine(size_t plan) const;  // "engine <cuDNN's global index>"
-  cudnnStatus_t forward(const void* Q, const void* K, const void* V, void* O, float* stats, void* ws, size_t plan, cudaStream_t st) const;
-  cudnnStatus_t backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const float* stats, void* dQ, void* dK,
-                         void* dV, void* ws, size_t plan, cudaStream_t st) const;
+  // `bias`: the mask (SdpaDesc::bias), else null.
+  cudnnStatus_t forward(const void* Q, const void* K, const void* V, const void* bias, void* O, float* stats, void* ws, size_t plan,
+                        cudaStream_t st) const;
+  cudnnStatus_t backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const void* bias, const float* stats,
+                         void* dQ, void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const;
   // Whether the graphs can take `d` at all (type, head dims, strides); the engines may still refuse.
   static bool shapeSupported(const SdpaDesc& d, std::string* why = nullptr);
 

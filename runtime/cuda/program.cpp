@@ -475,8 +475,16 @@ struct Program::Lowering {
   void ampcLayerNormGrad();
   void ampcSoftmaxCrossEntropyLossGrad();
   void ampcAttention();
+  // What passes through scratch on cuDNN's way: K and dK as rows (transposed from and to KT), and
+  // a mask that broadcasts over the queries expanded to its rows where cuDNN's engines refuse the
+  // broadcast (stridedCopy's `bias`, biasBytes).
+  struct CudnnStaging {
+    bool copyK = false, copyDK = false, expandBias = false;
+    CopyArgs bias;
+    size_t biasBytes = 0;
+  };
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
-                                            bool& copyK, bool& copyDK);
+                                            CudnnStaging& staging);
   void attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs);
   struct ShapePick {
     std::shared_ptr<int> pick;  // Program::attentionPick_'s, shared by the shape's nodes
@@ -1980,11 +1988,12 @@ void Program::Lowering::ampcAttention() {
   };
   // cuDNN for the node: where it is the only implementation, it must take it. copyK / copyDK: K and
   // dK pass through scratch as rows (transposed from and to KT; scratchK bytes after cuDNN's)
-  bool copyK = false, copyDK = false;
+  CudnnStaging staging;
+  const bool &copyK = staging.copyK, &copyDK = staging.copyDK;
   const int64_t N = d.B * d.H, eb = dtSize(a.t);
   const size_t kBytes = alignUp(static_cast<size_t>(N * d.Tk * d.D * eb));
   auto cudnnFor = [&](std::string& key) {
-    auto c = target ? cudnnAttention(a, d, grad, has(maskAt) ? in(maskAt) : nullptr, key, !kernels, copyK, copyDK) : nullptr;
+    auto c = target ? cudnnAttention(a, d, grad, has(maskAt) ? in(maskAt) : nullptr, key, !kernels, staging) : nullptr;
     if (!c && !kernels)
       fail("head dims D " + std::to_string(a.D) + ", Dv " + std::to_string(a.Dv) + " run only through cuDNN's fused SDPA (the kernels take up to " +
            std::to_string(kAttentionMaxHeadDimMma) + "), and it does not take this node" + (key.empty() ? "" : ": " + key));
@@ -2008,6 +2017,7 @@ void Program::Lowering::ampcAttention() {
     return scratch(kernels ? attentionScratch(a, grad) : 0);
   };
   const void *Q = at(in(q), "q", a.q), *KT = at(in(q + 1), "k", a.k, &a.kRows), *V = at(in(q + 2), "v", a.v);
+  const void* M = a.mask;  // cuDNN's bias, where it reads the mask
   if (!grad) {
     if (dt(out(1)) != DT::f32) fail("LSE must be f32");
     void* O = at(out(0), "o", a.o);
@@ -2026,13 +2036,15 @@ void Program::Lowering::ampcAttention() {
     Launch ours;
     if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     if (!dnn) return add(ours);
-    const size_t wsB = alignUp(dnn->workspaceBytes());
-    const Scratch dws = scratch(wsB + (copyK ? kBytes : 0));
+    const size_t wsB = alignUp(dnn->workspaceBytes()), biasAt = wsB + (copyK ? kBytes : 0);
+    const Scratch dws = scratch(biasAt + staging.biasBytes);
     CudnnSdpa* c = dnn.get();
+    const CudnnStaging x = staging;
     attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
       void* kr = copyK ? dws.at(wsB) : nullptr;
       if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      return c->forward(Q, copyK ? kr : KT, V, O, lse, dws.at(0), plan, st);
+      if (x.expandBias && stridedCopy(M, dws.at(biasAt), x.bias, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+      return c->forward(Q, copyK ? kr : KT, V, x.expandBias ? dws.at(biasAt) : M, O, lse, dws.at(0), plan, st);
     });
     return;
   }
@@ -2054,13 +2066,16 @@ void Program::Lowering::ampcAttention() {
   Launch ours;
   if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
   if (!dnn) return add(ours);
-  const size_t wsB = alignUp(dnn->workspaceBytes());
-  const Scratch dws = scratch(wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0));
+  const size_t wsB = alignUp(dnn->workspaceBytes()), biasAt = wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0);
+  const Scratch dws = scratch(biasAt + staging.biasBytes);
   CudnnSdpa* c = dnn.get();
+  const CudnnStaging x = staging;
   attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
     void *kr = copyK ? dws.at(wsB) : nullptr, *dkr = copyDK ? dws.at(wsB + (copyK ? kBytes : 0)) : nullptr;
     if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-    const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, lse, dQ, copyDK ? dkr : dKT, dV, dws.at(0), plan, st);
+    if (x.expandBias && stridedCopy(M, dws.at(biasAt), x.bias, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+    const void* bias = x.expandBias ? dws.at(biasAt) : M;
+    const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, bias, lse, dQ, copyDK ? dkr : dKT, dV, dws.at(0), plan, st);
     if (s != CUDNN_STATUS_SUCCESS || !copyDK) return s;
     return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
   });
@@ -2072,7 +2087,8 @@ void Program::Lowering::ampcAttention() {
 // reason noted as the shape's implementation (amprun --bench lists them); `key`: the node's
 // attention shape (the automatic choice's).
 std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask,
-                                                             std::string& key, bool only, bool& copyK, bool& copyDK) {
+                                                             std::string& key, bool only, CudnnStaging& staging) {
+  bool &copyK = staging.copyK, &copyDK = staging.copyDK;
   const auto mode = p.opts_.attention;
   if (mode == ProgramOptions::Attention::kernels && !only) return nullptr;
   const int64_t group = a.k.group;
@@ -2101,13 +2117,26 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   const bool fullHead = grad && group > 1 && a.dk.group == 1 && a.dv.group == 1;
   if (grad && (a.dO.group != 1 || a.dq.group != 1 || (!fullHead && (a.dk.group != group || a.dv.group != group))))
     return no("gradients grouped unlike K and V");
-  bool causal = false;
+  bool causal = false, bias = false;
+  SdpaStrides biasAt;
   if (mask) {
-    // A constant, or computed from constants only (evaluated here, once per mask value)
+    // The causal one, a constant or computed from constants only (evaluated here, once per mask
+    // value): cuDNN generates it. Any other: read as an additive bias [B, H, Tq, Tk] with
+    // broadcast strides, where its slices map onto batch and heads (attentionMaskMap).
     auto [it, first] = p.causalMask_.try_emplace(mask, false);
     if (first) it->second = isCausalMask(mask, d.Tq, d.Tk);
-    if (!it->second) return no(mask->constData() ? "a mask other than the causal one" : "a mask that is not the causal one from constants");
-    causal = true;
+    causal = it->second;
+    if (!causal) {
+      if (a.zeroEmpty) return no("a mask whose rows masked everywhere give zeros");
+      const int64_t slice = a.maskRows ? d.Tq * d.Tk : d.Tk, B = d.B, H = d.H;
+      biasAt.sRow = a.maskRows ? d.Tk : 0;
+      if (a.maskMod == 1) biasAt.sB = biasAt.sH = 0;
+      else if (a.maskDiv == 1 && a.maskMod == B * H) biasAt.sB = H * slice, biasAt.sH = slice;
+      else if (a.maskDiv == 1 && a.maskMod == H) biasAt.sB = 0, biasAt.sH = slice;
+      else if (a.maskDiv == H && a.maskMod == B) biasAt.sB = slice, biasAt.sH = 0;
+      else return no("a mask whose slices are not per batch, head or both");
+      bias = true;
+    }
   }
   SdpaDesc s;
   s.t = a.t;
@@ -2126,13 +2155,35 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   if (copyK) s.k = rows;
   if (copyDK) s.dk = rows;
   s.causal = causal;
+  s.bias = bias;
+  s.biasT = a.maskType;
+  s.biasAt = biasAt;
   s.scale = a.scale;
   s.backward = grad;
   s.fullHeadGrads = fullHead;
   if (std::string why; !CudnnSdpa::shapeSupported(s, &why)) return no(why);
   if (causal) key.replace(key.find(" masked"), 7, " causal");
   try {
-    auto c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
+    std::shared_ptr<CudnnSdpa> c;
+    try {
+      c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
+    } catch (const Error&) {
+      if (!bias || biasAt.sRow != 0) throw;
+      // A mask broadcast over the queries (a padding row): expanded to [B|1, H|1, Tq, Tk] first.
+      CopyArgs& x = staging.bias;
+      x.rank = 4;
+      const int64_t Bm = biasAt.sB ? d.B : 1, Hm = biasAt.sH ? d.H : 1;
+      const int64_t shape[4] = {Bm, Hm, d.Tq, d.Tk}, src[4] = {biasAt.sB, biasAt.sH, 0, 1},
+                    dst[4] = {Hm * d.Tq * d.Tk, d.Tq * d.Tk, d.Tk, 1};
+      for (int i = 0; i < 4; ++i) x.shape[i] = shape[i], x.srcStride[i] = src[i], x.dstStride[i] = dst[i];
+      x.n = Bm * Hm * d.Tq * d.Tk;
+      x.elemBytes = static_cast<int>(dtSize(a.maskType));
+      staging.expandBias = true;
+      staging.biasBytes = alignUp(static_cast<size_t>(x.n) * static_cast<size_t>(x.elemBytes));
+      s.biasAt = {biasAt.sB ? dst[0] : 0, biasAt.sH ? dst[1] : 0, d.Tk};
+      c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
+      key += " (mask rows expanded)";
+    }
     p.keep_.push_back(c);
     return c;
   } catch (const Error& e) {

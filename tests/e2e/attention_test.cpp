@@ -276,17 +276,20 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
 }
 
 // Head dims only cuDNN's fused SDPA takes on CUDA (256: kernels/cuda/limits.h) fuse for the cuda
-// target where the mask is none or the causal one known from constants: an added constant, one
-// computed from constants, or masked_fill's constant condition; a padding mask from an input or a
-// constant other than the causal one keeps the attention as written. The fused node is then a
-// target node (cuda::Attention), and the plan computes what the graph did.
-TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedTheCausalMaskOrNone) {
+// target where cuDNN reads the mask (AttentionShape::maskForCudnn): none, or one made from no
+// parameter: the causal one as a constant, computed from constants or as masked_fill's condition, a
+// padding mask from an input, another constant. A mask computed from a parameter (it may need a
+// gradient, which cuDNN's graphs do not give) keeps the attention as written, and so does the NaN
+// guard (rows masked everywhere zeroed). The fused node is then a target node (cuda::Attention), and
+// the plan computes what the graph did.
+TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
   struct C {
     std::string name, mask;
     bool fuses;
   };
-  const std::vector<C> cases = {{"causal_const", "const", true},     {"causal_computed", "computed", true}, {"masked_fill", "where", true},
-                                {"padding_input", "input", false},   {"shifted_const", "shifted", false}};
+  const std::vector<C> cases = {{"causal_const", "const", true},   {"causal_computed", "computed", true}, {"masked_fill", "where", true},
+                                {"padding_input", "input", true},  {"shifted_const", "shifted", true},    {"from_param", "param", false},
+                                {"nan_guard", "guard", false}};
   for (const C& c : cases) {
     std::string t = "graph \"a\" opset 17 {\n  input %q : bf16[2,2,6,256]\n  input %kt : bf16[2,2,256,6]\n  input %v : bf16[2,2,6,256]\n";
     std::string causal = "[", shifted = "[", cond = "[";
@@ -299,14 +302,23 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedTheCausalMaskOrNone) {
       }
     causal += "]", shifted += "]", cond += "]";
     if (c.mask == "where") t += "  const %c : bool[6,6] = " + cond + "\n  const %fill : bf16[] = [-inf]\n";
-    else if (c.mask == "input") t += "  input %m : bf16[2,1,1,6]\n";
+    else if (c.mask == "input" || c.mask == "guard") t += "  input %m : bf16[2,1,1,6]\n";
+    else if (c.mask == "param") t += "  param %m : bf16[6,6]\n";
     else if (c.mask == "shifted") t += "  const %m : bf16[6,6] = " + shifted + "\n";
     else if (c.mask == "const") t += "  const %m : bf16[6,6] = " + causal + "\n";
     else t += "  const %m0 : bf16[6,6] = " + causal + "\n  const %z : bf16[] = [0.0]\n  %m : bf16[6,6] = Add(%m0, %z)\n";
     t += "  %sc : bf16[2,2,6,6] = MatMul(%q, %kt) @attn/qk\n";
     t += c.mask == "where" ? "  %sm : bf16[2,2,6,6] = Where(%c, %fill, %sc) @attn/where\n" : "  %sm : bf16[2,2,6,6] = Add(%sc, %m) @attn/mask\n";
-    t += "  %p : bf16[2,2,6,6] = Softmax(%sm) {axis = -1} @attn/softmax\n  %o : bf16[2,2,6,256] = MatMul(%p, %v) @attn/pv\n  output %o\n}\n";
+    t += "  %p : bf16[2,2,6,6] = Softmax(%sm) {axis = -1} @attn/softmax\n";
+    if (c.mask == "guard")
+      t += "  const %zero : bf16[] = [0.0]\n  %nan : bool[2,2,6,6] = IsNaN(%p) @attn/isnan\n  %pz : bf16[2,2,6,6] = Where(%nan, %zero, %p) @attn/where\n";
+    t += "  %o : bf16[2,2,6,256] = MatMul(" + std::string(c.mask == "guard" ? "%pz" : "%p") + ", %v) @attn/pv\n  output %o\n}\n";
     auto g = parseGraph(t, c.name), ref = parseGraph(t, c.name);
+    if (c.mask == "param") {
+      Tensor w(g->lookup("m")->type());
+      g->lookup("m")->setData(w);
+      ref->lookup("m")->setData(w);
+    }
     EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), c.fuses) << c.name;
     EXPECT_EQ(count(*g, "Attention"), c.fuses ? 1 : 0) << c.name;
     if (!c.fuses) continue;
@@ -319,7 +331,10 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedTheCausalMaskOrNone) {
     std::normal_distribution<double> nd;
     for (const Value* v : ref->inputs()) {
       Tensor x(v->type());
-      for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, nd(rng));
+      // Q and KT at 1/4 (scores of about unit size over 256 dims, as a scaled product gives); the
+      // padding mask -inf on keys 2 and 4 of the second sequence
+      for (int64_t e = 0; e < x.numel(); ++e)
+        x.setDouble(e, v->name() == "m" ? (e >= 6 && (e % 6 == 2 || e % 6 == 4) ? -INFINITY : 0.0) : v->name() == "v" ? nd(rng) : 0.25 * nd(rng));
       in.emplace(v->name(), std::move(x));
     }
     auto cpu = createCpuBackend();
@@ -327,6 +342,13 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedTheCausalMaskOrNone) {
     double err = 0;
     for (int64_t e = 0; e < want[0].numel(); ++e) err = std::max(err, std::fabs(got[0].getDouble(e) - want[0].getDouble(e)));
     EXPECT_LT(err, 0.05) << c.name;
+    if (c.mask == "input") {  // the mask is read: without it the output differs
+      in.at("m") = Tensor(in.at("m").type);
+      const auto unmasked = evaluate(*g, in, *cpu);
+      double d = 0;
+      for (int64_t e = 0; e < want[0].numel(); ++e) d = std::max(d, std::fabs(unmasked[0].getDouble(e) - want[0].getDouble(e)));
+      EXPECT_GT(d, 0.2) << c.name;
+    }
   }
 }
 

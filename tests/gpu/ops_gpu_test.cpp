@@ -2,6 +2,8 @@
 // fresh random data, at f32, f16 and bf16 (tolerances: gpu_util.h). One single-op graph per case;
 // $T is replaced by the dtype under test. Skips without a GPU.
 #include <cstdlib>
+#include <limits>
+#include <random>
 #include <regex>
 
 #include "compiler/target.h"
@@ -820,6 +822,74 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
                                  (computed ? " (mask computed)" : "") + (ktInput ? " (KT an input)" : "");
         std::vector<std::pair<std::string, std::string>> picks;
         // (at 256, only cuDNN runs the nodes: the automatic choice has nothing else to take)
+        expectSameOnGpu(*g, in, what, 1.0, {}, false, hd == 256 ? cuda::ProgramOptions::Attention::automatic : cuda::ProgramOptions::Attention::cudnn,
+                        &picks);
+        ASSERT_EQ(picks.size(), 2u) << what << ": a forward and a backward shape";
+        for (const auto& [shape, pick] : picks) EXPECT_EQ(pick.rfind("cuDNN", 0), 0u) << what << ": " << shape << ": " << pick;
+      }
+}
+
+// cuDNN's fused SDPA with an additive mask read as a bias (ProgramOptions::attention cudnn): the
+// forms models export, each an input of random values: a padding mask [B, 1, 1, Tk] (the lowest
+// float on padded keys, key 0 always kept), a bias per head [1, H, Tq, Tk] (ALiBi's, T5's when not
+// trained), a sliding window [1, 1, Tq, Tk], and one per batch and head; MHA and GQA 6/2, head
+// dims 64 and 256 (cuDNN only), f16 and bf16. Forward and backward against the CPU, and cuDNN ran
+// both nodes.
+TEST(GpuAttention, CudnnTakesAdditiveMasks) {
+  AMPC_NEED_GPU();
+  const char* shapes[] = {"[2,1,1,128]", "[1,6,128,128]", "[1,1,128,128]", "[2,6,128,128]"};
+  for (const int hd : {64, 256})
+    for (const char* t : {"f16", "bf16"})
+      for (int form = 0; form < 4; ++form) {
+        const bool grouped = form % 2 == 1;
+        std::string text = R"(graph "sdpa" opset 18 {
+  domain "ampc" 1
+  input %q : T[2,6,128,16]
+  input %k : T[2,KH,128,16]
+  input %v : T[2,KH,128,16]
+  input %dO : T[2,6,128,16]
+  input %m : f32MSHAPE
+)";
+        if (grouped)
+          text += R"(  const %ax : i64[1] = [2]
+  const %s5 : i64[5] = [2, 2, 3, 128, 16]
+  const %s4 : i64[4] = [2, 6, 128, 16]
+  %ku : T[2,2,1,128,16] = Unsqueeze(%k, %ax)
+  %ke : T[2,2,3,128,16] = Expand(%ku, %s5)
+  %kr : T[2,6,128,16] = Reshape(%ke, %s4)
+  %KT : T[2,6,16,128] = Transpose(%kr) {perm = [0, 1, 3, 2]}
+  %vu : T[2,2,1,128,16] = Unsqueeze(%v, %ax)
+  %ve : T[2,2,3,128,16] = Expand(%vu, %s5)
+  %V : T[2,6,128,16] = Reshape(%ve, %s4)
+)";
+        else
+          text += "  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}\n";
+        const std::string V = grouped ? "%V" : "%v";
+        text += "  %O : T[2,6,128,16], %lse : f32[2,6,128] = ampc::Attention(%q, %KT, " + V + ", %m) ATTRS\n";
+        text += "  %dQ : T[2,6,128,16], %dKT : T[2,6,16,128], %dV : T[2,6,128,16] = ampc::AttentionGrad(%dO, %q, %KT, " + V +
+                ", %O, %lse, %m) ATTRS\n";
+        text += "  %dK : T[2,6,128,16] = Transpose(%dKT) {perm = [0, 1, 3, 2]}\n  output %O\n  output %dQ\n  output %dK\n  output %dV\n}\n";
+        text = std::regex_replace(text, std::regex("ATTRS"), "{scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}");
+        text = std::regex_replace(text, std::regex("MSHAPE"), shapes[form]);
+        text = std::regex_replace(text, std::regex("\\bT\\["), std::string(t) + "[");
+        text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
+        text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
+        auto g = parseGraph(text, "cudnn attention with a mask");
+        ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+        std::map<std::string, Tensor> in;
+        for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
+        Tensor& m = in.at("m");
+        const float lowest = std::numeric_limits<float>::lowest();
+        std::mt19937 rng(form);
+        for (int64_t e = 0; e < m.numel(); ++e) {
+          const int64_t key = e % 128, query = (e / 128) % 128;
+          if (form == 0) m.setDouble(e, key != 0 && rng() % 4 == 0 ? lowest : 0.0);  // padding
+          else if (form == 2) m.setDouble(e, key > query || query - key > 40 ? lowest : 0.0);  // a causal window of 41 keys
+          else m.setDouble(e, 2.0 * (static_cast<double>(rng() % 1000) / 1000.0 - 0.5));  // a bias
+        }
+        const std::string what = std::string("cuDNN attention ") + t + " head dim " + std::to_string(hd) + " mask " + shapes[form] +
+                                 (grouped ? " grouped" : "");
+        std::vector<std::pair<std::string, std::string>> picks;
         expectSameOnGpu(*g, in, what, 1.0, {}, false, hd == 256 ? cuda::ProgramOptions::Attention::automatic : cuda::ProgramOptions::Attention::cudnn,
                         &picks);
         ASSERT_EQ(picks.size(), 2u) << what << ": a forward and a backward shape";
