@@ -8,7 +8,11 @@ set -euo pipefail
 plan=$1
 steps=${2:-20}
 ranges=()
-while read -r name; do ranges+=(--int-range "$name=0:999"); done < <(amprun "$plan" --dump | awk '$1 == "INPUT" && $4 ~ /^i(32|64)\[/ {print $2}')
+while read -r name; do
+  hi=999
+  [[ $name == *mask* ]] && hi=1
+  ranges+=(--int-range "$name=0:$hi")
+done < <(amprun "$plan" --dump | awk '$1 == "INPUT" && $4 ~ /^i(32|64)\[/ {print $2}')
 echo "== amprun --tune --bench"
 amprun "$plan" --device cuda --synthetic --steps "$steps" --bench --tune "${ranges[@]}"
 echo "== amprun --dump (tuning)"

@@ -97,6 +97,15 @@ def llama_hd128():
                                         use_cache=False))
 
 
+def gemma_hd256():
+    """A Gemma-style LM with Gemma's head dim, 256 (past ampc's kernels: cuDNN's fused SDPA runs its
+    attention), multi-query (8 heads over 1 KV head), 1024 wide, 6 layers, MLP 4096, GELU-tanh."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+    return GemmaForCausalLM(GemmaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=6,
+                                        num_attention_heads=8, num_key_value_heads=1, head_dim=256, max_position_embeddings=2048,
+                                        use_cache=False))
+
+
 def llama_1_5b():
     """1.6B parameters (24 layers, 2048 wide, MLP 8192, 16 heads over 4 KV heads): 6.4 GB of f32
     weights, past protobuf's 2 GiB, so its ONNX file carries them as external data."""
@@ -131,6 +140,7 @@ MODELS = {
     "gpt2_124m": lm(gpt2_124m, 8, 1024, 50257),
     "nanogpt": lm(NanoGpt, 8, 1024, 50304),
     "llama_1_5b": lm(llama_1_5b, 4, 512, 32000),
+    "gemma_hd256_padded": lm_padded(gemma_hd256, 4, 1024, 32000),
 }
 
 
