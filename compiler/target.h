@@ -18,8 +18,7 @@ struct AttentionShape {
   int64_t headDim = 0, vHeadDim = 0, keys = 0;  // D (Q's and K's), Dv (V's), Tk
   bool dropout = false;
   // No mask, or one cuDNN's fused SDPA reads as it is: computed from no parameter (so it needs no
-  // gradient), and rows masked everywhere not zeroed (zero_empty_rows). The passes work it out only
-  // where the target refuses the shape without it.
+  // gradient). The passes work it out only where the target refuses the shape without it.
   bool maskForCudnn = false;
 };
 

@@ -82,12 +82,10 @@ class Planner {
     if (target_.attentionInPlace(s)) return true;
     s.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
     if (!target_.attentionInPlace(s)) return false;
-    // The mask (operand 3, AttentionGrad's 6): none, or computed from no parameter (once per mask
-    // value) without zero_empty_rows
+    // The mask (operand 3, AttentionGrad's 6): none, or computed from no parameter (once per mask value)
     const size_t maskAt = q ? 6 : 3;
     const Value* mask = n->numInputs() > maskAt ? n->input(maskAt) : nullptr;
     if (!mask) return true;
-    if (n->getInt("zero_empty_rows", 0) != 0) return false;
     auto [it, first] = untrained_.try_emplace(mask, false);
     if (first) it->second = !dependsOnParams(mask);
     return it->second;

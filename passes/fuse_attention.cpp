@@ -96,11 +96,8 @@ struct Match {
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
 // Whether the match's mask is one cuDNN's fused SDPA reads (AttentionShape::maskForCudnn): none, or
-// an added mask or a Where's condition computed from no parameter, without the NaN guard
-// (zero_empty_rows) where there is one.
+// an added mask or a Where's condition computed from no parameter.
 bool maskForCudnn(const Match& m) {
-  if (!m.mask && !m.where) return true;
-  if (m.nanWhere) return false;
   return !(m.mask && dependsOnParams(m.mask)) && !(m.where && dependsOnParams(m.where->input(0)));
 }
 

@@ -1570,6 +1570,30 @@ cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStrea
   return cudaGetLastError();
 }
 
+namespace {
+// One warp a row: a row whose log-sum-exp is NaN or -inf gets O = 0 and +inf.
+__global__ void zeroEmptyRowsKernel(char* O, int eb, float* lse, int64_t rows, int64_t H, int64_t Tq, int64_t Dv, int64_t sB, int64_t sH,
+                                    int64_t sRow) {
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (r >= rows) return;
+  const float l = lse[r];
+  if (l > -INFINITY) return;  // finite or +inf (NaN and -inf fail the test)
+  const int64_t q = r % Tq, h = (r / Tq) % H, b = r / (Tq * H);
+  char* row = O + (b * sB + h * sH + q * sRow) * eb;
+  for (int64_t c = threadIdx.x % 32; c < Dv * eb; c += 32) row[c] = 0;
+  if (threadIdx.x % 32 == 0) lse[r] = INFINITY;
+}
+}  // namespace
+
+cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t H, int64_t Tq, int64_t Dv, int64_t sB, int64_t sH, int64_t sRow,
+                                   cudaStream_t st) {
+  const int64_t rows = B * H * Tq;
+  if (rows == 0) return cudaSuccess;
+  const int eb = t == DT::f32 ? 4 : 2;
+  zeroEmptyRowsKernel<<<static_cast<unsigned>(cdiv(rows * 32, 256)), 256, 0, st>>>(static_cast<char*>(O), eb, lse, rows, H, Tq, Dv, sB, sH, sRow);
+  return cudaGetLastError();
+}
+
 size_t attentionKeepBytes(const AttentionArgs& a) {
   if (a.ratio <= 0.0f || !mmaPath(a)) return 0;
   return align256(static_cast<size_t>(a.N * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile)) * 128 * sizeof(uint32_t));

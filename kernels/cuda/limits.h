@@ -24,7 +24,7 @@ inline bool attentionFits(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool
 }
 // Head dims past the kernels' run through cuDNN's fused SDPA only (runtime/cuda/cudnn_sdpa.h; cuDNN
 // 9.1+ on Hopper): f16/bf16, multiples of 8 up to 256, without dropout, and no mask or one that
-// needs no gradient and leaves rows masked everywhere as softmax makes them (maskForCudnn).
+// needs no gradient (maskForCudnn).
 inline constexpr int kAttentionMaxHeadDimCudnn = 256;
 inline bool attentionCudnnOnly(bool lowFloat, int64_t D, int64_t Dv, bool dropout, bool maskForCudnn) {
   return lowFloat && !dropout && maskForCudnn && D % 8 == 0 && Dv % 8 == 0 && D <= kAttentionMaxHeadDimCudnn && Dv <= kAttentionMaxHeadDimCudnn;

@@ -259,6 +259,11 @@ size_t attentionKeepBytes(const AttentionArgs& a);
 int attentionBackwardBlocksPerSm(const AttentionArgs& a);
 // Scratch bytes the launches need (the backward's row sums and f32 dQ).
 size_t attentionScratch(const AttentionArgs& a, bool backward);
+// zero_empty_rows after a forward that leaves a row whose every score is -inf with a log-sum-exp of
+// NaN or -inf (cuDNN's fused SDPA): each such row of O [B, H, Tq, Dv] (type t, at sB, sH, sRow
+// elements) becomes 0 and its lse [B H Tq] +inf, as the fused op defines it (AttentionArgs::zeroEmpty).
+cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t H, int64_t Tq, int64_t Dv, int64_t sB, int64_t sH, int64_t sRow,
+                                   cudaStream_t st);
 // O [N, Tq, Dv], lse f32 [N, Tq].
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st);
 // dQ, dKT, dV (the inputs' shapes and type) from dO, the inputs, O and lse.

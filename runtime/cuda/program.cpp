@@ -478,10 +478,12 @@ struct Program::Lowering {
   // What passes through scratch on cuDNN's way: K and dK as rows (transposed from and to KT), and
   // a mask that broadcasts over the queries expanded to its rows where cuDNN's engines refuse the
   // broadcast (stridedCopy's `bias`, biasBytes).
+  // zeroEmpty: rows masked everywhere set to 0 after the forward (attentionZeroEmptyRows; O at o).
   struct CudnnStaging {
-    bool copyK = false, copyDK = false, expandBias = false;
+    bool copyK = false, copyDK = false, expandBias = false, zeroEmpty = false;
     CopyArgs bias;
     size_t biasBytes = 0;
+    SdpaStrides o;
   };
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
                                             CudnnStaging& staging);
@@ -2044,7 +2046,10 @@ void Program::Lowering::ampcAttention() {
       void* kr = copyK ? dws.at(wsB) : nullptr;
       if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
       if (x.expandBias && stridedCopy(M, dws.at(biasAt), x.bias, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      return c->forward(Q, copyK ? kr : KT, V, x.expandBias ? dws.at(biasAt) : M, O, lse, dws.at(0), plan, st);
+      const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, x.expandBias ? dws.at(biasAt) : M, O, lse, dws.at(0), plan, st);
+      if (s != CUDNN_STATUS_SUCCESS || !x.zeroEmpty) return s;
+      return attentionZeroEmptyRows(O, a.t, lse, d.B, d.H, d.Tq, d.Dv, x.o.sB, x.o.sH, x.o.sRow, st) == cudaSuccess ? s
+                                                                                                     : CUDNN_STATUS_EXECUTION_FAILED;
     });
     return;
   }
@@ -2127,7 +2132,6 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
     if (first) it->second = isCausalMask(mask, d.Tq, d.Tk);
     causal = it->second;
     if (!causal) {
-      if (a.zeroEmpty) return no("a mask whose rows masked everywhere give zeros");
       const int64_t slice = a.maskRows ? d.Tq * d.Tk : d.Tk, B = d.B, H = d.H;
       biasAt.sRow = a.maskRows ? d.Tk : 0;
       if (a.maskMod == 1) biasAt.sB = biasAt.sH = 0;
@@ -2154,6 +2158,8 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   const SdpaStrides rows{d.H * d.Tk * d.D, d.Tk * d.D, d.D};  // the scratch copies
   if (copyK) s.k = rows;
   if (copyDK) s.dk = rows;
+  staging.zeroEmpty = a.zeroEmpty && bias;  // (the causal mask leaves no row empty)
+  staging.o = s.o;
   s.causal = causal;
   s.bias = bias;
   s.biasT = a.maskType;

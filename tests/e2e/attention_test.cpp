@@ -278,10 +278,10 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
 // Head dims only cuDNN's fused SDPA takes on CUDA (256: kernels/cuda/limits.h) fuse for the cuda
 // target where cuDNN reads the mask (AttentionShape::maskForCudnn): none, or one made from no
 // parameter: the causal one as a constant, computed from constants or as masked_fill's condition, a
-// padding mask from an input, another constant. A mask computed from a parameter (it may need a
-// gradient, which cuDNN's graphs do not give) keeps the attention as written, and so does the NaN
-// guard (rows masked everywhere zeroed). The fused node is then a target node (cuda::Attention), and
-// the plan computes what the graph did.
+// padding mask from an input (also with the exporters' NaN guard after the softmax: the node's
+// zero_empty_rows), another constant. A mask computed from a parameter (it may need a gradient,
+// which cuDNN's graphs do not give) keeps the attention as written. The fused node is then a target
+// node (cuda::Attention), and the plan computes what the graph did.
 TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
   struct C {
     std::string name, mask;
@@ -289,7 +289,7 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
   };
   const std::vector<C> cases = {{"causal_const", "const", true},   {"causal_computed", "computed", true}, {"masked_fill", "where", true},
                                 {"padding_input", "input", true},  {"shifted_const", "shifted", true},    {"from_param", "param", false},
-                                {"nan_guard", "guard", false}};
+                                {"nan_guard", "guard", true}};
   for (const C& c : cases) {
     std::string t = "graph \"a\" opset 17 {\n  input %q : bf16[2,2,6,256]\n  input %kt : bf16[2,2,256,6]\n  input %v : bf16[2,2,6,256]\n";
     std::string causal = "[", shifted = "[", cond = "[";
@@ -325,6 +325,7 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
     ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g)) << c.name;
     const Node* a = g->lookup("o")->producer();
     EXPECT_EQ(a->domain(), kCudaDomain) << c.name;  // (KT an input here: the CUDA lowering copies K to rows for cuDNN)
+    EXPECT_EQ(a->getInt("zero_empty_rows", 0), c.mask == "guard" ? 1 : 0) << c.name;
     // The plan on the CPU reference against the graph as written
     std::map<std::string, Tensor> in;
     std::mt19937 rng(7);

@@ -832,9 +832,10 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
 // cuDNN's fused SDPA with an additive mask read as a bias (ProgramOptions::attention cudnn): the
 // forms models export, each an input of random values: a padding mask [B, 1, 1, Tk] (the lowest
 // float on padded keys, key 0 always kept), a bias per head [1, H, Tq, Tk] (ALiBi's, T5's when not
-// trained), a sliding window [1, 1, Tq, Tk], and one per batch and head; MHA and GQA 6/2, head
-// dims 64 and 256 (cuDNN only), f16 and bf16. Forward and backward against the CPU, and cuDNN ran
-// both nodes.
+// trained), a sliding window [1, 1, Tq, Tk] of -inf with one query masked everywhere under
+// zero_empty_rows (its O row 0, as the exporters' NaN guard makes it), and one per batch and head;
+// MHA and GQA 6/2, head dims 64 and 256 (cuDNN only), f16 and bf16. Forward and backward against the
+// CPU, and cuDNN ran both nodes.
 TEST(GpuAttention, CudnnTakesAdditiveMasks) {
   AMPC_NEED_GPU();
   const char* shapes[] = {"[2,1,1,128]", "[1,6,128,128]", "[1,1,128,128]", "[2,6,128,128]"};
@@ -869,7 +870,8 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
         text += "  %dQ : T[2,6,128,16], %dKT : T[2,6,16,128], %dV : T[2,6,128,16] = ampc::AttentionGrad(%dO, %q, %KT, " + V +
                 ", %O, %lse, %m) ATTRS\n";
         text += "  %dK : T[2,6,128,16] = Transpose(%dKT) {perm = [0, 1, 3, 2]}\n  output %O\n  output %dQ\n  output %dK\n  output %dV\n}\n";
-        text = std::regex_replace(text, std::regex("ATTRS"), "{scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}");
+        text = std::regex_replace(text, std::regex("ATTRS"), std::string("{scale = 0.125, dropout_ratio = 0.0, dropout_key = 3") +
+                                                                 (form == 2 ? ", zero_empty_rows = 1}" : "}"));
         text = std::regex_replace(text, std::regex("MSHAPE"), shapes[form]);
         text = std::regex_replace(text, std::regex("\\bT\\["), std::string(t) + "[");
         text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
@@ -884,7 +886,7 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
         for (int64_t e = 0; e < m.numel(); ++e) {
           const int64_t key = e % 128, query = (e / 128) % 128;
           if (form == 0) m.setDouble(e, key != 0 && rng() % 4 == 0 ? lowest : 0.0);  // padding
-          else if (form == 2) m.setDouble(e, key > query || query - key > 40 ? lowest : 0.0);  // a causal window of 41 keys
+          else if (form == 2) m.setDouble(e, key > query || query - key > 40 || query == 7 ? -INFINITY : 0.0);  // a causal window of 41 keys
           else m.setDouble(e, 2.0 * (static_cast<double>(rng() % 1000) / 1000.0 - 0.5));  // a bias
         }
         const std::string what = std::string("cuDNN attention ") + t + " head dim " + std::to_string(hd) + " mask " + shapes[form] +
