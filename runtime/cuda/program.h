@@ -67,8 +67,9 @@ struct ProgramOptions {
   // one, whose AllReduce copies its operands through.
   NcclGroup* collective = nullptr;
   // The fused attention (cuda::Attention, AttentionGrad): ampc's kernels (kernels/cuda/attention.cu)
-  // or cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h), which takes attention without dropout whose
-  // mask is none or the causal one (a constant, or computed from constants only: evaluated at load).
+  // or cuDNN's fused SDPA (runtime/cuda/cudnn_sdpa.h), which takes attention without dropout or a
+  // trained mask: the causal mask (a constant, or computed from constants only: evaluated at load)
+  // it generates itself, any other it reads as an additive bias.
   // automatic: where cuDNN takes a node, the first run times the kernels and cuDNN's plans on its
   // operands and keeps the fastest for every node of that shape; kernels: never cuDNN; cudnn: cuDNN
   // wherever it takes the node. With `deterministic`, the kernels only. Head dims past the kernels'

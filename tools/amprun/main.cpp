@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
   app.add_option("--attention", attention,
                  "cuda: the fused attention's implementation: auto (the fastest of ampc's kernels and cuDNN's fused SDPA plans, measured in "
-                 "the first step, where cuDNN takes the node: no dropout, no mask or the causal one), kernels, or cudnn (head dims past 128 "
+                 "the first step, where cuDNN takes the node: no dropout, no trained mask), kernels, or cudnn (head dims past 128 "
                  "run through cuDNN in every mode)")
       ->check(CLI::IsMember({"auto", "kernels", "cudnn"}));
   app.add_flag("--tune", tune,
