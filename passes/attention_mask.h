@@ -23,6 +23,15 @@ const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo
 // (constantValue, at most maxElements evaluated).
 bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
 
+// Whether `mask` [.., Tq, Tk] is at most -1e30 above the diagonal (key j > query i) whatever the
+// step's inputs and parameters hold: the causal mask, with more masked besides (padding, windows).
+// Evaluated ahead of the step with the inputs, parameters and random results unknown: known
+// elements flow through data movement (Reshape, Expand, Transpose, Slice, Gather, Concat, Cast ...),
+// elementwise ops (known where every operand is), And and Or (known where one operand decides them)
+// and Where (known where its condition picks a known value, or both branches agree); other ops make
+// their results unknown. At most maxElements result elements are evaluated.
+bool containsCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
+
 // Whether `v` is computed from a parameter (an initializer: it may be trained, so a mask made from it
 // may need a gradient), through any path of producers.
 bool dependsOnParams(const Value* v);

@@ -475,14 +475,10 @@ struct Program::Lowering {
   void ampcLayerNormGrad();
   void ampcSoftmaxCrossEntropyLossGrad();
   void ampcAttention();
-  // What passes through scratch on cuDNN's way: K and dK as rows (transposed from and to KT), and
-  // a mask that broadcasts over the queries expanded to its rows where cuDNN's engines refuse the
-  // broadcast (stridedCopy's `bias`, biasBytes).
-  // zeroEmpty: rows masked everywhere set to 0 after the forward (attentionZeroEmptyRows; O at o).
+  // What cuDNN's runs need around them: K and dK through scratch as rows (transposed from and to
+  // KT); zeroEmpty: rows masked everywhere set to 0 after the forward (attentionZeroEmptyRows; O at o).
   struct CudnnStaging {
-    bool copyK = false, copyDK = false, expandBias = false, zeroEmpty = false;
-    CopyArgs bias;
-    size_t biasBytes = 0;
+    bool copyK = false, copyDK = false, zeroEmpty = false;
     SdpaStrides o;
   };
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
@@ -2038,15 +2034,14 @@ void Program::Lowering::ampcAttention() {
     Launch ours;
     if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     if (!dnn) return add(ours);
-    const size_t wsB = alignUp(dnn->workspaceBytes()), biasAt = wsB + (copyK ? kBytes : 0);
-    const Scratch dws = scratch(biasAt + staging.biasBytes);
+    const size_t wsB = alignUp(dnn->workspaceBytes());
+    const Scratch dws = scratch(wsB + (copyK ? kBytes : 0));
     CudnnSdpa* c = dnn.get();
     const CudnnStaging x = staging;
     attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
       void* kr = copyK ? dws.at(wsB) : nullptr;
       if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      if (x.expandBias && stridedCopy(M, dws.at(biasAt), x.bias, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, x.expandBias ? dws.at(biasAt) : M, O, lse, dws.at(0), plan, st);
+      const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, M, O, lse, dws.at(0), plan, st);
       if (s != CUDNN_STATUS_SUCCESS || !x.zeroEmpty) return s;
       return attentionZeroEmptyRows(O, a.t, lse, d.B, d.H, d.Tq, d.Dv, x.o.sB, x.o.sH, x.o.sRow, st) == cudaSuccess ? s
                                                                                                      : CUDNN_STATUS_EXECUTION_FAILED;
@@ -2071,16 +2066,14 @@ void Program::Lowering::ampcAttention() {
   Launch ours;
   if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
   if (!dnn) return add(ours);
-  const size_t wsB = alignUp(dnn->workspaceBytes()), biasAt = wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0);
-  const Scratch dws = scratch(biasAt + staging.biasBytes);
+  const size_t wsB = alignUp(dnn->workspaceBytes());
+  const Scratch dws = scratch(wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0));
   CudnnSdpa* c = dnn.get();
   const CudnnStaging x = staging;
   attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
     void *kr = copyK ? dws.at(wsB) : nullptr, *dkr = copyDK ? dws.at(wsB + (copyK ? kBytes : 0)) : nullptr;
     if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-    if (x.expandBias && stridedCopy(M, dws.at(biasAt), x.bias, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-    const void* bias = x.expandBias ? dws.at(biasAt) : M;
-    const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, bias, lse, dQ, copyDK ? dkr : dKT, dV, dws.at(0), plan, st);
+    const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, M, lse, dQ, copyDK ? dkr : dKT, dV, dws.at(0), plan, st);
     if (s != CUDNN_STATUS_SUCCESS || !copyDK) return s;
     return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
   });
@@ -2129,11 +2122,16 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   if (mask) {
     // The causal one, a constant or computed from constants only (evaluated here, once per mask
     // value): cuDNN generates it. Any other: read as an additive bias [B, H, Tq, Tk] with
-    // broadcast strides, where its slices map onto batch and heads (attentionMaskMap).
-    auto [it, first] = p.causalMask_.try_emplace(mask, false);
-    if (first) it->second = isCausalMask(mask, d.Tq, d.Tk);
-    causal = it->second;
-    if (!causal) {
+    // broadcast strides, where its slices map onto batch and heads (attentionMaskMap); where it
+    // masks above the diagonal whatever the step's inputs (a causal LM's padding mask), cuDNN
+    // generates the causal mask too and skips the tiles above the diagonal.
+    auto [it, first] = p.causalMask_.try_emplace(mask, std::make_pair(false, false));
+    if (first) {
+      it->second.first = isCausalMask(mask, d.Tq, d.Tk);
+      it->second.second = it->second.first || containsCausalMask(mask, d.Tq, d.Tk);
+    }
+    causal = it->second.second;
+    if (!it->second.first) {
       const int64_t slice = a.maskRows ? d.Tq * d.Tk : d.Tk, B = d.B, H = d.H;
       biasAt.sRow = a.maskRows ? d.Tk : 0;
       if (a.maskMod == 1) biasAt.sB = biasAt.sH = 0;
@@ -2170,28 +2168,9 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   s.backward = grad;
   s.fullHeadGrads = fullHead;
   if (std::string why; !CudnnSdpa::shapeSupported(s, &why)) return no(why);
-  if (causal) key.replace(key.find(" masked"), 7, " causal");
+  if (causal) key.replace(key.find(" masked"), 7, bias ? " causal, masked" : " causal");
   try {
-    std::shared_ptr<CudnnSdpa> c;
-    try {
-      c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
-    } catch (const Error&) {
-      if (!bias || biasAt.sRow != 0) throw;
-      // A mask broadcast over the queries (a padding row): expanded to [B|1, H|1, Tq, Tk] first.
-      CopyArgs& x = staging.bias;
-      x.rank = 4;
-      const int64_t Bm = biasAt.sB ? d.B : 1, Hm = biasAt.sH ? d.H : 1;
-      const int64_t shape[4] = {Bm, Hm, d.Tq, d.Tk}, src[4] = {biasAt.sB, biasAt.sH, 0, 1},
-                    dst[4] = {Hm * d.Tq * d.Tk, d.Tq * d.Tk, d.Tk, 1};
-      for (int i = 0; i < 4; ++i) x.shape[i] = shape[i], x.srcStride[i] = src[i], x.dstStride[i] = dst[i];
-      x.n = Bm * Hm * d.Tq * d.Tk;
-      x.elemBytes = static_cast<int>(dtSize(a.maskType));
-      staging.expandBias = true;
-      staging.biasBytes = alignUp(static_cast<size_t>(x.n) * static_cast<size_t>(x.elemBytes));
-      s.biasAt = {biasAt.sB ? dst[0] : 0, biasAt.sH ? dst[1] : 0, d.Tk};
-      c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
-      key += " (mask rows expanded)";
-    }
+    auto c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
     p.keep_.push_back(c);
     return c;
   } catch (const Error& e) {

@@ -838,10 +838,10 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
 // CPU, and cuDNN ran both nodes.
 TEST(GpuAttention, CudnnTakesAdditiveMasks) {
   AMPC_NEED_GPU();
-  const char* shapes[] = {"[2,1,1,128]", "[1,6,128,128]", "[1,1,128,128]", "[2,6,128,128]"};
+  const char* shapes[] = {"[2,1,1,128]", "[1,6,128,128]", "[1,1,128,128]", "[2,6,128,128]", "[2,1,128,128]"};
   for (const int hd : {64, 256})
     for (const char* t : {"f16", "bf16"})
-      for (int form = 0; form < 4; ++form) {
+      for (int form = 0; form < 5; ++form) {
         const bool grouped = form % 2 == 1;
         std::string text = R"(graph "sdpa" opset 18 {
   domain "ampc" 1
@@ -876,14 +876,42 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
         text = std::regex_replace(text, std::regex("\\bT\\["), std::string(t) + "[");
         text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
         text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
+        // form 4: a causal LM's padding mask computed in the step from the input %am, as transformers'
+        // sdpa masks export it: cuDNN's causal graph with the mask as a bias (containsCausalMask)
+        const std::string computed = R"(  input %am : i64[2,128]
+  const %r0 : i64[] = [0]
+  const %r1 : i64[] = [1]
+  const %rT : i64[] = [128]
+  const %skv : i64[4] = [1, 1, 1, 128]
+  const %sq : i64[4] = [1, 1, 128, 1]
+  const %sp : i64[4] = [2, 1, 1, 128]
+  const %sm : i64[4] = [2, 1, 128, 128]
+  const %zero : f32[] = [0.0]
+  const %low : f32[] = [-3.4028235e+38]
+  %pos : i64[128] = Range(%r0, %rT, %r1)
+  %kv : i64[1,1,1,128] = Reshape(%pos, %skv)
+  %qp : i64[1,1,128,1] = Reshape(%pos, %sq)
+  %le : bool[1,1,128,128] = LessOrEqual(%kv, %qp)
+  %pb : bool[2,128] = Cast(%am) {to = 9}
+  %pad : bool[2,1,1,128] = Reshape(%pb, %sp)
+  %c : bool[2,1,128,128] = And(%le, %pad)
+  %ce : bool[2,1,128,128] = Expand(%c, %sm)
+  %m : f32[2,1,128,128] = Where(%ce, %zero, %low)
+)";
+        const std::string declared = "  input %m : f32[2,1,128,128]\n";
+        if (form == 4) text.replace(text.find(declared), declared.size(), computed);
         auto g = parseGraph(text, "cudnn attention with a mask");
         ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
         std::map<std::string, Tensor> in;
         for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
-        Tensor& m = in.at("m");
-        const float lowest = std::numeric_limits<float>::lowest();
         std::mt19937 rng(form);
-        for (int64_t e = 0; e < m.numel(); ++e) {
+        if (form == 4) {
+          Tensor& am = in.at("am");
+          for (int64_t e = 0; e < am.numel(); ++e) am.setDouble(e, e % 128 == 0 || rng() % 4 != 0 ? 1.0 : 0.0);
+        }
+        Tensor& m = form < 4 ? in.at("m") : in.at("am");
+        const float lowest = std::numeric_limits<float>::lowest();
+        for (int64_t e = 0; e < m.numel() && form < 4; ++e) {
           const int64_t key = e % 128, query = (e / 128) % 128;
           if (form == 0) m.setDouble(e, key != 0 && rng() % 4 == 0 ? lowest : 0.0);  // padding
           else if (form == 2) m.setDouble(e, key > query || query - key > 40 || query == 7 ? -INFINITY : 0.0);  // a causal window of 41 keys
@@ -897,7 +925,7 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
         ASSERT_EQ(picks.size(), 2u) << what << ": a forward and a backward shape";
         for (const auto& [shape, pick] : picks) {
           EXPECT_EQ(pick.rfind("cuDNN", 0), 0u) << what << ": " << shape << ": " << pick;
-          EXPECT_EQ(shape.find("expanded"), std::string::npos) << what << ": " << shape;
+          EXPECT_EQ(shape.find("causal, masked") != std::string::npos, form == 4) << what << ": " << shape;
         }
       }
 }

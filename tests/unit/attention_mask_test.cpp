@@ -56,3 +56,44 @@ TEST(AttentionMask, OtherMasksAreNot) {
   EXPECT_FALSE(isCausalMask(g->lookup("out"), 80, 80, 1000));
   EXPECT_TRUE(isCausalMask(g->lookup("out"), 80, 80, 2 * 80 * 80));
 }
+
+// A causal LM's padding mask as transformers' sdpa masks export it (the Gemma and Llama form): the
+// causal condition (a constant LessOrEqual of key and query positions) And the batch's padding row
+// (GatherND of the input attention_mask), expanded, then Where(c, 0, lowest). Above the diagonal it
+// masks whatever the input holds; its values are not known before the step (not the causal mask).
+TEST(AttentionMask, CausalWithPaddingIsFoundWhateverTheInputs) {
+  const std::string head = R"(graph "m" opset 18 {
+  input %am : i64[2,6]
+  const %kv : i64[1,1,1,6] = [0, 1, 2, 3, 4, 5]
+  const %q : i64[1,1,6,1] = [0, 1, 2, 3, 4, 5]
+  const %ax : i64[2] = [1, 2]
+  const %shape : i64[4] = [2, 1, 6, 6]
+  const %zero : f32[] = [0.0]
+  const %low : f32[] = [-3.4028235e+38]
+  %pad : bool[2,6] = Cast(%am) {to = 9}
+  %pad4 : bool[2,1,1,6] = Unsqueeze(%pad, %ax)
+)";
+  const std::string where = "  %e : bool[2,1,6,6] = Expand(%c, %shape)\n  %out : f32[2,1,6,6] = Where(%e, %zero, %low)\n  output %out\n}\n";
+  auto g = parseGraph(head + "  %le : bool[1,1,6,6] = LessOrEqual(%kv, %q)\n  %c : bool[2,1,6,6] = And(%le, %pad4)\n" + where, "gemma");
+  EXPECT_TRUE(containsCausalMask(g->lookup("out"), 6, 6));
+  EXPECT_FALSE(isCausalMask(g->lookup("out"), 6, 6));
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6, 100)) << "past the evaluation budget";
+  // The key condition one past the diagonal: key i + 1 is kept whatever the input.
+  g = parseGraph(head + "  const %one : i64[] = [1]\n  %q1 : i64[1,1,6,1] = Add(%q, %one)\n  %le : bool[1,1,6,6] = LessOrEqual(%kv, %q1)\n"
+                        "  %c : bool[2,1,6,6] = And(%le, %pad4)\n" + where, "shifted");
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
+  // Padding alone, and Or (kept where either holds: the input decides above the diagonal).
+  g = parseGraph(head + "  %c : bool[2,1,6,6] = Expand(%pad4, %shape)\n" + where, "padding");
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
+  g = parseGraph(head + "  %le : bool[1,1,6,6] = LessOrEqual(%kv, %q)\n  %c : bool[2,1,6,6] = Or(%le, %pad4)\n" + where, "or");
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
+  // masked_fill's polarity: masked where Or(above the diagonal, padded) holds, Where(c, lowest, 0).
+  g = parseGraph(head + "  %gt : bool[1,1,6,6] = Greater(%kv, %q)\n  %np : bool[2,1,1,6] = Not(%pad4)\n  %c : bool[2,1,6,6] = Or(%gt, %np)\n"
+                        "  %e : bool[2,1,6,6] = Expand(%c, %shape)\n  %out : f32[2,1,6,6] = Where(%e, %low, %zero)\n  output %out\n}\n", "masked_fill");
+  EXPECT_TRUE(containsCausalMask(g->lookup("out"), 6, 6));
+  // An additive padding term: the sum is not known (the input could make it anything).
+  g = parseGraph(head + "  %le : bool[1,1,6,6] = LessOrEqual(%kv, %q)\n  %cm : f32[1,1,6,6] = Where(%le, %zero, %low)\n"
+                        "  %pf : f32[2,1,1,6] = Cast(%pad4) {to = 1}\n  %out : f32[2,1,6,6] = Add(%cm, %pf)\n  output %out\n}\n", "additive");
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
+  EXPECT_TRUE(containsCausalMask(g->lookup("cm"), 6, 6)) << "the causal part alone, known";
+}
