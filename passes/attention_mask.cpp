@@ -87,7 +87,7 @@ class PartialEval {
       p.value = *c;
       p.all = true;
     } else if (!n || !n->def() || n->def()->random) {  // an input, a parameter, a random draw
-      p.value = Tensor(v->type());
+      p.value = filled(v->type(), 1.0);  // (ones where unknown: no division by zero downstream)
       p.known = Tensor(v->type());
     } else if (!evalNode(*n)) {
       return nullptr;
@@ -124,20 +124,27 @@ class PartialEval {
     }
     for (size_t r = 0; r < n.numResults(); ++r) budget_ -= n.result(r)->type().numel();
     if (budget_ < 0) return false;
+    const std::string& op = n.op();
+    const bool plain = n.domain().empty(), one = n.numResults() == 1;
+    // Data movement: the data operands' known flags move the same way (index and shape operands
+    // must be known). Elementwise, And, Or, Where: known element by element. Anything else with
+    // an unknown operand: unknown, and not run (its kernel might not take made-up operands).
+    const bool dataAll = op == "Concat";
+    bool moves = !all && plain && one && movesData(op);
+    for (size_t i = 1; moves && !dataAll && i < ins.size(); ++i) moves = !ins[i] || ins[i]->all;
+    const bool pointwise = !all && plain && one && (elementwise(op) || op == "And" || op == "Or" || op == "Where");
+    if (!all && !moves && !pointwise) return unknownResults(n, {});
     std::vector<Tensor> out;
     try {
       out = cpu::runNode(n, values);
     } catch (const Error&) {
-      return false;  // no CPU kernel for it
+      if (all) return false;  // no CPU kernel for it
+      return unknownResults(n, {});
     }
     std::vector<Tensor> known(out.size());
-    const std::string& op = n.op();
-    const bool plain = n.domain().empty();
     if (all) {
       for (auto& k : known) k = Tensor();
-    } else if (plain && movesData(op) && n.numResults() == 1) {
-      // the data operands' known flags moved the same way (index and shape operands must be known)
-      const bool dataAll = op == "Concat";
+    } else if (moves) {
       std::vector<Tensor> flags(ins.size());
       std::vector<const Tensor*> kin(ins.size());
       for (size_t i = 0; i < ins.size(); ++i) {
@@ -145,8 +152,6 @@ class PartialEval {
         if (i == 0 || dataAll) {
           flags[i] = knownOf(*ins[i], n.input(i)->type());
           kin[i] = &flags[i];
-        } else if (!ins[i]->all) {
-          return unknownResults(n, out);
         } else {
           kin[i] = &ins[i]->value;
         }
@@ -154,9 +159,9 @@ class PartialEval {
       try {
         known[0] = cpu::runNode(n, kin)[0];
       } catch (const Error&) {
-        return unknownResults(n, out);
+        return unknownResults(n, {});
       }
-    } else if (plain && n.numResults() == 1 && (elementwise(op) || op == "And" || op == "Or" || op == "Where")) {
+    } else {
       const auto& os = n.result(0)->type().shape;
       Tensor k(n.result(0)->type());
       auto at = [&](size_t i, int64_t e, bool flag) {
@@ -188,8 +193,6 @@ class PartialEval {
         k.setDouble(e, kn ? 1.0 : 0.0);
       }
       known[0] = std::move(k);
-    } else {
-      return unknownResults(n, out);
     }
     for (size_t r = 0; r < out.size(); ++r) {
       Partial p;
@@ -200,11 +203,11 @@ class PartialEval {
     }
     return true;
   }
-  bool unknownResults(const Node& n, std::vector<Tensor>& out) {
-    for (size_t r = 0; r < out.size(); ++r) {
+  bool unknownResults(const Node& n, std::vector<Tensor> out) {
+    for (size_t r = 0; r < n.numResults(); ++r) {
       Partial p;
       p.known = Tensor(n.result(r)->type());
-      p.value = std::move(out[r]);
+      p.value = r < out.size() ? std::move(out[r]) : filled(n.result(r)->type(), 1.0);
       memo_.emplace(n.result(r), std::move(p));
     }
     return true;

@@ -141,6 +141,7 @@ MODELS = {
     "nanogpt": lm(NanoGpt, 8, 1024, 50304),
     "llama_1_5b": lm(llama_1_5b, 4, 512, 32000),
     "gemma_hd256_padded": lm_padded(gemma_hd256, 4, 1024, 32000),
+    "llama_hd128_padded": lm_padded(llama_hd128, 4, 1024, 32000),
 }
 
 
