@@ -239,7 +239,7 @@ bool dependsOnParams(const Value* v) {
   while (!todo.empty()) {
     const Value* x = todo.back();
     todo.pop_back();
-    if (x->kind() == ValueKind::Param) return true;
+    if (x->kind() == ValueKind::Param && !x->constData()) return true;  // (bool and integer initializers are constants)
     if (const Node* n = x->producer())
       for (const Value* in : n->inputs())
         if (in && seen.insert(in).second) todo.push_back(in);

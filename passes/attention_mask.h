@@ -32,8 +32,9 @@ bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements
 // their results unknown. At most maxElements result elements are evaluated.
 bool containsCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
 
-// Whether `v` is computed from a parameter (an initializer: it may be trained, so a mask made from it
-// may need a gradient), through any path of producers.
+// Whether `v` is computed from a parameter that may be trained (a float initializer; bool and integer
+// ones are constants, Value::constData), so that a mask made from it may need a gradient, through any
+// path of producers.
 bool dependsOnParams(const Value* v);
 
 }  // namespace ampc

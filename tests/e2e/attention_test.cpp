@@ -279,7 +279,7 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
 // target where cuDNN reads the mask (AttentionShape::maskForCudnn): none, or one made from no
 // parameter: the causal one as a constant, computed from constants or as masked_fill's condition, a
 // padding mask from an input (also with the exporters' NaN guard after the softmax: the node's
-// zero_empty_rows), another constant. A mask computed from a parameter (it may need a gradient,
+// zero_empty_rows), another constant, a bool buffer (an initializer, but no parameter). A mask computed from a parameter (it may need a gradient,
 // which cuDNN's graphs do not give) keeps the attention as written. The fused node is then a target
 // node (cuda::Attention), and the plan computes what the graph did.
 TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
@@ -289,7 +289,7 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
   };
   const std::vector<C> cases = {{"causal_const", "const", true},   {"causal_computed", "computed", true}, {"masked_fill", "where", true},
                                 {"padding_input", "input", true},  {"shifted_const", "shifted", true},    {"from_param", "param", false},
-                                {"nan_guard", "guard", true}};
+                                {"nan_guard", "guard", true},      {"bool_buffer", "buffer", true}};
   for (const C& c : cases) {
     std::string t = "graph \"a\" opset 17 {\n  input %q : bf16[2,2,6,256]\n  input %kt : bf16[2,2,256,6]\n  input %v : bf16[2,2,6,256]\n";
     std::string causal = "[", shifted = "[", cond = "[";
@@ -302,13 +302,15 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
       }
     causal += "]", shifted += "]", cond += "]";
     if (c.mask == "where") t += "  const %c : bool[6,6] = " + cond + "\n  const %fill : bf16[] = [-inf]\n";
+    else if (c.mask == "buffer") t += "  param %c : bool[6,6]\n  const %fill : bf16[] = [-inf]\n";  // a model's bool buffer
     else if (c.mask == "input" || c.mask == "guard") t += "  input %m : bf16[2,1,1,6]\n";
     else if (c.mask == "param") t += "  param %m : bf16[6,6]\n";
     else if (c.mask == "shifted") t += "  const %m : bf16[6,6] = " + shifted + "\n";
     else if (c.mask == "const") t += "  const %m : bf16[6,6] = " + causal + "\n";
     else t += "  const %m0 : bf16[6,6] = " + causal + "\n  const %z : bf16[] = [0.0]\n  %m : bf16[6,6] = Add(%m0, %z)\n";
     t += "  %sc : bf16[2,2,6,6] = MatMul(%q, %kt) @attn/qk\n";
-    t += c.mask == "where" ? "  %sm : bf16[2,2,6,6] = Where(%c, %fill, %sc) @attn/where\n" : "  %sm : bf16[2,2,6,6] = Add(%sc, %m) @attn/mask\n";
+    t += c.mask == "where" || c.mask == "buffer" ? "  %sm : bf16[2,2,6,6] = Where(%c, %fill, %sc) @attn/where\n"
+                                                 : "  %sm : bf16[2,2,6,6] = Add(%sc, %m) @attn/mask\n";
     t += "  %p : bf16[2,2,6,6] = Softmax(%sm) {axis = -1} @attn/softmax\n";
     if (c.mask == "guard")
       t += "  const %zero : bf16[] = [0.0]\n  %nan : bool[2,2,6,6] = IsNaN(%p) @attn/isnan\n  %pz : bf16[2,2,6,6] = Where(%nan, %zero, %p) @attn/where\n";
@@ -318,6 +320,12 @@ TEST(FusedAttentionPass, CudnnOnlyHeadDimsNeedAMaskCudnnReads) {
       Tensor w(g->lookup("m")->type());
       g->lookup("m")->setData(w);
       ref->lookup("m")->setData(w);
+    }
+    if (c.mask == "buffer") {  // masked above the diagonal, as GPT-2's causal buffer
+      Tensor b(g->lookup("c")->type());
+      for (int64_t e = 0; e < b.numel(); ++e) b.setDouble(e, e % 6 > e / 6 ? 1.0 : 0.0);
+      g->lookup("c")->setData(b);
+      ref->lookup("c")->setData(b);
     }
     EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), c.fuses) << c.name;
     EXPECT_EQ(count(*g, "Attention"), c.fuses ? 1 : 0) << c.name;
