@@ -97,3 +97,33 @@ TEST(AttentionMask, CausalWithPaddingIsFoundWhateverTheInputs) {
   EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
   EXPECT_TRUE(containsCausalMask(g->lookup("cm"), 6, 6)) << "the causal part alone, known";
 }
+
+// The older transformers form (TorchScript exports of Llama): the causal constant (lowest above the
+// diagonal) plus the padding row, compared with 0, then masked_fill(lowest) over the causal constant.
+// Above the diagonal both branches of the Where are lowest, so it is known there whatever the input.
+TEST(AttentionMask, BranchesThatAgreeAreKnown) {
+  auto g = parseGraph(R"(graph "m" opset 18 {
+  input %am : i64[2,6]
+  const %causal : f32[1,1,6,6] = ...
+  const %ax : i64[2] = [1, 2]
+  const %zero : f32[] = [0.0]
+  const %low : f32[] = [-3.4028235e+38]
+  %pf : f32[2,6] = Cast(%am) {to = 1}
+  %p4 : f32[2,1,1,6] = Unsqueeze(%pf, %ax)
+  %sum : f32[2,1,6,6] = Add(%causal, %p4)
+  %eq : bool[2,1,6,6] = Equal(%sum, %zero)
+  %out : f32[2,1,6,6] = Where(%eq, %low, %causal)
+  output %out
+}
+)",
+                      "older");
+  Tensor c(g->lookup("causal")->type());
+  for (int64_t e = 0; e < c.numel(); ++e) c.setDouble(e, e % 6 > e / 6 ? -3.4028234663852886e38 : 0.0);
+  g->lookup("causal")->setData(c);
+  EXPECT_TRUE(containsCausalMask(g->lookup("out"), 6, 6));
+  EXPECT_FALSE(containsCausalMask(g->lookup("sum"), 6, 6)) << "an unknown term added";
+  // The branches agree only below the diagonal: not causal.
+  for (int64_t e = 0; e < c.numel(); ++e) c.setDouble(e, e % 6 < e / 6 ? -3.4028234663852886e38 : 0.0);
+  g->lookup("causal")->setData(c);
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
+}
