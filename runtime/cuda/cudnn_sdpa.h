@@ -8,6 +8,12 @@
 // The statistics are the natural-log log-sum-exp of each row's scaled (and masked) scores, f32
 // [B, H, Tq]: the same numbers as ampc.Attention's LSE result, so that either backward can follow
 // either forward.
+//
+// A known difference: a query row masked everywhere by a finite fill (transformers' finfo.min with a
+// sequence that starts with padding) has all its scores equal to the fill in f32, and its LSE
+// (fill + log Tk) rounds to the fill. cuDNN's forward divides by the row's sum and gives the mean of V,
+// as PyTorch does; the CPU reference and the kernels normalise by exp(m - LSE) = 1 and give the sum.
+// Every backward then takes P = exp(s - LSE) = 1 there, Tk times PyTorch's 1/Tk.
 #pragma once
 
 #include <cstdint>
