@@ -1,5 +1,7 @@
 #include "passes/attention_mask.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -47,10 +49,13 @@ bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements
 
 namespace {
 
-// A value known in part: `value` where `known` (the same type, 1 where known, 0 elsewhere).
+// A value known in part: `value` where `known` (1 where known, 0 elsewhere). Both have the value's
+// rank, each dim its own or 1 where the value is the same along it (a broadcast kept unexpanded:
+// an Expand's result, an elementwise op's over such operands, or a value known nowhere).
 struct Partial {
   Tensor value, known;
-  bool all = false;  // known everywhere
+  bool all = false;   // known everywhere (`known` unused)
+  bool none = false;  // known nowhere
 };
 
 Tensor filled(const TensorType& t, double x) {
@@ -59,7 +64,8 @@ Tensor filled(const TensorType& t, double x) {
   return r;
 }
 
-// Element e of `out` (shape os) read from a broadcast operand of shape s: its flat index.
+// Element e of a value of shape os, read from an operand of shape s broadcast to it (right-aligned,
+// size-1 dims repeated): the operand's flat index.
 int64_t broadcastAt(int64_t e, const std::vector<int64_t>& os, const std::vector<int64_t>& s) {
   int64_t at = 0, stride = 1;
   for (size_t k = 0; k < os.size(); ++k) {
@@ -75,141 +81,224 @@ int64_t broadcastAt(int64_t e, const std::vector<int64_t>& os, const std::vector
   return at;
 }
 
+// `t` broadcast to `type`'s shape (a copy where it is smaller).
+Tensor expandTo(const Tensor& t, const TensorType& type) {
+  if (t.type.shape == type.shape) return t;
+  Tensor r(TensorType{t.type.dtype, type.shape});
+  for (int64_t e = 0; e < r.numel(); ++e) r.setDouble(e, t.getDouble(broadcastAt(e, type.shape, t.type.shape)));
+  return r;
+}
+
 class PartialEval {
  public:
   explicit PartialEval(int64_t budget) : budget_(budget) {}
 
   const Partial* eval(const Value* v) {
     if (auto it = memo_.find(v); it != memo_.end()) return &it->second;
-    Partial p;
     const Node* n = v->producer();
     if (const Tensor* c = v->constData()) {
+      Partial p;
       p.value = *c;
       p.all = true;
-    } else if (!n || !n->def() || n->def()->random) {  // an input, a parameter, a random draw
-      p.value = filled(v->type(), 1.0);  // (ones where unknown: no division by zero downstream)
-      p.known = Tensor(v->type());
-    } else if (!evalNode(*n)) {
-      return nullptr;
-    } else {
-      return &memo_.at(v);
+      return &memo_.emplace(v, std::move(p)).first->second;
     }
-    if (p.all) p.known = Tensor();
-    return &memo_.emplace(v, std::move(p)).first->second;
+    if (!n || !n->def() || n->def()->random) return &memo_.emplace(v, unknown(v->type())).first->second;  // input, parameter, random
+    if (!evalNode(*n)) return nullptr;
+    return &memo_.at(v);
   }
 
  private:
   static bool movesData(const std::string& op) {
-    static const std::set<std::string> ops = {"Identity", "Reshape", "Expand", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Slice",
-                                              "Tile", "Gather", "GatherND", "Concat", "Cast"};
+    static const std::set<std::string> ops = {"Identity", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Slice",
+                                              "Tile",     "Gather",  "GatherND",  "Concat",    "Cast"};
     return ops.count(op) != 0;
   }
-  static bool elementwise(const std::string& op) {
-    static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Equal", "Less", "LessOrEqual", "Greater",
-                                              "GreaterOrEqual", "Not", "Sqrt", "Exp", "Log", "Pow", "Reciprocal", "Xor"};
-    return ops.count(op) != 0;
+  // Elementwise ops evaluated here, exactly, over kept broadcasts (arithmetic on f32/f64 results,
+  // and on integers of at most 2^52; comparisons, logic and Where on any type).
+  static bool ownLoop(const std::string& op, DType result) {
+    static const std::set<std::string> any = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Where"};
+    static const std::set<std::string> arith = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Min", "Max"};
+    if (any.count(op)) return true;
+    if (!arith.count(op)) return false;
+    const bool wide = result == DType::f32 || result == DType::f64;
+    const bool integer = result == DType::i64 || result == DType::i32;
+    return wide || (integer && op != "Div");
   }
-  Tensor knownOf(const Partial& p, const TensorType& t) const { return p.all ? filled(t, 1.0) : p.known; }
+  static Partial unknown(const TensorType& t) {
+    Partial p;
+    TensorType one{t.dtype, std::vector<int64_t>(t.shape.size(), 1)};
+    p.value = filled(one, 1.0);  // (ones: no division by zero where it is read)
+    p.known = Tensor(TensorType{t.dtype, one.shape});
+    p.none = true;
+    return p;
+  }
+  bool spend(int64_t elements) {
+    budget_ -= elements;
+    return budget_ >= 0;
+  }
+  bool setUnknown(const Node& n) {
+    for (size_t r = 0; r < n.numResults(); ++r) memo_.emplace(n.result(r), unknown(n.result(r)->type()));
+    return true;
+  }
+  // Runs n's CPU kernel on `ins` at their full shapes. False where it has none (or past the budget).
+  bool run(const Node& n, const std::vector<const Tensor*>& ins, std::vector<Tensor>& out) {
+    std::vector<Tensor> full(ins.size());
+    std::vector<const Tensor*> args(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i]) continue;
+      full[i] = expandTo(*ins[i], n.input(i)->type());
+      args[i] = &full[i];
+    }
+    for (size_t r = 0; r < n.numResults(); ++r)
+      if (!spend(n.result(r)->type().numel())) return false;
+    try {
+      out = cpu::runNode(n, args);
+    } catch (const Error&) {
+      return false;
+    }
+    return true;
+  }
 
   bool evalNode(const Node& n) {
     std::vector<const Partial*> ins;
-    std::vector<const Tensor*> values;
-    bool all = true;
+    bool all = true, none = true;
     for (const Value* x : n.inputs()) {
       const Partial* p = x ? eval(x) : nullptr;
       if (x && !p) return false;
       ins.push_back(p);
-      values.push_back(p ? &p->value : nullptr);
       all &= !p || p->all;
     }
-    for (size_t r = 0; r < n.numResults(); ++r) budget_ -= n.result(r)->type().numel();
-    if (budget_ < 0) return false;
     const std::string& op = n.op();
     const bool plain = n.domain().empty(), one = n.numResults() == 1;
+    // Expand keeps its data operand's partial value as it is (the broadcast unexpanded)
+    if (plain && one && op == "Expand" && ins.size() == 2 && ins[0] && ins[1] && ins[1]->all) {
+      Partial p = *ins[0];
+      memo_.emplace(n.result(0), std::move(p));
+      return true;
+    }
+    if (plain && one && ownLoop(op, n.result(0)->type().dtype)) return elementwise(n, ins, all);
+    if (all) {  // known operands: the CPU kernel
+      std::vector<const Tensor*> values;
+      for (const Partial* p : ins) values.push_back(p ? &p->value : nullptr);
+      std::vector<Tensor> out;
+      if (!run(n, values, out)) return false;
+      for (size_t r = 0; r < out.size(); ++r) {
+        Partial p;
+        p.value = std::move(out[r]);
+        p.all = true;
+        memo_.emplace(n.result(r), std::move(p));
+      }
+      return true;
+    }
     // Data movement: the data operands' known flags move the same way (index and shape operands
-    // must be known). Elementwise, And, Or, Where: known element by element. Anything else with
-    // an unknown operand: unknown, and not run (its kernel might not take made-up operands).
+    // must be known); data known nowhere stays so. Anything else with an unknown operand: unknown,
+    // and not run (its kernel might not take made-up operands).
     const bool dataAll = op == "Concat";
-    bool moves = !all && plain && one && movesData(op);
-    for (size_t i = 1; moves && !dataAll && i < ins.size(); ++i) moves = !ins[i] || ins[i]->all;
-    const bool pointwise = !all && plain && one && (elementwise(op) || op == "And" || op == "Or" || op == "Where");
-    if (!all && !moves && !pointwise) return unknownResults(n, {});
-    std::vector<Tensor> out;
-    try {
-      out = cpu::runNode(n, values);
-    } catch (const Error&) {
-      if (all) return false;  // no CPU kernel for it
-      return unknownResults(n, {});
+    bool moves = plain && one && movesData(op);
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i]) continue;
+      if (i == 0 || dataAll) none &= ins[i]->none;
+      else moves &= ins[i]->all;
     }
-    std::vector<Tensor> known(out.size());
-    if (all) {
-      for (auto& k : known) k = Tensor();
-    } else if (moves) {
-      std::vector<Tensor> flags(ins.size());
-      std::vector<const Tensor*> kin(ins.size());
-      for (size_t i = 0; i < ins.size(); ++i) {
-        if (!ins[i]) continue;
-        if (i == 0 || dataAll) {
-          flags[i] = knownOf(*ins[i], n.input(i)->type());
-          kin[i] = &flags[i];
-        } else {
-          kin[i] = &ins[i]->value;
-        }
+    if (!moves || none) return setUnknown(n);
+    std::vector<Tensor> flags(ins.size());
+    std::vector<const Tensor*> values(ins.size()), kin(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i]) continue;
+      values[i] = &ins[i]->value;
+      if (i == 0 || dataAll) {
+        flags[i] = ins[i]->all ? filled(TensorType{ins[i]->value.type.dtype, n.input(i)->type().shape}, 1.0) : ins[i]->known;
+        kin[i] = &flags[i];
+      } else {
+        kin[i] = &ins[i]->value;
       }
-      try {
-        known[0] = cpu::runNode(n, kin)[0];
-      } catch (const Error&) {
-        return unknownResults(n, {});
-      }
-    } else {
-      const auto& os = n.result(0)->type().shape;
-      Tensor k(n.result(0)->type());
-      auto at = [&](size_t i, int64_t e, bool flag) {
-        const auto& s = n.input(i)->type().shape;
-        const int64_t j = broadcastAt(e, os, s);
-        return flag ? (ins[i]->all || ins[i]->known.getDouble(j) != 0.0) : ins[i]->value.getDouble(j) != 0.0;
-      };
-      for (int64_t e = 0; e < k.numel(); ++e) {
-        bool kn = true;
-        if (op == "And" || op == "Or") {
-          const bool decides = op == "Or";  // the operand value that decides the result
-          bool decided = false;
-          for (size_t i = 0; i < ins.size(); ++i) {
-            const bool ki = at(i, e, true);
-            kn &= ki;
-            decided |= ki && at(i, e, false) == decides;
-          }
-          kn |= decided;
-        } else if (op == "Where") {
-          const bool kc = at(0, e, true), c = at(0, e, false);
-          const bool kx = at(1, e, true), ky = at(2, e, true);
-          const double x = ins[1]->value.getDouble(broadcastAt(e, os, n.input(1)->type().shape));
-          const double y = ins[2]->value.getDouble(broadcastAt(e, os, n.input(2)->type().shape));
-          kn = (kc && (c ? kx : ky)) || (kx && ky && x == y);
-        } else {
-          for (size_t i = 0; i < ins.size(); ++i)
-            if (ins[i]) kn &= at(i, e, true);
-        }
-        k.setDouble(e, kn ? 1.0 : 0.0);
-      }
-      known[0] = std::move(k);
     }
-    for (size_t r = 0; r < out.size(); ++r) {
-      Partial p;
-      p.value = std::move(out[r]);
-      p.all = all;
-      if (!all) p.known = std::move(known[r]);
-      memo_.emplace(n.result(r), std::move(p));
-    }
+    std::vector<Tensor> out, known;
+    if (!run(n, values, out) || !run(n, kin, known)) return setUnknown(n);
+    Partial p;
+    p.value = std::move(out[0]);
+    p.known = std::move(known[0]);
+    memo_.emplace(n.result(0), std::move(p));
     return true;
   }
-  bool unknownResults(const Node& n, std::vector<Tensor> out) {
-    for (size_t r = 0; r < n.numResults(); ++r) {
-      Partial p;
-      p.known = Tensor(n.result(r)->type());
-      p.value = r < out.size() ? std::move(out[r]) : filled(n.result(r)->type(), 1.0);
-      memo_.emplace(n.result(r), std::move(p));
+
+  // One elementwise op over its operands' kept shapes: values and known flags element by element.
+  bool elementwise(const Node& n, const std::vector<const Partial*>& ins, bool all) {  // all: every operand known
+    const std::string& op = n.op();
+    const DType rt = n.result(0)->type().dtype;
+    const size_t rank = n.result(0)->type().shape.size();
+    std::vector<int64_t> os(rank, 1);
+    for (const Partial* p : ins) {
+      if (!p) continue;
+      const auto& s = p->value.type.shape;
+      for (size_t k = 0; k < s.size() && k < rank; ++k) os[rank - 1 - k] = std::max(os[rank - 1 - k], s[s.size() - 1 - k]);
     }
+    bool none = !all;
+    for (const Partial* p : ins) none &= !p || p->none;
+    if (none && op != "Where") return setUnknown(n);  // (And/Or decide only with a known operand)
+    Tensor value(TensorType{rt, os}), known(TensorType{rt, os});
+    if (!spend(value.numel())) return false;
+    const bool integer = rt == DType::i64 || rt == DType::i32;
+    std::vector<double> x(ins.size());
+    std::vector<bool> k(ins.size());
+    bool knownAll = true;
+    for (int64_t e = 0; e < value.numel(); ++e) {
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (!ins[i]) continue;
+        const int64_t at = broadcastAt(e, os, ins[i]->value.type.shape);
+        x[i] = ins[i]->value.getDouble(at);
+        k[i] = ins[i]->all || (!ins[i]->none && ins[i]->known.getDouble(at) != 0.0);
+      }
+      bool kn = true;
+      for (size_t i = 0; i < ins.size(); ++i) kn = kn && (!ins[i] || k[i]);
+      double y = 0;
+      if (op == "And" || op == "Or") {
+        const bool decides = op == "Or";  // the operand value that decides the result
+        bool decided = false, r = !decides;
+        for (size_t i = 0; i < ins.size(); ++i) {
+          decided |= k[i] && (x[i] != 0.0) == decides;
+          r = decides ? (r || x[i] != 0.0) : (r && x[i] != 0.0);
+        }
+        kn |= decided;
+        y = decided ? decides : r;
+      } else if (op == "Where") {
+        const bool c = x[0] != 0.0;
+        kn = (k[0] && (c ? k[1] : k[2])) || (k[1] && k[2] && x[1] == x[2]);
+        y = c ? x[1] : x[2];
+      } else if (op == "Not") {
+        y = x[0] == 0.0;
+      } else if (op == "Xor") {
+        y = (x[0] != 0.0) != (x[1] != 0.0);
+      } else if (op == "Equal") {
+        y = x[0] == x[1];
+      } else if (op == "Less") {
+        y = x[0] < x[1];
+      } else if (op == "LessOrEqual") {
+        y = x[0] <= x[1];
+      } else if (op == "Greater") {
+        y = x[0] > x[1];
+      } else if (op == "GreaterOrEqual") {
+        y = x[0] >= x[1];
+      } else if (op == "Neg") {
+        y = -x[0];
+      } else if (op == "Abs") {
+        y = std::fabs(x[0]);
+      } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Min" || op == "Max") {
+        y = op == "Add" ? x[0] + x[1] : op == "Sub" ? x[0] - x[1] : op == "Mul" ? x[0] * x[1] : op == "Div" ? x[0] / x[1]
+          : op == "Min" ? std::min(x[0], x[1]) : std::max(x[0], x[1]);
+      }
+      // integers past 2^52 are not exact as doubles: not known
+      if (integer && kn)
+        for (size_t i = 0; i < ins.size(); ++i) kn = kn && (!ins[i] || std::fabs(x[i]) <= 4503599627370496.0);
+      value.setDouble(e, y);
+      known.setDouble(e, kn ? 1.0 : 0.0);
+      knownAll = knownAll && kn;
+    }
+    Partial p;
+    p.value = std::move(value);
+    p.all = knownAll;
+    if (!knownAll) p.known = std::move(known);
+    memo_.emplace(n.result(0), std::move(p));
     return true;
   }
 
@@ -224,12 +313,20 @@ bool containsCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxEl
   if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk || Tq < 2) return false;
   PartialEval pe(maxElements);
   const Partial* p = pe.eval(mask);
-  if (!p) return false;
-  for (int64_t e = 0, n = p->value.numel(); e < n; ++e) {
-    const int64_t j = e % Tk, i = (e / Tk) % Tq;
-    if (j <= i) continue;
-    if ((!p->all && p->known.getDouble(e) == 0.0) || !(p->value.getDouble(e) <= -1e30)) return false;
-  }
+  if (!p || p->none) return false;
+  // every element above the diagonal of every plane, read through the value's kept broadcasts
+  std::vector<int64_t> ps = p->value.type.shape;  // (an Expand's operand may have a lower rank)
+  if (ps.size() < s.size()) ps.insert(ps.begin(), s.size() - ps.size(), 1);
+  int64_t planes = 1;
+  for (size_t d = 0; d + 2 < ps.size(); ++d) planes *= ps[d];
+  std::vector<int64_t> full(ps.begin(), ps.end());
+  full[full.size() - 2] = Tq, full[full.size() - 1] = Tk;
+  for (int64_t plane = 0; plane < planes; ++plane)
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = i + 1; j < Tk; ++j) {
+        const int64_t at = broadcastAt((plane * Tq + i) * Tk + j, full, ps);
+        if ((!p->all && p->known.getDouble(at) == 0.0) || !(p->value.getDouble(at) <= -1e30)) return false;
+      }
   return true;
 }
 

@@ -127,3 +127,35 @@ TEST(AttentionMask, BranchesThatAgreeAreKnown) {
   g->lookup("causal")->setData(c);
   EXPECT_FALSE(containsCausalMask(g->lookup("out"), 6, 6));
 }
+
+// The batch's broadcasts stay unexpanded: transformers' causal-and-padding chain at B 8 is evaluated
+// within a budget of 4 planes of T x T (the causal plane, its And with the unknown padding, the
+// Where), where expanding every value to [8, 1, T, T] would need more than 24.
+TEST(AttentionMask, BroadcastsAreNotExpanded) {
+  auto g = parseGraph(R"(graph "m" opset 18 {
+  input %am : i64[8,256]
+  const %r0 : i64[] = [0]
+  const %r1 : i64[] = [1]
+  const %rT : i64[] = [256]
+  const %skv : i64[4] = [1, 1, 1, 256]
+  const %sq : i64[4] = [1, 1, 256, 1]
+  const %shape : i64[4] = [8, 1, 256, 256]
+  const %ax : i64[2] = [1, 2]
+  const %zero : f32[] = [0.0]
+  const %low : f32[] = [-3.4028235e+38]
+  %pos : i64[256] = Range(%r0, %rT, %r1)
+  %kv : i64[1,1,1,256] = Reshape(%pos, %skv)
+  %q : i64[1,1,256,1] = Reshape(%pos, %sq)
+  %pad : bool[8,256] = Cast(%am) {to = 9}
+  %pad4 : bool[8,1,1,256] = Unsqueeze(%pad, %ax)
+  %le : bool[1,1,256,256] = LessOrEqual(%kv, %q)
+  %c : bool[8,1,256,256] = And(%le, %pad4)
+  %e : bool[8,1,256,256] = Expand(%c, %shape)
+  %out : f32[8,1,256,256] = Where(%e, %zero, %low)
+  output %out
+}
+)",
+                      "b8");
+  EXPECT_TRUE(containsCausalMask(g->lookup("out"), 256, 256, 4 * 256 * 256));
+  EXPECT_FALSE(containsCausalMask(g->lookup("out"), 256, 256, 2 * 256 * 256)) << "past the budget";
+}
