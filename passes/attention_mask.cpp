@@ -287,9 +287,15 @@ class PartialEval {
         y = op == "Add" ? x[0] + x[1] : op == "Sub" ? x[0] - x[1] : op == "Mul" ? x[0] * x[1] : op == "Div" ? x[0] / x[1]
           : op == "Min" ? std::min(x[0], x[1]) : std::max(x[0], x[1]);
       }
-      // integers past 2^52 are not exact as doubles: not known
-      if (integer && kn)
-        for (size_t i = 0; i < ins.size(); ++i) kn = kn && (!ins[i] || std::fabs(x[i]) <= 4503599627370496.0);
+      // Exact only where every integer (operand or result) fits a double's 2^52, or an i32 result
+      // its range, and where Min and Max see no NaN (how a kernel treats it varies): else not known.
+      constexpr double kExact = 4503599627370496.0;
+      if (kn) {
+        for (size_t i = 0; i < ins.size(); ++i)
+          if (ins[i] && isInteger(n.input(i)->type().dtype)) kn = kn && std::fabs(x[i]) <= kExact;
+        if (integer) kn = kn && std::fabs(y) <= (rt == DType::i32 ? 2147483647.0 : kExact);
+        if (op == "Min" || op == "Max") kn = kn && !std::isnan(x[0]) && !std::isnan(x[1]);
+      }
       value.setDouble(e, y);
       known.setDouble(e, kn ? 1.0 : 0.0);
       knownAll = knownAll && kn;

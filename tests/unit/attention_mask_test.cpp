@@ -1,6 +1,7 @@
 // passes/attention_mask.h: which attention masks are the causal one before the first step (the
 // CUDA backend then runs cuDNN's causal graph, which makes the mask itself).
 #include <cmath>
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -158,4 +159,27 @@ TEST(AttentionMask, BroadcastsAreNotExpanded) {
                       "b8");
   EXPECT_TRUE(containsCausalMask(g->lookup("out"), 256, 256, 4 * 256 * 256));
   EXPECT_FALSE(containsCausalMask(g->lookup("out"), 256, 256, 2 * 256 * 256)) << "past the budget";
+}
+
+// Integers past a double's exact range are not taken as known, even where a double happens to hold
+// them: positions 256 apart offset by 2^60 (a multiple of its ulp) would compare right, but the
+// analysis does not claim what it cannot hold exactly in general.
+TEST(AttentionMask, HugeIntegersAreNotKnown) {
+  const std::string text = R"(graph "m" opset 18 {
+  const %kv : i64[1,1,1,6] = [0, 256, 512, 768, 1024, 1280]
+  const %q : i64[1,1,6,1] = [0, 256, 512, 768, 1024, 1280]
+  const %big : i64[] = [OFFSET]
+  const %zero : f32[] = [0.0]
+  const %low : f32[] = [-3.4028235e+38]
+  %kb : i64[1,1,1,6] = Add(%kv, %big)
+  %qb : i64[1,1,6,1] = Add(%q, %big)
+  %le : bool[1,1,6,6] = LessOrEqual(%kb, %qb)
+  %m : f32[1,1,6,6] = Where(%le, %zero, %low)
+  output %m
+}
+)";
+  auto small = parseGraph(std::regex_replace(text, std::regex("OFFSET"), "1000"), "small");
+  EXPECT_TRUE(containsCausalMask(small->lookup("m"), 6, 6));
+  auto huge = parseGraph(std::regex_replace(text, std::regex("OFFSET"), "1152921504606846976"), "huge");
+  EXPECT_FALSE(containsCausalMask(huge->lookup("m"), 6, 6));
 }
