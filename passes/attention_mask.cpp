@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -9,43 +10,6 @@
 #include "kernels/cpu/kernel.h"
 
 namespace ampc {
-
-const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo, int64_t& budget) {
-  if (const Tensor* t = v->constData()) return t;
-  if (auto it = memo.find(v); it != memo.end()) return &it->second;
-  const Node* n = v->producer();
-  if (!n || !n->def() || n->def()->random) return nullptr;
-  std::vector<const Tensor*> ins;
-  for (const Value* x : n->inputs()) {
-    const Tensor* t = x ? constantValue(x, memo, budget) : nullptr;
-    if (x && !t) return nullptr;
-    ins.push_back(t);
-  }
-  for (size_t r = 0; r < n->numResults(); ++r) budget -= n->result(r)->type().numel();
-  if (budget < 0) return nullptr;
-  try {
-    auto out = cpu::runNode(*n, ins);
-    for (size_t r = 0; r < out.size(); ++r) memo.emplace(n->result(r), std::move(out[r]));
-  } catch (const Error&) {
-    return nullptr;  // no CPU kernel for it
-  }
-  return &memo.at(v);
-}
-
-bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
-  const auto& s = mask->type().shape;
-  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return false;
-  std::map<const Value*, Tensor> memo;
-  const Tensor* m = constantValue(mask, memo, maxElements);
-  if (!m) return false;
-  // masked (key j > query i): at most -1e30; kept: exactly 0
-  for (int64_t e = 0, n = m->numel(); e < n; ++e) {
-    const int64_t j = e % Tk, i = (e / Tk) % Tq;
-    const double x = m->getDouble(e);
-    if (j > i ? !(x <= -1e30) : x != 0.0) return false;
-  }
-  return true;
-}
 
 namespace {
 
@@ -314,26 +278,30 @@ class PartialEval {
 
 }  // namespace
 
-bool containsCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
+CausalMask classifyCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
   const auto& s = mask->type().shape;
-  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk || Tq < 2) return false;
+  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return CausalMask::none;
   PartialEval pe(maxElements);
   const Partial* p = pe.eval(mask);
-  if (!p || p->none) return false;
-  // every element above the diagonal of every plane, read through the value's kept broadcasts
+  if (!p || p->none) return CausalMask::none;
+  // every element of every plane, read through the value's kept broadcasts
   std::vector<int64_t> ps = p->value.type.shape;  // (an Expand's operand may have a lower rank)
   if (ps.size() < s.size()) ps.insert(ps.begin(), s.size() - ps.size(), 1);
   int64_t planes = 1;
   for (size_t d = 0; d + 2 < ps.size(); ++d) planes *= ps[d];
   std::vector<int64_t> full(ps.begin(), ps.end());
   full[full.size() - 2] = Tq, full[full.size() - 1] = Tk;
+  bool exact = true;  // (kept below the diagonal too)
   for (int64_t plane = 0; plane < planes; ++plane)
     for (int64_t i = 0; i < Tq; ++i)
-      for (int64_t j = i + 1; j < Tk; ++j) {
+      for (int64_t j = 0; j < Tk; ++j) {
         const int64_t at = broadcastAt((plane * Tq + i) * Tk + j, full, ps);
-        if ((!p->all && p->known.getDouble(at) == 0.0) || !(p->value.getDouble(at) <= -1e30)) return false;
+        const bool known = p->all || p->known.getDouble(at) != 0.0;
+        const double x = p->value.getDouble(at);
+        if (j > i && !(known && x <= -1e30)) return CausalMask::none;
+        if (j <= i) exact = exact && known && x == 0.0;
       }
-  return true;
+  return exact ? CausalMask::exact : CausalMask::contains;
 }
 
 bool dependsOnParams(const Value* v) {

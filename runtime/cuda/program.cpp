@@ -2125,13 +2125,10 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
     // broadcast strides, where its slices map onto batch and heads (attentionMaskMap); where it
     // masks above the diagonal whatever the step's inputs (a causal LM's padding mask), cuDNN
     // generates the causal mask too and skips the tiles above the diagonal.
-    auto [it, first] = p.causalMask_.try_emplace(mask, std::make_pair(false, false));
-    if (first) {
-      it->second.first = isCausalMask(mask, d.Tq, d.Tk);
-      it->second.second = it->second.first || containsCausalMask(mask, d.Tq, d.Tk);
-    }
-    causal = it->second.second;
-    if (!it->second.first) {
+    auto [it, first] = p.causalMask_.try_emplace(mask, CausalMask::none);
+    if (first) it->second = classifyCausalMask(mask, d.Tq, d.Tk);
+    causal = it->second != CausalMask::none;
+    if (it->second != CausalMask::exact) {
       const int64_t slice = a.maskRows ? d.Tq * d.Tk : d.Tk, B = d.B, H = d.H;
       biasAt.sRow = a.maskRows ? d.Tk : 0;
       if (a.maskMod == 1) biasAt.sB = biasAt.sH = 0;

@@ -19,6 +19,7 @@
 #include "compiler/ir/ir.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/train.h"
+#include "passes/attention_mask.h"
 #include "passes/memory_plan.h"
 #include "runtime/overflow.h"
 
@@ -167,9 +168,8 @@ class Program {
   // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
-  // Attention masks: whether each is the causal one from constants, and whether it masks above the
-  // diagonal whatever the inputs (passes/attention_mask.h, containsCausalMask)
-  std::map<const Value*, std::pair<bool, bool>> causalMask_;
+  // Attention masks: what each is ahead of the step (passes/attention_mask.h, classifyCausalMask)
+  std::map<const Value*, CausalMask> causalMask_;
   // Per attention shape where cuDNN takes the node: which implementation runs, as stored in the plan
   // or as the first run measured it fastest (-1 until then; an index into the names: 0 ampc's
   // kernels, then cuDNN's plans), shared by the nodes of that shape.

@@ -750,6 +750,20 @@ TEST(GpuAttention, GroupedKeysAndValuesMatchTheCpu) {
       }
 }
 
+// Grouped K/V of cuDNN attention tests, as Hugging Face's repeat_kv exports it: %KT and %V from
+// %k and %v, 2 K/V heads each repeated over 3 of the 6 query heads (T and 16 set by the caller).
+const char* const kRepeatedKv = R"(  const %ax : i64[1] = [2]
+  const %s5 : i64[5] = [2, 2, 3, 128, 16]
+  const %s4 : i64[4] = [2, 6, 128, 16]
+  %ku : T[2,2,1,128,16] = Unsqueeze(%k, %ax)
+  %ke : T[2,2,3,128,16] = Expand(%ku, %s5)
+  %kr : T[2,6,128,16] = Reshape(%ke, %s4)
+  %KT : T[2,6,16,128] = Transpose(%kr) {perm = [0, 1, 3, 2]}
+  %vu : T[2,2,1,128,16] = Unsqueeze(%v, %ax)
+  %ve : T[2,2,3,128,16] = Expand(%vu, %s5)
+  %V : T[2,6,128,16] = Reshape(%ve, %s4)
+)";
+
 // A graph of cuDNN attention tests: its constant %m [1, 1, 128, 128] becomes the causal mask as the
 // exporters leave it (-3.4e38 above the diagonal), its operands are read in place as the CUDA
 // lowering reads them, and `in` gets random values for its inputs.
@@ -784,17 +798,7 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
   const %m : f32[1,1,128,128] = ...
 )";
         if (grouped)
-          text += R"(  const %ax : i64[1] = [2]
-  const %s5 : i64[5] = [2, 2, 3, 128, 16]
-  const %s4 : i64[4] = [2, 6, 128, 16]
-  %ku : T[2,2,1,128,16] = Unsqueeze(%k, %ax)
-  %ke : T[2,2,3,128,16] = Expand(%ku, %s5)
-  %kr : T[2,6,128,16] = Reshape(%ke, %s4)
-  %KT : T[2,6,16,128] = Transpose(%kr) {perm = [0, 1, 3, 2]}
-  %vu : T[2,2,1,128,16] = Unsqueeze(%v, %ax)
-  %ve : T[2,2,3,128,16] = Expand(%vu, %s5)
-  %V : T[2,6,128,16] = Reshape(%ve, %s4)
-)";
+          text += kRepeatedKv;
         else if (hd != 256)
           text += "  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}\n";  // Llama's K without repeats
         // Head dim 256 (cuDNN only) without repeats: KT itself an input, so that K and dK pass through
@@ -852,17 +856,7 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
   input %m : f32MSHAPE
 )";
         if (grouped)
-          text += R"(  const %ax : i64[1] = [2]
-  const %s5 : i64[5] = [2, 2, 3, 128, 16]
-  const %s4 : i64[4] = [2, 6, 128, 16]
-  %ku : T[2,2,1,128,16] = Unsqueeze(%k, %ax)
-  %ke : T[2,2,3,128,16] = Expand(%ku, %s5)
-  %kr : T[2,6,128,16] = Reshape(%ke, %s4)
-  %KT : T[2,6,16,128] = Transpose(%kr) {perm = [0, 1, 3, 2]}
-  %vu : T[2,2,1,128,16] = Unsqueeze(%v, %ax)
-  %ve : T[2,2,3,128,16] = Expand(%vu, %s5)
-  %V : T[2,6,128,16] = Reshape(%ve, %s4)
-)";
+          text += kRepeatedKv;
         else
           text += "  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}\n";
         const std::string V = grouped ? "%V" : "%v";
