@@ -10,6 +10,7 @@
 #include "compiler/target.h"
 #include "kernels/cpu/compute.h"
 #include "kernels/cpu/families.h"
+#include "kernels/cuda/limits.h"
 
 namespace ampc::cpu {
 namespace {
@@ -94,6 +95,17 @@ C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt
   return m + std::log(l);
 }
 
+// The factor on exp(s - LSE) that makes row probabilities sum to 1: 1, except in a row whose LSE is
+// below cuda::kAttentionFillLse (kernels/cuda/limits.h): a mask's finite fill covers every score
+// and the LSE has lost log(l).
+template <typename C>
+C fillRowNorm(const std::vector<C>& s, C L) {
+  if (!(L < static_cast<C>(cuda::kAttentionFillLse)) || L == -std::numeric_limits<C>::infinity()) return C(1);
+  C l = 0;
+  for (const C v : s) l += std::exp(v - L);
+  return C(1) / l;
+}
+
 // Attention(Q, KT, V, mask?) -> O, LSE
 template <typename C>
 struct AttentionK {
@@ -112,11 +124,12 @@ struct AttentionK {
       const int64_t n = row / d.Tq, i = row % d.Tq;
       std::vector<C> s(static_cast<size_t>(d.Tk));
       const C L = scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, n, i, s);
+      const C norm = fillRowNorm(s, L);
       lse[row] = L;
       C* oi = o.data() + row * d.Dv;
       const C* vn = v.data() + n * d.Tk * d.Dv;
       for (int64_t j = 0; j < d.Tk; ++j) {
-        const C p = roundTo(t, std::exp(s[j] - L) * static_cast<C>(drop.factor(row * d.Tk + j)));
+        const C p = roundTo(t, std::exp(s[j] - L) * norm * static_cast<C>(drop.factor(row * d.Tk + j)));
         if (p == C(0)) continue;
         for (int64_t x = 0; x < d.Dv; ++x) oi[x] += p * vn[j * d.Dv + x];
       }
@@ -155,7 +168,7 @@ struct AttentionGradK {
       for (int64_t i = 0; i < d.Tq; ++i) {
         const int64_t row = n * d.Tq + i;
         scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, n, i, s);
-        const C L = lse[row];
+        const C L = lse[row], norm = fillRowNorm(s, L);
         const C* doi = dO.data() + row * d.Dv;
         const C* oi = o.data() + row * d.Dv;
         const C* qi = q.data() + row * d.D;
@@ -163,7 +176,7 @@ struct AttentionGradK {
         C Di = 0;  // sum_j P_ij dP_ij = dO_i . O_i
         for (int64_t x = 0; x < d.Dv; ++x) Di += doi[x] * oi[x];
         for (int64_t j = 0; j < d.Tk; ++j) {
-          const C p = std::exp(s[j] - L);
+          const C p = std::exp(s[j] - L) * norm;
           if (p == C(0)) continue;
           const C f = static_cast<C>(drop.factor(row * d.Tk + j));
           const C pd = roundTo(t, p * f);

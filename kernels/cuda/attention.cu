@@ -169,13 +169,16 @@ __device__ void loadTile(T* s, int lds, const T* g, int64_t ld, int64_t rows, in
   }
 }
 
-// Reduction over the 16 lanes that share a row in the elementwise phases.
-__device__ __forceinline__ float max16(float v) {
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+// Max and sum over groups of `Lanes` consecutive lanes (16: the lanes that share a row in the
+// elementwise phases; 32: the warp).
+template <int Lanes>
+__device__ __forceinline__ float lanesMax(float v) {
+  for (int o = Lanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float sum16(float v) {
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+template <int Lanes>
+__device__ __forceinline__ float lanesSum(float v) {
+  for (int o = Lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -365,11 +368,11 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
         s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) : -INFINITY;
         mt = fmaxf(mt, s[c]);
       }
-      mt = max16(mt);
+      mt = lanesMax<16>(mt);
       const float mn = fmaxf(m[k], mt);
       float part = 0.0f;
       for (int c = 0; c < 4; ++c) part += s[c] == -INFINITY ? 0.0f : __expf(s[c] - mn);
-      part = sum16(part);
+      part = lanesSum<16>(part);
       l[k] = (m[k] == -INFINITY ? 0.0f : l[k] * __expf(m[k] - mn)) + part;
       m[k] = mn;
     }
@@ -1571,6 +1574,218 @@ cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStrea
 }
 
 namespace {
+// ---- rows masked everywhere by a finite fill (kernels/cuda/limits.h, kAttentionFillLse) ----------
+// Such rows are rare (an all-padding sequence, a left-padded query under a causal mask), so each is
+// recomputed by itself at CUDA-core speed: every key of the row, the mask read in full (no tile
+// skipped, no causal mask generated: a fill above the diagonal counts as PyTorch counts it).
+
+// Whether the forward's row needs recomputing: its LSE below the fill bound, or not finite (a row
+// whose every tile the kernels skipped, or cuDNN's -inf / NaN; a row truly masked everywhere by -inf
+// comes out as before: NaN, or under zero_empty_rows O = 0 and LSE +inf).
+__device__ __forceinline__ bool recomputeRow(float L) { return !(L >= kAttentionFillLse && L < INFINITY); }
+// A fill row in the backward: the recomputed forward's LSE below the bound and finite.
+__device__ __forceinline__ bool fillRow(float L) { return L < kAttentionFillLse && L > -INFINITY; }
+
+// The dropout factor of score e (one element of dropFactors).
+__device__ __forceinline__ float dropFactor(const AttentionArgs& a, uint64_t step, uint64_t e) {
+  if (a.ratio <= 0.0f) return 1.0f;
+  uint32_t w[4];
+  streamBlock(a.seed, step, a.key, e >> 3, w);
+  const uint32_t v = pick4(w, static_cast<int>(e >> 1) & 3), thr = dropoutThreshold(a.ratio);
+  return ((e & 1) ? keptHigh(v, thr) : keptLow(v, thr)) ? 1.0f / (1.0f - a.ratio) : 0.0f;
+}
+
+constexpr int kFillThreads = 256, kFillWarps = kFillThreads / 32;
+// Dynamic shared memory of the fix-ups: q (and in the backward dO) as f32 rows, then the row's
+// scores (and in the backward the score gradients), Tk floats each.
+constexpr size_t fillSmemBytes(bool backward, int64_t Tk) {
+  return sizeof(float) * static_cast<size_t>((backward ? 2 : 1) * (kAttentionMaxHeadDimCudnn + Tk));
+}
+// A block-wide max or sum (every thread gets it); red: kFillWarps floats of shared memory.
+__device__ __forceinline__ float blockReduce(float v, bool max, float* red) {
+  v = max ? lanesMax<32>(v) : lanesSum<32>(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < kFillWarps; ++w) r = max ? fmaxf(r, red[w]) : r + red[w];
+  return r;
+}
+// Element (j, d) of K (rows [j][d], or KT [d][j]).
+template <typename T>
+__device__ __forceinline__ float keyAt(const AttentionArgs& a, const T* Kn, int64_t j, int64_t d) {
+  return toF(a.kRows ? Kn[j * a.k.sRow + d] : Kn[d * a.k.sRow + j]);
+}
+// Row i's scores into s[Tk], with q (f32) in shared memory: a warp a key, its lanes over the head
+// dim (K's row read whole, coalesced where K is stored as rows). Ends with a barrier.
+template <typename T>
+__device__ void fillRowScores(const AttentionArgs& a, const float* q, const T* Kn, int64_t mb, int64_t i, float* s) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = threadIdx.x >> 5; j < a.Tk; j += kFillWarps) {
+    float acc = 0.0f;
+    for (int64_t d = lane; d < a.D; d += 32) acc += q[d] * keyAt(a, Kn, j, d);
+    acc = lanesSum<32>(acc);
+    if (lane == 0) s[j] = acc * a.scale + maskAt(a, mb, i, j);
+  }
+  __syncthreads();
+}
+
+// Row i's scores into s[Tk] (fillRowScores), their max m and sum l = sum_j exp(s_j - m), every
+// thread getting both.
+template <typename T>
+__device__ void fillRowStats(const AttentionArgs& a, const float* q, const T* Kn, int64_t mb, int64_t i, float* s, float* red, float& m, float& l) {
+  fillRowScores(a, q, Kn, mb, i, s);
+  m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
+  m = blockReduce(m, true, red);
+  l = 0.0f;
+  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
+  l = blockReduce(l, false, red);
+}
+
+// out(x, sum_j w[j] at(j, x)) for x < cols (up to kAttentionMaxHeadDimCudnn): a warp a key (j =
+// warp mod kFillWarps), its lanes along the row, then the warps' sums added in warp order (part:
+// kFillWarps x kAttentionMaxHeadDimCudnn floats of shared memory). skipZero: keys of weight 0 are
+// not read (the forward's p = 0, as the CPU reference skips them). Ends with a barrier.
+template <typename At, typename Out>
+__device__ void weightedRowSum(const float* w, int64_t Tk, int64_t cols, bool skipZero, float* part, At at, Out out) {
+  constexpr int kCols = kAttentionMaxHeadDimCudnn / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float acc[kCols] = {};
+  for (int64_t j = warp; j < Tk; j += kFillWarps) {
+    const float wj = w[j];
+    if (skipZero && wj == 0.0f) continue;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (c * 32 + lane < cols) acc[c] += wj * at(j, c * 32 + lane);
+  }
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) part[warp * kAttentionMaxHeadDimCudnn + c * 32 + lane] = acc[c];
+  __syncthreads();
+  for (int64_t x = threadIdx.x; x < cols; x += kFillThreads) {
+    float sum = 0.0f;
+    for (int k = 0; k < kFillWarps; ++k) sum += part[k * kAttentionMaxHeadDimCudnn + x];
+    out(x, sum);
+  }
+  __syncthreads();
+}
+
+// The rows the forward's fix-up recomputes (recomputeRow), listed in scratch by one thread each.
+__global__ void fillRowsListKernel(const float* lse, int64_t rows, uint32_t* count, uint32_t* list) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows && recomputeRow(lse[r])) list[atomicAdd(count, 1u)] = static_cast<uint32_t>(r);
+}
+
+// The forward's fix-up, a block a listed row: the scores over every key (shared memory), the
+// row's max m and sum l, then O = sum_j round(p_j f_j) V_j with p_j = exp(s_j - m) / l (the CPU
+// reference's rounding; threads over O's columns) and the LSE m + log(l).
+template <typename T>
+__global__ void __launch_bounds__(kFillThreads) fillRowsForwardKernel(const T* Q, const T* KT, const T* V, T* O, float* lse, AttentionArgs a,
+                                                                      const uint32_t* count, const uint32_t* list) {
+  extern __shared__ float fillSmem[];
+  float *q = fillSmem, *s = fillSmem + kAttentionMaxHeadDimCudnn;
+  __shared__ float red[kFillWarps], part[kFillWarps * kAttentionMaxHeadDimCudnn];
+  const int tid = threadIdx.x;
+  const uint64_t step = a.step ? *a.step : 0;
+  for (uint32_t e = blockIdx.x; e < *count; e += gridDim.x) {
+    const int64_t row = list[e], n = row / a.Tq, i = row % a.Tq, mb = maskSlice(a, n);
+    const T *Kn = KT + sliceAt(a.k, n), *Vn = V + sliceAt(a.v, n), *qg = Q + sliceAt(a.q, n) + i * a.q.sRow;
+    for (int64_t d = tid; d < a.D; d += kFillThreads) q[d] = toF(qg[d]);
+    __syncthreads();
+    float m, l;
+    fillRowStats(a, q, Kn, mb, i, s, red, m, l);
+    const bool empty = a.zeroEmpty && m == -INFINITY;
+    for (int64_t j = tid; j < a.Tk; j += kFillThreads)
+      s[j] = empty ? 0.0f : toF(fromF<T>(expf(s[j] - m) / l * dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j))));
+    __syncthreads();
+    T* out = O + sliceAt(a.o, n) + i * a.o.sRow;
+    weightedRowSum(
+        s, a.Tk, a.Dv, true, part, [&](int64_t j, int64_t x) { return toF(Vn[j * a.v.sRow + x]); },
+        [&](int64_t x, float v) { out[x] = fromF<T>(v); });
+    if (tid == 0) lse[row] = empty ? INFINITY : m + logf(l);
+  }
+}
+
+// The LSE the main backward reads: +inf on fill rows, so that it leaves them alone (P = 0 there).
+__global__ void fillRowsLseKernel(const float* lse, float* out, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) out[r] = fillRow(lse[r]) ? INFINITY : lse[r];
+}
+
+// The backward's fix-up: each fill row's whole gradient, added where the main backward left it
+// none. A block owns `group` consecutive batch-heads (those whose dK and dV share slices) and takes
+// their fill rows one after another, so that every sum runs in a fixed order; a row whose dO is 0
+// adds nothing (the loss reads none of it: padding) and is passed over. Per row, with q and dO in
+// shared memory: the scores again over every key, m and l; D = dO . O; dp_j = dO . V_j (a warp a
+// key); p_j, f_j, the score gradient ds_j = p_j (dp_j f_j - D); then dV_j += round(p_j f_j) dO and
+// dK_j += round(scale ds_j) q (a warp a key, lanes along the row), and dQ = sum_j round(scale ds_j)
+// K_j (written: the main backward left the row 0). A trained mask's gradient gets ds (atomics; one
+// block in all where `deterministic`).
+template <typename T>
+__global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* dO, const T* Q, const T* KT, const T* V, const T* O, const float* lse,
+                                                                       T* dQ, T* dKT, T* dV, AttentionArgs a, int64_t group) {
+  extern __shared__ float fillSmem[];
+  float *q = fillSmem, *g = q + kAttentionMaxHeadDimCudnn, *s = g + kAttentionMaxHeadDimCudnn, *gs = s + a.Tk;
+  __shared__ float red[kFillWarps], part[kFillWarps * kAttentionMaxHeadDimCudnn];
+  __shared__ bool fills[kFillThreads];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint64_t step = a.step ? *a.step : 0;
+  for (int64_t n = blockIdx.x * group; n < (blockIdx.x + 1) * group && n < a.N; ++n) {
+    const int64_t mb = maskSlice(a, n);
+    const T *Kn = KT + sliceAt(a.k, n), *Vn = V + sliceAt(a.v, n);
+    T *dKn = dKT + sliceAt(a.dk, n), *dVn = dV + sliceAt(a.dv, n);
+    for (int64_t c0 = 0; c0 < a.Tq; c0 += kFillThreads) {  // a chunk of rows' LSE at a time; most have no fill row
+      const bool mine = c0 + tid < a.Tq && fillRow(lse[n * a.Tq + c0 + tid]);
+      if (!__syncthreads_or(mine)) continue;
+      fills[tid] = mine;
+      __syncthreads();
+      for (int k = 0; k < kFillThreads && c0 + k < a.Tq; ++k) {
+        if (!fills[k]) continue;  // (the same for every thread)
+        const int64_t i = c0 + k, row = n * a.Tq + i;
+        const T* dOi = dO + sliceAt(a.dO, n) + i * a.dO.sRow;
+        const T* Oi = O + sliceAt(a.o, n) + i * a.o.sRow;
+        const T* qg = Q + sliceAt(a.q, n) + i * a.q.sRow;
+        float any = 0.0f, D = 0.0f;
+        for (int64_t x = tid; x < a.Dv; x += kFillThreads) {
+          g[x] = toF(dOi[x]);
+          any = fmaxf(any, fabsf(g[x]));
+          D += g[x] * toF(Oi[x]);
+        }
+        for (int64_t d = tid; d < a.D; d += kFillThreads) q[d] = toF(qg[d]);
+        if (blockReduce(any, true, red) == 0.0f) continue;  // (after its barriers: the same for every thread)
+        D = blockReduce(D, false, red);
+        float m, l;
+        fillRowStats(a, q, Kn, mb, i, s, red, m, l);
+        for (int64_t j = warp; j < a.Tk; j += kFillWarps) {  // dp_j, then p, ds: s[j] = round(p f), gs[j] = round(scale ds)
+          float dp = 0.0f;
+          for (int64_t x = lane; x < a.Dv; x += 32) dp += g[x] * toF(Vn[j * a.v.sRow + x]);
+          dp = lanesSum<32>(dp);
+          if (lane == 0) {
+            const float p = expf(s[j] - m) / l, f = dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j));
+            const float ds = p * (dp * f - D);
+            if (a.dMask && ds != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i, j), ds);
+            s[j] = toF(fromF<T>(p * f));
+            gs[j] = toF(fromF<T>(a.scale * ds));
+          }
+        }
+        __syncthreads();
+        for (int64_t j = warp; j < a.Tk; j += kFillWarps) {
+          T* dv = dVn + j * a.dv.sRow;
+          for (int64_t x = lane; x < a.Dv; x += 32) dv[x] = fromF<T>(toF(dv[x]) + s[j] * g[x]);
+          for (int64_t d = lane; d < a.D; d += 32) {
+            T* dk = a.dkRows ? dKn + j * a.dk.sRow + d : dKn + d * a.dk.sRow + j;
+            *dk = fromF<T>(toF(*dk) + gs[j] * q[d]);
+          }
+        }
+        T* dqRow = dQ + sliceAt(a.dq, n) + i * a.dq.sRow;
+        weightedRowSum(
+            gs, a.Tk, a.D, false, part, [&](int64_t j, int64_t d) { return keyAt(a, Kn, j, d); },
+            [&](int64_t d, float v) { dqRow[d] = fromF<T>(v); });
+      }
+    }
+  }
+}
+
 // One warp a row: a row whose log-sum-exp is NaN or -inf gets O = 0 and +inf.
 __global__ void zeroEmptyRowsKernel(char* O, int eb, float* lse, int64_t rows, int64_t H, int64_t Tq, int64_t Dv, int64_t sB, int64_t sH,
                                     int64_t sRow) {
@@ -1592,6 +1807,74 @@ cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t
   const int eb = t == DT::f32 ? 4 : 2;
   zeroEmptyRowsKernel<<<static_cast<unsigned>(cdiv(rows * 32, 256)), 256, 0, st>>>(static_cast<char*>(O), eb, lse, rows, H, Tq, Dv, sB, sH, sRow);
   return cudaGetLastError();
+}
+
+namespace {
+template <typename T>
+cudaError_t fillRowsForwardT(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
+                             cudaStream_t st) {
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(fillRowsForwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fillSmemBytes(false, kFillRowsMaxKeys)));
+  if (attr != cudaSuccess) return attr;
+  const int64_t rows = a.N * a.Tq;
+  uint32_t* count = static_cast<uint32_t*>(scratch);
+  uint32_t* list = count + 64;
+  if (cudaError_t e = cudaMemsetAsync(count, 0, sizeof(uint32_t), st); e != cudaSuccess) return e;
+  fillRowsListKernel<<<static_cast<unsigned>(cdiv(rows, 256)), 256, 0, st>>>(lse, rows, count, list);
+  fillRowsForwardKernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 1024)), kFillThreads, fillSmemBytes(false, a.Tk), st>>>(
+      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a, count, list);
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t fillRowsBackwardT(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
+                              void* dKT, void* dV, const AttentionArgs& a, cudaStream_t st) {
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(fillRowsBackwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fillSmemBytes(true, kFillRowsMaxKeys)));
+  if (attr != cudaSuccess) return attr;
+  // A block per set of batch-heads whose dK and dV slices are shared (grouped heads stored once);
+  // one block for all where a trained mask's gradient must sum in a fixed order.
+  auto shared = [](const AttnLayout& l) { return l.heads > 1 ? l.group : int64_t{1}; };
+  int64_t group = std::max(shared(a.dk), shared(a.dv));
+  if (a.dMask && a.deterministic) group = a.N;
+  fillRowsBackwardKernel<T><<<static_cast<unsigned>(cdiv(a.N, group)), kFillThreads, fillSmemBytes(true, a.Tk), st>>>(
+      static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<const T*>(O), lse,
+      static_cast<T*>(dQ), static_cast<T*>(dKT), static_cast<T*>(dV), a, group);
+  return cudaGetLastError();
+}
+}  // namespace
+
+bool attentionNeedsFillRows(const AttentionArgs& a) { return a.mask != nullptr; }
+size_t attentionFillRowsScratch(const AttentionArgs& a) { return sizeof(uint32_t) * (64 + static_cast<size_t>(a.N * a.Tq)); }
+
+cudaError_t attentionFillRowsForward(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
+                                     cudaStream_t st) {
+  if (a.N == 0 || a.Tq == 0) return cudaSuccess;
+  if (a.D > kAttentionMaxHeadDimCudnn || a.Tk > kFillRowsMaxKeys || a.N * a.Tq >= (int64_t{1} << 32)) return cudaErrorInvalidValue;
+  switch (a.t) {
+    case DT::f32: return fillRowsForwardT<float>(Q, KT, V, O, lse, scratch, a, st);
+    case DT::f16: return fillRowsForwardT<__half>(Q, KT, V, O, lse, scratch, a, st);
+    case DT::bf16: return fillRowsForwardT<__nv_bfloat16>(Q, KT, V, O, lse, scratch, a, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t attentionFillRowsLse(const float* lse, float* out, const AttentionArgs& a, cudaStream_t st) {
+  const int64_t rows = a.N * a.Tq;
+  if (rows == 0) return cudaSuccess;
+  fillRowsLseKernel<<<static_cast<unsigned>(cdiv(rows, 256)), 256, 0, st>>>(lse, out, rows);
+  return cudaGetLastError();
+}
+
+cudaError_t attentionFillRowsBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
+                                      void* dKT, void* dV, const AttentionArgs& a, cudaStream_t st) {
+  if (a.N == 0 || a.Tq == 0 || a.Tk == 0) return cudaSuccess;
+  if (a.D > kAttentionMaxHeadDimCudnn || a.Dv > kAttentionMaxHeadDimCudnn || a.Tk > kFillRowsMaxKeys) return cudaErrorInvalidValue;
+  switch (a.t) {
+    case DT::f32: return fillRowsBackwardT<float>(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st);
+    case DT::f16: return fillRowsBackwardT<__half>(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st);
+    case DT::bf16: return fillRowsBackwardT<__nv_bfloat16>(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 size_t attentionKeepBytes(const AttentionArgs& a) {

@@ -22,6 +22,17 @@ inline bool attentionMmaShape(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, 
 inline bool attentionFits(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool dropout) {
   return attentionMmaShape(lowFloat, D, Dv, Tk, dropout) || (D <= kAttentionMaxHeadDim && Dv <= kAttentionMaxHeadDim);
 }
+// Fused attention's rows masked everywhere by a finite fill (transformers' masks write the lowest
+// float): f32 rounding makes each score the fill, and PyTorch's softmax gives the row 1 / l on the
+// l scores at its max. Its log-sum-exp, the fill + log(l), rounds to the fill, so exp(s - LSE) is 1
+// there, not 1 / l. A row whose LSE is below kAttentionFillLse (f32 spacing 2^-7 there and coarser
+// below) is recomputed in full: the CPU reference (kernels/cpu/k_attention.cpp) and the CUDA
+// kernels' and cuDNN's fix-ups (attentionFillRowsForward, attentionFillRowsBackward) alike.
+inline constexpr float kAttentionFillLse = -65536.0f;
+// The fix-ups hold a row's scores in shared memory: keys up to this many (the lowering refuses a
+// node with a mask, and more keys, that could leave such rows).
+inline constexpr int64_t kFillRowsMaxKeys = 24576;
+
 // Head dims past the kernels' run through cuDNN's fused SDPA only (runtime/cuda/cudnn_sdpa.h; cuDNN
 // 9.1+ on Hopper): f16/bf16, multiples of 8 up to 256, without dropout, and no mask or one that
 // needs no gradient (maskForCudnn).

@@ -182,6 +182,16 @@ def llama():
     return LMLoss(LlamaForCausalLM(cfg)), lambda g: tokens(g, 2, 16, 96)
 
 
+def gemma():
+    """Gemma-style: multi-query attention (4 heads over 1 K/V head), GELU-tanh MLP, a padded batch
+    (transformers builds the causal-and-padding mask in the step; the loss reads every position, the
+    padded ones too)."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+    cfg = GemmaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=1, head_dim=16, max_position_embeddings=32, use_cache=False)
+    return LMLoss(GemmaForCausalLM(cfg), with_mask=True), lambda g: tokens(g, 2, 16, 96, mask=True)
+
+
 def qwen2():
     from transformers import Qwen2Config, Qwen2ForCausalLM
     cfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -299,7 +309,7 @@ def unet():
 FAMILIES = {
     "vit": vit, "convnext": convnext, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
     "resnet_timm": resnet_timm, "resnet_tv": resnet_tv, "bert": bert, "distilbert": distilbert,
-    "gpt2": gpt2, "llama": llama, "qwen2": qwen2, "t5": t5, "nanogpt": nanogpt,
+    "gpt2": gpt2, "llama": llama, "gemma": gemma, "qwen2": qwen2, "t5": t5, "nanogpt": nanogpt,
     "mixer": mixer, "mobilenetv2_tv": mobilenetv2_tv, "roberta": roberta, "unet": unet,
 }
 

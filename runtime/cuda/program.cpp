@@ -483,6 +483,7 @@ struct Program::Lowering {
   };
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
                                             CudnnStaging& staging);
+  bool fillRows(const AttentionArgs& a, const Value* mask, const AttentionDims& d);
   void attentionLaunch(Launch ours, const std::shared_ptr<CudnnSdpa>& dnn, const std::string& key, std::function<cudnnStatus_t(size_t, cudaStream_t)> theirs);
   struct ShapePick {
     std::shared_ptr<int> pick;  // Program::attentionPick_'s, shared by the shape's nodes
@@ -2033,19 +2034,27 @@ void Program::Lowering::ampcAttention() {
     kernelsScratch();
     Launch ours;
     if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
-    if (!dnn) return add(ours);
-    const size_t wsB = alignUp(dnn->workspaceBytes());
-    const Scratch dws = scratch(wsB + (copyK ? kBytes : 0));
-    CudnnSdpa* c = dnn.get();
-    const CudnnStaging x = staging;
-    attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
-      void* kr = copyK ? dws.at(wsB) : nullptr;
-      if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, M, O, lse, dws.at(0), plan, st);
-      if (s != CUDNN_STATUS_SUCCESS || !x.zeroEmpty) return s;
-      return attentionZeroEmptyRows(O, a.t, lse, d.B, d.H, d.Tq, d.Dv, x.o.sB, x.o.sH, x.o.sRow, st) == cudaSuccess ? s
-                                                                                                     : CUDNN_STATUS_EXECUTION_FAILED;
-    });
+    if (!dnn) {
+      add(ours);
+    } else {
+      const size_t wsB = alignUp(dnn->workspaceBytes());
+      const Scratch dws = scratch(wsB + (copyK ? kBytes : 0));
+      CudnnSdpa* c = dnn.get();
+      const CudnnStaging x = staging;
+      attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
+        void* kr = copyK ? dws.at(wsB) : nullptr;
+        if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+        const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, M, O, lse, dws.at(0), plan, st);
+        if (s != CUDNN_STATUS_SUCCESS || !x.zeroEmpty) return s;
+        return attentionZeroEmptyRows(O, a.t, lse, d.B, d.H, d.Tq, d.Dv, x.o.sB, x.o.sH, x.o.sRow, st) == cudaSuccess ? s
+                                                                                                       : CUDNN_STATUS_EXECUTION_FAILED;
+      });
+    }
+    // Rows masked everywhere by a finite fill: recomputed after whichever implementation ran
+    if (fillRows(a, has(maskAt) ? in(maskAt) : nullptr, d)) {
+      const Scratch fs = scratch(attentionFillRowsScratch(a));  // (after the implementation's launch: its scratch is free)
+      add([=](cudaStream_t st) { return attentionFillRowsForward(Q, KT, V, O, lse, fs.at(0), a, st); });
+    }
     return;
   }
   if (dt(in(0)) != a.t || dt(in(4)) != a.t || dt(in(5)) != DT::f32) fail("dO and O must have Q's type, LSE f32");
@@ -2063,20 +2072,43 @@ void Program::Lowering::ampcAttention() {
   std::string key;
   auto dnn = cudnnFor(key);
   const Scratch ws = kernelsScratch();
+  // Rows masked everywhere by a finite fill: the implementation reads an LSE of +inf there (scratch
+  // after both implementations' own), and a fix-up adds their gradients after it.
+  const bool fill = fillRows(a, has(maskAt) ? in(maskAt) : nullptr, d);
+  const size_t wsB = dnn ? alignUp(dnn->workspaceBytes()) : 0;
+  const size_t dnnBytes = dnn ? wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0) : 0;
+  const size_t lseAt = alignUp(std::max(kernels ? attentionScratch(a, true) : 0, dnnBytes));
+  const Scratch all = scratch(fill ? lseAt + sizeof(float) * static_cast<size_t>(N * d.Tq) : dnnBytes);
+  auto lseRead = [=] { return fill ? static_cast<const float*>(all.at(lseAt)) : lse; };
+  if (fill) add([=](cudaStream_t st) { return attentionFillRowsLse(lse, static_cast<float*>(all.at(lseAt)), a, st); });
   Launch ours;
-  if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, ws.f(), a, st); };
-  if (!dnn) return add(ours);
-  const size_t wsB = alignUp(dnn->workspaceBytes());
-  const Scratch dws = scratch(wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0));
-  CudnnSdpa* c = dnn.get();
-  const CudnnStaging x = staging;
-  attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
-    void *kr = copyK ? dws.at(wsB) : nullptr, *dkr = copyDK ? dws.at(wsB + (copyK ? kBytes : 0)) : nullptr;
-    if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-    const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, M, lse, dQ, copyDK ? dkr : dKT, dV, dws.at(0), plan, st);
-    if (s != CUDNN_STATUS_SUCCESS || !copyDK) return s;
-    return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
-  });
+  if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lseRead(), dQ, dKT, dV, ws.f(), a, st); };
+  if (!dnn) {
+    add(ours);
+  } else {
+    CudnnSdpa* c = dnn.get();
+    attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
+      void *kr = copyK ? all.at(wsB) : nullptr, *dkr = copyDK ? all.at(wsB + (copyK ? kBytes : 0)) : nullptr;
+      if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
+      const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, M, lseRead(), dQ, copyDK ? dkr : dKT, dV, all.at(0), plan, st);
+      if (s != CUDNN_STATUS_SUCCESS || !copyDK) return s;
+      return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
+    });
+  }
+  if (fill) add([=](cudaStream_t st) { return attentionFillRowsBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st); });
+}
+
+// Whether a node's mask can leave a row masked everywhere by a finite fill (kAttentionFillLse): any
+// mask but the exact causal one (each row keeps its diagonal).
+bool Program::Lowering::fillRows(const AttentionArgs& a, const Value* mask, const AttentionDims& d) {
+  if (!mask || !attentionNeedsFillRows(a)) return false;
+  auto [it, first] = p.causalMask_.try_emplace(mask, CausalMask::none);
+  if (first) it->second = classifyCausalMask(mask, d.Tq, d.Tk);
+  if (it->second == CausalMask::exact) return false;
+  if (d.Tk > kFillRowsMaxKeys)
+    fail("a mask other than the causal one over " + std::to_string(d.Tk) + " keys: a row it masks everywhere by a finite fill is recomputed with its scores in " +
+         "shared memory, which holds up to " + std::to_string(kFillRowsMaxKeys) + " (compile the plan with ampc --no-fuse)");
+  return true;
 }
 
 // cuDNN's fused SDPA for a cuda::Attention(Grad) node where ProgramOptions::attention allows it and

@@ -179,8 +179,8 @@ std::string attentionInputs(int64_t t, int64_t h, int64_t d) {
 
 // `text` (input %x of shape xs, a scalar loss) fused for the cpu target holds one ampc.Attention
 // and no Softmax or scalar Mul left, and its loss and weight gradients are the unfused graph's on
-// the same weights and input.
-void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& xs) {
+// the same weights and input (and the graph's other inputs, `more`).
+void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& xs, std::map<std::string, Tensor> more = {}) {
   std::mt19937 rng(3);
   auto fill = [&](Graph& g) {
     for (Value* p : g.params()) {
@@ -201,7 +201,8 @@ void expectFusedLikePlain(const std::string& text, const std::vector<int64_t>& x
   Tensor x(TensorType{DType::f32, xs});
   for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
   auto backend = createCpuBackend();
-  auto a = evaluate(*fused, {{"x", x}}, *backend), b = evaluate(*plain, {{"x", x}}, *backend);
+  more.emplace("x", x);
+  auto a = evaluate(*fused, more, *backend), b = evaluate(*plain, more, *backend);
   ASSERT_EQ(a.size(), 1 + fused->params().size());  // the loss and every parameter's gradient
   for (size_t i = 0; i < a.size(); ++i) {
     std::vector<double> u, w;
@@ -462,6 +463,42 @@ TEST(FusedAttentionPass, BroadcastMasksAndTheNaNGuard) {
         }
         EXPECT_EQ(zeroRows, ms.size() == 2 ? 4 : 2) << what;  // every batch-head, or the two of one batch / head
       }
+    }
+}
+
+// Rows masked everywhere by a finite fill (kernels/cuda/limits.h, kAttentionFillLse): a sequence
+// that is all padding ([2, 1, 1, 5], batch 1), and a causal mask with a left-padded sequence
+// ([2, 1, 5, 5], batch 1's first two queries see only padding). f32 rounding makes each score of
+// such a row the fill, so the unfused softmax is uniform; the fused op's LSE has lost log(l) there,
+// and it must not read exp(s - LSE) = 1 as the probability. The loss reads every row (so the fill
+// rows get a gradient): loss and weight gradients are the unfused graph's, for the lowest float (what
+// transformers writes) and -1e30. (A fill such as -1e9 leaves such a row's scores apart in steps of
+// 64, so which of them is the max turns on the last bit of a dot product: no two summation orders
+// agree there, the unfused graph's with itself neither.)
+TEST(FusedAttentionPass, RowsMaskedEverywhereByAFillMatchTheUnfusedGraph) {
+  for (const std::string mdims : {"2,1,1,5", "2,1,5,5"})
+    for (const double fillValue : {static_cast<double>(std::numeric_limits<float>::lowest()), -1e30}) {
+      const std::string what = "mask [" + mdims + "] fill " + std::to_string(fillValue);
+      const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + "  input %m : f32[" + mdims + R"(]
+  const %c : f32[] = [0.35355339]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %c) @attn/scale
+  %sm : f32[2,2,5,5] = Add(%ss, %m) @attn/mask
+  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+      SCOPED_TRACE(what);
+      const bool rows = mdims == "2,1,5,5";
+      Tensor m(TensorType{DType::f32, rows ? std::vector<int64_t>{2, 1, 5, 5} : std::vector<int64_t>{2, 1, 1, 5}});
+      for (int64_t e = 0; e < m.numel(); ++e) {
+        const int64_t j = e % 5, i = rows ? (e / 5) % 5 : 0, b = e / (rows ? 25 : 5);
+        const bool masked = rows ? (j > i || (b == 1 && j < 2)) : b == 1;
+        m.setDouble(e, masked ? fillValue : 0.0);
+      }
+      expectFusedLikePlain(text, {2, 5, 16}, {{"m", m}});
     }
 }
 

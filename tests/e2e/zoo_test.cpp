@@ -359,6 +359,6 @@ TEST(ZooSuite, HasEveryFamily) {
   // The suite is found on disk; a lost folder must not pass silently.
   std::set<std::string> families;
   for (const auto& c : cases()) families.insert(c.family);
-  for (const char* f : {"bert", "convnext", "distilbert", "efficientnet", "gpt2", "llama", "qwen2", "resnet_timm", "resnet_tv", "t5"})
+  for (const char* f : {"bert", "convnext", "distilbert", "efficientnet", "gemma", "gpt2", "llama", "qwen2", "resnet_timm", "resnet_tv", "t5"})
     EXPECT_TRUE(families.count(f)) << "models/zoo/" << f << " is missing";
 }

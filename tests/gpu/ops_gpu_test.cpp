@@ -835,9 +835,12 @@ TEST(GpuAttention, CudnnMatchesTheCpu) {
 
 // cuDNN's fused SDPA with an additive mask read as a bias (ProgramOptions::attention cudnn): the
 // forms models export, each an input of random values: a padding mask [B, 1, 1, Tk] (the lowest
-// float on padded keys, key 0 always kept), a bias per head [1, H, Tq, Tk] (ALiBi's, T5's when not
+// float on padded keys, batch 1 all padding: its rows are masked everywhere by that finite fill,
+// which cuDNN's LSE cannot hold, so they are recomputed; attentionFillRows*), a bias per head [1, H, Tq, Tk] (ALiBi's, T5's when not
 // trained), a sliding window [1, 1, Tq, Tk] of -inf with one query masked everywhere under
-// zero_empty_rows (its O row 0, as the exporters' NaN guard makes it), and one per batch and head;
+// zero_empty_rows (its O row 0, as the exporters' NaN guard makes it), one per batch and head, and
+// a causal LM's padding mask computed in the step (batch 1 left-padded: its first queries see only
+// the fill, which PyTorch's softmax spreads over every key, above the diagonal too);
 // MHA and GQA 6/2, head dims 64 and 256 (cuDNN only), f16 and bf16. Forward and backward against the
 // CPU, and cuDNN ran both nodes.
 TEST(GpuAttention, CudnnTakesAdditiveMasks) {
@@ -901,13 +904,13 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
         std::mt19937 rng(form);
         if (form == 4) {
           Tensor& am = in.at("am");
-          for (int64_t e = 0; e < am.numel(); ++e) am.setDouble(e, e % 128 == 0 || rng() % 4 != 0 ? 1.0 : 0.0);
+          for (int64_t e = 0; e < am.numel(); ++e) am.setDouble(e, e < 128 ? (e == 0 || rng() % 4 != 0 ? 1.0 : 0.0) : e % 128 >= 16);
         }
         Tensor& m = form < 4 ? in.at("m") : in.at("am");
         const float lowest = std::numeric_limits<float>::lowest();
         for (int64_t e = 0; e < m.numel() && form < 4; ++e) {
           const int64_t key = e % 128, query = (e / 128) % 128;
-          if (form == 0) m.setDouble(e, key != 0 && rng() % 4 == 0 ? lowest : 0.0);  // padding
+          if (form == 0) m.setDouble(e, e >= 128 || (key != 0 && rng() % 4 == 0) ? lowest : 0.0);  // padding
           else if (form == 2) m.setDouble(e, key > query || query - key > 40 || query == 7 ? -INFINITY : 0.0);  // a causal window of 41 keys
           else m.setDouble(e, 2.0 * (static_cast<double>(rng() % 1000) / 1000.0 - 0.5));  // a bias
         }
@@ -921,6 +924,47 @@ TEST(GpuAttention, CudnnTakesAdditiveMasks) {
           EXPECT_EQ(pick.rfind("cuDNN", 0), 0u) << what << ": " << shape << ": " << pick;
           EXPECT_EQ(shape.find("causal, masked") != std::string::npos, form == 4) << what << ": " << shape;
         }
+      }
+}
+
+// cuDNN's softmax statistics are ampc's LSE (the natural log-sum-exp of each row's scores), so that
+// either backward follows either forward and the fill-row check (kAttentionFillLse) reads them: the
+// forward's LSE against the CPU's, with a bias per head and with the causal mask cuDNN generates,
+// f16 and bf16, head dims 64 and 256.
+TEST(GpuAttention, CudnnStatisticsAreTheLse) {
+  AMPC_NEED_GPU();
+  for (const int hd : {64, 256})
+    for (const char* t : {"f16", "bf16"})
+      for (const bool causal : {false, true}) {
+        std::string text = R"(graph "sdpa" opset 18 {
+  domain "ampc" 1
+  input %q : T[2,6,128,16]
+  input %k : T[2,6,128,16]
+  input %v : T[2,6,128,16]
+  MASK
+  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}
+  %O : T[2,6,128,16], %lse : f32[2,6,128] = ampc::Attention(%q, %KT, %v, %m) {scale = 0.125, dropout_ratio = 0.0, dropout_key = 3}
+  output %O
+  output %lse
+}
+)";
+        text = std::regex_replace(text, std::regex("MASK"), causal ? "const %m : f32[1,1,128,128] = ..." : "input %m : f32[1,6,128,128]");
+        text = std::regex_replace(text, std::regex("\\bT\\["), std::string(t) + "[");
+        text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
+        auto g = parseGraph(text, "cudnn statistics");
+        std::map<std::string, Tensor> in;
+        if (causal) {
+          ASSERT_NO_FATAL_FAILURE(prepareCausalAttention(*g, in));
+        } else {
+          ASSERT_TRUE(createAttentionInPlacePass(findTarget("cuda"))->run(*g));
+          for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type()));
+        }
+        const std::string what = std::string("cuDNN statistics ") + t + " head dim " + std::to_string(hd) + (causal ? " causal" : " bias");
+        std::vector<std::pair<std::string, std::string>> picks;
+        expectSameOnGpu(*g, in, what, 1.0, {}, false, hd == 256 ? cuda::ProgramOptions::Attention::automatic : cuda::ProgramOptions::Attention::cudnn,
+                        &picks);
+        ASSERT_EQ(picks.size(), 1u) << what;
+        EXPECT_EQ(picks[0].second.rfind("cuDNN", 0), 0u) << what << ": " << picks[0].first << ": " << picks[0].second;
       }
 }
 

@@ -177,7 +177,18 @@ def torch_amp(model, inputs, steps, compiled=False, stats=None):
     return times[len(times) // 2], peak, float(loss)
 
 
-def run_ampc(path, work, steps, ampc, amprun, profile=0, flags=()):
+def write_batch(inputs, work):
+    """The batch PyTorch runs, as amprun --data reads it (one NAME.npy per graph input): both time the
+    same inputs, e.g. a padded model's real padding mask, not seeded random bits."""
+    import numpy as np
+    d = os.path.join(work, "data")
+    os.makedirs(d, exist_ok=True)
+    for k, v in inputs.items():
+        np.save(os.path.join(d, k + ".npy"), v.detach().cpu().numpy())
+    return d
+
+
+def run_ampc(path, work, steps, ampc, amprun, profile=0, flags=(), data=None):
     plan = os.path.join(work, "m.ampplan")
     code, out, compile_s, rss = measure([ampc, path, "--precision", "bf16", "--optimizer", "sgd", "--lr", "0.01", *flags, "-o", plan])
     if code != 0:
@@ -188,7 +199,8 @@ def run_ampc(path, work, steps, ampc, amprun, profile=0, flags=()):
             "plan_files_mib": files / 2**20, "plan_files_x": files / wb}
     print(json.dumps(size), flush=True)
     prof = ["--profile", str(profile)] if profile else []
-    r = subprocess.run([amprun, plan, "--device", "cuda", "--synthetic", "--steps", str(steps), "--bench", *prof], capture_output=True, text=True)
+    source = ["--data", data] if data else ["--synthetic"]
+    r = subprocess.run([amprun, plan, "--device", "cuda", *source, "--steps", str(steps), "--bench", *prof], capture_output=True, text=True)
     out = r.stdout + r.stderr
     if r.returncode != 0:
         return {"ampc_error": out.strip()[-1500:], **size}
@@ -245,7 +257,7 @@ def main():
             if a.export_only:
                 print(json.dumps(row), flush=True)
                 continue
-            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun, a.profile, a.ampc_flags.split()))
+            row.update(run_ampc(path, work, a.steps, a.ampc, a.amprun, a.profile, a.ampc_flags.split(), write_batch(inputs, work)))
             if not a.no_torch:
                 if not (a.no_eager and a.torch_compile):
                     row["torch_ms"], row["torch_peak_gib"], row["torch_loss"] = torch_amp(model, inputs, a.steps)
