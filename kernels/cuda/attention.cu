@@ -169,16 +169,13 @@ __device__ void loadTile(T* s, int lds, const T* g, int64_t ld, int64_t rows, in
   }
 }
 
-// Max and sum over groups of `Lanes` consecutive lanes (16: the lanes that share a row in the
-// elementwise phases; 32: the warp).
-template <int Lanes>
-__device__ __forceinline__ float lanesMax(float v) {
-  for (int o = Lanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+// Reduction over the 16 lanes that share a row in the elementwise phases.
+__device__ __forceinline__ float max16(float v) {
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-template <int Lanes>
-__device__ __forceinline__ float lanesSum(float v) {
-  for (int o = Lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+__device__ __forceinline__ float sum16(float v) {
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -368,11 +365,11 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
         s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) : -INFINITY;
         mt = fmaxf(mt, s[c]);
       }
-      mt = lanesMax<16>(mt);
+      mt = max16(mt);
       const float mn = fmaxf(m[k], mt);
       float part = 0.0f;
       for (int c = 0; c < 4; ++c) part += s[c] == -INFINITY ? 0.0f : __expf(s[c] - mn);
-      part = lanesSum<16>(part);
+      part = sum16(part);
       l[k] = (m[k] == -INFINITY ? 0.0f : l[k] * __expf(m[k] - mn)) + part;
       m[k] = mn;
     }
@@ -1595,6 +1592,14 @@ __device__ __forceinline__ float dropFactor(const AttentionArgs& a, uint64_t ste
   return ((e & 1) ? keptHigh(v, thr) : keptLow(v, thr)) ? 1.0f / (1.0f - a.ratio) : 0.0f;
 }
 
+__device__ __forceinline__ float warpMax(float v) {
+  for (int k = 16; k > 0; k >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, k));
+  return v;
+}
+__device__ __forceinline__ float warpSum(float v) {
+  for (int k = 16; k > 0; k >>= 1) v += __shfl_xor_sync(0xffffffffu, v, k);
+  return v;
+}
 constexpr int kFillThreads = 256, kFillWarps = kFillThreads / 32;
 // Dynamic shared memory of the fix-ups: q (and in the backward dO) as f32 rows, then the row's
 // scores (and in the backward the score gradients), Tk floats each.
@@ -1603,7 +1608,7 @@ constexpr size_t fillSmemBytes(bool backward, int64_t Tk) {
 }
 // A block-wide max or sum (every thread gets it); red: kFillWarps floats of shared memory.
 __device__ __forceinline__ float blockReduce(float v, bool max, float* red) {
-  v = max ? lanesMax<32>(v) : lanesSum<32>(v);
+  v = max ? warpMax(v) : warpSum(v);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
@@ -1624,48 +1629,8 @@ __device__ void fillRowScores(const AttentionArgs& a, const float* q, const T* K
   for (int64_t j = threadIdx.x >> 5; j < a.Tk; j += kFillWarps) {
     float acc = 0.0f;
     for (int64_t d = lane; d < a.D; d += 32) acc += q[d] * keyAt(a, Kn, j, d);
-    acc = lanesSum<32>(acc);
+    acc = warpSum(acc);
     if (lane == 0) s[j] = acc * a.scale + maskAt(a, mb, i, j);
-  }
-  __syncthreads();
-}
-
-// Row i's scores into s[Tk] (fillRowScores), their max m and sum l = sum_j exp(s_j - m), every
-// thread getting both.
-template <typename T>
-__device__ void fillRowStats(const AttentionArgs& a, const float* q, const T* Kn, int64_t mb, int64_t i, float* s, float* red, float& m, float& l) {
-  fillRowScores(a, q, Kn, mb, i, s);
-  m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
-  m = blockReduce(m, true, red);
-  l = 0.0f;
-  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
-  l = blockReduce(l, false, red);
-}
-
-// out(x, sum_j w[j] at(j, x)) for x < cols (up to kAttentionMaxHeadDimCudnn): a warp a key (j =
-// warp mod kFillWarps), its lanes along the row, then the warps' sums added in warp order (part:
-// kFillWarps x kAttentionMaxHeadDimCudnn floats of shared memory). skipZero: keys of weight 0 are
-// not read (the forward's p = 0, as the CPU reference skips them). Ends with a barrier.
-template <typename At, typename Out>
-__device__ void weightedRowSum(const float* w, int64_t Tk, int64_t cols, bool skipZero, float* part, At at, Out out) {
-  constexpr int kCols = kAttentionMaxHeadDimCudnn / 32;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float acc[kCols] = {};
-  for (int64_t j = warp; j < Tk; j += kFillWarps) {
-    const float wj = w[j];
-    if (skipZero && wj == 0.0f) continue;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c)
-      if (c * 32 + lane < cols) acc[c] += wj * at(j, c * 32 + lane);
-  }
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) part[warp * kAttentionMaxHeadDimCudnn + c * 32 + lane] = acc[c];
-  __syncthreads();
-  for (int64_t x = threadIdx.x; x < cols; x += kFillThreads) {
-    float sum = 0.0f;
-    for (int k = 0; k < kFillWarps; ++k) sum += part[k * kAttentionMaxHeadDimCudnn + x];
-    out(x, sum);
   }
   __syncthreads();
 }
@@ -1684,7 +1649,7 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsForwardKernel(const T* Q
                                                                       const uint32_t* count, const uint32_t* list) {
   extern __shared__ float fillSmem[];
   float *q = fillSmem, *s = fillSmem + kAttentionMaxHeadDimCudnn;
-  __shared__ float red[kFillWarps], part[kFillWarps * kAttentionMaxHeadDimCudnn];
+  __shared__ float red[kFillWarps];
   const int tid = threadIdx.x;
   const uint64_t step = a.step ? *a.step : 0;
   for (uint32_t e = blockIdx.x; e < *count; e += gridDim.x) {
@@ -1692,17 +1657,25 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsForwardKernel(const T* Q
     const T *Kn = KT + sliceAt(a.k, n), *Vn = V + sliceAt(a.v, n), *qg = Q + sliceAt(a.q, n) + i * a.q.sRow;
     for (int64_t d = tid; d < a.D; d += kFillThreads) q[d] = toF(qg[d]);
     __syncthreads();
-    float m, l;
-    fillRowStats(a, q, Kn, mb, i, s, red, m, l);
+    fillRowScores(a, q, Kn, mb, i, s);
+    float m = -INFINITY;
+    for (int64_t j = tid; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
+    m = blockReduce(m, true, red);
+    float l = 0.0f;
+    for (int64_t j = tid; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
+    l = blockReduce(l, false, red);
     const bool empty = a.zeroEmpty && m == -INFINITY;
     for (int64_t j = tid; j < a.Tk; j += kFillThreads)
       s[j] = empty ? 0.0f : toF(fromF<T>(expf(s[j] - m) / l * dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j))));
     __syncthreads();
     T* out = O + sliceAt(a.o, n) + i * a.o.sRow;
-    weightedRowSum(
-        s, a.Tk, a.Dv, true, part, [&](int64_t j, int64_t x) { return toF(Vn[j * a.v.sRow + x]); },
-        [&](int64_t x, float v) { out[x] = fromF<T>(v); });
+    for (int64_t x = tid; x < a.Dv; x += kFillThreads) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < a.Tk; ++j) acc += s[j] * toF(Vn[j * a.v.sRow + x]);
+      out[x] = fromF<T>(acc);
+    }
     if (tid == 0) lse[row] = empty ? INFINITY : m + logf(l);
+    __syncthreads();  // (shared memory is the next row's)
   }
 }
 
@@ -1726,7 +1699,7 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
                                                                        T* dQ, T* dKT, T* dV, AttentionArgs a, int64_t group) {
   extern __shared__ float fillSmem[];
   float *q = fillSmem, *g = q + kAttentionMaxHeadDimCudnn, *s = g + kAttentionMaxHeadDimCudnn, *gs = s + a.Tk;
-  __shared__ float red[kFillWarps], part[kFillWarps * kAttentionMaxHeadDimCudnn];
+  __shared__ float red[kFillWarps];
   __shared__ bool fills[kFillThreads];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint64_t step = a.step ? *a.step : 0;
@@ -1754,12 +1727,17 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
         for (int64_t d = tid; d < a.D; d += kFillThreads) q[d] = toF(qg[d]);
         if (blockReduce(any, true, red) == 0.0f) continue;  // (after its barriers: the same for every thread)
         D = blockReduce(D, false, red);
-        float m, l;
-        fillRowStats(a, q, Kn, mb, i, s, red, m, l);
+        fillRowScores(a, q, Kn, mb, i, s);
+        float m = -INFINITY;
+        for (int64_t j = tid; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
+        m = blockReduce(m, true, red);
+        float l = 0.0f;
+        for (int64_t j = tid; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
+        l = blockReduce(l, false, red);
         for (int64_t j = warp; j < a.Tk; j += kFillWarps) {  // dp_j, then p, ds: s[j] = round(p f), gs[j] = round(scale ds)
           float dp = 0.0f;
           for (int64_t x = lane; x < a.Dv; x += 32) dp += g[x] * toF(Vn[j * a.v.sRow + x]);
-          dp = lanesSum<32>(dp);
+          dp = warpSum(dp);
           if (lane == 0) {
             const float p = expf(s[j] - m) / l, f = dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j));
             const float ds = p * (dp * f - D);
@@ -1778,9 +1756,12 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
           }
         }
         T* dqRow = dQ + sliceAt(a.dq, n) + i * a.dq.sRow;
-        weightedRowSum(
-            gs, a.Tk, a.D, false, part, [&](int64_t j, int64_t d) { return keyAt(a, Kn, j, d); },
-            [&](int64_t d, float v) { dqRow[d] = fromF<T>(v); });
+        for (int64_t d = tid; d < a.D; d += kFillThreads) {  // dQ's sum in key order
+          float acc = 0.0f;
+          for (int64_t j = 0; j < a.Tk; ++j) acc += gs[j] * keyAt(a, Kn, j, d);
+          dqRow[d] = fromF<T>(acc);
+        }
+        __syncthreads();  // (shared memory is the next row's)
       }
     }
   }
