@@ -22,7 +22,9 @@
 // such rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
 // scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's; on the mma.sync path the
 // forward also records its keep decisions (AttentionArgs::keep, one bit a score) and the backward
-// of the same step reads them instead of drawing again.
+// of the same step reads them instead of drawing again. A row whose every score is a mask's finite
+// fill has a log-sum-exp that lost log(l): the fix-ups at the end of this file (attentionFillRows*)
+// recompute such rows after either implementation, the kernels' or cuDNN's.
 #include <mma.h>
 
 #include <cstdlib>

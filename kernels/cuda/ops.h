@@ -264,7 +264,6 @@ size_t attentionScratch(const AttentionArgs& a, bool backward);
 // elements) becomes 0 and its lse [B H Tq] +inf, as the fused op defines it (AttentionArgs::zeroEmpty).
 cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t H, int64_t Tq, int64_t Dv, int64_t sB, int64_t sH, int64_t sRow,
                                    cudaStream_t st);
-// O [N, Tq, Dv], lse f32 [N, Tq].
 // Rows masked everywhere by a finite fill (kernels/cuda/limits.h, kAttentionFillLse), for a node
 // with a mask that may make them (attentionNeedsFillRows; not the exact causal one):
 // - attentionFillRowsForward after the forward (the kernels' or cuDNN's): each row whose LSE is
@@ -281,6 +280,7 @@ cudaError_t attentionFillRowsForward(const void* Q, const void* KT, const void* 
 cudaError_t attentionFillRowsLse(const float* lse, float* out, const AttentionArgs& a, cudaStream_t st);
 cudaError_t attentionFillRowsBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
                                       void* dKT, void* dV, const AttentionArgs& a, cudaStream_t st);
+// O [N, Tq, Dv], lse f32 [N, Tq].
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st);
 // dQ, dKT, dV (the inputs' shapes and type) from dO, the inputs, O and lse.
 cudaError_t attentionBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
