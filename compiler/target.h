@@ -53,6 +53,8 @@ struct Target {
   // (compiler/ops/pointwise.h) it runs only as a generated kernel, so the lowering makes even a
   // lone such node a group. Null: every op by its own kernels.
   bool (*pointwiseByHand)(const Node& n) = nullptr;
+  // Whether its kernels run ampc.RmsNorm and LayerNormGrad {rms} (fuse-rms-norm asks).
+  bool rmsNorm = false;
   // Whether a plan compiled for this target runs on `backend` ("cpu" runs every target's plans:
   // the reference has every fused op at any size).
   bool runsOn(const std::string& backend) const { return backend == "cpu" || backend == name; }

@@ -98,6 +98,9 @@ std::unique_ptr<Pass> createAccumulateGatherGradsPass();  // accumulate_gather_g
 // Rotary embeddings' rotate_half (Concat(Neg(Slice(x, h..2h)), Slice(x, 0..h)) on the last axis) becomes
 // one ampc::RotateHalf (fuse_rotate_half.cpp).
 std::unique_ptr<Pass> createFuseRotateHalfPass();  // fuse_rotate_half.cpp
+// RMS normalisation written op by op (Llama, Mistral, Qwen, Gemma, T5, torch.nn.RMSNorm) becomes one
+// ampc.RmsNorm where the target runs it (Target::rmsNorm); fuse_rms_norm.cpp.
+std::unique_ptr<Pass> createFuseRmsNormPass(const Target& t);
 // NegativeLogLikelihoodLoss as SoftmaxCrossEntropyLoss over its LogSoftmax's input, or as
 // GatherElements, weights and a reduction (lower_nll.cpp).
 std::unique_ptr<Pass> createLowerNllPass();  // lower_nll.cpp

@@ -22,6 +22,7 @@ const PassEntry kPasses[] = {
     {"fuse-attention", [] { return createFuseAttentionPass(); }},
     {"fuse-gelu", createFuseGeluPass},
     {"fuse-rotate-half", createFuseRotateHalfPass},
+    {"fuse-rms-norm", [] { return createFuseRmsNormPass(findTarget("cpu")); }},  // (the reference runs it)
     {"lower-nll", createLowerNllPass},
     {"narrow-checks", createNarrowChecksPass},
     {"fuse-bias-grad", createFuseBiasGradPass},

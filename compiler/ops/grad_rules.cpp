@@ -309,6 +309,14 @@ void gradLayerNorm(GB& b) {
   for (size_t i = 0; i < 3; ++i)
     if (b.x(i) && b.needs(i)) b.setGrad(i, i == 2 ? b.reduceTo(r[2], shapeOf(b.x(2))) : i == 1 ? b.reduceTo(r[1], shapeOf(b.x(1))) : r[0]);
 }
+// ampc.RmsNorm: LayerNormGrad {rms = 1} (no mean: dX = inv (g - xhat mean(g xhat)) with g = dY scale).
+void gradRmsNorm(GB& b) {
+  Attrs a = copyAttrs(b.node);
+  a["rms"] = Attribute(int64_t{1});
+  auto r = b.opN("LayerNormGrad", {b.dy(0), b.x(0), b.x(1)}, a, kGradDomain, 3);
+  if (b.needs(0)) b.setGrad(0, r[0]);
+  if (b.needs(1)) b.setGrad(1, b.reduceTo(r[1], shapeOf(b.x(1))));
+}
 void gradSoftmax(GB& b) {  // y * (dy - sum(dy * y))
   const int64_t axis = b.node.getInt("axis", -1);
   Value* s = b.op("ReduceSum", {b.mul(b.dy(0), b.y(0)), b.ints({axis})}, {{"keepdims", int64_t{1}}});
@@ -497,7 +505,9 @@ void inferBatchNormGrad(InferContext& c) {  // (dY, X, scale, mean, var) -> dX, 
   c.setOut(1, c.in(2));
   c.setOut(2, c.in(2));
 }
-void inferLayerNormGrad(InferContext& c) {  // (dY, X, scale) -> dX, dScale, dBias (normalised dims)
+void inferLayerNormGrad(InferContext& c) {  // (dY, X, scale) {rms} -> dX, dScale, dBias (normalised dims)
+  const int64_t rms = c.node().getInt("rms", 0);
+  c.check(rms == 0 || rms == 1, "rms must be 0 or 1, got " + std::to_string(rms));
   c.setOut(0, c.in(1));
   const auto& s = c.in(1).shape;
   const int64_t axis = c.axis(c.node().getInt("axis", -1), c.in(1).rank());
@@ -575,6 +585,19 @@ void registerGradOps(std::vector<OpDef>& t) {
                       c.check(sign == 1 || sign == -1, "sign must be 1 or -1, got " + std::to_string(sign));
                       c.setOut(0, c.in(0));
                     }});
+  // ampc.RmsNorm(X, scale) {axis, epsilon}: X / sqrt(mean(X^2 over the dims from axis) + epsilon) *
+  // scale, ONNX's RMSNormalization (opset 23) for graphs of any opset (fuse-rms-norm makes it of
+  // the exporters' op-by-op form). FP32, as LayerNormalization; its gradient is LayerNormGrad {rms}.
+  t.push_back(OpDef{"RmsNorm", kGradDomain, 1, 1, 2, 2, 1, 1, AmpCategory::Deny, true, [](InferContext& c) {
+                      c.check(isFloat(c.in(0).dtype) && isFloat(c.in(1).dtype), "X and scale must be float tensors, got " + c.in(0).str() + " and " +
+                                                                                      c.in(1).str());
+                      const auto& x = c.in(0).shape;
+                      const int64_t axis = c.axis(c.node().getInt("axis", -1), c.in(0).rank());
+                      const std::vector<int64_t> norm(x.begin() + axis, x.end());
+                      c.check(c.in(1).rank() <= static_cast<int64_t>(norm.size()) && broadcastShapes(c, norm, c.in(1).shape) == norm,
+                              "scale " + c.in(1).str() + " does not broadcast to the normalised dims");
+                      c.setOut(0, c.in(0));
+                    }});
   // ampc.Silu: x * sigmoid(x) in one op, rounded once (fuse-gelu makes it of x * Sigmoid(x)).
   t.push_back(OpDef{"Silu", kGradDomain, 1, 1, 1, 1, 1, 1, AmpCategory::Infer, true, [](InferContext& c) {
                       c.check(isFloat(c.in(0).dtype), "X must be a float tensor, got " + c.in(0).str());
@@ -611,6 +634,7 @@ void attachGradRules(std::vector<OpDef>& t) {
     if (d.domain == kGradDomain && d.name == "Gelu") d.grad = gradGelu;
     if (d.domain == kGradDomain && d.name == "Silu") d.grad = gradSilu;
     if (d.domain == kGradDomain && d.name == "RotateHalf") d.grad = gradRotateHalf;
+    if (d.domain == kGradDomain && d.name == "RmsNorm") d.grad = gradRmsNorm;
   }
 }
 

@@ -72,7 +72,8 @@ struct BatchNormGradK {
   }
 };
 
-// LayerNormGrad(dY, X, scale) -> dX, dScale, dBias (over the normalised dims).
+// LayerNormGrad(dY, X, scale) {rms} -> dX, dScale, dBias (over the normalised dims). rms = 1: the
+// gradient of ampc.RmsNorm (no mean taken out, so neither it nor its term in dX).
 template <typename C>
 struct LayerNormGradK {
   static void run(KernelCtx& c) {
@@ -87,11 +88,12 @@ struct LayerNormGradK {
     BroadcastIter it(norm, c.in(2).type.shape);
     for (int64_t k = 0; k < D; ++k, it.next()) scale[k] = raw[it.offset()];
     std::vector<C> dx(x.size()), dscale(static_cast<size_t>(D), C(0)), dbias(static_cast<size_t>(D), C(0)), xhat(static_cast<size_t>(D));
+    const bool rms = c.node.getInt("rms", 0) != 0;
     for (int64_t o = 0; o < outer; ++o) {
       const C* row = x.data() + o * D;
       const C* drow = dy.data() + o * D;
       C m = 0, v = 0;
-      for (int64_t k = 0; k < D; ++k) m += row[k];
+      for (int64_t k = 0; k < D && !rms; ++k) m += row[k];
       m /= static_cast<C>(D);
       for (int64_t k = 0; k < D; ++k) v += (row[k] - m) * (row[k] - m);
       const C inv = C(1) / std::sqrt(v / static_cast<C>(D) + eps);
@@ -104,7 +106,7 @@ struct LayerNormGradK {
         dscale[k] += drow[k] * xhat[k];
         dbias[k] += drow[k];
       }
-      a /= static_cast<C>(D);
+      a = rms ? C(0) : a / static_cast<C>(D);
       b /= static_cast<C>(D);
       for (int64_t k = 0; k < D; ++k) dx[o * D + k] = inv * (drow[k] * scale[k] - a - xhat[k] * b);
     }

@@ -80,11 +80,12 @@ struct LayerNormK {
       return v;
     };
     const auto scale = expand(1), bias = expand(2);
+    const bool rms = c.node.op() == "RmsNorm";  // ampc.RmsNorm: no mean taken out
     std::vector<C> y(x.size()), mean(static_cast<size_t>(outer)), inv(static_cast<size_t>(outer));
     for (int64_t o = 0; o < outer; ++o) {
       const C* row = x.data() + o * D;
       C s = 0;
-      for (int64_t k = 0; k < D; ++k) s += row[k];
+      for (int64_t k = 0; k < D && !rms; ++k) s += row[k];
       const C m = s / static_cast<C>(D);
       C v = 0;
       for (int64_t k = 0; k < D; ++k) v += (row[k] - m) * (row[k] - m);
@@ -334,6 +335,7 @@ void numericOp(KernelCtx& c) { dispatchNumeric<F>(c, c.in(0).type.dtype); }
 void registerNormKernels(std::vector<KernelRow>& t) {
   t.insert(t.end(), {
       {"BatchNormalization", summingOp<BatchNormK>}, {"LayerNormalization", summingOp<LayerNormK>},
+      {"RmsNorm", summingOp<LayerNormK>, "ampc"},
       {"Softmax", summingOp<SoftmaxPlain>}, {"LogSoftmax", summingOp<LogSoftmaxK>},
       {"ReduceSum", summingNumericOp<ReduceSumK>}, {"ReduceMean", summingNumericOp<ReduceMeanK>},
       {"ReduceMax", numericOp<ReduceMaxK>}, {"ReduceMin", numericOp<ReduceMinK>}, {"ArgMax", numericOp<ArgMaxK>}, {"TopK", numericOp<TopKK>},

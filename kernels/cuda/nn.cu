@@ -27,11 +27,15 @@ __global__ void softmaxKernel(const void* x, void* y, DT t, int64_t axis, int64_
 }
 
 // ---- layer norm ----
-// The mean and 1 / sqrt(variance + eps) of one row of D elements (the whole block).
-__device__ __forceinline__ void rowStats(const void* x, DT t, int64_t base, int64_t D, float eps, float& m, float& inv) {
-  float s = 0;
-  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += loadF(x, t, base + k);
-  m = blockSum(s) / static_cast<float>(D);
+// The mean and 1 / sqrt(variance + eps) of one row of D elements (the whole block). rms (RMS
+// normalisation, ampc.RmsNorm): the mean taken as 0, so inv is 1 / sqrt(mean(x^2) + eps).
+__device__ __forceinline__ void rowStats(const void* x, DT t, int64_t base, int64_t D, float eps, bool rms, float& m, float& inv) {
+  m = 0.0f;
+  if (!rms) {  // (uniform over the block)
+    float s = 0;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += loadF(x, t, base + k);
+    m = blockSum(s) / static_cast<float>(D);
+  }
   float q = 0;
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float d = loadF(x, t, base + k) - m;
@@ -40,10 +44,10 @@ __device__ __forceinline__ void rowStats(const void* x, DT t, int64_t base, int6
   inv = 1.0f / sqrtf(blockSum(q) / static_cast<float>(D) + eps);
 }
 __global__ void layerNormKernel(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT pt, int64_t D, float eps,
-                                float* meanOut, float* invOut) {
+                                bool rms, float* meanOut, float* invOut) {
   const int64_t row = blockIdx.x, base = row * D;
   float m, inv;
-  rowStats(x, t, base, D, eps, m, inv);
+  rowStats(x, t, base, D, eps, rms, m, inv);
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float b = bias ? loadF(bias, pt, k) : 0.0f;
     storeF(y, yT, base + k, (loadF(x, t, base + k) - m) * inv * loadF(scale, pt, k) + b);
@@ -53,19 +57,19 @@ __global__ void layerNormKernel(const void* x, const void* scale, const void* bi
     if (invOut) invOut[row] = inv;
   }
 }
-// dx per row; the row's mean and 1/std go to ws for the column pass.
+// dx per row; the row's mean and 1/std go to ws for the column pass. rms: no mean, nor its term in dx.
 __global__ void layerNormGradRows(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT st, void* dx, DT dxT, const void* res,
-                                  int64_t D, float eps, float* ws) {
+                                  int64_t D, float eps, bool rms, float* ws) {
   const int64_t row = blockIdx.x, base = row * D;
   float m, inv;
-  rowStats(x, t, base, D, eps, m, inv);
+  rowStats(x, t, base, D, eps, rms, m, inv);
   float a = 0, b = 0;
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float g = loadF(dy, dyT, base + k) * loadF(scale, st, k);
     a += g;
     b += g * (loadF(x, t, base + k) - m) * inv;
   }
-  a = blockSum(a) / static_cast<float>(D);
+  a = rms ? 0.0f : blockSum(a) / static_cast<float>(D);
   b = blockSum(b) / static_cast<float>(D);
   for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
     const float xhat = (loadF(x, t, base + k) - m) * inv;
@@ -132,9 +136,10 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 // This lane's elements of row `base` (zeros past D) and the row's mean and 1 / std; CH chunks of
-// 128 elements cover D.
+// 128 elements cover D. rms: the mean taken as 0 (rowStats).
 template <int CH>
-__device__ __forceinline__ void warpRowStats(const void* x, DT t, int64_t base, int D, float eps, float (&v)[CH][4], float& m, float& inv) {
+__device__ __forceinline__ void warpRowStats(const void* x, DT t, int64_t base, int D, float eps, bool rms, float (&v)[CH][4], float& m,
+                                             float& inv) {
   const int lane = threadIdx.x & 31;
   float s = 0;
 #pragma unroll
@@ -144,7 +149,7 @@ __device__ __forceinline__ void warpRowStats(const void* x, DT t, int64_t base, 
     else v[c][0] = v[c][1] = v[c][2] = v[c][3] = 0.0f;
     s += (v[c][0] + v[c][1]) + (v[c][2] + v[c][3]);
   }
-  m = warpSum(s) / static_cast<float>(D);
+  m = rms ? 0.0f : warpSum(s) / static_cast<float>(D);
   float q = 0;
 #pragma unroll
   for (int c = 0; c < CH; ++c)
@@ -154,13 +159,13 @@ __device__ __forceinline__ void warpRowStats(const void* x, DT t, int64_t base, 
   inv = 1.0f / sqrtf(warpSum(q) / static_cast<float>(D) + eps);
 }
 __global__ void __launch_bounds__(32 * kLnWarps) layerNormWarp(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT,
-                                                               DT pt, int64_t rows, int D, float eps, float* meanOut, float* invOut) {
+                                                               DT pt, int64_t rows, int D, float eps, bool rms, float* meanOut, float* invOut) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kLnWarps) + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
   const int64_t base = row * D;
   float v[kLnChunks][4], m, inv;
-  warpRowStats<kLnChunks>(x, t, base, D, eps, v, m, inv);
+  warpRowStats<kLnChunks>(x, t, base, D, eps, rms, v, m, inv);
 #pragma unroll
   for (int c = 0; c < kLnChunks; ++c) {
     const int k = c * 128 + lane * 4;
@@ -185,7 +190,7 @@ __global__ void __launch_bounds__(32 * kLnWarps) layerNormWarp(const void* x, co
 template <int CH>
 __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const void* dy, DT dyT, const void* x, const void* scale, DT t,
                                                                        DT st, void* dx, DT dxT, const void* res, int64_t rows, int D, float eps,
-                                                                       float* part) {
+                                                                       bool rms, float* part) {
   __shared__ float4 acc[kLnGradWarps][2][32 * CH];  // [warp][dscale, dbias][column / 4]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const voi
       load4(dy, dyT, base + k, g[c]);
       if (kEarlyRes && res) load4(res, dxT, base + k, r[c]);
     }
-    warpRowStats<CH>(x, t, base, D, eps, v, m, inv);
+    warpRowStats<CH>(x, t, base, D, eps, rms, v, m, inv);
     float a = 0, b = 0;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(32 * kLnGradWarps) layerNormGradWarp(const voi
       ds = make_float4(ds.x + g[c][0] * xh[0], ds.y + g[c][1] * xh[1], ds.z + g[c][2] * xh[2], ds.w + g[c][3] * xh[3]);
       db = make_float4(db.x + g[c][0], db.y + g[c][1], db.z + g[c][2], db.w + g[c][3]);
     }
-    a = warpSum(a) / static_cast<float>(D);
+    a = rms ? 0.0f : warpSum(a) / static_cast<float>(D);
     b = warpSum(b) / static_cast<float>(D);
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
@@ -1121,15 +1126,15 @@ cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, i
 }
 
 cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT pt, int64_t rows, int64_t D, float eps,
-                      float* mean, float* invStd, cudaStream_t st) {
+                      bool rms, float* mean, float* invStd, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
   if (warpRows(D, {x, scale, bias, y})) {
     const int64_t blocks = (rows + kLnWarps - 1) / kLnWarps;
-    layerNormWarp<<<static_cast<unsigned>(blocks), 32 * kLnWarps, 0, st>>>(x, scale, bias, y, t, yT, pt, rows, static_cast<int>(D), eps, mean,
-                                                                           invStd);
+    layerNormWarp<<<static_cast<unsigned>(blocks), 32 * kLnWarps, 0, st>>>(x, scale, bias, y, t, yT, pt, rows, static_cast<int>(D), eps, rms,
+                                                                           mean, invStd);
     return cudaGetLastError();
   }
-  layerNormKernel<<<blocksFor(rows), kRowBlock, 0, st>>>(x, scale, bias, y, t, yT, pt, D, eps, mean, invStd);
+  layerNormKernel<<<blocksFor(rows), kRowBlock, 0, st>>>(x, scale, bias, y, t, yT, pt, D, eps, rms, mean, invStd);
   return cudaGetLastError();
 }
 
@@ -1144,20 +1149,20 @@ size_t layerNormGradScratch(int64_t rows, int64_t D) {
 }
 
 cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, DT dxT, const void* res, void* dscale, void* dbias,
-                          DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st) {
+                          DT pT, int64_t rows, int64_t D, float eps, bool rms, float* ws, cudaStream_t st) {
   if (rows == 0) return cudaSuccess;
   if (warpRows(D, {dy, x, scale, dx, res})) {
     const int blocks = static_cast<int>(std::min<int64_t>(kLnGradBlocks, (rows + kLnGradWarps - 1) / kLnGradWarps));
     const int chunks = static_cast<int>((D + 127) / 128), d = static_cast<int>(D);
     const unsigned th = 32 * kLnGradWarps;
-    if (chunks <= 2) layerNormGradWarp<2><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
-    else if (chunks <= 4) layerNormGradWarp<4><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
-    else if (chunks <= 6) layerNormGradWarp<6><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
-    else layerNormGradWarp<8><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, ws);
+    if (chunks <= 2) layerNormGradWarp<2><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, rms, ws);
+    else if (chunks <= 4) layerNormGradWarp<4><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, rms, ws);
+    else if (chunks <= 6) layerNormGradWarp<6><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, rms, ws);
+    else layerNormGradWarp<8><<<blocks, th, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, rows, d, eps, rms, ws);
     layerNormGradPartials<<<static_cast<unsigned>((2 * D + 31) / 32), dim3(32, kLnSumRows), 0, st>>>(ws, blocks, dscale, dbias, pT, D);
     return cudaGetLastError();
   }
-  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, D, eps, ws);
+  layerNormGradRows<<<blocksFor(rows), kRowBlock, 0, st>>>(dy, dyT, x, scale, t, scaleT, dx, dxT, res, D, eps, rms, ws);
   float* acc = ws + 2 * rows;
   const int64_t colBlocks = (D + 31) / 32, slices = lnColSlices(rows, D);
   const int64_t perBlock = (rows + slices - 1) / slices;

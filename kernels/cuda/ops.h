@@ -303,15 +303,17 @@ cudaError_t scanFinite(const void* x, DT t, int64_t n, unsigned long long* rec, 
 cudaError_t softmax(const void* x, void* y, DT t, int64_t outer, int64_t axis, int64_t inner, bool log, cudaStream_t st);
 // LayerNorm over the last D elements of each of `rows` rows; scale/bias have D elements (bias may be
 // null); mean/invStd (f32, may be null) get one value per row. x is read as t, y written as yT (a
-// narrowing Cast after it folds into the write).
+// narrowing Cast after it folds into the write). rms: RMS normalisation (ampc.RmsNorm), the mean
+// taken as 0.
 cudaError_t layerNorm(const void* x, const void* scale, const void* bias, void* y, DT t, DT yT, DT st_, int64_t rows, int64_t D, float eps,
-                      float* mean, float* invStd, cudaStream_t st);
+                      bool rms, float* mean, float* invStd, cudaStream_t st);
 // LayerNormGrad -> dx, dscale, dbias; `ws` is scratch of layerNormGradScratch(rows, D) bytes. dy is
 // read as dyT and x as t (a widening Cast in front of either folds into the read); dx and `residual`
 // are dxT. With a residual (may be dx itself), dx gets dx + residual (a residual Add folded in).
+// rms: ampc.RmsNorm's gradient (LayerNormGrad {rms = 1}).
 size_t layerNormGradScratch(int64_t rows, int64_t D);
 cudaError_t layerNormGrad(const void* dy, DT dyT, const void* x, const void* scale, DT t, DT scaleT, void* dx, DT dxT, const void* residual, void* dscale, void* dbias,
-                          DT pT, int64_t rows, int64_t D, float eps, float* ws, cudaStream_t st);
+                          DT pT, int64_t rows, int64_t D, float eps, bool rms, float* ws, cudaStream_t st);
 // BatchNormalization over [N, C, S]. Training: batch statistics, running stats updated into
 // runMeanOut/runVarOut (ONNX: momentum * running + (1 - momentum) * batch, population variance).
 // Inference: the given mean/var. `ws` is scratch of 48 * C bytes (f64 sums, f32 statistics).

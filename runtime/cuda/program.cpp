@@ -1065,6 +1065,7 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "Softmax"}, &Lowering::onnxSoftmax},
       {{"", "LogSoftmax"}, &Lowering::onnxSoftmax},
       {{"", "LayerNormalization"}, &Lowering::onnxLayerNormalization},
+      {{"ampc", "RmsNorm"}, &Lowering::onnxLayerNormalization},
       {{"", "BatchNormalization"}, &Lowering::onnxBatchNormalization},
       {{kCudaDomain, "BatchNormalization"}, &Lowering::onnxBatchNormalization},  // + residual, Relu (passes/fuse_norm_epilogue.cpp)
       {{"", "SoftmaxCrossEntropyLoss"}, &Lowering::onnxSoftmaxCrossEntropyLoss},
@@ -1448,7 +1449,8 @@ void Program::Lowering::onnxLayerNormalization() {
   float* inv = n.numResults() > 2 ? static_cast<float*>(P(out(2))) : nullptr;
   const DT t = dt(x), yT = dt(y), pt = dt(in(1));
   const float eps = n.getFloat("epsilon", 1e-5f);
-  add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, yT, pt, rows, D, eps, mean, inv, st); });
+  const bool rms = n.op() == "RmsNorm";  // ampc.RmsNorm (fuse-rms-norm): no mean
+  add([=](cudaStream_t st) { return layerNorm(X, S, B, Y, t, yT, pt, rows, D, eps, rms, mean, inv, st); });
 }
 
 void Program::Lowering::onnxBatchNormalization() {
@@ -1907,7 +1909,8 @@ void Program::Lowering::ampcLayerNormGrad() {
   const DT dyT = dt(dy), t = dt(x), dxT = dt(out(0)), st_ = dt(in(2)), pt = dt(out(1));
   if (r && dt(r) != dxT) fail("the residual's type differs from dX's");
   const float eps = n.getFloat("epsilon", 1e-5f);
-  add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dxT, R, dS, dB, pt, rows, D, eps, ws.f(), st); });
+  const bool rms = n.getInt("rms", 0) != 0;  // ampc.RmsNorm's gradient
+  add([=](cudaStream_t st) { return layerNormGrad(dY, dyT, X, S, t, st_, dX, dxT, R, dS, dB, pt, rows, D, eps, rms, ws.f(), st); });
 }
 
 void Program::Lowering::ampcSoftmaxCrossEntropyLossGrad() {

@@ -16,7 +16,9 @@
 //     at a large rate is chaotic on small BatchNorm nets);
 //   - the first step's bf16 gradients as accurate, against the exact ones, as PyTorch AMP's.
 // The plans run on the CPU backend; AMPC_ZOO_DEVICE=cuda runs them on the GPU (amprun --device), and
-// AMPC_ZOO_BIN names the folder of ampc and amprun where the build folder is not at hand.
+// AMPC_ZOO_BIN names the folder of ampc and amprun where the build folder is not at hand;
+// AMPC_ZOO_AMPC_FLAGS adds flags to the ampc runs that compile plans and gradients (--target cpu:
+// the plans of the CPU target, which fuses what the CUDA target does not yet).
 // The families are found on disk: a new folder with a ref.json is a new case.
 #include <gtest/gtest.h>
 
@@ -47,6 +49,7 @@ const std::string kAmpc = kBin.empty() ? AMPC_BIN : kBin + "/ampc";
 const std::string kAmprun = (kBin.empty() ? std::string(AMPC_BINARY_DIR) + "/tools/amprun" : kBin + "/amprun") + " --device " +
                             envOr("AMPC_ZOO_DEVICE", "cpu");
 const fs::path kZoo = envOr("AMPC_ZOO_DIR", (fs::path(AMPC_SOURCE_DIR) / "models" / "zoo").string());
+const std::string kAmpcFlags = envOr("AMPC_ZOO_AMPC_FLAGS", "").empty() ? "" : " " + envOr("AMPC_ZOO_AMPC_FLAGS", "");
 
 struct Case {
   std::string family, exporter;
@@ -107,7 +110,7 @@ std::string train(const Case& c, const TempDir& t, const std::string& precision,
   const std::string plan = t.file(precision + ".ampplan"), metrics = t.file(precision + ".jsonl");
   std::ostringstream lr;
   lr << ref.at(lrKey).get<double>();
-  auto r = run(kAmpc + " " + c.model() + " --precision " + precision + " --optimizer sgd --lr " + lr.str() + " -o " + plan);
+  auto r = run(kAmpc + " " + c.model() + kAmpcFlags + " --precision " + precision + " --optimizer sgd --lr " + lr.str() + " -o " + plan);
   EXPECT_EQ(r.code, 0) << r.out;
   r = run(kAmprun + " " + plan + " --data " + (c.dir() / "inputs").string() + " --steps " + std::to_string(steps) + " --log-every 1 --metrics " + metrics);
   EXPECT_EQ(r.code, 0) << r.out;
@@ -148,7 +151,7 @@ Gradients gradients(const Case& c, const TempDir& t, const std::string& precisio
   const std::string g = t.file("grad_" + precision + ".onnx");
   const fs::path out = t.path / ("grads_" + precision);
   fs::create_directories(out);
-  auto x = run(kAmpc + " " + c.model() + " --grad" + (precision == "fp32" ? "" : " --precision " + precision) + " --emit onnx -o " + g);
+  auto x = run(kAmpc + " " + c.model() + kAmpcFlags + " --grad" + (precision == "fp32" ? "" : " --precision " + precision) + " --emit onnx -o " + g);
   EXPECT_EQ(x.code, 0) << x.out;
   x = run(kAmpc + " " + g + " --eval --no-dropout --inputs " + (c.dir() / "inputs").string() + " --outputs " + out.string());
   EXPECT_EQ(x.code, 0) << x.out;

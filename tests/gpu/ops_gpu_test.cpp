@@ -245,15 +245,31 @@ std::vector<Case> cases() {
                                                  "%dx : $T[7," + D + "], %ds : $T[" + D + "], %db : $T[" + D + "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n"
                                                  "output %y\noutput %dx\noutput %ds\noutput %db"});
   }
-  // A residual-stream gradient: the Add after dX is written by LayerNormGrad (cuda::LayerNormGrad,
-  // passes/fuse_norm_epilogue.cpp, which runCase applies), on both kernels.
-  for (const char* shape : {"64,768", "5,6"}) {
+  // ampc.RmsNorm and its gradient, LayerNormGrad {rms = 1} (the same kernels with the mean taken as
+  // 0): the warp-per-row kernels, the block-per-row ones (1030, 6), and the casts autocast leaves
+  // around them; the residual-stream gradient further down.
+  for (const char* shape : {"300,768", "2100,520", "7,1030", "7,6"}) {
     const std::string x = shape, D = x.substr(x.find(',') + 1);
-    c.push_back({"LayerNormGrad_residual_" + x, "domain \"ampc\" 1\ninput %dy : $T[" + x + "]\ninput %x : $T[" + x + "]\ninput %s : $T[" + D +
-                                                   "]\ninput %r : $T[" + x + "]\n%dx : $T[" + x + "], %ds : $T[" + D + "], %db : $T[" + D +
-                                                   "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1}\n%sum : $T[" + x + "] = Add(%r, %dx)\n"
-                                                   "output %sum\noutput %ds\noutput %db"});
+    c.push_back({"RmsNorm_" + x, "domain \"ampc\" 1\ninput %x : $T[" + x + "]\ninput %s : $T[" + D + "]\ninput %dy : $T[" + x + "]\n"
+                                 "%y : $T[" + x + "] = ampc::RmsNorm(%x, %s) {axis = -1, epsilon = 1e-06}\n"
+                                 "%dx : $T[" + x + "], %ds : $T[" + D + "], %db : $T[" + D + "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1, epsilon = 1e-06, rms = 1}\n"
+                                 "output %y\noutput %dx\noutput %ds"});
   }
+  c.push_back({"RmsNorm_cast_folding", "domain \"ampc\" 1\ninput %x : f32[12,96]\ninput %s : f32[96]\ninput %dyl : $T[12,96]\n"
+                                       "%y : f32[12,96] = ampc::RmsNorm(%x, %s) {axis = -1, epsilon = 1e-05}\n%yl : $T[12,96] = Cast(%y) {to = $TO}\n"
+                                       "%dy : f32[12,96] = Cast(%dyl) {to = 1}\n"
+                                       "%dx : f32[12,96], %ds : f32[96], %db : f32[96] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1, epsilon = 1e-05, rms = 1}\n"
+                                       "output %yl\noutput %dx\noutput %ds"});
+  // A residual-stream gradient: the Add after dX is written by LayerNormGrad (cuda::LayerNormGrad,
+  // passes/fuse_norm_epilogue.cpp, which runCase applies), on both kernels; and RmsNorm's (rms = 1).
+  for (const char* shape : {"64,768", "5,6"})
+    for (const char* rms : {"0", "1"}) {
+      const std::string x = shape, D = x.substr(x.find(',') + 1), R = rms;
+      c.push_back({(R == "1" ? "RmsNormGrad_residual_" : "LayerNormGrad_residual_") + x,
+                   "domain \"ampc\" 1\ninput %dy : $T[" + x + "]\ninput %x : $T[" + x + "]\ninput %s : $T[" + D + "]\ninput %r : $T[" + x +
+                       "]\n%dx : $T[" + x + "], %ds : $T[" + D + "], %db : $T[" + D + "] = ampc::LayerNormGrad(%dy, %x, %s) {axis = -1, rms = " + R +
+                       "}\n%sum : $T[" + x + "] = Add(%r, %dx)\noutput %sum\noutput %ds\noutput %db"});
+    }
   // As autocast leaves them in a transformer: an f32 LayerNorm whose result is cast down for a
   // GEMM (written through), and its gradient from a low dY cast up (read through).
   c.push_back({"LayerNorm_cast_folding", "domain \"ampc\" 1\ninput %x : f32[12,96]\ninput %s : f32[96]\ninput %b : f32[96]\ninput %dyl : $T[12,96]\n"

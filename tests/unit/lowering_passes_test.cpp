@@ -4,11 +4,14 @@
 // graph gives the same loss and the same gradient as the op, in f64, for every reduction, with and
 // without weights and ignore_index, over [N, C] and [N, C, d].
 // narrow-checks (passes/narrow_checks.cpp): IsNaN and IsInf of a widening Cast read its operand.
+// fuse-rms-norm (passes/fuse_rms_norm.cpp): RMS normalisation written op by op becomes one
+// ampc.RmsNorm with the loss and gradients of the ops it replaces, in f64.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "compiler/ir/text.h"
+#include "compiler/target.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "runtime/backend.h"
@@ -18,8 +21,8 @@ using namespace ampc;
 
 namespace {
 
-std::unique_ptr<Graph> build(const std::string& body, uint64_t seed) {
-  auto g = parseGraph("graph \"g\" opset 17 {\n" + body + "\n}\n", "case");
+std::unique_ptr<Graph> build(const std::string& body, uint64_t seed, int opset = 17) {
+  auto g = parseGraph("graph \"g\" opset " + std::to_string(opset) + " {\n" + body + "\n}\n", "case");
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (Value* p : g->params()) {
@@ -130,4 +133,100 @@ TEST(NarrowChecks, ChecksOfAWideningCastReadItsSource) {
   const auto a = evaluate(*before, in, *backend), b = evaluate(*g, in, *backend);
   for (size_t k = 0; k < 2; ++k)
     for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(a[k].getDouble(i), b[k].getDouble(i)) << "output " << k << " element " << i;
+}
+
+// The forms the exporters write (dynamo's Llama: Pow, ReduceMean over an axes input, Reciprocal of
+// Sqrt, then weight * normed; TorchScript's: axes attribute, Div(1, Sqrt); Gemma's (1 + w); ampc's
+// own import of RMSNormalization: Mul(x, x) and Div(x, Sqrt); Pow(a, -0.5) without a weight; two
+// trailing axes; Llama's no-op Cast before the weight) each become one RmsNorm, and the loss and
+// the gradients of x and w equal the unfused graph's on fresh random data. The CUDA target, whose
+// kernels have not run yet, leaves them. (eps is 2^-20 or 2^-10: an f64 eps that the op's float
+// attribute does not hold exactly keeps the norm unfused, OtherFormsStay.)
+TEST(FuseRmsNorm, ExportersFormsBecomeOneOpWithTheSameLossAndGradients) {
+  const std::string head = "param %x : f64[3,5,8]\n param %w : f64[8]\n param %k : f64[3,5,8]\n const %two : f64[] = [2]\n"
+                           " const %ax : i64[1] = [-1]\n const %eps : f64[] = [9.5367431640625e-07]\n const %one : f64[] = [1]\n";
+  const std::string mean = " %q : f64[3,5,8] = Pow(%x, %two)\n %m : f64[3,5,1] = ReduceMean(%q, %ax) {keepdims = 1}\n"
+                           " %a : f64[3,5,1] = Add(%m, %eps)\n %s : f64[3,5,1] = Sqrt(%a)\n";
+  const std::string loss = " %p : f64[3,5,8] = Mul(%y, %k)\n %l : f64[] = ReduceSum(%p) {keepdims = 0}\n output %l";
+  const struct {
+    const char* name;
+    std::string body;
+  } cases[] = {
+      {"dynamo", head + mean + " %r : f64[3,5,1] = Reciprocal(%s)\n %n : f64[3,5,8] = Mul(%x, %r)\n %y : f64[3,5,8] = Mul(%w, %n)\n" + loss},
+      {"torchscript", head + " %q : f64[3,5,8] = Pow(%x, %two)\n %m : f64[3,5,1] = ReduceMean(%q) {axes = [-1], keepdims = 1}\n"
+                             " %a : f64[3,5,1] = Add(%eps, %m)\n %s : f64[3,5,1] = Sqrt(%a)\n %r : f64[3,5,1] = Div(%one, %s)\n"
+                             " %n : f64[3,5,8] = Mul(%r, %x)\n %y : f64[3,5,8] = Mul(%n, %w)\n" + loss},
+      {"gemma", head + mean + " %r : f64[3,5,1] = Reciprocal(%s)\n %n : f64[3,5,8] = Mul(%x, %r)\n %w1 : f64[8] = Add(%w, %one)\n"
+                              " %y : f64[3,5,8] = Mul(%n, %w1)\n" + loss},
+      {"import", head + " %q : f64[3,5,8] = Mul(%x, %x)\n %m : f64[3,5,1] = ReduceMean(%q, %ax) {keepdims = 1}\n"
+                        " %a : f64[3,5,1] = Add(%m, %eps)\n %s : f64[3,5,1] = Sqrt(%a)\n %n : f64[3,5,8] = Div(%x, %s)\n"
+                        " %y : f64[3,5,8] = Mul(%n, %w)\n" + loss},
+      {"pow_no_weight", head + " const %mh : f64[] = [-0.5]\n %q : f64[3,5,8] = Pow(%x, %two)\n"
+                               " %m : f64[3,5,1] = ReduceMean(%q, %ax) {keepdims = 1}\n %a : f64[3,5,1] = Add(%m, %eps)\n"
+                               " %r : f64[3,5,1] = Pow(%a, %mh)\n %y : f64[3,5,8] = Mul(%r, %x)\n" + loss},
+      {"two_axes", "param %x : f64[3,5,8]\n param %w : f64[5,8]\n param %k : f64[3,5,8]\n const %two : f64[] = [2]\n"
+                   " const %ax : i64[2] = [1, 2]\n const %eps : f64[] = [0.0009765625]\n %q : f64[3,5,8] = Pow(%x, %two)\n"
+                   " %m : f64[3,1,1] = ReduceMean(%q, %ax) {keepdims = 1}\n %a : f64[3,1,1] = Add(%m, %eps)\n %s : f64[3,1,1] = Sqrt(%a)\n"
+                   " %r : f64[3,1,1] = Reciprocal(%s)\n %n : f64[3,5,8] = Mul(%x, %r)\n %y : f64[3,5,8] = Mul(%w, %n)\n" + loss},
+      {"cast_before_weight", head + mean + " %r : f64[3,5,1] = Reciprocal(%s)\n %n : f64[3,5,8] = Mul(%x, %r)\n"
+                                           " %c : f64[3,5,8] = Cast(%n) {to = 11}\n %y : f64[3,5,8] = Mul(%w, %c)\n" + loss},
+  };
+  for (const auto& c : cases)
+    for (const uint64_t seed : {1u, 2u}) {
+      SCOPED_TRACE(c.name);
+      auto fused = build(c.body, seed, 18);
+      EXPECT_FALSE(createFuseRmsNormPass(findTarget("cuda"))->run(*fused));
+      ASSERT_TRUE(createFuseRmsNormPass(findTarget("cpu"))->run(*fused));
+      verify(*fused);
+      EXPECT_EQ(count(*fused, "RmsNorm"), 1);
+      for (const char* gone : {"ReduceMean", "Sqrt", "Reciprocal", "Pow", "Div", "Cast"}) EXPECT_EQ(count(*fused, gone), 0) << gone;
+      EXPECT_EQ(count(*fused, "Mul"), 1);  // the loss's, by k
+      const auto want = lossAndGrad(build(c.body, seed, 18)), got = lossAndGrad(std::move(fused));
+      const bool weighted = std::string(c.name) != "pow_no_weight";
+      ASSERT_EQ(want.size(), weighted ? 4u : 3u);  // the loss, and the gradients of x, (w) and k
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t o = 0; o < want.size(); ++o) {
+        ASSERT_EQ(want[o].type, got[o].type) << o;
+        double scale = 0;
+        for (int64_t i = 0; i < want[o].numel(); ++i) scale = std::max(scale, std::abs(want[o].getDouble(i)));
+        ASSERT_GT(scale, 0.0) << "output " << o;
+        for (int64_t i = 0; i < want[o].numel(); ++i)
+          EXPECT_NEAR(got[o].getDouble(i), want[o].getDouble(i), 1e-12 * scale) << "output " << o << " element " << i;
+      }
+    }
+}
+
+// Not an RMS norm, or one whose pieces are read elsewhere: a mean over a leading axis, the mean
+// also an output, eps not a constant, a cube instead of the square, a mean without keepdims, an f64
+// eps of 1e-6 (the op's float epsilon would change it). Nothing changes.
+TEST(FuseRmsNorm, OtherFormsStay) {
+  const std::string head = "param %x : f64[3,5,8]\n param %w : f64[8]\n const %two : f64[] = [2]\n const %ax : i64[1] = [-1]\n"
+                           " const %eps : f64[] = [9.5367431640625e-07]\n";
+  const std::string tail = " %s : f64[3,5,1] = Sqrt(%a)\n %r : f64[3,5,1] = Reciprocal(%s)\n %n : f64[3,5,8] = Mul(%x, %r)\n"
+                           " %y : f64[3,5,8] = Mul(%w, %n)\n output %y";
+  const std::string square = " %q : f64[3,5,8] = Pow(%x, %two)\n";
+  const std::string mean = " %m : f64[3,5,1] = ReduceMean(%q, %ax) {keepdims = 1}\n";
+  const std::string cases[] = {
+      head + " const %a1 : i64[1] = [1]\n" + square + " %m : f64[3,1,8] = ReduceMean(%q, %a1) {keepdims = 1}\n %a : f64[3,1,8] = Add(%m, %eps)\n"
+                                                      " %s : f64[3,1,8] = Sqrt(%a)\n %r : f64[3,1,8] = Reciprocal(%s)\n %y : f64[3,5,8] = Mul(%x, %r)\n output %y",
+      head + square + mean + " %a : f64[3,5,1] = Add(%m, %eps)\n" + tail + "\n output %m",
+      head + " input %e : f64[]\n" + square + mean + " %a : f64[3,5,1] = Add(%m, %e)\n" + tail,
+      head + " const %three : f64[] = [3]\n %q : f64[3,5,8] = Pow(%x, %three)\n" + mean + " %a : f64[3,5,1] = Add(%m, %eps)\n" + tail,
+      head + square + " %m : f64[3,5] = ReduceMean(%q, %ax) {keepdims = 0}\n const %sh : i64[3] = [3, 5, 1]\n %mr : f64[3,5,1] = Reshape(%m, %sh)\n"
+                      " %a : f64[3,5,1] = Add(%mr, %eps)\n" + tail,
+      head + " const %e6 : f64[] = [1e-06]\n" + square + mean + " %a : f64[3,5,1] = Add(%m, %e6)\n" + tail,
+  };
+  for (const auto& body : cases) {
+    SCOPED_TRACE(body);
+    auto g = build(body, 4, 18);
+    EXPECT_FALSE(createFuseRmsNormPass(findTarget("cpu"))->run(*g));
+    EXPECT_EQ(count(*g, "RmsNorm"), 0);
+  }
+  // A weight that varies over the batch: the normalisation fuses with a scale of ones, the Mul stays.
+  auto g = build("param %x : f64[3,5,8]\n param %w : f64[3,5,8]\n const %two : f64[] = [2]\n const %ax : i64[1] = [-1]\n"
+                 " const %eps : f64[] = [9.5367431640625e-07]\n" + square + mean + " %a : f64[3,5,1] = Add(%m, %eps)\n" + tail,
+                 5, 18);
+  ASSERT_TRUE(createFuseRmsNormPass(findTarget("cpu"))->run(*g));
+  EXPECT_EQ(count(*g, "RmsNorm"), 1);
+  EXPECT_EQ(count(*g, "Mul"), 1);
 }

@@ -379,6 +379,7 @@ int main(int argc, char** argv) {
       pm.add(createFuseAttentionPass(findTarget(train.target), lowAttention ? ampOpts.low : DType::f32));
       pm.add(createFuseGeluPass());
       pm.add(createFuseRotateHalfPass());
+      pm.add(createFuseRmsNormPass(findTarget(train.target)));
       pm.add(createFuseLinearPass());
       pm.add(createSplitHeadsPass());
     }
