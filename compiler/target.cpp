@@ -11,12 +11,13 @@ namespace ampc {
 namespace {
 
 bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.maskForCudnn); }
+// Soft-capped scores: not in the CUDA kernels yet (the CPU reference has them).
 bool cudaAttention(const AttentionShape& s) {
-  return cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s);
+  return !s.softcap && (cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s));
 }
 // The mma.sync kernels take strided operands, and cuDNN (which wants K as rows).
 bool cudaAttentionInPlace(const AttentionShape& s) {
-  return cuda::attentionMmaShape(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s);
+  return !s.softcap && (cuda::attentionMmaShape(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s));
 }
 
 bool onnxOp(const Node& n, const char* op) { return n.domain().empty() && n.op() == op; }

@@ -20,6 +20,7 @@ struct AttentionShape {
   // No mask, or one cuDNN's fused SDPA reads as it is: computed from no parameter (so it needs no
   // gradient). The passes work it out only where the target refuses the shape without it.
   bool maskForCudnn = false;
+  bool softcap = false;  // the scores soft-capped, c tanh(s / c) (Gemma 2)
 };
 
 // The domain of the CUDA target's lowered nodes (cuda::Gemm, cuda::MultiCast, cuda::BatchNormalization,

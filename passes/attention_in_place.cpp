@@ -79,6 +79,7 @@ class Planner {
     const TensorType &Q = n->input(q)->type(), &K = n->input(q + 1)->type(), &V = n->input(q + 2)->type();
     if (Q.rank() != 4) return false;
     AttentionShape s{isLowFloat(Q.dtype), Q.shape[3], V.shape[3], K.shape[3], n->getFloat("dropout_ratio", 0.0f) > 0.0f};
+    s.softcap = n->getFloat("softcap", 0.0f) > 0.0f;
     if (target_.attentionInPlace(s)) return true;
     s.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
     if (!target_.attentionInPlace(s)) return false;

@@ -2,6 +2,8 @@
 //
 //   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
 //   S = S * c  or  S / c          (optional, scalar constant)
+//   S = cap * Tanh(S * f)         (optional, scalar constants cap > 0 and f, or Tanh(S / d): Gemma 2's
+//                                  soft-capping, cap * tanh(S / cap); the fused op's softcap)
 //   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
 //                                  causal mask; fill a scalar constant at most -1e30 or -inf)
 //   S = S + mask                  (optional; a trainable one, a bias, gets its gradient)
@@ -89,8 +91,9 @@ bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
 struct Match {
   Node *qScale = nullptr, *kScale = nullptr, *scores = nullptr, *scale = nullptr, *add = nullptr, *softmax = nullptr, *cast = nullptr,
        *dropout = nullptr, *out = nullptr, *isNan = nullptr, *nanWhere = nullptr, *where = nullptr;
+  Node *capMul = nullptr, *tanh = nullptr, *capScale = nullptr;  // soft-capping: cap * Tanh(S * f)
   Value *q = nullptr, *kt = nullptr, *v = nullptr, *mask = nullptr;
-  double scale_ = 1.0, ratio = 0.0;
+  double scale_ = 1.0, ratio = 0.0, softcap = 0.0;
   std::vector<Node*> down;  // the nodes between P and the product with V, in order: Identity (clone), Cast, Dropout
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
@@ -121,6 +124,34 @@ Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, 
     m.fill = fill;
     m.fillFirst = i == 1;
     return other;
+  }
+  return nullptr;
+}
+
+// cap * Tanh(S') (either side of the Mul), cap > 0 a scalar constant, S' = S * f or S / d (or S):
+// records the soft-capping in m, folds cap f into the scale (cap tanh(scale' S / cap) with scale'
+// = cap f), and returns S.
+Value* matchSoftcap(const Graph& g, Value* s, Match& m) {
+  const Node* mul = producerOf(s, "Mul");
+  if (!mul || !singleUse(g, s)) return nullptr;
+  for (int i = 0; i < 2; ++i) {
+    const double cap = scalarConst(mul->input(i));
+    Value* t = mul->input(1 - i);
+    const Node* th = producerOf(t, "Tanh");
+    if (std::isnan(cap) || !(cap > 0.0) || !std::isfinite(cap) || !th || !singleUse(g, t) || t->type() != s->type()) continue;
+    Value* x = th->input(0);
+    double f = 1.0;
+    Value* inner = nullptr;
+    if (scaleOf(g, x, f, inner)) {
+      m.capScale = x->producer();
+      x = inner;
+    }
+    if (!(f != 0.0) || !std::isfinite(f) || x->type() != s->type()) return nullptr;
+    m.capMul = const_cast<Node*>(mul);
+    m.tanh = const_cast<Node*>(th);
+    m.softcap = cap;
+    m.scale_ *= cap * f;
+    return x;
   }
   return nullptr;
 }
@@ -156,6 +187,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   } else if (m.add && !scoresProducer(s)) {
     return false;
   }
+  // soft-capping (before the scale: its outer Mul by cap would read as one)
+  if (Value* inner = matchSoftcap(g, s, m)) s = inner;
   // * scale
   double f = 1.0;
   Value* x = nullptr;
@@ -241,6 +274,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   const auto& vs = m.v->type().shape;
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
+  shape.softcap = m.softcap > 0.0;
   if (target.fusesAttention(shape)) return true;
   shape.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
   return target.fusesAttention(shape) && maskForCudnn(m);
@@ -295,6 +329,7 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache) {
                          m.out);
   a->setName(dirOf(m.softmax->name()) + "Attention");
   a->setAttr("scale", static_cast<float>(m.scale_));
+  if (m.softcap > 0.0) a->setAttr("softcap", static_cast<float>(m.softcap));
   if (m.nanWhere) a->setAttr("zero_empty_rows", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
@@ -306,7 +341,7 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache) {
   old->replaceAllUsesWith(a->result(0));
   g.eraseNode(m.out);
   for (auto it = m.down.rbegin(); it != m.down.rend(); ++it) g.eraseNode(*it);
-  for (Node* n : {m.nanWhere, m.isNan, m.softmax, m.add, m.where, m.scale, m.scores, m.qScale, m.kScale})
+  for (Node* n : {m.nanWhere, m.isNan, m.softmax, m.add, m.where, m.capMul, m.tanh, m.capScale, m.scale, m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
   g.renameValue(a->result(0), oldName);
 }

@@ -1,5 +1,6 @@
 // Neural-network ops: GEMMs, convolution and pooling, normalisation, reductions and losses.
 #include <algorithm>
+#include <cmath>
 
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
@@ -287,9 +288,10 @@ double convFlops(const Node& n) {
 }
 
 // Fused attention (passes/fuse_attention.cpp), "ampc" domain:
-//   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, dropout_ratio, dropout_key}
+//   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, softcap, dropout_ratio, dropout_key}
 //     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
-//   O = Dropout(Softmax(scale * Q KT + mask)) V; LSE = the rows' log-sum-exp (what the backward reads).
+//   O = Dropout(Softmax(S + mask)) V with S = scale * Q KT, or with softcap c > 0 (Gemma 2's logit
+//   soft-capping) S = c tanh(scale * Q KT / c); LSE = the rows' log-sum-exp (what the backward reads).
 // Q, KT and V share dtype and leading dims; the mask broadcasts to the scores (attentionMaskMap:
 // [.., Tq or 1, Tk], per batch, per head, both or shared). The mask may be trainable (an additive
 // bias: T5's relative positions, Swin's relative position table): AttentionGrad's fourth result
@@ -298,6 +300,8 @@ double convFlops(const Node& n) {
 // gradient), as the exporters' IsNaN/Where after the softmax makes them; 0 (the default): NaN
 // there, as Softmax gives.
 void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
+  const float softcap = c.node().getFloat("softcap", 0.0f);
+  c.check(softcap >= 0.0f && std::isfinite(softcap), "softcap must be 0 (none) or positive, got " + std::to_string(softcap));
   requireFloat(c, q);
   requireSameDType(c, q, kt);
   requireSameDType(c, q, v);

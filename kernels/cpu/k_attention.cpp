@@ -73,10 +73,12 @@ struct Dropout {
   }
 };
 
-// Scores of row i of batch-head n: s_j = scale * q_i . k_j + mask_ij; returns the log-sum-exp.
+// Scores of row i of batch-head n: s_j = scale * q_i . k_j + mask_ij, or with softcap c > 0
+// s_j = c tanh(scale * q_i . k_j / c) + mask_ij (and th_j = that tanh, where th is given); returns
+// the log-sum-exp.
 template <typename C>
-C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt, const std::vector<C>* mask, C scale,
-            int64_t n, int64_t i, std::vector<C>& s) {
+C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt, const std::vector<C>* mask, C scale, C softcap,
+            int64_t n, int64_t i, std::vector<C>& s, std::vector<C>* th = nullptr) {
   const C* qi = q.data() + (n * d.Tq + i) * d.D;
   const C* k = kt.data() + n * d.D * d.Tk;
   const C* mi = mask ? mask->data() + d.maskAt(n, i, 0) : nullptr;  // the row's mask entries
@@ -84,7 +86,13 @@ C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt
   for (int64_t j = 0; j < d.Tk; ++j) {
     C acc = 0;
     for (int64_t x = 0; x < d.D; ++x) acc += qi[x] * k[x * d.Tk + j];
-    s[j] = acc * scale + (mi ? mi[j] : C(0));
+    C x = acc * scale;
+    if (softcap > C(0)) {
+      const C t = std::tanh(x / softcap);
+      if (th) (*th)[j] = t;
+      x = softcap * t;
+    }
+    s[j] = x + (mi ? mi[j] : C(0));
     m = std::max(m, s[j]);
   }
   // zero_empty_rows: no key to attend to, LSE +inf makes every exp(s - LSE) 0 (here and in the
@@ -113,7 +121,7 @@ struct AttentionK {
     const Tensor* maskT = c.has(3) ? &c.in(3) : nullptr;
     const AttnDims d = attnDims(c, c.in(0), c.in(1), c.in(2), maskT);
     const DType t = c.in(0).type.dtype;
-    const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f));
+    const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f)), softcap = static_cast<C>(c.node.getFloat("softcap", 0.0f));
     const Dropout drop(c);
     const auto q = widen<C>(c.in(0)), kt = widen<C>(c.in(1)), v = widen<C>(c.in(2));
     std::vector<C> mask;
@@ -123,7 +131,7 @@ struct AttentionK {
     for (int64_t row = 0; row < d.N * d.Tq; ++row) {
       const int64_t n = row / d.Tq, i = row % d.Tq;
       std::vector<C> s(static_cast<size_t>(d.Tk));
-      const C L = scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, n, i, s);
+      const C L = scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, softcap, n, i, s);
       const C norm = fillRowNorm(s, L);
       lse[row] = L;
       C* oi = o.data() + row * d.Dv;
@@ -148,7 +156,7 @@ struct AttentionGradK {
     const Tensor* maskT = c.has(6) ? &c.in(6) : nullptr;
     const AttnDims d = attnDims(c, c.in(1), c.in(2), c.in(3), maskT);
     const DType t = c.in(1).type.dtype;
-    const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f));
+    const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f)), softcap = static_cast<C>(c.node.getFloat("softcap", 0.0f));
     const Dropout drop(c);
     const auto dO = widen<C>(c.in(0)), q = widen<C>(c.in(1)), kt = widen<C>(c.in(2)), v = widen<C>(c.in(3)), o = widen<C>(c.in(4));
     const auto lse = widen<C>(c.in(5));
@@ -160,14 +168,14 @@ struct AttentionGradK {
     std::vector<C> dS(maskGrad ? static_cast<size_t>(d.N * d.Tq * d.Tk) : 0, C(0));  // per score, unscaled
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < d.N; ++n) {
-      std::vector<C> s(static_cast<size_t>(d.Tk));
+      std::vector<C> s(static_cast<size_t>(d.Tk)), th(softcap > C(0) ? static_cast<size_t>(d.Tk) : 0);
       const C* k = kt.data() + n * d.D * d.Tk;
       const C* vn = v.data() + n * d.Tk * d.Dv;
       C* dk = dkt.data() + n * d.D * d.Tk;
       C* dvn = dv.data() + n * d.Tk * d.Dv;
       for (int64_t i = 0; i < d.Tq; ++i) {
         const int64_t row = n * d.Tq + i;
-        scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, n, i, s);
+        scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, softcap, n, i, s, &th);
         const C L = lse[row], norm = fillRowNorm(s, L);
         const C* doi = dO.data() + row * d.Dv;
         const C* oi = o.data() + row * d.Dv;
@@ -184,7 +192,8 @@ struct AttentionGradK {
           for (int64_t x = 0; x < d.Dv; ++x) dpd += doi[x] * vn[j * d.Dv + x];
           const C ds = p * (dpd * f - Di);
           if (maskGrad) dS[static_cast<size_t>(row * d.Tk + j)] = ds;
-          const C g = roundTo(t, scale * ds);
+          // through the soft-capping: d(c tanh(x / c)) / dx = 1 - tanh^2
+          const C g = roundTo(t, scale * ds * (softcap > C(0) ? C(1) - th[j] * th[j] : C(1)));
           for (int64_t x = 0; x < d.Dv; ++x) dvn[j * d.Dv + x] += pd * doi[x];
           for (int64_t x = 0; x < d.D; ++x) {
             dqi[x] += g * k[x * d.Tk + j];

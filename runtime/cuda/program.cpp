@@ -197,6 +197,8 @@ struct Program::Lowering {
     }
     a.zeroEmpty = n.getInt("zero_empty_rows", 0) != 0;
     a.scale = n.getFloat("scale", 1.0f);
+    if (n.getFloat("softcap", 0.0f) != 0.0f)  // (the cuda target does not fuse it: compiler/target.cpp)
+      fail("soft-capped scores (softcap) are not in the CUDA attention kernels; compile the plan with ampc --no-fuse, or for --target cpu");
     const float ratio = n.getFloat("dropout_ratio", 0.0f);
     if (ratio < 0.0f || ratio >= 1.0f) fail("dropout_ratio must be in [0, 1)");
     a.ratio = p.opts_.dropout ? ratio : 0.0f;

@@ -235,6 +235,46 @@ TEST(FusedAttentionPass, TrainableBiasGetsItsGradient) {
   }
 }
 
+// Soft-capped scores, cap * tanh(S / cap) (Gemma 2's eager attention, and ampc's import of ONNX's
+// Attention with softcap): with the scale before the cap (Div) or folded into it (Mul by scale /
+// cap), no scale at all, and a trainable bias after the cap (its gradient). For the cpu target the
+// attention fuses with the softcap attribute and the loss and gradients are the unfused graph's;
+// the cuda target, whose kernels do not take it yet, leaves it as written.
+TEST(FusedAttentionPass, SoftcappedScoresFuse) {
+  const struct {
+    const char* name;
+    std::string scores;  // from %sc = MatMul(%q, %kt) to %sb, the Softmax's operand
+  } cases[] = {
+      {"scale_then_div", "  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale\n  %sd : f32[2,2,5,5] = Div(%ss, %cap) @attn/capdiv\n"
+                         "  %st : f32[2,2,5,5] = Tanh(%sd) @attn/tanh\n  %sb : f32[2,2,5,5] = Mul(%st, %cap) @attn/capmul\n"},
+      {"folded_factor", "  const %f : f32[] = [0.05]\n  %sd : f32[2,2,5,5] = Mul(%f, %sc) @attn/capdiv\n"
+                        "  %st : f32[2,2,5,5] = Tanh(%sd) @attn/tanh\n  %sb : f32[2,2,5,5] = Mul(%cap, %st) @attn/capmul\n"},
+      {"no_scale", "  %st : f32[2,2,5,5] = Tanh(%sc) @attn/tanh\n  %sb : f32[2,2,5,5] = Mul(%st, %cap) @attn/capmul\n"},
+      {"bias_after_cap", "  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale\n  %sd : f32[2,2,5,5] = Div(%ss, %cap) @attn/capdiv\n"
+                         "  %st : f32[2,2,5,5] = Tanh(%sd) @attn/tanh\n  %sm : f32[2,2,5,5] = Mul(%st, %cap) @attn/capmul\n"
+                         "  %sb : f32[2,2,5,5] = Add(%sm, %bias) @attn/bias\n"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    // A small cap (2) so that the tanh bends the scores: the gradient through it matters.
+    const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) +
+                             "  param %bias : f32[1,2,5,5]\n  const %s : f32[] = [0.35]\n  const %cap : f32[] = [2]\n"
+                             "  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk\n" + c.scores +
+                             "  %p : f32[2,2,5,5] = Softmax(%sb) {axis = -1} @attn/softmax\n  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv\n"
+                             "  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq\n  %b2 : f32[1,2,5,5] = Mul(%bias, %bias) @b2\n"
+                             "  %l1 : f32[] = ReduceMean(%sq) {keepdims = 0} @l1\n  %l2 : f32[] = ReduceMean(%b2) {keepdims = 0} @l2\n"
+                             "  %loss : f32[] = Add(%l1, %l2) @loss\n  output %loss\n}";
+    auto cuda = parseGraph(text, "a");
+    EXPECT_FALSE(createFuseAttentionPass(findTarget("cuda"), DType::bf16)->run(*cuda));
+    auto cpu = parseGraph(text, "a");
+    ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*cpu));
+    EXPECT_EQ(count(*cpu, "Tanh"), 0);
+    for (const auto& n : cpu->nodes())
+      if (n->op() == "Attention") EXPECT_FLOAT_EQ(n->getFloat("softcap", 0.0f), 2.0f);
+    expectFusedLikePlain(text, {2, 5, 16});
+  }
+}
+
 // Which head dims fuse is the target's to say (compiler/target.h), not the pass's: at head dim 128
 // in f32 the cuda target (f32 kernels of at most 64) keeps the attention as written, the cpu target
 // fuses it, and the fused graph's loss and gradients are the unfused graph's.
