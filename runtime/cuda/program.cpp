@@ -2014,13 +2014,13 @@ void Program::Lowering::ampcAttention() {
       if (first) {
         it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
         uint8_t* f = it->second;
-        // then the keep bits of the dropout nodes reading these flags, drawn ahead (filled in as
-        // they are lowered)
-        std::shared_ptr<DrawAhead> draws = p.drawAhead(f);
+        // then, with ProgramOptions::drawDropoutAhead, the keep bits of the dropout nodes reading
+        // these flags (filled in as they are lowered)
+        std::shared_ptr<DrawAhead> draws = p.opts_.drawDropoutAhead ? p.drawAhead(f) : nullptr;
         cudaStream_t* side = &p.drawStream_;
         add([a, f, draws, side](cudaStream_t st) {
           const cudaError_t e = attentionMaskTiles(a, f, st);
-          return e != cudaSuccess ? e : launchDraws(*draws, st, *side);
+          return e != cudaSuccess || !draws ? e : launchDraws(*draws, st, *side);
         });
       }
       a.flags = it->second;
