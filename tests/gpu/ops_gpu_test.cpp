@@ -1162,6 +1162,22 @@ TEST(GpuProgram, UnsupportedOpIsAnErrorNamingTheNode) {
   }
 }
 
+// A fused attention with soft-capped scores (the cpu target's; the CUDA kernels do not have it) is
+// refused when the plan loads, naming the node and the attribute, not run without its cap.
+TEST(GpuProgram, SoftcappedAttentionIsRefusedByName) {
+  AMPC_NEED_GPU();
+  auto g = parseGraph(
+      "graph \"s\" opset 17 {\n  domain \"ampc\" 1\n  input %q : bf16[2,2,16,64]\n  input %kt : bf16[2,2,64,16]\n  input %v : bf16[2,2,16,64]\n"
+      "  %o : bf16[2,2,16,64], %lse : f32[2,2,16] = ampc::Attention(%q, %kt, %v) {scale = 0.125, softcap = 50.0} @capped\n  output %o\n}\n");
+  try {
+    cuda::Program p(*g, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("capped"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("softcap"), std::string::npos) << e.what();
+  }
+}
+
 // Views and folded casts take no bytes of their own: the Reshape shares its input's bytes, and
 // neither f32 side of the casts around the loss is ever written, so the arena holds the bf16
 // logits, their bf16 gradient and the loss, not the two f32 copies (4 x 48 x 1001 bytes each).
