@@ -32,9 +32,6 @@ struct SessionOptions {
   std::chrono::milliseconds collectiveTimeout{300000};
   int logEvery = 10;                 // cuda: the metrics are read every N steps (one host sync)
   bool allowTf32 = false, cudaGraph = true, checkPlan = false, deterministic = false;
-  // cuda: the fused attention's dropout decisions drawn ahead on a second stream
-  // (runtime/cuda/program.h, ProgramOptions::drawDropoutAhead)
-  bool drawDropoutAhead = false;
   // cuda: the fused attention's implementation: auto (the faster of ampc's kernels and cuDNN's fused
   // SDPA where cuDNN takes the node, measured in the first step), kernels or cudnn
   // (runtime/cuda/program.h, ProgramOptions::attention).

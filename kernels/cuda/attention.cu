@@ -22,11 +22,9 @@
 // such rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
 // scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's; on the mma.sync path the
 // forward also records its keep decisions (AttentionArgs::keep, one bit a score) and the backward
-// of the same step reads them instead of drawing again; or a kernel of their own draws them before
-// the forward (attentionDrawKeep, AttentionArgs::keepDrawn), and the forward reads them too. A row
-// whose every score is a mask's finite fill has a log-sum-exp that lost log(l): the fix-ups at the
-// end of this file (attentionFillRows*) recompute such rows after either implementation, the
-// kernels' or cuDNN's.
+// of the same step reads them instead of drawing again. A row whose every score is a mask's finite
+// fill has a log-sum-exp that lost log(l): the fix-ups at the end of this file (attentionFillRows*)
+// recompute such rows after either implementation, the kernels' or cuDNN's.
 #include <mma.h>
 
 #include <cstdlib>
@@ -783,48 +781,14 @@ __device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
   }
 }
 
-// The forward's keep bits drawn ahead of it (AttentionArgs::keepDrawn; attentionDrawKeep): a block
-// per (batch-head, query tile), the same live key tiles as the forward (its tile flags), each
-// tile's 128 words in the forward's layout (keepTile). A thread takes one quad of the forward's
-// lanes: the 16 Philox blocks of its two rows, word tq of each giving lane tq's bits.
-__global__ void __launch_bounds__(kThreads) drawKeepKernel(AttentionArgs a) {
-  __shared__ uint8_t flagsS[kFlagsSmem];
-  const int qt = static_cast<int>(blockIdx.y), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  const int64_t n = blockIdx.x;
-  const TileFlags tf = stageFlags(a.flags, a, n, true, qt, flagsS);
-  __syncthreads();
-  const uint64_t step = a.step ? *a.step : 0;
-  const uint32_t thr = dropoutThreshold(a.ratio);
-  for (int e = threadIdx.x; e < nk * 32; e += kThreads) {
-    const int kt = e >> 5, fw = (e & 31) >> 3, g = e & 7;
-    if (tf[kt] == 1) continue;  // a tile the forward skips
-    uint32_t out[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t i = static_cast<int64_t>(qt) * kTile + fw * 16 + g + 8 * r;
-      const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + i) * a.Tk + static_cast<int64_t>(kt) * kTile) >> 3;  // Tk % 8 == 0
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        uint32_t w[4];
-        streamBlock(a.seed, step, a.key, blk0 + nt, w);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          out[k] |= static_cast<uint32_t>(keptLow(w[k], thr)) << (nt * 4 + r * 2) | static_cast<uint32_t>(keptHigh(w[k], thr)) << (nt * 4 + r * 2 + 1);
-      }
-    }
-    *reinterpret_cast<uint4*>(a.keep + keepTile(a, n, qt, kt) + fw * 32 + g * 4) = make_uint4(out[0], out[1], out[2], out[3]);
-  }
-}
-
 // One key tile of the one-pass forward on a warp's 16 x 64 scores in m16n8 C layout (rows g and g + 8
 // of its 16, lane (g, tq)): scale and mask (flag: the tile's TileFlags entry), the online softmax
-// (m, l; O rescaled), then dropout: with a.keepDrawn the lane's keep word `drawn` (read before the
-// tile's products), else drawn here and recorded into *keep (null: not recorded). The tile's rows
-// are rowI, its first key j0.
+// (m, l; O rescaled), then dropout, its keep bits into *keep (null: not recorded). The tile's
+// rows are rowI, its first key j0.
 template <int DK>
 __device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8][4], float (&m)[2], float (&l)[2], const AttentionArgs& a,
                                             int64_t n, int64_t mb, const int64_t (&rowI)[2], int64_t j0, uint8_t flag, int tq,
-                                            uint64_t step, uint32_t* keep, uint32_t drawn) {
+                                            uint64_t step, uint32_t* keep) {
   const bool readMask = flag == 0;
   const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
 #pragma unroll
@@ -874,13 +838,7 @@ __device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8]
 #pragma unroll
     for (int nt = 0; nt < DK / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
   }
-  if (a.ratio > 0.0f && a.keepDrawn) {
-    const float sc = 1.0f / (1.0f - a.ratio);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] *= drawn >> (nt * 4 + e) & 1u ? sc : 0.0f;
-  } else if (a.ratio > 0.0f) {
+  if (a.ratio > 0.0f) {
     // Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
     // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
     // transposes each set of four blocks, so that every lane holds its own word of all sixteen.
@@ -993,8 +951,6 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
     __syncthreads();
     const T* Kb = Ks + buf * kb;
     const T* Vb = Vs + buf * rb;
-    uint32_t* keepW = a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr;
-    const uint32_t drawn = a.keepDrawn ? *keepW : 0u;  // issued before the products, read after them
     float s[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks)
@@ -1007,7 +963,8 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
         mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step, keepW, drawn);
+    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step,
+                    a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t pa[4];
@@ -1090,8 +1047,6 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
     __syncthreads();
     const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile), vAddr = kAddr + tile * sizeof(T);
-    uint32_t* keepW = a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr;
-    const uint32_t drawn = a.keepDrawn ? *keepW : 0u;  // issued before the products, read after them
     float s[8][4];
     wg::fence();
 #pragma unroll
@@ -1104,7 +1059,8 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     wg::pin(s);
     wg::pinA(qf);
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step, keepW, drawn);
+    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step,
+                    a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
     uint32_t pa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) cToA<T>(pa[kk], s, kk);
@@ -1909,14 +1865,6 @@ size_t attentionKeepBytes(const AttentionArgs& a) {
   return align256(static_cast<size_t>(a.N * cdiv(a.Tq, kTile) * cdiv(a.Tk, kTile)) * 128 * sizeof(uint32_t));
 }
 
-cudaError_t attentionDrawKeep(const AttentionArgs& a, cudaStream_t st) {
-  if (!a.keep || attentionKeepBytes(a) == 0 || (a.mask && !a.flags) || a.N >= (int64_t{1} << 31) || cdiv(a.Tq, kTile) > 65535)
-    return cudaErrorInvalidValue;
-  if (a.N == 0 || a.Tq == 0) return cudaSuccess;
-  drawKeepKernel<<<dim3(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile))), kThreads, 0, st>>>(a);
-  return cudaGetLastError();
-}
-
 size_t attentionScratch(const AttentionArgs& a, bool backward) {
   const int64_t parts = a.deterministic ? cdiv(a.Tk, kTile) : 1;
   const size_t maskParts = a.dMask && a.deterministic ? align256(sizeof(float) * a.N * a.Tq * a.Tk) : 0;
@@ -1925,9 +1873,7 @@ size_t attentionScratch(const AttentionArgs& a, bool backward) {
 
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a,
                              cudaStream_t st) {
-  if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f) || (a.mask && !a.flags) || (a.keepDrawn && !attentionKeepBytes(a)) ||
-      (a.keepDrawn && !a.keep))
-    return cudaErrorInvalidValue;
+  if (!attentionFits(a.t != DT::f32, a.D, a.Dv, a.Tk, a.ratio > 0.0f) || (a.mask && !a.flags)) return cudaErrorInvalidValue;
   if (a.N == 0 || a.Tq == 0) return cudaSuccess;
   switch (a.t) {
     case DT::f32: return forwardT<float>(Q, KT, V, O, lse, a, st);

@@ -232,8 +232,6 @@ struct AttentionArgs {
   const uint8_t* flags = nullptr;    // with a mask: its tile flags (attentionMaskTiles)
   uint32_t* keep = nullptr;          // with dropout: the scores' keep bits, written by the forward and
                                      // read by the backward of the same step (attentionKeepBytes)
-  bool keepDrawn = false;            // the keep bits were drawn before the forward (attentionDrawKeep):
-                                     // the forward reads them instead of drawing
   // The backward's dQ without atomics: each key tile stores its dS K into a slice of its own, and
   // the slices are summed in key-tile order (scratch: one f32 dQ per key tile).
   bool deterministic = false;
@@ -255,10 +253,6 @@ cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStrea
 // backward need not draw the dropout stream again; 0 where the kernels for `a` take none (no
 // dropout, or off the f16/bf16 tensor-core path).
 size_t attentionKeepBytes(const AttentionArgs& a);
-// Draws the keep bits into a.keep as the forward would (its live tiles: with a mask, after its tile
-// flags), so that a forward with a.keepDrawn reads them. They depend on the step and the stream
-// only, not on the operands: the runtime draws them on a second stream from the step's start.
-cudaError_t attentionDrawKeep(const AttentionArgs& a, cudaStream_t st);
 // Blocks of the tensor-core backward that `a` launches resident per SM on the current device (0 off
 // that path, -1 on a CUDA error): its registers and shared memory are sized for two (GpuAttention
 // checks it, so that a change that grows them cannot halve the occupancy unseen).

@@ -2014,14 +2014,7 @@ void Program::Lowering::ampcAttention() {
       if (first) {
         it->second = static_cast<uint8_t*>(p.allocPersistent(attentionFlagBytes(a)));
         uint8_t* f = it->second;
-        // then, with ProgramOptions::drawDropoutAhead, the keep bits of the dropout nodes reading
-        // these flags (filled in as they are lowered)
-        std::shared_ptr<DrawAhead> draws = p.opts_.drawDropoutAhead ? p.drawAhead(f) : nullptr;
-        cudaStream_t* side = &p.drawStream_;
-        add([a, f, draws, side](cudaStream_t st) {
-          const cudaError_t e = attentionMaskTiles(a, f, st);
-          return e != cudaSuccess || !draws ? e : launchDraws(*draws, st, *side);
-        });
+        add([a, f](cudaStream_t st) { return attentionMaskTiles(a, f, st); });
       }
       a.flags = it->second;
     }
@@ -2039,22 +2032,13 @@ void Program::Lowering::ampcAttention() {
                                      [](const Use& u) { return u.user->op() == "AttentionGrad" && u.operand == 5; });
     if (const size_t kb = attentionKeepBytes(a); kb && hasGrad) {
       a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
-      a.keepDrawn = p.opts_.drawDropoutAhead;
       p.keepBits_[out(1)] = a;
     }
     std::string key;
     auto dnn = cudnnFor(key);
     kernelsScratch();
-    // (dropout keeps a node off cuDNN: the kernels run it)
-    const cudaEvent_t drawn = a.keepDrawn && kernels ? p.addDraw(a) : nullptr;
-    if (a.keepDrawn && !drawn) a.keepDrawn = false;
     Launch ours;
-    if (kernels)
-      ours = [=](cudaStream_t st) {
-        if (drawn)
-          if (const cudaError_t e = cudaStreamWaitEvent(st, drawn, 0); e != cudaSuccess) return e;
-        return attentionForward(Q, KT, V, O, lse, a, st);
-      };
+    if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     if (!dnn) {
       add(ours);
     } else {
@@ -2579,13 +2563,6 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   }
   joinComm();  // the metrics and the state write-back read the last averages
   if (o.checkPlan && !nodes.empty()) addPlanCheck(nodes, nodes.size() - 1, freedAt);
-  // The dropout draws of unmasked attention, forked at the step's start (before anything else).
-  if (auto it = drawAhead_.find(nullptr); it != drawAhead_.end() && !it->second->draws.empty()) {
-    std::shared_ptr<DrawAhead> d = it->second;
-    cudaStream_t* side = &drawStream_;
-    launches_.insert(launches_.begin(), Step{"draw the attention dropout decisions", "ampc.Attention",
-                                             [d, side](cudaStream_t st) { return launchDraws(*d, st, *side); }});
-  }
   if (o.watchFinite) {
     for (auto& w : groups)
       if (!w.nodes.empty()) watched_.push_back(std::move(w));
@@ -2596,36 +2573,6 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
-}
-
-std::shared_ptr<Program::DrawAhead> Program::drawAhead(const uint8_t* flags) {
-  std::shared_ptr<DrawAhead>& d = drawAhead_[flags];
-  if (!d) {
-    d = std::make_shared<DrawAhead>();
-    check(cudaEventCreateWithFlags(&d->fork, cudaEventDisableTiming), "the dropout draws' events");
-    drawEvents_.push_back(d->fork);
-  }
-  return d;
-}
-
-cudaEvent_t Program::addDraw(const AttentionArgs& a) {
-  if (!drawStream_) check(cudaStreamCreateWithFlags(&drawStream_, cudaStreamNonBlocking), "the dropout draws' stream");
-  cudaEvent_t done = nullptr;
-  check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "the dropout draws' events");
-  drawEvents_.push_back(done);
-  drawAhead(a.mask ? a.flags : nullptr)->draws.emplace_back(a, done);
-  return done;
-}
-
-cudaError_t Program::launchDraws(const DrawAhead& d, cudaStream_t main, cudaStream_t side) {
-  if (d.draws.empty()) return cudaSuccess;
-  cudaError_t e = cudaEventRecord(d.fork, main);
-  if (e == cudaSuccess) e = cudaStreamWaitEvent(side, d.fork, 0);
-  for (const auto& [a, done] : d.draws) {
-    if (e == cudaSuccess) e = attentionDrawKeep(a, side);
-    if (e == cudaSuccess) e = cudaEventRecord(done, side);
-  }
-  return e;
 }
 
 void Program::joinComm() {
@@ -2797,11 +2744,8 @@ Program::~Program() {
   if (comm_) cudaStreamSynchronize(comm_);
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
-  if (drawStream_) cudaStreamSynchronize(drawStream_);
   for (cudaEvent_t e : commEvents_) cudaEventDestroy(e);
   if (comm_) cudaStreamDestroy(comm_);
-  for (cudaEvent_t e : drawEvents_) cudaEventDestroy(e);
-  if (drawStream_) cudaStreamDestroy(drawStream_);
   keep_.clear();
   for (auto& [v, s] : staging_) {
     if (s.done) cudaEventDestroy(s.done);

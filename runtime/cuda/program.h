@@ -76,13 +76,6 @@ struct ProgramOptions {
   // wherever it takes the node. With `deterministic`, the kernels only. Head dims past the kernels'
   // (up to 256: kernels/cuda/limits.h) run through cuDNN in every mode (with `deterministic`, the
   // forward only: the backward is an error).
-  // The fused attention's dropout decisions, where a backward reads them (amprun --draw-ahead):
-  // drawn on a second stream from the step's start (a masked node's after its mask's tile flags),
-  // so that the forward reads them instead of drawing Philox on its own path. They depend on the
-  // seed, the step and the node only, so the draws overlap the work before the forward. Off by
-  // default until it has run on a GPU (GpuAttention.DropoutDrawnAheadMatchesDrawnInline) and been
-  // measured (tools/bench/NOTES.md, stop 46).
-  bool drawDropoutAhead = false;
   enum class Attention { automatic, kernels, cudnn };
   Attention attention = Attention::automatic;
   // automatic: choices measured before and stored in the plan (amprun --tune), per attention shape
@@ -217,19 +210,6 @@ class Program {
   // main stream has not waited for yet (it does before the first node that reads an average).
   cudaStream_t comm_ = nullptr;
   std::vector<cudaEvent_t> commEvents_, pendingJoins_;
-  // Attention dropout keep bits drawn ahead (ProgramOptions::drawDropoutAhead) on a stream of their
-  // own: per tile-flags buffer (null: no mask), the draws forked after those flags are computed (the
-  // step's start where null), each with the event its forward waits for.
-  struct DrawAhead {
-    cudaEvent_t fork = nullptr;
-    std::vector<std::pair<AttentionArgs, cudaEvent_t>> draws;
-  };
-  cudaStream_t drawStream_ = nullptr;
-  std::map<const uint8_t*, std::shared_ptr<DrawAhead>> drawAhead_;
-  std::vector<cudaEvent_t> drawEvents_;
-  std::shared_ptr<DrawAhead> drawAhead(const uint8_t* flags);
-  cudaEvent_t addDraw(const AttentionArgs& a);  // registers a's draw; the event its forward waits for
-  static cudaError_t launchDraws(const DrawAhead& d, cudaStream_t main, cudaStream_t side);
   void joinComm();
   std::vector<void*> allocations_;
   std::map<const Value*, void*> where_;

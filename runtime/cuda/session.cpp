@@ -26,7 +26,6 @@ class CudaSession : public TrainSession {
     }
     po.allowTf32 = o.allowTf32;
     po.cudaGraph = o.cudaGraph;
-    po.drawDropoutAhead = o.drawDropoutAhead;
     po.seed = o.seed;
     po.checkPlan = o.checkPlan;
     po.watchFinite = o.watch != nullptr;

@@ -2,7 +2,7 @@
 //
 //   amprun PLAN --data DIR --steps N [--metrics run.jsonl] [--checkpoint DIR --checkpoint-every K]
 //               [--resume DIR|FILE] [--save final.safetensors] [--eval-data DIR]
-//               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--draw-ahead] [--profile N] [--tune]
+//               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--profile N] [--tune]
 //   amprun PLAN --dump
 //   amprun --nproc N PLAN ...    data parallel: N processes on this host (or the torchrun
 //                                environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   double minScale = 0, distTimeout = 300, bucketMb = 25;
   bool saveEveryRank = false;
   uint64_t seed = 0;
-  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, drawAhead = false, allowTf32 = false, checkPlan = false,
+  bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
        explainOverflow = false, checkData = false, deterministic = false, tune = false;
   std::vector<std::string> intRanges;
   std::string attention = "auto";
@@ -236,9 +236,6 @@ int main(int argc, char** argv) {
   app.add_flag("--bench", bench, "time the steps on one fixed batch and report time, memory and host synchronisations");
   app.add_flag("--fixed-batch", fixedBatch, "train on the first batch every step (uploaded once)");
   app.add_flag("--no-cuda-graph", noCudaGraph, "cuda: launch every step's kernels instead of replaying one captured graph");
-  app.add_flag("--draw-ahead", drawAhead,
-               "cuda: the fused attention's dropout decisions are drawn on a second stream from the step's start and the forward reads "
-               "them, instead of drawing them itself (not yet run on a GPU: tools/bench/NOTES.md, stop 46)");
   app.add_flag("--allow-tf32", allowTf32, "cuda: FP32 GEMMs and convolutions may use TF32");
   app.add_option("--attention", attention,
                  "cuda: the fused attention's implementation: auto (the fastest of ampc's kernels and cuDNN's fused SDPA plans, measured in "
@@ -474,7 +471,6 @@ int main(int argc, char** argv) {
     so.logEvery = static_cast<int>(std::max<int64_t>(logEvery, 1));
     so.allowTf32 = allowTf32;
     so.cudaGraph = !noCudaGraph;
-    so.drawDropoutAhead = drawAhead;
     so.checkPlan = checkPlan;
     so.deterministic = deterministic;
     so.attention = attention;

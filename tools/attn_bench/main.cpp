@@ -2,7 +2,7 @@
 // ampc.AttentionGrad, kernels/cuda/attention.cu) at one size, with and without their mask and
 // dropout, to see what each costs. Runs on the GPU machine (staged by tools/bench/stage_gpu.sh):
 //   attn_bench [--bh 96] [--seq 1024] [--dim 64] [--dtype bf16] [--reps 10] [--layout contiguous|gpt2|gqa] [--kv-heads N]
-//              [--attention auto|kernels|cudnn] [--draw inline|ahead]
+//              [--attention auto|kernels|cudnn]
 // --layout gpt2 (with --heads, default 12; bh = batch x heads): the operands as GPT-2 exports them,
 // split from one [B, T, 3 H D] projection and transposed to heads, O transposed back and the
 // gradients concatenated; the CUDA backend reads and writes them in place (runtime/folds.h), so
@@ -10,10 +10,6 @@
 // attention, --kv-heads K/V heads (default --heads / 4) repeated to --heads as Hugging Face's
 // repeat_kv exports them, read in place. --attention: ampc's kernels, cuDNN's fused SDPA
 // (runtime/cuda/cudnn_sdpa.h; no dropout, the causal mask a constant), or the faster (auto).
-// --draw: with dropout, the keep bits drawn by the forward itself (inline, amprun's default), or by a
-// kernel of their own on a second stream before the forward, which reads them (ahead, amprun
-// --draw-ahead). The forward's time includes the wait for the draws: here nothing else runs beside
-// them, so it is their cost in full.
 // For each variant (no mask / causal mask, dropout 0 / 0.1) it prints the median forward and
 // backward milliseconds over --reps runs (events around each node, after 0.3 s of warm-up runs) and
 // the TFLOP/s they reach, counting the causal half of the scores only where the mask is causal.
@@ -36,7 +32,7 @@ int main(int argc, char** argv) {
   int64_t bh = 96, seq = 1024, dim = 64, heads = 12;
   int reps = 10;
   int64_t kvHeads = 0;  // --layout gqa: K/V heads (default --heads / 4)
-  std::string dtype = "bf16", layout = "contiguous", attention = "auto", draw = "inline";
+  std::string dtype = "bf16", layout = "contiguous", attention = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--bh") bh = std::stoll(v);
@@ -48,7 +44,6 @@ int main(int argc, char** argv) {
     else if (k == "--layout") layout = v;
     else if (k == "--kv-heads") kvHeads = std::stoll(v);
     else if (k == "--attention") attention = v;
-    else if (k == "--draw") draw = v;
     else {
       std::fprintf(stderr, "attn_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -56,10 +51,10 @@ int main(int argc, char** argv) {
   }
   if (kvHeads == 0) kvHeads = std::max<int64_t>(heads / 4, 1);
   if ((layout != "contiguous" && layout != "gpt2" && layout != "gqa") || heads < 1 || bh % heads != 0 || kvHeads < 1 || heads % kvHeads != 0 ||
-      (attention != "auto" && attention != "kernels" && attention != "cudnn") || (draw != "ahead" && draw != "inline")) {
+      (attention != "auto" && attention != "kernels" && attention != "cudnn")) {
     std::fprintf(stderr,
                  "attn_bench: --layout is contiguous, gpt2 or gqa, --bh a multiple of --heads, --heads of --kv-heads; --attention auto, kernels "
-                 "or cudnn; --draw ahead or inline\n");
+                 "or cudnn\n");
     return 2;
   }
   const auto impl = attention == "kernels" ? cuda::ProgramOptions::Attention::kernels
@@ -135,7 +130,6 @@ int main(int argc, char** argv) {
         createAttentionInPlacePass(findTarget("cuda"))->run(*g);  // as the CUDA lowering runs it: the gpt2 layout's views go
         cuda::ProgramOptions po;
         po.attention = impl;
-        po.drawDropoutAhead = draw == "ahead";
         cuda::Program p(*g, po);
         std::mt19937_64 rng(1);
         std::normal_distribution<double> nd;
