@@ -866,7 +866,8 @@ TEST(OnnxImport, AttentionMatchesItsDefinition) {
 }
 
 // GroupNormalization (scale per group before opset 21, per channel from 21), InstanceNormalization
-// and RMSNormalization (opset 23) against their definitions, computed here in double.
+// and RMSNormalization (opset 23) against their definitions, computed here in double; the import of
+// RMSNormalization then fuses back into one ampc.RmsNorm (fuse-rms-norm) with the same results.
 TEST(OnnxImport, NormCompositionsMatchTheirDefinitions) {
   const int64_t N = 2, C = 4, S = 3, G = 2;
   Tensor x(TensorType{DType::f32, {N, C, S}});
@@ -896,6 +897,18 @@ TEST(OnnxImport, NormCompositionsMatchTheirDefinitions) {
     double worst = 0;
     for (int64_t i = 0; i < y.numel(); ++i) worst = std::max(worst, std::abs(y.getDouble(i) - want(i)));
     EXPECT_LT(worst, 2e-5);
+    if (op != "RMSNormalization") return;
+    ASSERT_TRUE(createFuseRmsNormPass(findTarget("cpu"))->run(*gr));
+    int rms = 0;
+    for (const auto& k : gr->nodes()) {  // the RmsNorm and the import's Cast of x to its stash type
+      rms += k->op() == "RmsNorm";
+      EXPECT_TRUE(k->op() == "RmsNorm" || k->op() == "Cast") << k->describe();
+    }
+    EXPECT_EQ(rms, 1);
+    y = evalOne(*gr, {{"x", x}});
+    worst = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) worst = std::max(worst, std::abs(y.getDouble(i) - want(i)));
+    EXPECT_LT(worst, 2e-5) << "fused";
   };
   auto sc = ramp(C, 1.5f);
   auto stats = [&](int64_t n, int64_t c0, int64_t c1, bool rms) {  // over channels [c0, c1) of sample n, every position
