@@ -171,13 +171,16 @@ __device__ void loadTile(T* s, int lds, const T* g, int64_t ld, int64_t rows, in
   }
 }
 
-// Reduction over the 16 lanes that share a row in the elementwise phases.
-__device__ __forceinline__ float max16(float v) {
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+// Max and sum over groups of `Lanes` consecutive lanes (16: the lanes that share a row in the
+// elementwise phases; 32: the warp).
+template <int Lanes>
+__device__ __forceinline__ float lanesMax(float v) {
+  for (int o = Lanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float sum16(float v) {
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+template <int Lanes>
+__device__ __forceinline__ float lanesSum(float v) {
+  for (int o = Lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -367,11 +370,11 @@ __global__ void __launch_bounds__(kThreads) attnFwdKernel(const T* Q, const T* K
         s[c] = i < a.Tq && j < a.Tk ? Ss[r * kLdF + c4 + c] * a.scale + (rm ? maskAt(a, mb, i, j) : 0.0f) : -INFINITY;
         mt = fmaxf(mt, s[c]);
       }
-      mt = max16(mt);
+      mt = lanesMax<16>(mt);
       const float mn = fmaxf(m[k], mt);
       float part = 0.0f;
       for (int c = 0; c < 4; ++c) part += s[c] == -INFINITY ? 0.0f : __expf(s[c] - mn);
-      part = sum16(part);
+      part = lanesSum<16>(part);
       l[k] = (m[k] == -INFINITY ? 0.0f : l[k] * __expf(m[k] - mn)) + part;
       m[k] = mn;
     }
@@ -1594,14 +1597,6 @@ __device__ __forceinline__ float dropFactor(const AttentionArgs& a, uint64_t ste
   return ((e & 1) ? keptHigh(v, thr) : keptLow(v, thr)) ? 1.0f / (1.0f - a.ratio) : 0.0f;
 }
 
-__device__ __forceinline__ float warpMax(float v) {
-  for (int k = 16; k > 0; k >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, k));
-  return v;
-}
-__device__ __forceinline__ float warpSum(float v) {
-  for (int k = 16; k > 0; k >>= 1) v += __shfl_xor_sync(0xffffffffu, v, k);
-  return v;
-}
 constexpr int kFillThreads = 256, kFillWarps = kFillThreads / 32;
 // Dynamic shared memory of the fix-ups: q (and in the backward dO) as f32 rows, then the row's
 // scores (and in the backward the score gradients), Tk floats each.
@@ -1610,7 +1605,7 @@ constexpr size_t fillSmemBytes(bool backward, int64_t Tk) {
 }
 // A block-wide max or sum (every thread gets it); red: kFillWarps floats of shared memory.
 __device__ __forceinline__ float blockReduce(float v, bool max, float* red) {
-  v = max ? warpMax(v) : warpSum(v);
+  v = max ? lanesMax<32>(v) : lanesSum<32>(v);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
@@ -1631,7 +1626,7 @@ __device__ void fillRowScores(const AttentionArgs& a, const float* q, const T* K
   for (int64_t j = threadIdx.x >> 5; j < a.Tk; j += kFillWarps) {
     float acc = 0.0f;
     for (int64_t d = lane; d < a.D; d += 32) acc += q[d] * keyAt(a, Kn, j, d);
-    acc = warpSum(acc);
+    acc = lanesSum<32>(acc);
     if (lane == 0) s[j] = acc * a.scale + maskAt(a, mb, i, j);
   }
   __syncthreads();
@@ -1739,7 +1734,7 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
         for (int64_t j = warp; j < a.Tk; j += kFillWarps) {  // dp_j, then p, ds: s[j] = round(p f), gs[j] = round(scale ds)
           float dp = 0.0f;
           for (int64_t x = lane; x < a.Dv; x += 32) dp += g[x] * toF(Vn[j * a.v.sRow + x]);
-          dp = warpSum(dp);
+          dp = lanesSum<32>(dp);
           if (lane == 0) {
             const float p = expf(s[j] - m) / l, f = dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j));
             const float ds = p * (dp * f - D);
