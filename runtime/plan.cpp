@@ -146,6 +146,7 @@ int writePlan(const std::string& path, const Graph& forward, const TrainOptions&
   onnx::ModelProto copy;
   copy.ParseFromString(evalBytes);
   ImportOptions shared;
+  shared.ampcGraph = true;
   shared.initializerData = initializersOf(forward);  // the step graph shares the weights
   auto step = importOnnxModel(copy, "", source, shared);
   createTrainStepPass(o)->run(*step);
@@ -253,6 +254,7 @@ LoadedPlan readPlan(const std::string& path) {
   LoadedPlan r;
   // The initial state: views of the mapped weights file (checked tensor by tensor), and zeros.
   ImportOptions io;
+  io.ampcGraph = true;
   {
     const std::string& wf = p.weights_file();
     if (wf.empty() || wf.find('/') != std::string::npos || wf == "." || wf == "..")

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct ImportOptions {
   // type, shape) and holds no data for them. A plan's graphs are read this way, their weights
   // viewed from the plan's weights file.
   std::map<std::string, Tensor> initializerData;
+  // The model is ampc's own (a plan's graphs): its standard ops carry the passes' annotations (a
+  // Cast's "fold"), which import keeps without checking them against what the ops read.
+  bool ampcGraph = false;
 };
 
 // Reads and imports an .onnx file. Every failure is an Error whose message starts with the file
@@ -73,6 +77,9 @@ Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, c
 // static length, and ops that are compositions: InstanceNormalization, GroupNormalization,
 // RMSNormalization, ReduceL1/L2/SumSquare/LogSum/LogSumExp).
 bool importLowersOp(const std::string& op);
+// The attributes that import's lowering of `op` reads, as an OpDef::attrs list (any other
+// attribute is refused); nullopt when import does not lower `op`.
+std::optional<std::string_view> importLoweredAttributes(const std::string& op);
 
 // Parses "2x3x32x32" (Error on anything else).
 std::vector<int64_t> parseShapeSpec(const std::string& s);

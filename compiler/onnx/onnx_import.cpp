@@ -398,6 +398,28 @@ class Importer {
              (custom ? " (a custom op needs its outputs' types and shapes in value_info)" : "");
     }
     if (count) fail(std::to_string(count) + " node(s) use ops ampc does not support at opset " + std::to_string(g_->opset) + ":" + bad);
+    if (!opts_.ampcGraph) checkAttributes();
+  }
+
+  // Every attribute of a standard op that ampc does not read, in one error: computing the op as
+  // if it were absent would be a silently wrong answer. (Custom ops' attributes are theirs.)
+  void checkAttributes() const {
+    std::string bad;
+    int count = 0;
+    for (const auto& n : nodes_) {
+      if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+      std::string_view attrs;
+      if (auto it = kImportLowered.find(n.op_type()); it != kImportLowered.end()) attrs = it->second;
+      else if (const OpDef* d = lookupOp("", n.op_type(), g_->opset)) attrs = d->attrs;
+      else continue;
+      for (const auto& a : n.attribute()) {
+        if (attributeTaken(attrs, a.name())) continue;
+        ++count;
+        bad += "\n  " + nodeLabel(n) + " attribute '" + a.name() + "' (" + n.op_type() + " takes " +
+               (attrs.empty() ? std::string("none") : std::string(attrs)) + ")";
+      }
+    }
+    if (count) fail(std::to_string(count) + " attribute(s) that ampc does not read, and will not ignore:" + bad);
   }
 
   // The static type the model declares for a value, if complete.
@@ -621,16 +643,54 @@ class Importer {
   // gradient, CPU and CUDA kernel. Each starts with a Cast of its input to its own dtype: autocast
   // keeps a model's Casts, so the composition keeps the op's precision (f32 under autocast)
   // instead of squaring or exponentiating in f16.
-  static inline const std::set<std::string> kImportLowered = {
-      "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "SequenceLength", "ConcatFromSequence",
-      "SequenceInsert", "SequenceErase", "SequenceEmpty", "InstanceNormalization", "GroupNormalization",
-      "RMSNormalization", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Einsum",
-      "RotaryEmbedding", "Attention", "ConvTranspose", "Resize", "DepthToSpace", "SpaceToDepth", "LSTM", "GRU", "RNN", "ReduceProd",
-      "LRN", "If", "OneHot", "RandomNormal", "RandomUniform"};
-
+  // Each with the attributes its lowering reads (OpDef::attrs says what that means). Notes:
+  // GroupNormalization's statistics come from LayerNormalization, f32 or wider whatever stash_type
+  // says; Resize's extrapolation_value and Attention's qk_matmul_output_mode shape only what the
+  // lowering refuses (tf_crop_and_resize, the fourth result); Attention's softmax runs in f32 or
+  // wider whatever softmax_precision says.
+  static inline const std::map<std::string, std::string_view> kImportLowered = {
+      {"CastLike", "saturate"},
+      {"SplitToSequence", "axis keepdims"},
+      {"SequenceAt", ""},
+      {"SequenceConstruct", ""},
+      {"SequenceLength", ""},
+      {"ConcatFromSequence", "axis new_axis"},
+      {"SequenceInsert", ""},
+      {"SequenceErase", ""},
+      {"SequenceEmpty", "dtype"},
+      {"InstanceNormalization", "epsilon"},
+      {"GroupNormalization", "epsilon num_groups stash_type"},
+      {"RMSNormalization", "axis epsilon stash_type"},
+      {"ReduceL1", "axes keepdims noop_with_empty_axes"},
+      {"ReduceL2", "axes keepdims noop_with_empty_axes"},
+      {"ReduceSumSquare", "axes keepdims noop_with_empty_axes"},
+      {"ReduceLogSum", "axes keepdims noop_with_empty_axes"},
+      {"ReduceLogSumExp", "axes keepdims noop_with_empty_axes"},
+      {"ReduceProd", "axes keepdims noop_with_empty_axes"},
+      {"Einsum", "equation"},
+      {"RotaryEmbedding", "interleaved num_heads rotary_embedding_dim"},
+      {"Attention", "is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision"},
+      {"ConvTranspose", "auto_pad dilations group kernel_shape output_padding output_shape pads strides"},
+      {"Resize", "antialias axes coordinate_transformation_mode cubic_coeff_a exclude_outside extrapolation_value "
+                 "keep_aspect_ratio_policy mode nearest_mode"},
+      {"DepthToSpace", "blocksize mode"},
+      {"SpaceToDepth", "blocksize"},
+      {"LSTM", "activation_alpha activation_beta activations clip direction hidden_size input_forget layout"},
+      {"GRU", "activation_alpha activation_beta activations clip direction hidden_size layout linear_before_reset"},
+      {"RNN", "activation_alpha activation_beta activations clip direction hidden_size layout"},
+      {"LRN", "alpha beta bias size"},
+      {"If", "else_branch then_branch"},
+      {"OneHot", "axis"},
+      {"RandomNormal", "dtype mean scale seed shape"},
+      {"RandomUniform", "dtype high low seed shape"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
+  static std::optional<std::string_view> loweredAttributes(const std::string& op) {
+    auto it = kImportLowered.find(op);
+    if (it == kImportLowered.end()) return std::nullopt;
+    return it->second;
+  }
 
  private:
   Value* operand(const onnx::NodeProto& np, int i) {
@@ -2011,6 +2071,7 @@ Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, c
 }
 
 bool importLowersOp(const std::string& op) { return Importer::lowersOp(op); }
+std::optional<std::string_view> importLoweredAttributes(const std::string& op) { return Importer::loweredAttributes(op); }
 
 std::vector<int64_t> parseShapeSpec(const std::string& s) {
   std::vector<int64_t> r;

@@ -12,5 +12,6 @@ void registerGradOps(std::vector<OpDef>& t);         // grad_rules.cpp: the "amp
 void attachGradRules(std::vector<OpDef>& t);         // grad_rules.cpp: GradFn of each row
 void attachPointwise(std::vector<OpDef>& t);         // pointwise.cpp: PwFormula of each elementwise row
 void registerTrainOps(std::vector<OpDef>& t);        // ops_train.cpp: the training step's ops
+void attachOnnxAttributes(std::vector<OpDef>& t);   // registry.cpp: OpDef::attrs of each ONNX row
 
 }  // namespace ampc

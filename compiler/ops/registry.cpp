@@ -1,6 +1,7 @@
 #include "compiler/ops/registry.h"
 
 #include <algorithm>
+#include <map>
 
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
@@ -78,9 +79,80 @@ const std::vector<OpDef>& allOps() {
     registerTrainOps(t);
     attachGradRules(t);
     attachPointwise(t);
+    attachOnnxAttributes(t);
     return t;
   }();
   return table;
+}
+
+// The attributes of each ONNX op that its shape rule, gradient, CPU kernels and CUDA lowering
+// read (OpDef::attrs); an op not listed takes none. Notes on the less obvious ones:
+// - the random ops' seed keys their Philox stream, so the draws repeat with it;
+// - TopK's results are always sorted, which sorted = 0 allows;
+// - Cast's saturate matters only for float8 targets, which Cast's rule refuses;
+// - LayerNormalization's statistics are f32 or wider whatever stash_type says.
+void attachOnnxAttributes(std::vector<OpDef>& t) {
+  static const std::map<std::string_view, std::string_view> kAttrs = {
+      {"HardSigmoid", "alpha beta"},
+      {"Elu", "alpha"},
+      {"Selu", "alpha gamma"},
+      {"Celu", "alpha"},
+      {"LeakyRelu", "alpha"},
+      {"Gelu", "approximate"},
+      {"Mod", "fmod"},
+      {"IsInf", "detect_negative detect_positive"},
+      {"Softmax", "axis"},
+      {"LogSoftmax", "axis"},
+      {"RandomUniformLike", "dtype high low seed"},
+      {"RandomNormalLike", "dtype mean scale seed"},
+      {"Bernoulli", "dtype seed"},
+      {"Dropout", "seed"},
+      {"Gemm", "alpha beta transA transB"},
+      {"Conv", "auto_pad dilations group kernel_shape pads strides"},
+      {"MaxPool", "auto_pad ceil_mode dilations kernel_shape pads storage_order strides"},
+      {"AveragePool", "auto_pad ceil_mode count_include_pad dilations kernel_shape pads strides"},
+      {"BatchNormalization", "epsilon momentum training_mode"},
+      {"LayerNormalization", "axis epsilon stash_type"},
+      {"ReduceSum", "keepdims noop_with_empty_axes"},
+      {"ReduceMean", "axes keepdims noop_with_empty_axes"},
+      {"ReduceMax", "axes keepdims noop_with_empty_axes"},
+      {"ReduceMin", "axes keepdims noop_with_empty_axes"},
+      {"ArgMax", "axis keepdims select_last_index"},
+      {"TopK", "axis largest sorted"},
+      {"GridSample", "align_corners mode padding_mode"},
+      {"CumSum", "exclusive reverse"},
+      {"SoftmaxCrossEntropyLoss", "ignore_index reduction"},
+      {"NegativeLogLikelihoodLoss", "ignore_index reduction"},
+      {"Reshape", "allowzero"},
+      {"Transpose", "perm"},
+      {"Concat", "axis"},
+      {"Split", "axis num_outputs"},
+      {"Gather", "axis"},
+      {"GatherElements", "axis"},
+      {"GatherND", "batch_dims"},
+      {"ScatterElements", "axis reduction"},
+      {"ScatterND", "reduction"},
+      {"Flatten", "axis"},
+      {"Pad", "mode"},
+      {"Trilu", "upper"},
+      {"Cast", "to saturate"},
+      {"Shape", "end start"},
+      {"ConstantOfShape", "value"},
+      {"Constant", "value value_float value_floats value_int value_ints"},
+  };
+  for (OpDef& d : t) {
+    if (!d.domain.empty()) continue;
+    if (auto it = kAttrs.find(d.name); it != kAttrs.end()) d.attrs = it->second;
+  }
+}
+
+bool attributeTaken(std::string_view attrs, std::string_view name) {
+  while (!attrs.empty()) {
+    const size_t end = std::min(attrs.find(' '), attrs.size());
+    if (attrs.substr(0, end) == name) return true;
+    attrs.remove_prefix(std::min(end + 1, attrs.size()));
+  }
+  return false;
 }
 
 double nodeFlops(const Node& n) {

@@ -93,7 +93,14 @@ struct OpDef {
   // The scalar formula of an elementwise op (compiler/ops/pointwise.h): such ops fuse into
   // generated kernels (passes/fuse_elementwise.cpp).
   PwFormula pointwise = nullptr;
+  // ONNX ops: the attributes the op's rules read, space-separated. Each value of each is
+  // reproduced, or refused by the rules naming the node. Import refuses any other attribute,
+  // naming the node: an attribute ampc does not read would be a silently wrong answer.
+  std::string_view attrs = {};
 };
+
+// Whether `name` is in `attrs`, an OpDef::attrs list.
+bool attributeTaken(std::string_view attrs, std::string_view name);
 
 // FLOPs of a node: its row's estimate, else one per output element.
 double nodeFlops(const Node& n);

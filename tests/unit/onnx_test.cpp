@@ -2,13 +2,17 @@
 // external data stays inside the model's folder, shape subgraphs fold, and export round-trips.
 #include <gtest/gtest.h>
 #include <onnx/checker.h>
+#include <onnx/defs/schema.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "compiler/ops/registry.h"
 #include "compiler/target.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
@@ -210,6 +214,90 @@ TEST(OnnxImport, UnsupportedOpsAreListedTogether) {
   writeModel(d.file("unsup.onnx"), m);
   expectImportError(d.file("unsup.onnx"), {"3 node(s)", "node 'foo_node' (Foo) domain 'ai.onnx'",
                                            "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'loop_node' (Loop)"});
+}
+
+// An attribute of a standard op that ampc does not read would be computed as if it were absent:
+// a silently wrong answer. Import lists every such attribute in one error, naming node and op,
+// for registry ops and for the ops import lowers alike; a custom op's attributes are its own.
+TEST(OnnxImport, UnreadAttributesAreListedTogether) {
+  TempDir d;
+  auto m = reluModel();
+  auto* g = m.mutable_graph();
+  auto* relu = g->mutable_node(0);
+  auto* a = relu->add_attribute();  // not an attribute of Relu
+  a->set_name("alpha");
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(0.1f);
+  auto* c = addNode(g, "Constant", {}, {"s"}, "text");  // a string constant ampc cannot hold
+  a = c->add_attribute();
+  a->set_name("value_string");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("hello");
+  auto* lrn = addNode(g, "LRN", {"x"}, {"n"}, "lrn0");  // an op import lowers
+  a = lrn->add_attribute();
+  a->set_name("size");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(3);
+  a = lrn->add_attribute();
+  a->set_name("sharpness");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(2);
+  writeModel(d.file("attrs.onnx"), m);
+  expectImportError(d.file("attrs.onnx"), {"3 attribute(s)", "node 'relu0' (Relu) attribute 'alpha' (Relu takes none)",
+                                           "node 'text' (Constant) attribute 'value_string'",
+                                           "node 'lrn0' (LRN) attribute 'sharpness' (LRN takes alpha beta bias size)"});
+  // The attributes each op reads are taken, with any value its rules reproduce.
+  auto ok = reluModel();
+  auto* sm = addNode(ok.mutable_graph(), "Softmax", {"y"}, {"p"}, "softmax0");
+  a = sm->add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(0);
+  addOutput(ok.mutable_graph(), "p");
+  writeModel(d.file("ok.onnx"), ok);
+  EXPECT_EQ(importOnnxFile(d.file("ok.onnx"))->outputs().size(), 2u);
+}
+
+// Each attribute that ONNX's schemas (opsets 13 to 17, what the linked onnx library holds) give a
+// registry op or an op import lowers is one ampc reads, or one it refuses; and each name ampc says
+// it reads is one of the op's attributes, or came in a later opset (listed here).
+TEST(OnnxImport, AttributeListsFollowTheSchemas) {
+  const std::set<std::string> refused = {"Constant.sparse_value", "Constant.value_string", "Constant.value_strings"};
+  const std::set<std::string> later = {"ReduceMean.noop_with_empty_axes", "ReduceMax.noop_with_empty_axes", "ReduceMin.noop_with_empty_axes",
+                                       "ReduceL1.noop_with_empty_axes", "ReduceL2.noop_with_empty_axes", "ReduceSumSquare.noop_with_empty_axes",
+                                       "ReduceLogSum.noop_with_empty_axes", "ReduceLogSumExp.noop_with_empty_axes", "ReduceProd.noop_with_empty_axes",
+                                       "Split.num_outputs", "Cast.saturate", "CastLike.saturate", "AveragePool.dilations",
+                                       "Resize.antialias", "Resize.axes", "Resize.keep_aspect_ratio_policy"};
+  std::map<std::string, std::string_view> ops;
+  for (const OpDef& d : allOps())
+    if (d.domain.empty()) ops[std::string(d.name)] = d.attrs;
+  for (const auto& s : onnx::OpSchemaRegistry::get_all_schemas_with_history())
+    if (s.domain().empty() && importLowersOp(s.Name())) ops[s.Name()] = *importLoweredAttributes(s.Name());
+  int checked = 0;
+  for (const auto& [op, attrs] : ops) {
+    std::set<std::string> known;
+    bool anySchema = false;
+    for (int v = 13; v <= 17; ++v) {
+      const auto* s = onnx::OpSchemaRegistry::Schema(op, v, "");
+      if (!s) continue;
+      anySchema = true;
+      for (const auto& [name, a] : s->attributes()) {
+        known.insert(name);
+        EXPECT_TRUE(attributeTaken(attrs, name) != (refused.count(op + "." + name) != 0))
+            << op << "-" << s->SinceVersion() << " attribute " << name << (attributeTaken(attrs, name) ? " is listed as refused" : " is neither read nor refused");
+        ++checked;
+      }
+    }
+    if (!anySchema) continue;  // an op newer than the library (Gelu, Attention, ...)
+    std::string_view rest = attrs;
+    while (!rest.empty()) {
+      const size_t end = std::min(rest.find(' '), rest.size());
+      const std::string name(rest.substr(0, end));
+      rest.remove_prefix(std::min(end + 1, rest.size()));
+      EXPECT_TRUE(known.count(name) || later.count(op + "." + name)) << op << " lists '" << name << "', which none of its schemas has";
+    }
+  }
+  EXPECT_GT(checked, 100);
 }
 
 TEST(OnnxImport, OpsetOutOfRange) {
