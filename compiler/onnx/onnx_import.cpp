@@ -966,51 +966,116 @@ class Importer {
     if (axes.empty()) return t;
     return {reduceNode(np, "ReduceSum", t.v, axes, 0), left};
   }
+  // Einsum as numpy and PyTorch read it: an ellipsis stands for the dims its term's letters leave
+  // over, right-aligned across the terms (and first in an implicit output); a letter repeated in a
+  // term takes the diagonal; a dim of 1 broadcasts against the letter's size elsewhere. Ellipsis
+  // dims are named internally by the characters 1, 2, ... (never letters).
   void lowerEinsum(const onnx::NodeProto& np, const std::string& out) {
     const auto* eq = findAttr(np, "equation", onnx::AttributeProto::STRING, "a string");
     if (!eq) fail(nodeLabel(np) + " needs an equation");
+    const std::string bad = nodeLabel(np) + ": bad equation '" + eq->s() + "'";
     std::string e;
     for (char c : eq->s())
       if (c != ' ') e += c;
-    if (e.find('.') != std::string::npos) fail(nodeLabel(np) + ": equation '" + eq->s() + "': ellipsis (...) is not supported");
     const auto arrow = e.find("->");
     const std::string lhs = e.substr(0, arrow);
-    std::vector<Term> terms;
-    std::map<char, int64_t> size;
-    size_t pos = 0;
-    for (int i = 0; pos <= lhs.size(); ++i) {
+    std::vector<std::string> written;  // each term as written
+    for (size_t pos = 0;;) {
       const size_t comma = lhs.find(',', pos);
-      const std::string letters = lhs.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      Value* v = operand(np, i);
-      if (!v) fail(nodeLabel(np) + ": equation '" + eq->s() + "' names more operands than the node has");
-      if (static_cast<int64_t>(letters.size()) != v->type().rank())
-        fail(nodeLabel(np) + ": term '" + letters + "' has " + std::to_string(letters.size()) + " letters for input " + std::to_string(i) + " " +
-             v->type().str());
-      for (size_t d = 0; d < letters.size(); ++d) {
-        const char c = letters[d];
-        if (!std::isalpha(static_cast<unsigned char>(c))) fail(nodeLabel(np) + ": bad equation '" + eq->s() + "'");
-        if (letters.find(c) != d) fail(nodeLabel(np) + ": term '" + letters + "' repeats '" + c + "' (a diagonal): not supported");
-        const int64_t n = v->type().shape[d];
-        if (size.count(c) && size[c] != n)
-          fail(nodeLabel(np) + ": letter '" + c + "' is " + std::to_string(size[c]) + " and " + std::to_string(n) + " (broadcasting is not supported)");
-        size[c] = n;
-      }
-      terms.push_back({v, letters});
+      written.push_back(lhs.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
-    if (static_cast<int>(terms.size()) != np.input_size()) fail(nodeLabel(np) + ": the equation has " + std::to_string(terms.size()) + " terms for " + std::to_string(np.input_size()) + " inputs");
+    if (static_cast<int>(written.size()) != np.input_size())
+      fail(nodeLabel(np) + ": the equation has " + std::to_string(written.size()) + " terms for " + std::to_string(np.input_size()) + " inputs");
+    // A term's letters and whether it has an ellipsis ("..." once, nothing else that is not a letter).
+    auto split = [&](const std::string& t, std::string& letters) {
+      const size_t dots = t.find("...");
+      letters = dots == std::string::npos ? t : t.substr(0, dots) + t.substr(dots + 3);
+      for (char c : letters)
+        if (!std::isalpha(static_cast<unsigned char>(c))) fail(bad);
+      return dots;
+    };
+    int64_t ellipsis = 0;  // the dims an ellipsis stands for: the most any term leaves over
+    std::vector<Value*> operands;
+    std::vector<int64_t> leftOver;  // each term's: the dims its ellipsis stands for
+    for (size_t i = 0; i < written.size(); ++i) {
+      Value* v = operand(np, static_cast<int>(i));
+      if (!v) fail(nodeLabel(np) + ": input " + std::to_string(i) + " is missing");
+      std::string letters;
+      const bool dots = split(written[i], letters) != std::string::npos;
+      const int64_t left = v->type().rank() - static_cast<int64_t>(letters.size());
+      if (left < 0 || (!dots && left != 0))
+        fail(nodeLabel(np) + ": term '" + written[i] + "' has " + std::to_string(letters.size()) + " letters for input " + std::to_string(i) + " " +
+             v->type().str());
+      ellipsis = std::max(ellipsis, left);
+      operands.push_back(v);
+      leftOver.push_back(left);
+    }
+    if (ellipsis > 32) fail(nodeLabel(np) + ": the ellipsis stands for more than 32 dims");
+    auto expand = [&](const std::string& t, int64_t dims) {  // the ellipsis as the last `dims` of its characters
+      std::string letters;
+      const size_t dots = split(t, letters);
+      if (dots == std::string::npos) return letters;
+      std::string names;
+      for (int64_t k = ellipsis - dims; k < ellipsis; ++k) names += static_cast<char>(1 + k);
+      return letters.substr(0, dots) + names + letters.substr(dots);
+    };
+    std::vector<Term> terms;
+    std::map<char, int64_t> size;
+    std::map<char, int> count;  // occurrences over the terms (an implicit output's letters occur once)
+    for (size_t i = 0; i < written.size(); ++i) {
+      const std::string letters = expand(written[i], leftOver[i]);
+      for (size_t d = 0; d < letters.size(); ++d) {
+        const char c = letters[d];
+        ++count[c];
+        const int64_t n = operands[i]->type().shape[d];
+        auto it = size.find(c);
+        if (it == size.end() || it->second == 1) size[c] = n;
+        else if (n != 1 && n != it->second)
+          fail(nodeLabel(np) + ": " + (std::isalpha(static_cast<unsigned char>(c)) ? "letter '" + std::string(1, c) + "'" : std::string("an ellipsis dim")) +
+               " is " + std::to_string(it->second) + " and " + std::to_string(n) + ", which do not broadcast");
+      }
+      terms.push_back({operands[i], letters});
+    }
     std::string result;
     if (arrow != std::string::npos) {
-      result = e.substr(arrow + 2);
+      result = expand(e.substr(arrow + 2), ellipsis);
       for (size_t d = 0; d < result.size(); ++d)
-        if (!size.count(result[d]) || result.find(result[d]) != d) fail(nodeLabel(np) + ": bad output term '" + result + "'");
-    } else {  // implicit: the letters that appear once, in alphabetical order
-      std::map<char, int> count;
-      for (const auto& t : terms)
-        for (char c : t.letters) ++count[c];
+        if (!size.count(result[d]) || result.find(result[d]) != d) fail(nodeLabel(np) + ": bad output term '" + e.substr(arrow + 2) + "'");
+    } else {  // implicit: the ellipsis, then the letters that occur once, in alphabetical order
+      for (int64_t k = 0; k < ellipsis; ++k) result += static_cast<char>(1 + k);
       for (auto [c, k] : count)
-        if (k == 1) result += c;
+        if (k == 1 && std::isalpha(static_cast<unsigned char>(c))) result += c;
+    }
+    for (Term& t : terms) {
+      // A repeated letter: the pair's dims last, flattened, every (n + 1)-th element (the diagonal).
+      for (size_t d = 0; d < t.letters.size(); ++d) {
+        const size_t again = t.letters.find(t.letters[d], d + 1);
+        if (again == std::string::npos) continue;
+        const char c = t.letters[d];
+        const int64_t n = t.v->type().shape[d], m = t.v->type().shape[again];
+        if (n != m) fail(nodeLabel(np) + ": the diagonal of '" + std::string(1, c) + "' is over dims of " + std::to_string(n) + " and " + std::to_string(m));
+        std::string rest = t.letters;
+        rest.erase(again, 1);
+        rest.erase(d, 1);
+        std::string order = rest + c;
+        order += c;
+        std::vector<int64_t> perm;
+        for (size_t k = 0; k < t.letters.size(); ++k)
+          if (k != d && k != again) perm.push_back(static_cast<int64_t>(k));
+        perm.push_back(static_cast<int64_t>(d));
+        perm.push_back(static_cast<int64_t>(again));
+        Value* x = step(np, "Transpose", {t.v}, {{"perm", perm}});
+        std::vector<int64_t> flat(x->type().shape.begin(), x->type().shape.end() - 2);
+        flat.push_back(n * n);
+        t = {sliceLast(np, reshapeTo(np, x, flat), 0, n * n, n + 1), rest + c};
+        d = static_cast<size_t>(-1);  // again from the start: the letters moved
+      }
+      // A dim of 1 where the letter is larger elsewhere: expanded to it.
+      std::vector<int64_t> full;
+      for (char c : t.letters) full.push_back(size[c]);
+      if (full != t.v->type().shape) t.v = step(np, "Expand", {t.v, constI64(np, "shape", full)});
     }
     Term cur = terms[0];
     for (size_t k = 1; k < terms.size(); ++k) {

@@ -681,23 +681,27 @@ TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
   expectImportError(d.file("dyn.onnx"), {"node 'split' (SplitToSequence)", "split must be a compile-time integer constant"});
 }
 
-// Einsum, lowered to Transpose/Reshape/ReduceSum/MatMul, against a naive sum over every letter
-// assignment computed here in double: batch matmul, transposes, outer and inner products,
-// summed-out letters, implicit output, three operands. Diagonals and ellipses are refused.
+// Einsum, lowered to Transpose/Reshape/ReduceSum/MatMul (Slice for diagonals, Expand for
+// broadcasts), against a naive sum over every letter assignment computed here in double: batch
+// matmul, transposes, outer and inner products, summed-out letters, implicit output, three
+// operands; ellipses (right-aligned over terms of different ranks, anywhere in a term, summed out,
+// first in an implicit output), diagonals and traces, dims of 1 broadcast. Letters that do not
+// broadcast and terms that do not fit their inputs are refused, naming the node.
 TEST(OnnxImport, EinsumMatchesItsDefinition) {
   struct Case {
     std::string eq;
-    std::vector<std::vector<int64_t>> shapes;
+    std::vector<std::vector<int64_t>> shapes;  // empty: from the letters' sizes below
   };
   const std::map<char, int64_t> dim = {{'a', 2}, {'b', 3}, {'i', 4}, {'j', 5}, {'k', 3}, {'c', 2}, {'d', 4}};
-  auto shapeOf = [&](const std::string& t) {
-    std::vector<int64_t> s;
-    for (char c : t) s.push_back(dim.at(c));
-    return s;
-  };
-  const std::vector<std::string> eqs = {"bij,bjk->bik", "ij->ji", "i,j->ij", "i,i->", "ij->i", "bij,bkj->bki", "ij,jk",
-                                        "ab,bc,cd->ad", "aij,jk->ka", "ij,ij->ij"};
-  for (const std::string& eq : eqs) {
+  const std::vector<Case> cases = {
+      {"bij,bjk->bik", {}}, {"ij->ji", {}}, {"i,j->ij", {}}, {"i,i->", {}}, {"ij->i", {}}, {"bij,bkj->bki", {}}, {"ij,jk", {}},
+      {"ab,bc,cd->ad", {}}, {"aij,jk->ka", {}}, {"ij,ij->ij", {}},
+      {"...ii->...i", {{2, 3, 4, 4}}}, {"ii->i", {{4, 4}}}, {"ii", {{4, 4}}}, {"iii->i", {{3, 3, 3}}}, {"iji->ij", {{3, 2, 3}}},
+      {"...ij,...jk->...ik", {{2, 1, 4, 5}, {3, 5, 3}}}, {"...,f->...f", {{2, 3}, {4}}}, {"bij,bjk->bik", {{1, 4, 5}, {3, 5, 2}}},
+      {"...ij,...jk", {{2, 4, 5}, {2, 5, 3}}}, {"...ij->...", {{2, 3, 4, 5}}}, {"i...j->j...i", {{2, 3, 4, 5}}},
+      {"...i->i", {{2, 3, 4}}}, {"b...,b...->b", {{3, 2, 1}, {3, 1, 4}}}, {"ij,j->i", {{4, 1}, {5}}}};
+  for (const Case& cs : cases) {
+    const std::string& eq = cs.eq;
     SCOPED_TRACE(eq);
     const auto arrow = eq.find("->");
     std::vector<std::string> terms;
@@ -707,16 +711,42 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
       if (c == std::string::npos || c > arrow) break;
       p = c + 1;
     }
+    std::vector<std::vector<int64_t>> shapes = cs.shapes;
+    if (shapes.empty())
+      for (auto& t : terms) {
+        shapes.emplace_back();
+        for (char c : t) shapes.back().push_back(dim.at(c));
+      }
+    // Ellipses become the capitals A, B, ... (right-aligned); each letter's size broadcasts.
+    size_t ell = 0;
+    for (size_t t = 0; t < terms.size(); ++t)
+      if (terms[t].find("...") != std::string::npos) ell = std::max(ell, shapes[t].size() - (terms[t].size() - 3));
+    auto expand = [&](std::string t, size_t dims) {
+      const size_t p = t.find("...");
+      if (p == std::string::npos) return t;
+      std::string caps;
+      for (size_t k = ell - dims; k < ell; ++k) caps += static_cast<char>('A' + k);
+      return t.replace(p, 3, caps);
+    };
+    for (size_t t = 0; t < terms.size(); ++t)
+      terms[t] = expand(terms[t], terms[t].find("...") == std::string::npos ? 0 : shapes[t].size() - (terms[t].size() - 3));
+    std::map<char, int64_t> size;
+    std::map<char, int> count;
+    for (size_t t = 0; t < terms.size(); ++t)
+      for (size_t k = 0; k < terms[t].size(); ++k) {
+        ++count[terms[t][k]];
+        size[terms[t][k]] = std::max(size[terms[t][k]], shapes[t][k]);
+      }
     std::string outT;
     if (arrow != std::string::npos) {
-      outT = eq.substr(arrow + 2);
+      outT = expand(eq.substr(arrow + 2), ell);
     } else {
-      std::map<char, int> n;
-      for (auto& t : terms)
-        for (char c : t) ++n[c];
-      for (auto [c, k] : n)
-        if (k == 1) outT += c;
+      for (size_t k = 0; k < ell; ++k) outT += static_cast<char>('A' + k);
+      for (auto [c, k] : count)
+        if (k == 1 && std::islower(static_cast<unsigned char>(c))) outT += c;
     }
+    std::vector<int64_t> outShape;
+    for (char c : outT) outShape.push_back(size.at(c));
     TempDir d;
     auto m = newModel(17);
     auto* g = m.mutable_graph();
@@ -724,21 +754,20 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
     std::vector<std::vector<float>> vals;
     for (size_t t = 0; t < terms.size(); ++t) {
       names.push_back("x" + std::to_string(t));
-      auto sh = shapeOf(terms[t]);
       int64_t n = 1;
-      for (auto v : sh) n *= v;
+      for (auto v : shapes[t]) n *= v;
       vals.push_back(ramp(static_cast<size_t>(n) + t, 1.0f + static_cast<float>(t)));
       vals.back().resize(static_cast<size_t>(n));
-      addFloatInit(g, names.back(), sh, vals.back());
+      addFloatInit(g, names.back(), shapes[t], vals.back());
     }
     auto* n = addNode(g, "Einsum", names, {"y"}, "einsum");
     stringAttr(n, "equation", eq);
     addOutput(g, "y");
     writeModel(d.file("m.onnx"), m);
     auto gr = importOnnxFile(d.file("m.onnx"));
-    EXPECT_EQ(gr->outputs()[0]->type().shape, shapeOf(outT));
+    EXPECT_EQ(gr->outputs()[0]->type().shape, outShape);
     Tensor y = evalOne(*gr, {});
-    // Naive: every assignment of every letter.
+    // Naive: every assignment of every letter; a dim of 1 reads index 0.
     std::string letters;
     for (auto& t : terms)
       for (char c : t)
@@ -746,18 +775,18 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
     std::vector<double> want(static_cast<size_t>(std::max<int64_t>(y.numel(), 1)), 0.0);
     std::map<char, int64_t> at;
     for (char c : letters) at[c] = 0;
-    auto offset = [&](const std::string& t) {
+    auto offset = [&](const std::string& t, const std::vector<int64_t>& shape) {
       int64_t o = 0;
-      for (char c : t) o = o * dim.at(c) + at[c];
+      for (size_t k = 0; k < t.size(); ++k) o = o * shape[k] + (shape[k] == 1 ? 0 : at[t[k]]);
       return o;
     };
     for (bool more = true; more;) {
       double p = 1;
-      for (size_t t = 0; t < terms.size(); ++t) p *= vals[t][static_cast<size_t>(offset(terms[t]))];
-      want[static_cast<size_t>(offset(outT))] += p;
+      for (size_t t = 0; t < terms.size(); ++t) p *= vals[t][static_cast<size_t>(offset(terms[t], shapes[t]))];
+      want[static_cast<size_t>(offset(outT, outShape))] += p;
       more = false;
       for (size_t k = letters.size(); k-- > 0;) {
-        if (++at[letters[k]] < dim.at(letters[k])) {
+        if (++at[letters[k]] < size.at(letters[k])) {
           more = true;
           break;
         }
@@ -767,16 +796,32 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
     ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
     for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.getDouble(i), want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
   }
-  for (auto [eq, why] : {std::pair{"ii->i", "a diagonal"}, std::pair{"...ij->...ji", "ellipsis"}}) {
+  struct Bad {
+    const char* eq;
+    std::vector<std::vector<int64_t>> shapes;
+    const char* why;
+  };
+  for (const Bad& b : {Bad{"ij,jk->ik", {{4, 5}, {6, 3}}, "letter 'j' is 5 and 6, which do not broadcast"},
+                       Bad{"ij->i", {{4, 5, 6}}, "term 'ij' has 2 letters for input 0"},
+                       Bad{"...ij,...jk->...ik", {{2, 4, 5}, {3, 5, 3}}, "an ellipsis dim is 2 and 3"},
+                       Bad{"ii->i", {{1, 4}}, "the diagonal of 'i' is over dims of 1 and 4"},
+                       Bad{"i.j->i", {{4, 5}}, "bad equation"}}) {
+    SCOPED_TRACE(b.eq);
     TempDir d;
     auto m = newModel(17);
     auto* g = m.mutable_graph();
-    addFloatInit(g, "x", {4, 4}, ramp(16, 1.0f));
-    auto* n = addNode(g, "Einsum", {"x"}, {"y"}, "einsum_node");
-    stringAttr(n, "equation", eq);
+    std::vector<std::string> names;
+    for (size_t t = 0; t < b.shapes.size(); ++t) {
+      names.push_back("x" + std::to_string(t));
+      int64_t n = 1;
+      for (auto v : b.shapes[t]) n *= v;
+      addFloatInit(g, names.back(), b.shapes[t], ramp(static_cast<size_t>(n), 1.0f));
+    }
+    auto* n = addNode(g, "Einsum", names, {"y"}, "einsum_node");
+    stringAttr(n, "equation", b.eq);
     addOutput(g, "y");
     writeModel(d.file("m.onnx"), m);
-    expectImportError(d.file("m.onnx"), {"node 'einsum_node' (Einsum)", why});
+    expectImportError(d.file("m.onnx"), {"node 'einsum_node' (Einsum)", b.why});
   }
 }
 
