@@ -113,6 +113,15 @@ class Emitter final : public PwBuilder {
       case PwMath::Cos: return put(call("__nv_cosf", {x}));
       case PwMath::Log1p: return put(call("__nv_log1pf", {x}));
       case PwMath::Expm1: return put(call("__nv_expm1f", {x}));
+      case PwMath::Tan: return put(call("__nv_tanf", {x}));
+      case PwMath::Asin: return put(call("__nv_asinf", {x}));
+      case PwMath::Acos: return put(call("__nv_acosf", {x}));
+      case PwMath::Atan: return put(call("__nv_atanf", {x}));
+      case PwMath::Sinh: return put(call("__nv_sinhf", {x}));
+      case PwMath::Cosh: return put(call("__nv_coshf", {x}));
+      case PwMath::Asinh: return put(call("__nv_asinhf", {x}));
+      case PwMath::Acosh: return put(call("__nv_acoshf", {x}));
+      case PwMath::Atanh: return put(call("__nv_atanhf", {x}));
     }
     throw Error(node_.describe() + ": unknown pointwise operation");
   }

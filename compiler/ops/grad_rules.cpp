@@ -67,6 +67,27 @@ void gradAbs(GB& b) {
 }
 void gradSin(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.op("Cos", {b.x(0)}))); }
 void gradCos(GB& b) { b.setGrad(0, b.neg(b.mul(b.dy(0), b.op("Sin", {b.x(0)})))); }
+void gradTan(GB& b) {  // 1 + tan^2
+  b.setGrad(0, b.mul(b.dy(0), b.add(b.scalar(1, dt(b.x(0))), b.mul(b.y(0), b.y(0)))));
+}
+// dY / sqrt(1 - x^2), negated for acos.
+void gradArcSine(GB& b, bool negate) {
+  const DType t = dt(b.x(0));
+  Value* r = b.op("Sqrt", {b.sub(b.scalar(1, t), b.mul(b.x(0), b.x(0)))});
+  Value* g = b.div(b.dy(0), r);
+  b.setGrad(0, negate ? b.neg(g) : g);
+}
+void gradAsin(GB& b) { gradArcSine(b, false); }
+void gradAcos(GB& b) { gradArcSine(b, true); }
+void gradAtan(GB& b) { b.setGrad(0, b.div(b.dy(0), b.add(b.scalar(1, dt(b.x(0))), b.mul(b.x(0), b.x(0))))); }
+void gradSinh(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.op("Cosh", {b.x(0)}))); }
+void gradCosh(GB& b) { b.setGrad(0, b.mul(b.dy(0), b.op("Sinh", {b.x(0)}))); }
+void gradAsinh(GB& b) { b.setGrad(0, b.div(b.dy(0), b.op("Sqrt", {b.add(b.mul(b.x(0), b.x(0)), b.scalar(1, dt(b.x(0))))}))); }
+void gradAcosh(GB& b) {  // 1 / sqrt((x - 1)(x + 1))
+  const DType t = dt(b.x(0));
+  b.setGrad(0, b.div(b.dy(0), b.op("Sqrt", {b.mul(b.sub(b.x(0), b.scalar(1, t)), b.add(b.x(0), b.scalar(1, t)))})));
+}
+void gradAtanh(GB& b) { b.setGrad(0, b.div(b.dy(0), b.sub(b.scalar(1, dt(b.x(0))), b.mul(b.x(0), b.x(0))))); }
 // A prefix sum's gradient is the suffix sum of dY (exclusive stays exclusive).
 void gradCumSum(GB& b) {
   b.setGrad(0, b.op("CumSum", {b.dy(0), b.x(1)}, {{"exclusive", b.node.getInt("exclusive", 0)}, {"reverse", int64_t{b.node.getInt("reverse", 0) == 0}}}));
@@ -622,7 +643,8 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Squeeze", gradReshapeLike}, {"Unsqueeze", gradReshapeLike}, {"Transpose", gradTranspose},
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
-      {"Sin", gradSin}, {"Cos", gradCos}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK}, {"GridSample", gradGridSample},
+      {"Sin", gradSin}, {"Cos", gradCos}, {"Tan", gradTan}, {"Asin", gradAsin}, {"Acos", gradAcos}, {"Atan", gradAtan},
+      {"Sinh", gradSinh}, {"Cosh", gradCosh}, {"Asinh", gradAsinh}, {"Acosh", gradAcosh}, {"Atanh", gradAtanh}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK}, {"GridSample", gradGridSample},
       {"ScatterElements", gradScatterElements}, {"ScatterND", gradScatterND},
       {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
       {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"Softsign", gradSoftsign}, {"PRelu", gradPRelu},

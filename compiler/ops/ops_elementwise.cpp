@@ -137,6 +137,17 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   row("Erf", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Sin", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Cos", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  // The rest of the trigonometric and hyperbolic family; FP32 where PyTorch's autocast runs them
+  // in FP32 (tan, asin, acos, sinh, cosh), the input's precision otherwise.
+  row("Tan", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Asin", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Acos", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Atan", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Sinh", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Cosh", L, 1, 1, 1, 1, D, true, inferUnaryFloat);
+  row("Asinh", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Acosh", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
+  row("Atanh", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("HardSigmoid", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("HardSwish", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
   row("Elu", L, 1, 1, 1, 1, I, true, inferUnaryFloat);
@@ -197,7 +208,7 @@ void registerElementwiseOps(std::vector<OpDef>& t) {
   }
   row("Dropout", L, 1, 3, 1, 2, I, true, inferDropout);
   // The ops whose result 0 may overwrite a same-sized input (memory planning): elementwise ones.
-  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "HardSigmoid", "HardSwish", "Elu", "Selu",
+  for (std::string_view name : {"Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "HardSigmoid", "HardSwish", "Elu", "Selu",
                                 "Celu", "Mish", "Softsign", "Floor", "Ceil", "Round", "Sign", "PRelu", "Mod", "Gelu", "Softplus", "LeakyRelu", "Relu",
                                 "Neg", "Abs", "Identity", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Dropout"})
     for (OpDef& d : t)

@@ -22,6 +22,7 @@ namespace ampc {
 enum class PwMath : uint8_t {
   Add, Sub, Mul, Div, Pow,                                           // binary
   Neg, Sqrt, Exp, Log, Tanh, Erf, Sin, Cos, Log1p, Expm1, Floor, Ceil, Rint,  // unary
+  Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh,
 };
 enum class PwCmp : uint8_t { Eq, Lt, Le, Gt, Ge, Unordered };  // Unordered: either is NaN (a != a)
 enum class PwLogic : uint8_t { And, Or, Not };

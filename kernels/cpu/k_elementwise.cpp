@@ -52,6 +52,15 @@ AMPC_UNARY_FLOAT(SigmoidK, x >= 0 ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) /
 AMPC_UNARY_FLOAT(ErfK, std::erf(x))
 AMPC_UNARY_FLOAT(SinK, std::sin(x))
 AMPC_UNARY_FLOAT(CosK, std::cos(x))
+AMPC_UNARY_FLOAT(TanK, std::tan(x))
+AMPC_UNARY_FLOAT(AsinK, std::asin(x))
+AMPC_UNARY_FLOAT(AcosK, std::acos(x))
+AMPC_UNARY_FLOAT(AtanK, std::atan(x))
+AMPC_UNARY_FLOAT(SinhK, std::sinh(x))
+AMPC_UNARY_FLOAT(CoshK, std::cosh(x))
+AMPC_UNARY_FLOAT(AsinhK, std::asinh(x))
+AMPC_UNARY_FLOAT(AcoshK, std::acosh(x))
+AMPC_UNARY_FLOAT(AtanhK, std::atanh(x))
 AMPC_UNARY_FLOAT(HardSwishK, x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5))))
 AMPC_UNARY_FLOAT(MishK, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
 AMPC_UNARY_FLOAT(SoftsignK, x / (C(1) + std::abs(x)))
@@ -423,6 +432,8 @@ void registerElementwiseKernels(std::vector<KernelRow>& t) {
       {"Sqrt", floatOp<SqrtK>}, {"Reciprocal", floatOp<ReciprocalK>}, {"Exp", floatOp<ExpK>},
       {"Log", floatOp<LogK>}, {"Tanh", floatOp<TanhK>}, {"Sigmoid", floatOp<SigmoidK>},
       {"Erf", floatOp<ErfK>}, {"Sin", floatOp<SinK>}, {"Cos", floatOp<CosK>},
+      {"Tan", floatOp<TanK>}, {"Asin", floatOp<AsinK>}, {"Acos", floatOp<AcosK>}, {"Atan", floatOp<AtanK>}, {"Sinh", floatOp<SinhK>},
+      {"Cosh", floatOp<CoshK>}, {"Asinh", floatOp<AsinhK>}, {"Acosh", floatOp<AcoshK>}, {"Atanh", floatOp<AtanhK>},
       {"HardSigmoid", floatOp<HardSigmoidK>}, {"HardSwish", floatOp<HardSwishK>}, {"Elu", floatOp<EluK>}, {"Selu", floatOp<SeluK>},
       {"Celu", floatOp<CeluK>}, {"Mish", floatOp<MishK>}, {"Softsign", floatOp<SoftsignK>}, {"Floor", floatOp<FloorK>}, {"Ceil", floatOp<CeilK>},
       {"Round", floatOp<RoundK>}, {"Sign", numericOp<SignK>}, {"PRelu", floatOp<PReluK>}, {"Mod", numericOp<ModK>}, {"Gelu", floatOp<GeluK>}, {"Gelu", floatOp<GeluK>, "ampc"}, {"GeluGrad", floatOp<GeluGradK>, "ampc"}, {"Silu", floatOp<SiluK>, "ampc"}, {"SiluGrad", floatOp<SiluGradK>, "ampc"}, {"Softplus", floatOp<SoftplusK>},

@@ -70,6 +70,13 @@ inline std::vector<Case> cases() {
        "%a : $T[2,3,4,40] = ampc::GeluGrad(%dy, %x) {approximate = \"none\"}\n%b : $T[2,3,4,40] = ampc::GeluGrad(%a, %x) {approximate = \"tanh\"}\n"
        "%c : $T[2,3,4,40] = ampc::SiluGrad(%b, %x)\n%d : $T[2,3,4,40] = ampc::Gelu(%c) {approximate = \"none\"}\noutput %d",
        true},
+      // The trigonometric and hyperbolic family, each inside its domain, in one group.
+      {"trig",
+       "input %x : $T[7,33]\nconst %half : $T[] = [0.5]\n%t : $T[7,33] = Tanh(%x)\n%h : $T[7,33] = Mul(%t, %half)\n"
+       "%a : $T[7,33] = Tan(%h)\n%b : $T[7,33] = Asin(%t)\n%c : $T[7,33] = Acos(%t)\n%d : $T[7,33] = Atan(%x)\n"
+       "%e : $T[7,33] = Sinh(%d)\n%f : $T[7,33] = Cosh(%d)\n%g : $T[7,33] = Asinh(%x)\n%k : $T[7,33] = Acosh(%f)\n"
+       "%l : $T[7,33] = Atanh(%h)\noutput %a\noutput %b\noutput %c\noutput %e\noutput %g\noutput %k\noutput %l",
+       true},
       // A 5-d broadcast in the middle dims and a scalar operand.
       {"broadcast_5d",
        "input %x : $T[2,3,5,7,11]\ninput %m : $T[3,1,7,1]\ninput %s : $T[]\n"

@@ -41,6 +41,11 @@ std::vector<Case> cases() {
   unary("HardSigmoid", " {alpha = 0.3, beta = 0.4}");
   unary("Elu", " {alpha = 0.7}");
   unary("Celu", " {alpha = 2.0}");
+  // The trigonometric and hyperbolic family (generated kernels), each inside its domain.
+  c.push_back({"Trig", "input %x : $T[7,33]\nconst %half : $T[] = [0.5]\n%t : $T[7,33] = Tanh(%x)\n%h : $T[7,33] = Mul(%t, %half)\n"
+       "%a : $T[7,33] = Tan(%h)\n%b : $T[7,33] = Asin(%t)\n%c : $T[7,33] = Acos(%t)\n%d : $T[7,33] = Atan(%x)\n"
+       "%e : $T[7,33] = Sinh(%d)\n%f : $T[7,33] = Cosh(%d)\n%g : $T[7,33] = Asinh(%x)\n%k : $T[7,33] = Acosh(%f)\n"
+       "%l : $T[7,33] = Atanh(%h)\noutput %a\noutput %b\noutput %c\noutput %e\noutput %g\noutput %k\noutput %l"});
   c.push_back({"Random", "input %x : $T[9,33]\n%u : $T[9,33] = RandomUniformLike(%x) {high = 3.0, low = -1.0}\n"
                          "%n : $T[9,33] = RandomNormalLike(%x)\n%b : $T[9,33] = Bernoulli(%x)\noutput %u\noutput %n\noutput %b",
                {{"x", {0.3, 0, 1, true}}}});

@@ -89,6 +89,11 @@ const Case kCases[] = {
     {"param %x : f64[6]\n %y : f64[6] = Erf(%x)\n output %y"},
     {"param %x : f64[6]\n %y : f64[6] = Gelu(%x)\n %z : f64[6] = Gelu(%x) {approximate = \"tanh\"}\n output %y\n output %z"},
     {"param %x : f64[6]\n %y : f64[6] = Softplus(%x)\n output %y"},
+    {"param %x : f64[6]\n %a : f64[6] = Tan(%x)\n %b : f64[6] = Asin(%x)\n %c : f64[6] = Acos(%x)\n %d : f64[6] = Atanh(%x)\n"
+     " output %a\n output %b\n output %c\n output %d", -0.9, 0.9},
+    {"param %x : f64[6]\n %a : f64[6] = Atan(%x)\n %b : f64[6] = Sinh(%x)\n %c : f64[6] = Cosh(%x)\n %d : f64[6] = Asinh(%x)\n"
+     " output %a\n output %b\n output %c\n output %d", -2, 2},
+    {"param %x : f64[6]\n %y : f64[6] = Acosh(%x)\n output %y", 1.2, 3},
     {"domain \"ampc\" 1\n param %x : f64[8]\n %y : f64[8] = ampc::Silu(%x)\n output %y", -6, 6},
     {"domain \"ampc\" 1\n param %x : f64[3,8]\n %y : f64[3,8] = ampc::RotateHalf(%x) {sign = 1}\n"
      " %z : f64[3,8] = ampc::RotateHalf(%x) {sign = -1}\n output %y\n output %z"},

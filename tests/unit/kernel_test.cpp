@@ -139,6 +139,11 @@ const Case kCases[] = {
     {"input %x : f32[5,4]\n const %i : i64[2,2] = [0, -1, 3, 2]\n %y : f32[5,2,2] = Gather(%x, %i) {axis = -1}\n output %y"},
     {"input %x : f32[1,3,1,2]\n const %a : i64[1] = [-2]\n %y : f32[1,3,2] = Squeeze(%x, %a)\n output %y"},
     {"input %x : f32[3,4]\n %s : f32[3,4] = Sin(%x)\n %c : f32[3,4] = Cos(%x)\n %y : f32[3,4] = Add(%s, %c)\n output %y", {-4, 4}},
+    {"input %x : f32[3,4]\n %a : f32[3,4] = Tan(%x)\n %b : f32[3,4] = Asin(%x)\n %c : f32[3,4] = Acos(%x)\n %d : f32[3,4] = Atanh(%x)\n"
+     " output %a\n output %b\n output %c\n output %d", {-0.9, 0.9}},
+    {"input %x : f32[3,4]\n %a : f32[3,4] = Atan(%x)\n %b : f32[3,4] = Sinh(%x)\n %c : f32[3,4] = Cosh(%x)\n %d : f32[3,4] = Asinh(%x)\n"
+     " output %a\n output %b\n output %c\n output %d", {-3, 3}},
+    {"input %x : f32[3,4]\n %y : f32[3,4] = Acosh(%x)\n output %y", {1.1, 4}},
     {"input %x : f32[4,6]\n %a : f32[4,6] = HardSigmoid(%x) {alpha = 0.3, beta = 0.4}\n %b : f32[4,6] = HardSwish(%x)\n"
      " %c : f32[4,6] = Elu(%x) {alpha = 0.7}\n %d : f32[4,6] = Selu(%x)\n %e : f32[4,6] = Celu(%x) {alpha = 2.0}\n %f : f32[4,6] = Mish(%x)\n"
      " %g : f32[4,6] = Softsign(%x)\n output %a\n output %b\n output %c\n output %d\n output %e\n output %f\n output %g", {-5, 5}},
