@@ -682,7 +682,17 @@ class Importer {
       {"If", "else_branch then_branch"},
       {"OneHot", "axis"},
       {"RandomNormal", "dtype mean scale seed shape"},
-      {"RandomUniform", "dtype high low seed shape"}};
+      {"RandomUniform", "dtype high low seed shape"},
+      {"GlobalMaxPool", ""},
+      {"Sum", ""},
+      {"Mean", ""},
+      {"Size", ""},
+      {"EyeLike", "dtype k"},
+      {"ThresholdedRelu", "alpha"},
+      {"Shrink", "bias lambd"},
+      {"ArgMin", "axis keepdims select_last_index"},
+      {"Xor", ""},
+      {"MeanVarianceNormalization", "axes"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -1282,6 +1292,77 @@ class Importer {
   // y = x / (bias + alpha / size * sum of x^2 over the channels [c - floor((size - 1) / 2),
   // c + ceil((size - 1) / 2)])^beta. The window sum is an AveragePool of size x 1 over the squares
   // with the channels zero-padded on each side, so alpha / size * sum is alpha * that average.
+  // Ops that are a few registry ops each, as ONNX defines them (several by a function body).
+  static inline const std::set<std::string> kSmallCompositions = {
+      "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization"};
+  void lowerSmall(const onnx::NodeProto& np, const std::string& out) {
+    const std::string& op = np.op_type();
+    std::vector<Value*> xs;
+    for (int i = 0; i < np.input_size(); ++i)
+      if (Value* v = operand(np, i)) xs.push_back(v);
+    if (xs.empty()) fail(nodeLabel(np) + " needs an input");
+    Value* x = xs[0];
+    if (op == "Size") {  // static shapes: a constant
+      g_->addConst(out, Tensor::fromInts(DType::i64, {}, {x->type().numel()}));
+    } else if (op == "Sum" || op == "Mean") {  // a chain of broadcasting Adds (over n for Mean)
+      Value* acc = x;
+      for (size_t i = 1; i < xs.size(); ++i) acc = step(np, "Add", {acc, xs[i]});
+      if (op == "Mean") acc = step(np, "Div", {acc, scalarOf(np, "count", static_cast<double>(xs.size()), x->type().dtype)});
+      step(np, "Identity", {acc}, {}, out);
+    } else if (op == "GlobalMaxPool") {  // the max over every spatial dim, kept
+      if (x->type().rank() < 3) fail(nodeLabel(np) + ": X must be N x C x spatial, got " + x->type().str());
+      std::vector<int64_t> axes;
+      for (int64_t d = 2; d < x->type().rank(); ++d) axes.push_back(d);
+      step(np, "Identity", {reduceNode(np, "ReduceMax", x, axes, 1)}, {}, out);
+    } else if (op == "EyeLike") {  // static shapes: a constant
+      if (x->type().rank() != 2) fail(nodeLabel(np) + ": the input must be 2-D, got " + x->type().str());
+      const DType t = dtypeOr(np, x->type().dtype);
+      const int64_t rows = x->type().shape[0], cols = x->type().shape[1], k = attrInt(np, "k", 0);
+      std::vector<double> v(static_cast<size_t>(rows * cols), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        if (r + k >= 0 && r + k < cols) v[static_cast<size_t>(r * cols + r + k)] = 1.0;
+      g_->addConst(out, Tensor::fromDoubles(t, {rows, cols}, v));
+    } else if (op == "ThresholdedRelu") {  // x where x > alpha, else 0
+      const DType t = floatOperand(np, 0)->type().dtype;
+      Value* above = step(np, "Greater", {x, scalarOf(np, "alpha", attrFloat(np, "alpha", 1.0f), t)});
+      step(np, "Where", {above, x, scalarOf(np, "zero", 0, t)}, {}, out);
+    } else if (op == "Shrink") {  // x + bias below -lambd, x - bias above lambd, else 0
+      const DType t = x->type().dtype;
+      if (t == DType::boolean) fail(nodeLabel(np) + ": the input must be numeric");
+      const double lambd = attrFloat(np, "lambd", 0.5f), bias = attrFloat(np, "bias", 0.0f);
+      Value* b = scalarOf(np, "bias", bias, t);
+      Value* hi = step(np, "Where", {step(np, "Greater", {x, scalarOf(np, "lambd", lambd, t)}), step(np, "Sub", {x, b}), scalarOf(np, "zero", 0, t)});
+      step(np, "Where", {step(np, "Less", {x, scalarOf(np, "neg_lambd", -lambd, t)}), step(np, "Add", {x, b}), hi}, {}, out);
+    } else if (op == "ArgMin") {  // the ArgMax of -x: exact for floats, and for integers through f64
+      Value* v = x;
+      const DType t = x->type().dtype;
+      if (t == DType::i64 || t == DType::boolean)
+        fail(nodeLabel(np) + ": ArgMin of " + x->type().str() + " is not supported (floats and integers up to 32 bits are)");
+      if (!isFloat(t)) v = castTo(np, v, DType::f64);
+      step(np, "ArgMax", {step(np, "Neg", {v})},
+           {{"axis", attrInt(np, "axis", 0)}, {"keepdims", attrInt(np, "keepdims", 1)}, {"select_last_index", attrInt(np, "select_last_index", 0)}}, out);
+    } else if (op == "Xor") {  // (a and not b) or (not a and b)
+      if (xs.size() != 2) fail(nodeLabel(np) + " needs two inputs");
+      Value* a = xs[0];
+      Value* b = xs[1];
+      step(np, "Or", {step(np, "And", {a, step(np, "Not", {b})}), step(np, "And", {step(np, "Not", {a}), b})}, {}, out);
+    } else if (op == "MeanVarianceNormalization") {  // (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9), ONNX's body
+      const DType t = floatOperand(np, 0)->type().dtype;
+      const auto axes = attrInts(np, "axes").value_or(std::vector<int64_t>{0, 2, 3});
+      Value* mean = reduceNode(np, "ReduceMean", x, axes, 1);
+      Value* meanSq = reduceNode(np, "ReduceMean", step(np, "Mul", {x, x}), axes, 1);
+      Value* var = step(np, "Sub", {meanSq, step(np, "Mul", {mean, mean})});
+      Value* den = step(np, "Add", {step(np, "Sqrt", {var}), scalarOf(np, "eps", 1e-9, t)});
+      step(np, "Div", {step(np, "Sub", {x, mean}), den}, {}, out);
+    }
+  }
+  DType dtypeOr(const onnx::NodeProto& np, DType dflt) {
+    const auto* a = findAttr(np, "dtype", onnx::AttributeProto::INT, "an int");
+    if (!a) return dflt;
+    auto t = dtypeFromOnnx(static_cast<int>(a->i()));
+    if (!t) fail(nodeLabel(np) + ": dtype " + std::to_string(a->i()) + " is not one ampc supports");
+    return *t;
+  }
   void lowerLrn(const onnx::NodeProto& np, const std::string& out) {
     Value* x = floatOperand(np, 0);
     const auto& s = x->type().shape;
@@ -1850,6 +1931,7 @@ class Importer {
     if (op == "LRN") return lowerLrn(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);
+    if (kSmallCompositions.count(op)) return lowerSmall(np, out);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {
       Value* x = operand(np, 0);

@@ -681,6 +681,27 @@ TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
   expectImportError(d.file("dyn.onnx"), {"node 'split' (SplitToSequence)", "split must be a compile-time integer constant"});
 }
 
+// ArgMin is the ArgMax of -x: exact for floats and, through f64, for integers up to 32 bits; an
+// i64 input (whose negation can overflow and whose f64 can tie) is refused, naming the node.
+// (ONNX's node tests check ArgMin and the other small compositions against their reference data.)
+TEST(OnnxImport, ArgMinOfInt64IsRefused) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::INT64, {3, 4});
+  addNode(g, "ArgMin", {"x"}, {"y"}, "argmin0");
+  addOutput(g, "y");
+  writeModel(d.file("argmin.onnx"), m);
+  expectImportError(d.file("argmin.onnx"), {"node 'argmin0' (ArgMin)", "i64[3,4] is not supported"});
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT32);
+  writeModel(d.file("argmin32.onnx"), m);
+  auto gr = importOnnxFile(d.file("argmin32.onnx"));
+  Tensor x = Tensor::fromInts(DType::i32, {3, 4}, {5, -2147483647 - 1, 7, 1, 2147483647, 3, 3, -1, 0, 0, 9, -9});
+  Tensor y = evalOne(*gr, {{"x", x}});
+  EXPECT_EQ(y.type.str(), "i64[1,4]");
+  EXPECT_EQ(y.toInts(), (std::vector<int64_t>{2, 0, 1, 2}));
+}
+
 // Einsum, lowered to Transpose/Reshape/ReduceSum/MatMul (Slice for diagonals, Expand for
 // broadcasts), against a naive sum over every letter assignment computed here in double: batch
 // matmul, transposes, outer and inner products, summed-out letters, implicit output, three
