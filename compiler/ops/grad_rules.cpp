@@ -463,7 +463,23 @@ void gradGatherND(GB& b) {
 // Scatter: the updates' gradient is read back where they were written; the data's gradient is dY
 // where the data survived (reduction none: zero where an update overwrote it; add: all of dY).
 void gradScatter(GB& b, const char* gather, const std::map<std::string, Attribute>& attrs) {
-  const bool add = b.node.getString("reduction", "none") == "add";
+  const std::string r = b.node.getString("reduction", "none");
+  if (r == "max" || r == "min") {
+    // PyTorch's scatter_reduce amax/amin (include_self): dY shared evenly by the contributors
+    // (data's element and the updates) equal to the result.
+    const DType t = dt(b.dy(0));
+    Value* y = b.y(0);
+    Value* selfWins = b.cast(b.op("Equal", {b.x(0), y}), t);
+    Value* srcWins = b.cast(b.op("Equal", {b.x(2), b.op(gather, {y, b.x(1)}, attrs)}), t);
+    std::map<std::string, Attribute> addAttrs = b.node.attrs();
+    addAttrs["reduction"] = std::string("add");
+    Value* count = b.add(selfWins, b.op(b.node.op(), {b.zerosLike(selfWins), b.x(1), srcWins}, addAttrs));
+    Value* share = b.div(b.dy(0), count);
+    if (b.needs(0)) b.setGrad(0, b.mul(share, selfWins));
+    if (b.needs(2)) b.setGrad(2, b.mul(b.op(gather, {share, b.x(1)}, attrs), srcWins));
+    return;
+  }
+  const bool add = r == "add";
   if (b.needs(2)) b.setGrad(2, b.op(gather, {b.dy(0), b.x(1)}, attrs));
   if (b.needs(0)) {
     if (add) b.setGrad(0, b.dy(0));

@@ -180,10 +180,11 @@ void inferGatherND(InferContext& c) {
 }
 
 // ScatterElements / ScatterND(data, indices, updates) {reduction}: the result is data with the
-// updates written (or added) where the indices say. Reductions mul/max/min are refused.
+// updates written, added, or taken where larger (max) or smaller (min), where the indices say.
+// Reduction mul is refused.
 void checkScatterReduction(InferContext& c) {
   const std::string r = c.node().getString("reduction", "none");
-  c.check(r == "none" || r == "add", "reduction '" + r + "' is not supported (none and add are)");
+  c.check(r == "none" || r == "add" || r == "max" || r == "min", "reduction '" + r + "' is not supported (none, add, max and min are)");
   c.check(c.in(2).dtype == c.in(0).dtype, "updates " + c.in(2).str() + " must have the data's dtype " + c.in(0).str());
 }
 void inferScatterElements(InferContext& c) {

@@ -187,23 +187,30 @@ void gatherNDKernel(KernelCtx& c) {
   for (size_t t = 0; t < off.size(); ++t) copyBytes(out.data.data() + t * slice * e, x.data.data() + off[t] * e, static_cast<size_t>(slice) * e);
 }
 
-// ScatterElements / ScatterND: data copied, then each update written (or added, in f64 for floats
-// and int64 for integers, rounded once per element) at its offset, in index order.
+// ScatterElements / ScatterND: data copied, then each update written, added (in the dtype, in
+// index order), or kept where larger (max) or smaller (min; a NaN on either side wins, as
+// numpy's maximum and minimum) at its offset.
 void scatterWrite(KernelCtx& c, const std::vector<int64_t>& off, int64_t slice) {
   const Tensor &x = c.in(0), &upd = c.in(2);
   Tensor& out = c.out(0);
   copyBytes(out.data.data(), x.data.data(), x.data.size());
   const size_t e = dtypeSize(x.type.dtype);
-  if (c.node.getString("reduction", "none") != "add") {
+  const std::string r = c.node.getString("reduction", "none");
+  if (r == "none") {
     for (size_t t = 0; t < off.size(); ++t) copyBytes(out.data.data() + off[t] * e, upd.data.data() + t * slice * e, static_cast<size_t>(slice) * e);
     return;
   }
-  const bool fl = isFloat(x.type.dtype);
+  const bool fl = isFloat(x.type.dtype), add = r == "add", max = r == "max";
   for (size_t t = 0; t < off.size(); ++t)
     for (int64_t i = 0; i < slice; ++i) {
       const int64_t at = off[t] + i, from = static_cast<int64_t>(t) * slice + i;
-      if (fl) out.setDouble(at, out.getDouble(at) + upd.getDouble(from));
-      else out.setInt(at, out.getInt(at) + upd.getInt(from));
+      if (fl) {
+        const double a = out.getDouble(at), b = upd.getDouble(from);
+        out.setDouble(at, add ? a + b : std::isnan(a) || std::isnan(b) ? a + b : max ? std::max(a, b) : std::min(a, b));
+      } else {
+        const int64_t a = out.getInt(at), b = upd.getInt(from);
+        out.setInt(at, add ? a + b : max ? std::max(a, b) : std::min(a, b));
+      }
     }
 }
 void scatterElementsKernel(KernelCtx& c) {

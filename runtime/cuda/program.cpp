@@ -1380,7 +1380,9 @@ void Program::Lowering::onnxScatterElements() {
   const DT t = dt(in(0)), it = dt(in(1));
   const int eb = dtSize(t);
   const size_t bytes = in(0)->type().bytes();
-  const bool accumulate = n.getString("reduction", "none") == "add";
+  const std::string reduction = n.getString("reduction", "none");
+  if (reduction != "none" && reduction != "add") fail("reduction '" + reduction + "' runs on the CPU backend only");
+  const bool accumulate = reduction == "add";
   const int64_t outN = in(0)->type().numel();
   const size_t ob = accumulate && isFloat(in(0)->type().dtype) ? orderBytes(g.n, outN) : 0;
   const Scratch ord = scratch(ob);

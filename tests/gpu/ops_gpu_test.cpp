@@ -1124,6 +1124,21 @@ TEST(GpuProgram, SoftcappedAttentionIsRefusedByName) {
   }
 }
 
+// Scatter max and min run on the CPU backend only: the CUDA program refuses them by name.
+TEST(GpuProgram, ScatterMaxIsRefusedByName) {
+  AMPC_NEED_GPU();
+  auto g = parseGraph(
+      "graph \"s\" opset 18 {\n  input %x : f32[3,4]\n  input %u : f32[2,4]\n  const %i : i64[2,4] = [0, 1, 2, 0, 0, 1, 2, 2]\n"
+      "  %y : f32[3,4] = ScatterElements(%x, %i, %u) {reduction = \"max\"} @scatter_max\n  output %y\n}\n");
+  try {
+    cuda::Program p(*g, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scatter_max"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("reduction 'max'"), std::string::npos) << e.what();
+  }
+}
+
 // Views and folded casts take no bytes of their own: the Reshape shares its input's bytes, and
 // neither f32 side of the casts around the loss is ever written, so the arena holds the bf16
 // logits, their bf16 gradient and the loss, not the two f32 copies (4 x 48 x 1001 bytes each).

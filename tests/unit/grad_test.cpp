@@ -159,6 +159,11 @@ const Case kCases[] = {
      " const %k1 : i64[1] = [1]\n %w : f64[3,5,1], %j : i64[3,5,1] = TopK(%x, %k1) {largest = 0}\n output %v\n output %w"},
     {"param %x : f64[3,4]\n param %u : f64[2,4]\n const %i : i64[2,4] = [0, 1, 2, 0, 2, 0, 1, 1]\n"
      " %y : f64[3,4] = ScatterElements(%x, %i, %u)\n %z : f64[3,4] = ScatterElements(%x, %i, %u) {reduction = \"add\"}\n output %y\n output %z"},
+    // Max and min with repeated indices: each result's gradient goes to the contributor that won.
+    {"param %x : f64[3,4]\n param %u : f64[3,4]\n const %i : i64[3,4] = [0, 1, 2, 0, 0, 1, 2, 2, 0, 0, 0, 2]\n"
+     " %y : f64[3,4] = ScatterElements(%x, %i, %u) {reduction = \"max\"}\n %z : f64[3,4] = ScatterElements(%x, %i, %u) {reduction = \"min\"}\n"
+     " param %v : f64[3,3]\n const %j : i64[3,1] = [1, 3, 1]\n param %w : f64[4,3]\n %m : f64[4,3] = ScatterND(%w, %j, %v) {reduction = \"max\"}\n"
+     " output %y\n output %z\n output %m"},
     {"param %x : f64[4,3]\n param %u : f64[2,3]\n const %i : i64[2,1] = [3, 1]\n %y : f64[4,3] = ScatterND(%x, %i, %u)\n"
      " %z : f64[4,3] = ScatterND(%x, %i, %u) {reduction = \"add\"}\n output %y\n output %z"},
     {"param %x : f64[3,4,2]\n const %i : i64[3,2] = [0, 1, 2, 3, 0, 1]\n %y : f64[3,2] = GatherND(%x, %i)\n"

@@ -401,6 +401,29 @@ TEST(KernelReference, CrossEntropyWithWeightsAndIgnoreIndex) {
   expectClose(r.out[0], {sum / wsum});
 }
 
+// Scatter max and min (indices repeated, so updates meet each other and the data) against a loop.
+TEST(KernelReference, ScatterMaxAndMin) {
+  auto r = runF64("input %x : f64[3,4]\n input %u : f64[3,4]\n const %i : i64[3,4] = [0, 1, 2, 0, 0, 1, 2, 2, 0, 0, 0, 2]\n"
+                  " %a : f64[3,4] = ScatterElements(%x, %i, %u) {reduction = \"max\"}\n"
+                  " %b : f64[3,4] = ScatterElements(%x, %i, %u) {reduction = \"min\"}\n"
+                  " input %v : f64[3,4]\n const %j : i64[3,1] = [2, 0, 2]\n %c : f64[3,4] = ScatterND(%x, %j, %v) {reduction = \"max\"}\n"
+                  " output %a\n output %b\n output %c");
+  const auto &x = r.in["x"], &u = r.in["u"], &v = r.in["v"];
+  const int64_t idx[12] = {0, 1, 2, 0, 0, 1, 2, 2, 0, 0, 0, 2}, rows[3] = {2, 0, 2};
+  std::vector<double> a = x, b = x, c = x;
+  for (int k = 0; k < 12; ++k) {
+    const size_t at = static_cast<size_t>(idx[k] * 4 + k % 4);  // axis 0: the row from the index, the column its own
+    a[at] = std::max(a[at], u[k]);
+    b[at] = std::min(b[at], u[k]);
+  }
+  for (int k = 0; k < 3; ++k)
+    for (int col = 0; col < 4; ++col) c[rows[k] * 4 + col] = std::max(c[rows[k] * 4 + col], v[k * 4 + col]);
+  expectClose(r.out[0], a, 0);
+  expectClose(r.out[1], b, 0);
+  expectClose(r.out[2], c, 0);
+  EXPECT_NE(a, x);  // some update won somewhere
+}
+
 TEST(KernelReference, ReduceGatherSliceWithNegativeAxes) {
   auto r = runF64("input %x : f64[3,4,5]\n const %ax : i64[2] = [-1, 0]\n %s : f64[4] = ReduceSum(%x, %ax) {keepdims = 0}\n"
                   " const %i : i64[3] = [-1, 0, -4]\n %g : f64[3,3,5] = Gather(%x, %i) {axis = -2}\n"
