@@ -692,7 +692,10 @@ class Importer {
       {"Shrink", "bias lambd"},
       {"ArgMin", "axis keepdims select_last_index"},
       {"Xor", ""},
-      {"MeanVarianceNormalization", "axes"}};
+      {"MeanVarianceNormalization", "axes"},
+      {"Hardmax", "axis"},
+      {"LpNormalization", "axis p"},
+      {"GlobalLpPool", "p"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -1294,7 +1297,8 @@ class Importer {
   // with the channels zero-padded on each side, so alpha / size * sum is alpha * that average.
   // Ops that are a few registry ops each, as ONNX defines them (several by a function body).
   static inline const std::set<std::string> kSmallCompositions = {
-      "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization"};
+      "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization",
+      "Hardmax", "LpNormalization", "GlobalLpPool"};
   void lowerSmall(const onnx::NodeProto& np, const std::string& out) {
     const std::string& op = np.op_type();
     std::vector<Value*> xs;
@@ -1354,6 +1358,46 @@ class Importer {
       Value* var = step(np, "Sub", {meanSq, step(np, "Mul", {mean, mean})});
       Value* den = step(np, "Add", {step(np, "Sqrt", {var}), scalarOf(np, "eps", 1e-9, t)});
       step(np, "Div", {step(np, "Sub", {x, mean}), den}, {}, out);
+    } else if (op == "Hardmax") {  // 1 at the first largest along axis, else 0 (no gradient, as ArgMax)
+      const DType t = floatOperand(np, 0)->type().dtype;
+      const int64_t r = x->type().rank();
+      int64_t axis = attrInt(np, "axis", -1);
+      if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is out of range for " + x->type().str());
+      if (axis < 0) axis += r;
+      const int64_t n = x->type().shape[static_cast<size_t>(axis)];
+      std::vector<int64_t> along(static_cast<size_t>(r), 1), range(static_cast<size_t>(n));
+      along[static_cast<size_t>(axis)] = n;
+      for (int64_t i = 0; i < n; ++i) range[static_cast<size_t>(i)] = i;
+      Value* idx = step(np, "ArgMax", {x}, {{"axis", axis}, {"keepdims", int64_t{1}}});
+      Value* hit = step(np, "Equal", {idx, g_->addConst(fresh(np, "arange"), Tensor::fromInts(DType::i64, along, range))});
+      castTo(np, hit, t, out);
+    } else if (op == "LpNormalization" || op == "GlobalLpPool") {
+      // x / ||x||_p along axis (p 1 or 2, no epsilon, as ONNX's reference), or ||x||_p over the
+      // spatial dims (any p >= 1), kept.
+      const DType t = floatOperand(np, 0)->type().dtype;
+      const int64_t r = x->type().rank(), p = attrInt(np, "p", 2);
+      std::vector<int64_t> axes;
+      if (op == "GlobalLpPool") {
+        if (r < 3) fail(nodeLabel(np) + ": X must be N x C x spatial, got " + x->type().str());
+        if (p < 1) fail(nodeLabel(np) + ": p must be at least 1, got " + std::to_string(p));
+        for (int64_t d = 2; d < r; ++d) axes.push_back(d);
+      } else {
+        int64_t axis = attrInt(np, "axis", -1);
+        if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is out of range for " + x->type().str());
+        if (p != 1 && p != 2) fail(nodeLabel(np) + ": p must be 1 or 2, got " + std::to_string(p));
+        axes.push_back(axis < 0 ? axis + r : axis);
+      }
+      Value* norm;
+      if (p == 1) {
+        norm = reduceNode(np, "ReduceSum", step(np, "Abs", {x}), axes, 1);
+      } else if (p == 2) {
+        norm = step(np, "Sqrt", {reduceNode(np, "ReduceSum", step(np, "Mul", {x, x}), axes, 1)});
+      } else {
+        Value* s = reduceNode(np, "ReduceSum", step(np, "Pow", {step(np, "Abs", {x}), scalarOf(np, "p", static_cast<double>(p), t)}), axes, 1);
+        norm = step(np, "Pow", {s, scalarOf(np, "inv_p", 1.0 / static_cast<double>(p), t)});
+      }
+      if (op == "GlobalLpPool") step(np, "Identity", {norm}, {}, out);
+      else step(np, "Div", {x, norm}, {}, out);
     }
   }
   DType dtypeOr(const onnx::NodeProto& np, DType dflt) {

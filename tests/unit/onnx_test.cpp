@@ -684,6 +684,52 @@ TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
 // ArgMin is the ArgMax of -x: exact for floats and, through f64, for integers up to 32 bits; an
 // i64 input (whose negation can overflow and whose f64 can tie) is refused, naming the node.
 // (ONNX's node tests check ArgMin and the other small compositions against their reference data.)
+// LpNormalization (p 1 and 2, along an axis) and GlobalLpPool (p 2 and 3) against loops in double.
+TEST(OnnxImport, LpNormsMatchTheirDefinitions) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  std::vector<float> xv(2 * 3 * 4 * 5);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(std::sin(1.7 * static_cast<double>(i)) * 3.0);
+  addFloatInit(g, "x", {2, 3, 4, 5}, xv);
+  auto* a = addNode(g, "LpNormalization", {"x"}, {"n1"}, "l1");
+  intAttr(a, "p", 1);
+  intAttr(a, "axis", 0);
+  addNode(g, "LpNormalization", {"x"}, {"n2"}, "l2");  // p 2, the last axis
+  addNode(g, "GlobalLpPool", {"x"}, {"g2"}, "gp2");
+  intAttr(addNode(g, "GlobalLpPool", {"x"}, {"g3"}, "gp3"), "p", 3);
+  for (const char* o : {"n1", "n2", "g2", "g3"}) addOutput(g, o);
+  writeModel(d.file("lp.onnx"), m);
+  auto gr = importOnnxFile(d.file("lp.onnx"));
+  auto backend = createCpuBackend();
+  const auto outs = evaluate(*gr, {}, *backend, {});
+  ASSERT_EQ(outs.size(), 4u);
+  auto x = [&](int a0, int a1, int a2, int a3) { return static_cast<double>(xv[static_cast<size_t>(((a0 * 3 + a1) * 4 + a2) * 5 + a3)]); };
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k)
+        for (int l = 0; l < 5; ++l) {
+          const double n1 = std::abs(x(0, j, k, l)) + std::abs(x(1, j, k, l));
+          double n2 = 0;
+          for (int q = 0; q < 5; ++q) n2 += x(i, j, k, q) * x(i, j, k, q);
+          const int64_t at = ((i * 3 + j) * 4 + k) * 5 + l;
+          EXPECT_NEAR(outs[0].getDouble(at), x(i, j, k, l) / n1, 1e-6);
+          EXPECT_NEAR(outs[1].getDouble(at), x(i, j, k, l) / std::sqrt(n2), 1e-6);
+        }
+  EXPECT_EQ(outs[2].type.str(), "f32[2,3,1,1]");
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double s2 = 0, s3 = 0;
+      for (int k = 0; k < 4; ++k)
+        for (int l = 0; l < 5; ++l) {
+          s2 += x(i, j, k, l) * x(i, j, k, l);
+          s3 += std::pow(std::abs(x(i, j, k, l)), 3);
+        }
+      EXPECT_NEAR(outs[2].getDouble(i * 3 + j), std::sqrt(s2), 1e-4);
+      EXPECT_NEAR(outs[3].getDouble(i * 3 + j), std::cbrt(s3), 1e-4);
+    }
+}
+
 TEST(OnnxImport, ArgMinOfInt64IsRefused) {
   TempDir d;
   auto m = newModel(17);
