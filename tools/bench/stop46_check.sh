@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (staged by tools/bench/stage_gpu.sh): what stop 46 left for a GPU (tools/bench/
-# NOTES.md, results/2026-12-04h-cpu/NOTE.md). The GPU tests of RmsNorm's kernels, the softcap refusal
-# and the attention; attn_bench at GPT-2's shape and PyTorch's flash there; the harness's GPT-2 124M
+# NOTES.md, results/2026-12-04h-cpu/NOTE.md) and stop 47 (no GPU either). The GPU tests: every GpuOps
+# case (RmsNorm's kernels, the trigonometric family's generated kernels), the generated groups
+# (GpuFused: the 'trig' group), the attention, and GpuProgram (the softcap and scatter-max refusals); attn_bench at GPT-2's shape and PyTorch's flash there; the harness's GPT-2 124M
 # bf16 step (torch.compile in the same call). Built with results/2026-12-04h-cpu/draw_ahead.patch
 # applied (attn_bench then takes --draw), it also times the dropout draws ahead against inline, in
 # attn_bench and in the GPT-2 step (amprun --draw-ahead). Logs under $OUT.
@@ -10,7 +11,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../env.sh"
 out=${OUT:-/tmp/ampc-gpu}
 mkdir -p "$out"
-gpu_tests --gtest_filter='GpuAttention.*:GpuOps*RmsNorm*:GpuProgram.*' > "$out/gpu_tests.txt" 2>&1
+# (GpuOps' cases run inside Dtypes/GpuOps.MatchTheCpuBackend/N: a filter on a case's name matches nothing.)
+gpu_tests --gtest_filter='*GpuOps.*:GpuFused.*:GpuAttention.*:GpuProgram.*' > "$out/gpu_tests.txt" 2>&1
 grep -E '^\[  (PASSED|FAILED) |^\[==' "$out/gpu_tests.txt"
 draws=(default)
 attn_bench --draw inline --bh 12 --seq 64 --reps 1 > /dev/null 2>&1 && draws=(inline ahead)
