@@ -398,28 +398,33 @@ class Importer {
              (custom ? " (a custom op needs its outputs' types and shapes in value_info)" : "");
     }
     if (count) fail(std::to_string(count) + " node(s) use ops ampc does not support at opset " + std::to_string(g_->opset) + ":" + bad);
-    if (!opts_.ampcGraph) checkAttributes();
+    checkAttributes();
   }
 
   // Every attribute of a standard op that ampc does not read, in one error: computing the op as
   // if it were absent would be a silently wrong answer. (Custom ops' attributes are theirs.)
+  // An If's taken branch is checked when import reaches it (lowerIf).
   void checkAttributes() const {
     std::string bad;
     int count = 0;
-    for (const auto& n : nodes_) {
-      if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
-      std::string_view attrs;
-      if (auto it = kImportLowered.find(n.op_type()); it != kImportLowered.end()) attrs = it->second;
-      else if (const OpDef* d = lookupOp("", n.op_type(), g_->opset)) attrs = d->attrs;
-      else continue;
-      for (const auto& a : n.attribute()) {
-        if (attributeTaken(attrs, a.name())) continue;
-        ++count;
-        bad += "\n  " + nodeLabel(n) + " attribute '" + a.name() + "' (" + n.op_type() + " takes " +
-               (attrs.empty() ? std::string("none") : std::string(attrs)) + ")";
-      }
-    }
+    for (const auto& n : nodes_) count += unreadAttributes(n, bad);
     if (count) fail(std::to_string(count) + " attribute(s) that ampc does not read, and will not ignore:" + bad);
+  }
+  // How many of the node's attributes its op does not read; a line each is added to `bad`.
+  int unreadAttributes(const onnx::NodeProto& n, std::string& bad) const {
+    if (opts_.ampcGraph || (!n.domain().empty() && n.domain() != "ai.onnx")) return 0;
+    std::string_view attrs;
+    if (auto it = kImportLowered.find(n.op_type()); it != kImportLowered.end()) attrs = it->second;
+    else if (const OpDef* d = lookupOp("", n.op_type(), g_->opset)) attrs = d->attrs;
+    else return 0;
+    int count = 0;
+    for (const auto& a : n.attribute()) {
+      if (attributeTaken(attrs, a.name())) continue;
+      ++count;
+      bad += "\n  " + nodeLabel(n) + " attribute '" + a.name() + "' (" + n.op_type() + " takes " +
+             (attrs.empty() ? std::string("none") : std::string(attrs)) + ")";
+    }
+    return count;
   }
 
   // The static type the model declares for a value, if complete.
@@ -1275,6 +1280,9 @@ class Importer {
       const bool known = lookupOp(n.domain(), n.op_type(), domainVersion(n.domain())) ||
                          ((n.domain().empty() || n.domain() == "ai.onnx") && kImportLowered.count(n.op_type()));
       if (!known) fail(nodeLabel(n) + " (in " + nodeLabel(np) + "'s " + name + ") uses an op ampc does not support at opset " + std::to_string(g_->opset));
+      std::string bad;
+      if (int k = unreadAttributes(n, bad))
+        fail(std::to_string(k) + " attribute(s) in " + nodeLabel(np) + "'s " + name + " that ampc does not read, and will not ignore:" + bad);
       for (const auto& o : n.output())
         if (!o.empty() && g_->lookup(o)) fail(nodeLabel(n) + ": output '" + o + "' is defined twice");
       addNode(n);

@@ -1387,6 +1387,30 @@ TEST(OnnxImport, IfOnAConstantConditionTakesItsBranch) {
   const std::string p = d.file("if_data.onnx");
   writeModel(p, m);
   expectImportError(p, {"node 'data_branch' (If)", "computed at run time"});
+  // The taken branch's nodes have their attributes checked too.
+  auto c = newModel(17);
+  g = c.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2});
+  auto* k = g->add_initializer();
+  k->set_name("yes");
+  k->set_data_type(onnx::TensorProto::BOOL);
+  k->add_int32_data(1);
+  iff = addNode(g, "If", {"yes"}, {"y"}, "const_branch");
+  for (const char* name : {"then_branch", "else_branch"}) {
+    auto* a = iff->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* neg = addNode(a->mutable_g(), "Neg", {"x"}, {std::string(name) + "_y"}, std::string(name) + "_neg");
+    auto* bad = neg->add_attribute();
+    bad->set_name("alpha");
+    bad->set_type(onnx::AttributeProto::FLOAT);
+    bad->set_f(2.0f);
+    addOutput(a->mutable_g(), std::string(name) + "_y");
+  }
+  addOutput(g, "y");
+  const std::string q = d.file("if_attr.onnx");
+  writeModel(q, c);
+  expectImportError(q, {"in node 'const_branch' (If)'s then_branch", "node 'then_branch_neg' (Neg) attribute 'alpha' (Neg takes none)"});
 }
 
 // RNN (Elman) unrolls with its activation per direction: Relu here, forward and reverse, checked
