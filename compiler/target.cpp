@@ -67,6 +67,16 @@ bool cudaPointwiseByHand(const Node& n) {
   return n.domain().empty() ? kOnnx.count(n.op()) != 0 : n.domain() == "ampc" && kAmpc.count(n.op()) != 0;
 }
 
+// What the CUDA program has no kernel for, known from the node alone (runtime/cuda/program.cpp
+// refuses it at load too).
+std::string cudaRefusal(const Node& n) {
+  if (n.domain().empty() && (n.op() == "ScatterElements" || n.op() == "ScatterND")) {
+    const std::string r = n.getString("reduction", "none");
+    if (r != "none" && r != "add") return "reduction '" + r + "' has no CUDA kernel; compile with --target cpu to run it on the CPU backend";
+  }
+  return {};
+}
+
 const std::vector<Target>& targets() {
   static const std::vector<Target> t = {
       {.name = "cuda",
@@ -79,7 +89,8 @@ const std::vector<Target>& targets() {
        .pointwiseByHand = cudaPointwiseByHand,
        // Its kernels (kernels/cuda/nn.cu, layerNorm and layerNormGrad with `rms`) have not yet run
        // on a GPU: true once GpuOps' RmsNorm cases pass there (tools/bench/NOTES.md, stop 46).
-       .rmsNorm = false},
+       .rmsNorm = false,
+       .refusal = cudaRefusal},
       {.name = "cpu", .rmsNorm = true},
   };
   return t;

@@ -56,6 +56,9 @@ struct Target {
   bool (*pointwiseByHand)(const Node& n) = nullptr;
   // Whether its kernels run ampc.RmsNorm and LayerNormGrad {rms} (fuse-rms-norm asks).
   bool rmsNorm = false;
+  // Why its backend cannot run node n (the plan's lowering refuses it, naming the node), or ""
+  // when it can; null: it runs every node.
+  std::string (*refusal)(const Node& n) = nullptr;
   // Whether a plan compiled for this target runs on `backend` ("cpu" runs every target's plans:
   // the reference has every fused op at any size).
   bool runsOn(const std::string& backend) const { return backend == "cpu" || backend == name; }

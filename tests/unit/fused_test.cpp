@@ -280,6 +280,28 @@ TEST(FuseElementwise, LoneOpWithoutACudaKernelIsAGroup) {
   EXPECT_EQ(countOp(*cpu, "Fused"), 0);
 }
 
+// A node the CUDA program has no kernel for (scatter max) is refused when the step is lowered for the
+// CUDA target, naming the node and the way out; the CPU target takes it.
+TEST(FuseElementwise, CudaTargetRefusesWhatItCannotRun) {
+  const std::string text =
+      "graph \"g\" opset 18 {\n  input %x : f32[3,4]\n  input %u : f32[2,4]\n  const %i : i64[2,4] = [0, 1, 2, 0, 0, 1, 2, 2]\n"
+      "  %y : f32[3,4] = ScatterElements(%x, %i, %u) {reduction = \"max\"} @scatter_max\n  output %y\n}\n";
+  auto g = load(text);
+  TrainOptions o;
+  o.target = "cuda";
+  try {
+    lowerStep(*g, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scatter_max"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--target cpu"), std::string::npos) << e.what();
+  }
+  auto cpu = load(text);
+  o.target = "cpu";
+  lowerStep(*cpu, o);
+  EXPECT_EQ(countOp(*cpu, "ScatterElements"), 1);
+}
+
 // f64 values stay out of groups: a generated kernel holds f32, f16, bf16 and bool (torch.nan_to_num
 // exports a Cast to f64 and IsInf between float ops; such a group once crashed the code generator).
 // The f32 ops on either side still fuse, the f64 ones stay, and the fused graph computes the same.
