@@ -1338,9 +1338,9 @@ class Importer {
       const DType t = floatOperand(np, 0)->type().dtype;
       Value* above = step(np, "Greater", {x, scalarOf(np, "alpha", attrFloat(np, "alpha", 1.0f), t)});
       step(np, "Where", {above, x, scalarOf(np, "zero", 0, t)}, {}, out);
-    } else if (op == "Shrink") {  // x + bias below -lambd, x - bias above lambd, else 0
-      const DType t = x->type().dtype;
-      if (t == DType::boolean) fail(nodeLabel(np) + ": the input must be numeric");
+    } else if (op == "Shrink") {  // x + bias below -lambd, x - bias above lambd, else 0 (floats: an
+      // integer x would compare with lambd and subtract bias as floats, which the casts here would not)
+      const DType t = floatOperand(np, 0)->type().dtype;
       const double lambd = attrFloat(np, "lambd", 0.5f), bias = attrFloat(np, "bias", 0.0f);
       Value* b = scalarOf(np, "bias", bias, t);
       Value* hi = step(np, "Where", {step(np, "Greater", {x, scalarOf(np, "lambd", lambd, t)}), step(np, "Sub", {x, b}), scalarOf(np, "zero", 0, t)});
