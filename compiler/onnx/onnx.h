@@ -74,8 +74,9 @@ void exportOnnxFile(const Graph& g, const std::string& path);
 Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what);
 
 // Whether import rewrites this default-domain op into registry ops (CastLike, sequences of
-// static length, and ops that are compositions: InstanceNormalization, GroupNormalization,
-// RMSNormalization, ReduceL1/L2/SumSquare/LogSum/LogSumExp).
+// static length, and ops that are compositions of registry ops: the norms over groups and
+// instances, the reductions built on sums, Einsum, Attention, ...: kImportLowered in
+// compiler/onnx/onnx_import.cpp lists them).
 bool importLowersOp(const std::string& op);
 // The attributes that import's lowering of `op` reads, as an OpDef::attrs list (any other
 // attribute is refused); nullopt when import does not lower `op`.
