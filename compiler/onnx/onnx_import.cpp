@@ -1244,11 +1244,7 @@ class Importer {
     Value* depthK = g_->addConst(fresh(np, "depth"), Tensor::fromInts(DType::i64, {}, {depth}));
     Value* zero = g_->addConst(fresh(np, "zero"), Tensor::fromInts(DType::i64, {}, {0}));
     ind = step(np, "Where", {step(np, "Less", {ind, zero}), step(np, "Add", {ind, depthK}), ind});
-    std::vector<int64_t> along(static_cast<size_t>(rank), 1), range(static_cast<size_t>(depth));
-    along[static_cast<size_t>(axis)] = depth;
-    for (int64_t i = 0; i < depth; ++i) range[static_cast<size_t>(i)] = i;
-    Value* arange = g_->addConst(fresh(np, "arange"), Tensor::fromInts(DType::i64, along, range));
-    Value* hit = step(np, "Equal", {step(np, "Unsqueeze", {ind, constI64(np, "axes", {axis})}), arange});
+    Value* hit = step(np, "Equal", {step(np, "Unsqueeze", {ind, constI64(np, "axes", {axis})}), arangeAlong(np, rank, axis, depth)});
     auto pick = [&](int64_t i) {
       return step(np, "Gather", {values, g_->addConst(fresh(np, "index"), Tensor::fromInts(DType::i64, {}, {i}))}, {{"axis", int64_t{0}}});
     };
@@ -1360,6 +1356,7 @@ class Importer {
       step(np, "Or", {step(np, "And", {a, step(np, "Not", {b})}), step(np, "And", {step(np, "Not", {a}), b})}, {}, out);
     } else if (op == "MeanVarianceNormalization") {  // (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9), ONNX's body
       const DType t = floatOperand(np, 0)->type().dtype;
+      x = castTo(np, x, t);  // as the other compositions: the op's own precision under autocast
       const auto axes = attrInts(np, "axes").value_or(std::vector<int64_t>{0, 2, 3});
       Value* mean = reduceNode(np, "ReduceMean", x, axes, 1);
       Value* meanSq = reduceNode(np, "ReduceMean", step(np, "Mul", {x, x}), axes, 1);
@@ -1372,17 +1369,14 @@ class Importer {
       int64_t axis = attrInt(np, "axis", -1);
       if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is out of range for " + x->type().str());
       if (axis < 0) axis += r;
-      const int64_t n = x->type().shape[static_cast<size_t>(axis)];
-      std::vector<int64_t> along(static_cast<size_t>(r), 1), range(static_cast<size_t>(n));
-      along[static_cast<size_t>(axis)] = n;
-      for (int64_t i = 0; i < n; ++i) range[static_cast<size_t>(i)] = i;
       Value* idx = step(np, "ArgMax", {x}, {{"axis", axis}, {"keepdims", int64_t{1}}});
-      Value* hit = step(np, "Equal", {idx, g_->addConst(fresh(np, "arange"), Tensor::fromInts(DType::i64, along, range))});
+      Value* hit = step(np, "Equal", {idx, arangeAlong(np, r, axis, x->type().shape[static_cast<size_t>(axis)])});
       castTo(np, hit, t, out);
     } else if (op == "LpNormalization" || op == "GlobalLpPool") {
       // x / ||x||_p along axis (p 1 or 2, no epsilon, as ONNX's reference), or ||x||_p over the
       // spatial dims (any p >= 1), kept.
       const DType t = floatOperand(np, 0)->type().dtype;
+      x = castTo(np, x, t);  // as the other compositions: the op's own precision under autocast
       const int64_t r = x->type().rank(), p = attrInt(np, "p", 2);
       std::vector<int64_t> axes;
       if (op == "GlobalLpPool") {
@@ -1407,6 +1401,13 @@ class Importer {
       if (op == "GlobalLpPool") step(np, "Identity", {norm}, {}, out);
       else step(np, "Div", {x, norm}, {}, out);
     }
+  }
+  // 0, 1, ..., n - 1 (i64) along `axis` of a rank-`rank` shape of ones (a broadcast operand).
+  Value* arangeAlong(const onnx::NodeProto& np, int64_t rank, int64_t axis, int64_t n) {
+    std::vector<int64_t> along(static_cast<size_t>(rank), 1), range(static_cast<size_t>(n));
+    along[static_cast<size_t>(axis)] = n;
+    for (int64_t i = 0; i < n; ++i) range[static_cast<size_t>(i)] = i;
+    return g_->addConst(fresh(np, "arange"), Tensor::fromInts(DType::i64, along, range));
   }
   DType dtypeOr(const onnx::NodeProto& np, DType dflt) {
     const auto* a = findAttr(np, "dtype", onnx::AttributeProto::INT, "an int");

@@ -990,6 +990,9 @@ void Program::Lowering::lower() {
     }
     return;
   }
+  // What the target says the CUDA kernels cannot run (a plan compiled elsewhere, or by an older ampc).
+  if (const Target& cuda = findTarget("cuda"); cuda.refusal)
+    if (std::string why = cuda.refusal(n); !why.empty()) fail(why);
   // The ONNX elementwise ops: one row each, op -> kernel op. Every other op's row is in table().
   static const std::map<std::string, Ew> kEw = {
       {"Add", Ew::Add}, {"Sub", Ew::Sub}, {"Mul", Ew::Mul}, {"Div", Ew::Div}, {"Pow", Ew::Pow}, {"Equal", Ew::Equal},
@@ -1380,9 +1383,7 @@ void Program::Lowering::onnxScatterElements() {
   const DT t = dt(in(0)), it = dt(in(1));
   const int eb = dtSize(t);
   const size_t bytes = in(0)->type().bytes();
-  const std::string reduction = n.getString("reduction", "none");
-  if (reduction != "none" && reduction != "add") fail("reduction '" + reduction + "' runs on the CPU backend only");
-  const bool accumulate = reduction == "add";
+  const bool accumulate = n.getString("reduction", "none") == "add";  // max and min: Target::refusal
   const int64_t outN = in(0)->type().numel();
   const size_t ob = accumulate && isFloat(in(0)->type().dtype) ? orderBytes(g.n, outN) : 0;
   const Scratch ord = scratch(ob);
