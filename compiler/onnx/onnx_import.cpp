@@ -700,7 +700,8 @@ class Importer {
       {"MeanVarianceNormalization", "axes"},
       {"Hardmax", "axis"},
       {"LpNormalization", "axis p"},
-      {"GlobalLpPool", "p"}};
+      {"GlobalLpPool", "p"},
+      {"LpPool", "auto_pad ceil_mode dilations kernel_shape p pads strides"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -1302,7 +1303,7 @@ class Importer {
   // Ops that are a few registry ops each, as ONNX defines them (several by a function body).
   static inline const std::set<std::string> kSmallCompositions = {
       "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization",
-      "Hardmax", "LpNormalization", "GlobalLpPool"};
+      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool"};
   void lowerSmall(const onnx::NodeProto& np, const std::string& out) {
     const std::string& op = np.op_type();
     std::vector<Value*> xs;
@@ -1400,6 +1401,31 @@ class Importer {
       }
       if (op == "GlobalLpPool") step(np, "Identity", {norm}, {}, out);
       else step(np, "Div", {x, norm}, {}, out);
+    } else if (op == "LpPool") {
+      // (sum over each window of |x|^p)^(1/p), pads adding 0: an AveragePool of |x|^p that counts
+      // the pads, times the window's size. With ceil_mode a last window may pass the padded edge,
+      // where the average's divisor is not the window's size: refused.
+      const DType t = floatOperand(np, 0)->type().dtype;
+      x = castTo(np, x, t);  // as the other compositions: the op's own precision under autocast
+      const int64_t p = attrInt(np, "p", 2);
+      if (p < 1) fail(nodeLabel(np) + ": p must be at least 1, got " + std::to_string(p));
+      if (attrInt(np, "ceil_mode", 0) != 0)
+        fail(nodeLabel(np) + ": ceil_mode = 1 is not supported (a last window past the padded edge has no sum ampc's pooling gives)");
+      const auto kernel = attrInts(np, "kernel_shape");
+      if (!kernel || kernel->empty()) fail(nodeLabel(np) + ": kernel_shape is required");
+      double volume = 1;
+      for (int64_t k : *kernel) volume *= static_cast<double>(k);
+      std::map<std::string, Attribute> pool = {{"kernel_shape", *kernel}, {"count_include_pad", int64_t{1}}};
+      for (const char* name : {"strides", "pads", "dilations"})
+        if (auto v = attrInts(np, name)) pool[name] = *v;
+      if (const auto* a = findAttr(np, "auto_pad", onnx::AttributeProto::STRING, "a string")) pool["auto_pad"] = a->s();
+      Value* powed = p == 1 ? step(np, "Abs", {x})
+                     : p == 2 ? step(np, "Mul", {x, x})
+                              : step(np, "Pow", {step(np, "Abs", {x}), scalarOf(np, "p", static_cast<double>(p), t)});
+      Value* sum = step(np, "Mul", {step(np, "AveragePool", {powed}, pool), scalarOf(np, "window", volume, t)});
+      if (p == 1) step(np, "Identity", {sum}, {}, out);
+      else if (p == 2) step(np, "Sqrt", {sum}, {}, out);
+      else step(np, "Pow", {sum, scalarOf(np, "inv_p", 1.0 / static_cast<double>(p), t)}, {}, out);
     }
   }
   // 0, 1, ..., n - 1 (i64) along `axis` of a rank-`rank` shape of ones (a broadcast operand).

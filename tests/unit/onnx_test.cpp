@@ -267,7 +267,7 @@ TEST(OnnxImport, AttributeListsFollowTheSchemas) {
                                        "ReduceL1.noop_with_empty_axes", "ReduceL2.noop_with_empty_axes", "ReduceSumSquare.noop_with_empty_axes",
                                        "ReduceLogSum.noop_with_empty_axes", "ReduceLogSumExp.noop_with_empty_axes", "ReduceProd.noop_with_empty_axes",
                                        "Split.num_outputs", "Cast.saturate", "CastLike.saturate", "AveragePool.dilations",
-                                       "Resize.antialias", "Resize.axes", "Resize.keep_aspect_ratio_policy"};
+                                       "Resize.antialias", "Resize.axes", "Resize.keep_aspect_ratio_policy", "LpPool.ceil_mode", "LpPool.dilations"};
   std::map<std::string, std::string_view> ops;
   for (const OpDef& d : allOps())
     if (d.domain.empty()) ops[std::string(d.name)] = d.attrs;
@@ -684,7 +684,9 @@ TEST(OnnxImport, DynamoSequencesCastLikeAndFunctions) {
 // ArgMin is the ArgMax of -x: exact for floats and, through f64, for integers up to 32 bits; an
 // i64 input (whose negation can overflow and whose f64 can tie) is refused, naming the node.
 // (ONNX's node tests check ArgMin and the other small compositions against their reference data.)
-// LpNormalization (p 1 and 2, along an axis) and GlobalLpPool (p 2 and 3) against loops in double.
+// LpNormalization (p 1 and 2, along an axis), GlobalLpPool (p 2 and 3) and LpPool (p 2 with
+// asymmetric pads, p 3 with dilations, p 1 with SAME_UPPER) against loops in double; LpPool with
+// ceil_mode is refused, naming the node.
 TEST(OnnxImport, LpNormsMatchTheirDefinitions) {
   TempDir d;
   auto m = newModel(17);
@@ -698,12 +700,30 @@ TEST(OnnxImport, LpNormsMatchTheirDefinitions) {
   addNode(g, "LpNormalization", {"x"}, {"n2"}, "l2");  // p 2, the last axis
   addNode(g, "GlobalLpPool", {"x"}, {"g2"}, "gp2");
   intAttr(addNode(g, "GlobalLpPool", {"x"}, {"g3"}, "gp3"), "p", 3);
-  for (const char* o : {"n1", "n2", "g2", "g3"}) addOutput(g, o);
+  struct Pool {
+    const char* name;
+    int64_t p;
+    std::vector<int64_t> kernel, strides, pads, dilations;  // pads: top, left, bottom, right (as computed for SAME_UPPER)
+    bool sameUpper;
+  };
+  const std::vector<Pool> pools = {{"lp2", 2, {2, 3}, {1, 2}, {1, 0, 0, 1}, {1, 1}, false},
+                                   {"lp3", 3, {2, 2}, {2, 1}, {0, 1, 1, 0}, {1, 2}, false},
+                                   {"lp1", 1, {3, 3}, {2, 2}, {0, 1, 1, 1}, {1, 1}, true}};
+  for (const auto& q : pools) {
+    auto* n = addNode(g, "LpPool", {"x"}, {q.name}, std::string(q.name) + "_pool");
+    intsAttr(n, "kernel_shape", q.kernel);
+    intsAttr(n, "strides", q.strides);
+    if (q.sameUpper) stringAttr(n, "auto_pad", "SAME_UPPER");
+    else intsAttr(n, "pads", q.pads);
+    intsAttr(n, "dilations", q.dilations);
+    if (q.p != 2) intAttr(n, "p", q.p);
+  }
+  for (const char* o : {"n1", "n2", "g2", "g3", "lp2", "lp3", "lp1"}) addOutput(g, o);
   writeModel(d.file("lp.onnx"), m);
   auto gr = importOnnxFile(d.file("lp.onnx"));
   auto backend = createCpuBackend();
   const auto outs = evaluate(*gr, {}, *backend, {});
-  ASSERT_EQ(outs.size(), 4u);
+  ASSERT_EQ(outs.size(), 7u);
   auto x = [&](int a0, int a1, int a2, int a3) { return static_cast<double>(xv[static_cast<size_t>(((a0 * 3 + a1) * 4 + a2) * 5 + a3)]); };
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
@@ -728,6 +748,40 @@ TEST(OnnxImport, LpNormsMatchTheirDefinitions) {
       EXPECT_NEAR(outs[2].getDouble(i * 3 + j), std::sqrt(s2), 1e-4);
       EXPECT_NEAR(outs[3].getDouble(i * 3 + j), std::cbrt(s3), 1e-4);
     }
+  for (size_t c = 0; c < pools.size(); ++c) {
+    const Pool& q = pools[c];
+    const Tensor& y = outs[4 + c];
+    SCOPED_TRACE(q.name);
+    const int64_t oh = (4 + q.pads[0] + q.pads[2] - ((q.kernel[0] - 1) * q.dilations[0] + 1)) / q.strides[0] + 1;
+    const int64_t ow = (5 + q.pads[1] + q.pads[3] - ((q.kernel[1] - 1) * q.dilations[1] + 1)) / q.strides[1] + 1;
+    ASSERT_EQ(y.type.str(), "f32[2,3," + std::to_string(oh) + "," + std::to_string(ow) + "]");
+    double largest = 0;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j)
+        for (int64_t r = 0; r < oh; ++r)
+          for (int64_t col = 0; col < ow; ++col) {
+            double sum = 0;
+            for (int64_t kh = 0; kh < q.kernel[0]; ++kh)
+              for (int64_t kw = 0; kw < q.kernel[1]; ++kw) {
+                const int64_t h = r * q.strides[0] - q.pads[0] + kh * q.dilations[0], w = col * q.strides[1] - q.pads[1] + kw * q.dilations[1];
+                if (h >= 0 && h < 4 && w >= 0 && w < 5) sum += std::pow(std::abs(x(i, j, static_cast<int>(h), static_cast<int>(w))), static_cast<double>(q.p));
+              }
+            const double want = std::pow(sum, 1.0 / static_cast<double>(q.p));
+            largest = std::max(largest, want);
+            EXPECT_NEAR(y.getDouble(((i * 3 + j) * oh + r) * ow + col), want, 1e-4 * std::max(1.0, want)) << r << "," << col;
+          }
+    EXPECT_GT(largest, 1.0);
+  }
+  // A last window past the padded edge (ceil_mode) has no sum that the composition gives: refused.
+  auto bad = newModel(18);
+  addFloatInit(bad.mutable_graph(), "x", {2, 3, 4, 5}, xv);
+  auto* n = addNode(bad.mutable_graph(), "LpPool", {"x"}, {"y"}, "ceil_pool");
+  intsAttr(n, "kernel_shape", {2, 2});
+  intsAttr(n, "strides", {2, 2});
+  intAttr(n, "ceil_mode", 1);
+  addOutput(bad.mutable_graph(), "y");
+  writeModel(d.file("lp_ceil.onnx"), bad);
+  expectImportError(d.file("lp_ceil.onnx"), {"node 'ceil_pool' (LpPool)", "ceil_mode = 1 is not supported"});
 }
 
 TEST(OnnxImport, ArgMinOfInt64IsRefused) {
