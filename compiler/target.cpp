@@ -90,6 +90,7 @@ const std::vector<Target>& targets() {
        // Its kernels (kernels/cuda/nn.cu, layerNorm and layerNormGrad with `rms`) have not yet run
        // on a GPU: true once GpuOps' RmsNorm cases pass there (tools/bench/NOTES.md, stop 46).
        .rmsNorm = false,
+       .convPadsBothEnds = true,
        .refusal = cudaRefusal},
       {.name = "cpu", .rmsNorm = true},
   };

@@ -56,6 +56,10 @@ struct Target {
   bool (*pointwiseByHand)(const Node& n) = nullptr;
   // Whether its kernels run ampc.RmsNorm and LayerNormGrad {rms} (fuse-rms-norm asks).
   bool rmsNorm = false;
+  // Whether its convolutions pad a spatial dim's two ends alike (cuDNN's descriptors take one pad
+  // per dim): conv-pads then writes a Conv whose ends differ as a Pad of its input and a Conv with
+  // the smaller pad at both ends.
+  bool convPadsBothEnds = false;
   // Why its backend cannot run node n (the plan's lowering refuses it, naming the node), or ""
   // when it can; null: it runs every node.
   std::string (*refusal)(const Node& n) = nullptr;

@@ -106,6 +106,10 @@ std::unique_ptr<Pass> createFuseRmsNormPass(const Target& t);
 std::unique_ptr<Pass> createLowerNllPass();  // lower_nll.cpp
 // IsNaN and IsInf of a widening Cast read the Cast's operand (narrow_checks.cpp).
 std::unique_ptr<Pass> createNarrowChecksPass();  // narrow_checks.cpp
+// For a target whose convolutions pad both ends of a dim alike (Target::convPadsBothEnds): a Conv
+// whose pads differ at a dim's two ends (explicit, or auto_pad SAME_* with an even window) reads a
+// zero Pad of its input for the difference and pads both ends by the smaller amount (conv_pads.cpp).
+std::unique_ptr<Pass> createConvPadsPass(const Target& t);  // conv_pads.cpp
 
 // The CUDA target's lowering rewrites (runtime/lower.cpp), each making explicit target nodes
 // ("cuda" domain) that the CPU reference runs too:

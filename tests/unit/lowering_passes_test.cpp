@@ -230,3 +230,54 @@ TEST(FuseRmsNorm, OtherFormsStay) {
   EXPECT_EQ(count(*g, "RmsNorm"), 1);
   EXPECT_EQ(count(*g, "Mul"), 1);
 }
+
+// conv-pads (the cuda target, whose cuDNN convolutions pad a dim's two ends alike): a Conv whose pads
+// differ at a dim's ends (explicit [0, 1, 2, 0]; auto_pad SAME_UPPER over an even window; SAME_LOWER
+// with stride 2; 1-d) reads a zero Pad of its input and pads both ends by the smaller amount, and
+// the loss and the gradients of x, w, b and k equal the graph's as written on fresh random data.
+// The cpu target, and a Conv with even ends, are left alone.
+TEST(ConvPads, UnevenEndsBecomeAPadWithTheSameLossAndGradients) {
+  auto body = [](const std::string& x, const std::string& w, const std::string& y, const std::string& attrs) {
+    return " param %x : f64" + x + "\n param %w : f64" + w + "\n param %b : f64[4]\n param %k : f64" + y + "\n %y : f64" + y +
+           " = Conv(%x, %w, %b) {" + attrs + "} @conv\n %p : f64" + y + " = Mul(%y, %k)\n %l : f64[] = ReduceSum(%p) {keepdims = 0}\n output %l";
+  };
+  const struct {
+    const char* name;
+    std::string body;
+    std::vector<int64_t> pads;  // the Conv's pads after the rewrite
+  } cases[] = {
+      {"explicit", body("[2,3,7,6]", "[4,3,3,2]", "[2,4,7,6]", "pads = [0, 1, 2, 0]"), {0, 0, 0, 0}},
+      {"same_upper_even", body("[2,3,5,5]", "[4,3,2,2]", "[2,4,5,5]", "auto_pad = \"SAME_UPPER\""), {0, 0, 0, 0}},
+      {"same_lower_stride2", body("[2,3,6,6]", "[4,3,3,3]", "[2,4,3,3]", "auto_pad = \"SAME_LOWER\", strides = [2, 2]"), {0, 0, 0, 0}},
+      {"one_d", body("[2,3,9]", "[4,3,4]", "[2,4,9]", "pads = [2, 1]"), {1, 1}},
+  };
+  for (const auto& c : cases)
+    for (const uint64_t seed : {1u, 2u}) {
+      SCOPED_TRACE(c.name);
+      auto cpu = build(c.body, seed);
+      EXPECT_FALSE(createConvPadsPass(findTarget("cpu"))->run(*cpu));
+      auto g = build(c.body, seed);
+      ASSERT_TRUE(createConvPadsPass(findTarget("cuda"))->run(*g));
+      verify(*g);
+      EXPECT_EQ(count(*g, "Pad"), 1);
+      const Node* conv = g->lookup("y")->producer();
+      EXPECT_EQ(conv->getInts("pads"), c.pads);
+      EXPECT_FALSE(conv->hasAttr("auto_pad"));
+      EXPECT_EQ(conv->input(0)->producer()->op(), "Pad");
+      const auto want = lossAndGrad(build(c.body, seed)), got = lossAndGrad(std::move(g));
+      ASSERT_EQ(want.size(), 5u);  // the loss, and the gradients of x, w, b and k
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t o = 0; o < want.size(); ++o) {
+        ASSERT_EQ(want[o].type, got[o].type) << o;
+        double scale = 0;
+        for (int64_t i = 0; i < want[o].numel(); ++i) scale = std::max(scale, std::abs(want[o].getDouble(i)));
+        ASSERT_GT(scale, 0.0) << "output " << o;
+        for (int64_t i = 0; i < want[o].numel(); ++i)
+          EXPECT_NEAR(got[o].getDouble(i), want[o].getDouble(i), 1e-12 * scale) << "output " << o << " element " << i;
+      }
+    }
+  auto even = build(" param %x : f64[1,2,5,5]\n param %w : f64[2,2,3,3]\n %y : f64[1,2,5,5] = Conv(%x, %w) {pads = [1, 1, 1, 1]}\n"
+                    " %l : f64[] = ReduceSum(%y) {keepdims = 0}\n output %l", 1);
+  EXPECT_FALSE(createConvPadsPass(findTarget("cuda"))->run(*even));
+  EXPECT_EQ(count(*even, "Pad"), 0);
+}

@@ -186,6 +186,10 @@ int main(int argc, char** argv) {
                "plans and --grad: keep attention, GELU, SiLU, linear layers and attention's heads as the model wrote them (no "
                "ampc.Attention, ampc.Gelu, ampc.Silu, nor a dynamo export's MatMul(X, Transpose(W)) + bias as one Gemm, nor q, k, v "
                "unbound from a permute as a Split)");
+  bool noFuseRmsNorm = false;
+  app.add_flag("--no-fuse-rms-norm", noFuseRmsNorm,
+               "plans and --grad: keep RMS normalisation as the model wrote it (mean of squares, rsqrt, products) instead of one "
+               "ampc.RmsNorm");
   bool noFuseElementwise = false;
   app.add_flag("--no-fuse-elementwise", noFuseElementwise,
                "plans and --train: keep the CUDA target's pointwise groups as separate ops (no ampc.Fused, no generated kernels)");
@@ -371,6 +375,7 @@ int main(int argc, char** argv) {
       pm.add(createCsePass());
       pm.add(createLowerNllPass());      // the CUDA backend has no NegativeLogLikelihoodLoss kernel
       pm.add(createNarrowChecksPass());  // nor f64 ones (torch.nan_to_num's IsInf of an f64 Cast)
+      pm.add(createConvPadsPass(findTarget(train.target)));  // cuDNN pads a dim's two ends alike
     }
     if ((plan || trainStep || grad) && !noFuse) {
       // The fused attention runs at the plan's low precision unless the config denies it one.
@@ -379,7 +384,7 @@ int main(int argc, char** argv) {
       pm.add(createFuseAttentionPass(findTarget(train.target), lowAttention ? ampOpts.low : DType::f32));
       pm.add(createFuseGeluPass());
       pm.add(createFuseRotateHalfPass());
-      pm.add(createFuseRmsNormPass(findTarget(train.target)));
+      if (!noFuseRmsNorm) pm.add(createFuseRmsNormPass(findTarget(train.target)));
       pm.add(createFuseLinearPass());
       pm.add(createSplitHeadsPass());
     }
