@@ -1598,10 +1598,19 @@ __device__ __forceinline__ float dropFactor(const AttentionArgs& a, uint64_t ste
 }
 
 constexpr int kFillThreads = 256, kFillWarps = kFillThreads / 32;
+// A row's scores (and in the backward its score gradients), Tk floats each, sit in shared memory up
+// to kFillSmemKeys keys; past that in global scratch, a slice per block (the forward then runs
+// kFillGlobalBlocks blocks).
+constexpr int64_t kFillSmemKeys = 24576, kFillGlobalBlocks = 128;
+__host__ __device__ constexpr bool fillRowsInSmem(int64_t Tk) { return Tk <= kFillSmemKeys; }
 // Dynamic shared memory of the fix-ups: q (and in the backward dO) as f32 rows, then the row's
-// scores (and in the backward the score gradients), Tk floats each.
+// scores (and gradients) where they fit.
 constexpr size_t fillSmemBytes(bool backward, int64_t Tk) {
-  return sizeof(float) * static_cast<size_t>((backward ? 2 : 1) * (kAttentionMaxHeadDimCudnn + Tk));
+  return sizeof(float) * static_cast<size_t>((backward ? 2 : 1) * (kAttentionMaxHeadDimCudnn + (fillRowsInSmem(Tk) ? Tk : 0)));
+}
+// Global scratch of the fix-ups' rows where they do not fit (0 where they do): `blocks` slices.
+constexpr size_t fillGlobalBytes(bool backward, int64_t Tk, int64_t blocks) {
+  return fillRowsInSmem(Tk) ? 0 : sizeof(float) * static_cast<size_t>((backward ? 2 : 1) * Tk * blocks);
 }
 // A block-wide max or sum (every thread gets it); red: kFillWarps floats of shared memory.
 __device__ __forceinline__ float blockReduce(float v, bool max, float* red) {
@@ -1632,6 +1641,46 @@ __device__ void fillRowScores(const AttentionArgs& a, const float* q, const T* K
   __syncthreads();
 }
 
+// Row i's scores into s[Tk] (fillRowScores), their max m and sum l = sum_j exp(s_j - m), every
+// thread getting both.
+template <typename T>
+__device__ void fillRowStats(const AttentionArgs& a, const float* q, const T* Kn, int64_t mb, int64_t i, float* s, float* red, float& m, float& l) {
+  fillRowScores(a, q, Kn, mb, i, s);
+  m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
+  m = blockReduce(m, true, red);
+  l = 0.0f;
+  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
+  l = blockReduce(l, false, red);
+}
+
+// out(x, sum_j w[j] at(j, x)) for x < cols (up to kAttentionMaxHeadDimCudnn): a warp a key (j =
+// warp mod kFillWarps), its lanes along the row, then the warps' sums added in warp order (part:
+// kFillWarps x kAttentionMaxHeadDimCudnn floats of shared memory). skipZero: keys of weight 0 are
+// not read (the forward's p = 0, as the CPU reference skips them). Ends with a barrier.
+template <typename At, typename Out>
+__device__ void weightedRowSum(const float* w, int64_t Tk, int64_t cols, bool skipZero, float* part, At at, Out out) {
+  constexpr int kCols = kAttentionMaxHeadDimCudnn / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float acc[kCols] = {};
+  for (int64_t j = warp; j < Tk; j += kFillWarps) {
+    const float wj = w[j];
+    if (skipZero && wj == 0.0f) continue;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (c * 32 + lane < cols) acc[c] += wj * at(j, c * 32 + lane);
+  }
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) part[warp * kAttentionMaxHeadDimCudnn + c * 32 + lane] = acc[c];
+  __syncthreads();
+  for (int64_t x = threadIdx.x; x < cols; x += kFillThreads) {
+    float sum = 0.0f;
+    for (int k = 0; k < kFillWarps; ++k) sum += part[k * kAttentionMaxHeadDimCudnn + x];
+    out(x, sum);
+  }
+  __syncthreads();
+}
+
 // The rows the forward's fix-up recomputes (recomputeRow), listed in scratch by one thread each.
 __global__ void fillRowsListKernel(const float* lse, int64_t rows, uint32_t* count, uint32_t* list) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1643,10 +1692,10 @@ __global__ void fillRowsListKernel(const float* lse, int64_t rows, uint32_t* cou
 // reference's rounding; threads over O's columns) and the LSE m + log(l).
 template <typename T>
 __global__ void __launch_bounds__(kFillThreads) fillRowsForwardKernel(const T* Q, const T* KT, const T* V, T* O, float* lse, AttentionArgs a,
-                                                                      const uint32_t* count, const uint32_t* list) {
+                                                                      const uint32_t* count, const uint32_t* list, float* rows) {
   extern __shared__ float fillSmem[];
-  float *q = fillSmem, *s = fillSmem + kAttentionMaxHeadDimCudnn;
-  __shared__ float red[kFillWarps];
+  float *q = fillSmem, *s = rows ? rows + blockIdx.x * a.Tk : fillSmem + kAttentionMaxHeadDimCudnn;
+  __shared__ float red[kFillWarps], part[kFillWarps * kAttentionMaxHeadDimCudnn];
   const int tid = threadIdx.x;
   const uint64_t step = a.step ? *a.step : 0;
   for (uint32_t e = blockIdx.x; e < *count; e += gridDim.x) {
@@ -1654,25 +1703,17 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsForwardKernel(const T* Q
     const T *Kn = KT + sliceAt(a.k, n), *Vn = V + sliceAt(a.v, n), *qg = Q + sliceAt(a.q, n) + i * a.q.sRow;
     for (int64_t d = tid; d < a.D; d += kFillThreads) q[d] = toF(qg[d]);
     __syncthreads();
-    fillRowScores(a, q, Kn, mb, i, s);
-    float m = -INFINITY;
-    for (int64_t j = tid; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
-    m = blockReduce(m, true, red);
-    float l = 0.0f;
-    for (int64_t j = tid; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
-    l = blockReduce(l, false, red);
+    float m, l;
+    fillRowStats(a, q, Kn, mb, i, s, red, m, l);
     const bool empty = a.zeroEmpty && m == -INFINITY;
     for (int64_t j = tid; j < a.Tk; j += kFillThreads)
       s[j] = empty ? 0.0f : toF(fromF<T>(expf(s[j] - m) / l * dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j))));
     __syncthreads();
     T* out = O + sliceAt(a.o, n) + i * a.o.sRow;
-    for (int64_t x = tid; x < a.Dv; x += kFillThreads) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < a.Tk; ++j) acc += s[j] * toF(Vn[j * a.v.sRow + x]);
-      out[x] = fromF<T>(acc);
-    }
+    weightedRowSum(
+        s, a.Tk, a.Dv, true, part, [&](int64_t j, int64_t x) { return toF(Vn[j * a.v.sRow + x]); },
+        [&](int64_t x, float v) { out[x] = fromF<T>(v); });
     if (tid == 0) lse[row] = empty ? INFINITY : m + logf(l);
-    __syncthreads();  // (shared memory is the next row's)
   }
 }
 
@@ -1693,10 +1734,11 @@ __global__ void fillRowsLseKernel(const float* lse, float* out, int64_t rows) {
 // block in all where `deterministic`).
 template <typename T>
 __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* dO, const T* Q, const T* KT, const T* V, const T* O, const float* lse,
-                                                                       T* dQ, T* dKT, T* dV, AttentionArgs a, int64_t group) {
+                                                                       T* dQ, T* dKT, T* dV, AttentionArgs a, int64_t group, float* rows) {
   extern __shared__ float fillSmem[];
-  float *q = fillSmem, *g = q + kAttentionMaxHeadDimCudnn, *s = g + kAttentionMaxHeadDimCudnn, *gs = s + a.Tk;
-  __shared__ float red[kFillWarps];
+  float *q = fillSmem, *g = q + kAttentionMaxHeadDimCudnn, *s = rows ? rows + 2 * blockIdx.x * a.Tk : g + kAttentionMaxHeadDimCudnn,
+        *gs = s + a.Tk;
+  __shared__ float red[kFillWarps], part[kFillWarps * kAttentionMaxHeadDimCudnn];
   __shared__ bool fills[kFillThreads];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint64_t step = a.step ? *a.step : 0;
@@ -1724,13 +1766,8 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
         for (int64_t d = tid; d < a.D; d += kFillThreads) q[d] = toF(qg[d]);
         if (blockReduce(any, true, red) == 0.0f) continue;  // (after its barriers: the same for every thread)
         D = blockReduce(D, false, red);
-        fillRowScores(a, q, Kn, mb, i, s);
-        float m = -INFINITY;
-        for (int64_t j = tid; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
-        m = blockReduce(m, true, red);
-        float l = 0.0f;
-        for (int64_t j = tid; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
-        l = blockReduce(l, false, red);
+        float m, l;
+        fillRowStats(a, q, Kn, mb, i, s, red, m, l);
         for (int64_t j = warp; j < a.Tk; j += kFillWarps) {  // dp_j, then p, ds: s[j] = round(p f), gs[j] = round(scale ds)
           float dp = 0.0f;
           for (int64_t x = lane; x < a.Dv; x += 32) dp += g[x] * toF(Vn[j * a.v.sRow + x]);
@@ -1753,12 +1790,9 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
           }
         }
         T* dqRow = dQ + sliceAt(a.dq, n) + i * a.dq.sRow;
-        for (int64_t d = tid; d < a.D; d += kFillThreads) {  // dQ's sum in key order
-          float acc = 0.0f;
-          for (int64_t j = 0; j < a.Tk; ++j) acc += gs[j] * keyAt(a, Kn, j, d);
-          dqRow[d] = fromF<T>(acc);
-        }
-        __syncthreads();  // (shared memory is the next row's)
+        weightedRowSum(
+            gs, a.Tk, a.D, false, part, [&](int64_t j, int64_t d) { return keyAt(a, Kn, j, d); },
+            [&](int64_t d, float v) { dqRow[d] = fromF<T>(v); });
       }
     }
   }
@@ -1788,46 +1822,56 @@ cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t
 }
 
 namespace {
+// The forward's list of rows to recompute: a count (padded to 256 bytes), then one index a row.
+size_t fillListBytes(const AttentionArgs& a) { return align256(sizeof(uint32_t) * (64 + static_cast<size_t>(a.N * a.Tq))); }
+// The backward's blocks each own `group` consecutive batch-heads, those whose dK and dV slices are
+// shared (grouped heads stored once); one block for all where a trained mask's gradient must sum in
+// a fixed order.
+int64_t fillBackwardGroup(const AttentionArgs& a) {
+  auto shared = [](const AttnLayout& l) { return l.heads > 1 ? l.group : int64_t{1}; };
+  return a.dMask && a.deterministic ? std::max<int64_t>(a.N, 1) : std::max(shared(a.dk), shared(a.dv));
+}
 template <typename T>
 cudaError_t fillRowsForwardT(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
                              cudaStream_t st) {
   static const cudaError_t attr =
-      cudaFuncSetAttribute(fillRowsForwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fillSmemBytes(false, kFillRowsMaxKeys)));
+      cudaFuncSetAttribute(fillRowsForwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fillSmemBytes(false, kFillSmemKeys)));
   if (attr != cudaSuccess) return attr;
   const int64_t rows = a.N * a.Tq;
   uint32_t* count = static_cast<uint32_t*>(scratch);
   uint32_t* list = count + 64;
+  float* global = fillRowsInSmem(a.Tk) ? nullptr : reinterpret_cast<float*>(static_cast<char*>(scratch) + fillListBytes(a));
   if (cudaError_t e = cudaMemsetAsync(count, 0, sizeof(uint32_t), st); e != cudaSuccess) return e;
   fillRowsListKernel<<<static_cast<unsigned>(cdiv(rows, 256)), 256, 0, st>>>(lse, rows, count, list);
-  fillRowsForwardKernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 1024)), kFillThreads, fillSmemBytes(false, a.Tk), st>>>(
-      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a, count, list);
+  fillRowsForwardKernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, global ? kFillGlobalBlocks : 1024)), kFillThreads,
+                             fillSmemBytes(false, a.Tk), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V),
+                                                               static_cast<T*>(O), lse, a, count, list, global);
   return cudaGetLastError();
 }
 template <typename T>
 cudaError_t fillRowsBackwardT(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
-                              void* dKT, void* dV, const AttentionArgs& a, cudaStream_t st) {
+                              void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st) {
   static const cudaError_t attr =
-      cudaFuncSetAttribute(fillRowsBackwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fillSmemBytes(true, kFillRowsMaxKeys)));
+      cudaFuncSetAttribute(fillRowsBackwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fillSmemBytes(true, kFillSmemKeys)));
   if (attr != cudaSuccess) return attr;
-  // A block per set of batch-heads whose dK and dV slices are shared (grouped heads stored once);
-  // one block for all where a trained mask's gradient must sum in a fixed order.
-  auto shared = [](const AttnLayout& l) { return l.heads > 1 ? l.group : int64_t{1}; };
-  int64_t group = std::max(shared(a.dk), shared(a.dv));
-  if (a.dMask && a.deterministic) group = a.N;
+  const int64_t group = fillBackwardGroup(a);
   fillRowsBackwardKernel<T><<<static_cast<unsigned>(cdiv(a.N, group)), kFillThreads, fillSmemBytes(true, a.Tk), st>>>(
       static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<const T*>(O), lse,
-      static_cast<T*>(dQ), static_cast<T*>(dKT), static_cast<T*>(dV), a, group);
+      static_cast<T*>(dQ), static_cast<T*>(dKT), static_cast<T*>(dV), a, group, fillRowsInSmem(a.Tk) ? nullptr : static_cast<float*>(scratch));
   return cudaGetLastError();
 }
 }  // namespace
 
 bool attentionNeedsFillRows(const AttentionArgs& a) { return a.mask != nullptr; }
-size_t attentionFillRowsScratch(const AttentionArgs& a) { return sizeof(uint32_t) * (64 + static_cast<size_t>(a.N * a.Tq)); }
+size_t attentionFillRowsScratch(const AttentionArgs& a, bool backward) {
+  if (backward) return fillGlobalBytes(true, a.Tk, cdiv(a.N, fillBackwardGroup(a)));
+  return fillListBytes(a) + fillGlobalBytes(false, a.Tk, std::min<int64_t>(a.N * a.Tq, kFillGlobalBlocks));
+}
 
 cudaError_t attentionFillRowsForward(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
                                      cudaStream_t st) {
   if (a.N == 0 || a.Tq == 0) return cudaSuccess;
-  if (a.D > kAttentionMaxHeadDimCudnn || a.Tk > kFillRowsMaxKeys || a.N * a.Tq >= (int64_t{1} << 32)) return cudaErrorInvalidValue;
+  if (a.D > kAttentionMaxHeadDimCudnn || a.N * a.Tq >= (int64_t{1} << 32)) return cudaErrorInvalidValue;
   switch (a.t) {
     case DT::f32: return fillRowsForwardT<float>(Q, KT, V, O, lse, scratch, a, st);
     case DT::f16: return fillRowsForwardT<__half>(Q, KT, V, O, lse, scratch, a, st);
@@ -1844,13 +1888,13 @@ cudaError_t attentionFillRowsLse(const float* lse, float* out, const AttentionAr
 }
 
 cudaError_t attentionFillRowsBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
-                                      void* dKT, void* dV, const AttentionArgs& a, cudaStream_t st) {
+                                      void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st) {
   if (a.N == 0 || a.Tq == 0 || a.Tk == 0) return cudaSuccess;
-  if (a.D > kAttentionMaxHeadDimCudnn || a.Dv > kAttentionMaxHeadDimCudnn || a.Tk > kFillRowsMaxKeys) return cudaErrorInvalidValue;
+  if (a.D > kAttentionMaxHeadDimCudnn || a.Dv > kAttentionMaxHeadDimCudnn) return cudaErrorInvalidValue;
   switch (a.t) {
-    case DT::f32: return fillRowsBackwardT<float>(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st);
-    case DT::f16: return fillRowsBackwardT<__half>(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st);
-    case DT::bf16: return fillRowsBackwardT<__nv_bfloat16>(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st);
+    case DT::f32: return fillRowsBackwardT<float>(dO, Q, KT, V, O, lse, dQ, dKT, dV, scratch, a, st);
+    case DT::f16: return fillRowsBackwardT<__half>(dO, Q, KT, V, O, lse, dQ, dKT, dV, scratch, a, st);
+    case DT::bf16: return fillRowsBackwardT<__nv_bfloat16>(dO, Q, KT, V, O, lse, dQ, dKT, dV, scratch, a, st);
     default: return cudaErrorInvalidValue;
   }
 }

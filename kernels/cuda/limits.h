@@ -29,9 +29,6 @@ inline bool attentionFits(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool
 // below) is recomputed in full: the CPU reference (kernels/cpu/k_attention.cpp) and the CUDA
 // kernels' and cuDNN's fix-ups (attentionFillRowsForward, attentionFillRowsBackward) alike.
 inline constexpr float kAttentionFillLse = -65536.0f;
-// The fix-ups hold a row's scores in shared memory: keys up to this many (the lowering refuses a
-// node with a mask, and more keys, that could leave such rows).
-inline constexpr int64_t kFillRowsMaxKeys = 24576;
 
 // Head dims past the kernels' run through cuDNN's fused SDPA only (runtime/cuda/cudnn_sdpa.h; cuDNN
 // 9.1+ on Hopper): f16/bf16, multiples of 8 up to 256, without dropout, and no mask or one that

@@ -267,19 +267,19 @@ cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t
 // Rows masked everywhere by a finite fill (kernels/cuda/limits.h, kAttentionFillLse), for a node
 // with a mask that may make them (attentionNeedsFillRows; not the exact causal one):
 // - attentionFillRowsForward after the forward (the kernels' or cuDNN's): each row whose LSE is
-//   below the bound or not finite is recomputed over every key as PyTorch's softmax computes it
-//   (keys up to kFillRowsMaxKeys);
+//   below the bound or not finite is recomputed over every key as PyTorch's softmax computes it;
 // - attentionFillRowsLse before the backward: the LSE it reads, +inf on fill rows (it leaves them
 //   alone; `out` holds N Tq floats);
 // - attentionFillRowsBackward after it: those rows' gradients, in a fixed order (a trained mask's
 //   with atomics unless `deterministic`).
+// A row's scores sit in shared memory up to 24576 keys, in the scratch past that (any length).
 bool attentionNeedsFillRows(const AttentionArgs& a);
-size_t attentionFillRowsScratch(const AttentionArgs& a);  // attentionFillRowsForward's scratch bytes
+size_t attentionFillRowsScratch(const AttentionArgs& a, bool backward);  // the forward's or the backward's fix-up's scratch bytes
 cudaError_t attentionFillRowsForward(const void* Q, const void* KT, const void* V, void* O, float* lse, void* scratch, const AttentionArgs& a,
                                      cudaStream_t st);
 cudaError_t attentionFillRowsLse(const float* lse, float* out, const AttentionArgs& a, cudaStream_t st);
 cudaError_t attentionFillRowsBackward(const void* dO, const void* Q, const void* KT, const void* V, const void* O, const float* lse, void* dQ,
-                                      void* dKT, void* dV, const AttentionArgs& a, cudaStream_t st);
+                                      void* dKT, void* dV, void* scratch, const AttentionArgs& a, cudaStream_t st);
 // O [N, Tq, Dv], lse f32 [N, Tq].
 cudaError_t attentionForward(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st);
 // dQ, dKT, dV (the inputs' shapes and type) from dO, the inputs, O and lse.

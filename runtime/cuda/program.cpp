@@ -2060,7 +2060,7 @@ void Program::Lowering::ampcAttention() {
     }
     // Rows masked everywhere by a finite fill: recomputed after whichever implementation ran
     if (fillRows(a, has(maskAt) ? in(maskAt) : nullptr, d)) {
-      const Scratch fs = scratch(attentionFillRowsScratch(a));  // (after the implementation's launch: its scratch is free)
+      const Scratch fs = scratch(attentionFillRowsScratch(a, false));  // (after the implementation's launch: its scratch is free)
       add([=](cudaStream_t st) { return attentionFillRowsForward(Q, KT, V, O, lse, fs.at(0), a, st); });
     }
     return;
@@ -2086,7 +2086,9 @@ void Program::Lowering::ampcAttention() {
   const size_t wsB = dnn ? alignUp(dnn->workspaceBytes()) : 0;
   const size_t dnnBytes = dnn ? wsB + (copyK ? kBytes : 0) + (copyDK ? kBytes : 0) : 0;
   const size_t lseAt = alignUp(std::max(kernels ? attentionScratch(a, true) : 0, dnnBytes));
-  const Scratch all = scratch(fill ? lseAt + sizeof(float) * static_cast<size_t>(N * d.Tq) : dnnBytes);
+  // The backward's fix-up runs after both (and reads the forward's LSE): its scratch from 0.
+  const size_t fillBytes = fill ? attentionFillRowsScratch(a, true) : 0;
+  const Scratch all = scratch(fill ? std::max(lseAt + sizeof(float) * static_cast<size_t>(N * d.Tq), fillBytes) : dnnBytes);
   auto lseRead = [=] { return fill ? static_cast<const float*>(all.at(lseAt)) : lse; };
   if (fill) add([=](cudaStream_t st) { return attentionFillRowsLse(lse, static_cast<float*>(all.at(lseAt)), a, st); });
   Launch ours;
@@ -2103,7 +2105,7 @@ void Program::Lowering::ampcAttention() {
       return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
     });
   }
-  if (fill) add([=](cudaStream_t st) { return attentionFillRowsBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, a, st); });
+  if (fill) add([=](cudaStream_t st) { return attentionFillRowsBackward(dO, Q, KT, V, O, lse, dQ, dKT, dV, all.at(0), a, st); });
 }
 
 // Whether a node's mask can leave a row masked everywhere by a finite fill (kAttentionFillLse): any
@@ -2112,11 +2114,7 @@ bool Program::Lowering::fillRows(const AttentionArgs& a, const Value* mask, cons
   if (!mask || !attentionNeedsFillRows(a)) return false;
   auto [it, first] = p.causalMask_.try_emplace(mask, CausalMask::none);
   if (first) it->second = classifyCausalMask(mask, d.Tq, d.Tk);
-  if (it->second == CausalMask::exact) return false;
-  if (d.Tk > kFillRowsMaxKeys)
-    fail("a mask other than the causal one over " + std::to_string(d.Tk) + " keys: a row it masks everywhere by a finite fill is recomputed with its scores in " +
-         "shared memory, which holds up to " + std::to_string(kFillRowsMaxKeys) + " (compile the plan with ampc --no-fuse)");
-  return true;
+  return it->second != CausalMask::exact;
 }
 
 // cuDNN's fused SDPA for a cuda::Attention(Grad) node where ProgramOptions::attention allows it and

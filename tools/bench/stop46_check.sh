@@ -7,8 +7,8 @@
 # applied (attn_bench then takes --draw), it also times the dropout draws ahead against inline, in
 # attn_bench and in the GPT-2 step (amprun --draw-ahead). Logs under $OUT.
 set -uo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/../env.sh"
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # (not `here`: env.sh sets that to its own folder)
+source "$bench/../env.sh"
 out=${OUT:-/tmp/ampc-gpu}
 mkdir -p "$out"
 # (GpuOps' cases run inside Dtypes/GpuOps.MatchTheCpuBackend/N: a filter on a case's name matches nothing.)
@@ -21,8 +21,8 @@ for d in "${draws[@]}"; do
   attn_bench --bh 96 --seq 1024 --dim 64 --layout gpt2 "${flag[@]}" > "$out/attn_gpt2_$d.txt" 2>&1
   echo "== attn_bench $d"; cat "$out/attn_gpt2_$d.txt"
 done
-python3 "$here/sdpa_ref.py" > "$out/sdpa_ref.txt" 2>&1; tail -6 "$out/sdpa_ref.txt"
-python3 "$here/harness.py" --models gpt2 --torch-modes compile_bf16 --ampc-precisions bf16 --out "$out/harness" > "$out/harness.txt" 2>&1
+python3 "$bench/sdpa_ref.py" > "$out/sdpa_ref.txt" 2>&1; tail -6 "$out/sdpa_ref.txt"
+python3 "$bench/harness.py" --models gpt2 --torch-modes compile_bf16 --ampc-precisions bf16 --out "$out/harness" > "$out/harness.txt" 2>&1
 tail -8 "$out/harness.txt"
 plan=/tmp/ampc-bench/gpt2.bf16.ampplan
 if [ -f "$plan" ] && [ "${#draws[@]}" = 2 ]; then
