@@ -87,9 +87,8 @@ const std::vector<Target>& targets() {
        .writesNarrowed = cudaWritesNarrowed,
        .readsNarrowed = cudaReadsNarrowed,
        .pointwiseByHand = cudaPointwiseByHand,
-       // Its kernels (kernels/cuda/nn.cu, layerNorm and layerNormGrad with `rms`) have not yet run
-       // on a GPU: true once GpuOps' RmsNorm cases pass there (tools/bench/NOTES.md, stop 46).
-       .rmsNorm = false,
+       // LayerNorm's kernels with `rms` (kernels/cuda/nn.cu); GpuOps' RmsNorm cases check them.
+       .rmsNorm = true,
        .convPadsBothEnds = true,
        .refusal = cudaRefusal},
       {.name = "cpu", .rmsNorm = true},
