@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (staged by tools/bench/stage_gpu.sh): what stop 46 left for a GPU (tools/bench/
 # NOTES.md, results/2026-12-04h-cpu/NOTE.md) and stop 47 (no GPU either). The GPU tests: every GpuOps
-# case (RmsNorm's kernels, the trigonometric family's generated kernels), the generated groups
+# case (RmsNorm's kernels among them), the generated groups
 # (GpuFused: the 'trig' group), the attention, and GpuProgram (the softcap and scatter-max refusals); attn_bench at GPT-2's shape and PyTorch's flash there; the harness's GPT-2 124M
 # bf16 step (torch.compile in the same call). Built with results/2026-12-04h-cpu/draw_ahead.patch
 # applied (attn_bench then takes --draw), it also times the dropout draws ahead against inline, in
