@@ -70,10 +70,14 @@ bool cudaPointwiseByHand(const Node& n) {
 // What the CUDA program has no kernel for, known from the node alone (runtime/cuda/program.cpp
 // refuses it at load too).
 std::string cudaRefusal(const Node& n) {
-  if (n.domain().empty() && (n.op() == "ScatterElements" || n.op() == "ScatterND")) {
+  if (!n.domain().empty()) return {};
+  const std::string cpu = " has no CUDA kernel; compile with --target cpu to run it on the CPU backend";
+  if (n.op() == "ScatterElements" || n.op() == "ScatterND") {
     const std::string r = n.getString("reduction", "none");
-    if (r != "none" && r != "add") return "reduction '" + r + "' has no CUDA kernel; compile with --target cpu to run it on the CPU backend";
+    if (r != "none" && r != "add") return "reduction '" + r + "'" + cpu;
   }
+  if (n.op() == "MaxPool" && n.getInt("storage_order", 0) != 0) return "storage_order = 1 (column-major Indices)" + cpu;
+  if (n.op() == "ArgMax" && n.getInt("select_last_index", 0) != 0) return "select_last_index = 1 (the last maximum)" + cpu;
   return {};
 }
 

@@ -67,8 +67,9 @@ void recordFolds(Graph& step) {
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate) {
   if (opts.target != "cuda") return 0;
   const Target& cuda = findTarget("cuda");
-  for (const auto& n : step.nodes())
-    if (std::string why = cuda.refusal ? cuda.refusal(*n) : std::string(); !why.empty()) throw Error(n->describe() + ": " + why);
+  for (const auto& n : step.nodes())  // (a node of constants only is computed on the CPU at load)
+    if (std::string why = cuda.refusal && !allConstInputs(*n) ? cuda.refusal(*n) : std::string(); !why.empty())
+      throw Error(n->describe() + ": " + why);
   std::set<const Node*> claimed;
   auto claim = [&] {
     claimed.clear();

@@ -280,26 +280,41 @@ TEST(FuseElementwise, LoneOpWithoutACudaKernelIsAGroup) {
   EXPECT_EQ(countOp(*cpu, "Fused"), 0);
 }
 
-// A node the CUDA program has no kernel for (scatter max) is refused when the step is lowered for the
-// CUDA target, naming the node and the way out; the CPU target takes it.
+// A node the CUDA program has no kernel for (scatter max, ArgMax's last maximum, MaxPool's
+// column-major indices) is refused when the step is lowered for the CUDA target, naming the node
+// and the way out; the CPU target takes it.
 TEST(FuseElementwise, CudaTargetRefusesWhatItCannotRun) {
-  const std::string text =
-      "graph \"g\" opset 18 {\n  input %x : f32[3,4]\n  input %u : f32[2,4]\n  const %i : i64[2,4] = [0, 1, 2, 0, 0, 1, 2, 2]\n"
-      "  %y : f32[3,4] = ScatterElements(%x, %i, %u) {reduction = \"max\"} @scatter_max\n  output %y\n}\n";
-  auto g = load(text);
-  TrainOptions o;
-  o.target = "cuda";
-  try {
-    lowerStep(*g, o);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("scatter_max"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--target cpu"), std::string::npos) << e.what();
+  const struct {
+    const char* node;
+    const char* op;
+    std::string body;
+  } cases[] = {
+      {"scatter_max", "ScatterElements",
+       "  input %u : f32[2,4]\n  const %i : i64[2,4] = [0, 1, 2, 0, 0, 1, 2, 2]\n"
+       "  %y : f32[3,4] = ScatterElements(%x, %i, %u) {reduction = \"max\"} @scatter_max\n"},
+      {"argmax_last", "ArgMax", "  %y : i64[1,4] = ArgMax(%x) {axis = 0, select_last_index = 1} @argmax_last\n"},
+      {"pool_columns", "MaxPool",
+       "  const %s : i64[4] = [1, 1, 3, 4]\n  %x4 : f32[1,1,3,4] = Reshape(%x, %s)\n"
+       "  %y : f32[1,1,2,3], %ix : i64[1,1,2,3] = MaxPool(%x4) {kernel_shape = [2, 2], storage_order = 1} @pool_columns\n"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.node);
+    const std::string text = "graph \"g\" opset 18 {\n  input %x : f32[3,4]\n" + c.body + "  output %y\n}\n";
+    auto g = load(text);
+    TrainOptions o;
+    o.target = "cuda";
+    try {
+      lowerStep(*g, o);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.node), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--target cpu"), std::string::npos) << e.what();
+    }
+    auto cpu = load(text);
+    o.target = "cpu";
+    lowerStep(*cpu, o);
+    EXPECT_EQ(countOp(*cpu, c.op), 1);
   }
-  auto cpu = load(text);
-  o.target = "cpu";
-  lowerStep(*cpu, o);
-  EXPECT_EQ(countOp(*cpu, "ScatterElements"), 1);
 }
 
 // f64 values stay out of groups: a generated kernel holds f32, f16, bf16 and bool (torch.nan_to_num
