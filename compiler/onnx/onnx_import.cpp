@@ -676,6 +676,7 @@ class Importer {
       {"RotaryEmbedding", "interleaved num_heads rotary_embedding_dim"},
       {"Attention", "is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision"},
       {"ConvTranspose", "auto_pad dilations group kernel_shape output_padding output_shape pads strides"},
+      {"Col2Im", "dilations pads strides"},
       {"Resize", "antialias axes coordinate_transformation_mode cubic_coeff_a exclude_outside extrapolation_value "
                  "keep_aspect_ratio_policy mode nearest_mode"},
       {"DepthToSpace", "blocksize mode"},
@@ -685,6 +686,8 @@ class Importer {
       {"RNN", "activation_alpha activation_beta activations clip direction hidden_size layout"},
       {"LRN", "alpha beta bias size"},
       {"If", "else_branch then_branch"},
+      {"Loop", "body"},
+      {"Scan", "body num_scan_inputs scan_input_axes scan_input_directions scan_output_axes scan_output_directions"},
       {"OneHot", "axis"},
       {"RandomNormal", "dtype mean scale seed shape"},
       {"RandomUniform", "dtype high low seed shape"},
@@ -1269,21 +1272,7 @@ class Importer {
     const onnx::GraphProto& b = a->g();
     if (b.output_size() != np.output_size())
       fail(nodeLabel(np) + ": its " + name + " has " + std::to_string(b.output_size()) + " outputs, the If " + std::to_string(np.output_size()));
-    for (const auto& init : b.initializer()) {
-      if (init.name().empty() || g_->lookup(init.name())) fail(nodeLabel(np) + ": " + name + " initializer '" + init.name() + "' is unnamed or defined twice");
-      g_->addConst(init.name(), initializer(init));
-    }
-    for (const auto& n : b.node()) {  // a subgraph's nodes are in order (ONNX requires it)
-      const bool known = lookupOp(n.domain(), n.op_type(), domainVersion(n.domain())) ||
-                         ((n.domain().empty() || n.domain() == "ai.onnx") && kImportLowered.count(n.op_type()));
-      if (!known) fail(nodeLabel(n) + " (in " + nodeLabel(np) + "'s " + name + ") uses an op ampc does not support at opset " + std::to_string(g_->opset));
-      std::string bad;
-      if (int k = unreadAttributes(n, bad))
-        fail(std::to_string(k) + " attribute(s) in " + nodeLabel(np) + "'s " + name + " that ampc does not read, and will not ignore:" + bad);
-      for (const auto& o : n.output())
-        if (!o.empty() && g_->lookup(o)) fail(nodeLabel(n) + ": output '" + o + "' is defined twice");
-      addNode(n);
-    }
+    importBody(np, b, name);
     for (int i = 0; i < np.output_size(); ++i) {
       if (np.output(i).empty()) continue;
       if (auto seq = sequences_.find(b.output(i).name()); seq != sequences_.end()) {  // a sequence of static length
@@ -1293,6 +1282,223 @@ class Importer {
       Value* v = g_->lookup(b.output(i).name());
       if (!v) fail(nodeLabel(np) + ": " + name + " output '" + b.output(i).name() + "' is not produced in it or before it");
       step(np, "Identity", {v}, {}, np.output(i));
+    }
+  }
+
+  // A subgraph's initializers and nodes (an If's taken branch, one iteration of a Loop or a Scan)
+  // imported in place of `np`, each node's op and attributes checked as checkOps checks the main
+  // graph's. `what` names the subgraph in errors.
+  void importBody(const onnx::NodeProto& np, const onnx::GraphProto& b, const std::string& what) {
+    for (const auto& init : b.initializer()) {
+      if (init.name().empty() || g_->lookup(init.name())) fail(nodeLabel(np) + ": " + what + " initializer '" + init.name() + "' is unnamed or defined twice");
+      g_->addConst(init.name(), initializer(init));
+    }
+    for (const auto& n : b.node()) {  // a subgraph's nodes are in order (ONNX requires it)
+      const bool known = lookupOp(n.domain(), n.op_type(), domainVersion(n.domain())) ||
+                         ((n.domain().empty() || n.domain() == "ai.onnx") && kImportLowered.count(n.op_type()));
+      if (!known) fail(nodeLabel(n) + " (in " + nodeLabel(np) + "'s " + what + ") uses an op ampc does not support at opset " + std::to_string(g_->opset));
+      std::string bad;
+      if (int k = unreadAttributes(n, bad))
+        fail(std::to_string(k) + " attribute(s) in " + nodeLabel(np) + "'s " + what + " that ampc does not read, and will not ignore:" + bad);
+      for (const auto& o : n.output())
+        if (!o.empty() && (g_->lookup(o) || sequences_.count(o))) fail(nodeLabel(n) + ": output '" + o + "' is defined twice");
+      addNode(n);
+    }
+  }
+
+  // Renames, in a copy of a loop body, every name the body defines (its initializers, its nodes'
+  // outputs and names, and those of graphs nested in it) by appending `suffix`, and every read of
+  // such a name, or of a name in `names` (the body's inputs, bound to outer values), to match. One
+  // copy per iteration, so that each iteration's values are distinct. `inputs`: whether the graph's
+  // own inputs are defined here (a nested graph's) rather than bound in `names` (the body's).
+  static void renameBody(onnx::GraphProto& b, std::map<std::string, std::string> names, const std::string& suffix, bool inputs) {
+    auto define = [&](std::string* s) {
+      if (s->empty()) return;
+      names[*s] = *s + suffix;
+      *s += suffix;
+    };
+    auto read = [&](std::string* s) {
+      if (auto it = names.find(*s); it != names.end()) *s = it->second;
+    };
+    if (inputs)
+      for (auto& vi : *b.mutable_input()) define(vi.mutable_name());
+    for (auto& t : *b.mutable_initializer()) define(t.mutable_name());
+    for (auto& n : *b.mutable_node()) {
+      for (auto& in : *n.mutable_input()) read(&in);
+      for (auto& a : *n.mutable_attribute()) {
+        if (a.type() == onnx::AttributeProto::GRAPH) renameBody(*a.mutable_g(), names, suffix, true);
+        for (auto& g : *a.mutable_graphs()) renameBody(g, names, suffix, true);
+      }
+      for (auto& o : *n.mutable_output()) define(&o);
+      if (!n.name().empty()) n.set_name(n.name() + suffix);
+    }
+    for (auto& o : *b.mutable_output()) read(o.mutable_name());
+  }
+
+  // The most loop iterations, and body nodes over all of them, that import unrolls.
+  static constexpr int64_t kMaxIterations = 1 << 16, kMaxUnrolledNodes = 1 << 20;
+  void checkUnroll(const onnx::NodeProto& np, int64_t iterations, int bodyNodes) {
+    if (iterations > kMaxIterations || iterations * std::max(bodyNodes, 1) > kMaxUnrolledNodes)
+      fail(nodeLabel(np) + ": unrolling it writes " + std::to_string(iterations) + " iterations of " + std::to_string(bodyNodes) +
+           " nodes; ampc unrolls at most " + std::to_string(kMaxIterations) + " iterations and " + std::to_string(kMaxUnrolledNodes) + " nodes");
+  }
+  // A value the loop carries, by name: a tensor, or a sequence of static length.
+  std::string carriedName(const onnx::NodeProto& np, const std::string& name, const std::string& what) {
+    if (name.empty() || (!g_->lookup(name) && !sequences_.count(name)))
+      fail(nodeLabel(np) + ": " + what + " '" + name + "' is not produced in the body or before it");
+    return name;
+  }
+  void bindCarried(const onnx::NodeProto& np, const std::string& from, const std::string& out) {
+    if (out.empty()) return;
+    if (auto seq = sequences_.find(from); seq != sequences_.end()) {
+      sequences_[out] = seq->second;
+      return;
+    }
+    step(np, "Identity", {g_->lookup(from)}, {}, out);
+  }
+  // A scan output: the iterations' tensors stacked along `axis` (Unsqueeze, then Concat).
+  void stackScanned(const onnx::NodeProto& np, const std::vector<std::string>& parts, int64_t axis, const std::string& out) {
+    std::vector<Value*> items;
+    for (const auto& p : parts) {
+      Value* v = g_->lookup(p);
+      if (!v) fail(nodeLabel(np) + ": scan output '" + p + "' is a sequence or is not produced in the body");
+      const int64_t r = v->type().rank() + 1;
+      if (axis < -r || axis >= r) fail(nodeLabel(np) + ": scan output axis " + std::to_string(axis) + " is outside rank " + std::to_string(r));
+      items.push_back(step(np, "Unsqueeze", {v, constI64(np, "axes", {axis < 0 ? axis + r : axis})}));
+    }
+    if (items.size() == 1) step(np, "Identity", {items[0]}, {}, out);
+    else emit(np, "Concat", items, {out}, {{"axis", axis}});
+  }
+
+  // Loop whose trip count and condition are compile-time constants (a Python for loop over a range
+  // or a static shape, as the TorchScript exporter writes a scripted module's loop) is unrolled: the
+  // body imported once per iteration, reading the iteration number as a constant and the carried
+  // values of the iteration before. Its scan outputs are the iterations' values stacked on a new
+  // first axis. With a condition given, the body's condition must fold too; a loop that depends on
+  // data is refused, naming the node.
+  void lowerLoop(const onnx::NodeProto& np) {
+    const auto* a = findAttr(np, "body", onnx::AttributeProto::GRAPH, "a graph");
+    if (!a) fail(nodeLabel(np) + " has no body");
+    const onnx::GraphProto& body = a->g();
+    const int carried = np.input_size() - 2;
+    if (carried < 0) fail(nodeLabel(np) + " needs its trip count and condition inputs (either may be empty)");
+    if (body.input_size() != carried + 2)
+      fail(nodeLabel(np) + ": its body has " + std::to_string(body.input_size()) + " inputs, not the iteration number, the condition and " +
+           std::to_string(carried) + " carried values");
+    const int scans = body.output_size() - 1 - carried;
+    if (scans < 0) fail(nodeLabel(np) + ": its body has " + std::to_string(body.output_size()) + " outputs, fewer than the condition and the carried values");
+    if (np.output_size() > carried + scans) fail(nodeLabel(np) + " has more outputs than its body's carried values and scan outputs");
+    std::optional<int64_t> trips;
+    if (!np.input(0).empty()) {
+      auto m = constIntsOf(np, 0, "its trip count");
+      if (m.size() != 1) fail(nodeLabel(np) + ": its trip count must be a scalar");
+      trips = std::max<int64_t>(m[0], 0);
+    }
+    const bool hasCond = !np.input(1).empty();
+    bool cond = true;
+    auto constCond = [&](const std::string& name, const std::string& what) {
+      Value* c = g_->lookup(name);
+      const Tensor* t = c ? c->constData() : nullptr;
+      if (!t || t->numel() != 1)
+        fail(nodeLabel(np) + ": " + what + " is computed at run time; ampc unrolls a Loop only where the trip count and the condition are "
+                             "compile-time constants (with static shapes, conditions on shapes are)");
+      return t->getDouble(0) != 0;
+    };
+    if (hasCond) cond = constCond(np.input(1), "its condition");
+    if (!trips && !hasCond) fail(nodeLabel(np) + " has neither a trip count nor a condition, so it never ends");
+    std::vector<std::string> state;
+    for (int k = 0; k < carried; ++k) state.push_back(carriedName(np, np.input(k + 2), "carried value"));
+    std::vector<std::vector<std::string>> scanned(static_cast<size_t>(scans));
+    const std::string label = np.name().empty() ? (np.output_size() ? np.output(0) : std::string("loop")) : np.name();
+    int64_t i = 0;
+    for (; (!trips || i < *trips) && cond; ++i) {
+      checkUnroll(np, i + 1, body.node_size());
+      std::map<std::string, std::string> names;
+      names[body.input(0).name()] = g_->addConst(fresh(np, "iteration" + std::to_string(i)), Tensor::fromInts(DType::i64, {}, {i}))->name();
+      names[body.input(1).name()] = g_->addConst(fresh(np, "condition" + std::to_string(i)), Tensor::fromInts(DType::boolean, {}, {1}))->name();
+      for (int k = 0; k < carried; ++k) names[body.input(k + 2).name()] = state[static_cast<size_t>(k)];
+      onnx::GraphProto b = body;
+      renameBody(b, names, "@" + label + "#" + std::to_string(i), false);
+      const std::string what = "body (iteration " + std::to_string(i) + ")";
+      importBody(np, b, what);
+      if (hasCond) cond = constCond(b.output(0).name(), "the condition its " + what + " computes");
+      for (int k = 0; k < carried; ++k) state[static_cast<size_t>(k)] = carriedName(np, b.output(k + 1).name(), "body output");
+      for (int s = 0; s < scans; ++s) scanned[static_cast<size_t>(s)].push_back(b.output(1 + carried + s).name());
+    }
+    for (int k = 0; k < carried && k < np.output_size(); ++k) bindCarried(np, state[static_cast<size_t>(k)], np.output(k));
+    for (int s = 0; carried + s < np.output_size(); ++s) {
+      const std::string& out = np.output(carried + s);
+      if (out.empty()) continue;
+      if (i == 0) fail(nodeLabel(np) + " runs zero times, so its scan output '" + out + "' is empty and of no shape ampc knows");
+      stackScanned(np, scanned[static_cast<size_t>(s)], 0, out);
+    }
+  }
+
+  // Scan (opset 9 and later) is unrolled over its sequence axis: iteration t reads slice t (or
+  // L - 1 - t, reversed) of each scan input along its axis, and the carried states of the one
+  // before; each scan output stacks the iterations' values along its axis (in reverse where its
+  // direction says).
+  void lowerScan(const onnx::NodeProto& np) {
+    if (g_->opset < 9) fail(nodeLabel(np) + ": Scan before opset 9 (batched, with sequence_lens) is not supported");
+    const auto* a = findAttr(np, "body", onnx::AttributeProto::GRAPH, "a graph");
+    if (!a) fail(nodeLabel(np) + " has no body");
+    const onnx::GraphProto& body = a->g();
+    const int64_t m = attrInt(np, "num_scan_inputs", 0);
+    if (m < 1 || m > np.input_size()) fail(nodeLabel(np) + ": num_scan_inputs " + std::to_string(m) + " must be 1 to its " + std::to_string(np.input_size()) + " inputs");
+    const int n = np.input_size() - static_cast<int>(m);
+    if (body.input_size() != np.input_size())
+      fail(nodeLabel(np) + ": its body has " + std::to_string(body.input_size()) + " inputs, the Scan " + std::to_string(np.input_size()));
+    const int k = body.output_size() - n;
+    if (k < 0) fail(nodeLabel(np) + ": its body has fewer outputs than the " + std::to_string(n) + " states");
+    if (np.output_size() > n + k) fail(nodeLabel(np) + " has more outputs than its body");
+    auto list = [&](const char* name, int64_t count) {
+      auto v = attrInts(np, name).value_or(std::vector<int64_t>(static_cast<size_t>(count), 0));
+      if (static_cast<int64_t>(v.size()) != count) fail(nodeLabel(np) + ": " + name + " has " + std::to_string(v.size()) + " entries, not " + std::to_string(count));
+      return v;
+    };
+    const auto inAxes = list("scan_input_axes", m), inDirs = list("scan_input_directions", m);
+    const auto outAxes = list("scan_output_axes", k), outDirs = list("scan_output_directions", k);
+    std::vector<Value*> xs;
+    std::vector<int64_t> axes;
+    int64_t len = -1;
+    for (int64_t j = 0; j < m; ++j) {
+      Value* x = operand(np, n + static_cast<int>(j));
+      if (!x) fail(nodeLabel(np) + ": scan input " + std::to_string(j) + " is missing");
+      const int64_t r = x->type().rank();
+      int64_t ax = inAxes[static_cast<size_t>(j)];
+      if (ax < -r || ax >= r) fail(nodeLabel(np) + ": scan input axis " + std::to_string(ax) + " is outside " + x->type().str());
+      if (ax < 0) ax += r;
+      if (len >= 0 && x->type().shape[ax] != len) fail(nodeLabel(np) + ": its scan inputs have different lengths (" + std::to_string(len) + " and " + std::to_string(x->type().shape[ax]) + ")");
+      len = x->type().shape[ax];
+      xs.push_back(x);
+      axes.push_back(ax);
+    }
+    if (len == 0) fail(nodeLabel(np) + ": its scan inputs are empty, so its outputs are of no shape ampc knows");
+    checkUnroll(np, len, body.node_size());
+    std::vector<std::string> state;
+    for (int s = 0; s < n; ++s) state.push_back(carriedName(np, np.input(s), "state"));
+    std::vector<std::vector<std::string>> scanned(static_cast<size_t>(k));
+    const std::string label = np.name().empty() ? (np.output_size() ? np.output(0) : std::string("scan")) : np.name();
+    for (int64_t t = 0; t < len; ++t) {
+      std::map<std::string, std::string> names;
+      for (int s = 0; s < n; ++s) names[body.input(s).name()] = state[static_cast<size_t>(s)];
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t at = inDirs[static_cast<size_t>(j)] ? len - 1 - t : t;
+        Value* idx = g_->addConst(fresh(np, "at" + std::to_string(at)), Tensor::fromInts(DType::i64, {}, {at}));
+        names[body.input(n + static_cast<int>(j)).name()] = step(np, "Gather", {xs[static_cast<size_t>(j)], idx}, {{"axis", axes[static_cast<size_t>(j)]}})->name();
+      }
+      onnx::GraphProto b = body;
+      renameBody(b, names, "@" + label + "#" + std::to_string(t), false);
+      importBody(np, b, "body (iteration " + std::to_string(t) + ")");
+      for (int s = 0; s < n; ++s) state[static_cast<size_t>(s)] = carriedName(np, b.output(s).name(), "body output");
+      for (int o = 0; o < k; ++o) scanned[static_cast<size_t>(o)].push_back(b.output(n + o).name());
+    }
+    for (int s = 0; s < n && s < np.output_size(); ++s) bindCarried(np, state[static_cast<size_t>(s)], np.output(s));
+    for (int o = 0; n + o < np.output_size(); ++o) {
+      if (np.output(n + o).empty()) continue;
+      auto parts = scanned[static_cast<size_t>(o)];
+      if (outDirs[static_cast<size_t>(o)]) std::reverse(parts.begin(), parts.end());
+      stackScanned(np, parts, outAxes[static_cast<size_t>(o)], np.output(n + o));
     }
   }
 
@@ -1774,6 +1980,74 @@ class Importer {
   // padded by (k - 1) * dilation - pad at each end (plus output_padding at the end; negative
   // amounts crop), and are convolved at stride 1 with the kernel flipped and its channel dims
   // swapped per group. Every step is differentiable, so the kernel trains as it does in PyTorch.
+  // Col2Im (opset 18; PyTorch's nn.Fold and F.fold): the columns [N, C * K, L] (K = prod(block),
+  // column c * K + k holding block offset k, row-major, of channel c at each of the L block
+  // positions) summed back into the image [N, C, image...]. That is a ConvTranspose of the columns
+  // laid out as [N, C * K, blocks...] in C groups, with a constant one-hot weight [C * K, 1, block...]
+  // that sends input channel c * K + k to offset k; output_padding makes up the image's tail that no
+  // block reaches.
+  void lowerCol2Im(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    const auto image = constIntsOf(np, 1, "image_shape"), block = constIntsOf(np, 2, "block_shape");
+    const int64_t sp = static_cast<int64_t>(image.size());
+    if (sp < 1 || sp > 3 || static_cast<int64_t>(block.size()) != sp)
+      fail(nodeLabel(np) + ": image_shape and block_shape must have 1 to 3 entries alike, got " + std::to_string(sp) + " and " + std::to_string(block.size()));
+    const auto xs = x->type().shape;
+    if (xs.size() != 3) fail(nodeLabel(np) + ": the input must be [N, C * prod(block_shape), L], got " + x->type().str());
+    int64_t k = 1;
+    for (int64_t b : block) {
+      if (b <= 0) fail(nodeLabel(np) + ": block_shape entries must be positive");
+      k *= b;
+    }
+    if (xs[1] % k) fail(nodeLabel(np) + ": the input's " + std::to_string(xs[1]) + " rows are not a multiple of the block's " + std::to_string(k) + " elements");
+    auto ints = [&](const char* name, int64_t dflt, int64_t n) {
+      auto v = attrInts(np, name).value_or(std::vector<int64_t>(static_cast<size_t>(n), dflt));
+      if (static_cast<int64_t>(v.size()) != n) fail(nodeLabel(np) + ": " + name + " must have " + std::to_string(n) + " entries");
+      return v;
+    };
+    const auto strides = ints("strides", 1, sp), dil = ints("dilations", 1, sp), pads = ints("pads", 0, 2 * sp);
+    std::vector<int64_t> shape{xs[0], xs[1]}, outPad;
+    int64_t blocks = 1;
+    for (int64_t i = 0; i < sp; ++i) {
+      if (strides[i] <= 0 || dil[i] <= 0 || pads[i] < 0 || pads[sp + i] < 0) fail(nodeLabel(np) + ": strides and dilations must be positive, pads not negative");
+      const int64_t span = image[i] + pads[i] + pads[sp + i] - ((block[i] - 1) * dil[i] + 1);
+      if (image[i] <= 0 || span < 0) fail(nodeLabel(np) + ": the block does not fit the padded image in dim " + std::to_string(i));
+      shape.push_back(span / strides[i] + 1);
+      outPad.push_back(span % strides[i]);
+      blocks *= shape.back();
+    }
+    if (blocks != xs[2])
+      fail(nodeLabel(np) + ": the input has " + std::to_string(xs[2]) + " blocks; image_shape, block_shape and the attributes make " + std::to_string(blocks));
+    const int64_t c = xs[1] / k;
+    std::vector<int64_t> wshape{xs[1], 1};
+    wshape.insert(wshape.end(), block.begin(), block.end());
+    std::vector<double> w(static_cast<size_t>(xs[1] * k), 0.0);
+    for (int64_t ch = 0; ch < xs[1]; ++ch) w[static_cast<size_t>(ch * k + ch % k)] = 1.0;
+    Value* cols = reshapeTo(np, x, shape);
+    Value* wv = g_->addConst(fresh(np, "one_hot"), Tensor::fromDoubles(x->type().dtype, wshape, w));
+    onnx::NodeProto t;
+    t.set_name(np.name());
+    t.set_op_type("ConvTranspose");
+    t.add_input(cols->name());
+    t.add_input(wv->name());
+    t.add_output(out);
+    auto attr = [&](const char* name, const std::vector<int64_t>& v) {
+      auto* a = t.add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    };
+    attr("strides", strides);
+    attr("dilations", dil);
+    attr("pads", pads);
+    attr("output_padding", outPad);
+    auto* g = t.add_attribute();
+    g->set_name("group");
+    g->set_type(onnx::AttributeProto::INT);
+    g->set_i(c);
+    lowerConvTranspose(t, out);
+  }
+
   void lowerConvTranspose(const onnx::NodeProto& np, const std::string& out) {
     Value* x = floatOperand(np, 0);
     Value* w = floatOperand(np, 1);
@@ -1997,12 +2271,15 @@ class Importer {
     if (op == "LSTM" || op == "GRU" || op == "RNN")  // every output is optional
       return lowerRecurrent(np, op == "LSTM" ? Cell::Lstm : op == "GRU" ? Cell::Gru : Cell::Rnn);
     if (op == "If") return lowerIf(np);
+    if (op == "Loop") return lowerLoop(np);
+    if (op == "Scan") return lowerScan(np);
     const std::string out = np.output_size() ? np.output(0) : std::string();
     if (out.empty()) fail(nodeLabel(np) + " has no output");
     if (op == "InstanceNormalization" || op == "GroupNormalization") return lowerGroupNorm(np, op == "InstanceNormalization", out);
     if (op == "RMSNormalization") return lowerRmsNorm(np, out);
     if (op == "Einsum") return lowerEinsum(np, out);
     if (op == "ConvTranspose") return lowerConvTranspose(np, out);
+    if (op == "Col2Im") return lowerCol2Im(np, out);
     if (op == "Resize") return lowerResize(np, out);
     if (op == "DepthToSpace" || op == "SpaceToDepth") return lowerDepthSpace(np, op == "SpaceToDepth", out);
     if (op == "OneHot") return lowerOneHot(np, out);

@@ -207,13 +207,13 @@ TEST(OnnxImport, UnsupportedOpsAreListedTogether) {
   auto* g = m.mutable_graph();
   addNode(g, "Foo", {"y"}, {"f"}, "foo_node");
   addNode(g, "Bar", {"f"}, {"b"}, "bar_node", "com.example");
-  addNode(g, "Loop", {"b", "b"}, {"l"}, "loop_node");
+  addNode(g, "Unique", {"b"}, {"l"}, "unique_node");
   auto* o = m.add_opset_import();
   o->set_domain("com.example");
   o->set_version(1);
   writeModel(d.file("unsup.onnx"), m);
   expectImportError(d.file("unsup.onnx"), {"3 node(s)", "node 'foo_node' (Foo) domain 'ai.onnx'",
-                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'loop_node' (Loop)"});
+                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'unique_node' (Unique)"});
 }
 
 // An attribute of a standard op that ampc does not read would be computed as if it were absent:
@@ -1465,6 +1465,305 @@ TEST(OnnxImport, IfOnAConstantConditionTakesItsBranch) {
   const std::string q = d.file("if_attr.onnx");
   writeModel(q, c);
   expectImportError(q, {"in node 'const_branch' (If)'s then_branch", "node 'then_branch_neg' (Neg) attribute 'alpha' (Neg takes none)"});
+}
+
+namespace {
+onnx::TensorProto* addDoubleInit(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& dims, const std::vector<double>& v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::DOUBLE);
+  for (auto d : dims) t->add_dims(d);
+  for (double x : v) t->add_double_data(x);
+  return t;
+}
+onnx::TensorProto* addBoolInit(onnx::GraphProto* g, const std::string& name, bool v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::BOOL);
+  t->add_int32_data(v ? 1 : 0);
+  return t;
+}
+// The graph's gradients (autodiff of its scalar output) against central differences in f64, over
+// every element of every trainable parameter; returns the relative L2 error.
+double gradientError(const Graph& g) {
+  auto gg = parseGraph(printGraph(g), "copy");  // the text form drops data: copy it over
+  for (Value* p : g.params()) gg->lookup(p->name())->setData(*p->data());
+  for (Value* k : g.consts()) gg->lookup(k->name())->setData(*k->data());
+  PassManager pm;
+  pm.add(createAutodiffPass());
+  pm.run(*gg);
+  auto backend = createCpuBackend();
+  auto outs = evaluate(*gg, {}, *backend);
+  auto loss = [&] { return evaluate(g, {}, *backend)[0].getDouble(0); };
+  double num = 0, den = 0;
+  size_t k = 1;
+  for (Value* p : trainableParams(g, {})) {
+    EXPECT_EQ(gg->outputs().at(k)->name(), p->name() + "_grad");
+    const Tensor& an = outs.at(k++);
+    for (int64_t i = 0; i < p->type().numel(); ++i) {
+      Tensor base = *p->data(), t = base;
+      const double x = base.getDouble(i), h = 1e-6 * std::max(1.0, std::fabs(x));
+      t.setDouble(i, x + h);
+      p->setData(t);
+      const double lp = loss();
+      t.setDouble(i, x - h);
+      p->setData(t);
+      const double lm = loss();
+      p->setData(base);
+      const double fd = (lp - lm) / (2 * h);
+      num += (fd - an.getDouble(i)) * (fd - an.getDouble(i));
+      den += fd * fd;
+    }
+  }
+  EXPECT_GT(k, 1u) << "no trainable parameter";
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+}  // namespace
+
+// Loop with a trip count from a static shape (a scripted for loop, as the TorchScript exporter
+// writes it) unrolls: an Elman-style recurrence h = tanh(h * w + x[i]) that reads the iteration
+// number (to index x, and as a factor of its scan output) and an If nested in its body, checked
+// against the recurrence computed here, its gradients against finite differences. A body
+// condition that folds (i < 2) stops it after three iterations; one computed from data is refused,
+// naming the node, as is a loop with neither trip count nor condition.
+TEST(OnnxImport, LoopOfConstantTripsUnrolls) {
+  TempDir d;
+  const int64_t T = 4, H = 3;
+  const std::vector<double> xv{0.5, -1.0, 0.25, 1.5, 0.75, -0.5, -0.25, 1.0, 0.5, 0.1, -0.3, 0.8};
+  const std::vector<double> wv{0.9, -0.6, 1.1}, h0{0.2, -0.1, 0.4};
+  enum Cond { kTrue, kFolds, kData, kNone };
+  auto model = [&](Cond cond) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "x", {T, H}, xv);
+    addDoubleInit(g, "w", {H}, wv);
+    addDoubleInit(g, "h0", {H}, h0);
+    addNode(g, "Shape", {"x"}, {"s"}, "shape");
+    addNode(g, "Identity", {"x"}, {"xc"}, "xc");  // the body reads it by name
+    addInt64Init(g, "zero", {0});
+    g->mutable_initializer(g->initializer_size() - 1)->clear_dims();
+    addNode(g, "Gather", {"s", "zero"}, {"trips"}, "trips");
+    addBoolInit(g, "yes", true);
+    auto* loop = addNode(g, "Loop", {cond == kNone ? "" : "trips", cond == kNone ? "" : "yes", "h0"}, {"hT", "hs"}, "recur");
+    auto* a = loop->add_attribute();
+    a->set_name("body");
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* b = a->mutable_g();
+    b->set_name("body");
+    addTensorInput(b, "i", onnx::TensorProto::INT64, {});
+    addTensorInput(b, "c", onnx::TensorProto::BOOL, {});
+    addTensorInput(b, "h", onnx::TensorProto::DOUBLE, {H});
+    addNode(b, "Gather", {"xc", "i"}, {"xi"}, "row");
+    addNode(b, "Mul", {"h", "w"}, {"hw"}, "hw");
+    addNode(b, "Add", {"hw", "xi"}, {"u"}, "u");
+    addNode(b, "Tanh", {"u"}, {"hn"}, "tanh");
+    intAttr(addNode(b, "Cast", {"i"}, {"fi"}, "fi"), "to", onnx::TensorProto::DOUBLE);
+    addDoubleInit(b, "one", {}, {1.0});
+    addNode(b, "Add", {"fi", "one"}, {"f"}, "f");
+    addBoolInit(b, "always", true);
+    auto* iff = addNode(b, "If", {"always"}, {"sc"}, "scale");  // then: hn * (i + 1)
+    for (const bool then : {true, false}) {
+      auto* ba = iff->add_attribute();
+      ba->set_name(then ? "then_branch" : "else_branch");
+      ba->set_type(onnx::AttributeProto::GRAPH);
+      auto* br = ba->mutable_g();
+      addNode(br, then ? "Mul" : "Sub", {"hn", "f"}, {then ? "t_out" : "e_out"}, then ? "times" : "minus");
+      addOutput(br, then ? "t_out" : "e_out");
+    }
+    if (cond == kFolds) {
+      addInt64Init(b, "two", {2});
+      b->mutable_initializer(b->initializer_size() - 1)->clear_dims();
+      addNode(b, "Less", {"i", "two"}, {"c_out"}, "more");
+    } else if (cond == kData) {
+      addDoubleInit(b, "zf", {}, {0.0});
+      addNode(b, "ReduceSum", {"hn"}, {"hsum"}, "hsum");
+      addNode(b, "Greater", {"hsum", "zf"}, {"c_out"}, "positive");
+    } else {
+      addNode(b, "Identity", {"c"}, {"c_out"}, "keep");
+    }
+    for (const char* o : {"c_out", "hn", "sc"}) addOutput(b, o);
+    // loss = sum(hs * R) + sum(hT), R fixed
+    std::vector<double> r(static_cast<size_t>(T * H));
+    for (size_t k = 0; k < r.size(); ++k) r[k] = std::cos(1.3 * static_cast<double>(k));
+    addDoubleInit(g, "R", {T, H}, r);
+    addNode(g, "Mul", {"hs", "R"}, {"hr"}, "hr");
+    intAttr(addNode(g, "ReduceSum", {"hr"}, {"l1"}, "l1"), "keepdims", 0);
+    intAttr(addNode(g, "ReduceSum", {"hT"}, {"l2"}, "l2"), "keepdims", 0);
+    addNode(g, "Add", {"l1", "l2"}, {"loss"}, "loss");
+    addOutput(g, "loss");
+    return m;
+  };
+  // The recurrence, here: loss over `steps` iterations.
+  auto reference = [&](int64_t steps, std::vector<double>& hs) {
+    std::vector<double> h = h0;
+    hs.clear();
+    double loss = 0;
+    for (int64_t i = 0; i < steps; ++i) {
+      for (int64_t j = 0; j < H; ++j) {
+        h[static_cast<size_t>(j)] = std::tanh(h[static_cast<size_t>(j)] * wv[static_cast<size_t>(j)] + xv[static_cast<size_t>(i * H + j)]);
+        const double s = h[static_cast<size_t>(j)] * static_cast<double>(i + 1);
+        hs.push_back(s);
+        loss += s * std::cos(1.3 * static_cast<double>(i * H + j));
+      }
+    }
+    for (double v : h) loss += v;
+    return loss;
+  };
+  for (const Cond c : {kTrue, kFolds}) {
+    SCOPED_TRACE(c == kTrue ? "trip count" : "condition that folds");
+    const int64_t steps = c == kTrue ? T : 3;
+    auto m = model(c);
+    if (c == kFolds) {  // fewer iterations: the stacked output has 3 rows, R too
+      auto* g = m.mutable_graph();
+      for (auto& t : *g->mutable_initializer())
+        if (t.name() == "R") {
+          t.set_dims(0, 3);
+          while (t.double_data_size() > 3 * H) t.mutable_double_data()->RemoveLast();
+        }
+    }
+    const std::string p = d.file(c == kTrue ? "loop.onnx" : "loop_cond.onnx");
+    writeModel(p, m);
+    auto graph = importOnnxFile(p);
+    for (const auto& n : graph->nodes()) EXPECT_NE(n->op(), "Loop");
+    std::vector<double> hs;
+    const double want = reference(steps, hs);
+    auto backend = createCpuBackend();
+    EXPECT_NEAR(evaluate(*graph, {}, *backend)[0].getDouble(0), want, 1e-12);
+    EXPECT_LE(gradientError(*graph), 1e-6);
+  }
+  {
+    writeModel(d.file("loop_data.onnx"), model(kData));
+    expectImportError(d.file("loop_data.onnx"), {"node 'recur' (Loop)", "the condition its body (iteration 0) computes is computed at run time"});
+    writeModel(d.file("loop_none.onnx"), model(kNone));
+    expectImportError(d.file("loop_none.onnx"), {"node 'recur' (Loop)", "never ends"});
+  }
+}
+
+// Scan unrolls over its sequence axis: two scan inputs (one along axis 1, one read in reverse), a
+// carried running sum, and two scan outputs (one stacked along axis 1, one in reverse order),
+// checked element by element against the definition.
+TEST(OnnxImport, ScanUnrollsAlongItsAxes) {
+  TempDir d;
+  const int64_t L = 3, W = 2;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  const std::vector<float> av{1, 2, 3, 4, 5, 6};         // [W, L]: scanned along axis 1
+  const std::vector<float> bv{10, 20, 30, 40, 50, 60};   // [L, W]: scanned in reverse
+  addFloatInit(g, "a", {W, L}, av);
+  addFloatInit(g, "b", {L, W}, bv);
+  addFloatInit(g, "s0", {W}, {0.5f, -0.5f});
+  auto* scan = addNode(g, "Scan", {"s0", "a", "b"}, {"sT", "y1", "y2"}, "running");
+  intAttr(scan, "num_scan_inputs", 2);
+  intsAttr(scan, "scan_input_axes", {1, 0});
+  intsAttr(scan, "scan_input_directions", {0, 1});
+  intsAttr(scan, "scan_output_axes", {-1, 0});
+  intsAttr(scan, "scan_output_directions", {0, 1});
+  auto* a = scan->add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  auto* b = a->mutable_g();
+  addTensorInput(b, "s", onnx::TensorProto::FLOAT, {W});
+  addTensorInput(b, "at", onnx::TensorProto::FLOAT, {W});
+  addTensorInput(b, "bt", onnx::TensorProto::FLOAT, {W});
+  addNode(b, "Add", {"s", "at"}, {"s1"}, "sa");
+  addNode(b, "Add", {"s1", "bt"}, {"s2"}, "sb");
+  addNode(b, "Mul", {"at", "bt"}, {"p"}, "p");
+  for (const char* o : {"s2", "s2", "p"}) addOutput(b, o);
+  for (const char* o : {"sT", "y1", "y2"}) addOutput(g, o);
+  writeModel(d.file("scan.onnx"), m);
+  auto graph = importOnnxFile(d.file("scan.onnx"));
+  for (const auto& n : graph->nodes()) EXPECT_NE(n->op(), "Scan");
+  auto backend = createCpuBackend();
+  const auto outs = evaluate(*graph, {}, *backend);
+  ASSERT_EQ(outs.size(), 3u);
+  ASSERT_EQ(outs[1].type.str(), "f32[2,3]");  // [W] pieces stacked on the last axis
+  ASSERT_EQ(outs[2].type.str(), "f32[3,2]");
+  std::vector<double> s{0.5, -0.5};
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t w = 0; w < W; ++w) {
+      const double at = av[static_cast<size_t>(w * L + t)], bt = bv[static_cast<size_t>((L - 1 - t) * W + w)];
+      s[static_cast<size_t>(w)] += at + bt;
+      EXPECT_EQ(outs[1].getDouble(w * L + t), s[static_cast<size_t>(w)]) << t << "," << w;
+      EXPECT_EQ(outs[2].getDouble((L - 1 - t) * W + w), at * bt) << t << "," << w;  // reverse order
+    }
+  for (int64_t w = 0; w < W; ++w) EXPECT_EQ(outs[0].getDouble(w), s[static_cast<size_t>(w)]);
+}
+
+// Col2Im (nn.Fold) becomes a ConvTranspose with a one-hot weight: checked against the definition
+// (each column entry added at its block's offset, outside the padding) with strides, dilations,
+// uneven pads and an image tail no block reaches, in 2-D and 1-D; its gradient against finite
+// differences. Columns that do not match the blocks are refused, naming the node.
+TEST(OnnxImport, Col2ImSumsBlocksBackIntoTheImage) {
+  TempDir d;
+  struct Case {
+    std::vector<int64_t> image, block, strides, dil, pads;
+  };
+  const std::vector<Case> cases = {{{5, 7}, {2, 3}, {2, 1}, {1, 2}, {1, 0, 0, 1}}, {{9}, {3}, {2}, {2}, {2, 1}}};
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& q = cases[ci];
+    SCOPED_TRACE(ci);
+    const size_t sp = q.image.size();
+    const int64_t n = 2, c = 2;
+    int64_t k = 1, l = 1;
+    std::vector<int64_t> blocks;
+    for (size_t i = 0; i < sp; ++i) {
+      k *= q.block[i];
+      blocks.push_back((q.image[i] + q.pads[i] + q.pads[sp + i] - ((q.block[i] - 1) * q.dil[i] + 1)) / q.strides[i] + 1);
+      l *= blocks.back();
+    }
+    std::vector<double> cols(static_cast<size_t>(n * c * k * l));
+    for (size_t i = 0; i < cols.size(); ++i) cols[i] = std::sin(0.37 * static_cast<double>(i) + 0.1);
+    auto m = newModel(17);
+    m.mutable_opset_import(0)->set_version(18);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "cols", {n, c * k, l}, cols);
+    addInt64Init(g, "image", q.image);
+    addInt64Init(g, "block", q.block);
+    auto* f = addNode(g, "Col2Im", {"cols", "image", "block"}, {"y"}, "fold");
+    intsAttr(f, "strides", q.strides);
+    intsAttr(f, "dilations", q.dil);
+    intsAttr(f, "pads", q.pads);
+    addOutput(g, "y");
+    const std::string p = d.file("fold" + std::to_string(ci) + ".onnx");
+    writeModel(p, m);
+    auto graph = importOnnxFile(p);
+    for (const auto& nd : graph->nodes()) EXPECT_NE(nd->op(), "Col2Im");
+    auto backend = createCpuBackend();
+    const Tensor y = evaluate(*graph, {}, *backend)[0];
+    int64_t pixels = 1;
+    for (int64_t e : q.image) pixels *= e;
+    std::vector<double> want(static_cast<size_t>(n * c * pixels), 0.0);
+    const int64_t w2 = sp == 2 ? q.image[1] : 1, kw = sp == 2 ? q.block[1] : 1, l2 = sp == 2 ? blocks[1] : 1;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t o = 0; o < k; ++o)
+          for (int64_t at = 0; at < l; ++at) {
+            const int64_t ki = o / kw, kj = o % kw, b1 = at / l2, b2 = at % l2;
+            const int64_t h = b1 * q.strides[0] - q.pads[0] + ki * q.dil[0];
+            const int64_t w = sp == 2 ? b2 * q.strides[1] - q.pads[1] + kj * q.dil[1] : 0;
+            if (h < 0 || h >= q.image[0] || w < 0 || w >= w2) continue;
+            want[static_cast<size_t>(((b * c + ch) * q.image[0] + h) * w2 + w)] += cols[static_cast<size_t>(((b * c + ch) * k + o) * l + at)];
+          }
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+    EXPECT_EQ(y.type.shape[1], c);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y.getDouble(static_cast<int64_t>(i)), want[i], 1e-12) << i;
+    // The gradient: a scalar loss of the image against finite differences.
+    std::vector<double> r(want.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = std::cos(0.9 * static_cast<double>(i));
+    std::vector<int64_t> yshape{n, c};
+    yshape.insert(yshape.end(), q.image.begin(), q.image.end());
+    addDoubleInit(g, "R", yshape, r);
+    addNode(g, "Mul", {"y", "R"}, {"yr"}, "yr");
+    intAttr(addNode(g, "ReduceSum", {"yr"}, {"loss"}, "loss"), "keepdims", 0);
+    g->mutable_output(0)->set_name("loss");
+    writeModel(p, m);
+    auto lossGraph = importOnnxFile(p);
+    EXPECT_LE(gradientError(*lossGraph), 1e-6);
+    // Columns that are not the blocks the attributes make.
+    g->mutable_node(0)->mutable_attribute(0)->set_ints(0, q.strides[0] + 1);
+    writeModel(p, m);
+    expectImportError(p, {"node 'fold' (Col2Im)", "blocks"});
+  }
 }
 
 // RNN (Elman) unrolls with its activation per direction: Relu here, forward and reverse, checked
