@@ -94,6 +94,8 @@ const std::vector<Target>& targets() {
        // LayerNorm's kernels with `rms` (kernels/cuda/nn.cu); GpuOps' RmsNorm cases check them.
        .rmsNorm = true,
        .convPadsBothEnds = true,
+       .matmulWholeBatch = true,  // cuBLASLt's one batch stride (runtime/cuda/program.cpp, MatMul)
+       .padsNonNegative = true,
        .refusal = cudaRefusal},
       {.name = "cpu", .rmsNorm = true},
   };

@@ -60,6 +60,11 @@ struct Target {
   // per dim): conv-pads then writes a Conv whose ends differ as a Pad of its input and a Conv with
   // the smaller pad at both ends.
   bool convPadsBothEnds = false;
+  // Whether its batched GEMM takes each operand as one matrix or as the whole batch only (one batch
+  // stride): target-shapes then expands an operand that broadcasts over part of the batch.
+  bool matmulWholeBatch = false;
+  // Whether its Pad takes only non-negative amounts: target-shapes then writes a crop as a Slice.
+  bool padsNonNegative = false;
   // Why its backend cannot run node n (the plan's lowering refuses it, naming the node), or ""
   // when it can; null: it runs every node.
   std::string (*refusal)(const Node& n) = nullptr;

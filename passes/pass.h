@@ -110,6 +110,10 @@ std::unique_ptr<Pass> createNarrowChecksPass();  // narrow_checks.cpp
 // whose pads differ at a dim's two ends (explicit, or auto_pad SAME_* with an even window) reads a
 // zero Pad of its input for the difference and pads both ends by the smaller amount (conv_pads.cpp).
 std::unique_ptr<Pass> createConvPadsPass(const Target& t);  // conv_pads.cpp
+// Shapes the target's kernels do not take, written as ones they do (target_shapes.cpp): a MatMul
+// operand that broadcasts over part of the batch is expanded (Target::matmulWholeBatch); a Pad's
+// negative amounts become a Slice in front of it (Target::padsNonNegative).
+std::unique_ptr<Pass> createTargetShapesPass(const Target& t);  // target_shapes.cpp
 
 // The CUDA target's lowering rewrites (runtime/lower.cpp), each making explicit target nodes
 // ("cuda" domain) that the CPU reference runs too:

@@ -704,7 +704,12 @@ class Importer {
       {"Hardmax", "axis"},
       {"LpNormalization", "axis p"},
       {"GlobalLpPool", "p"},
-      {"LpPool", "auto_pad ceil_mode dilations kernel_shape p pads strides"}};
+      {"LpPool", "auto_pad ceil_mode dilations kernel_shape p pads strides"},
+      {"AffineGrid", "align_corners"},
+      {"ReverseSequence", "batch_axis time_axis"},
+      {"Compress", "axis"},
+      {"NonZero", ""},
+      {"CenterCropPad", "axes"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -1509,7 +1514,7 @@ class Importer {
   // Ops that are a few registry ops each, as ONNX defines them (several by a function body).
   static inline const std::set<std::string> kSmallCompositions = {
       "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization",
-      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool"};
+      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool", "AffineGrid", "ReverseSequence", "Compress", "NonZero", "CenterCropPad"};
   void lowerSmall(const onnx::NodeProto& np, const std::string& out) {
     const std::string& op = np.op_type();
     std::vector<Value*> xs;
@@ -1556,6 +1561,115 @@ class Importer {
       if (!isFloat(t)) v = castTo(np, v, DType::f64);
       step(np, "ArgMax", {step(np, "Neg", {v})},
            {{"axis", attrInt(np, "axis", 0)}, {"keepdims", attrInt(np, "keepdims", 1)}, {"select_last_index", attrInt(np, "select_last_index", 0)}}, out);
+    } else if (op == "AffineGrid") {  // opset 20 (F.affine_grid): theta [N, k, k + 1] times each output position's (x, y[, z], 1)
+      Value* theta = floatOperand(np, 0);
+      const auto size = constIntsOf(np, 1, "size");
+      const bool align = attrInt(np, "align_corners", 0) != 0;
+      const int64_t sp = static_cast<int64_t>(size.size()) - 2;
+      const auto ts = theta->type().shape;
+      if ((sp != 2 && sp != 3) || ts.size() != 3 || ts[0] != size[0] || ts[1] != sp || ts[2] != sp + 1)
+        fail(nodeLabel(np) + ": theta " + theta->type().str() + " does not fit size of " + std::to_string(size.size()) + " entries (N, C and 2 or 3 spatial dims)");
+      const std::vector<int64_t> dims(size.begin() + 2, size.end());
+      int64_t points = 1;
+      for (int64_t l : dims) {
+        if (l <= 0) fail(nodeLabel(np) + ": size's spatial dims must be positive");
+        // ONNX's reference puts a single position at -1, PyTorch at 0: refused rather than guessed.
+        if (align && l == 1) fail(nodeLabel(np) + ": a spatial dim of 1 with align_corners is defined differently by ONNX and PyTorch");
+        points *= l;
+      }
+      std::vector<double> base;
+      base.reserve(static_cast<size_t>(points * (sp + 1)));
+      for (int64_t p = 0; p < points; ++p) {
+        std::vector<int64_t> at(static_cast<size_t>(sp));
+        for (int64_t i = sp - 1, rest = p; i >= 0; --i) at[static_cast<size_t>(i)] = rest % dims[static_cast<size_t>(i)], rest /= dims[static_cast<size_t>(i)];
+        for (int64_t i = sp - 1; i >= 0; --i) {  // x (the last dim) first
+          const double l = static_cast<double>(dims[static_cast<size_t>(i)]), k = static_cast<double>(at[static_cast<size_t>(i)]);
+          base.push_back(align ? -1.0 + 2.0 * k / (l - 1.0) : (2.0 * k + 1.0) / l - 1.0);
+        }
+        base.push_back(1.0);
+      }
+      Value* b = g_->addConst(fresh(np, "base_grid"), Tensor::fromDoubles(theta->type().dtype, {points, sp + 1}, base));
+      Value* grid = step(np, "MatMul", {b, step(np, "Transpose", {theta}, {{"perm", std::vector<int64_t>{0, 2, 1}}})});
+      std::vector<int64_t> shape{size[0]};
+      shape.insert(shape.end(), dims.begin(), dims.end());
+      shape.push_back(sp);
+      step(np, "Reshape", {grid, constI64(np, "shape", shape)}, {}, out);
+    } else if (op == "ReverseSequence") {  // each batch entry's first len[b] steps reversed: GatherElements along time
+      const int64_t r = x->type().rank();
+      if (r < 2 || xs.size() != 2) fail(nodeLabel(np) + " needs an input of rank 2 or more and sequence_lens");
+      const int64_t tAxis = attrInt(np, "time_axis", 0), bAxis = attrInt(np, "batch_axis", 1);
+      if ((tAxis != 0 && tAxis != 1) || bAxis != 1 - tAxis) fail(nodeLabel(np) + ": time_axis and batch_axis must be 0 and 1, one each");
+      const int64_t steps = x->type().shape[tAxis], batch = x->type().shape[bAxis];
+      Value* lens = xs[1];
+      if (lens->type().shape != std::vector<int64_t>{batch}) fail(nodeLabel(np) + ": sequence_lens " + lens->type().str() + " is not one length per batch entry (" + std::to_string(batch) + ")");
+      if (const Tensor* t = lens->constData())
+        for (int64_t b = 0; b < batch; ++b)
+          if (t->getInt(b) < 0 || t->getInt(b) > steps) fail(nodeLabel(np) + ": sequence length " + std::to_string(t->getInt(b)) + " is outside 0 to " + std::to_string(steps));
+      if (lens->type().dtype != DType::i64) lens = castTo(np, lens, DType::i64);
+      std::vector<int64_t> along(static_cast<size_t>(r), 1);
+      along[static_cast<size_t>(bAxis)] = batch;
+      // A length past the steps (data at run time) is read as all of them.
+      lens = step(np, "Min", {reshapeTo(np, lens, along), g_->addConst(fresh(np, "steps"), Tensor::fromInts(DType::i64, {}, {steps}))});
+      Value* t = arangeAlong(np, r, tAxis, steps);
+      Value* back = step(np, "Sub", {step(np, "Sub", {lens, g_->addConst(fresh(np, "one"), Tensor::fromInts(DType::i64, {}, {1}))}), t});
+      Value* idx = step(np, "Where", {step(np, "Less", {t, lens}), back, t});
+      idx = step(np, "Expand", {idx, constI64(np, "shape", x->type().shape)});
+      step(np, "GatherElements", {x, idx}, {{"axis", tAxis}}, out);
+    } else if (op == "Compress") {  // a condition known at compile time: a Gather of the positions it keeps
+      if (xs.size() != 2) fail(nodeLabel(np) + " needs an input and a condition");
+      const Tensor* c = xs[1]->constData();
+      if (!c || xs[1]->type().rank() != 1)
+        fail(nodeLabel(np) + ": its condition is computed at run time, so its output's shape is not static; ampc takes Compress only with a constant 1-D condition");
+      const auto* axisAttr = findAttr(np, "axis", onnx::AttributeProto::INT, "an int");
+      Value* v = axisAttr ? x : reshapeTo(np, x, {x->type().numel()});
+      const int64_t r = v->type().rank();
+      int64_t axis = axisAttr ? axisAttr->i() : 0;
+      if (axis < -r || axis >= r) fail(nodeLabel(np) + ": axis " + std::to_string(axis) + " is outside " + x->type().str());
+      if (axis < 0) axis += r;
+      std::vector<int64_t> keep;
+      for (int64_t i = 0; i < c->numel(); ++i) {
+        if (c->getDouble(i) == 0) continue;
+        if (i >= v->type().shape[axis]) fail(nodeLabel(np) + ": its condition selects position " + std::to_string(i) + ", past the axis's " + std::to_string(v->type().shape[axis]));
+        keep.push_back(i);
+      }
+      if (keep.empty()) fail(nodeLabel(np) + ": its condition selects nothing; ampc has no empty tensors");
+      step(np, "Gather", {v, constI64(np, "kept", keep)}, {{"axis", axis}}, out);
+    } else if (op == "NonZero") {  // of a constant: a constant [rank, count]
+      const Tensor* c = x->constData();
+      if (!c) fail(nodeLabel(np) + ": its input is computed at run time, so its output's shape is not static; ampc takes NonZero only of a constant");
+      const auto& shape = x->type().shape;
+      const int64_t r = std::max<int64_t>(x->type().rank(), 1);
+      std::vector<int64_t> at;
+      for (int64_t i = 0; i < c->numel(); ++i)
+        if (c->getDouble(i) != 0) at.push_back(i);
+      if (at.empty()) fail(nodeLabel(np) + ": its constant input has no nonzero element; ampc has no empty tensors");
+      const int64_t count = static_cast<int64_t>(at.size());
+      std::vector<int64_t> v(static_cast<size_t>(r * count), 0);
+      for (int64_t k = 0; k < count; ++k)
+        for (int64_t d = x->type().rank() - 1, rest = at[static_cast<size_t>(k)]; d >= 0; --d) {
+          v[static_cast<size_t>(d * count + k)] = rest % shape[static_cast<size_t>(d)];
+          rest /= shape[static_cast<size_t>(d)];
+        }
+      g_->addConst(out, Tensor::fromInts(DType::i64, {r, count}, v));
+    } else if (op == "CenterCropPad") {  // per axis a centred crop (start floor(d / 2)) or zero padding (floor(d / 2) before)
+      if (xs.size() != 2) fail(nodeLabel(np) + " needs an input and a shape");
+      const auto target = constIntsOf(np, 1, "shape");
+      const int64_t r = x->type().rank();
+      std::vector<int64_t> axes = attrInts(np, "axes").value_or(std::vector<int64_t>{});
+      if (axes.empty())
+        for (int64_t a = 0; a < r; ++a) axes.push_back(a);
+      if (axes.size() != target.size()) fail(nodeLabel(np) + ": shape has " + std::to_string(target.size()) + " entries for " + std::to_string(axes.size()) + " axes");
+      Value* v = x;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        int64_t a = axes[i];
+        if (a < -r || a >= r) fail(nodeLabel(np) + ": axis " + std::to_string(a) + " is outside " + x->type().str());
+        if (a < 0) a += r;
+        if (target[i] <= 0) fail(nodeLabel(np) + ": shape entries must be positive");
+        const int64_t diff = target[i] - x->type().shape[static_cast<size_t>(a)];
+        const int64_t before = diff >= 0 ? diff / 2 : -((-diff) / 2);
+        v = padAxis(np, v, a, before, diff - before);
+      }
+      step(np, "Identity", {v}, {}, out);
     } else if (op == "Xor") {  // (a and not b) or (not a and b)
       if (xs.size() != 2) fail(nodeLabel(np) + " needs two inputs");
       Value* a = xs[0];

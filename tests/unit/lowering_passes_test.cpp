@@ -278,3 +278,60 @@ TEST(ConvPads, UnevenEndsBecomeAPadWithTheSameLossAndGradients) {
   EXPECT_FALSE(createConvPadsPass(findTarget("cuda"))->run(*even));
   EXPECT_EQ(count(*even, "Pad"), 0);
 }
+
+// target-shapes (the cuda target): a MatMul operand that broadcasts over part of the batch ([1, 3]
+// or [2, 1] of [2, 3], a rank-3 operand under a rank-4 batch) is expanded to the whole batch, and a
+// Pad with negative amounts (crops, with or without axes, mixed with pads on other ends) reads a
+// Slice and pads only; the loss and every gradient equal the graph's as written on fresh random
+// data. Whole or single-matrix batches, non-negative pads and the cpu target are left alone.
+TEST(TargetShapes, PartialBatchesAndCropsBecomeWhatTheKernelsTakeWithTheSameGradients) {
+  const std::string tail = " %l : f64[] = ReduceSum(%p) {keepdims = 0}\n output %l";
+  auto product = [&](const std::string& a, const std::string& b) {  // to [2,3,4,6], weighted
+    return " param %a : f64" + a + "\n param %b : f64" + b + "\n param %k : f64[2,3,4,6]\n %y : f64[2,3,4,6] = MatMul(%a, %b)\n"
+           " %p : f64[2,3,4,6] = Mul(%y, %k)\n" + tail;
+  };
+  const struct {
+    const char* name;
+    std::string body;
+    int expands, slices;
+  } cases[] = {
+      {"head_shared_b", product("[2,3,4,5]", "[1,3,5,6]"), 1, 0},
+      {"both_partial", product("[2,1,4,5]", "[3,5,6]"), 2, 0},
+      {"crop_and_pad",
+       " param %x : f64[3,7,6]\n const %pads : i64[6] = [0, -2, 1, 1, 1, -3]\n param %k : f64[4,6,4]\n"
+       " %y : f64[4,6,4] = Pad(%x, %pads)\n %p : f64[4,6,4] = Mul(%y, %k)\n" + tail, 0, 1},
+      {"crop_axes",
+       " param %x : f64[3,7,6]\n const %pads : i64[4] = [-1, 2, -2, -1]\n const %axes : i64[2] = [-1, 1]\n const %v : f64[] = [0.5]\n"
+       " param %k : f64[3,8,3]\n %y : f64[3,8,3] = Pad(%x, %pads, %v, %axes)\n %p : f64[3,8,3] = Mul(%y, %k)\n" + tail, 0, 1},
+  };
+  for (const auto& c : cases)
+    for (const uint64_t seed : {1u, 2u}) {
+      SCOPED_TRACE(c.name);
+      auto cpu = build(c.body, seed, 18);
+      EXPECT_FALSE(createTargetShapesPass(findTarget("cpu"))->run(*cpu));
+      auto g = build(c.body, seed, 18);
+      ASSERT_TRUE(createTargetShapesPass(findTarget("cuda"))->run(*g));
+      verify(*g);
+      EXPECT_EQ(count(*g, "Expand"), c.expands);
+      EXPECT_EQ(count(*g, "Slice"), c.slices);
+      for (const auto& n : g->nodes()) {
+        if (n->op() == "MatMul") {  // each operand one matrix or the whole batch
+          for (size_t i = 0; i < 2; ++i) {
+            const auto& s = n->input(i)->type().shape;
+            int64_t count = 1;
+            for (size_t d = 0; d + 2 < s.size(); ++d) count *= s[d];
+            const auto& y = n->result(0)->type().shape;
+            EXPECT_TRUE(count == 1 || std::equal(s.begin(), s.end() - 2, y.end() - static_cast<std::ptrdiff_t>(s.size()), y.end() - 2)) << i;
+          }
+        }
+        if (n->op() == "Pad")
+          for (int64_t i = 0; i < n->input(1)->constData()->numel(); ++i) EXPECT_GE(n->input(1)->constData()->getInt(i), 0);
+      }
+      const auto want = lossAndGrad(build(c.body, seed, 18)), got = lossAndGrad(std::move(g));
+      expectSameOutputs(want, got);
+    }
+  auto whole = build(" param %a : f64[2,3,4,5]\n param %b : f64[5,6]\n param %c : f64[2,3,6,2]\n %y : f64[2,3,4,6] = MatMul(%a, %b)\n"
+                     " %z : f64[2,3,4,2] = MatMul(%y, %c)\n const %pads : i64[8] = [0, 0, 1, 0, 0, 0, 0, 2]\n"
+                     " %q : f64[2,3,5,4] = Pad(%z, %pads)\n %l : f64[] = ReduceSum(%q) {keepdims = 0}\n output %l", 1, 18);
+  EXPECT_FALSE(createTargetShapesPass(findTarget("cuda"))->run(*whole));
+}

@@ -1766,6 +1766,155 @@ TEST(OnnxImport, Col2ImSumsBlocksBackIntoTheImage) {
   }
 }
 
+// Ops of opsets 18 to 20 and shape-dependent ops that import writes as registry ops, each against
+// its definition: AffineGrid (2-D at both align_corners, 3-D; its gradient to
+// theta against finite differences), ReverseSequence (both layouts, lengths known or fed), Compress
+// (with and without an axis), NonZero of a constant, and CenterCropPad (ONNX's own crop example, with
+// an uneven difference, and an uneven pad). Compress with a condition computed at run time is
+// refused, naming the node.
+TEST(OnnxImport, LaterAndShapeOpsMatchTheirDefinitions) {
+  TempDir d;
+  auto backend = createCpuBackend();
+  auto build = [&](const std::string& name, const std::function<void(onnx::GraphProto*)>& body) {
+    auto m = newModel(17);
+    m.mutable_opset_import(0)->set_version(23);
+    body(m.mutable_graph());
+    const std::string p = d.file(name + ".onnx");
+    writeModel(p, m);
+    return p;
+  };
+  const std::vector<float> xv = ramp(24, 2.0f);
+  for (const bool align : {false, true})
+    for (const int64_t sp : {2, 3}) {  // AffineGrid
+      SCOPED_TRACE(std::to_string(sp) + (align ? "-D aligned" : "-D"));
+      const int64_t n = 2;
+      const std::vector<int64_t> dims = sp == 2 ? std::vector<int64_t>{3, 4} : std::vector<int64_t>{2, 3, 4};
+      std::vector<double> theta(static_cast<size_t>(n * sp * (sp + 1)));
+      for (size_t i = 0; i < theta.size(); ++i) theta[i] = std::sin(0.8 * static_cast<double>(i) + 0.2);
+      std::vector<int64_t> size{n, 5};
+      size.insert(size.end(), dims.begin(), dims.end());
+      int64_t points = 1;
+      for (int64_t l : dims) points *= l;
+      std::vector<double> r(static_cast<size_t>(n * points * sp));
+      for (size_t i = 0; i < r.size(); ++i) r[i] = std::cos(0.3 * static_cast<double>(i));
+      auto p = build("affine" + std::to_string(sp) + (align ? "a" : ""), [&](onnx::GraphProto* g) {
+        addDoubleInit(g, "theta", {n, sp, sp + 1}, theta);
+        addInt64Init(g, "size", size);
+        intAttr(addNode(g, "AffineGrid", {"theta", "size"}, {"grid"}, "grid"), "align_corners", align ? 1 : 0);
+        addOutput(g, "grid");
+      });
+      auto gr = importOnnxFile(p);
+      const Tensor grid = evaluate(*gr, {}, *backend)[0];
+      std::vector<int64_t> want{n};
+      want.insert(want.end(), dims.begin(), dims.end());
+      want.push_back(sp);
+      ASSERT_EQ(grid.type.shape, want);
+      auto coord = [&](int64_t k, int64_t l) { return align ? -1.0 + 2.0 * k / (l - 1) : (2.0 * k + 1) / l - 1; };
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t q = 0; q < points; ++q) {
+          std::vector<double> h;  // (x, y[, z], 1)
+          for (int64_t i = sp - 1, rest = q; i >= 0; --i) {
+            h.insert(h.begin(), coord(rest % dims[static_cast<size_t>(i)], dims[static_cast<size_t>(i)]));
+            rest /= dims[static_cast<size_t>(i)];
+          }
+          std::reverse(h.begin(), h.end());
+          h.push_back(1.0);
+          for (int64_t o = 0; o < sp; ++o) {
+            double v = 0;
+            for (int64_t k = 0; k <= sp; ++k) v += theta[static_cast<size_t>((b * sp + o) * (sp + 1) + k)] * h[static_cast<size_t>(k)];
+            EXPECT_NEAR(grid.getDouble((b * points + q) * sp + o), v, 1e-12) << b << " " << q << " " << o;
+          }
+        }
+      auto lossModel = build("affine_loss", [&](onnx::GraphProto* g) {
+        addDoubleInit(g, "theta", {n, sp, sp + 1}, theta);
+        addInt64Init(g, "size", size);
+        intAttr(addNode(g, "AffineGrid", {"theta", "size"}, {"grid"}, "grid"), "align_corners", align ? 1 : 0);
+        addDoubleInit(g, "R", want, r);
+        addNode(g, "Mul", {"grid", "R"}, {"gr"}, "gr");
+        intAttr(addNode(g, "ReduceSum", {"gr"}, {"loss"}, "loss"), "keepdims", 0);
+        addOutput(g, "loss");
+      });
+      EXPECT_LE(gradientError(*importOnnxFile(lossModel)), 1e-6);
+    }
+  for (const bool batchFirst : {false, true})
+    for (const bool fed : {false, true}) {  // ReverseSequence on [T, B, 2] or [B, T, 2]
+      SCOPED_TRACE(std::string(batchFirst ? "batch first" : "time first") + (fed ? ", lengths fed" : ""));
+      const int64_t T = 4, B = 3;
+      const std::vector<int64_t> lens{4, 1, 2};
+      auto p = build("revseq", [&](onnx::GraphProto* g) {
+        addFloatInit(g, "x", batchFirst ? std::vector<int64_t>{B, T, 2} : std::vector<int64_t>{T, B, 2}, std::vector<float>(xv.begin(), xv.end()));
+        if (fed) addTensorInput(g, "lens", onnx::TensorProto::INT64, {B});
+        else addInt64Init(g, "lens", lens);
+        auto* n = addNode(g, "ReverseSequence", {"x", "lens"}, {"y"}, "rev");
+        intAttr(n, "time_axis", batchFirst ? 1 : 0);
+        intAttr(n, "batch_axis", batchFirst ? 0 : 1);
+        addOutput(g, "y");
+      });
+      auto gr = importOnnxFile(p);
+      std::map<std::string, Tensor> feeds;
+      if (fed) feeds["lens"] = Tensor::fromInts(DType::i64, {B}, lens);
+      const Tensor y = evaluate(*gr, feeds, *backend)[0];
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t k = 0; k < 2; ++k) {
+            const int64_t src = t < lens[static_cast<size_t>(b)] ? lens[static_cast<size_t>(b)] - 1 - t : t;
+            auto at = [&](int64_t tt) { return batchFirst ? (b * T + tt) * 2 + k : (tt * B + b) * 2 + k; };
+            EXPECT_EQ(y.getDouble(at(t)), xv[static_cast<size_t>(at(src))]) << b << " " << t;
+          }
+    }
+  {  // Compress, NonZero, CenterCropPad
+    auto p = build("shape_ops", [&](onnx::GraphProto* g) {
+      addFloatInit(g, "x", {4, 6}, xv);
+      auto* c = g->add_initializer();
+      c->set_name("keep");
+      c->set_data_type(onnx::TensorProto::BOOL);
+      c->add_dims(5);
+      for (int v : {0, 1, 1, 0, 1}) c->add_int32_data(v);
+      intAttr(addNode(g, "Compress", {"x", "keep"}, {"cols"}, "cols"), "axis", 1);
+      addNode(g, "Compress", {"x", "keep"}, {"flat"}, "flat");
+      auto* sparse = addInt64Init(g, "sparse", {0, 15, 0, -2, 0, 3});  // a constant (a float initializer would be a parameter)
+      sparse->clear_dims();
+      sparse->add_dims(2);
+      sparse->add_dims(3);
+      addNode(g, "NonZero", {"sparse"}, {"nz"}, "nz");
+      addFloatInit(g, "img", {20, 10, 3}, ramp(600, 1.0f));
+      addInt64Init(g, "crop", {10, 7, 3});
+      addNode(g, "CenterCropPad", {"img", "crop"}, {"cropped"}, "crop");
+      addInt64Init(g, "padded", {10, 13});
+      intsAttr(addNode(g, "CenterCropPad", {"img", "padded"}, {"cp"}, "cp"), "axes", {0, 1});
+      for (const char* o : {"cols", "flat", "nz", "cropped", "cp"}) addOutput(g, o);
+    });
+    auto gr = importOnnxFile(p);
+    const auto outs = evaluate(*gr, {}, *backend);
+    ASSERT_EQ(outs.size(), 5u);
+    ASSERT_EQ(outs[0].type.str(), "f32[4,3]");
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(outs[0].getDouble(i * 3 + j), xv[static_cast<size_t>(i * 6 + std::vector<int64_t>{1, 2, 4}[j])]);
+    ASSERT_EQ(outs[1].type.str(), "f32[3]");
+    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(outs[1].getDouble(j), xv[static_cast<size_t>(std::vector<int64_t>{1, 2, 4}[j])]);
+    ASSERT_EQ(outs[2].type.str(), "i64[2,3]");
+    const std::vector<int64_t> nz{0, 1, 1, 1, 0, 2};
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(outs[2].getInt(i), nz[static_cast<size_t>(i)]);
+    const auto img = ramp(600, 1.0f);
+    ASSERT_EQ(outs[3].type.str(), "f32[10,7,3]");  // x[5:15, 1:8, :]
+    for (int64_t i = 0; i < 10; ++i)
+      for (int64_t j = 0; j < 7; ++j)
+        for (int64_t k = 0; k < 3; ++k) EXPECT_EQ(outs[3].getDouble((i * 7 + j) * 3 + k), img[static_cast<size_t>(((i + 5) * 10 + j + 1) * 3 + k)]);
+    ASSERT_EQ(outs[4].type.str(), "f32[10,13,3]");  // y[:, 1:11] = x[5:15], zeros either side
+    for (int64_t i = 0; i < 10; ++i)
+      for (int64_t j = 0; j < 13; ++j)
+        for (int64_t k = 0; k < 3; ++k)
+          EXPECT_EQ(outs[4].getDouble((i * 13 + j) * 3 + k), j >= 1 && j < 11 ? img[static_cast<size_t>(((i + 5) * 10 + j - 1) * 3 + k)] : 0.0f);
+  }
+  auto p = build("compress_data", [&](onnx::GraphProto* g) {
+    addFloatInit(g, "x", {24}, xv);
+    addTensorInput(g, "keep", onnx::TensorProto::BOOL, {24});
+    addNode(g, "Compress", {"x", "keep"}, {"y"}, "select");
+    addOutput(g, "y");
+  });
+  expectImportError(p, {"node 'select' (Compress)", "computed at run time"});
+}
+
 // RNN (Elman) unrolls with its activation per direction: Relu here, forward and reverse, checked
 // against the recurrence by hand. LSTM and GRU take only their default activations, written or
 // not; any other function (or one RNN lacks) is refused, naming the node.
