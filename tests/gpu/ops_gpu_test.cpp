@@ -173,6 +173,11 @@ std::vector<Case> cases() {
   c.push_back({"MatMul_batched", "input %a : $T[2,3,16,24]\ninput %b : $T[2,3,24,8]\n%y : $T[2,3,16,8] = MatMul(%a, %b)\noutput %y"});
   c.push_back({"MatMul_broadcast", "input %a : $T[4,16,24]\ninput %b : $T[24,40]\n%y : $T[4,16,40] = MatMul(%a, %b)\noutput %y"});
   c.push_back({"MatMul_vector", "input %a : $T[24]\ninput %b : $T[3,24,8]\n%y : $T[3,8] = MatMul(%a, %b)\noutput %y"});
+  // Shapes the kernels take only through target-shapes (run in runCase, as ampc does for --target
+  // cuda): an operand broadcast over part of the batch (expanded), and a Pad that crops (a Slice).
+  c.push_back({"MatMul_partial_batch", "input %a : $T[2,3,16,24]\ninput %b : $T[1,3,24,8]\ninput %c : $T[2,1,8,5]\n"
+                                       "%y : $T[2,3,16,8] = MatMul(%a, %b)\n%z : $T[2,3,16,5] = MatMul(%y, %c)\noutput %z"});
+  c.push_back({"Pad_crop", "input %x : $T[3,9,8]\nconst %p : i64[6] = [0, -2, 1, 1, 1, -3]\n%y : $T[4,8,6] = Pad(%x, %p)\noutput %y"});
   c.push_back({"Gemm_bias", "input %a : $T[64,32]\ninput %w : $T[48,32]\ninput %c : $T[48]\n%y : $T[64,48] = Gemm(%a, %w, %c) {transB = 1}\noutput %y"});
   c.push_back({"Gemm_transA_beta", "input %a : $T[32,64]\ninput %w : $T[32,48]\ninput %c : $T[64,1]\n"
                                    "%y : $T[64,48] = Gemm(%a, %w, %c) {alpha = 0.5, beta = 2.0, transA = 1}\noutput %y"});
@@ -427,6 +432,7 @@ void runCase(const Case& k, const std::string& t, bool deterministic = false) {
   createFuseNormEpiloguePass()->run(*g);
   createFuseReluGradPass()->run(*g);
   createKeepLossStatsPass()->run(*g);
+  createTargetShapesPass(findTarget("cuda"))->run(*g);
   std::map<std::string, Tensor> inputs;
   for (const Value* v : g->inputs()) {
     Spec s;

@@ -240,6 +240,34 @@ class PatchAttention(nn.Module):
         return self.fc(self.a(t, t, t, key_padding_mask=m)[0].mean(1))
 
 
+class ScriptedRecurrence(nn.Module):
+    """A scripted submodule (torch.jit.script) with a for loop over the columns and a list that it
+    stacks: the TorchScript exporter writes the loop as ONNX Loop (a trip count from the shape, the
+    list a carried sequence), which ampc unrolls."""
+
+    class Cell(nn.Module):
+        def __init__(self, d: int):
+            super().__init__()
+            self.w = nn.Linear(d, d)
+
+        def forward(self, x):  # [N, T, d]
+            h = torch.zeros_like(x[:, 0])
+            outs: list[torch.Tensor] = []
+            for t in range(x.size(1)):
+                h = torch.tanh(self.w(h) + x[:, t])
+                outs.append(h)
+            return torch.stack(outs, 1).mean(1)
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.cell = torch.jit.script(ScriptedRecurrence.Cell(8))
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.cell(self.c(x).mean(2).transpose(1, 2)))
+
+
 class FrozenBn(nn.Module):
     """A convolution with a BatchNorm left in eval() (frozen, running statistics not 0 and 1), and,
     with `trained`, a second convolution whose BatchNorm trains: fine-tuning's usual mix."""
@@ -329,6 +357,11 @@ MODELS = {
     "pixel_shuffle": (lambda: ConvThen(nn.Sequential(nn.PixelShuffle(2), nn.PixelUnshuffle(2)), 8), 8),
     "roll_flip": (lambda: ConvThen(Lambda(lambda y: torch.roll(y, 2, 3) + torch.flip(y, [2])), 8), 8),
     "adaptive_max": (lambda: ConvThen(nn.AdaptiveMaxPool2d(3), 9), 9),
+    # Added in stop 49, when no GPU was lent (not yet run): a scripted loop (ONNX Loop under the
+    # TorchScript exporter) and F.fold after F.unfold (Col2Im at opset 18: the dynamo exporter;
+    # the TorchScript exporter's opset 17 has no Col2Im). stn_tiny has F.affine_grid.
+    "scripted_loop": (ScriptedRecurrence, 8),
+    "fold_unfold": (lambda: ConvThen(Lambda(lambda y: F.fold(F.unfold(y, 3, padding=1, stride=2) * 0.5, (9, 9), 3, padding=1, stride=2)), 9), 9),
     "normalize_std": (lambda: ConvThen(Lambda(lambda y: F.normalize(y, dim=1) * F.cosine_similarity(y, y.flip(1), dim=1).unsqueeze(1)
                                               + (y - y.mean((2, 3), keepdim=True)) / (y.var((2, 3), keepdim=True) + 1e-3).sqrt()), 8), 8),
 }
