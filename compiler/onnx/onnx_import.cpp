@@ -1588,8 +1588,13 @@ class Importer {
         }
         base.push_back(1.0);
       }
-      Value* b = g_->addConst(fresh(np, "base_grid"), Tensor::fromDoubles(theta->type().dtype, {points, sp + 1}, base));
-      Value* grid = step(np, "MatMul", {b, step(np, "Transpose", {theta}, {{"perm", std::vector<int64_t>{0, 2, 1}}})});
+      // grid[n, p, o] = sum over k of theta[n, o, k] base[p, k], as a product and a sum rather than a
+      // MatMul: autocast would run a MatMul in f16/bf16, and grid coordinates there are off by up to
+      // a pixel at 224 px. These ops keep theta's precision (Cast to its own dtype, as elsewhere).
+      const DType t = theta->type().dtype;
+      Value* b = g_->addConst(fresh(np, "base_grid"), Tensor::fromDoubles(t, {1, points, 1, sp + 1}, base));
+      Value* th = step(np, "Unsqueeze", {castTo(np, theta, t), constI64(np, "axes", {1})});  // [N, 1, sp, sp + 1]
+      Value* grid = reduceNode(np, "ReduceSum", step(np, "Mul", {th, b}), std::vector<int64_t>{3}, 0);  // [N, points, sp]
       std::vector<int64_t> shape{size[0]};
       shape.insert(shape.end(), dims.begin(), dims.end());
       shape.push_back(sp);

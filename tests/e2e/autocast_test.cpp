@@ -244,3 +244,32 @@ TEST(Autocast, RotaryAnglesRunFp32) {
     }
   EXPECT_LT(worst, 1e-3) << "cos/sin of the positions against f64";
 }
+
+// AffineGrid (F.affine_grid) imports as a product and a sum, not a MatMul, so that autocast leaves
+// the grid's coordinates in FP32 (at bf16 they would be off by up to a pixel at 224 px, and
+// PyTorch's AMP computes them in the input's precision): no value of the painted graph is bf16, and
+// the grid equals the f32 graph's.
+TEST(Autocast, AffineGridStaysFp32) {
+  test::TempDir d;
+  auto m = test::newModel(17);
+  m.mutable_opset_import(0)->set_version(20);
+  auto* g = m.mutable_graph();
+  test::addTensorInput(g, "theta", onnx::TensorProto::FLOAT, {2, 2, 3});
+  test::addInt64Init(g, "size", {2, 3, 224, 224});
+  test::addNode(g, "AffineGrid", {"theta", "size"}, {"grid"}, "grid");
+  test::addOutput(g, "grid");
+  test::writeModel(d.file("affine.onnx"), m);
+  auto plain = importOnnxFile(d.file("affine.onnx"));
+  auto painted = importOnnxFile(d.file("affine.onnx"));
+  AutocastOptions ao;
+  ao.low = DType::bf16;
+  createAutocastPass(ao)->run(*painted);
+  for (const auto& n : painted->nodes())
+    for (size_t i = 0; i < n->numResults(); ++i) EXPECT_NE(n->result(i)->type().dtype, DType::bf16) << n->describe();
+  Tensor theta(TensorType{DType::f32, {2, 2, 3}});
+  for (int64_t i = 0; i < theta.numel(); ++i) theta.setDouble(i, std::sin(1.7 * static_cast<double>(i)));
+  auto backend = createCpuBackend();
+  const Tensor a = evaluate(*plain, {{"theta", theta}}, *backend)[0], b = evaluate(*painted, {{"theta", theta}}, *backend)[0];
+  ASSERT_EQ(a.type, b.type);
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.getDouble(i), b.getDouble(i)) << i;
+}
