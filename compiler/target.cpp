@@ -78,6 +78,9 @@ std::string cudaRefusal(const Node& n) {
   }
   if (n.op() == "MaxPool" && n.getInt("storage_order", 0) != 0) return "storage_order = 1 (column-major Indices)" + cpu;
   if (n.op() == "ArgMax" && n.getInt("select_last_index", 0) != 0) return "select_last_index = 1 (the last maximum)" + cpu;
+  // Tile's copy reads the output as [reps, x] per dim, twice the rank, within kMaxRank (8).
+  if (n.op() == "Tile" && n.input(0) && n.input(0)->type().rank() > 4)
+    return "rank " + std::to_string(n.input(0)->type().rank()) + " (CUDA's Tile takes up to 4)" + cpu;
   return {};
 }
 

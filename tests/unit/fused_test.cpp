@@ -281,7 +281,7 @@ TEST(FuseElementwise, LoneOpWithoutACudaKernelIsAGroup) {
 }
 
 // A node the CUDA program has no kernel for (scatter max, ArgMax's last maximum, MaxPool's
-// column-major indices) is refused when the step is lowered for the CUDA target, naming the node
+// column-major indices, a Tile past rank 4) is refused when the step is lowered for the CUDA target, naming the node
 // and the way out; the CPU target takes it.
 TEST(FuseElementwise, CudaTargetRefusesWhatItCannotRun) {
   const struct {
@@ -296,6 +296,9 @@ TEST(FuseElementwise, CudaTargetRefusesWhatItCannotRun) {
       {"pool_columns", "MaxPool",
        "  const %s : i64[4] = [1, 1, 3, 4]\n  %x4 : f32[1,1,3,4] = Reshape(%x, %s)\n"
        "  %y : f32[1,1,2,3], %ix : i64[1,1,2,3] = MaxPool(%x4) {kernel_shape = [2, 2], storage_order = 1} @pool_columns\n"},
+      {"tile_5d", "Tile",
+       "  const %s : i64[5] = [1, 1, 1, 3, 4]\n  %x5 : f32[1,1,1,3,4] = Reshape(%x, %s)\n  const %r : i64[5] = [2, 1, 1, 1, 1]\n"
+       "  %y : f32[2,1,1,3,4] = Tile(%x5, %r) @tile_5d\n"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.node);
