@@ -1341,11 +1341,25 @@ class Importer {
   }
 
   // The most loop iterations, and body nodes over all of them, that import unrolls.
-  static constexpr int64_t kMaxIterations = 1 << 16, kMaxUnrolledNodes = 1 << 20;
+  static constexpr int64_t kMaxIterations = 1 << 16, kMaxUnrolledNodes = 1 << 18;
   void checkUnroll(const onnx::NodeProto& np, int64_t iterations, int bodyNodes) {
     if (iterations > kMaxIterations || iterations * std::max(bodyNodes, 1) > kMaxUnrolledNodes)
       fail(nodeLabel(np) + ": unrolling it writes " + std::to_string(iterations) + " iterations of " + std::to_string(bodyNodes) +
            " nodes; ampc unrolls at most " + std::to_string(kMaxIterations) + " iterations and " + std::to_string(kMaxUnrolledNodes) + " nodes");
+  }
+  // A loop body's initializers, imported once for every iteration (bound in `names` under new
+  // names) and dropped from the body that is copied per iteration.
+  onnx::GraphProto sharedInitializers(const onnx::NodeProto& np, const onnx::GraphProto& body, const std::string& label,
+                                      std::map<std::string, std::string>& names) {
+    onnx::GraphProto b = body;
+    for (const auto& init : b.initializer()) {
+      if (init.name().empty()) fail(nodeLabel(np) + ": its body has an unnamed initializer");
+      const std::string name = g_->uniqueName(init.name() + "@" + label);
+      g_->addConst(name, initializer(init));
+      names[init.name()] = name;
+    }
+    b.clear_initializer();
+    return b;
   }
   // A value the loop carries, by name: a tensor, or a sequence of static length.
   std::string carriedName(const onnx::NodeProto& np, const std::string& name, const std::string& what) {
@@ -1415,14 +1429,17 @@ class Importer {
     for (int k = 0; k < carried; ++k) state.push_back(carriedName(np, np.input(k + 2), "carried value"));
     std::vector<std::vector<std::string>> scanned(static_cast<size_t>(scans));
     const std::string label = np.name().empty() ? (np.output_size() ? np.output(0) : std::string("loop")) : np.name();
+    if (trips && !hasCond) checkUnroll(np, *trips, body.node_size());
+    std::map<std::string, std::string> shared;
+    const onnx::GraphProto proto = sharedInitializers(np, body, label, shared);
     int64_t i = 0;
     for (; (!trips || i < *trips) && cond; ++i) {
       checkUnroll(np, i + 1, body.node_size());
-      std::map<std::string, std::string> names;
+      std::map<std::string, std::string> names = shared;
       names[body.input(0).name()] = g_->addConst(fresh(np, "iteration" + std::to_string(i)), Tensor::fromInts(DType::i64, {}, {i}))->name();
       names[body.input(1).name()] = g_->addConst(fresh(np, "condition" + std::to_string(i)), Tensor::fromInts(DType::boolean, {}, {1}))->name();
       for (int k = 0; k < carried; ++k) names[body.input(k + 2).name()] = state[static_cast<size_t>(k)];
-      onnx::GraphProto b = body;
+      onnx::GraphProto b = proto;
       renameBody(b, names, "@" + label + "#" + std::to_string(i), false);
       const std::string what = "body (iteration " + std::to_string(i) + ")";
       importBody(np, b, what);
@@ -1484,15 +1501,17 @@ class Importer {
     for (int s = 0; s < n; ++s) state.push_back(carriedName(np, np.input(s), "state"));
     std::vector<std::vector<std::string>> scanned(static_cast<size_t>(k));
     const std::string label = np.name().empty() ? (np.output_size() ? np.output(0) : std::string("scan")) : np.name();
+    std::map<std::string, std::string> shared;
+    const onnx::GraphProto proto = sharedInitializers(np, body, label, shared);
     for (int64_t t = 0; t < len; ++t) {
-      std::map<std::string, std::string> names;
+      std::map<std::string, std::string> names = shared;
       for (int s = 0; s < n; ++s) names[body.input(s).name()] = state[static_cast<size_t>(s)];
       for (int64_t j = 0; j < m; ++j) {
         const int64_t at = inDirs[static_cast<size_t>(j)] ? len - 1 - t : t;
         Value* idx = g_->addConst(fresh(np, "at" + std::to_string(at)), Tensor::fromInts(DType::i64, {}, {at}));
         names[body.input(n + static_cast<int>(j)).name()] = step(np, "Gather", {xs[static_cast<size_t>(j)], idx}, {{"axis", axes[static_cast<size_t>(j)]}})->name();
       }
-      onnx::GraphProto b = body;
+      onnx::GraphProto b = proto;
       renameBody(b, names, "@" + label + "#" + std::to_string(t), false);
       importBody(np, b, "body (iteration " + std::to_string(t) + ")");
       for (int s = 0; s < n; ++s) state[static_cast<size_t>(s)] = carriedName(np, b.output(s).name(), "body output");

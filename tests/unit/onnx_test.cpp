@@ -1525,7 +1525,7 @@ double gradientError(const Graph& g) {
 // number (to index x, and as a factor of its scan output) and an If nested in its body, checked
 // against the recurrence computed here, its gradients against finite differences. A body
 // condition that folds (i < 2) stops it after three iterations; one computed from data is refused,
-// naming the node, as is a loop with neither trip count nor condition.
+// naming the node, as are a loop with neither trip count nor condition and one of 10^9 iterations.
 TEST(OnnxImport, LoopOfConstantTripsUnrolls) {
   TempDir d;
   const int64_t T = 4, H = 3;
@@ -1636,6 +1636,17 @@ TEST(OnnxImport, LoopOfConstantTripsUnrolls) {
     expectImportError(d.file("loop_data.onnx"), {"node 'recur' (Loop)", "the condition its body (iteration 0) computes is computed at run time"});
     writeModel(d.file("loop_none.onnx"), model(kNone));
     expectImportError(d.file("loop_none.onnx"), {"node 'recur' (Loop)", "never ends"});
+    // A trip count past what import unrolls is refused before any iteration is written.
+    auto huge = model(kTrue);
+    addInt64Init(huge.mutable_graph(), "billion", {1000000000});
+    huge.mutable_graph()->mutable_initializer(huge.mutable_graph()->initializer_size() - 1)->clear_dims();
+    for (auto& n : *huge.mutable_graph()->mutable_node())
+      if (n.op_type() == "Loop") {
+        n.set_input(0, "billion");
+        n.set_input(1, "");
+      }
+    writeModel(d.file("loop_huge.onnx"), huge);
+    expectImportError(d.file("loop_huge.onnx"), {"node 'recur' (Loop)", "1000000000 iterations", "unrolls at most"});
   }
 }
 
