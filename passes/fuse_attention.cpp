@@ -7,9 +7,10 @@
 //   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
 //                                  causal mask; fill a scalar constant at most -1e30 or -inf)
 //   S = S + mask                  (optional; a trainable one, a bias, gets its gradient)
+//   S = Cast(S) to S's own dtype, or Identity(S)  (any number: softmax(S, dtype=torch.float32))
 //   P = Softmax(S, axis = -1)
 //   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
-//   P = Cast(P) to P's own dtype  (optional: transformers' GPT-2 casts to V's dtype)
+//   P = Cast(P) to P's own dtype  (any number: transformers casts to V's dtype; softmax's dtype)
 //   P = Dropout(P, ratio, training)  (optional, constant ratio and mode, mask result unused)
 //   P = Identity(P)               (any number, before or after the Cast and the Dropout: clone)
 //   O = MatMul(P, V)
@@ -95,6 +96,7 @@ struct Match {
   Value *q = nullptr, *kt = nullptr, *v = nullptr, *mask = nullptr;
   double scale_ = 1.0, ratio = 0.0, softcap = 0.0;
   std::vector<Node*> down;  // the nodes between P and the product with V, in order: Identity (clone), Cast, Dropout
+  std::vector<Node*> up;    // the no-op Casts and Identity nodes between the scores and the Softmax, nearest first
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -164,6 +166,14 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (axis != -1 && axis != static_cast<int64_t>(ss.size()) - 1) return false;
   m.softmax = sm;
   Value* s = sm->input(0);
+  // softmax(S, dtype=torch.float32) of f32 scores (transformers' eager attention): a Cast to the
+  // scores' own dtype, or an Identity, in front of the Softmax. The fused softmax runs in f32 anyway.
+  for (const Node* c = s->producer(); c && c->domain().empty() && singleUse(g, s) &&
+                                      ((c->op() == "Cast" && c->input(0)->type().dtype == s->type().dtype) || c->op() == "Identity");
+       c = s->producer()) {
+    m.up.push_back(const_cast<Node*>(c));
+    s = c->input(0);
+  }
   // + mask
   if (const Node* add = producerOf(s, "Add"); add && singleUse(g, s)) {
     for (int i = 0; i < 2; ++i) {
@@ -244,8 +254,9 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     }
   };
   skipIdentities();
-  // A Cast to the probabilities' own dtype (transformers casts them to V's dtype): the identity.
-  if (user->domain().empty() && user->op() == "Cast" && user->result(0)->type().dtype == p->type().dtype) {
+  // Casts to the probabilities' own dtype (transformers casts them to V's dtype, and the TorchScript
+  // exporter writes softmax's dtype as a Cast after it): identities.
+  while (user->domain().empty() && user->op() == "Cast" && user->result(0)->type().dtype == p->type().dtype) {
     m.cast = user;
     m.down.push_back(user);
     p = user->result(0);
@@ -341,7 +352,10 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache) {
   old->replaceAllUsesWith(a->result(0));
   g.eraseNode(m.out);
   for (auto it = m.down.rbegin(); it != m.down.rend(); ++it) g.eraseNode(*it);
-  for (Node* n : {m.nanWhere, m.isNan, m.softmax, m.add, m.where, m.capMul, m.tanh, m.capScale, m.scale, m.scores, m.qScale, m.kScale})
+  for (Node* n : {m.nanWhere, m.isNan, m.softmax})
+    if (n) g.eraseNode(n);
+  for (Node* n : m.up) g.eraseNode(n);
+  for (Node* n : {m.add, m.where, m.capMul, m.tanh, m.capScale, m.scale, m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
   g.renameValue(a->result(0), oldName);
 }

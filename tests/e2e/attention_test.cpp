@@ -423,6 +423,33 @@ TEST(FusedAttentionPass, ScalesOnQAndKFold) {
     if (n->op() == "Attention") EXPECT_NEAR(n->getFloat("scale", 0.0f), 0.5946036 * 0.5946036, 1e-6);
 }
 
+// transformers' eager attention, softmax(S + mask, dim=-1, dtype=torch.float32).to(q.dtype), in an
+// f32 export: no-op Casts (and an Identity) between the masked scores and the Softmax, and two after
+// it (the TorchScript exporter writes softmax's dtype as a Cast after the Softmax, then .to's). They
+// fuse with the rest, none is left to run, and the loss and gradients are the unfused graph's.
+TEST(FusedAttentionPass, NoOpCastsAroundTheSoftmaxFuse) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  const %s : f32[] = [0.35]
+  const %mask : f32[1,1,5,5] = [0, -1e30, -1e30, -1e30, -1e30, 0, 0, -1e30, -1e30, -1e30, 0, 0, 0, -1e30, -1e30, 0, 0, 0, 0, -1e30, 0, 0, 0, 0, 0]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
+  %sm : f32[2,2,5,5] = Add(%ss, %mask) @attn/mask
+  %c1 : f32[2,2,5,5] = Cast(%sm) {to = 1} @attn/to_f32
+  %c2 : f32[2,2,5,5] = Identity(%c1) @attn/clone
+  %p : f32[2,2,5,5] = Softmax(%c2) {axis = -1} @attn/softmax
+  %p1 : f32[2,2,5,5] = Cast(%p) {to = 1} @attn/softmax_dtype
+  %p2 : f32[2,2,5,5] = Cast(%p1) {to = 1} @attn/to_q_dtype
+  %o : f32[2,2,5,8] = MatMul(%p2, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  expectFusedLikePlain(text, {2, 5, 16});
+  auto g = parseGraph(text, "a");
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+  EXPECT_EQ(count(*g, "Cast"), 0);
+  EXPECT_EQ(count(*g, "Identity"), 0);
+}
+
 // Transformers' attention as both PyTorch exporters write it: a mask that broadcasts over heads
 // (per batch [B, 1, Tq, Tk], a padding row [B, 1, 1, Tk]) or over batches ([1, H, Tq, Tk]), -inf
 // entries, and Where(IsNaN(P), 0, P) after the softmax. It fuses (zero_empty_rows), and the loss
