@@ -97,19 +97,34 @@ struct Match {
   double scale_ = 1.0, ratio = 0.0, softcap = 0.0;
   std::vector<Node*> down;  // the nodes between P and the product with V, in order: Identity (clone), Cast, Dropout
   std::vector<Node*> up;    // the no-op Casts and Identity nodes between the scores and the Softmax, nearest first
+  // Attention written on [N, T, D] with the scores viewed as [B, H, T, T] around the softmax (BLOOM's
+  // baddbmm, DeBERTa's bmm): the Reshape of the scores up to the Softmax's frame and the one of the
+  // probabilities back; the product, its scale and `innerMask` (an Add below the first Reshape) are
+  // in the inner frame. Null: one frame throughout.
+  Node *reshapeUp = nullptr, *reshapeDown = nullptr, *innerAdd = nullptr;
+  Value* innerMask = nullptr;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
 // Whether the match's mask is one cuDNN's fused SDPA reads (AttentionShape::maskForCudnn): none, or
 // an added mask or a Where's condition computed from no parameter.
 bool maskForCudnn(const Match& m) {
-  return !(m.mask && dependsOnParams(m.mask)) && !(m.where && dependsOnParams(m.where->input(0)));
+  return !(m.mask && dependsOnParams(m.mask)) && !(m.where && dependsOnParams(m.where->input(0))) &&
+         !(m.innerMask && dependsOnParams(m.innerMask));
+}
+// A Reshape that changes only the leading dims (the last two kept, the same elements): a view of the
+// scores or probabilities in another frame ([N, Tq, Tk] <-> [B, H, Tq, Tk]).
+bool leadingReshape(const Node* r) {
+  if (!r || !r->domain().empty() || r->op() != "Reshape") return false;
+  const auto &a = r->input(0)->type().shape, &b = r->result(0)->type().shape;
+  return a.size() >= 3 && b.size() >= 3 && a[a.size() - 2] == b[b.size() - 2] && a.back() == b.back() &&
+         r->input(0)->type().numel() == r->result(0)->type().numel();
 }
 
 // The scores' producers that the mask forms sit on: the product or its scaling.
 bool scoresProducer(const Value* v) {
   const Node* p = v->producer();
-  return p && p->domain().empty() && (p->op() == "MatMul" || p->op() == "Mul" || p->op() == "Div");
+  return p && p->domain().empty() && (p->op() == "MatMul" || p->op() == "Mul" || p->op() == "Div" || leadingReshape(p));
 }
 // Where(c, S, fill) or Where(c, fill, S) on the scores s (shape ss), with a constant scalar fill at
 // most -1e30: records it in m and returns S.
@@ -197,6 +212,28 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   } else if (m.add && !scoresProducer(s)) {
     return false;
   }
+  // [B, H, Tq, Tk] viewed from [N, Tq, Tk], and an additive mask in that frame (BLOOM's ALiBi,
+  // DeBERTa's relative-position terms).
+  if (const Node* r = s->producer(); leadingReshape(r) && singleUse(g, s)) {
+    m.reshapeUp = const_cast<Node*>(r);
+    s = r->input(0);
+    const auto& inner = s->type().shape;
+    if (const Node* add = producerOf(s, "Add"); add && singleUse(g, s)) {
+      for (int i = 0; i < 2; ++i) {
+        Value* other = add->input(1 - i);
+        if (other->type().shape != inner || !scoresProducer(other) || !isFloat(add->input(i)->type().dtype)) continue;
+        const auto ms = add->input(i)->type().shape;
+        if (ms.size() > inner.size() || !broadcastShapes(ms, inner) || *broadcastShapes(ms, inner) != inner) continue;
+        // summed with the outer masks at rewrite: one dtype (a Where's additive form is f32)
+        const DType outer = m.mask ? m.mask->type().dtype : DType::f32;
+        if ((m.mask || m.where) && add->input(i)->type().dtype != outer) continue;
+        m.innerAdd = const_cast<Node*>(add);
+        m.innerMask = add->input(i);
+        s = other;
+        break;
+      }
+    }
+  }
   // soft-capping (before the scale: its outer Mul by cap would read as one)
   if (Value* inner = matchSoftcap(g, s, m)) s = inner;
   // * scale
@@ -223,7 +260,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     m.kt = x;
   }
   const auto &qs = m.q->type().shape, &ks = m.kt->type().shape;
-  if (!sameLeading(qs, ks) || !sameLeading(qs, ss) || m.q->type().dtype != m.kt->type().dtype)
+  const auto& inner = m.reshapeUp ? m.reshapeUp->input(0)->type().shape : ss;
+  if (!sameLeading(qs, ks) || !sameLeading(qs, inner) || m.q->type().dtype != m.kt->type().dtype)
     return false;
   // downstream: Dropout? then the product with V
   Value* p = sm->result(0);
@@ -279,6 +317,15 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     user = p->uses()[0].user;
     skipIdentities();
   }
+  // The probabilities viewed back in the product's frame.
+  if (m.reshapeUp) {
+    if (!leadingReshape(user) || user->result(0)->type().shape != inner) return false;
+    m.reshapeDown = user;
+    m.down.push_back(user);
+    p = user->result(0);
+    if (!singleUse(g, p)) return false;
+    user = p->uses()[0].user;
+  }
   if (!user->domain().empty() || user->op() != "MatMul" || user->input(0) != p) return false;
   m.out = user;
   m.v = user->input(1);
@@ -328,15 +375,69 @@ Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
   return add->result(0);
 }
 
+// v viewed with the leading dims `lead` (its last two kept), by a Reshape before `at`.
+Value* withLeading(Graph& g, Value* v, const std::vector<int64_t>& lead, Node* at, const std::string& base) {
+  std::vector<int64_t> shape = lead;
+  const auto& s = v->type().shape;
+  const size_t r = s.size();
+  if (r >= 2) shape.insert(shape.end(), s.end() - 2, s.end());
+  if (shape == s) return v;
+  Value* k = g.addConst(g.uniqueName(base + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(shape.size())}, shape));
+  Node* n = g.createNode("Reshape", "", {v, k}, {{g.uniqueName(v->name() + ".heads"), TensorType{v->type().dtype, shape}}}, at);
+  n->setName(base);
+  return n->result(0);
+}
+
+// The inner frame's mask [.., N, mq, mk] (broadcast to [N, Tq, Tk]) in the Softmax's frame [B, H, mq, mk]:
+// a mask shared over N stays (it broadcasts there too); one per N entry is viewed with [B, H]; one
+// broadcast over part of N is expanded first.
+Value* innerMaskOutside(Graph& g, const Match& m, const std::vector<int64_t>& outerLead) {
+  const auto& inner = m.reshapeUp->input(0)->type().shape;
+  std::vector<int64_t> ms = m.innerMask->type().shape;
+  ms.insert(ms.begin(), inner.size() - ms.size(), 1);
+  const std::vector<int64_t> lead(ms.begin(), ms.end() - 2), innerLead(inner.begin(), inner.end() - 2);
+  if (std::all_of(lead.begin(), lead.end(), [](int64_t d) { return d == 1; })) return m.innerMask;
+  const std::string base = dirOf(m.innerAdd->name()) + "inner_mask";
+  Value* v = m.innerMask;
+  if (lead != innerLead) {
+    std::vector<int64_t> whole = innerLead;
+    whole.insert(whole.end(), ms.end() - 2, ms.end());
+    Value* k = g.addConst(g.uniqueName(base + ".expand"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(whole.size())}, whole));
+    Node* e = g.createNode("Expand", "", {v, k}, {{g.uniqueName(base + ".whole"), TensorType{v->type().dtype, whole}}}, m.out);
+    e->setName(base + "_expand");
+    v = e->result(0);
+  }
+  return withLeading(g, v, outerLead, m.out, base + "_heads");
+}
+
 void rewrite(Graph& g, const Match& m, MaskCache& cache) {
   Value* old = m.out->result(0);
-  std::vector<Value*> ins{m.q, m.kt, m.v};
-  if (m.where) ins.push_back(additiveMask(g, m, cache));
-  else if (m.mask) ins.push_back(m.mask);
   const std::string oldName = old->name();
+  std::vector<Value*> ins{m.q, m.kt, m.v};
+  const auto& ss = m.softmax->result(0)->type().shape;
+  const std::vector<int64_t> outerLead(ss.begin(), ss.end() - 2);
+  if (m.reshapeUp)  // Q, KT and V viewed in the Softmax's frame
+    for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], outerLead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
+  Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
+  if (m.innerMask) {
+    Value* im = innerMaskOutside(g, m, outerLead);
+    if (mask) {
+      const auto both = broadcastShapes(mask->type().shape, im->type().shape);
+      Node* sum = g.createNode("Add", "", {mask, im}, {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *both}}}, m.out);
+      sum->setName(dirOf(m.softmax->name()) + "masks_sum");
+      mask = sum->result(0);
+    } else {
+      mask = im;
+    }
+  }
+  if (mask) ins.push_back(mask);
+  std::vector<int64_t> outShape = outerLead;
+  outShape.push_back(ss[ss.size() - 2]);
+  outShape.push_back(m.v->type().shape.back());
+  const TensorType fusedType = m.reshapeUp ? TensorType{old->type().dtype, outShape} : old->type();
   Node* a = g.createNode("Attention", kGradDomain, ins,
-                         {{g.uniqueName(oldName + ".fused"), old->type()},
-                          {g.uniqueName(oldName + ".lse"), TensorType{DType::f32, std::vector<int64_t>(m.q->type().shape.begin(), m.q->type().shape.end() - 1)}}},
+                         {{g.uniqueName(oldName + ".fused"), fusedType},
+                          {g.uniqueName(oldName + ".lse"), TensorType{DType::f32, std::vector<int64_t>(ins[0]->type().shape.begin(), ins[0]->type().shape.end() - 1)}}},
                          m.out);
   a->setName(dirOf(m.softmax->name()) + "Attention");
   a->setAttr("scale", static_cast<float>(m.scale_));
@@ -349,15 +450,23 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache) {
   }
   auto types = inferTypes(*a);
   for (size_t i = 0; i < a->numResults(); ++i) a->result(i)->setType(types[i]);
-  old->replaceAllUsesWith(a->result(0));
+  Value* result = a->result(0);
+  if (m.reshapeUp) {  // back in the product's frame, [N, Tq, Dv]
+    const auto& os = old->type().shape;
+    Value* k = g.addConst(g.uniqueName(oldName + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(os.size())}, os));
+    Node* back = g.createNode("Reshape", "", {result, k}, {{g.uniqueName(oldName + ".flat"), old->type()}}, m.out);
+    back->setName(dirOf(m.softmax->name()) + "attention_flat");
+    result = back->result(0);
+  }
+  old->replaceAllUsesWith(result);
   g.eraseNode(m.out);
   for (auto it = m.down.rbegin(); it != m.down.rend(); ++it) g.eraseNode(*it);
   for (Node* n : {m.nanWhere, m.isNan, m.softmax})
     if (n) g.eraseNode(n);
   for (Node* n : m.up) g.eraseNode(n);
-  for (Node* n : {m.add, m.where, m.capMul, m.tanh, m.capScale, m.scale, m.scores, m.qScale, m.kScale})
+  for (Node* n : {m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale, m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
-  g.renameValue(a->result(0), oldName);
+  g.renameValue(result, oldName);
 }
 
 class FuseAttentionPass final : public Pass {

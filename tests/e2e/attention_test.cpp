@@ -450,6 +450,81 @@ TEST(FusedAttentionPass, NoOpCastsAroundTheSoftmaxFuse) {
   EXPECT_EQ(count(*g, "Identity"), 0);
 }
 
+// Attention written on [B H, T, D] with its scores viewed as [B, H, T, T] around the softmax: DeBERTa's
+// (KT divided by the scale, a trained relative-position term added per [B H] entry, the view, a
+// padding mask's masked_fill with the lowest float, the view back) and BLOOM's (baddbmm: ALiBi per
+// [B H] entry and key plus the scaled product, the view, a causal additive mask, softmax in f32 with
+// no-op Casts, the view back), and a bias shared by all [B H] entries. Each fuses into one
+// ampc.Attention over [B, H, T, D] views, and the loss and every gradient (the trained terms'
+// among them) are the unfused graph's.
+TEST(FusedAttentionPass, ScoresViewedWithHeadsAroundTheSoftmaxFuse) {
+  const std::string views = R"(  const %n3 : i64[3] = [4, 5, 8]
+  const %n3t : i64[3] = [4, 8, 5]
+  const %s3 : i64[3] = [4, 5, 5]
+  const %s4 : i64[4] = [2, 2, 5, 5]
+  %q3 : f32[4,5,8] = Reshape(%q, %n3) @q3
+  %kt3 : f32[4,8,5] = Reshape(%kt, %n3t) @kt3
+  %v3 : f32[4,5,8] = Reshape(%v, %n3) @v3
+)";
+  const std::string tail = R"(  %o3 : f32[4,5,8] = MatMul(%p3, %v3) @attn/pv
+  %sq : f32[4,5,8] = Mul(%o3, %o3) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  std::mt19937 rng(11);
+  Tensor keep(TensorType{DType::boolean, {2, 1, 1, 5}}), alibi(TensorType{DType::f32, {4, 1, 5}});
+  for (int64_t i = 0; i < keep.numel(); ++i) keep.setDouble(i, i % 5 == 0 || rng() % 3 != 0 ? 1.0 : 0.0);
+  for (int64_t i = 0; i < alibi.numel(); ++i) alibi.setDouble(i, -0.25 * static_cast<double>(i % 5) * static_cast<double>(1 + i / 5));
+  const std::string deberta = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + views + R"(  param %rel : f32[4,5,5]
+  input %keep : bool[2,1,1,5]
+  const %sc : f32[] = [2.828427]
+  %kd : f32[4,8,5] = Div(%kt3, %sc) @attn/kscale
+  %sp : f32[4,5,5] = MatMul(%q3, %kd) @attn/qk
+  %sr : f32[4,5,5] = Add(%sp, %rel) @attn/rel
+  %s : f32[2,2,5,5] = Reshape(%sr, %s4) @attn/view
+  %nk : bool[2,1,1,5] = Not(%keep) @attn/not
+  const %lowest : f32[] = [-3.4028234663852886e38]
+  %sm : f32[2,2,5,5] = Where(%nk, %lowest, %s) @attn/masked_fill
+  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
+  %p3 : f32[4,5,5] = Reshape(%p, %s3) @attn/flat
+)" + tail;
+  expectFusedLikePlain(deberta, {2, 5, 16}, {{"keep", keep}});
+  const std::string bloom = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + views + R"(  input %alibi : f32[4,1,5]
+  const %beta : f32[] = [1.0]
+  const %alpha : f32[] = [0.35355339]
+  const %causal : f32[1,1,5,5] = [0, -3.4e38, -3.4e38, -3.4e38, -3.4e38, 0, 0, -3.4e38, -3.4e38, -3.4e38, 0, 0, 0, -3.4e38, -3.4e38, 0, 0, 0, 0, -3.4e38, 0, 0, 0, 0, 0]
+  %ab : f32[4,1,5] = Mul(%alibi, %beta) @alibi_beta
+  %qk : f32[4,5,5] = MatMul(%q3, %kt3) @attn/qk
+  %qa : f32[4,5,5] = Mul(%qk, %alpha) @attn/scale
+  %sr : f32[4,5,5] = Add(%ab, %qa) @attn/baddbmm
+  %s : f32[2,2,5,5] = Reshape(%sr, %s4) @attn/view
+  %sm : f32[2,2,5,5] = Add(%s, %causal) @attn/causal
+  %c : f32[2,2,5,5] = Cast(%sm) {to = 1} @attn/to_f32
+  %p : f32[2,2,5,5] = Softmax(%c) {axis = -1} @attn/softmax
+  %pc : f32[2,2,5,5] = Cast(%p) {to = 1} @attn/to_dtype
+  %p3 : f32[4,5,5] = Reshape(%pc, %s3) @attn/flat
+)" + tail;
+  expectFusedLikePlain(bloom, {2, 5, 16}, {{"alibi", alibi}});
+  const std::string shared = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + views + R"(  param %bias : f32[5,5]
+  const %alpha : f32[] = [0.35355339]
+  %qk : f32[4,5,5] = MatMul(%q3, %kt3) @attn/qk
+  %qa : f32[4,5,5] = Mul(%qk, %alpha) @attn/scale
+  %sr : f32[4,5,5] = Add(%qa, %bias) @attn/bias
+  %s : f32[2,2,5,5] = Reshape(%sr, %s4) @attn/view
+  %p : f32[2,2,5,5] = Softmax(%s) {axis = -1} @attn/softmax
+  %p3 : f32[4,5,5] = Reshape(%p, %s3) @attn/flat
+)" + tail;
+  expectFusedLikePlain(shared, {2, 5, 16});
+  // The views left are of Q, KT, V and the result: no Reshape of the scores or probabilities.
+  auto g = parseGraph(bloom, "a");
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+  for (const auto& n : g->nodes()) {
+    EXPECT_NE(n->name(), "attn/view");
+    EXPECT_NE(n->name(), "attn/flat");
+    if (n->op() == "Attention") EXPECT_EQ(n->input(0)->type().str(), "f32[2,2,5,8]");
+  }
+}
+
 // Transformers' attention as both PyTorch exporters write it: a mask that broadcasts over heads
 // (per batch [B, 1, Tq, Tk], a padding row [B, 1, 1, Tk]) or over batches ([1, H, Tq, Tk]), -inf
 // entries, and Where(IsNaN(P), 0, P) after the softmax. It fuses (zero_empty_rows), and the loss
