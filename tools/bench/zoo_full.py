@@ -121,6 +121,26 @@ def gpt2_124m():
     return GPT2LMHeadModel(cfg)
 
 
+def bloom_small():
+    """A BLOOM-style LM (ALiBi added by baddbmm on [B H, T, D], scores viewed as [B, H, T, T] around
+    the softmax: passes/fuse_attention.cpp's reshaped form). 6 layers, 768 wide, 12 heads. Added in
+    stop 49 without a GPU lent: not yet run."""
+    from transformers import BloomConfig, BloomForCausalLM
+    return BloomForCausalLM(BloomConfig(vocab_size=32000, hidden_size=768, n_layer=6, n_head=12, hidden_dropout=0.0,
+                                        attention_dropout=0.0, use_cache=False))
+
+
+def deberta_v3_small():
+    """deberta-v3-small's shape (6 layers, 768 wide, 12 heads, relative positions: c2p and p2c terms
+    added to bmm scores on [B H, T, D], viewed as [B, H, T, T] for the padding mask). Added in stop 49
+    without a GPU lent: not yet run."""
+    from transformers import DebertaV2Config, DebertaV2ForMaskedLM
+    return DebertaV2ForMaskedLM(DebertaV2Config(vocab_size=32000, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+                                                intermediate_size=3072, relative_attention=True, position_buckets=256,
+                                                pos_att_type=["p2c", "c2p"], max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                                                share_att_key=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
 def resnet50():
     import torchvision
     return torchvision.models.resnet50()
@@ -142,6 +162,8 @@ MODELS = {
     "llama_1_5b": lm(llama_1_5b, 4, 512, 32000),
     "gemma_hd256_padded": lm_padded(gemma_hd256, 4, 1024, 32000),
     "llama_hd128_padded": lm_padded(llama_hd128, 4, 1024, 32000),
+    "bloom_small": lm(bloom_small, 4, 512, 32000),
+    "deberta_v3_small_padded": lm_padded(deberta_v3_small, 8, 128, 32000),
 }
 
 
