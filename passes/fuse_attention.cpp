@@ -346,6 +346,13 @@ std::string dirOf(const std::string& name) {
 // The additive forms made so far, per condition, fill and polarity: every layer of a model
 // masks with the same condition (CSE has merged the exporter's copies), so one mask serves all.
 using MaskCache = std::map<std::tuple<const Value*, double, bool>, Value*>;
+// An inner-frame mask in the Softmax's frame, and the sum of two masks, made once for every layer
+// that reads the same values (BLOOM's ALiBi and causal mask are each one value for all layers, after
+// CSE): one [B, H, T, T] sum kept for the backward, not one per layer.
+struct SumCache {
+  std::map<const Value*, Value*> views;
+  std::map<std::pair<const Value*, const Value*>, Value*> sums;
+};
 
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
 Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
@@ -410,7 +417,7 @@ Value* innerMaskOutside(Graph& g, const Match& m, const std::vector<int64_t>& ou
   return withLeading(g, v, outerLead, m.out, base + "_heads");
 }
 
-void rewrite(Graph& g, const Match& m, MaskCache& cache) {
+void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   Value* old = m.out->result(0);
   const std::string oldName = old->name();
   std::vector<Value*> ins{m.q, m.kt, m.v};
@@ -420,12 +427,17 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache) {
     for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], outerLead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
   if (m.innerMask) {
-    Value* im = innerMaskOutside(g, m, outerLead);
+    Value*& im = sums.views[m.innerMask];
+    if (!im) im = innerMaskOutside(g, m, outerLead);
     if (mask) {
-      const auto both = broadcastShapes(mask->type().shape, im->type().shape);
-      Node* sum = g.createNode("Add", "", {mask, im}, {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *both}}}, m.out);
-      sum->setName(dirOf(m.softmax->name()) + "masks_sum");
-      mask = sum->result(0);
+      Value*& sum = sums.sums[{mask, im}];
+      if (!sum) {
+        const auto both = broadcastShapes(mask->type().shape, im->type().shape);
+        Node* n = g.createNode("Add", "", {mask, im}, {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *both}}}, m.out);
+        n->setName(dirOf(m.softmax->name()) + "masks_sum");
+        sum = n->result(0);
+      }
+      mask = sum;
     } else {
       mask = im;
     }
@@ -479,11 +491,12 @@ class FuseAttentionPass final : public Pass {
       if (n->domain().empty() && n->op() == "Softmax") softmaxes.push_back(n.get());
     bool changed = false;
     MaskCache cache;
+    SumCache sums;
     for (Node* sm : softmaxes) {
       Match m;
       if (!matchAt(g, sm, m, target_, compute_)) continue;
       g.domainOpsets.emplace(kGradDomain, 1);
-      rewrite(g, m, cache);
+      rewrite(g, m, cache, sums);
       changed = true;
     }
     return changed;

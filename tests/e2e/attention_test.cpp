@@ -456,7 +456,7 @@ TEST(FusedAttentionPass, NoOpCastsAroundTheSoftmaxFuse) {
 // [B H] entry and key plus the scaled product, the view, a causal additive mask, softmax in f32 with
 // no-op Casts, the view back), and a bias shared by all [B H] entries. Each fuses into one
 // ampc.Attention over [B, H, T, D] views, and the loss and every gradient (the trained terms'
-// among them) are the unfused graph's.
+// among them) are the unfused graph's. Two BLOOM layers share one sum of their masks.
 TEST(FusedAttentionPass, ScoresViewedWithHeadsAroundTheSoftmaxFuse) {
   const std::string views = R"(  const %n3 : i64[3] = [4, 5, 8]
   const %n3t : i64[3] = [4, 8, 5]
@@ -515,6 +515,42 @@ TEST(FusedAttentionPass, ScoresViewedWithHeadsAroundTheSoftmaxFuse) {
   %p3 : f32[4,5,5] = Reshape(%p, %s3) @attn/flat
 )" + tail;
   expectFusedLikePlain(shared, {2, 5, 16});
+  // Two layers reading the same ALiBi and causal mask share one sum of them (kept for the backward
+  // once, not per layer), and compute what the unfused graph does.
+  const std::string second = R"(  %qk2 : f32[4,5,5] = MatMul(%q3, %kt3) @attn2/qk
+  %qa2 : f32[4,5,5] = Mul(%qk2, %alpha) @attn2/scale
+  %sr2 : f32[4,5,5] = Add(%ab, %qa2) @attn2/baddbmm
+  %s2 : f32[2,2,5,5] = Reshape(%sr2, %s4) @attn2/view
+  %sm2 : f32[2,2,5,5] = Add(%s2, %causal) @attn2/causal
+  %pp : f32[2,2,5,5] = Softmax(%sm2) {axis = -1} @attn2/softmax
+  %pp3 : f32[4,5,5] = Reshape(%pp, %s3) @attn2/flat
+  %oo : f32[4,5,8] = MatMul(%pp3, %o3) @attn2/pv
+  %loss : f32[] = ReduceMean(%oo) {keepdims = 0} @loss
+  output %loss
+})";
+  std::string twoLayers = bloom.substr(0, bloom.find("  %sq : f32[4,5,8]")) + second;
+  auto two = parseGraph(twoLayers, "a"), twoPlain = parseGraph(twoLayers, "a");
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*two));
+  EXPECT_EQ(count(*two, "Attention"), 2);
+  int sums = 0;
+  for (const auto& n : two->nodes()) sums += n->name().find("masks_sum") != std::string::npos;
+  EXPECT_EQ(sums, 1);
+  {
+    std::mt19937 r2(5);
+    for (Value* p : twoPlain->params()) {
+      Tensor t(p->type());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, std::normal_distribution<double>(0, 0.3)(r2));
+      p->setData(t);
+      two->lookup(p->name())->setData(std::move(t));
+    }
+    Tensor x(TensorType{DType::f32, {2, 5, 16}});
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(r2));
+    auto backend = createCpuBackend();
+    const double a = evaluate(*two, {{"x", x}, {"alibi", alibi}}, *backend)[0].getDouble(0);
+    const double b = evaluate(*twoPlain, {{"x", x}, {"alibi", alibi}}, *backend)[0].getDouble(0);
+    EXPECT_NEAR(a, b, 1e-5 * std::fabs(b));
+    EXPECT_NE(b, 0.0);
+  }
   // The views left are of Q, KT, V and the result: no Reshape of the scores or probabilities.
   auto g = parseGraph(bloom, "a");
   ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
