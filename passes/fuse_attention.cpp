@@ -103,6 +103,11 @@ struct Match {
   // in the inner frame. Null: one frame throughout.
   Node *reshapeUp = nullptr, *reshapeDown = nullptr, *innerAdd = nullptr;
   Value* innerMask = nullptr;
+  // A mask added in another view of the scores, viewed back before the Softmax (torchvision's Swin:
+  // [B nW, H, N, N] viewed as [B, nW, H, N, N] for the shifted-window mask [1, nW, 1, N, N], then back):
+  // the view there, the Add, the view back; the product and the softmax share a frame.
+  Node *sandwichTo = nullptr, *sandwichAdd = nullptr, *sandwichBack = nullptr;
+  Value* sandwichMask = nullptr;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -110,7 +115,45 @@ struct Match {
 // an added mask or a Where's condition computed from no parameter.
 bool maskForCudnn(const Match& m) {
   return !(m.mask && dependsOnParams(m.mask)) && !(m.where && dependsOnParams(m.where->input(0))) &&
-         !(m.innerMask && dependsOnParams(m.innerMask));
+         !(m.innerMask && dependsOnParams(m.innerMask)) && !(m.sandwichMask && dependsOnParams(m.sandwichMask));
+}
+
+// A mask added to the scores in one view `frame` ([.., Tq, Tk]) seen in another, `outer`, with the
+// same elements: the leading dims of the two are matched in groups whose products agree ([B, nW, H]
+// against [B nW, H]: (B, nW) with (B nW), H with H). Per group the mask is 1 throughout (it stays 1
+// in the outer view), the whole group (viewed as the outer dims), or partly broadcast (expanded over
+// the group first). Returns the mask's shape in the outer view, and in `expand` the shape to expand
+// it to first (empty: none); nullopt where the leading dims do not group.
+std::optional<std::vector<int64_t>> maskInFrameShape(std::vector<int64_t> ms, const std::vector<int64_t>& frame,
+                                                     const std::vector<int64_t>& outer, std::vector<int64_t>& expand) {
+  if (ms.size() > frame.size() || frame.size() < 2 || outer.size() < 2) return std::nullopt;
+  ms.insert(ms.begin(), frame.size() - ms.size(), 1);
+  const size_t fl = frame.size() - 2, ol = outer.size() - 2;
+  std::vector<int64_t> result, grown = ms;
+  bool mixed = false;
+  size_t i = 0, j = 0;
+  while (i < fl || j < ol) {
+    const size_t i0 = i, j0 = j;
+    int64_t a = i < fl ? frame[i++] : 1, b = j < ol ? outer[j++] : 1;
+    while (a != b) {
+      if (a < b && i < fl) a *= frame[i++];
+      else if (b < a && j < ol) b *= outer[j++];
+      else return std::nullopt;
+    }
+    bool ones = true, whole = true;
+    for (size_t k = i0; k < i; ++k) {
+      ones = ones && ms[k] == 1;
+      whole = whole && ms[k] == frame[k];
+    }
+    for (size_t k = j0; k < j; ++k) result.push_back(ones ? 1 : outer[k]);
+    if (!ones && !whole) {
+      mixed = true;
+      for (size_t k = i0; k < i; ++k) grown[k] = frame[k];
+    }
+  }
+  result.insert(result.end(), ms.end() - 2, ms.end());
+  expand = mixed ? grown : std::vector<int64_t>{};
+  return result;
 }
 // A Reshape that changes only the leading dims (the last two kept, the same elements): a view of the
 // scores or probabilities in another frame ([N, Tq, Tk] <-> [B, H, Tq, Tk]).
@@ -189,6 +232,30 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     m.up.push_back(const_cast<Node*>(c));
     s = c->input(0);
   }
+  // A mask added in another view of the scores, viewed back before the Softmax (torchvision's Swin:
+  // the shifted-window mask [1, nW, 1, N, N] on the scores viewed as [B, nW, H, N, N]).
+  if (const Node* back = s->producer(); leadingReshape(back) && singleUse(g, s)) {
+    Value* x = back->input(0);
+    const Node* add = producerOf(x, "Add");
+    for (int i = 0; add && singleUse(g, x) && i < 2; ++i) {
+      Value* to = add->input(1 - i);
+      Value* mk = add->input(i);
+      const Node* fwd = to->producer();
+      if (!leadingReshape(fwd) || !singleUse(g, to) || fwd->input(0)->type().shape != ss || to->type().shape != x->type().shape ||
+          !isFloat(mk->type().dtype))
+        continue;
+      std::vector<int64_t> expand;
+      const auto seen = maskInFrameShape(mk->type().shape, x->type().shape, ss, expand);
+      const auto both = broadcastShapes(mk->type().shape, x->type().shape);
+      if (!both || *both != x->type().shape || !seen || !maskShapeOk(*seen, ss)) continue;
+      m.sandwichBack = const_cast<Node*>(back);
+      m.sandwichAdd = const_cast<Node*>(add);
+      m.sandwichTo = const_cast<Node*>(fwd);
+      m.sandwichMask = mk;
+      s = fwd->input(0);
+      break;
+    }
+  }
   // + mask
   if (const Node* add = producerOf(s, "Add"); add && singleUse(g, s)) {
     for (int i = 0; i < 2; ++i) {
@@ -224,9 +291,9 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
         if (other->type().shape != inner || !scoresProducer(other) || !isFloat(add->input(i)->type().dtype)) continue;
         const auto ms = add->input(i)->type().shape;
         if (ms.size() > inner.size() || !broadcastShapes(ms, inner) || *broadcastShapes(ms, inner) != inner) continue;
-        // summed with the outer masks at rewrite: one dtype (a Where's additive form is f32)
-        const DType outer = m.mask ? m.mask->type().dtype : DType::f32;
-        if ((m.mask || m.where) && add->input(i)->type().dtype != outer) continue;
+        std::vector<int64_t> expand;
+        const auto seen = maskInFrameShape(ms, inner, ss, expand);
+        if (!seen || !maskShapeOk(*seen, ss)) continue;
         m.innerAdd = const_cast<Node*>(add);
         m.innerMask = add->input(i);
         s = other;
@@ -331,6 +398,12 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   m.v = user->input(1);
   const auto& vs = m.v->type().shape;
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
+  // The masks are summed into one at rewrite: one dtype (a Where's additive form is f32).
+  std::optional<DType> maskType;
+  for (const Value* mk : {m.mask, m.innerMask, m.sandwichMask})
+    if (mk && maskType.value_or(mk->type().dtype) != mk->type().dtype) return false;
+    else if (mk) maskType = mk->type().dtype;
+  if (m.where && maskType.value_or(DType::f32) != DType::f32) return false;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   shape.softcap = m.softcap > 0.0;
   if (target.fusesAttention(shape)) return true;
@@ -395,26 +468,24 @@ Value* withLeading(Graph& g, Value* v, const std::vector<int64_t>& lead, Node* a
   return n->result(0);
 }
 
-// The inner frame's mask [.., N, mq, mk] (broadcast to [N, Tq, Tk]) in the Softmax's frame [B, H, mq, mk]:
-// a mask shared over N stays (it broadcasts there too); one per N entry is viewed with [B, H]; one
-// broadcast over part of N is expanded first.
-Value* innerMaskOutside(Graph& g, const Match& m, const std::vector<int64_t>& outerLead) {
-  const auto& inner = m.reshapeUp->input(0)->type().shape;
-  std::vector<int64_t> ms = m.innerMask->type().shape;
-  ms.insert(ms.begin(), inner.size() - ms.size(), 1);
-  const std::vector<int64_t> lead(ms.begin(), ms.end() - 2), innerLead(inner.begin(), inner.end() - 2);
-  if (std::all_of(lead.begin(), lead.end(), [](int64_t d) { return d == 1; })) return m.innerMask;
-  const std::string base = dirOf(m.innerAdd->name()) + "inner_mask";
-  Value* v = m.innerMask;
-  if (lead != innerLead) {
-    std::vector<int64_t> whole = innerLead;
-    whole.insert(whole.end(), ms.end() - 2, ms.end());
-    Value* k = g.addConst(g.uniqueName(base + ".expand"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(whole.size())}, whole));
-    Node* e = g.createNode("Expand", "", {v, k}, {{g.uniqueName(base + ".whole"), TensorType{v->type().dtype, whole}}}, m.out);
+// `mask`, added in the view `frame` of the scores, in the Softmax's view `outer` (maskInFrameShape):
+// expanded over a partly broadcast group of dims first, then viewed.
+Value* maskInFrame(Graph& g, Value* mask, const std::vector<int64_t>& frame, const std::vector<int64_t>& outer, Node* at,
+                   const std::string& base) {
+  std::vector<int64_t> expand;
+  const auto shape = *maskInFrameShape(mask->type().shape, frame, outer, expand);
+  Value* v = mask;
+  if (!expand.empty()) {
+    Value* k = g.addConst(g.uniqueName(base + ".expand"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(expand.size())}, expand));
+    Node* e = g.createNode("Expand", "", {v, k}, {{g.uniqueName(base + ".whole"), TensorType{v->type().dtype, expand}}}, at);
     e->setName(base + "_expand");
     v = e->result(0);
   }
-  return withLeading(g, v, outerLead, m.out, base + "_heads");
+  if (v->type().shape == shape) return v;
+  Value* k = g.addConst(g.uniqueName(base + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(shape.size())}, shape));
+  Node* r = g.createNode("Reshape", "", {v, k}, {{g.uniqueName(base + ".view"), TensorType{v->type().dtype, shape}}}, at);
+  r->setName(base + "_view");
+  return r->result(0);
 }
 
 void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
@@ -426,9 +497,14 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   if (m.reshapeUp)  // Q, KT and V viewed in the Softmax's frame
     for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], outerLead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
-  if (m.innerMask) {
-    Value*& im = sums.views[m.innerMask];
-    if (!im) im = innerMaskOutside(g, m, outerLead);
+  // Masks added in another view of the scores: the product's (below reshapeUp) and the sandwich's.
+  const std::vector<std::tuple<Value*, std::vector<int64_t>, const Node*>> framed = {
+      {m.innerMask, m.reshapeUp ? m.reshapeUp->input(0)->type().shape : std::vector<int64_t>{}, m.innerAdd},
+      {m.sandwichMask, m.sandwichTo ? m.sandwichTo->result(0)->type().shape : std::vector<int64_t>{}, m.sandwichAdd}};
+  for (const auto& [extra, frame, add] : framed) {
+    if (!extra) continue;
+    Value*& im = sums.views[extra];
+    if (!im) im = maskInFrame(g, extra, frame, ss, m.out, dirOf(add->name()) + "framed_mask");
     if (mask) {
       Value*& sum = sums.sums[{mask, im}];
       if (!sum) {
@@ -476,7 +552,8 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   for (Node* n : {m.nanWhere, m.isNan, m.softmax})
     if (n) g.eraseNode(n);
   for (Node* n : m.up) g.eraseNode(n);
-  for (Node* n : {m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale, m.scores, m.qScale, m.kScale})
+  for (Node* n : {m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
+                  m.scores, m.qScale, m.kScale})
     if (n) g.eraseNode(n);
   g.renameValue(result, oldName);
 }

@@ -561,6 +561,49 @@ TEST(FusedAttentionPass, ScoresViewedWithHeadsAroundTheSoftmaxFuse) {
   }
 }
 
+// torchvision's Swin: Q scaled, a trained relative-position bias, then the shifted-window mask
+// [1, nW, 1, N, N] (finite, -100) added on the scores viewed as [B, nW, H, N, N] and viewed back
+// before the softmax. It fuses, the window mask expanded over B and viewed as [B nW, 1, N, N], and the
+// loss and gradients (the bias's among them) are the unfused graph's.
+TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
+  std::string mask;
+  for (int w = 0; w < 2; ++w)
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) mask += std::string(mask.empty() ? "" : ", ") + (w == 1 && (i < 2) != (j < 2) ? "-100.0" : "0.0");
+  const std::string text = R"(graph "a" opset 17 {
+  input %x : f32[4,2,4,8]
+  param %wq : f32[8]
+  param %wk : f32[8]
+  param %wv : f32[8]
+  param %rel : f32[1,2,4,4]
+  const %c : f32[] = [0.35355339]
+  const %s5 : i64[5] = [2, 2, 2, 4, 4]
+  const %s4 : i64[4] = [4, 2, 4, 4]
+  const %wm : f32[1,2,1,4,4] = [)" + mask + R"(]
+  %q : f32[4,2,4,8] = Mul(%x, %wq) @q
+  %k : f32[4,2,4,8] = Mul(%x, %wk) @k
+  %kt : f32[4,2,8,4] = Transpose(%k) {perm = [0, 1, 3, 2]} @kt
+  %v : f32[4,2,4,8] = Mul(%x, %wv) @v
+  %qs : f32[4,2,4,8] = Mul(%q, %c) @attn/qscale
+  %sc : f32[4,2,4,4] = MatMul(%qs, %kt) @attn/qk
+  %sb : f32[4,2,4,4] = Add(%sc, %rel) @attn/rel
+  %s5v : f32[2,2,2,4,4] = Reshape(%sb, %s5) @attn/view5
+  %sm : f32[2,2,2,4,4] = Add(%s5v, %wm) @attn/shift_mask
+  %s4v : f32[4,2,4,4] = Reshape(%sm, %s4) @attn/view4
+  %p : f32[4,2,4,4] = Softmax(%s4v) {axis = -1} @attn/softmax
+  %o : f32[4,2,4,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[4,2,4,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  expectFusedLikePlain(text, {4, 2, 4, 8});
+  auto g = parseGraph(text, "a");
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+  for (const auto& n : g->nodes())
+    if (n->op() == "Attention") EXPECT_EQ(n->input(3)->type().str(), "f32[4,2,4,4]");  // bias [1,2,..] + window mask [4,1,..]
+  EXPECT_EQ(count(*g, "Expand"), 1);
+}
+
 // Transformers' attention as both PyTorch exporters write it: a mask that broadcasts over heads
 // (per batch [B, 1, Tq, Tk], a padding row [B, 1, 1, Tk]) or over batches ([1, H, Tq, Tk]), -inf
 // entries, and Where(IsNaN(P), 0, P) after the softmax. It fuses (zero_empty_rows), and the loss
