@@ -1650,6 +1650,43 @@ TEST(OnnxImport, LoopOfConstantTripsUnrolls) {
   }
 }
 
+// A scripted loop that appends to a list (TorchScript: a sequence carried by the Loop, from
+// SequenceEmpty, grown by SequenceInsert, stacked by ConcatFromSequence after it) unrolls into the
+// tensors the list held.
+TEST(OnnxImport, LoopCarriedSequenceUnrolls) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addFloatInit(g, "x", {3, 2}, {1, 2, 3, 4, 5, 6});
+  addInt64Init(g, "three", {3});
+  g->mutable_initializer(g->initializer_size() - 1)->clear_dims();
+  addNode(g, "SequenceEmpty", {}, {"empty"}, "empty");
+  auto* loop = addNode(g, "Loop", {"three", "", "empty"}, {"list"}, "append");
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  auto* b = a->mutable_g();
+  addTensorInput(b, "i", onnx::TensorProto::INT64, {});
+  addTensorInput(b, "c", onnx::TensorProto::BOOL, {});
+  b->add_input()->set_name("seq");  // a sequence: no tensor type
+  addNode(b, "Gather", {"x", "i"}, {"row"}, "row");
+  addNode(b, "Neg", {"row"}, {"neg"}, "neg");
+  addNode(b, "SequenceInsert", {"seq", "neg"}, {"seq_out"}, "insert");
+  addNode(b, "Identity", {"c"}, {"c_out"}, "keep");
+  addOutput(b, "c_out");
+  addOutput(b, "seq_out");
+  auto* cat = addNode(g, "ConcatFromSequence", {"list"}, {"y"}, "stack");
+  intAttr(cat, "axis", 0);
+  intAttr(cat, "new_axis", 1);
+  addOutput(g, "y");
+  writeModel(d.file("list.onnx"), m);
+  auto graph = importOnnxFile(d.file("list.onnx"));
+  auto backend = createCpuBackend();
+  const Tensor y = evaluate(*graph, {}, *backend)[0];
+  ASSERT_EQ(y.type.str(), "f32[3,2]");
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(y.getDouble(i), -static_cast<double>(i + 1));
+}
+
 // Scan unrolls over its sequence axis: two scan inputs (one along axis 1, one read in reverse), a
 // carried running sum, and two scan outputs (one stacked along axis 1, one in reverse order),
 // checked element by element against the definition.
