@@ -423,7 +423,7 @@ using MaskCache = std::map<std::tuple<const Value*, double, bool>, Value*>;
 // that reads the same values (BLOOM's ALiBi and causal mask are each one value for all layers, after
 // CSE): one [B, H, T, T] sum kept for the backward, not one per layer.
 struct SumCache {
-  std::map<const Value*, Value*> views;
+  std::map<std::pair<const Value*, std::vector<int64_t>>, Value*> views;  // by the mask and the view it was added in
   std::map<std::pair<const Value*, const Value*>, Value*> sums;
 };
 
@@ -503,7 +503,7 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
       {m.sandwichMask, m.sandwichTo ? m.sandwichTo->result(0)->type().shape : std::vector<int64_t>{}, m.sandwichAdd}};
   for (const auto& [extra, frame, add] : framed) {
     if (!extra) continue;
-    Value*& im = sums.views[extra];
+    Value*& im = sums.views[{extra, frame}];
     if (!im) im = maskInFrame(g, extra, frame, ss, m.out, dirOf(add->name()) + "framed_mask");
     if (mask) {
       Value*& sum = sums.sums[{mask, im}];
