@@ -76,6 +76,54 @@ TEST(Amprun, DigitsAmpMatchesFp32) {
   EXPECT_LE(std::fabs(acc["bf16"] - acc["fp32"]), 0.5);
 }
 
+// A classifier exported without its loss (x -> logits, as torch.onnx.export(model, x) writes it):
+// `ampc --loss cross-entropy` attaches F.cross_entropy against a new input `target`, and the plan
+// trains on the digits to the accuracy the exported-with-loss model reaches; `ampc` without --loss
+// names the problem. The same model at bf16 trains as well.
+TEST(Amprun, ModelWithoutItsLossTrainsWithAttachedCrossEntropy) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {64, 64});
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto weights = [&](const std::string& name, std::vector<int64_t> dims, float scale) {
+    std::vector<float> v(static_cast<size_t>(dims[0] * (dims.size() > 1 ? dims[1] : 1)));
+    for (float& e : v) e = normal(rng) * scale;
+    addFloatInit(g, name, dims, v);
+  };
+  weights("w1", {48, 64}, 0.125f);
+  weights("b1", {48}, 0.0f);
+  weights("w2", {10, 48}, 0.144f);
+  weights("b2", {10}, 0.0f);
+  auto* fc1 = addNode(g, "Gemm", {"x", "w1", "b1"}, {"h"}, "fc1");
+  auto* t1 = fc1->add_attribute();
+  t1->set_name("transB");
+  t1->set_type(onnx::AttributeProto::INT);
+  t1->set_i(1);
+  addNode(g, "Relu", {"h"}, {"r"}, "relu");
+  auto* fc2 = addNode(g, "Gemm", {"r", "w2", "b2"}, {"logits"}, "fc2");
+  fc2->add_attribute()->CopyFrom(*t1);
+  addOutput(g, "logits");
+  const std::string model = d.file("noloss.onnx");
+  writeModel(model, m);
+  auto r = run(kAmpc + " " + model + " -o " + d.file("plain.ampplan"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("must be a scalar float loss"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.file("plain.ampplan")));
+  r = run(kAmpc + " " + model + " --loss hinge -o " + d.file("bad.ampplan"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  for (const char* p : {"fp32", "bf16"}) {
+    const std::string plan = d.file(std::string("ce_") + p + ".ampplan");
+    r = run(kAmpc + " " + model + " --loss cross-entropy --precision " + p + " --optimizer sgd --lr 0.1 --momentum 0.9 -o " + plan);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run(kAmprun + " " + plan + " --data " + kDigits + "/train --shuffle --seed 1 --steps 400 --eval-data " + kDigits + "/test");
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::printf("digits without a loss, %s, cross-entropy attached: test accuracy %.2f%%\n", p, accuracy(r.out));
+    EXPECT_GT(accuracy(r.out), 90.0) << r.out;
+  }
+}
+
 TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
   TempDir d;
   const std::string p = makePlan(d, "fp16", "--optimizer adamw --lr 0.003 --clip-norm 1.0");

@@ -12,6 +12,7 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/target.h"
+#include "passes/attach_loss.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "runtime/backend.h"
@@ -334,4 +335,118 @@ TEST(TargetShapes, PartialBatchesAndCropsBecomeWhatTheKernelsTakeWithTheSameGrad
                      " %z : f64[2,3,4,2] = MatMul(%y, %c)\n const %pads : i64[8] = [0, 0, 1, 0, 0, 0, 0, 2]\n"
                      " %q : f64[2,3,5,4] = Pad(%z, %pads)\n %l : f64[] = ReduceSum(%q) {keepdims = 0}\n output %l", 1, 18);
   EXPECT_FALSE(createTargetShapesPass(findTarget("cuda"))->run(*whole));
+}
+
+// attach-loss (`ampc --loss`): a model exported without its loss gets PyTorch's: cross-entropy over
+// classes on axis 1 and, with class axis -1, on the last axis of [B, T, V] logits (an ignored target
+// among them), mse, l1 and binary cross-entropy with logits, each against the definition computed
+// here in f64 on fresh random data, and its gradients against the graph's own loss written out
+// (the rows below); the other outputs are dropped. A scalar output, an unknown output, a target
+// name the graph has and a class axis in the middle are refused by name.
+TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto random = [&](const TensorType& t, int64_t classes = 0) {
+    Tensor x(t);
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, classes ? static_cast<double>(rng() % classes) : normal(rng));
+    return x;
+  };
+  const struct {
+    std::string kind;
+    int64_t classAxis;
+    std::vector<int64_t> y;  // the output's shape
+  } cases[] = {{"cross-entropy", 1, {6, 4}}, {"cross-entropy", 1, {3, 4, 5}}, {"cross-entropy", -1, {2, 3, 4}},
+               {"mse", 1, {6, 4}}, {"l1", 1, {6, 4}}, {"bce-with-logits", 1, {6, 4}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.kind + " " + std::to_string(c.classAxis) + " rank " + std::to_string(c.y.size()));
+    // y = x * w (w broadcast over the rows), plus a second output the loss does not read.
+    std::string dims, wdims;
+    for (int64_t d : c.y) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    auto g = build(" input %x : f64[" + dims + "]\n param %w : f64[" + std::to_string(c.y.back()) + "]\n %y : f64[" + dims +
+                       "] = Mul(%x, %w)\n %z : f64[" + dims + "] = Exp(%y)\n output %y\n output %z",
+                   7);
+    LossOptions o;
+    o.kind = c.kind;
+    o.classAxis = c.classAxis;
+    ASSERT_TRUE(createAttachLossPass(o)->run(*g));
+    verify(*g);
+    ASSERT_EQ(g->outputs().size(), 1u);
+    EXPECT_EQ(g->outputs()[0]->type().rank(), 0);
+    EXPECT_EQ(g->lookup("z"), nullptr);  // dropped with the output
+    const bool ce = c.kind == "cross-entropy";
+    const int64_t r = static_cast<int64_t>(c.y.size()), axis = c.classAxis < 0 ? r - 1 : 1, classes = c.y[static_cast<size_t>(axis)];
+    std::vector<int64_t> ts = c.y;
+    if (ce) ts.erase(ts.begin() + axis);
+    Tensor x = random(TensorType{DType::f64, c.y}), t = ce ? random(TensorType{DType::i64, ts}, classes) : random(TensorType{DType::f64, ts});
+    if (ce) t.setDouble(1, -100.0);  // ignored
+    const Tensor w = *g->lookup("w")->data();  // a copy: the differences below replace the data
+    auto backend = createCpuBackend();
+    const double got = evaluate(*g, {{"x", x}, {"target", t}}, *backend)[0].getDouble(0);
+    // The definition.
+    auto yAt = [&](int64_t i) { return x.getDouble(i) * w.getDouble(i % c.y.back()); };
+    double want = 0;
+    if (ce) {
+      // element (outer o, class k, inner n) of y, for classes on `axis`
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= c.y[static_cast<size_t>(d)];
+      for (int64_t d = axis + 1; d < r; ++d) inner *= c.y[static_cast<size_t>(d)];
+      double sum = 0;
+      int64_t count = 0;
+      for (int64_t oi = 0; oi < outer; ++oi)
+        for (int64_t n = 0; n < inner; ++n) {
+          const int64_t label = t.getInt(oi * inner + n);
+          if (label == -100) continue;
+          double mx = -1e300, z = 0;
+          for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, yAt((oi * classes + k) * inner + n));
+          for (int64_t k = 0; k < classes; ++k) z += std::exp(yAt((oi * classes + k) * inner + n) - mx);
+          sum += -(yAt((oi * classes + label) * inner + n) - mx - std::log(z));
+          ++count;
+        }
+      want = sum / static_cast<double>(count);
+    } else {
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double y = yAt(i), tt = t.getDouble(i);
+        want += c.kind == "mse" ? (y - tt) * (y - tt) : c.kind == "l1" ? std::fabs(y - tt) : std::max(y, 0.0) - y * tt + std::log1p(std::exp(-std::fabs(y)));
+      }
+      want /= static_cast<double>(x.numel());
+    }
+    EXPECT_NEAR(got, want, 1e-12 * std::max(1.0, std::fabs(want)));
+    // The gradient of w against central differences.
+    auto gg = parseGraph(printGraph(*g), "copy");
+    for (Value* p : g->params()) gg->lookup(p->name())->setData(*p->data());
+    for (Value* k : g->consts()) gg->lookup(k->name())->setData(*k->data());
+    createAutodiffPass()->run(*gg);
+    const Tensor dw = evaluate(*gg, {{"x", x}, {"target", t}}, *backend)[1];
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      Tensor base = w, p = w;
+      const double h = 1e-6;
+      p.setDouble(i, base.getDouble(i) + h);
+      g->lookup("w")->setData(p);
+      const double lp = evaluate(*g, {{"x", x}, {"target", t}}, *backend)[0].getDouble(0);
+      p.setDouble(i, base.getDouble(i) - h);
+      g->lookup("w")->setData(p);
+      const double lm = evaluate(*g, {{"x", x}, {"target", t}}, *backend)[0].getDouble(0);
+      g->lookup("w")->setData(base);
+      EXPECT_NEAR(dw.getDouble(i), (lp - lm) / (2 * h), 1e-6 * std::max(1.0, std::fabs(dw.getDouble(i)))) << i;
+    }
+  }
+  auto expectError = [&](const std::string& body, LossOptions o, const std::string& want) {
+    auto g = build(body, 1);
+    try {
+      createAttachLossPass(o)->run(*g);
+      ADD_FAILURE() << "no error for " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  LossOptions ce;
+  ce.kind = "cross-entropy";
+  expectError(" input %x : f64[3]\n %l : f64[] = ReduceSum(%x) {keepdims = 0}\n output %l", ce, "already a scalar");
+  expectError(" input %target : f64[3,2]\n %y : f64[3,2] = Exp(%target)\n output %y", ce, "'target' names a value the graph has");
+  LossOptions named = ce;
+  named.output = "nope";
+  expectError(" input %x : f64[3,2]\n %y : f64[3,2] = Exp(%x)\n output %y", named, "no output 'nope' (its outputs: y)");
+  LossOptions middle = ce;
+  middle.classAxis = 2;
+  expectError(" input %x : f64[3,2,4,5]\n %y : f64[3,2,4,5] = Exp(%x)\n output %y", middle, "--class-axis 2");
 }

@@ -23,6 +23,7 @@
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
 #include "compiler/ops/registry.h"
+#include "passes/attach_loss.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
@@ -169,6 +170,15 @@ int main(int argc, char** argv) {
   bool grad = false;
   AutodiffOptions adOpts;
   app.add_flag("--grad", grad, "build the backward graph: outputs become the loss and one <param>_grad per trainable parameter");
+  LossOptions loss;
+  app.add_option("--loss", loss.kind,
+                 "a model exported without its loss: attach one to its first output (or --loss-output) against a new input of "
+                 "targets (--loss-target, default 'target'): cross-entropy (int64 classes, as F.cross_entropy), mse, l1, bce-with-logits")
+      ->check(CLI::IsMember({"cross-entropy", "mse", "l1", "bce-with-logits"}));
+  app.add_option("--loss-output", loss.output, "--loss: the output it reads (default: the first)");
+  app.add_option("--loss-target", loss.target, "--loss: the name of the new input of targets (default: target)");
+  app.add_option("--class-axis", loss.classAxis, "--loss cross-entropy: the class axis, 1 ([N, C, ...], the default) or -1 (the last: a language model's [B, T, V])");
+  app.add_option("--ignore-index", loss.ignoreIndex, "--loss cross-entropy: a target class that adds nothing to the loss (default -100, as PyTorch)");
   app.add_option("--freeze", adOpts.freeze, "--grad and plans: parameters whose name matches this regex are not trained");
   app.add_option("--trainable", adOpts.trainable,
                  "--grad and plans: train exactly the parameters whose name matches this regex (over the model's ampc.trainable list)");
@@ -308,6 +318,7 @@ int main(int argc, char** argv) {
       opts.embeddingPadding[p.substr(0, eq)] = row;
     }
     PassManager pm;
+    if (!loss.kind.empty()) pm.add(createAttachLossPass(loss));
     try {
       pm.addPipeline(passes);
       if (!precisionRun.empty()) pm.addPipeline("convert-" + precisionRun);
