@@ -709,7 +709,8 @@ class Importer {
       {"ReverseSequence", "batch_axis time_axis"},
       {"Compress", "axis"},
       {"NonZero", ""},
-      {"CenterCropPad", "axes"}};
+      {"CenterCropPad", "axes"},
+      {"MaxUnpool", "kernel_shape pads strides"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -1533,7 +1534,7 @@ class Importer {
   // Ops that are a few registry ops each, as ONNX defines them (several by a function body).
   static inline const std::set<std::string> kSmallCompositions = {
       "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization",
-      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool", "AffineGrid", "ReverseSequence", "Compress", "NonZero", "CenterCropPad"};
+      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool", "AffineGrid", "ReverseSequence", "Compress", "NonZero", "CenterCropPad", "MaxUnpool"};
   void lowerSmall(const onnx::NodeProto& np, const std::string& out) {
     const std::string& op = np.op_type();
     std::vector<Value*> xs;
@@ -1675,6 +1676,40 @@ class Importer {
           rest /= shape[static_cast<size_t>(d)];
         }
       g_->addConst(out, Tensor::fromInts(DType::i64, {r, count}, v));
+    } else if (op == "MaxUnpool") {  // X scattered into zeros at MaxPool's Indices (flat over the whole output)
+      if (xs.size() < 2) fail(nodeLabel(np) + " needs X and I");
+      const auto& shapeX = x->type().shape;
+      const int64_t sp = static_cast<int64_t>(shapeX.size()) - 2;
+      if (sp < 1) fail(nodeLabel(np) + ": X must be N x C x spatial, got " + x->type().str());
+      if (xs[1]->type().shape != shapeX || !isInteger(xs[1]->type().dtype))
+        fail(nodeLabel(np) + ": I " + xs[1]->type().str() + " must be integer indices of X's shape " + x->type().str());
+      std::vector<int64_t> shape;
+      if (np.input_size() > 2 && !np.input(2).empty()) {
+        shape = constIntsOf(np, 2, "output_shape");
+      } else {
+        const auto kernel = attrInts(np, "kernel_shape");
+        if (!kernel || static_cast<int64_t>(kernel->size()) != sp) fail(nodeLabel(np) + ": kernel_shape must have one entry per spatial dim");
+        const auto strides = attrInts(np, "strides").value_or(std::vector<int64_t>(static_cast<size_t>(sp), 1));
+        const auto pads = attrInts(np, "pads").value_or(std::vector<int64_t>(static_cast<size_t>(2 * sp), 0));
+        if (static_cast<int64_t>(strides.size()) != sp || static_cast<int64_t>(pads.size()) != 2 * sp) fail(nodeLabel(np) + ": strides and pads must have one entry per spatial dim (pads two)");
+        shape = {shapeX[0], shapeX[1]};
+        for (int64_t i = 0; i < sp; ++i) shape.push_back((shapeX[static_cast<size_t>(2 + i)] - 1) * strides[static_cast<size_t>(i)] + (*kernel)[static_cast<size_t>(i)] - pads[static_cast<size_t>(i)] - pads[static_cast<size_t>(sp + i)]);
+      }
+      int64_t total = 1;
+      for (int64_t d : shape) {
+        if (d <= 0) fail(nodeLabel(np) + ": the output shape has a dim of " + std::to_string(d));
+        total *= d;
+      }
+      if (static_cast<int64_t>(shape.size()) != sp + 2 || shape[0] != shapeX[0] || shape[1] != shapeX[1])
+        fail(nodeLabel(np) + ": output_shape must be N x C x spatial like X " + x->type().str());
+      if (const Tensor* it = xs[1]->constData())
+        for (int64_t k = 0; k < it->numel(); ++k)
+          if (it->getInt(k) < 0 || it->getInt(k) >= total) fail(nodeLabel(np) + ": index " + std::to_string(it->getInt(k)) + " is outside the output's " + std::to_string(total) + " elements");
+      Value* idx = xs[1]->type().dtype == DType::i64 ? xs[1] : castTo(np, xs[1], DType::i64);
+      Value* zeros = step(np, "Expand", {scalarOf(np, "zero", 0.0, x->type().dtype), constI64(np, "size", {total})});
+      Value* flat = step(np, "ScatterElements", {zeros, reshapeTo(np, idx, {x->type().numel()}), reshapeTo(np, x, {x->type().numel()})},
+                         {{"axis", int64_t{0}}});
+      step(np, "Reshape", {flat, constI64(np, "shape", shape)}, {}, out);
     } else if (op == "CenterCropPad") {  // per axis a centred crop (start floor(d / 2)) or zero padding (floor(d / 2) before)
       if (xs.size() != 2) fail(nodeLabel(np) + " needs an input and a shape");
       const auto target = constIntsOf(np, 1, "shape");

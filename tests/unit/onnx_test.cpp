@@ -1963,6 +1963,72 @@ TEST(OnnxImport, LaterAndShapeOpsMatchTheirDefinitions) {
   expectImportError(p, {"node 'select' (Compress)", "computed at run time"});
 }
 
+// MaxUnpool after MaxPool's Indices: every window's maximum back where it was, zeros elsewhere,
+// at the size the window makes and at a given output_shape (5 x 5 under 2 x 2 windows); the
+// gradient through both against finite differences. An index past the output is refused by name.
+TEST(OnnxImport, MaxUnpoolPutsTheMaximaBack) {
+  TempDir d;
+  for (const int64_t size : {4, 5}) {
+    SCOPED_TRACE(size);
+    std::vector<double> xv(static_cast<size_t>(2 * size * size));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(1.3 * static_cast<double>(i) + 0.4);
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "x", {1, 2, size, size}, xv);
+    auto* pool = addNode(g, "MaxPool", {"x"}, {"y", "i"}, "pool");
+    intsAttr(pool, "kernel_shape", {2, 2});
+    intsAttr(pool, "strides", {2, 2});
+    std::vector<std::string> ins{"y", "i"};
+    if (size == 5) {
+      addInt64Init(g, "shape", {1, 2, 5, 5});
+      ins.push_back("shape");
+    }
+    auto* un = addNode(g, "MaxUnpool", ins, {"u"}, "unpool");
+    intsAttr(un, "kernel_shape", {2, 2});
+    intsAttr(un, "strides", {2, 2});
+    addOutput(g, "u");
+    writeModel(d.file("unpool.onnx"), m);
+    auto graph = importOnnxFile(d.file("unpool.onnx"));
+    auto backend = createCpuBackend();
+    const Tensor u = evaluate(*graph, {}, *backend)[0];
+    ASSERT_EQ(u.type.str(), "f64[1,2," + std::to_string(size) + "," + std::to_string(size) + "]");
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t h = 0; h < size; ++h)
+        for (int64_t w = 0; w < size; ++w) {
+          const int64_t at = (c * size + h) * size + w;
+          bool isMax = h < 4 && w < 4;  // inside a window (floor mode drops the fifth row and column)
+          for (int64_t a = 0; isMax && a < 2; ++a)
+            for (int64_t b = 0; b < 2; ++b) {
+              const int64_t other = (c * size + (h / 2 * 2 + a)) * size + (w / 2 * 2 + b);
+              isMax = isMax && xv[static_cast<size_t>(other)] <= xv[static_cast<size_t>(at)];
+            }
+          EXPECT_EQ(u.getDouble(at), isMax ? xv[static_cast<size_t>(at)] : 0.0) << c << " " << h << " " << w;
+        }
+    // The gradient of x through the pooling and the unpooling.
+    std::vector<double> r(xv.size());
+    for (size_t k = 0; k < r.size(); ++k) r[k] = std::cos(0.7 * static_cast<double>(k));
+    addDoubleInit(g, "R", {1, 2, size, size}, r);
+    addNode(g, "Mul", {"u", "R"}, {"ur"}, "ur");
+    intAttr(addNode(g, "ReduceSum", {"ur"}, {"loss"}, "loss"), "keepdims", 0);
+    g->mutable_output(0)->set_name("loss");
+    writeModel(d.file("unpool_loss.onnx"), m);
+    EXPECT_LE(gradientError(*importOnnxFile(d.file("unpool_loss.onnx"))), 1e-6);
+  }
+  // An index past the output.
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addFloatInit(g, "x", {1, 1, 2, 2}, {1, 2, 3, 4});
+  auto* i = addInt64Init(g, "i", {0, 5, 10, 16});
+  i->clear_dims();
+  for (int64_t dim : {1, 1, 2, 2}) i->add_dims(dim);
+  auto* un = addNode(g, "MaxUnpool", {"x", "i"}, {"u"}, "unpool");
+  intsAttr(un, "kernel_shape", {2, 2});
+  intsAttr(un, "strides", {2, 2});
+  addOutput(g, "u");
+  writeModel(d.file("unpool_bad.onnx"), m);
+  expectImportError(d.file("unpool_bad.onnx"), {"node 'unpool' (MaxUnpool)", "index 16 is outside the output's 16 elements"});
+}
+
 // RNN (Elman) unrolls with its activation per direction: Relu here, forward and reverse, checked
 // against the recurrence by hand. LSTM and GRU take only their default activations, written or
 // not; any other function (or one RNN lacks) is refused, naming the node.
