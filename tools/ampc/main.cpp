@@ -387,7 +387,6 @@ int main(int argc, char** argv) {
       pm.add(createLowerNllPass());      // the CUDA backend has no NegativeLogLikelihoodLoss kernel
       pm.add(createNarrowChecksPass());  // nor f64 ones (torch.nan_to_num's IsInf of an f64 Cast)
       pm.add(createConvPadsPass(findTarget(train.target)));  // cuDNN pads a dim's two ends alike
-      pm.add(createTargetShapesPass(findTarget(train.target)));  // cuBLASLt's one batch stride, crops as slices
     }
     if ((plan || trainStep || grad) && !noFuse) {
       // The fused attention runs at the plan's low precision unless the config denies it one.
@@ -400,6 +399,9 @@ int main(int argc, char** argv) {
       pm.add(createFuseLinearPass());
       pm.add(createSplitHeadsPass());
     }
+    // cuBLASLt's one batch stride, crops as slices; after the fusions, so that a product the fused
+    // attention takes (K broadcast over a group of heads) is not expanded first.
+    if (plan || trainStep || grad) pm.add(createTargetShapesPass(findTarget(train.target)));
     if (amp) {
       pm.add(createAutocastPass(ampOpts, &ampReport));
       pm.add(createCastCleanupPass());
