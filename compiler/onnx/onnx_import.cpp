@@ -710,7 +710,8 @@ class Importer {
       {"Compress", "axis"},
       {"NonZero", ""},
       {"CenterCropPad", "axes"},
-      {"MaxUnpool", "kernel_shape pads strides"}};
+      {"MaxUnpool", "kernel_shape pads strides"},
+      {"Swish", "alpha"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -1534,7 +1535,7 @@ class Importer {
   // Ops that are a few registry ops each, as ONNX defines them (several by a function body).
   static inline const std::set<std::string> kSmallCompositions = {
       "GlobalMaxPool", "Sum", "Mean", "Size", "EyeLike", "ThresholdedRelu", "Shrink", "ArgMin", "Xor", "MeanVarianceNormalization",
-      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool", "AffineGrid", "ReverseSequence", "Compress", "NonZero", "CenterCropPad", "MaxUnpool"};
+      "Hardmax", "LpNormalization", "GlobalLpPool", "LpPool", "AffineGrid", "ReverseSequence", "Compress", "NonZero", "CenterCropPad", "MaxUnpool", "Swish"};
   void lowerSmall(const onnx::NodeProto& np, const std::string& out) {
     const std::string& op = np.op_type();
     std::vector<Value*> xs;
@@ -1581,6 +1582,11 @@ class Importer {
       if (!isFloat(t)) v = castTo(np, v, DType::f64);
       step(np, "ArgMax", {step(np, "Neg", {v})},
            {{"axis", attrInt(np, "axis", 0)}, {"keepdims", attrInt(np, "keepdims", 1)}, {"select_last_index", attrInt(np, "select_last_index", 0)}}, out);
+    } else if (op == "Swish") {  // opset 24: x sigmoid(alpha x), ONNX's function body
+      Value* f = floatOperand(np, 0);
+      const double alpha = attrFloat(np, "alpha", 1.0f);
+      Value* arg = alpha == 1.0 ? f : step(np, "Mul", {f, scalarOf(np, "alpha", alpha, f->type().dtype)});
+      step(np, "Mul", {f, step(np, "Sigmoid", {arg})}, {}, out);
     } else if (op == "AffineGrid") {  // opset 20 (F.affine_grid): theta [N, k, k + 1] times each output position's (x, y[, z], 1)
       Value* theta = floatOperand(np, 0);
       const auto size = constIntsOf(np, 1, "size");
@@ -2061,6 +2067,9 @@ class Importer {
     Value* pastK = operand(np, 4);
     Value* pastV = operand(np, 5);
     if (np.input_size() > 6 && !np.input(6).empty()) fail(nodeLabel(np) + ": nonpad_kv_seqlen is not supported");
+    // Opset 24 reworked the KV cache for in-place updates (TensorScatter, nonpad_kv_seqlen); a
+    // training graph has no cache, and ampc reads past_key / past_value only as opset 23 defines them.
+    if (g_->opset >= 24 && (pastK || pastV)) fail(nodeLabel(np) + ": past_key and past_value at opset 24 (its in-place KV cache) are not supported");
     if (np.output_size() > 3 && !np.output(3).empty()) fail(nodeLabel(np) + ": the qk_matmul_output result is not supported");
     const int64_t rank = q->type().rank();
     if (rank != 3 && rank != 4) fail(nodeLabel(np) + ": Q must be 3-D or 4-D, got " + q->type().str());

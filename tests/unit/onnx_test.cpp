@@ -305,10 +305,10 @@ TEST(OnnxImport, OpsetOutOfRange) {
   auto m = reluModel();
   m.mutable_opset_import(0)->set_version(11);  // Relu changed at opset 13 (bf16)
   writeModel(d.file("old.onnx"), m);
-  expectImportError(d.file("old.onnx"), {"uses opset 11", "13 to 23", "changed since opset 11: Relu"});
-  m.mutable_opset_import(0)->set_version(24);
+  expectImportError(d.file("old.onnx"), {"uses opset 11", "13 to 24", "changed since opset 11: Relu"});
+  m.mutable_opset_import(0)->set_version(25);
   writeModel(d.file("new.onnx"), m);
-  expectImportError(d.file("new.onnx"), {"uses opset 24", "13 to 23"});
+  expectImportError(d.file("new.onnx"), {"uses opset 25", "13 to 24"});
   // An opset-11 model whose ops did not change since (Conv) is read at opset 13.
   auto conv = newModel(11);
   auto* g = conv.mutable_graph();
@@ -2027,6 +2027,50 @@ TEST(OnnxImport, MaxUnpoolPutsTheMaximaBack) {
   addOutput(g, "u");
   writeModel(d.file("unpool_bad.onnx"), m);
   expectImportError(d.file("unpool_bad.onnx"), {"node 'unpool' (MaxUnpool)", "index 16 is outside the output's 16 elements"});
+}
+
+// Opset 24: Swish (x sigmoid(alpha x), at the default alpha and another) against its definition,
+// beside ops whose opset-24 versions only added types (Reshape, TopK); Attention with a past key at
+// opset 24 (its in-place KV cache) is refused by name.
+TEST(OnnxImport, OpsetTwentyFour) {
+  TempDir d;
+  const std::vector<float> xv = ramp(12, 3.0f);
+  auto m = newModel(17);
+  m.mutable_opset_import(0)->set_version(24);
+  auto* g = m.mutable_graph();
+  addFloatInit(g, "x", {12}, xv);
+  addNode(g, "Swish", {"x"}, {"s1"}, "swish1");
+  floatAttr(addNode(g, "Swish", {"x"}, {"s2"}, "swish2"), "alpha", 0.5f);
+  addInt64Init(g, "shape", {3, 4});
+  addNode(g, "Reshape", {"s1", "shape"}, {"r"}, "reshape");
+  addInt64Init(g, "k", {2});
+  addNode(g, "TopK", {"r", "k"}, {"top", "idx"}, "topk");
+  for (const char* o : {"s1", "s2", "top"}) addOutput(g, o);
+  writeModel(d.file("o24.onnx"), m);
+  auto graph = importOnnxFile(d.file("o24.onnx"));
+  EXPECT_EQ(graph->opset, 24);
+  auto backend = createCpuBackend();
+  const auto outs = evaluate(*graph, {}, *backend);
+  for (int64_t i = 0; i < 12; ++i) {
+    const double x = xv[static_cast<size_t>(i)];
+    EXPECT_NEAR(outs[0].getDouble(i), x / (1 + std::exp(-x)), 1e-6);
+    EXPECT_NEAR(outs[1].getDouble(i), x / (1 + std::exp(-0.5 * x)), 1e-6);
+  }
+  for (int64_t row = 0; row < 3; ++row) {  // the two largest of each row, descending
+    std::vector<double> v;
+    for (int64_t j = 0; j < 4; ++j) v.push_back(outs[0].getDouble(row * 4 + j));
+    std::sort(v.rbegin(), v.rend());
+    EXPECT_EQ(outs[2].getDouble(row * 2), v[0]);
+    EXPECT_EQ(outs[2].getDouble(row * 2 + 1), v[1]);
+  }
+  auto a = newModel(17);
+  a.mutable_opset_import(0)->set_version(24);
+  g = a.mutable_graph();
+  for (const char* n : {"q", "k", "v", "pk", "pv"}) addTensorInput(g, n, onnx::TensorProto::FLOAT, {1, 2, 3, 4});
+  addNode(g, "Attention", {"q", "k", "v", "", "pk", "pv"}, {"o", "present_k", "present_v"}, "attn");
+  addOutput(g, "o");
+  writeModel(d.file("attn24.onnx"), a);
+  expectImportError(d.file("attn24.onnx"), {"node 'attn' (Attention)", "past_key and past_value at opset 24"});
 }
 
 // RNN (Elman) unrolls with its activation per direction: Relu here, forward and reverse, checked
