@@ -74,6 +74,28 @@ class AttachLossPass final : public Pass {
         t = node("Reshape", {t, ints("flat", {rows})}, TensorType{DType::i64, {rows}});
       }
       loss = node("SoftmaxCrossEntropyLoss", {scores, t}, scalar, {{"reduction", std::string("mean")}, {"ignore_index", o_.ignoreIndex}});
+      if (o_.labelSmoothing != 0.0) {
+        // PyTorch's label_smoothing e: (1 - e) nll + e (the mean over classes of -log p), both
+        // averaged over the targets that are not ignored.
+        if (!(o_.labelSmoothing > 0.0 && o_.labelSmoothing <= 1.0)) throw Error("--label-smoothing must be in (0, 1]");
+        const TensorType st = scores->type();
+        std::vector<int64_t> rowShape = st.shape;
+        rowShape.erase(rowShape.begin() + 1);
+        const TensorType rows{st.dtype, rowShape};
+        Value* logp = node("LogSoftmax", {scores}, st, {{"axis", int64_t{1}}});
+        Value* meanLogp = g.opset >= 18  // axes an input from opset 18, an attribute before
+                              ? node("ReduceMean", {logp, ints("class_axis", {1})}, rows, {{"keepdims", int64_t{0}}})
+                              : node("ReduceMean", {logp}, rows, {{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}});
+        Value* ignore = g.addConst(g.uniqueName(base + "ignore_index"), Tensor::fromInts(DType::i64, {}, {o_.ignoreIndex}));
+        Value* valid = node("Cast", {node("Not", {node("Equal", {t, ignore}, TensorType{DType::boolean, t->type().shape})},
+                                          TensorType{DType::boolean, t->type().shape})},
+                            TensorType{st.dtype, t->type().shape}, {{"to", static_cast<int64_t>(dtypeToOnnx(st.dtype))}});
+        Value* kept = node("ReduceSum", {node("Mul", {meanLogp, valid}, rows)}, scalar, {{"keepdims", int64_t{0}}});
+        Value* count = node("ReduceSum", {valid}, scalar, {{"keepdims", int64_t{0}}});
+        Value* smooth = node("Neg", {node("Div", {kept, count}, scalar)}, scalar);
+        auto scaled = [&](Value* v, double f) { return node("Mul", {v, g.addConst(g.uniqueName(base + "factor"), Tensor::fromDoubles(st.dtype, {}, {f}))}, scalar); };
+        loss = node("Add", {scaled(loss, 1.0 - o_.labelSmoothing), scaled(smooth, o_.labelSmoothing)}, scalar);
+      }
     } else if (o_.kind == "mse" || o_.kind == "l1" || o_.kind == "bce-with-logits") {
       Value* t = g.addInput(o_.target, yt);
       Value* per = nullptr;

@@ -15,6 +15,7 @@ struct LossOptions {
   std::string target = "target";  // the new input of targets
   int64_t classAxis = 1;         // cross-entropy: 1 ([N, C, d...]) or -1 (the last: [B, T, V])
   int64_t ignoreIndex = -100;    // cross-entropy: targets with this class add nothing (PyTorch's default)
+  double labelSmoothing = 0.0;   // cross-entropy: PyTorch's label_smoothing
 };
 
 std::unique_ptr<Pass> createAttachLossPass(const LossOptions& o);

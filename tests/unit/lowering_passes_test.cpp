@@ -339,7 +339,7 @@ TEST(TargetShapes, PartialBatchesAndCropsBecomeWhatTheKernelsTakeWithTheSameGrad
 
 // attach-loss (`ampc --loss`): a model exported without its loss gets PyTorch's: cross-entropy over
 // classes on axis 1 and, with class axis -1, on the last axis of [B, T, V] logits (an ignored target
-// among them), mse, l1 and binary cross-entropy with logits, each against the definition computed
+// among them; with and without label smoothing), mse, l1 and binary cross-entropy with logits, each against the definition computed
 // here in f64 on fresh random data, and its gradients against the graph's own loss written out
 // (the rows below); the other outputs are dropped. A scalar output, an unknown output, a target
 // name the graph has and a class axis in the middle are refused by name.
@@ -355,10 +355,12 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
     std::string kind;
     int64_t classAxis;
     std::vector<int64_t> y;  // the output's shape
+    double smoothing = 0.0;
   } cases[] = {{"cross-entropy", 1, {6, 4}}, {"cross-entropy", 1, {3, 4, 5}}, {"cross-entropy", -1, {2, 3, 4}},
+               {"cross-entropy", 1, {3, 4, 5}, 0.1}, {"cross-entropy", -1, {2, 3, 4}, 0.25},
                {"mse", 1, {6, 4}}, {"l1", 1, {6, 4}}, {"bce-with-logits", 1, {6, 4}}};
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.kind + " " + std::to_string(c.classAxis) + " rank " + std::to_string(c.y.size()));
+    SCOPED_TRACE(c.kind + " " + std::to_string(c.classAxis) + " rank " + std::to_string(c.y.size()) + " smoothing " + std::to_string(c.smoothing));
     // y = x * w (w broadcast over the rows), plus a second output the loss does not read.
     std::string dims, wdims;
     for (int64_t d : c.y) dims += (dims.empty() ? "" : ",") + std::to_string(d);
@@ -368,6 +370,7 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
     LossOptions o;
     o.kind = c.kind;
     o.classAxis = c.classAxis;
+    o.labelSmoothing = c.smoothing;
     ASSERT_TRUE(createAttachLossPass(o)->run(*g));
     verify(*g);
     ASSERT_EQ(g->outputs().size(), 1u);
@@ -396,10 +399,11 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
         for (int64_t n = 0; n < inner; ++n) {
           const int64_t label = t.getInt(oi * inner + n);
           if (label == -100) continue;
-          double mx = -1e300, z = 0;
+          double mx = -1e300, z = 0, all = 0;
           for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, yAt((oi * classes + k) * inner + n));
           for (int64_t k = 0; k < classes; ++k) z += std::exp(yAt((oi * classes + k) * inner + n) - mx);
-          sum += -(yAt((oi * classes + label) * inner + n) - mx - std::log(z));
+          for (int64_t k = 0; k < classes; ++k) all += -(yAt((oi * classes + k) * inner + n) - mx - std::log(z));
+          sum += (1 - c.smoothing) * -(yAt((oi * classes + label) * inner + n) - mx - std::log(z)) + c.smoothing * all / static_cast<double>(classes);
           ++count;
         }
       want = sum / static_cast<double>(count);
