@@ -5,6 +5,7 @@
 # into $OUT/stop49.tar.gz after each step, so a cut-short call still brings back what ran.
 # - gpu_tests: GpuOps (MatMul_partial_batch and Pad_crop, through target-shapes), GpuAttention,
 #   GpuProgram, GpuFused;
+# - the committed zoo on CUDA against PyTorch (every plan now runs target-shapes and the new fusions);
 # - the sweep's new models (scripted_loop, fold_unfold), both exporters, on the CPU backend against PyTorch;
 # - fusion_check.py on bloom_small and deberta_v3_small_padded (the attention viewed with heads around the
 #   softmax): attentions fused and the 20-step losses against --no-fuse;
@@ -19,6 +20,9 @@ pack() { tar -czf "${OUT:-/tmp}/stop49.tar.gz" -C $o .; }
 stamp gpu_tests
 timeout 200 gpu_tests --gtest_filter='*GpuOps.*:GpuAttention.*:GpuProgram.*:GpuFused.*' > $o/gpu_tests.txt 2>&1
 grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]' $o/gpu_tests.txt | head -30; pack
+stamp zoo_cuda  # the committed zoo on CUDA against PyTorch, plans with stop 49's fusions and target-shapes
+AMPC_ZOO_DIR=$root/models/zoo AMPC_ZOO_DEVICE=cuda AMPC_ZOO_BIN=$bench/../bin timeout 150 zoo_tests > $o/zoo_cuda.txt 2>&1
+grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]' $o/zoo_cuda.txt | head -30; pack
 stamp attn_bench
 timeout 60 attn_bench --bh 96 --seq 1024 --dim 64 --layout gpt2 > $o/attn_gpt2.txt 2>&1; cat $o/attn_gpt2.txt
 timeout 60 python3 "$bench/sdpa_ref.py" --cudnn > $o/sdpa_ref.txt 2>&1; tail -8 $o/sdpa_ref.txt; pack
