@@ -5,7 +5,8 @@
 // - cross-entropy: PyTorch's F.cross_entropy, mean over the targets that are not ignore_index
 //   (-100 by default), as ONNX's SoftmaxCrossEntropyLoss: int64 class indices, classes on axis 1 of
 //   [N, C, d...]; with class axis -1 on the last axis (a language model's [B, T, V] logits), read as
-//   [B T, V] against [B T] as transformers computes its loss;
+//   [B T, V] against [B T] as transformers computes its loss (with shiftTargets, the logits at t
+//   against the target at t + 1: a causal LM's labels are its input ids, shifted as transformers does);
 // - mse, l1: F.mse_loss, F.l1_loss (mean over every element), targets of the output's shape;
 // - bce-with-logits: F.binary_cross_entropy_with_logits (mean), targets of the output's shape, as
 //   max(x, 0) - x t + log(1 + exp(-|x|)), the stable form PyTorch computes.
@@ -63,13 +64,23 @@ class AttachLossPass final : public Pass {
         labels = yt.shape;
         labels.erase(labels.begin() + 1);
       } else {  // the last axis: [.., C] -> [prod, C]
-        int64_t rows = 1;
-        for (int64_t d = 0; d < r - 1; ++d) rows *= yt.shape[static_cast<size_t>(d)];
         labels.assign(yt.shape.begin(), yt.shape.end() - 1);
-        if (r > 2) scores = node("Reshape", {y, ints("rows", {rows, yt.shape.back()})}, TensorType{yt.dtype, {rows, yt.shape.back()}});
+        std::vector<int64_t> ys = yt.shape;
+        Value* src = y;
+        if (o_.shiftTargets) {  // the logits at t against the target at t + 1: logits[:, :-1]
+          if (r != 3 || ys[1] < 2) throw Error("--shift-targets: the logits must be [B, T, V] with T >= 2, got " + yt.str());
+          ys[1] -= 1;
+          src = node("Slice", {y, ints("start", {0}), ints("end", {ys[1]}), ints("axis", {1})}, TensorType{yt.dtype, ys});
+        }
+        int64_t rows = 1;
+        for (int64_t d = 0; d < r - 1; ++d) rows *= ys[static_cast<size_t>(d)];
+        if (r > 2) scores = node("Reshape", {src, ints("rows", {rows, ys.back()})}, TensorType{yt.dtype, {rows, ys.back()}});
       }
+      if (o_.shiftTargets && axis == 1) throw Error("--shift-targets reads a causal LM's [B, T, V] logits: it needs --class-axis -1");
       Value* t = g.addInput(o_.target, TensorType{DType::i64, labels});
       if (axis != 1 && r > 2) {
+        if (o_.shiftTargets)  // target[:, 1:]
+          t = node("Slice", {t, ints("start", {1}), ints("end", {labels[1]}), ints("axis", {1})}, TensorType{DType::i64, {labels[0], labels[1] - 1}});
         int64_t rows = scores->type().shape[0];
         t = node("Reshape", {t, ints("flat", {rows})}, TensorType{DType::i64, {rows}});
       }

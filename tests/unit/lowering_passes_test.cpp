@@ -339,7 +339,7 @@ TEST(TargetShapes, PartialBatchesAndCropsBecomeWhatTheKernelsTakeWithTheSameGrad
 
 // attach-loss (`ampc --loss`): a model exported without its loss gets PyTorch's: cross-entropy over
 // classes on axis 1 and, with class axis -1, on the last axis of [B, T, V] logits (an ignored target
-// among them; with and without label smoothing), mse, l1 and binary cross-entropy with logits, each against the definition computed
+// among them; with and without label smoothing; shifted as a causal LM's labels), mse, l1 and binary cross-entropy with logits, each against the definition computed
 // here in f64 on fresh random data, and its gradients against the graph's own loss written out
 // (the rows below); the other outputs are dropped. A scalar output, an unknown output, a target
 // name the graph has and a class axis in the middle are refused by name.
@@ -356,8 +356,9 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
     int64_t classAxis;
     std::vector<int64_t> y;  // the output's shape
     double smoothing = 0.0;
+    bool shift = false;  // a causal LM's: logits at t against the target at t + 1
   } cases[] = {{"cross-entropy", 1, {6, 4}}, {"cross-entropy", 1, {3, 4, 5}}, {"cross-entropy", -1, {2, 3, 4}},
-               {"cross-entropy", 1, {3, 4, 5}, 0.1}, {"cross-entropy", -1, {2, 3, 4}, 0.25},
+               {"cross-entropy", 1, {3, 4, 5}, 0.1}, {"cross-entropy", -1, {2, 3, 4}, 0.25}, {"cross-entropy", -1, {2, 4, 5}, 0.0, true},
                {"mse", 1, {6, 4}}, {"l1", 1, {6, 4}}, {"bce-with-logits", 1, {6, 4}}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.kind + " " + std::to_string(c.classAxis) + " rank " + std::to_string(c.y.size()) + " smoothing " + std::to_string(c.smoothing));
@@ -371,6 +372,7 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
     o.kind = c.kind;
     o.classAxis = c.classAxis;
     o.labelSmoothing = c.smoothing;
+    o.shiftTargets = c.shift;
     ASSERT_TRUE(createAttachLossPass(o)->run(*g));
     verify(*g);
     ASSERT_EQ(g->outputs().size(), 1u);
@@ -388,7 +390,22 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
     // The definition.
     auto yAt = [&](int64_t i) { return x.getDouble(i) * w.getDouble(i % c.y.back()); };
     double want = 0;
-    if (ce) {
+    if (ce && c.shift) {  // [B, T, V]: row (b, t) against target (b, t + 1)
+      const int64_t T = c.y[1], V = c.y[2];
+      double sum = 0;
+      int64_t count = 0;
+      for (int64_t b = 0; b < c.y[0]; ++b)
+        for (int64_t tt = 0; tt + 1 < T; ++tt) {
+          const int64_t label = t.getInt(b * T + tt + 1);
+          if (label == -100) continue;
+          double mx = -1e300, z = 0;
+          for (int64_t k = 0; k < V; ++k) mx = std::max(mx, yAt((b * T + tt) * V + k));
+          for (int64_t k = 0; k < V; ++k) z += std::exp(yAt((b * T + tt) * V + k) - mx);
+          sum += -(yAt((b * T + tt) * V + label) - mx - std::log(z));
+          ++count;
+        }
+      want = sum / static_cast<double>(count);
+    } else if (ce) {
       // element (outer o, class k, inner n) of y, for classes on `axis`
       int64_t outer = 1, inner = 1;
       for (int64_t d = 0; d < axis; ++d) outer *= c.y[static_cast<size_t>(d)];

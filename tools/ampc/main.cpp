@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
   app.add_option("--loss-output", loss.output, "--loss: the output it reads (default: the first)");
   app.add_option("--loss-target", loss.target, "--loss: the name of the new input of targets (default: target)");
   app.add_option("--class-axis", loss.classAxis, "--loss cross-entropy: the class axis, 1 ([N, C, ...], the default) or -1 (the last: a language model's [B, T, V])");
+  app.add_flag("--shift-targets", loss.shiftTargets,
+               "--loss cross-entropy --class-axis -1: the logits at position t are scored against the target at t + 1, so a causal LM's "
+               "target is its input ids, shifted as transformers shifts its labels");
   app.add_option("--label-smoothing", loss.labelSmoothing, "--loss cross-entropy: PyTorch's label_smoothing (0: none)");
   app.add_option("--ignore-index", loss.ignoreIndex, "--loss cross-entropy: a target class that adds nothing to the loss (default -100, as PyTorch)");
   app.add_option("--freeze", adOpts.freeze, "--grad and plans: parameters whose name matches this regex are not trained");
