@@ -481,11 +481,7 @@ Value* maskInFrame(Graph& g, Value* mask, const std::vector<int64_t>& frame, con
     e->setName(base + "_expand");
     v = e->result(0);
   }
-  if (v->type().shape == shape) return v;
-  Value* k = g.addConst(g.uniqueName(base + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(shape.size())}, shape));
-  Node* r = g.createNode("Reshape", "", {v, k}, {{g.uniqueName(base + ".view"), TensorType{v->type().dtype, shape}}}, at);
-  r->setName(base + "_view");
-  return r->result(0);
+  return withLeading(g, v, std::vector<int64_t>(shape.begin(), shape.end() - 2), at, base + "_view");
 }
 
 void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
@@ -541,10 +537,7 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   Value* result = a->result(0);
   if (m.reshapeUp) {  // back in the product's frame, [N, Tq, Dv]
     const auto& os = old->type().shape;
-    Value* k = g.addConst(g.uniqueName(oldName + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(os.size())}, os));
-    Node* back = g.createNode("Reshape", "", {result, k}, {{g.uniqueName(oldName + ".flat"), old->type()}}, m.out);
-    back->setName(dirOf(m.softmax->name()) + "attention_flat");
-    result = back->result(0);
+    result = withLeading(g, result, std::vector<int64_t>(os.begin(), os.end() - 2), m.out, dirOf(m.softmax->name()) + "attention_flat");
   }
   old->replaceAllUsesWith(result);
   g.eraseNode(m.out);

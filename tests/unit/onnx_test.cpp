@@ -1468,21 +1468,6 @@ TEST(OnnxImport, IfOnAConstantConditionTakesItsBranch) {
 }
 
 namespace {
-onnx::TensorProto* addDoubleInit(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& dims, const std::vector<double>& v) {
-  auto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::DOUBLE);
-  for (auto d : dims) t->add_dims(d);
-  for (double x : v) t->add_double_data(x);
-  return t;
-}
-onnx::TensorProto* addBoolInit(onnx::GraphProto* g, const std::string& name, bool v) {
-  auto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::BOOL);
-  t->add_int32_data(v ? 1 : 0);
-  return t;
-}
 // The graph's gradients (autodiff of its scalar output) against central differences in f64, over
 // every element of every trainable parameter; returns the relative L2 error.
 double gradientError(const Graph& g) {

@@ -55,6 +55,25 @@ inline onnx::TensorProto* addFloatInit(onnx::GraphProto* g, const std::string& n
   return t;
 }
 
+inline onnx::TensorProto* addDoubleInit(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& dims,
+                                        const std::vector<double>& v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::DOUBLE);
+  for (auto d : dims) t->add_dims(d);
+  for (double x : v) t->add_double_data(x);
+  return t;
+}
+
+// A scalar bool initializer (a constant condition).
+inline onnx::TensorProto* addBoolInit(onnx::GraphProto* g, const std::string& name, bool v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::BOOL);
+  t->add_int32_data(v ? 1 : 0);
+  return t;
+}
+
 inline onnx::TensorProto* addInt64Init(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& v) {
   auto* t = g->add_initializer();
   t->set_name(name);
