@@ -30,6 +30,7 @@ import argparse
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -367,6 +368,102 @@ MODELS = {
 }
 
 
+class HfLogits(nn.Module):
+    """A Hugging Face model read as a classifier: its logits for the input given by keyword."""
+
+    def __init__(self, model, key):
+        super().__init__()
+        self.m = model
+        self.key = key
+
+    def forward(self, x):
+        out = self.m(**{self.key: x})
+        return out.logits if hasattr(out, "logits") else out.last_hidden_state.mean(1)
+
+
+# A small model of each family: the widths, depths and heads each config calls by these names (or
+# maps to them through its attribute_map). Two heads over one key/value head where the family has
+# grouped attention; two of four experts where it routes.
+HF_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+               vocab_size=128, max_position_embeddings=64, head_dim=16, d_kv=16, d_ff=64, embedding_size=32,
+               num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+               shared_expert_intermediate_size=32, decoder_layers=2, encoder_layers=2, decoder_attention_heads=2,
+               encoder_attention_heads=2, decoder_ffn_dim=64, encoder_ffn_dim=64, num_decoder_layers=2,
+               type_vocab_size=2, pad_token_id=0, bos_token_id=1, eos_token_id=2, sep_token_id=2,
+               decoder_start_token_id=0)
+
+
+def hf_config(model_type, overrides):
+    from transformers import AutoConfig
+    cls = type(AutoConfig.for_model(model_type))
+    amap = getattr(cls, "attribute_map", {}) or {}
+    probe = cls()
+    hierarchical = hasattr(probe, "depths")  # per-stage depths and heads: those stay, one block a stage
+    kw = {}
+    for k, v in overrides.items():
+        name = amap.get(k, k)
+        if hierarchical and k in ("num_hidden_layers", "num_attention_heads"):
+            continue
+        if not hasattr(probe, name):
+            continue
+        cur = getattr(probe, name)
+        if isinstance(cur, (list, tuple, dict)) or isinstance(cur, bool):  # a per-stage list stays the family's own
+            continue
+        kw[name] = v
+    cfg = cls(**kw)
+    if hasattr(cfg, "depths") and isinstance(cfg.depths, (list, tuple)):
+        cfg.depths = [1] * len(cfg.depths)
+    cfg.num_labels = 10
+    return cfg
+
+
+def hf_text(model_type, seq=16):
+    def build():
+        from transformers import AutoModel, AutoModelForSequenceClassification
+        cfg = hf_config(model_type, HF_TINY)
+        try:
+            m = AutoModelForSequenceClassification.from_config(cfg)
+        except ValueError:  # no classification head in this family: mean of the last hidden states
+            return nn.Sequential(HfLogits(AutoModel.from_config(cfg), "input_ids"), nn.Linear(cfg.hidden_size, 10))
+        return HfLogits(m, "input_ids")
+    return (build, seq, None, [], lambda: torch.randint(3, HF_TINY["vocab_size"], (2, seq)))
+
+
+def hf_image(model_type, res=64):
+    def build():
+        from transformers import AutoModelForImageClassification
+        over = dict(HF_TINY, image_size=res, num_channels=3, hidden_size=64, intermediate_size=128)
+        return HfLogits(AutoModelForImageClassification.from_config(hf_config(model_type, over)), "pixel_values")
+    return (build, res)
+
+
+def timm_entry(name, res=64):
+    def build():
+        import timm
+        try:
+            return timm.create_model(name, pretrained=False, num_classes=10, img_size=res)
+        except TypeError:  # a convolutional net: any size
+            return timm.create_model(name, pretrained=False, num_classes=10)
+    return (build, res)
+
+
+def entry(name):
+    """MODELS[name], or a model named by its library: timm:NAME[@RES] (timm.create_model, 10 classes,
+    RES px, 64 unless given), hf:TYPE (a transformers model type as a small sequence classifier on 16
+    tokens), hfimg:TYPE[@RES] (a small image classifier)."""
+    if name in MODELS:
+        return MODELS[name]
+    lib, _, spec = name.partition(":")
+    spec, _, res = spec.partition("@")
+    if lib == "timm":
+        return timm_entry(spec, int(res or 64))
+    if lib == "hf":
+        return hf_text(spec, int(res or 16))
+    if lib == "hfimg":
+        return hf_image(spec, int(res or 64))
+    raise KeyError(f"no model {name!r}: a MODELS name, timm:NAME[@RES], hf:TYPE or hfimg:TYPE[@RES]")
+
+
 def no_randomness(m):
     for mod in m.modules():
         if isinstance(mod, nn.Dropout) or type(mod).__name__ in ("StochasticDepth", "Dropout2d"):
@@ -398,7 +495,7 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None):
     L2, over the parameters whose exact gradient is at least 1e-3 of the largest (a zero gradient,
     e.g. a bias that a BatchNorm follows, has no relative error)."""
     m64 = WithLoss(copy.deepcopy(model), loss).double()
-    m64(x.double(), t).backward()
+    m64(x.double() if x.is_floating_point() else x, t).backward()
     m32 = WithLoss(copy.deepcopy(model), loss)
     m32(x, t).backward()
     p32 = dict(m32.named_parameters())
@@ -419,15 +516,19 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None):
 
 
 def check(name, ampc, amprun, out_dir, exporter="torchscript"):
-    build, res, *rest = MODELS[name]
+    build, res, *rest = entry(name)
     lossFn = rest[0] if rest else None
     flags = rest[1] if len(rest) > 1 else []  # more ampc flags, for both the gradients and the plan
     torch.manual_seed(0)
-    model = build()
-    no_randomness(model)
-    model.train()
-    x = torch.randn(2, 3, res, res)
-    t = torch.randint(0, 10, (2,))
+    try:
+        model = build()
+        no_randomness(model)
+        model.train()
+        x = rest[2]() if len(rest) > 2 else torch.randn(2, 3, res, res)
+        t = torch.randint(0, 10, (2,))
+        WithLoss(copy.deepcopy(model), lossFn)(x, t)
+    except Exception as e:  # noqa: BLE001 (the model itself does not build or run here: nothing of ampc's)
+        return "TORCH-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
     d = os.path.join(out_dir, name)
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     path = os.path.join(d, name + ".onnx")
@@ -445,7 +546,7 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
                               do_constant_folding=False, input_names=["x", "target"], output_names=["loss"], **kw)
     except Exception as e:  # noqa: BLE001
         return "EXPORT-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
-    np.save(os.path.join(d, "inputs", "x.npy"), x.numpy())
+    np.save(os.path.join(d, "inputs", "x.npy"), x.numpy() if x.is_floating_point() else x.numpy().astype(np.int64))
     np.save(os.path.join(d, "inputs", "target.npy"), t.numpy().astype(np.int64))
     # The first step's gradients, against f64, as accurate as PyTorch's own f32 ones.
     gdir = os.path.join(d, "grads")
@@ -453,7 +554,8 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
                        capture_output=True, text=True)
     if r.returncode:
         return "AMPC-REFUSES", first_error(r.stdout + r.stderr)
-    loss64 = WithLoss(copy.deepcopy(reference), lossFn).double()(x.double(), t).item()
+    x64 = x.double() if x.is_floating_point() else x
+    loss64 = WithLoss(copy.deepcopy(reference), lossFn).double()(x64, t).item()
     loss32 = WithLoss(copy.deepcopy(reference), lossFn)(x, t).item()
     lossTol = max(1e-5, 2 * abs(loss32 - loss64) / abs(loss64))  # an ill-conditioned net: PyTorch's own f32 error
     loss = float(np.load(os.path.join(gdir, "loss.npy")))
@@ -474,7 +576,7 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
         return "AMPRUN-FAILS", first_error(r.stdout + r.stderr)
     got = [json.loads(line)["loss"] for line in open(metrics)]
     want = torch_steps(copy.deepcopy(reference), x, t, lossFn)
-    exact = torch_steps(copy.deepcopy(reference).double(), x.double(), t, lossFn)
+    exact = torch_steps(copy.deepcopy(reference).double(), x64, t, lossFn)
     drift = max(abs(a - b) / abs(b) for a, b in zip(want, exact))
     tol = max(1e-4, 2 * drift)
     rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, want))
@@ -496,19 +598,32 @@ def main():
     ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
                     help="torchscript: torch.onnx.export as a new user calls it; dynamo: PyTorch's default exporter (2.9 and up) "
                          "through tools/export/ampc_export.py")
-    ap.add_argument("models", nargs="*")
+    ap.add_argument("--model-limit", type=int, default=0, help="seconds one model may take (0: no limit): TIMEOUT past it")
+    ap.add_argument("--shard", default="", help="I/N: only the models at I, I + N, ... of the list (parallel sweeps)")
+    ap.add_argument("models", nargs="*", help="MODELS names, timm:NAME[@RES], hf:TYPE or hfimg:TYPE[@RES]")
     a = ap.parse_args()
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 0)) or max(1, os.cpu_count() or 1))
     names = a.models or list(MODELS)
+    if a.shard:
+        i, n = (int(v) for v in a.shard.split("/"))
+        names = names[i::n]
     results = {}
+
+    def expired(*_):
+        raise TimeoutError(f"over {a.model_limit} s")
+    signal.signal(signal.SIGALRM, expired)
     for n in names:
+        signal.alarm(a.model_limit)
         try:
             verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter)
+        except TimeoutError as e:
+            verdict, detail = "TIMEOUT", str(e)
         except Exception as e:  # noqa: BLE001 (one model's failure must not end the sweep)
             verdict, detail = "SWEEP-ERROR", (str(e).splitlines() or [repr(e)])[0][:300]
+        signal.alarm(0)
         results[n] = {"verdict": verdict, "detail": detail}
         print(f"{n:22s} {verdict:13s} {detail}", flush=True)
-    with open(os.path.join(a.out, "sweep.json"), "w") as f:
+    with open(os.path.join(a.out, f"sweep{a.shard.replace('/', 'of')}.json"), "w") as f:
         json.dump({"torch": torch.__version__, "torchvision": torchvision.__version__, "exporter": a.exporter, "results": results}, f, indent=1)
     return 0
 
