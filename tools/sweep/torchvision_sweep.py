@@ -490,7 +490,7 @@ def first_error(out):
     return out.strip().splitlines()[-1][:300] if out.strip() else "(no output)"
 
 
-def grad_errors(model, x, t, grad_dir, loss=None, names=None):
+def grad_errors(model, x, t, grad_dir, loss=None, names=None, ref_dir=None):
     """Per parameter: (ampc's error, PyTorch f32's error), each against the f64 gradient, relative
     L2, over the parameters whose exact gradient is at least 1e-3 of the largest (a zero gradient,
     e.g. a bias that a BatchNorm follows, has no relative error)."""
@@ -499,7 +499,11 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None):
     m32 = WithLoss(copy.deepcopy(model), loss)
     m32(x, t).backward()
     p32 = dict(m32.named_parameters())
-    exact = {n: p.grad.numpy() for n, p in m64.named_parameters()}
+    exact = {n: p.grad.numpy() for n, p in m64.named_parameters() if p.grad is not None}
+    if ref_dir:  # the f64 gradients by the initializers' names, to look into a mismatch without PyTorch
+        os.makedirs(ref_dir, exist_ok=True)
+        for n, g in exact.items():
+            np.save(os.path.join(ref_dir, (names or {}).get(n, n) + "_grad.npy"), g.astype(np.float32))
     largest = max(np.linalg.norm(g) for g in exact.values())
     rows = {}
     for n, g in exact.items():
@@ -559,7 +563,8 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     loss32 = WithLoss(copy.deepcopy(reference), lossFn)(x, t).item()
     lossTol = max(1e-5, 2 * abs(loss32 - loss64) / abs(loss64))  # an ill-conditioned net: PyTorch's own f32 error
     loss = float(np.load(os.path.join(gdir, "loss.npy")))
-    errs = grad_errors(reference, x, t, gdir, lossFn, names)
+    errs = grad_errors(reference, x, t, gdir, lossFn, names, os.path.join(d, "ref"))
+    np.save(os.path.join(d, "ref", "loss.npy"), np.array(loss64))
     worst = max(errs, key=lambda n: errs[n][0] / (errs[n][1] + 1e-6))
     ratio = errs[worst][0] / (errs[worst][1] + 1e-6)
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
@@ -580,6 +585,8 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     drift = max(abs(a - b) / abs(b) for a, b in zip(want, exact))
     tol = max(1e-4, 2 * drift)
     rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, want))
+    with open(os.path.join(d, "ref", "steps.json"), "w") as f:
+        json.dump({"pytorch_f32": want, "pytorch_f64": exact, "ampc": got, "lr": LR}, f)
     # Where PyTorch's own f32 steps leave f64 by over 1%, the trajectory compares nothing (even two
     # PyTorch runs differ there): only the loss and the gradients decide.
     chaotic = drift > 1e-2
