@@ -167,6 +167,20 @@ MODELS = {
 }
 
 
+def model_named(name):
+    """MODELS[name], or timm:NAME[@BATCH]: any timm model at its default input size, 1000 classes
+    (batch 64 unless given), for models no list names."""
+    if name in MODELS:
+        return MODELS[name]
+    lib, _, spec = name.partition(":")
+    spec, _, batch = spec.partition("@")
+    if lib == "timm":
+        import timm
+        size = timm.create_model(spec, pretrained=False).default_cfg["input_size"][-1]
+        return image(timm_model(spec), int(batch or 64), size)
+    raise KeyError(f"no model {name!r}: a MODELS name or timm:NAME[@BATCH]")
+
+
 def torch_amp(model, inputs, steps, compiled=False, stats=None):
     """Eager AMP bf16, or with `compiled` the same step under torch.compile (the model compiled;
     the compile happens in the 3 warm-up steps). Each step is timed on the wall clock between two
@@ -267,7 +281,7 @@ def main():
         os.makedirs(work, exist_ok=True)
         try:
             torch.manual_seed(0)
-            model, inputs = MODELS[name]()
+            model, inputs = model_named(name)()
             row["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
             path = os.path.join(work, name + ("" if a.exporter == "dynamo" else "_ts") + ".onnx")
             if not os.path.exists(path):  # exported by an earlier --export-only run, else now
