@@ -43,12 +43,33 @@ class TrainStepPass : public Pass {
           updates.emplace_back(n->input(i), n->result(r++));
     }
 
+    if (o_.accumulate < 1 || o_.accumulate > (int64_t{1} << 20)) throw Error("--accumulate wants 1 to 2^20 micro-batches per step");
+    const int64_t nAcc = o_.accumulate;
+    auto scalar = [&](const std::string& base, Tensor t) { return g.addParam(g.uniqueName(base), std::move(t)); };
+    auto op = [&](const std::string& name, const std::vector<Value*>& ins, const std::string& base) {
+      Node* n = g.createNode(name, "", ins, {{g.uniqueName(base), TensorType{}}});
+      n->setName(base);
+      n->result(0)->setType(inferTypes(*n)[0]);
+      return n->result(0);
+    };
     // Backward, seeded with S.
     AutodiffOptions ad = o_.autodiff;
     if (mode != "none") ad.seed = scale->name();
     createAutodiffPass(ad)->run(g);
     // The backward's casts (gradients of the forward's) get the same cleanup as the forward's.
     createCastCleanupPass()->run(g);
+    // Accumulation: the micro-step counter m in [0, N); this run applies the window when m + 1 == N.
+    // The counter is an f32 (exact to 2^24): a Param of an integer type is a compile-time constant
+    // to the passes (Value::constData), which would fold the counting away. (Made after the
+    // backward, whose clean-up would drop nodes nothing reads yet.)
+    Value* apply = nullptr;
+    if (nAcc > 1) {
+      auto f32 = [](double v) { return Tensor::fromDoubles(DType::f32, {}, {v}); };
+      Value* micro = g.addParam("ampc.micro_step", f32(0));
+      Value* m1 = op("Add", {micro, scalar("accumulate.one", f32(1))}, "ampc/accumulate/count");
+      apply = op("Equal", {m1, scalar("accumulate.n", f32(static_cast<double>(nAcc)))}, "ampc/accumulate/apply");
+      updates.emplace_back(micro, op("Where", {apply, scalar("accumulate.restart", f32(0)), m1}, "ampc/accumulate/next"));
+    }
     Value* loss = g.outputs()[0];
     std::vector<Value*> params, grads;
     for (size_t i = 1; i < g.outputs().size(); ++i) {
@@ -72,7 +93,21 @@ class TrainStepPass : public Pass {
       }
       return out;
     };
+    // Accumulation: each gradient is added to its accumulator (the window's sum so far, f32), which
+    // the applying run clears; the sum is what the rest of the step reads.
+    if (nAcc > 1) {
+      Value* zero = scalar("accumulate.zero", Tensor::fromDoubles(DType::f32, {}, {0.0}));
+      for (size_t i = 0; i < grads.size(); ++i) {
+        if (grads[i]->type().dtype != DType::f32) throw Error("train-step: gradient '" + grads[i]->name() + "' is " + grads[i]->type().str() + ", not f32");
+        Value* acc = g.addParam(params[i]->name() + ".grad_accum", Tensor(grads[i]->type()));
+        Value* sum = op("Add", {acc, grads[i]}, "ampc/accumulate/" + params[i]->name());
+        updates.emplace_back(acc, op("Where", {apply, zero, sum}, "ampc/accumulate/clear/" + params[i]->name()));
+        grads[i] = sum;
+      }
+    }
     Value* inv = g.createNode("Reciprocal", "", {scale}, {{g.uniqueName("ampc.inv_scale"), scale->type()}})->result(0);
+    if (nAcc > 1)  // the window's sum unscaled to its mean
+      inv = op("Mul", {inv, scalar("accumulate.inv_n", Tensor::fromDoubles(DType::f32, {}, {1.0 / static_cast<double>(nAcc)}))}, "ampc/accumulate/mean");
     std::vector<Value*> ins{inv};
     ins.insert(ins.end(), grads.begin(), grads.end());
     auto unscaled = node("UnscaleCheck", ins, grads.size() + 1, "ampc/unscale");
@@ -83,7 +118,10 @@ class TrainStepPass : public Pass {
     auto clipped = node("ClipByGlobalNorm", ins, grads.size() + 1, "ampc/clip", {{"max_norm", o_.clipNorm}});
     Value* norm = clipped.back();
     clipped.pop_back();
-    Value* nextStep = node("StepIncrement", {step, found}, 1, "ampc/step")[0];
+    // What the updates skip on: an overflow, and with accumulation every run but a window's last.
+    // found_inf (the metric) stays the check's: on a window's last run, that of the whole window.
+    Value* skip = nAcc > 1 ? op("Or", {found, op("Not", {apply}, "ampc/accumulate/hold")}, "ampc/accumulate/skip") : found;
+    Value* nextStep = node("StepIncrement", {step, skip}, 1, "ampc/step")[0];
     Value* lr = node("LearningRate", {nextStep}, 1, "ampc/lr",
                      {{"lr", o_.lr}, {"schedule", o_.schedule}, {"warmup", o_.warmup}, {"total", o_.total}})[0];
     updates.emplace_back(step, nextStep);
@@ -96,14 +134,14 @@ class TrainStepPass : public Pass {
       if (o_.optimizer == "sgd") {
         // A momentum buffer only with momentum, as PyTorch's SGD keeps one.
         Value* buf = o_.momentum != 0.0f ? zeros("momentum") : nullptr;
-        auto r = node("SGD", {p, clipped[i], buf, lr, found}, buf ? 2 : 1, base,
+        auto r = node("SGD", {p, clipped[i], buf, lr, skip}, buf ? 2 : 1, base,
                       {{"momentum", o_.momentum}, {"nesterov", int64_t{o_.nesterov}}, {"weight_decay", o_.weightDecay}});
         updates.emplace_back(p, r[0]);
         if (buf) updates.emplace_back(buf, r[1]);
       } else {
         Value* m = zeros("adam_m");
         Value* v = zeros("adam_v");
-        auto r = node("Adam", {p, clipped[i], m, v, lr, nextStep, found}, 3, base,
+        auto r = node("Adam", {p, clipped[i], m, v, lr, nextStep, skip}, 3, base,
                       {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", o_.weightDecay},
                        {"decoupled", int64_t{o_.optimizer == "adamw"}}, {"lamb", int64_t{o_.optimizer == "lamb"}}});
         updates.emplace_back(p, r[0]);
@@ -115,6 +153,8 @@ class TrainStepPass : public Pass {
       auto r = node("ScalerUpdate", {scale, growth, hyst, found}, 3, "ampc/scaler",
                     {{"growth_factor", o_.growthFactor}, {"backoff_factor", o_.backoffFactor}, {"growth_interval", o_.growthInterval},
                      {"hysteresis", o_.hysteresis}, {"min_scale", o_.minScale}, {"max_scale", o_.maxScale}});
+      if (nAcc > 1)  // the scaler moves once a window, on its last run's check
+        for (int i = 0; i < 3; ++i) r[i] = op("Where", {apply, r[i], std::vector<Value*>{scale, growth, hyst}[i]}, "ampc/accumulate/scaler");
       updates.emplace_back(scale, r[0]);
       updates.emplace_back(growth, r[1]);
       updates.emplace_back(hyst, r[2]);

@@ -1,7 +1,11 @@
 // train-step: turns a forward graph (painted or not) into one complete training step (DESIGN.md
 // steps 5-8): the backward graph seeded with the loss scale S, unscale + Inf/NaN check, optional
 // global-norm clipping of the unscaled gradients, the optimizer update and the step counter (both
-// predicated on found_inf), the learning-rate schedule, and the dynamic loss scaler.
+// predicated on found_inf), the learning-rate schedule, and the dynamic loss scaler. With
+// accumulate N > 1, each parameter gets a gradient accumulator and the step a micro-step counter:
+// every run adds its gradients to the accumulators; only the N-th run of a window acts on the sum
+// (unscaled by 1 / (S N), checked, clipped), updates the parameters, the step counter and the
+// scaler, and clears the accumulators.
 //
 // The result is self-describing: its outputs are loss, loss_scale (the S this step used),
 // found_inf, grad_norm and lr, then one `<state>.next` per state tensor (parameters, optimizer
@@ -26,6 +30,10 @@ struct TrainOptions {
   bool nesterov = false;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float clipNorm = 0;  // 0: no clipping (the norm is still computed for the metrics)
+  // Gradient accumulation: the step graph runs once per micro-batch, and every `accumulate`-th run
+  // applies the mean of the micro-batches' gradients (as PyTorch with the loss divided by N and
+  // optimizer.step() every N backward passes). 1: every run is an optimizer step.
+  int64_t accumulate = 1;
   // "auto" (dynamic for fp16, none for bf16 and fp32), "dynamic", "none", or a static number.
   std::string lossScale = "auto";
   DType precision = DType::f32;  // the autocast precision, for "auto"

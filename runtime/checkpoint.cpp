@@ -55,7 +55,7 @@ int64_t metaInt(const Safetensors& st, const std::string& file, const char* key,
 }
 
 // The step's counters and scale, range-checked (their hash only says they are what was written):
-// ampc.step in [0, step] (it counts the steps not skipped), the growth tracker in
+// ampc.step in [0, step] (it counts the steps not skipped), ampc.micro_step 0, the growth tracker in
 // [0, growth_interval), the hysteresis budget in [0, hysteresis], the loss scale finite and > 0. So
 // no counter can leave int64 while a run goes on (at most --steps steps).
 void checkTrainingState(const Graph& g, const Safetensors& st, const std::string& file, int64_t step) {
@@ -71,6 +71,9 @@ void checkTrainingState(const Graph& g, const Safetensors& st, const std::string
     }
   };
   within("ampc.step", 0, step);
+  // Checkpoints fall between steps, never inside an accumulation window (the counter is an f32).
+  if (const Tensor* t = scalar("ampc.micro_step"); t && t->getDouble(0) != 0)
+    throw Error(file + ": tensor 'ampc.micro_step' = " + std::to_string(t->getDouble(0)) + ", not 0: a checkpoint inside an accumulation window");
   for (const auto& n : g.nodes())
     if (n->domain() == "ampc" && n->op() == "ScalerUpdate") {
       within("ampc.growth_tracker", 0, std::max<int64_t>(n->getInt("growth_interval", 2000) - 1, 0));

@@ -34,7 +34,7 @@ plan::Role roleOf(const Value* v, const std::set<const Value*>& trained, const s
   if (n.rfind("ampc.", 0) == 0) return plan::SCALER_STATE;
   if (trained.count(v)) return plan::PARAM;
   if (stateful.count(v)) {
-    for (const char* s : {".momentum", ".adam_m", ".adam_v"})
+    for (const char* s : {".momentum", ".adam_m", ".adam_v", ".grad_accum"})
       if (n.size() > std::strlen(s) && n.compare(n.size() - std::strlen(s), std::strlen(s), s) == 0) return plan::OPTIMIZER_STATE;
     return plan::BUFFER;
   }
@@ -232,6 +232,7 @@ int writePlan(const std::string& path, const Graph& forward, const TrainOptions&
   c->set_min_scale(o.minScale);
   c->set_max_scale(o.maxScale);
   c->set_target(findTarget(o.target).name);
+  c->set_accumulate(o.accumulate);
   c->set_batch_size(forward.inputs().empty() || forward.inputs()[0]->type().rank() == 0 ? 1 : forward.inputs()[0]->type().shape[0]);
 
   const std::string bytes = sealed(p, path);
@@ -308,6 +309,9 @@ LoadedPlan readPlan(const std::string& path) {
   o.schedule = c.schedule();
   o.lossScale = c.loss_scale();
   o.target = c.target().empty() ? "cuda" : c.target();
+  o.accumulate = std::max<int64_t>(c.accumulate(), 1);
+  if (o.accumulate > 1 && !r.step->lookup("ampc.micro_step"))
+    throw Error(path + ": the plan says " + std::to_string(o.accumulate) + " micro-batches a step, but its step graph has no micro-step counter");
   try {
     findTarget(o.target);  // a target this amprun does not know is refused, with the known ones
   } catch (const Error& e) {
@@ -325,7 +329,9 @@ LoadedPlan readPlan(const std::string& path) {
     << ", clip-norm " << c.clip_norm() << "\n"
     << "loss scale: " << c.loss_scale() << " (init " << c.init_scale() << ", growth x" << c.growth_factor() << " every "
     << c.growth_interval() << ", backoff x" << c.backoff_factor() << ", hysteresis " << c.hysteresis() << ", min " << c.min_scale()
-    << ", max " << c.max_scale() << "), batch " << c.batch_size() << ", target " << r.options.target << "\n"
+    << ", max " << c.max_scale() << "), batch " << c.batch_size()
+    << (r.options.accumulate > 1 ? " x " + std::to_string(r.options.accumulate) + " micro-batches a step" : std::string())
+    << ", target " << r.options.target << "\n"
     << "arena: " << p.arena_bytes() << " bytes of activations\n"
     << "tensors:\n";
   for (const auto& t : p.tensors()) {

@@ -76,21 +76,20 @@ TEST(Amprun, DigitsAmpMatchesFp32) {
   EXPECT_LE(std::fabs(acc["bf16"] - acc["fp32"]), 0.5);
 }
 
-// A classifier exported without its loss (x -> logits, as torch.onnx.export(model, x) writes it):
-// `ampc --loss cross-entropy` attaches F.cross_entropy against a new input `target`, and the plan
-// trains on the digits to the accuracy the exported-with-loss model reaches; `ampc` without --loss
-// names the problem. The same model at bf16 trains as well.
-TEST(Amprun, ModelWithoutItsLossTrainsWithAttachedCrossEntropy) {
-  TempDir d;
+namespace {
+
+// A two-layer classifier of the digits exported without its loss (x [batch, 64] -> logits [batch, 10],
+// as torch.onnx.export(model, x) writes it), its weights drawn with a fixed seed, at d/name.
+std::string classifierWithoutLoss(const TempDir& d, const std::string& name, int64_t batch) {
   auto m = newModel(17);
   auto* g = m.mutable_graph();
-  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {64, 64});
+  addTensorInput(g, "x", onnx::TensorProto::FLOAT, {batch, 64});
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto weights = [&](const std::string& name, std::vector<int64_t> dims, float scale) {
+  auto weights = [&](const std::string& w, std::vector<int64_t> dims, float scale) {
     std::vector<float> v(static_cast<size_t>(dims[0] * (dims.size() > 1 ? dims[1] : 1)));
     for (float& e : v) e = normal(rng) * scale;
-    addFloatInit(g, name, dims, v);
+    addFloatInit(g, w, dims, v);
   };
   weights("w1", {48, 64}, 0.125f);
   weights("b1", {48}, 0.0f);
@@ -105,8 +104,20 @@ TEST(Amprun, ModelWithoutItsLossTrainsWithAttachedCrossEntropy) {
   auto* fc2 = addNode(g, "Gemm", {"r", "w2", "b2"}, {"logits"}, "fc2");
   fc2->add_attribute()->CopyFrom(*t1);
   addOutput(g, "logits");
-  const std::string model = d.file("noloss.onnx");
-  writeModel(model, m);
+  const std::string path = d.file(name);
+  writeModel(path, m);
+  return path;
+}
+
+}  // namespace
+
+// A classifier exported without its loss (x -> logits, as torch.onnx.export(model, x) writes it):
+// `ampc --loss cross-entropy` attaches F.cross_entropy against a new input `target`, and the plan
+// trains on the digits to the accuracy the exported-with-loss model reaches; `ampc` without --loss
+// names the problem. The same model at bf16 trains as well.
+TEST(Amprun, ModelWithoutItsLossTrainsWithAttachedCrossEntropy) {
+  TempDir d;
+  const std::string model = classifierWithoutLoss(d, "noloss.onnx", 64);
   auto r = run(kAmpc + " " + model + " -o " + d.file("plain.ampplan"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("must be a scalar float loss"), std::string::npos) << r.out;
@@ -122,6 +133,113 @@ TEST(Amprun, ModelWithoutItsLossTrainsWithAttachedCrossEntropy) {
     std::printf("digits without a loss, %s, cross-entropy attached: test accuracy %.2f%%\n", p, accuracy(r.out));
     EXPECT_GT(accuracy(r.out), 90.0) << r.out;
   }
+}
+
+namespace {
+
+// The numbers of a metrics line: loss, loss_scale, grad_norm, and whether the step was skipped.
+struct StepMetrics {
+  double loss = 0, scale = 0, norm = 0;
+  bool skipped = false;
+};
+std::vector<StepMetrics> readMetrics(const std::string& path) {
+  std::vector<StepMetrics> r;
+  std::istringstream in(readBytes(path));
+  const std::regex re(R"re("loss": ([^,]+), "loss_scale": ([^,]+), "skipped": (true|false), "grad_norm": ([^,]+),)re");
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (!std::regex_search(l, m, re)) {
+      ADD_FAILURE() << "not a metrics line: " << l;
+      continue;
+    }
+    auto num = [](const std::string& v) { return v.front() == '"' ? (v.find("Infinity") != std::string::npos ? (v[1] == '-' ? -INFINITY : INFINITY) : NAN) : std::stod(v); };
+    r.push_back({num(m[1]), num(m[2]), num(m[4]), m[3] == "true"});
+  }
+  return r;
+}
+
+}  // namespace
+
+// Gradient accumulation (ampc --accumulate N): a step of N micro-batches of B samples trains as one
+// step on the N * B samples together (the mean gradient over the window; the reported loss the mean of
+// the micro-batches'), for SGD with momentum and for AdamW with clipping: the same losses, norms and
+// weights, in f32, as the plan compiled for the whole batch. In fp16 the loss scale moves once a step:
+// an Inf in the window's second micro-batch skips the whole step and halves the scale once, and
+// --growth-interval counts steps, not micro-batches, as the whole-batch plan does. A run stopped at a
+// checkpoint and resumed equals the uninterrupted one.
+TEST(Amprun, AccumulatedMicroBatchesTrainAsTheirWholeBatch) {
+  TempDir d;
+  const std::string micro = classifierWithoutLoss(d, "b32.onnx", 32), whole = classifierWithoutLoss(d, "b64.onnx", 64);
+  auto compile = [&](const std::string& model, const std::string& flags, const std::string& plan) {
+    auto r = run(kAmpc + " " + model + " --loss cross-entropy " + flags + " -o " + d.file(plan));
+    EXPECT_EQ(r.code, 0) << r.out;
+    return d.file(plan);
+  };
+  auto train = [&](const std::string& plan, const std::string& data, const std::string& tag, int steps, const std::string& more = "") {
+    auto r = run(kAmprun + " " + plan + " --data " + data + " --steps " + std::to_string(steps) + " --metrics " + d.file(tag + ".jsonl") +
+                 " --save " + d.file(tag + ".safetensors") + more);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return readMetrics(d.file(tag + ".jsonl"));
+  };
+  int k = 0;
+  for (const std::string opt : {"--optimizer sgd --lr 0.1 --momentum 0.9", "--optimizer adamw --lr 0.01 --clip-norm 0.5"}) {
+    const std::string tag = std::to_string(k++);
+    const std::string a = compile(micro, "--precision fp32 " + opt + " --accumulate 2", "acc" + tag + ".ampplan");
+    const std::string b = compile(whole, "--precision fp32 " + opt, "whole" + tag + ".ampplan");
+    EXPECT_NE(run(kAmprun + " " + a + " --dump").out.find("batch 32 x 2 micro-batches a step"), std::string::npos);
+    const auto ma = train(a, kDigits + "/train", "acc" + tag, 6), mb = train(b, kDigits + "/train", "whole" + tag, 6);
+    ASSERT_EQ(ma.size(), 6u);
+    ASSERT_EQ(mb.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_NEAR(ma[i].loss, mb[i].loss, 1e-5 * std::fabs(mb[i].loss)) << opt << ", step " << i + 1;
+      EXPECT_NEAR(ma[i].norm, mb[i].norm, 1e-5 * std::fabs(mb[i].norm)) << opt << ", step " << i + 1;
+      EXPECT_FALSE(ma[i].skipped);
+    }
+    EXPECT_LT(ma[5].loss, ma[0].loss - 0.1) << opt << ": it trains";
+    const Safetensors wa = readSafetensors(d.file("acc" + tag + ".safetensors")), wb = readSafetensors(d.file("whole" + tag + ".safetensors"));
+    for (const char* w : {"w1", "b1", "w2", "b2"}) {
+      const Tensor &x = wa.tensors.at(w), &y = wb.tensors.at(w);
+      double diff = 0, big = 0;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        diff = std::max(diff, std::fabs(x.getDouble(i) - y.getDouble(i)));
+        big = std::max(big, std::fabs(y.getDouble(i)));
+      }
+      EXPECT_LE(diff, 1e-5 * big) << opt << ": " << w;
+    }
+  }
+  // fp16, dynamic scale: an Inf in sample 100, the second micro-batch of step 2 (no shuffle).
+  fs::create_directories(d.path / "inf");
+  Tensor x = readNpy(kDigits + "/train/x.npy");
+  x.setDouble(100 * 64 + 7, INFINITY);
+  writeNpy(d.file("inf/x.npy"), x);
+  fs::copy(kDigits + "/train/target.npy", d.file("inf/target.npy"));
+  const std::string scaler = "--precision fp16 --optimizer sgd --lr 0.1 --init-scale 1024 --growth-interval 2 --max-scale 4096";
+  const std::string a = compile(micro, scaler + " --accumulate 2", "acc16.ampplan"), b = compile(whole, scaler, "whole16.ampplan");
+  const auto ma = train(a, d.file("inf"), "acc16", 6), mb = train(b, d.file("inf"), "whole16", 6);
+  ASSERT_EQ(ma.size(), 6u);
+  ASSERT_EQ(mb.size(), 6u);
+  const std::vector<std::pair<double, bool>> want = {{1024, false}, {1024, true}, {512, false}, {512, false}, {1024, false}, {1024, false}};
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(ma[i].scale, want[i].first) << "step " << i + 1;
+    EXPECT_EQ(ma[i].skipped, want[i].second) << "step " << i + 1;
+    EXPECT_EQ(mb[i].scale, want[i].first) << "step " << i + 1;
+    EXPECT_EQ(mb[i].skipped, want[i].second) << "step " << i + 1;
+    if (!want[i].second) {
+      EXPECT_NEAR(ma[i].loss, mb[i].loss, 2e-3 * std::fabs(mb[i].loss)) << "fp16, step " << i + 1;
+    }
+  }
+  // Stopped at step 2 and resumed: the same metrics and weights as 6 steps in one run.
+  const std::string p = d.file("acc1.ampplan");
+  train(p, kDigits + "/train", "part", 2, " --checkpoint " + d.file("ckpt") + " --checkpoint-every 2");
+  const auto resumed = train(p, kDigits + "/train", "part", 6, " --resume " + d.file("ckpt"));
+  const auto whole6 = readMetrics(d.file("acc1.jsonl"));
+  ASSERT_EQ(resumed.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(resumed[i].loss, whole6[i].loss) << "step " << i + 1;
+  EXPECT_EQ(readBytes(d.file("part.safetensors")), readBytes(d.file("acc1.safetensors")));
+  // The counter and accumulators are state: a bad count is refused.
+  auto r = run(kAmpc + " " + micro + " --loss cross-entropy --accumulate 0 -o " + d.file("bad.ampplan"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_FALSE(fs::exists(d.file("bad.ampplan")));
 }
 
 TEST(Amprun, ResumeEqualsAnUninterruptedRun) {

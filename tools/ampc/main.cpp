@@ -239,6 +239,10 @@ int main(int argc, char** argv) {
   app.add_option("--betas", betas, "plan: Adam betas B1,B2 (default 0.9,0.999)");
   app.add_option("--eps", train.eps, "plan: Adam epsilon");
   app.add_option("--clip-norm", train.clipNorm, "plan: clip the unscaled gradients' global L2 norm to this");
+  app.add_option("--accumulate", train.accumulate,
+                 "plan: gradient accumulation: each optimizer step applies the mean gradient of this many micro-batches (amprun feeds them "
+                 "one after another; the loss scale holds within a step)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--loss-scale", lossScale, "plan: dynamic, none or a number (default: dynamic for fp16, none otherwise)");
   app.add_option("--init-scale", train.initScale, "plan: the dynamic scale's start (65536)");
   app.add_option("--growth-factor", train.growthFactor, "plan: scale growth (2)");

@@ -468,7 +468,10 @@ int main(int argc, char** argv) {
     so.seed = seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;  // each rank its own Dropout masks
     so.collective = group.get();
     so.collectiveTimeout = std::chrono::milliseconds(static_cast<int64_t>(distTimeout * 1000));
-    so.logEvery = static_cast<int>(std::max<int64_t>(logEvery, 1));
+    // Gradient accumulation (ampc --accumulate N): each step runs the step graph on N batches in turn;
+    // the N-th run applies the window's gradients (passes/train_step.h).
+    const int64_t nAcc = std::max<int64_t>(plan.options.accumulate, 1);
+    so.logEvery = static_cast<int>(std::max<int64_t>(logEvery, 1) * nAcc);
     so.allowTf32 = allowTf32;
     so.cudaGraph = !noCudaGraph;
     so.checkPlan = checkPlan;
@@ -480,26 +483,45 @@ int main(int argc, char** argv) {
     if (group && lead)
       std::cout << "amprun: a group of " << world << (world == 1 ? " process" : " processes") << "; gradients averaged through "
                 << (useCuda ? "NCCL (CUDA)" : "Gloo (CPU)") << "\n";
-    session->begin(static_cast<uint64_t>(done));
+    session->begin(static_cast<uint64_t>(done * nAcc));  // Dropout counts the graph's runs
     int64_t reported = done;
     int explained = 0;
     constexpr int kMaxExplained = 10;
+    // A step's metrics from its runs: the mean loss of its micro-batches, the time of all of them, and
+    // the last run's check (of the whole window's gradients), norm and lr.
+    std::vector<Trainer::Metrics> window;
     auto drain = [&](const std::vector<Trainer::Metrics>& ms) {
-      for (const auto& m : ms) emit(reported++, m);
+      for (const auto& m : ms) {
+        window.push_back(m);
+        if (static_cast<int64_t>(window.size()) < nAcc) continue;
+        Trainer::Metrics a = window.back();
+        a.loss = 0;
+        a.ms = 0;
+        for (const auto& w : window) {
+          a.loss += w.loss;
+          a.ms = a.ms < 0 || w.ms < 0 ? -1 : a.ms + w.ms;
+        }
+        a.loss /= static_cast<double>(nAcc);
+        a.lossScale = window.front().lossScale;
+        window.clear();
+        emit(reported++, a);
+      }
     };
     std::map<std::string, Tensor> batch;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = done; s < steps; ++s) {
-      const bool upload = !fixed || s == done;
-      if (upload) batch = data.next();
-      const double scale = watch ? session->lossScale() : 0.0;  // the scale this step runs with
-      const auto ms = session->step(upload ? &batch : nullptr);
-      if (watch && !ms.empty() && ms.back().skipped && explained < kMaxExplained) {
-        session->findOverflow();
-        std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
-        std::cout.flush();
+      for (int64_t k = 0; k < nAcc; ++k) {
+        const bool upload = !fixed || (s == done && k == 0);
+        if (upload) batch = data.next();
+        const double scale = watch ? session->lossScale() : 0.0;  // the scale this step runs with
+        const auto ms = session->step(upload ? &batch : nullptr);
+        if (watch && k + 1 == nAcc && !ms.empty() && ms.back().skipped && explained < kMaxExplained) {
+          session->findOverflow();
+          std::cout << watch->explain(s + 1, scale) << (++explained == kMaxExplained ? "  (later overflows are not explained)\n" : "");
+          std::cout.flush();
+        }
+        drain(ms);
       }
-      drain(ms);
       if (!ckptDir.empty() && ckptEvery > 0 && (s + 1) % ckptEvery == 0) {
         drain(session->flush());
         session->syncState();
