@@ -5,6 +5,8 @@
 set -uo pipefail
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bench/../.." && pwd)
+source "$root/.gpu/env.sh"
+cd "$root"
 mkdir -p "$OUT/lib"
 SHARDS=${SHARDS:-12} MODEL_LIMIT=${MODEL_LIMIT:-150} LIMIT=${LIMIT:-420} OUT=$OUT/lib bash "$root/tools/sweep/library_sweep.sh" > "$OUT/lib/summary.txt" 2>&1 &
 bash "$bench/stop49_gpu.sh"
