@@ -250,6 +250,33 @@ TEST(Dist, GroupEqualsOneProcessWithTheGlobalBatch) {
   }
 }
 
+// Gradient accumulation in a group (ampc --accumulate 2, 2 processes of 16 samples): each step
+// averages 2 micro-batches of 2 x 16 samples, the 64 samples one process takes in one batch: the same
+// losses and weights, for SGD with momentum and for AdamW with clipping (20 steps, inside one epoch
+// of the shuffled digits, so that both see the same samples a step).
+TEST(Dist, AccumulationInAGroupEqualsOneProcessWithTheWholeWindow) {
+  TempDir d;
+  for (const std::string opt : {"--optimizer sgd --lr 0.1 --momentum 0.9", "--optimizer adamw --lr 0.003 --clip-norm 1.0"}) {
+    const std::string flags = "--precision fp32 " + opt;
+    const std::string perRank = makePlan(d, kBatch, flags + " --accumulate 2"), whole = makePlan(d, kBatch * 4, flags);
+    const std::string common = " --data " + kDigits + "/train --shuffle --seed 5 --steps 20 ";
+    auto one = run(kAmprun + " " + whole + common + "--metrics " + d.file("one.jsonl") + " --save " + d.file("one.safetensors"));
+    ASSERT_EQ(one.code, 0) << one.out;
+    auto group = run(kAmprun + " --nproc 2 " + perRank + common + "--metrics " + d.file("group.jsonl") + " --save " + d.file("group.safetensors"));
+    ASSERT_EQ(group.code, 0) << group.out;
+    auto a = readMetrics(d.file("one.jsonl")), b = readMetrics(d.file("group.jsonl"));
+    ASSERT_EQ(a.size(), 20u);
+    ASSERT_EQ(b.size(), 20u);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i].loss - b[i].loss) / std::fabs(a[i].loss));
+    EXPECT_LE(worst, 1e-6) << opt;
+    EXPECT_LT(a.back().loss, 0.7 * a.front().loss) << "the runs must train";
+    const double w = weightsDiff(d.file("group.safetensors"), d.file("one.safetensors"));
+    EXPECT_LE(w, 1e-6) << opt;
+    std::printf("%s, 2 processes x 2 micro-batches: losses within %.2e, weights within %.2e of one process\n", opt.c_str(), worst, w);
+  }
+}
+
 // A group of one, named by the torchrun environment (WORLD_SIZE=1, as torchrun --nproc-per-node 1
 // gives): it runs through the group's all-reduce, and trains bitwise as a plain run does.
 TEST(Dist, AGroupOfOneIsBitwiseAPlainRun) {

@@ -426,7 +426,11 @@ def hf_text(model_type, seq=16):
         except ValueError:  # no classification head in this family: mean of the last hidden states
             return nn.Sequential(HfLogits(AutoModel.from_config(cfg), "input_ids"), nn.Linear(cfg.hidden_size, 10))
         return HfLogits(m, "input_ids")
-    return (build, seq, None, [], lambda: torch.randint(3, HF_TINY["vocab_size"], (2, seq)))
+    def tokens():  # BOS first and EOS last: the classification heads of BART and T5 pool at EOS
+        x = torch.randint(3, HF_TINY["vocab_size"], (2, seq))
+        x[:, 0], x[:, -1] = HF_TINY["bos_token_id"], HF_TINY["eos_token_id"]
+        return x
+    return (build, seq, None, [], tokens)
 
 
 def hf_image(model_type, res=64):
