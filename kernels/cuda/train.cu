@@ -181,6 +181,7 @@ __global__ void sgdKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp,
   const G* g = rolePtr<const G>(roles, n, 1, c.t);
   float *po = rolePtr<float>(roles, n, 3, c.t), *bo = rolePtr<float>(roles, n, 4, c.t);
   const bool skip = *found;
+  if (skip && po == p && bo == buf) return;  // a skipped step's update in place: nothing to write
   const float lr = *lrp;
   const GradView gv(gin);
   // Without momentum there is no buffer (buf and bo null), as PyTorch's SGD keeps none.
@@ -225,6 +226,9 @@ __global__ void adamKernel(AMPC_CHUNK_ARGS, void* const* roles, const float* lrp
   const float *m = rolePtr<float>(roles, n, 2, c.t), *v = rolePtr<float>(roles, n, 3, c.t);
   float *po = rolePtr<float>(roles, n, 4, c.t), *mo = rolePtr<float>(roles, n, 5, c.t), *vo = rolePtr<float>(roles, n, 6, c.t);
   if (*found) {
+    // A skipped step (an overflow; every run but a window's last with --accumulate): in place,
+    // nothing is written and nothing read.
+    if (po == p && mo == m && vo == v) return;
     for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
       po[i] = p[i];
       mo[i] = m[i];
