@@ -1,5 +1,7 @@
 #include "passes/train_step.h"
 
+#include <regex>
+
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
 #include "passes/autocast.h"
@@ -126,8 +128,16 @@ class TrainStepPass : public Pass {
                      {{"lr", o_.lr}, {"schedule", o_.schedule}, {"warmup", o_.warmup}, {"total", o_.total}})[0];
     updates.emplace_back(step, nextStep);
 
+    std::unique_ptr<std::regex> noDecay;
+    if (!o_.noDecay.empty() && o_.noDecay != "1d") try {
+        noDecay = std::make_unique<std::regex>(o_.noDecay);
+      } catch (const std::regex_error& e) {
+        throw Error("--no-decay: bad regex '" + o_.noDecay + "': " + e.what());
+      }
     for (size_t i = 0; i < params.size(); ++i) {
       Value* p = params[i];
+      const bool decays = o_.noDecay.empty() || (noDecay ? !std::regex_match(p->name(), *noDecay) : p->type().rank() >= 2);
+      const float weightDecay = decays ? o_.weightDecay : 0.0f;
       if (p->type().dtype != DType::f32) throw Error("train-step: parameter '" + p->name() + "' is " + p->type().str() + "; master weights must be f32");
       auto zeros = [&](const std::string& what) { return g.addParam(p->name() + "." + what, Tensor(p->type())); };
       const std::string base = "ampc/opt/" + p->name();
@@ -135,14 +145,14 @@ class TrainStepPass : public Pass {
         // A momentum buffer only with momentum, as PyTorch's SGD keeps one.
         Value* buf = o_.momentum != 0.0f ? zeros("momentum") : nullptr;
         auto r = node("SGD", {p, clipped[i], buf, lr, skip}, buf ? 2 : 1, base,
-                      {{"momentum", o_.momentum}, {"nesterov", int64_t{o_.nesterov}}, {"weight_decay", o_.weightDecay}});
+                      {{"momentum", o_.momentum}, {"nesterov", int64_t{o_.nesterov}}, {"weight_decay", weightDecay}});
         updates.emplace_back(p, r[0]);
         if (buf) updates.emplace_back(buf, r[1]);
       } else {
         Value* m = zeros("adam_m");
         Value* v = zeros("adam_v");
         auto r = node("Adam", {p, clipped[i], m, v, lr, nextStep, skip}, 3, base,
-                      {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", o_.weightDecay},
+                      {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", weightDecay},
                        {"decoupled", int64_t{o_.optimizer == "adamw"}}, {"lamb", int64_t{o_.optimizer == "lamb"}}});
         updates.emplace_back(p, r[0]);
         updates.emplace_back(m, r[1]);

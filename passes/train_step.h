@@ -27,6 +27,10 @@ struct TrainOptions {
   std::string schedule = "constant";  // constant, linear-warmup, cosine
   int64_t warmup = 0, total = 0;
   float momentum = 0, weightDecay = 0;
+  // Parameters that get no weight decay, as PyTorch's parameter groups leave them out: "1d" (fewer
+  // than 2 dims: biases and normalisation scales, as timm, nanoGPT and transformers' Trainer group
+  // them), or a regex that matches the whole name. Empty: every parameter decays.
+  std::string noDecay;
   bool nesterov = false;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float clipNorm = 0;  // 0: no clipping (the norm is still computed for the metrics)

@@ -233,6 +233,7 @@ int writePlan(const std::string& path, const Graph& forward, const TrainOptions&
   c->set_max_scale(o.maxScale);
   c->set_target(findTarget(o.target).name);
   c->set_accumulate(o.accumulate);
+  c->set_no_decay(o.noDecay);
   c->set_batch_size(forward.inputs().empty() || forward.inputs()[0]->type().rank() == 0 ? 1 : forward.inputs()[0]->type().shape[0]);
 
   const std::string bytes = sealed(p, path);
@@ -310,6 +311,7 @@ LoadedPlan readPlan(const std::string& path) {
   o.lossScale = c.loss_scale();
   o.target = c.target().empty() ? "cuda" : c.target();
   o.accumulate = std::max<int64_t>(c.accumulate(), 1);
+  o.noDecay = c.no_decay();
   if (o.accumulate > 1 && !r.step->lookup("ampc.micro_step"))
     throw Error(path + ": the plan says " + std::to_string(o.accumulate) + " micro-batches a step, but its step graph has no micro-step counter");
   try {
@@ -325,7 +327,7 @@ LoadedPlan readPlan(const std::string& path) {
   d << "plan " << path << ": format " << p.format_version() << ", from " << p.source() << "\n"
     << "config: precision " << c.precision() << ", optimizer " << c.optimizer() << ", lr " << c.lr() << " (" << c.schedule()
     << ", warmup " << c.warmup() << ", total " << c.total() << "), momentum " << c.momentum() << (c.nesterov() ? " nesterov" : "")
-    << ", weight decay " << c.weight_decay() << ", betas " << c.beta1() << "/" << c.beta2() << ", eps " << c.eps()
+    << ", weight decay " << c.weight_decay() << (c.no_decay().empty() ? "" : " (none for " + c.no_decay() + ")") << ", betas " << c.beta1() << "/" << c.beta2() << ", eps " << c.eps()
     << ", clip-norm " << c.clip_norm() << "\n"
     << "loss scale: " << c.loss_scale() << " (init " << c.init_scale() << ", growth x" << c.growth_factor() << " every "
     << c.growth_interval() << ", backoff x" << c.backoff_factor() << ", hysteresis " << c.hysteresis() << ", min " << c.min_scale()

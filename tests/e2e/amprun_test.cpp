@@ -242,6 +242,57 @@ TEST(Amprun, AccumulatedMicroBatchesTrainAsTheirWholeBatch) {
   EXPECT_FALSE(fs::exists(d.file("bad.ampplan")));
 }
 
+// --no-decay: the parameters it names get no weight decay, as PyTorch's parameter groups leave them
+// out. One SGD step on the digits' first batch against its definition, from ampc --grad's gradients
+// of the same batch: p - lr (g + wd p) for a decayed parameter, p - lr g for the others; "1d" spares
+// the biases, a regex what it matches.
+TEST(Amprun, NoDecaySparesTheParametersItNames) {
+  TempDir d;
+  fs::create_directories(d.path / "batch");
+  const Tensor x = readNpy(kDigits + "/train/x.npy"), t = readNpy(kDigits + "/train/target.npy");
+  auto firstRows = [](const Tensor& all, int64_t rows) {
+    TensorType type = all.type;
+    type.shape[0] = rows;
+    Tensor r(type);
+    std::memcpy(r.data.data(), all.data.data(), r.data.size());
+    return r;
+  };
+  writeNpy(d.file("batch/x.npy"), firstRows(x, 64));
+  writeNpy(d.file("batch/target.npy"), firstRows(t, 64));
+  auto r = run(kAmpc + " " + kDigits + ".onnx --grad --eval --inputs " + d.file("batch") + " --outputs " + d.file("grads"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double lr = 0.1, wd = 0.5;
+  for (const std::string spec : {"1d", ".*fc2.*"}) {
+    const std::string plan = makePlan(d, "fp32", "--optimizer sgd --lr 0.1 --weight-decay 0.5 --no-decay '" + spec + "'");
+    EXPECT_NE(run(kAmprun + " " + plan + " --dump").out.find("weight decay 0.5 (none for " + spec + ")"), std::string::npos);
+    ASSERT_EQ(run(kAmprun + " " + plan + " --data " + d.file("batch") + " --steps 0 --save " + d.file("before.safetensors")).code, 0);
+    r = run(kAmprun + " " + plan + " --data " + d.file("batch") + " --steps 1 --save " + d.file("after.safetensors"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const Safetensors before = readSafetensors(d.file("before.safetensors")), after = readSafetensors(d.file("after.safetensors"));
+    int decayed = 0, spared = 0;
+    for (const auto& [name, p0] : before.tensors) {
+      if (!fs::exists(d.file("grads/" + name + "_grad.npy"))) continue;  // not trained
+      const Tensor g = readNpy(d.file("grads/" + name + "_grad.npy"));
+      const bool decays = spec == "1d" ? p0.type.rank() >= 2 : name.find("fc2") == std::string::npos;
+      ++(decays ? decayed : spared);
+      const Tensor& p1 = after.tensors.at(name);
+      double err = 0, scale = 0;
+      for (int64_t i = 0; i < p0.numel(); ++i) {
+        const double want = p0.getDouble(i) - lr * (g.getDouble(i) + (decays ? wd * p0.getDouble(i) : 0.0));
+        err = std::max(err, std::fabs(p1.getDouble(i) - want));
+        scale = std::max(scale, std::fabs(want));
+      }
+      EXPECT_LE(err, 1e-6 * scale) << spec << ": " << name << (decays ? " (decays)" : " (spared)");
+    }
+    EXPECT_EQ(decayed, 2) << spec;
+    EXPECT_EQ(spared, 2) << spec;
+  }
+  r = run(kAmpc + " " + kDigits + ".onnx --weight-decay 0.1 --no-decay '(' -o " + d.file("bad.ampplan"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--no-decay: bad regex"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.file("bad.ampplan")));
+}
+
 TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
   TempDir d;
   const std::string p = makePlan(d, "fp16", "--optimizer adamw --lr 0.003 --clip-norm 1.0");

@@ -236,6 +236,9 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", train.momentum, "plan: SGD momentum");
   app.add_flag("--nesterov", train.nesterov, "plan: Nesterov momentum");
   app.add_option("--weight-decay", train.weightDecay, "plan: weight decay (AdamW: decoupled)");
+  app.add_option("--no-decay", train.noDecay,
+                 "plan: parameters without weight decay: 1d (biases and normalisation scales, as timm, nanoGPT and transformers' Trainer "
+                 "leave them out) or a regex on their names");
   app.add_option("--betas", betas, "plan: Adam betas B1,B2 (default 0.9,0.999)");
   app.add_option("--eps", train.eps, "plan: Adam epsilon");
   app.add_option("--clip-norm", train.clipNorm, "plan: clip the unscaled gradients' global L2 norm to this");
