@@ -24,7 +24,7 @@ namespace ampc {
 struct TrainOptions {
   std::string optimizer = "sgd";  // sgd, adam, adamw, lamb
   float lr = 0.01f;
-  std::string schedule = "constant";  // constant, linear-warmup, cosine
+  std::string schedule = "constant";  // constant, linear-warmup, cosine, linear
   int64_t warmup = 0, total = 0;
   float momentum = 0, weightDecay = 0;
   // Parameters that get no weight decay, as PyTorch's parameter groups leave them out: "1d" (fewer

@@ -35,7 +35,7 @@ void inferStep(InferContext& c) {
 void inferLr(InferContext& c) {
   requireScalar(c, 0, DType::i64, "step");
   const std::string s = c.node().getString("schedule", "constant");
-  c.check(s == "constant" || s == "linear-warmup" || s == "cosine", "unknown schedule '" + s + "'");
+  c.check(s == "constant" || s == "linear-warmup" || s == "cosine" || s == "linear", "unknown schedule '" + s + "'");
   c.setOut(0, TensorType{DType::f32, {}});
 }
 // SGD(param, grad, momentum_buf?, lr, found_inf) -> param', buf'? (the buffer exactly with momentum)

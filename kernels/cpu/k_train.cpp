@@ -56,7 +56,8 @@ void stepIncrement(KernelCtx& c) {
 
 // LearningRate(step) for the 1-based step about to be taken: constant; linear-warmup (lr * step /
 // warmup until warmup, then lr); cosine (the warmup, then lr/2 (1 + cos(pi (step - warmup) /
-// (total - warmup))), reaching 0 at total).
+// (total - warmup))), reaching 0 at total); linear (the warmup, then lr (total - step) / (total -
+// warmup), reaching 0 at total: transformers' default schedule).
 void learningRate(KernelCtx& c) {
   const double lr = c.node.getFloat("lr", 0.01f);
   const std::string s = c.node.getString("schedule", "constant");
@@ -65,6 +66,7 @@ void learningRate(KernelCtx& c) {
   double r = lr;
   if (s != "constant" && warmup > 0 && t < warmup) r = lr * t / warmup;
   else if (s == "cosine" && total > warmup) r = 0.5 * lr * (1 + std::cos(M_PI * std::min(1.0, (t - warmup) / (total - warmup))));
+  else if (s == "linear" && total > warmup) r = lr * std::max(0.0, (total - t) / (total - warmup));
   c.out(0).setDouble(0, r);
 }
 

@@ -170,6 +170,7 @@ __global__ void lrKernel(const int64_t* step, float* out, float lr, int schedule
   double r = lr;
   if (schedule != 0 && warmup > 0 && t < w) r = static_cast<double>(lr) * t / w;
   else if (schedule == 2 && total > warmup) r = 0.5 * lr * (1 + cos(3.141592653589793 * fmin(1.0, (t - w) / (static_cast<double>(total) - w))));
+  else if (schedule == 3 && total > warmup) r = lr * fmax(0.0, (static_cast<double>(total) - t) / (static_cast<double>(total) - w));
   *out = static_cast<float>(r);
 }
 

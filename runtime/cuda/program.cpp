@@ -2386,7 +2386,7 @@ void Program::Lowering::train() {
     float* o = f32(out(0));
     const float lr = n.getFloat("lr", 0.01f);
     const std::string sched = n.getString("schedule", "constant");
-    const int schedule = sched == "constant" ? 0 : sched == "cosine" ? 2 : 1;
+    const int schedule = sched == "constant" ? 0 : sched == "cosine" ? 2 : sched == "linear" ? 3 : 1;
     const int64_t warmup = n.getInt("warmup", 0), total = n.getInt("total", 0);
     add([=](cudaStream_t st) { return learningRate(s, o, lr, schedule, warmup, total, st); });
     return;

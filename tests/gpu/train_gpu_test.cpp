@@ -1,8 +1,8 @@
 // The training step's ops on the CUDA backend against the CPU backend, on fresh random parameter
 // and gradient lists (sizes that straddle chunk boundaries): unscale + finite check, global norm and
 // clip, the step counter, a cosine schedule, SGD (Nesterov) / AdamW / LAMB nodes fused into one
-// multi-tensor launch each, and the dynamic scaler; and an overflow step that leaves every
-// parameter bitwise as it was.
+// multi-tensor launch each, and the dynamic scaler; an overflow step that leaves every parameter
+// bitwise as it was; every learning-rate schedule.
 #include <cmath>
 #include <sstream>
 
@@ -107,4 +107,17 @@ TEST(GpuTrainStep, LambMatchesCpu) {
 TEST(GpuTrainStep, OverflowSkipsBitwise) {
   if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU";
   for (Opt o : {Opt::Sgd, Opt::AdamW, Opt::Lamb}) runCase(o, true);
+}
+
+// Every learning-rate schedule on CUDA as on the CPU, before, at and after the warmup and the end.
+TEST(GpuTrainStep, LearningRateSchedulesMatchCpu) {
+  if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU";
+  for (const std::string schedule : {"constant", "linear-warmup", "cosine", "linear"})
+    for (int64_t step : {1, 5, 10, 55, 100, 130}) {
+      auto graph = parseGraph("graph \"t\" opset 17 {\n  domain \"ampc\" 1\n  param %s : i64[]\n  %lr : f32[] = ampc::LearningRate(%s) {lr = 0.5, schedule = \"" +
+                                  schedule + "\", total = 100, warmup = 10}\n  output %lr\n}\n",
+                              "t");
+      graph->lookup("s")->setData(Tensor::fromInts(DType::i64, {}, {step}));
+      gputest::expectSameOnGpu(*graph, {}, schedule + " at step " + std::to_string(step));
+    }
 }

@@ -108,4 +108,10 @@ TEST(TrainOps, LearningRateSchedules) {
   EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"linear-warmup\", warmup = 10", 50), 0.5f);
   EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"cosine\", total = 100, warmup = 10", 55), static_cast<float>(0.25 * (1 + std::cos(M_PI * 0.5))));
   EXPECT_NEAR(lr("lr = 0.5, schedule = \"cosine\", total = 100, warmup = 10", 100), 0.0, 1e-7);
+  // linear: the warmup, then down to 0 at total, and 0 past it.
+  EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"linear\", total = 100, warmup = 10", 5), 0.25f);
+  EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"linear\", total = 100, warmup = 10", 10), 0.5f);
+  EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"linear\", total = 100, warmup = 10", 55), 0.25f);
+  EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"linear\", total = 100, warmup = 10", 100), 0.0f);
+  EXPECT_FLOAT_EQ(lr("lr = 0.5, schedule = \"linear\", total = 100, warmup = 10", 130), 0.0f);
 }

@@ -229,8 +229,10 @@ int main(int argc, char** argv) {
                "with --emit text: fuse the graph's pointwise groups for the target (as plans do; after --train if given) and generate "
                "their kernels (each ampc::Fused node's ptx and entry attributes)");
   app.add_option("--lr", train.lr, "plan: learning rate (default 0.01)");
-  app.add_option("--schedule", train.schedule, "plan: constant, linear-warmup or cosine")
-      ->check(CLI::IsMember({"constant", "linear-warmup", "cosine"}));
+  app.add_option("--schedule", train.schedule,
+                 "plan: constant, linear-warmup (then constant), cosine (the warmup, then to 0 at --total-steps) or linear (the warmup, "
+                 "then linearly to 0 at --total-steps, transformers' default)")
+      ->check(CLI::IsMember({"constant", "linear-warmup", "cosine", "linear"}));
   app.add_option("--warmup", train.warmup, "plan: warmup steps");
   app.add_option("--total-steps", train.total, "plan: the cosine schedule's length");
   app.add_option("--momentum", train.momentum, "plan: SGD momentum");
