@@ -12,6 +12,9 @@ SHARDS=${SHARDS:-12} MODEL_LIMIT=${MODEL_LIMIT:-150} LIMIT=${LIMIT:-420} OUT=$OU
 bash "$bench/stop49_gpu.sh"
 wait
 cat "$OUT/lib/summary.txt"
+# The training step's ops (a skipped step's in-place update now returns at once; the linear schedule).
+timeout 60 gpu_tests --gtest_filter='GpuTrainStep.*' > "$OUT/gpu_train_step.txt" 2>&1
+grep -E '^\[  (PASSED|FAILED) |FAILED  \]' "$OUT/gpu_train_step.txt"
 # Gradient accumulation on CUDA against the CPU: the same plan (2 micro-batches a step, fp16 with
 # the dynamic scale, AdamW with clipping), the same synthetic batches.
 mkdir -p /tmp/acc
