@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -12,6 +13,35 @@
 namespace fs = std::filesystem;
 
 namespace ampc {
+
+namespace {
+
+// `t` converted in place to `to` where that keeps what it means: a float type to another (rounded
+// to nearest), an integer type to another where every value fits. Returns the note; Error otherwise.
+std::string convertSamples(Tensor& t, DType to, const std::string& path, const std::string& input) {
+  const std::string from(dtypeName(t.type.dtype)), want(dtypeName(to));
+  const std::string head = path + ": dtype " + from + ", graph input '" + input + "' wants " + want;
+  Tensor r(TensorType{to, t.type.shape});
+  if (isFloat(t.type.dtype) && isFloat(to)) {
+    for (int64_t i = 0; i < t.numel(); ++i) r.setDouble(i, t.getDouble(i));
+  } else if (isInteger(t.type.dtype) && isInteger(to)) {
+    const int64_t lo = to == DType::i64 ? INT64_MIN : to == DType::i32 ? INT32_MIN : to == DType::i8 ? INT8_MIN : 0;
+    const int64_t hi = to == DType::i64 ? INT64_MAX : to == DType::i32 ? INT32_MAX : to == DType::i8 ? INT8_MAX : UINT8_MAX;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const int64_t v = t.getInt(i);
+      if (v < lo || v > hi)
+        throw Error(head + ", and element " + std::to_string(i) + " (" + std::to_string(v) + ") does not fit in " + want + "; convert the file");
+      r.setInt(i, v);
+    }
+  } else {
+    throw Error(head + "; convert the file (e.g. numpy's x.astype(np." + (to == DType::f32 ? std::string("float32") : to == DType::i64 ? "int64" : want) +
+                ")): ampc converts only between float types and between integer types");
+  }
+  t = std::move(r);
+  return path + ": " + from + " samples read as " + want + (isFloat(to) ? " (rounded to nearest)" : "") + " for graph input '" + input + "'";
+}
+
+}  // namespace
 
 DataSource DataSource::fromDir(const std::string& dir, const std::vector<const Value*>& inputs, bool shuffle, uint64_t seed) {
   DataSource d;
@@ -25,8 +55,7 @@ DataSource DataSource::fromDir(const std::string& dir, const std::vector<const V
     Tensor t = readNpy(path);
     const auto& want = v->type();
     if (want.rank() == 0) throw Error(path + ": graph input '" + v->name() + "' is a scalar; it has no sample dimension");
-    if (t.type.dtype != want.dtype)
-      throw Error(path + ": dtype " + std::string(dtypeName(t.type.dtype)) + ", graph input '" + v->name() + "' wants " + std::string(dtypeName(want.dtype)));
+    if (t.type.dtype != want.dtype) d.notes_.push_back(convertSamples(t, want.dtype, path, v->name()));
     if (t.type.rank() != want.rank() || !std::equal(want.shape.begin() + 1, want.shape.end(), t.type.shape.begin() + 1))
       throw Error(path + ": samples of shape " + t.type.str() + " do not match graph input '" + v->name() + "' " + want.str() +
                   " (the trailing dimensions must agree)");

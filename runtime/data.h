@@ -18,7 +18,11 @@ class DataSource {
     int64_t epoch = 0, index = 0;  // next sample within the epoch's order
   };
   // Checks every file before the first step: missing, wrong dtype, wrong trailing shape, too few
-  // samples, or a sample count that differs between inputs are one Error naming the file.
+  // samples, or a sample count that differs between inputs are one Error naming the file. A file
+  // of another float type than its input's is rounded to it (numpy's default f64 read as f32, as
+  // torch.from_numpy(x).float() does), one of another integer type converted where every value
+  // fits (i32 labels as i64), each with a note (notes()); integers for floats, floats for integers
+  // and bools for anything else are refused.
   static DataSource fromDir(const std::string& dir, const std::vector<const Value*>& inputs, bool shuffle, uint64_t seed);
   // Seeded random batches: floats N(0, 1), integers uniform in [lo, hi] (default 0..1).
   static DataSource synthetic(const std::vector<const Value*>& inputs, uint64_t seed, std::map<std::string, std::pair<int64_t, int64_t>> intRanges);
@@ -37,12 +41,15 @@ class DataSource {
   // Error if p cannot be a position of this data (a checkpoint's metadata is not trusted).
   void setPosition(Position p);
   int64_t samples() const { return samples_; }
+  // What fromDir converted, one line per file ("PATH: f64 samples read as f32 ...").
+  const std::vector<std::string>& notes() const { return notes_; }
   // --check-data: the first sample holding a NaN or Inf, as "input 'x' sample 17 (element 3: nan)";
   // empty when every float input is finite (and for synthetic data).
   std::string firstNonFinite() const;
   int64_t batchesPerEpoch() const { return synthetic_ ? 0 : samples_ / (batch_ * world_); }
 
  private:
+  std::vector<std::string> notes_;
   const std::vector<int64_t>& order(int64_t epoch);  // the epoch's sample order, cached
   std::vector<const Value*> inputs_;
   std::map<std::string, Tensor> data_;

@@ -458,8 +458,8 @@ TEST(Amprun, BadDataIsRefusedBeforeTheFirstStep) {
   expectBad("x.npy: missing: graph input 'x' (f32[64,64])");
   Tensor x = readNpy(kDigits + "/train/x.npy"), t = readNpy(kDigits + "/train/target.npy");
   writeNpy(d.file("data/x.npy"), x);
-  writeNpy(d.file("data/target.npy"), Tensor::fromInts(DType::i32, {2}, {1, 2}));
-  expectBad("target.npy: dtype i32, graph input 'target' wants i64");
+  writeNpy(d.file("data/target.npy"), Tensor::fromDoubles(DType::f32, {2}, {1, 2}));
+  expectBad("target.npy: dtype f32, graph input 'target' wants i64; convert the file (e.g. numpy's x.astype(np.int64))");
   writeNpy(d.file("data/target.npy"), t);
   Tensor wide(TensorType{DType::f32, {100, 65}});
   writeNpy(d.file("data/x.npy"), wide);
@@ -467,6 +467,38 @@ TEST(Amprun, BadDataIsRefusedBeforeTheFirstStep) {
   writeNpy(d.file("data/x.npy"), Tensor(TensorType{DType::f32, {10, 64}}));
   writeNpy(d.file("data/target.npy"), Tensor(TensorType{DType::i64, {10}}));
   expectBad("10 samples, fewer than one batch of 64");
+}
+
+// Data as numpy writes it by default (f64 samples, i32 or u8 labels) is read as the graph's types,
+// with a note per file: the run equals the one on f32 / i64 files, bit for bit (the values are
+// exact in both). f16 samples are widened (exact too).
+TEST(Amprun, DataOfAnotherWidthIsConverted) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp32");
+  const Tensor x = readNpy(kDigits + "/train/x.npy"), t = readNpy(kDigits + "/train/target.npy");
+  auto convert = [](const Tensor& a, DType to) {
+    Tensor r(TensorType{to, a.type.shape});
+    for (int64_t i = 0; i < a.numel(); ++i) isFloat(to) ? r.setDouble(i, a.getDouble(i)) : r.setInt(i, a.getInt(i));
+    return r;
+  };
+  auto train = [&](const std::string& tag, const Tensor& xs, const Tensor& ts) {
+    fs::create_directories(d.path / tag);
+    writeNpy(d.file(tag + "/x.npy"), xs);
+    writeNpy(d.file(tag + "/target.npy"), ts);
+    auto r = run(kAmprun + " " + p + " --data " + d.file(tag) + " --steps 4 --save " + d.file(tag + ".safetensors"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.out;
+  };
+  train("plain", x, t);
+  std::string out = train("numpy", convert(x, DType::f64), convert(t, DType::i32));
+  EXPECT_NE(out.find("numpy/x.npy: f64 samples read as f32 (rounded to nearest) for graph input 'x'"), std::string::npos) << out;
+  EXPECT_NE(out.find("numpy/target.npy: i32 samples read as i64 for graph input 'target'"), std::string::npos) << out;
+  EXPECT_EQ(readBytes(d.file("numpy.safetensors")), readBytes(d.file("plain.safetensors")));
+  Tensor half = convert(x, DType::f16);
+  out = train("half", half, convert(t, DType::u8));
+  EXPECT_NE(out.find("half/target.npy: u8 samples read as i64"), std::string::npos) << out;
+  train("half_f32", convert(half, DType::f32), t);  // the same values, already f32
+  EXPECT_EQ(readBytes(d.file("half.safetensors")), readBytes(d.file("half_f32.safetensors")));
 }
 
 TEST(Amprun, PlanVersionDumpAndUsage) {

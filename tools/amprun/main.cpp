@@ -54,6 +54,7 @@ void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend&
     if (const Value* s = step.lookup(p->name()); s && s->data()) p->setData(*s->data());
   std::vector<const Value*> ins(eval.inputs().begin(), eval.inputs().end());
   auto data = DataSource::fromDir(dir, ins, false, 0);
+  for (const auto& note : data.notes()) fmt::print(stderr, "amprun: note: {}\n", note);
   const Value* logits = nullptr;
   const Value* labels = nullptr;
   for (const auto& n : eval.nodes())
@@ -357,6 +358,8 @@ int main(int argc, char** argv) {
       ranges[r.substr(0, eq)] = {std::stoll(r.substr(eq + 1, colon - eq - 1)), std::stoll(r.substr(colon + 1))};
     }
     DataSource data = synthetic ? DataSource::synthetic(ins, seed, ranges) : DataSource::fromDir(dataDir, ins, shuffle, seed);
+    if (lead)
+      for (const auto& note : data.notes()) fmt::print(stderr, "amprun: note: {}\n", note);
     // A group: every rank averages its loss, gradients and running statistics with the others'
     // before the overflow check (passes/data_parallel.h), on its own share of the global batch.
     // A group of one (WORLD_SIZE=1) runs through the collective too, as torchrun's DDP does.
