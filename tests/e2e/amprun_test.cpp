@@ -293,6 +293,30 @@ TEST(Amprun, NoDecaySparesTheParametersItNames) {
   EXPECT_FALSE(fs::exists(d.file("bad.ampplan")));
 }
 
+// --eval-every N: the held-out loss and accuracy after every N steps, each equal to what a run that
+// stops there reports at its end; the training itself is unchanged by it.
+TEST(Amprun, EvalEveryReportsWhatARunStoppedThereWould) {
+  TempDir d;
+  const std::string p = makePlan(d, "fp32");
+  const std::string common = " --data " + kDigits + "/train --shuffle --seed 2 --eval-data " + kDigits + "/test";
+  auto r = run(kAmprun + " " + p + common + " --steps 30 --eval-every 10 --save " + d.file("every.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> lines;
+  const std::regex re("eval on [^ ]+ after step ([0-9]+): (loss [0-9.]+, accuracy [0-9.]+%)");
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), re), end; it != end; ++it) lines.push_back((*it)[1].str() + " " + (*it)[2].str());
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (int s : {10, 20, 30}) {
+    auto one = run(kAmprun + " " + p + common + " --steps " + std::to_string(s) + (s == 30 ? " --save " + d.file("once.safetensors") : ""));
+    ASSERT_EQ(one.code, 0) << one.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(one.out, m, std::regex("eval on [^ ]+: (loss [0-9.]+, accuracy [0-9.]+%)"))) << one.out;
+    EXPECT_EQ(lines[s / 10 - 1], std::to_string(s) + " " + m[1].str());
+  }
+  EXPECT_NE(lines[0], lines[2]);  // it trains between them
+  EXPECT_EQ(readBytes(d.file("every.safetensors")), readBytes(d.file("once.safetensors")));
+  EXPECT_EQ(run(kAmprun + " " + p + " --data " + kDigits + "/train --steps 3 --eval-every 2").code, 2);
+}
+
 TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
   TempDir d;
   const std::string p = makePlan(d, "fp16", "--optimizer adamw --lr 0.003 --clip-norm 1.0");

@@ -48,8 +48,9 @@ std::string num(double v) {
   return fmt::format("{:.9g}", v);
 }
 
-// Mean loss and accuracy of the forward graph (with the trained state) over `dir`'s full batches.
-void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend& backend) {
+// Mean loss and accuracy of the forward graph (with the trained state) over `dir`'s full batches;
+// `when` says after which step ("" at the end).
+void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend& backend, const std::string& when = "") {
   for (Value* p : eval.params())
     if (const Value* s = step.lookup(p->name()); s && s->data()) p->setData(*s->data());
   std::vector<const Value*> ins(eval.inputs().begin(), eval.inputs().end());
@@ -87,7 +88,7 @@ void evaluateOn(const std::string& dir, Graph& eval, const Graph& step, Backend&
       }
     }
   }
-  fmt::print("eval on {}: loss {:.6f}", dir, lossSum / static_cast<double>(std::max<int64_t>(fullBatches, 1)));
+  fmt::print("eval on {}{}: loss {:.6f}", dir, when, lossSum / static_cast<double>(std::max<int64_t>(fullBatches, 1)));
   if (total) fmt::print(", accuracy {:.2f}% ({} of {})", 100.0 * static_cast<double>(correct) / static_cast<double>(total), correct, total);
   fmt::print("\n");
 }
@@ -223,7 +224,7 @@ int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
   std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
-  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50, nproc = 1;
+  int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50, nproc = 1, evalEvery = 0;
   double minScale = 0, distTimeout = 300, bucketMb = 25;
   bool saveEveryRank = false;
   uint64_t seed = 0;
@@ -269,6 +270,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", ckptEvery, "checkpoint every N steps (and at the end)");
   app.add_option("--resume", resumeFrom, "resume from a checkpoint folder (its latest) or file");
   app.add_option("--eval-data", evalDir, "after training: loss and accuracy on held-out data");
+  app.add_option("--eval-every", evalEvery, "with --eval-data: also evaluate after every N steps (on the CPU backend, as at the end)");
   app.add_flag("--check-data", checkData, "before step 1: scan --data for NaN and Inf and name the first bad sample");
   app.add_option("--max-skipped", maxSkipped,
                  "stop with an error after this many overflow-skipped steps in a row (default 50; 0: never)");
@@ -341,6 +343,10 @@ int main(int argc, char** argv) {
     }
     if (dataDir.empty() == !synthetic) {
       std::cerr << "amprun: give --data DIR or --synthetic\n";
+      return 2;
+    }
+    if (evalEvery < 0 || (evalEvery > 0 && evalDir.empty())) {
+      std::cerr << "amprun: --eval-every N wants N >= 1 and --eval-data DIR\n";
       return 2;
     }
     if (!findTarget(plan.options.target).runsOn(useCuda ? "cuda" : "cpu"))
@@ -510,6 +516,7 @@ int main(int argc, char** argv) {
         emit(reported++, a);
       }
     };
+    const auto evalBackend = createCpuBackend();
     std::map<std::string, Tensor> batch;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = done; s < steps; ++s) {
@@ -530,6 +537,12 @@ int main(int argc, char** argv) {
         session->syncState();
         checkpoint(s + 1);
       }
+      if (evalEvery > 0 && (s + 1) % evalEvery == 0 && s + 1 < steps && lead) {  // the last step's is below
+        drain(session->flush());
+        session->syncState();
+        evaluateOn(evalDir, *plan.eval, g, *evalBackend, fmt::format(" after step {}", s + 1));
+        std::cout.flush();
+      }
     }
     drain(session->flush());
     if (profileTop > 0) std::cout << session->profile(static_cast<size_t>(profileTop));
@@ -547,10 +560,7 @@ int main(int argc, char** argv) {
         if (const Value* s = g.lookup(p->name()); s && s->data()) st.tensors.emplace(p->name(), *s->data());
       writeSafetensors(lead ? savePath : savePath + ".rank" + std::to_string(rank), st);
     }
-    if (!evalDir.empty() && lead) {
-      auto cpu = createCpuBackend();
-      evaluateOn(evalDir, *plan.eval, g, *cpu);
-    }
+    if (!evalDir.empty() && lead) evaluateOn(evalDir, *plan.eval, g, *evalBackend, evalEvery > 0 ? fmt::format(" after step {}", steps) : "");
     const SessionReport report = session->report();
     if (bench && lead) printBench(device, report, wallMs, stepMs, steps - done, logEvery);
     if (tune && lead) {
