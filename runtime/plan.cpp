@@ -14,6 +14,10 @@
 #include "compiler/target.h"
 #include "passes/memory_plan.h"
 #include "runtime/plan.pb.h"  // generated from runtime/plan.proto
+#if __has_include(<google/protobuf/stubs/logging.h>)
+#include <google/protobuf/stubs/logging.h>
+#define AMPC_PROTOBUF_SILENCER 1
+#endif
 #include <cstring>
 #include <map>
 #include <random>
@@ -93,6 +97,9 @@ plan::Plan readChecked(const std::string& path) {
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof()) throw Error(path + ": cannot read the plan");
   plan::Plan p;
+#ifdef AMPC_PROTOBUF_SILENCER
+  const google::protobuf::LogSilencer quiet;  // a file that is no plan gets our error alone, not protobuf's log line
+#endif
   if (!p.ParseFromString(bytes) || p.format_version() == 0 || p.step_model().empty())
     throw Error(path + ": not an ampc plan (truncated, or not written by ampc)");
   if (p.format_version() > kPlanFormatVersion)
