@@ -70,6 +70,14 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts = {});
 // Exports and writes atomically (temp file + rename).
 void exportOnnxFile(const Graph& g, const std::string& path);
 
+// The model at `source` with each initializer that `weights` names holding that value instead
+// (converted to the initializer's own float type; the shapes must agree), written atomically to
+// `path`: a trained model for any ONNX runtime. Initializers whose data lay outside the source
+// (external data) are read and written with the rest: inline, or all into `path`.data where the
+// model would pass 1.5 GiB. Returns how many initializers it replaced; Error naming the file and
+// the initializer otherwise.
+int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::string, const Tensor*>& weights, const std::string& path);
+
 // One TensorProto (inline or external data under modelDir); Errors start with `file` and name `what`.
 Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -131,6 +132,92 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
     throw Error(std::string("exported model fails onnx::checker: ") + e.what());
   }
   return m;
+}
+
+int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::string, const Tensor*>& weights, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(source, ec)) throw Error(source + ": the model the plan was compiled from is not there (--save writes the weights alone)");
+  onnx::ModelProto m;
+  {
+    std::ifstream in(source, std::ios::binary);
+    if (!in || !m.ParseFromIstream(&in)) throw Error(source + ": not a valid ONNX model (the protobuf does not parse)");
+  }
+  const std::string dir = fs::path(source).parent_path().string();
+  // Every initializer's data in memory, the trained ones replaced.
+  std::vector<Tensor> data;
+  int64_t replaced = 0, bytes = 0;
+  auto* inits = m.mutable_graph()->mutable_initializer();
+  for (int i = 0; i < inits->size(); ++i) {
+    onnx::TensorProto& p = (*inits)[i];
+    Tensor t = tensorFromOnnx(p, dir, source, "initializer '" + p.name() + "'");
+    if (auto it = weights.find(p.name()); it != weights.end()) {
+      const Tensor& w = *it->second;
+      if (w.type.shape != t.type.shape || !isFloat(t.type.dtype))
+        throw Error(source + ": initializer '" + p.name() + "' is " + t.type.str() + ", the trained value " + w.type.str());
+      for (int64_t k = 0; k < t.numel(); ++k) t.setDouble(k, w.getDouble(k));
+      ++replaced;
+    }
+    bytes += static_cast<int64_t>(t.data.size());
+    data.push_back(std::move(t));
+  }
+  if (replaced == 0) throw Error(source + ": none of its initializers is a parameter the plan trained");
+  const bool external = bytes > (int64_t{3} << 29);  // 1.5 GiB: protobuf's 2 GiB limit, with room for the rest
+  const std::string dataName = fs::path(path).filename().string() + ".data";
+  const std::string dataPath = (fs::path(path).parent_path() / dataName).string();
+  auto writeAtomically = [&](const std::string& target, const std::function<bool(std::ofstream&)>& body) {
+    const std::string tmp = target + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out || !body(out) || !out.flush()) {
+        out.close();
+        std::remove(tmp.c_str());
+        throw Error(target + ": write failed");
+      }
+    }
+    fs::rename(tmp, target, ec);
+    if (ec) {
+      std::remove(tmp.c_str());
+      throw Error(target + ": rename failed: " + ec.message());
+    }
+  };
+  int64_t offset = 0;
+  for (int i = 0; i < inits->size(); ++i) {
+    onnx::TensorProto& p = (*inits)[i];
+    const Tensor& t = data[static_cast<size_t>(i)];
+    p.clear_float_data();
+    p.clear_int32_data();
+    p.clear_int64_data();
+    p.clear_double_data();
+    p.clear_uint64_data();
+    p.clear_string_data();
+    p.clear_raw_data();
+    p.clear_external_data();
+    p.set_data_location(onnx::TensorProto::DEFAULT);
+    if (!external) {
+      p.set_raw_data(t.data.data(), t.data.size());
+      continue;
+    }
+    p.set_data_location(onnx::TensorProto::EXTERNAL);
+    for (auto [k, v] : {std::pair<std::string, std::string>{"location", dataName}, {"offset", std::to_string(offset)},
+                        {"length", std::to_string(t.data.size())}}) {
+      auto* e = p.add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    offset += static_cast<int64_t>((t.data.size() + 4095) / 4096 * 4096);  // each tensor 4 KiB aligned, as onnx writes them
+  }
+  if (external)
+    writeAtomically(dataPath, [&](std::ofstream& out) {
+      const std::string pad(4096, '\0');
+      for (const Tensor& t : data) {
+        out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+        out.write(pad.data(), static_cast<std::streamsize>((4096 - t.data.size() % 4096) % 4096));
+      }
+      return static_cast<bool>(out);
+    });
+  writeAtomically(path, [&](std::ofstream& out) { return m.SerializeToOstream(&out); });
+  return replaced;
 }
 
 void exportOnnxFile(const Graph& g, const std::string& path) {

@@ -10,6 +10,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "compiler/onnx/onnx.h"
 #include "runtime/npy.h"
 #include "runtime/plan.h"
 #include "runtime/hash.h"
@@ -315,6 +316,76 @@ TEST(Amprun, EvalEveryReportsWhatARunStoppedThereWould) {
   EXPECT_NE(lines[0], lines[2]);  // it trains between them
   EXPECT_EQ(readBytes(d.file("every.safetensors")), readBytes(d.file("once.safetensors")));
   EXPECT_EQ(run(kAmprun + " " + p + " --data " + kDigits + "/train --steps 3 --eval-every 2").code, 2);
+}
+
+// --save-onnx: the source model with the trained parameters in its initializers, for any ONNX runtime.
+// Its weights are --save's, bit for bit; compiled again, it evaluates to what the run reported. A
+// source whose weights are external data (in its own folder) is written whole elsewhere, the frozen
+// initializer's data carried along; a source that is gone is named.
+TEST(Amprun, SaveOnnxWritesTheTrainedModel) {
+  TempDir d;
+  // The digits classifier exported without its loss, its first layer's weights as external data.
+  const std::string inline_ = classifierWithoutLoss(d, "noloss.onnx", 64);
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(readBytes(inline_)));
+  fs::create_directories(d.path / "src");
+  for (auto& t : *m.mutable_graph()->mutable_initializer())
+    if (t.name() == "w1") {
+      writeBytes(d.file("src/w1.bin"), t.raw_data().empty() ? std::string(reinterpret_cast<const char*>(t.float_data().data()),
+                                                                           t.float_data().size() * sizeof(float))
+                                                            : t.raw_data());
+      t.clear_raw_data();
+      t.clear_float_data();
+      t.set_data_location(onnx::TensorProto::EXTERNAL);
+      auto* e = t.add_external_data();
+      e->set_key("location");
+      e->set_value("w1.bin");
+    }
+  // A frozen initializer beside them (a scale the graph multiplies the logits by), also external.
+  const std::vector<float> one(10, 1.0f);
+  writeBytes(d.file("src/scale.bin"), std::string(reinterpret_cast<const char*>(one.data()), one.size() * sizeof(float)));
+  addExternalInit(m.mutable_graph(), "scale", {10}, "scale.bin");
+  m.mutable_graph()->mutable_output(0)->set_name("logits_raw");
+  for (auto& n : *m.mutable_graph()->mutable_node())
+    for (auto& o : *n.mutable_output())
+      if (o == "logits") o = "logits_raw";
+  addNode(m.mutable_graph(), "Mul", {"logits_raw", "scale"}, {"logits"}, "scale_logits");
+  m.mutable_graph()->mutable_output(0)->set_name("logits");
+  const std::string model = d.file("src/model.onnx");
+  writeModel(model, m);
+  const std::string plan = d.file("p.ampplan");
+  auto r = run(kAmpc + " " + model + " --loss cross-entropy --freeze scale --precision fp32 --optimizer sgd --lr 0.1 -o " + plan);
+  ASSERT_EQ(r.code, 0) << r.out;
+  fs::create_directories(d.path / "out");
+  r = run("cd " + d.file("out") + " && " + kAmprun + " " + plan + " --data " + kDigits + "/train --steps 30 --save w.safetensors --save-onnx trained.onnx --eval-data " +
+          kDigits + "/test");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(4 of " + model + "'s initializers trained)"), std::string::npos) << r.out;
+  std::smatch ev;
+  ASSERT_TRUE(std::regex_search(r.out, ev, std::regex("eval on [^ ]+: (loss [0-9.]+, accuracy [0-9.]+%)"))) << r.out;
+  // The weights, bit for bit, and the frozen one as it was.
+  auto g = importOnnxFile(d.file("out/trained.onnx"));
+  const Safetensors w = readSafetensors(d.file("out/w.safetensors"));
+  for (const char* name : {"w1", "b1", "w2", "b2"}) {
+    const Value* v = g->lookup(name);
+    ASSERT_TRUE(v && v->data()) << name;
+    EXPECT_EQ(v->data()->data.size(), w.tensors.at(name).data.size()) << name;
+    EXPECT_EQ(std::memcmp(v->data()->data.data(), w.tensors.at(name).data.data(), v->data()->data.size()), 0) << name;
+  }
+  ASSERT_TRUE(g->lookup("scale") && g->lookup("scale")->data());
+  EXPECT_EQ(g->lookup("scale")->data()->getDouble(9), 1.0);
+  // Compiled again (with the same loss), it evaluates as the run did at its end.
+  r = run(kAmpc + " " + d.file("out/trained.onnx") + " --loss cross-entropy --freeze scale --precision fp32 -o " + d.file("again.ampplan"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(kAmprun + " " + d.file("again.ampplan") + " --data " + kDigits + "/train --steps 0 --eval-data " + kDigits + "/test");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(ev[1].str()), std::string::npos) << r.out;
+  // The source gone: named, and nothing written.
+  fs::remove_all(d.path / "src");
+  r = run(kAmprun + " " + plan + " --data " + kDigits + "/train --steps 1 --save-onnx " + d.file("none.onnx"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("model.onnx: the model the plan was compiled from is not there"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.file("none.onnx")));
 }
 
 TEST(Amprun, ResumeEqualsAnUninterruptedRun) {

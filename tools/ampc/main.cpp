@@ -467,7 +467,8 @@ int main(int argc, char** argv) {
       KernelGenerator generate;
       if (codegen::available()) generate = codegen::fusedKernel;
 
-      if (const int without = writePlan(path, *g, train, model, generate); without > 0)
+      // The source as an absolute path: amprun --save-onnx reads it again, from wherever it runs.
+      if (const int without = writePlan(path, *g, train, fs::absolute(model).lexically_normal().string(), generate); without > 0)
         std::cerr << "ampc: note: " << without << " fused group(s) got no kernel ("
                   << (codegen::available() ? "no libdevice found: CUDA's nvvm/libdevice/libdevice.10.bc; set AMPC_LIBDEVICE"
                                            : "this ampc was built without LLVM")

@@ -31,6 +31,7 @@
 #include "runtime/data.h"
 #include "runtime/dist.h"
 #include "runtime/overflow.h"
+#include "compiler/onnx/onnx.h"
 #include "runtime/plan.h"
 #include "runtime/safetensors.h"
 #include "runtime/session.h"
@@ -223,7 +224,7 @@ int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
 
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
-  std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir;
+  std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir, saveOnnx;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50, nproc = 1, evalEvery = 0;
   double minScale = 0, distTimeout = 300, bucketMb = 25;
   bool saveEveryRank = false;
@@ -269,6 +270,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", ckptDir, "checkpoint folder");
   app.add_option("--checkpoint-every", ckptEvery, "checkpoint every N steps (and at the end)");
   app.add_option("--resume", resumeFrom, "resume from a checkpoint folder (its latest) or file");
+  app.add_option("--save-onnx", saveOnnx,
+                 "write the model the plan was compiled from with the final parameters (and running statistics) in its initializers: a "
+                 "trained .onnx for any ONNX runtime");
   app.add_option("--eval-data", evalDir, "after training: loss and accuracy on held-out data");
   app.add_option("--eval-every", evalEvery, "with --eval-data: also evaluate after every N steps (on the CPU backend, as at the end)");
   app.add_flag("--check-data", checkData, "before step 1: scan --data for NaN and Inf and name the first bad sample");
@@ -559,6 +563,15 @@ int main(int argc, char** argv) {
       for (const Value* p : plan.eval->params())
         if (const Value* s = g.lookup(p->name()); s && s->data()) st.tensors.emplace(p->name(), *s->data());
       writeSafetensors(lead ? savePath : savePath + ".rank" + std::to_string(rank), st);
+    }
+    if (!saveOnnx.empty() && lead) {
+      // What the steps wrote: parameters and running statistics (the optimizer's and scaler's
+      // state has no initializer in the source to go to).
+      std::map<std::string, const Tensor*> trained;
+      for (const auto& [s, out] : stateUpdates(g))
+        if (s->data() && isFloat(s->data()->type.dtype)) trained.emplace(s->name(), s->data());
+      const int64_t n = writeOnnxWithWeights(plan.source, trained, saveOnnx);
+      fmt::print("amprun: wrote {} ({} of {}'s initializers trained)\n", saveOnnx, n, plan.source);
     }
     if (!evalDir.empty() && lead) evaluateOn(evalDir, *plan.eval, g, *evalBackend, evalEvery > 0 ? fmt::format(" after step {}", steps) : "");
     const SessionReport report = session->report();
