@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -161,7 +162,12 @@ int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::stri
     bytes += static_cast<int64_t>(t.data.size());
     data.push_back(std::move(t));
   }
-  if (replaced == 0) throw Error(source + ": none of its initializers is a parameter the plan trained");
+  if (replaced != static_cast<int64_t>(weights.size())) {  // a trained value the file would not carry
+    std::set<std::string> have;
+    for (const auto& p : *inits) have.insert(p.name());
+    for (const auto& [name, w] : weights)
+      if (!have.count(name)) throw Error(source + ": '" + name + "' was trained but is no initializer of this model, so its trained value has nowhere to go");
+  }
   const bool external = bytes > (int64_t{3} << 29);  // 1.5 GiB: protobuf's 2 GiB limit, with room for the rest
   const std::string dataName = fs::path(path).filename().string() + ".data";
   const std::string dataPath = (fs::path(path).parent_path() / dataName).string();

@@ -380,6 +380,21 @@ TEST(Amprun, SaveOnnxWritesTheTrainedModel) {
   r = run(kAmprun + " " + d.file("again.ampplan") + " --data " + kDigits + "/train --steps 0 --eval-data " + kDigits + "/test");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(ev[1].str()), std::string::npos) << r.out;
+  // A trained value the model has no initializer for is named, not dropped; a shape that differs too.
+  const Tensor bogus = Tensor::fromDoubles(DType::f32, {2}, {1, 2});
+  try {
+    writeOnnxWithWeights(d.file("out/trained.onnx"), {{"w1", w.tensors.count("w1") ? &w.tensors.at("w1") : nullptr}, {"nope", &bogus}}, d.file("x.onnx"));
+    ADD_FAILURE() << "no error for a weight the model lacks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'nope' was trained but is no initializer of this model"), std::string::npos) << e.what();
+  }
+  try {
+    writeOnnxWithWeights(d.file("out/trained.onnx"), {{"b1", &bogus}}, d.file("x.onnx"));
+    ADD_FAILURE() << "no error for a shape that differs";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("initializer 'b1' is f32[48], the trained value f32[2]"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(d.file("x.onnx")));
   // The source gone: named, and nothing written.
   fs::remove_all(d.path / "src");
   r = run(kAmprun + " " + plan + " --data " + kDigits + "/train --steps 1 --save-onnx " + d.file("none.onnx"));

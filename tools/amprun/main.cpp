@@ -565,11 +565,11 @@ int main(int argc, char** argv) {
       writeSafetensors(lead ? savePath : savePath + ".rank" + std::to_string(rank), st);
     }
     if (!saveOnnx.empty() && lead) {
-      // What the steps wrote: parameters and running statistics (the optimizer's and scaler's
-      // state has no initializer in the source to go to).
+      // What the steps wrote into the model: its parameters and running statistics (the states that
+      // are the forward graph's params; the optimizer's and scaler's state is not the model's).
       std::map<std::string, const Tensor*> trained;
       for (const auto& [s, out] : stateUpdates(g))
-        if (s->data() && isFloat(s->data()->type.dtype)) trained.emplace(s->name(), s->data());
+        if (s->data() && isFloat(s->data()->type.dtype) && plan.eval->lookup(s->name())) trained.emplace(s->name(), s->data());
       const int64_t n = writeOnnxWithWeights(plan.source, trained, saveOnnx);
       fmt::print("amprun: wrote {} ({} of {}'s initializers trained)\n", saveOnnx, n, plan.source);
     }
