@@ -9,7 +9,7 @@ source "$root/.gpu/env.sh"
 cd "$root"
 mkdir -p "$OUT/lib"
 SHARDS=${SHARDS:-12} MODEL_LIMIT=${MODEL_LIMIT:-150} LIMIT=${LIMIT:-380} OUT=$OUT/lib bash "$root/tools/sweep/library_sweep.sh" > "$OUT/lib/summary.txt" 2>&1 &
-timeout 400 bash "$bench/stop49_gpu.sh"
+timeout ${STOP49_LIMIT:-400} bash "$bench/stop49_gpu.sh"
 wait
 cat "$OUT/lib/summary.txt"
 # The training step's ops (a skipped step's in-place update now returns at once; the linear schedule).
