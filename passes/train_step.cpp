@@ -134,6 +134,7 @@ class TrainStepPass : public Pass {
       } catch (const std::regex_error& e) {
         throw Error("--no-decay: bad regex '" + o_.noDecay + "': " + e.what());
       }
+    std::vector<std::pair<Value*, Value*>> nextParams;  // each parameter and its updated value
     for (size_t i = 0; i < params.size(); ++i) {
       Value* p = params[i];
       const bool decays = o_.noDecay.empty() || (noDecay ? !std::regex_match(p->name(), *noDecay) : p->type().rank() >= 2);
@@ -147,6 +148,7 @@ class TrainStepPass : public Pass {
         auto r = node("SGD", {p, clipped[i], buf, lr, skip}, buf ? 2 : 1, base,
                       {{"momentum", o_.momentum}, {"nesterov", int64_t{o_.nesterov}}, {"weight_decay", weightDecay}});
         updates.emplace_back(p, r[0]);
+        nextParams.emplace_back(p, r[0]);
         if (buf) updates.emplace_back(buf, r[1]);
       } else {
         Value* m = zeros("adam_m");
@@ -155,8 +157,23 @@ class TrainStepPass : public Pass {
                       {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", weightDecay},
                        {"decoupled", int64_t{o_.optimizer == "adamw"}}, {"lamb", int64_t{o_.optimizer == "lamb"}}});
         updates.emplace_back(p, r[0]);
+        nextParams.emplace_back(p, r[0]);
         updates.emplace_back(m, r[1]);
         updates.emplace_back(v, r[2]);
+      }
+    }
+    // An exponential moving average of every parameter (timm's ModelEmaV2): from the initial values,
+    // ema += (1 - decay) (p' - ema) on every step the optimizer takes (none on a skipped step, nor
+    // on a run inside an accumulation window).
+    if (o_.ema != 0.0f) {
+      if (!(o_.ema > 0.0f && o_.ema < 1.0f)) throw Error("--ema wants a decay in (0, 1), got " + std::to_string(o_.ema));
+      Value* rate = scalar("ema.rate", Tensor::fromDoubles(DType::f32, {}, {1.0 - static_cast<double>(o_.ema)}));
+      for (auto& [p, next] : nextParams) {
+        if (!p->data()) throw Error("train-step: parameter '" + p->name() + "' has no initial value for --ema");
+        Value* e = g.addParam(p->name() + ".ema", *p->data());
+        Value* moved = op("Add", {e, op("Mul", {op("Sub", {next, e}, "ampc/ema/" + p->name()), rate}, "ampc/ema/" + p->name())},
+                          "ampc/ema/" + p->name());
+        updates.emplace_back(e, op("Where", {skip, e, moved}, "ampc/ema/" + p->name()));
       }
     }
     if (mode == "dynamic") {

@@ -38,6 +38,9 @@ struct TrainOptions {
   // applies the mean of the micro-batches' gradients (as PyTorch with the loss divided by N and
   // optimizer.step() every N backward passes). 1: every run is an optimizer step.
   int64_t accumulate = 1;
+  // An exponential moving average of the parameters with this decay (0: none), kept as state
+  // "<param>.ema" and updated on every step the optimizer takes (amprun --save-ema writes it).
+  float ema = 0;
   // "auto" (dynamic for fp16, none for bf16 and fp32), "dynamic", "none", or a static number.
   std::string lossScale = "auto";
   DType precision = DType::f32;  // the autocast precision, for "auto"

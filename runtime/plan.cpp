@@ -38,7 +38,7 @@ plan::Role roleOf(const Value* v, const std::set<const Value*>& trained, const s
   if (n.rfind("ampc.", 0) == 0) return plan::SCALER_STATE;
   if (trained.count(v)) return plan::PARAM;
   if (stateful.count(v)) {
-    for (const char* s : {".momentum", ".adam_m", ".adam_v", ".grad_accum"})
+    for (const char* s : {".momentum", ".adam_m", ".adam_v", ".grad_accum", ".ema"})
       if (n.size() > std::strlen(s) && n.compare(n.size() - std::strlen(s), std::strlen(s), s) == 0) return plan::OPTIMIZER_STATE;
     return plan::BUFFER;
   }

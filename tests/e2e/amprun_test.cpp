@@ -403,6 +403,52 @@ TEST(Amprun, SaveOnnxWritesTheTrainedModel) {
   EXPECT_FALSE(fs::exists(d.file("none.onnx")));
 }
 
+// ampc --ema DECAY: the moving average of the parameters, ema_k = decay ema_(k-1) + (1 - decay) p_k
+// from ema_0 = p_0, against the weights of runs stopped at each step (fp32, SGD with momentum, so
+// the weights differ every step); --save-ema writes it as safetensors or into the source model; a
+// plan without one is refused by name. The live weights are the plan's without --ema.
+TEST(Amprun, EmaAveragesTheParametersStepByStep) {
+  TempDir d;
+  const double decay = 0.75;
+  const std::string with = d.file("ema.ampplan"), without = makePlan(d, "fp32", "--optimizer sgd --lr 0.1 --momentum 0.9");
+  ASSERT_EQ(run(kAmpc + " " + kDigits + ".onnx --precision fp32 --optimizer sgd --lr 0.1 --momentum 0.9 --ema 0.75 -o " + with).code, 0);
+  const std::string data = " --data " + kDigits + "/train --shuffle --seed 4";
+  const int steps = 4;
+  std::vector<Safetensors> p;
+  for (int k = 0; k <= steps; ++k) {
+    auto r = run(kAmprun + " " + without + data + " --steps " + std::to_string(k) + " --save " + d.file("p.safetensors"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    p.push_back(readSafetensors(d.file("p.safetensors")));
+  }
+  auto r = run(kAmprun + " " + with + data + " --steps " + std::to_string(steps) + " --save " + d.file("live.safetensors") + " --save-ema " +
+               d.file("ema.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(kAmprun + " " + with + data + " --steps " + std::to_string(steps) + " --save-ema " + d.file("ema.onnx"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(readBytes(d.file("live.safetensors")), readBytes(d.file("p.safetensors")));  // the same training
+  const Safetensors ema = readSafetensors(d.file("ema.safetensors"));
+  auto g = importOnnxFile(d.file("ema.onnx"));
+  int checked = 0;
+  for (const auto& [name, t] : p[0].tensors) {
+    if (!isFloat(t.type.dtype) || std::equal(t.data.begin(), t.data.end(), p[steps].tensors.at(name).data.begin())) continue;  // not trained
+    ++checked;
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      double e = t.getDouble(i);
+      for (int k = 1; k <= steps; ++k) e = decay * e + (1 - decay) * p[static_cast<size_t>(k)].tensors.at(name).getDouble(i);
+      err = std::max(err, std::fabs(ema.tensors.at(name).getDouble(i) - e));
+      scale = std::max(scale, std::fabs(e));
+    }
+    EXPECT_LE(err, 1e-6 * scale) << name;
+    EXPECT_EQ(g->lookup(name)->data()->data, ema.tensors.at(name).data) << name << ": the .onnx holds the same average";
+  }
+  EXPECT_EQ(checked, 4);
+  r = run(kAmprun + " " + without + data + " --steps 1 --save-ema " + d.file("none.safetensors"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--save-ema, but the plan keeps no moving average"), std::string::npos) << r.out;
+  EXPECT_EQ(run(kAmpc + " " + kDigits + ".onnx --ema 1.5 -o " + d.file("bad.ampplan")).code, 1);
+}
+
 TEST(Amprun, ResumeEqualsAnUninterruptedRun) {
   TempDir d;
   const std::string p = makePlan(d, "fp16", "--optimizer adamw --lr 0.003 --clip-norm 1.0");

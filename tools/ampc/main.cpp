@@ -244,6 +244,9 @@ int main(int argc, char** argv) {
   app.add_option("--betas", betas, "plan: Adam betas B1,B2 (default 0.9,0.999)");
   app.add_option("--eps", train.eps, "plan: Adam epsilon");
   app.add_option("--clip-norm", train.clipNorm, "plan: clip the unscaled gradients' global L2 norm to this");
+  app.add_option("--ema", train.ema,
+                 "plan: keep an exponential moving average of the parameters with this decay (e.g. 0.9998, as timm's ModelEmaV2), "
+                 "updated on every optimizer step; amprun --save-ema writes it");
   app.add_option("--accumulate", train.accumulate,
                  "plan: gradient accumulation: each optimizer step applies the mean gradient of this many micro-batches (amprun feeds them "
                  "one after another; the loss scale holds within a step)")

@@ -224,7 +224,7 @@ int launchGroup(int nproc, int argc, char** argv, double timeoutS) {
 
 int main(int argc, char** argv) {
   CLI::App app{"amprun: runs an ampc training plan"};
-  std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir, saveOnnx;
+  std::string planPath, device = "auto", dataDir, metricsPath, savePath, ckptDir, resumeFrom, evalDir, saveOnnx, saveEma;
   int64_t steps = 0, ckptEvery = 0, logEvery = 10, profileTop = 0, maxSkipped = 50, nproc = 1, evalEvery = 0;
   double minScale = 0, distTimeout = 300, bucketMb = 25;
   bool saveEveryRank = false;
@@ -270,6 +270,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", ckptDir, "checkpoint folder");
   app.add_option("--checkpoint-every", ckptEvery, "checkpoint every N steps (and at the end)");
   app.add_option("--resume", resumeFrom, "resume from a checkpoint folder (its latest) or file");
+  app.add_option("--save-ema", saveEma,
+                 "a plan compiled with ampc --ema: the parameters' moving average, with the running statistics as they are: "
+                 ".safetensors as --save writes, or the source model with them in its initializers if PATH ends in .onnx");
   app.add_option("--save-onnx", saveOnnx,
                  "write the model the plan was compiled from with the final parameters (and running statistics) in its initializers: a "
                  "trained .onnx for any ONNX runtime");
@@ -357,6 +360,10 @@ int main(int argc, char** argv) {
       throw Error(planPath + ": compiled with --target " + plan.options.target + ", which --device " + device +
                   " cannot run; compile it again with --target cuda, or run it with --device cpu");
     Graph& g = *plan.step;
+    if (!saveEma.empty() && std::none_of(g.params().begin(), g.params().end(), [](const Value* v) {
+          return v->name().size() > 4 && v->name().compare(v->name().size() - 4, 4, ".ema") == 0;
+        }))
+      throw Error(planPath + ": --save-ema, but the plan keeps no moving average (compile it with ampc --ema DECAY)");
     std::vector<const Value*> ins(g.inputs().begin(), g.inputs().end());
     std::map<std::string, std::pair<int64_t, int64_t>> ranges;
     for (const auto& r : intRanges) {
@@ -564,14 +571,36 @@ int main(int argc, char** argv) {
         if (const Value* s = g.lookup(p->name()); s && s->data()) st.tensors.emplace(p->name(), *s->data());
       writeSafetensors(lead ? savePath : savePath + ".rank" + std::to_string(rank), st);
     }
+    // What the steps wrote into the model: its parameters and running statistics (the states that
+    // are the forward graph's params; the optimizer's and scaler's state is not the model's); with
+    // `ema`, each parameter's moving average in its place.
+    auto modelState = [&](bool ema) {
+      std::map<std::string, const Tensor*> r;
+      for (const auto& [s, out] : stateUpdates(g)) {
+        if (!s->data() || !isFloat(s->data()->type.dtype) || !plan.eval->lookup(s->name())) continue;
+        const Value* avg = ema ? g.lookup(s->name() + ".ema") : nullptr;
+        r.emplace(s->name(), avg && avg->data() ? avg->data() : s->data());
+      }
+      return r;
+    };
     if (!saveOnnx.empty() && lead) {
-      // What the steps wrote into the model: its parameters and running statistics (the states that
-      // are the forward graph's params; the optimizer's and scaler's state is not the model's).
-      std::map<std::string, const Tensor*> trained;
-      for (const auto& [s, out] : stateUpdates(g))
-        if (s->data() && isFloat(s->data()->type.dtype) && plan.eval->lookup(s->name())) trained.emplace(s->name(), s->data());
-      const int64_t n = writeOnnxWithWeights(plan.source, trained, saveOnnx);
+      const int64_t n = writeOnnxWithWeights(plan.source, modelState(false), saveOnnx);
       fmt::print("amprun: wrote {} ({} of {}'s initializers trained)\n", saveOnnx, n, plan.source);
+    }
+    if (!saveEma.empty() && lead) {
+      const auto state = modelState(true);
+      if (saveEma.size() > 5 && saveEma.compare(saveEma.size() - 5, 5, ".onnx") == 0) {
+        writeOnnxWithWeights(plan.source, state, saveEma);
+      } else {
+        Safetensors st;
+        for (const Value* p : plan.eval->params()) {
+          const Value* s = g.lookup(p->name());
+          if (auto it = state.find(p->name()); it != state.end()) st.tensors.emplace(p->name(), *it->second);
+          else if (s && s->data()) st.tensors.emplace(p->name(), *s->data());
+        }
+        writeSafetensors(saveEma, st);
+      }
+      fmt::print("amprun: wrote {} (the parameters' moving average)\n", saveEma);
     }
     if (!evalDir.empty() && lead) evaluateOn(evalDir, *plan.eval, g, *evalBackend, evalEvery > 0 ? fmt::format(" after step {}", steps) : "");
     const SessionReport report = session->report();
