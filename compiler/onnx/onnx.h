@@ -74,9 +74,10 @@ void exportOnnxFile(const Graph& g, const std::string& path);
 // (converted to the initializer's own float type; the shapes must agree), written atomically to
 // `path`: a trained model for any ONNX runtime. Initializers whose data lay outside the source
 // (external data) are read and written with the rest: inline, or all into `path`.data where the
-// model would pass 1.5 GiB. Returns how many initializers it replaced (all of `weights`: a name that
+// model would pass `inlineBytes` (1.5 GiB: protobuf's 2 GiB limit, with room for the rest). Returns how many initializers it replaced (all of `weights`: a name that
 // is no initializer of the source is an Error, as are a shape that differs and a file it cannot write).
-int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::string, const Tensor*>& weights, const std::string& path);
+int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::string, const Tensor*>& weights, const std::string& path,
+                             int64_t inlineBytes = int64_t{3} << 29);
 
 // One TensorProto (inline or external data under modelDir); Errors start with `file` and name `what`.
 Tensor tensorFromOnnx(const onnx::TensorProto& p, const std::string& modelDir, const std::string& file, const std::string& what);

@@ -135,7 +135,8 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
   return m;
 }
 
-int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::string, const Tensor*>& weights, const std::string& path) {
+int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::string, const Tensor*>& weights, const std::string& path,
+                             int64_t inlineBytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_regular_file(source, ec)) throw Error(source + ": the model the plan was compiled from is not there (--save writes the weights alone)");
@@ -168,7 +169,7 @@ int64_t writeOnnxWithWeights(const std::string& source, const std::map<std::stri
     for (const auto& [name, w] : weights)
       if (!have.count(name)) throw Error(source + ": '" + name + "' was trained but is no initializer of this model, so its trained value has nowhere to go");
   }
-  const bool external = bytes > (int64_t{3} << 29);  // 1.5 GiB: protobuf's 2 GiB limit, with room for the rest
+  const bool external = bytes > inlineBytes;
   const std::string dataName = fs::path(path).filename().string() + ".data";
   const std::string dataPath = (fs::path(path).parent_path() / dataName).string();
   auto writeAtomically = [&](const std::string& target, const std::function<bool(std::ofstream&)>& body) {

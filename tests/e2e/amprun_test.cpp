@@ -395,6 +395,16 @@ TEST(Amprun, SaveOnnxWritesTheTrainedModel) {
     EXPECT_NE(std::string(e.what()).find("initializer 'b1' is f32[48], the trained value f32[2]"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(d.file("x.onnx")));
+  // Past the inline limit (1.5 GiB; here 0 bytes) every initializer goes to PATH.data beside it.
+  std::map<std::string, const Tensor*> all;
+  for (const auto& [name, t] : w.tensors) all.emplace(name, &t);
+  fs::create_directories(d.path / "ext");
+  EXPECT_EQ(writeOnnxWithWeights(d.file("out/trained.onnx"), all, d.file("ext/big.onnx"), 0), static_cast<int64_t>(all.size()));
+  EXPECT_TRUE(fs::exists(d.file("ext/big.onnx.data")));
+  EXPECT_LT(fs::file_size(d.file("ext/big.onnx")), 4096u);  // the structure alone
+  auto big = importOnnxFile(d.file("ext/big.onnx"));
+  for (const char* name : {"w1", "b1", "w2", "b2", "scale"})
+    EXPECT_EQ(big->lookup(name)->data()->data, g->lookup(name)->data()->data) << name;
   // The source gone: named, and nothing written.
   fs::remove_all(d.path / "src");
   r = run(kAmprun + " " + plan + " --data " + kDigits + "/train --steps 1 --save-onnx " + d.file("none.onnx"));
