@@ -50,7 +50,7 @@ class TrainStepPass : public Pass {
     auto scalar = [&](const std::string& base, Tensor t) { return g.addParam(g.uniqueName(base), std::move(t)); };
     auto op = [&](const std::string& name, const std::vector<Value*>& ins, const std::string& base) {
       Node* n = g.createNode(name, "", ins, {{g.uniqueName(base), TensorType{}}});
-      n->setName(base);
+      n->setName(n->result(0)->name());  // unique, as its result's name
       n->result(0)->setType(inferTypes(*n)[0]);
       return n->result(0);
     };
