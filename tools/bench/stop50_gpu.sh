@@ -7,7 +7,7 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bench/../.." && pwd)
 source "$root/.gpu/env.sh"
 cd "$root"
-mkdir -p "$OUT/lib"
+mkdir -p "$OUT/lib" /tmp/acc
 SHARDS=${SHARDS:-12} MODEL_LIMIT=${MODEL_LIMIT:-150} LIMIT=${LIMIT:-380} OUT=$OUT/lib bash "$root/tools/sweep/library_sweep.sh" > "$OUT/lib/summary.txt" 2>&1 &
 timeout ${STOP49_LIMIT:-400} bash "$bench/stop49_gpu.sh"
 wait
@@ -31,13 +31,4 @@ print("save-onnx: trained digits loss on 64 test samples: onnxruntime %.6f, ampc
 PY
 # Gradient accumulation on CUDA against the CPU: the same plan (2 micro-batches a step, fp16 with
 # the dynamic scale, AdamW with clipping), the same synthetic batches.
-mkdir -p /tmp/acc
-ampc models/mlp.onnx --precision fp16 --optimizer adamw --lr 0.003 --clip-norm 1.0 --accumulate 2 -o /tmp/acc/a.ampplan
-for dev in cuda cpu; do amprun /tmp/acc/a.ampplan --device $dev --synthetic --steps 8 --metrics /tmp/acc/$dev.jsonl > /dev/null; done
-python3 - <<'PY' | tee "$OUT/accumulate_cuda.txt"
-import json
-c = [json.loads(l) for l in open("/tmp/acc/cuda.jsonl")]; p = [json.loads(l) for l in open("/tmp/acc/cpu.jsonl")]
-worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(c, p))
-print("accumulate 2, cuda vs cpu, 8 steps: losses", [round(a["loss"], 5) for a in c], "largest relative difference %.2e" % worst,
-      "scales", [a["loss_scale"] for a in c] == [b["loss_scale"] for b in p])
-PY
+bash "$bench/accumulate_check.sh"
