@@ -98,9 +98,17 @@ Window windowOf(const Node& n, const std::vector<int64_t>& in, const std::vector
       if (autoPad == "VALID") pb = pe = 0;
       else if (autoPad != "NOTSET") throw Error("unknown auto_pad '" + autoPad + "'");
       const int64_t padded = checkedAdd(checkedAdd(in[i], pb), pe), span = padded - ext;
-      if (span < 0)
+      if (span < 0 && !(ceilMode && -span < s))
         throw Error("the window (" + std::to_string(ext) + ") is larger than the padded input (" + std::to_string(padded) + ")");
-      out = (ceilMode ? span / s + (span % s != 0) : span / s) + 1;
+      if (span < 0) {
+        // ceil_mode with a window past the padded input (PyTorch's AvgPool2d(k, ceil_mode=True) on
+        // a smaller map): one window, whose taps past the padded input count for nothing, so the
+        // kernel stops at the padded input's end.
+        w.kernel[i] = (padded - 1) / d + 1;
+        out = 1;
+      } else {
+        out = (ceilMode ? span / s + (span % s != 0) : span / s) + 1;
+      }
       if (ceilMode && (out - 1) * s >= in[i] + pb) --out;  // the last window would start in the padding
     }
     w.padBegin.push_back(pb);

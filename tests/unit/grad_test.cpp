@@ -117,6 +117,8 @@ const Case kCases[] = {
     {"param %x : f64[2,2,5,5]\n %y : f64[2,2,3,3] = AveragePool(%x) {count_include_pad = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
      " %z : f64[2,2,2,2] = AveragePool(%x) {kernel_shape = [2, 2], strides = [2, 2]}\n output %y\n output %z"},
     {"param %x : f64[2,3,4,4]\n %y : f64[2,3,1,1] = GlobalAveragePool(%x)\n output %y"},
+    {"param %x : f64[2,2,2,3]\n %y : f64[2,2,1,1] = AveragePool(%x) {ceil_mode = 1, kernel_shape = [9, 9], strides = [9, 9]}\n"
+     " %z : f64[2,2,1,1] = MaxPool(%x) {ceil_mode = 1, kernel_shape = [3, 5], pads = [1, 1, 1, 1], strides = [3, 5]}\n output %y\n output %z"},
     {"param %x : f64[4,3,5]\n param %s : f64[3]\n param %b : f64[3]\n param %m : f64[3]\n param %v : f64[3]\n"
      " %y : f64[4,3,5], %rm : f64[3], %rv : f64[3] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n output %y", 0.2, 2},
     {"param %x : f64[4,3]\n param %s : f64[3]\n param %b : f64[3]\n param %m : f64[3]\n param %v : f64[3]\n"

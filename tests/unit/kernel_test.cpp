@@ -337,6 +337,28 @@ TEST(KernelReference, PoolsWithPadding) {
   expectClose(r.out[1], wantAvg);
 }
 
+// A window past the input under ceil_mode (Hugging Face's EfficientNet pools a 2 x 2 map with
+// AvgPool2d(2560, ceil_mode=True)): one window, the mean (or max) of the map; with pads, padding
+// counts where count_include_pad says so and taps past the padded input never do (PyTorch's divisor).
+TEST(KernelReference, CeilModeWindowPastTheInput) {
+  auto r = runF64("input %x : f64[2,3,2,3]\n %a : f64[2,3,1,1] = AveragePool(%x) {ceil_mode = 1, kernel_shape = [40, 40], strides = [40, 40]}\n"
+                  " %m : f64[2,3,1,1] = MaxPool(%x) {ceil_mode = 1, kernel_shape = [6, 9], strides = [6, 9]}\n"
+                  " %p : f64[2,3,1,1] = AveragePool(%x) {ceil_mode = 1, count_include_pad = 1, kernel_shape = [7, 7], pads = [1, 1, 1, 1], strides = [7, 7]}\n"
+                  " output %a\n output %m\n output %p");
+  const auto& x = r.in["x"];
+  std::vector<double> mean, mx, padded;
+  for (int pl = 0; pl < 6; ++pl) {
+    double s = 0, m = -INFINITY;
+    for (int i = 0; i < 6; ++i) s += x[pl * 6 + i], m = std::max(m, x[pl * 6 + i]);
+    mean.push_back(s / 6);
+    mx.push_back(m);
+    padded.push_back(s / (4 * 5));  // the padded input is 4 x 5
+  }
+  expectClose(r.out[0], mean);
+  expectClose(r.out[1], mx);
+  expectClose(r.out[2], padded);
+}
+
 TEST(KernelReference, SoftmaxNegativeAxisAndLayerNorm) {
   auto r = runF64("input %x : f64[2,3,4]\n input %s : f64[4]\n input %b : f64[4]\n"
                   " %y : f64[2,3,4] = Softmax(%x) {axis = -2}\n"

@@ -4,7 +4,7 @@
 # machine's CPUs against PyTorch, in $SHARDS parallel sweeps of one thread each, with $EXPORTER
 # (dynamo, PyTorch's default, unless given). Every model has $MODEL_LIMIT seconds, each sweep $LIMIT. One line per model
 # in $OUT/library_$EXPORTER.txt; the ONNX files and inputs of the models ampc refused, failed or got
-# wrong come back in $OUT/library_failing.tar.gz (the smallest first, up to 15 MB), to reproduce here.
+# wrong come back in $OUT/library_failing.tar.gz.NN (the smallest first, up to $PACK_MB MB), to reproduce here.
 #   SHARDS=14 MODEL_LIMIT=240 OUT=/tmp/o bash tools/sweep/library_sweep.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,8 +27,9 @@ cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|MISMATCH|EXPORT-FAIL
   | sort > "$out/library_$e.txt"
 awk '{print $2}' "$out/library_$e.txt" | sort | uniq -c
 grep -vE " (PASS|TORCH-FAILS) " "$out/library_$e.txt" | cut -c1-260
-# The failing models' files, smallest first, while they fit in 15 MB.
-budget=$((15 * 1024 * 1024)); list=()
+# The failing models' files, smallest first, while they fit in $PACK_MB MB (15 unless given), in
+# pieces of 15 MB (library_failing.tar.gz.00, .01, ...: cat them back together) where they pass one.
+budget=$((${PACK_MB:-15} * 1024 * 1024)); list=()
 for m in $(grep -E " (MISMATCH|AMPC-REFUSES|AMPRUN-FAILS) " "$out/library_$e.txt" | awk '{print $1}'); do
   s=$(du -sb --exclude='*.ampplan*' --exclude=grads "$work/$m" 2>/dev/null | cut -f1)
   [ -n "$s" ] && echo "$s $m"
@@ -37,5 +38,8 @@ while read -r s m; do
   [ $((budget - s)) -lt 0 ] && continue
   budget=$((budget - s)); list+=("$m")
 done < "$work/sizes.txt"
-[ ${#list[@]} -gt 0 ] && tar -czf "$out/library_failing.tar.gz" -C "$work" --exclude='*.ampplan*' --exclude=grads --exclude=m.jsonl "${list[@]}"
-echo "packed ${#list[@]} failing models"
+if [ ${#list[@]} -gt 0 ]; then
+  tar -czf "$work/failing.tar.gz" -C "$work" --exclude='*.ampplan*' --exclude=grads --exclude=m.jsonl "${list[@]}"
+  split -b 15M -d "$work/failing.tar.gz" "$out/library_failing.tar.gz."
+fi
+echo "packed ${#list[@]} failing models: ${list[*]}"

@@ -297,6 +297,38 @@ class FrozenBn(nn.Module):
         return self.fc(h.mean((2, 3)))
 
 
+def timm_small(name, **kw):
+    import timm
+    return timm.create_model(name, pretrained=False, num_classes=10, **kw)
+
+
+def nf_regnet_small():
+    """timm's nf_regnet_b0, 8 to 32 channels wide, a block a stage."""
+    import dataclasses
+    from timm.models import nfnet
+    cfg = dataclasses.replace(nfnet.model_cfgs["nf_regnet_b0"], depths=(1, 1, 1, 1), channels=(16, 16, 32, 32), stem_chs=8,
+                              num_features=64, group_size=8)
+    return nfnet.NormFreeNet(cfg, num_classes=10)
+
+
+class StdConvNet(nn.Module):
+    """timm's weight-standardised convolutions (BiT's StdConv2d; the NF nets' ScaledStdConv2d, with
+    its learned gain), each after the other, strided and grouped."""
+
+    def __init__(self):
+        super().__init__()
+        from timm.layers import ScaledStdConv2d, StdConv2d
+        self.a = StdConv2d(3, 8, 3, padding=1, eps=1e-8)
+        self.b = ScaledStdConv2d(8, 16, 3, stride=2, padding=1)
+        self.c = StdConv2d(16, 16, 3, padding=1, groups=4)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        h = torch.relu(self.b(h))
+        return self.fc(self.c(h).mean((2, 3)))
+
+
 MODELS = {
     "alexnet": (lambda: torchvision.models.alexnet(num_classes=10), 64),
     "vgg11_bn": (lambda: torchvision.models.vgg11_bn(num_classes=10), 32),
@@ -365,6 +397,15 @@ MODELS = {
     "fold_unfold": (lambda: ConvThen(Lambda(lambda y: F.fold(F.unfold(y, 3, padding=1, stride=2) * 0.5, (9, 9), 3, padding=1, stride=2)), 9), 9),
     "normalize_std": (lambda: ConvThen(Lambda(lambda y: F.normalize(y, dim=1) * F.cosine_similarity(y, y.flip(1), dim=1).unsqueeze(1)
                                               + (y - y.mean((2, 3), keepdim=True)) / (y.var((2, 3), keepdim=True) + 1e-3).sqrt()), 8), 8),
+    # Small versions of the timm families whose gradients the library sweep of stop 50 found wrong
+    # (the models' own configs, narrower and shallower through timm.create_model's keywords): weight
+    # standardisation (StdConv2d in BiT, ScaledStdConv2d with its gain in the NF nets), ResNeSt's split
+    # attention (a BatchNorm over pooled [N, C, 1, 1]), DPN's dual paths with grouped convolutions.
+    "stdconv_tiny": (lambda: StdConvNet(), 16),
+    "nf_regnet_small": (nf_regnet_small, 32),
+    "resnetv2_bit_small": (lambda: timm_small("resnetv2_50x1_bit", layers=[1, 1, 1, 1], channels=(16, 16, 32, 32), stem_chs=8), 32),
+    "resnest_small": (lambda: timm_small("resnest14d", channels=(8, 16, 16, 32), stem_width=8), 32),
+    "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
 }
 
 
