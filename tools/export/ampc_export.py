@@ -21,6 +21,7 @@ embeddings, RoBERTa's positions), the key "ampc.embedding_padding": a JSON objec
 name -> padding row. Neither exporter keeps padding_idx (the lookup is a plain Gather), and
 PyTorch gives that row no gradient from the lookup: ampc does the same with the key.
 """
+import sys
 import json
 import os
 
@@ -30,9 +31,23 @@ TRAINABLE_KEY = "ampc.trainable"
 PADDING_KEY = "ampc.embedding_padding"
 
 
-def trainable_initializers(module, proto, model_dir="."):
+def unused_parameters(module, args):
+    """Names of the trainable parameters that one forward of `module` on `args` does not reach
+    (PyTorch leaves their .grad None, and its optimizers skip them)."""
+    import copy
+    m = copy.deepcopy(module)
+    out = m(*args)
+    flat = out if isinstance(out, (tuple, list)) else [out]
+    total = sum(t.float().sum() for t in flat if torch.is_tensor(t) and t.requires_grad)
+    if torch.is_tensor(total):
+        total.backward()
+    return {n for n, p in m.named_parameters() if p.requires_grad and p.grad is None}
+
+
+def trainable_initializers(module, proto, model_dir=".", unused=lambda: set()):
     """(parameter name, ONNX initializer name) of `module`'s trainable parameters, in
-    named_parameters() order."""
+    named_parameters() order; a parameter the forward never reads (unused() names it) has none
+    where the exporter dropped it, and is left out."""
     import numpy as np
     from onnx import numpy_helper
     inits = {t.name: t for t in proto.graph.initializer}
@@ -57,10 +72,15 @@ def trainable_initializers(module, proto, model_dir="."):
                     hit = iname
                     break
             if hit is None:
-                raise RuntimeError(f"ampc_export: parameter {pname!r} has no initializer in the exported graph")
+                if pname not in unused():
+                    raise RuntimeError(f"ampc_export: parameter {pname!r} has no initializer in the exported graph")
+                # the forward never reads it (ESM's contact head): PyTorch gives it no gradient either
+                print(f"ampc_export: parameter {pname!r} is not in the exported graph (the forward does not use it): "
+                      "it is not trained", file=sys.stderr)
+                continue
             pairs[pname] = hit
             taken.add(hit)
-    return [(pname, pairs[pname]) for pname, p in module.named_parameters() if p.requires_grad]
+    return [(pname, pairs[pname]) for pname, p in module.named_parameters() if p.requires_grad and pname in pairs]
 
 
 def export_training_graph(module, args, path, *, dynamo=True, input_names=None, output_names=("loss",),
@@ -87,12 +107,18 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     module.load_state_dict(state)
     model_dir = os.path.dirname(os.path.abspath(path))
     proto = onnx.load(path, load_external_data=False)
-    pairs = trainable_initializers(module, proto, model_dir)
+    cache = []
+    def unused():
+        if not cache:
+            cache.append(unused_parameters(module, args))
+        return cache[0]
+    pairs = trainable_initializers(module, proto, model_dir, unused)
     initializer = dict(pairs)
     padding = {}
     for prefix, sub in module.named_modules():
-        if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None and sub.weight.requires_grad:
-            padding[initializer[(prefix + "." if prefix else "") + "weight"]] = int(sub.padding_idx)
+        name = (prefix + "." if prefix else "") + "weight"
+        if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None and name in initializer:
+            padding[initializer[name]] = int(sub.padding_idx)
     keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY)]
     del proto.metadata_props[:]
     for k, v in keep:
