@@ -612,6 +612,15 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     np.save(os.path.join(d, "ref", "loss.npy"), np.array(loss64))
     worst = max(errs, key=lambda n: errs[n][0] / (errs[n][1] + 1e-6))
     ratio = errs[worst][0] / (errs[worst][1] + 1e-6)
+    unfused = ""
+    if ratio > 2 and "--no-fuse" not in flags:  # is it a fusion's? The same gradients with the graph as written
+        g2 = os.path.join(d, "grads_unfused")
+        r = subprocess.run([ampc, path, "--grad", "--eval", "--no-fuse", "--no-fuse-rms-norm", "--inputs", os.path.join(d, "inputs"),
+                            "--outputs", g2] + flags, capture_output=True, text=True)
+        if r.returncode == 0:
+            e2 = grad_errors(reference, x, t, g2, lossFn, names)
+            w2 = max(e2, key=lambda n: e2[n][0] / (e2[n][1] + 1e-6))
+            unfused = f" [--no-fuse: worst {w2} ratio {e2[w2][0] / (e2[w2][1] + 1e-6):.2f}, loss {float(np.load(os.path.join(g2, 'loss.npy'))):.6f}]"
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
     # drift from f64 where these tiny-batch nets are that chaotic).
     plan = os.path.join(d, name + ".ampplan")
@@ -639,7 +648,7 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     return ("PASS" if ok else "MISMATCH"), (
         f"loss {loss:.6f} (f64 {loss64:.6f}, PyTorch f32 {loss32:.6f}); worst gradient {worst}: {errs[worst][0]:.1e} vs PyTorch f32 {errs[worst][1]:.1e} "
         f"(ratio {ratio:.2f}, {len(errs)} checked); 3 steps within {rel:.1e} "
-        + (f"(chaotic: PyTorch f32 leaves f64 by {drift:.1e})" if chaotic else f"(tolerance {tol:.1e})"))
+        + (f"(chaotic: PyTorch f32 leaves f64 by {drift:.1e})" if chaotic else f"(tolerance {tol:.1e})") + unfused)
 
 
 def main():
