@@ -451,6 +451,14 @@ def hf_config(model_type, overrides):
         if isinstance(cur, (list, tuple, dict)) or isinstance(cur, bool):  # a per-stage list stays the family's own
             continue
         kw[name] = v
+    # Dropout probabilities that the modules read as floats (an SDPA call's dropout_p) and the
+    # stochastic depth rates: 0, as no_randomness() sets the dropout modules.
+    for name, cur in vars(probe).items():
+        if "dropout" in name or "drop_path" in name or name.endswith("_drop") or name == "drop_rate":
+            if isinstance(cur, float):
+                kw[name] = 0.0
+            elif isinstance(cur, (list, tuple)) and all(isinstance(v, float) for v in cur):
+                kw[name] = [0.0] * len(cur)
     cfg = cls(**kw)
     if hasattr(cfg, "depths") and isinstance(cfg.depths, (list, tuple)):
         cfg.depths = [1] * len(cfg.depths)
@@ -510,9 +518,17 @@ def entry(name):
 
 
 def no_randomness(m):
+    """Every dropout and stochastic depth off: nn.Dropout*, torchvision's StochasticDepth, and the
+    DropPath modules of timm and transformers (drop_prob; a random drop of a residual branch made
+    PyTorch's f32 and f64 references, and ampc, each drop other samples in stop 50's sweep)."""
     for mod in m.modules():
-        if isinstance(mod, nn.Dropout) or type(mod).__name__ in ("StochasticDepth", "Dropout2d"):
+        name = type(mod).__name__
+        if isinstance(mod, nn.modules.dropout._DropoutNd) or name == "StochasticDepth":
             mod.p = 0.0
+        if "DropPath" in name or "StochasticDepth" in name:
+            for attr in ("drop_prob", "p"):
+                if isinstance(getattr(mod, attr, None), float):
+                    setattr(mod, attr, 0.0)
 
 
 def torch_steps(model, x, t, loss=None, steps=3):
