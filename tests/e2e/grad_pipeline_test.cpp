@@ -103,7 +103,9 @@ const Case kCases[] = {
     // ReLU; squeeze-excitation; 1x1 conv, BN; a 1x1 stride-2 shortcut with its BN; the sum's ReLU;
     // global pooling and a linear head.
     {"regnet_block",
-     "input %x : f32[2,8,4,4]\n"
+     "input %x0 : f32[2,8,4,4]\n param %w0 : f32[8,8,3,3]\n param %s0 : f32[8]\n param %b0 : f32[8]\n param %m0 : f32[8]\n param %v0 : f32[8]\n"
+     "%c0 : f32[2,8,4,4] = Conv(%x0, %w0) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}\n"
+     "%n0 : f32[2,8,4,4] = BatchNormalization(%c0, %s0, %b0, %m0, %v0)\n %x : f32[2,8,4,4] = Relu(%n0)\n"
      "param %wa : f32[16,8,1,1]\n param %sa : f32[16]\n param %ba : f32[16]\n param %ma : f32[16]\n param %va : f32[16]\n"
      "param %wb : f32[16,4,3,3]\n param %sb : f32[16]\n param %bb : f32[16]\n param %mb : f32[16]\n param %vb : f32[16]\n"
      "param %we1 : f32[2,16,1,1]\n param %be1 : f32[2]\n param %we2 : f32[16,2,1,1]\n param %be2 : f32[16]\n"
@@ -124,6 +126,16 @@ const Case kCases[] = {
      "%s : f32[2,16,2,2] = Add(%cn, %dn)\n %sr : f32[2,16,2,2] = Relu(%s)\n"
      "%p : f32[2,16,1,1] = GlobalAveragePool(%sr)\n %pf : f32[2,16] = Flatten(%p)\n"
      "%y : f32[2,5] = Gemm(%pf, %wl, %bl) {transB = 1}\n"},
+    // ResNet-D / ResNeSt / NF-net shortcuts and ResNeSt's avd: AvgPool2d(2, 2, ceil_mode=True,
+    // count_include_pad=False) then a 1x1 convolution, on an odd map; AvgPool2d(3, 2, padding=1).
+    {"average_pool_shortcuts",
+     "input %x0 : f32[2,4,5,5]\n param %w0 : f32[6,4,3,3]\n param %wd : f32[8,6,1,1]\n param %wm : f32[8,6,3,3]\n"
+     "%x : f32[2,6,5,5] = Conv(%x0, %w0) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}\n"
+     "%p : f32[2,6,3,3] = AveragePool(%x) {ceil_mode = 1, kernel_shape = [2, 2], strides = [2, 2]}\n"
+     "%d : f32[2,8,3,3] = Conv(%p, %wd) {kernel_shape = [1, 1]}\n"
+     "%m : f32[2,8,5,5] = Conv(%x, %wm) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}\n %mr : f32[2,8,5,5] = Relu(%m)\n"
+     "%a : f32[2,8,3,3] = AveragePool(%mr) {count_include_pad = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
+     "%y : f32[2,8,3,3] = Add(%a, %d)\n"},
     // A DPN block: pre-activation (BN, ReLU, conv) 1x1, a grouped 3x3 stride 2, a 1x1 whose output is
     // sliced into the residual part (added to the shortcut's) and the dense part (concatenated).
     {"dual_path",
