@@ -445,9 +445,13 @@ def hf_config(model_type, overrides):
         name = amap.get(k, k)
         if hierarchical and k in ("num_hidden_layers", "num_attention_heads"):
             continue
-        if not hasattr(probe, name):
+        try:  # a property may refuse to be read (XLNet's max_position_embeddings) or set (Falcon's head_dim)
+            cur = getattr(probe, name)
+        except Exception:  # noqa: BLE001
             continue
-        cur = getattr(probe, name)
+        prop = getattr(cls, name, None)
+        if isinstance(prop, property) and prop.fset is None:
+            continue
         if isinstance(cur, (list, tuple, dict)) or isinstance(cur, bool):  # a per-stage list stays the family's own
             continue
         kw[name] = v
@@ -459,7 +463,19 @@ def hf_config(model_type, overrides):
                 kw[name] = 0.0
             elif isinstance(cur, (list, tuple)) and all(isinstance(v, float) for v in cur):
                 kw[name] = [0.0] * len(cur)
-    cfg = cls(**kw)
+    for _ in range(len(kw) + 1):  # drop the overrides a family's validation names (Funnel's num_hidden_layers)
+        try:
+            cfg = cls(**kw)
+            break
+        except Exception as e:  # noqa: BLE001
+            bad = [k for k in kw if k in str(e)]
+            if not bad:
+                raise
+            for k in bad:
+                kw.pop(k)
+    for k in ("decoder_start_token_id",):  # read by the seq2seq heads (T5) whether or not the class declares it
+        if k in overrides and getattr(cfg, k, None) is None:
+            setattr(cfg, k, overrides[k])
     if hasattr(cfg, "depths") and isinstance(cfg.depths, (list, tuple)):
         cfg.depths = [1] * len(cfg.depths)
     cfg.num_labels = 10
