@@ -269,11 +269,19 @@ class Importer {
     }
     for (const auto& [name, row] : opts_.embeddingPadding) g->embeddingPadding[name] = row;
     checkPadding();
-    for (const auto& np : nodes_)  // BatchNorms the exporter wrote in training form (TorchScript's train())
+    // BatchNorm modules the exporter wrote in training form (TorchScript's train()): their running
+    // statistics are initializers. A training-form BatchNorm whose statistics operands are computed
+    // is a function's, not a module's: timm's weight standardisation (F.batch_norm of a conv weight,
+    // no running statistics, which the dynamo exporter writes with the weight's own mean and
+    // variance) says nothing of how the model's BatchNorm modules were exported.
+    std::set<std::string> initializers;
+    for (const auto& t : gp.initializer()) initializers.insert(t.name());
+    for (const auto& np : nodes_)
       if (np.op_type() == "BatchNormalization" && (np.domain().empty() || np.domain() == "ai.onnx")) {
         bool training = np.output_size() > 1 && std::any_of(np.output().begin() + 1, np.output().end(), [](const auto& o) { return !o.empty(); });
         for (const auto& a : np.attribute()) training = training || (a.name() == "training_mode" && a.i() != 0);
-        trainingFormBatchNorms_ += training;
+        const bool module = np.input_size() >= 5 && initializers.count(np.input(3)) && initializers.count(np.input(4));
+        trainingFormBatchNorms_ += training && module;
       }
     for (int i : topoOrder()) addNode(nodes_[i]);
     notePaddingLikeRows();

@@ -2273,4 +2273,40 @@ TEST(OnnxImport, InferenceFormBatchNormBesideATrainingOneStaysFrozen) {
   auto trainedAll = importOnnxFile(d.file("mixed.onnx"), all);
   for (const auto& n : trainedAll->nodes())
     if (n->name() == "frozen_bn") EXPECT_EQ(n->getInt("training_mode", 0), 1);
+
+  // A training-form BatchNorm whose statistics operands are computed (timm's weight standardisation,
+  // as the dynamo exporter writes it: the weight's own mean and variance) is no module's: the
+  // inference-form one beside it is a dynamo export's train()-mode BatchNorm, and trains.
+  auto w = newModel(17);
+  auto* wg = w.mutable_graph();
+  addTensorInput(wg, "x", onnx::TensorProto::FLOAT, {4, 3, 2, 2});
+  addFloatInit(wg, "w", {1, 3, 4}, {1, 2, 3, 4, -1, 0, 1, 2, 5, 3, 1, 0});
+  addInt64Init(wg, "axes", {0, 2});
+  addNode(wg, "ReduceMean", {"w", "axes"}, {"wm"}, "w_mean");
+  addNode(wg, "Squeeze", {"wm", "axes"}, {"wm1"}, "w_mean1");
+  addNode(wg, "Sub", {"w", "wm"}, {"wd"}, "w_dev");
+  addNode(wg, "Mul", {"wd", "wd"}, {"wsq"}, "w_sq");
+  addNode(wg, "ReduceMean", {"wsq", "axes"}, {"wv"}, "w_var");
+  addNode(wg, "Squeeze", {"wv", "axes"}, {"wv1"}, "w_var1");
+  intAttr(addNode(wg, "BatchNormalization", {"w", "a_s", "a_b", "wm1", "wv1"}, {"ws", "ws_rm", "ws_rv"}, "standardise"), "training_mode", 1);
+  for (const char* p : {"a", "b"}) {
+    addFloatInit(wg, std::string(p) + "_s", {3}, {1, 2, 3});
+    addFloatInit(wg, std::string(p) + "_b", {3}, {0, 0.5, -1});
+  }
+  addFloatInit(wg, "b_rm", {3}, {0.25, -0.5, 1});
+  addFloatInit(wg, "b_rv", {3}, {1, 2, 0.5});
+  addNode(wg, "BatchNormalization", {"x", "b_s", "b_b", "b_rm", "b_rv"}, {"y"}, "module_bn");
+  addNode(wg, "ReduceSum", {"ws"}, {"wsum"}, "w_sum");
+  addNode(wg, "Add", {"y", "wsum"}, {"z"}, "out");
+  addOutput(wg, "z");
+  writeModel(d.file("standardised.onnx"), w);
+  auto standardised = importOnnxFile(d.file("standardised.onnx"));
+  bool seen = false;
+  for (const auto& n : standardised->nodes())
+    if (n->name() == "module_bn") {
+      seen = true;
+      EXPECT_EQ(n->getInt("training_mode", 0), 1);
+    }
+  EXPECT_TRUE(seen);
+  EXPECT_TRUE(standardised->frozenBatchNorms.empty());
 }
