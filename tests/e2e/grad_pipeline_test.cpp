@@ -126,6 +126,30 @@ const Case kCases[] = {
      "%s : f32[2,16,2,2] = Add(%cn, %dn)\n %sr : f32[2,16,2,2] = Relu(%s)\n"
      "%p : f32[2,16,1,1] = GlobalAveragePool(%sr)\n %pf : f32[2,16] = Flatten(%p)\n"
      "%y : f32[2,5] = Gemm(%pf, %wl, %bl) {transB = 1}\n"},
+    {"regnet_block_wide",
+     "input %x0 : f32[2,1024,4,4]\n param %w0 : f32[1024,1024,1,1]\n param %s0 : f32[1024]\n param %b0 : f32[1024]\n param %m0 : f32[1024]\n param %v0 : f32[1024]\n"
+     "%c0 : f32[2,1024,4,4] = Conv(%x0, %w0) {kernel_shape = [1, 1]}\n"
+     "%n0 : f32[2,1024,4,4] = BatchNormalization(%c0, %s0, %b0, %m0, %v0)\n %x : f32[2,1024,4,4] = Relu(%n0)\n"
+     "param %wa : f32[2048,1024,1,1]\n param %sa : f32[2048]\n param %ba : f32[2048]\n param %ma : f32[2048]\n param %va : f32[2048]\n"
+     "param %wb : f32[2048,64,3,3]\n param %sb : f32[2048]\n param %bb : f32[2048]\n param %mb : f32[2048]\n param %vb : f32[2048]\n"
+     "param %we1 : f32[256,2048,1,1]\n param %be1 : f32[256]\n param %we2 : f32[2048,256,1,1]\n param %be2 : f32[2048]\n"
+     "param %wc : f32[2048,2048,1,1]\n param %sc : f32[2048]\n param %bc : f32[2048]\n param %mc : f32[2048]\n param %vc : f32[2048]\n"
+     "param %wd : f32[2048,1024,1,1]\n param %sd : f32[2048]\n param %bd : f32[2048]\n param %md : f32[2048]\n param %vd : f32[2048]\n"
+     "param %wl : f32[5,2048]\n param %bl : f32[5]\n"
+     "%a : f32[2,2048,4,4] = Conv(%x, %wa) {kernel_shape = [1, 1]}\n"
+     "%an : f32[2,2048,4,4] = BatchNormalization(%a, %sa, %ba, %ma, %va)\n %ar : f32[2,2048,4,4] = Relu(%an)\n"
+     "%b : f32[2,2048,2,2] = Conv(%ar, %wb) {group = 32, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
+     "%bn : f32[2,2048,2,2] = BatchNormalization(%b, %sb, %bb, %mb, %vb)\n %br : f32[2,2048,2,2] = Relu(%bn)\n"
+     "%sq : f32[2,2048,1,1] = GlobalAveragePool(%br)\n"
+     "%e1 : f32[2,256,1,1] = Conv(%sq, %we1, %be1) {kernel_shape = [1, 1]}\n %e1r : f32[2,256,1,1] = Relu(%e1)\n"
+     "%e2 : f32[2,2048,1,1] = Conv(%e1r, %we2, %be2) {kernel_shape = [1, 1]}\n %e2s : f32[2,2048,1,1] = Sigmoid(%e2)\n"
+     "%se : f32[2,2048,2,2] = Mul(%br, %e2s)\n"
+     "%c : f32[2,2048,2,2] = Conv(%se, %wc) {kernel_shape = [1, 1]}\n %cn : f32[2,2048,2,2] = BatchNormalization(%c, %sc, %bc, %mc, %vc)\n"
+     "%d : f32[2,2048,2,2] = Conv(%x, %wd) {kernel_shape = [1, 1], strides = [2, 2]}\n"
+     "%dn : f32[2,2048,2,2] = BatchNormalization(%d, %sd, %bd, %md, %vd)\n"
+     "%s : f32[2,2048,2,2] = Add(%cn, %dn)\n %sr : f32[2,2048,2,2] = Relu(%s)\n"
+     "%p : f32[2,2048,1,1] = GlobalAveragePool(%sr)\n %pf : f32[2,2048] = Flatten(%p)\n"
+     "%y : f32[2,5] = Gemm(%pf, %wl, %bl) {transB = 1}\n"},
     // ResNet-D / ResNeSt / NF-net shortcuts and ResNeSt's avd: AvgPool2d(2, 2, ceil_mode=True,
     // count_include_pad=False) then a 1x1 convolution, on an odd map; AvgPool2d(3, 2, padding=1).
     {"average_pool_shortcuts",
