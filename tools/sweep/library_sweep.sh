@@ -31,7 +31,7 @@ grep -vE " (PASS|TORCH-FAILS) " "$out/library_$e.txt" | cut -c1-260
 # pieces of 15 MB (library_failing.tar.gz.00, .01, ...: cat them back together) where they pass one.
 budget=$((${PACK_MB:-15} * 1024 * 1024)); list=()
 for m in $(grep -E " (MISMATCH|AMPC-REFUSES|AMPRUN-FAILS) " "$out/library_$e.txt" | awk '{print $1}'); do
-  s=$(du -sb --exclude='*.ampplan*' --exclude=grads --exclude=grads_unfused "$work/$m" 2>/dev/null | cut -f1)
+  s=$(du -sb --exclude='*.ampplan*' --exclude=grads --exclude=grads_unfused --exclude=grads_f64 "$work/$m" 2>/dev/null | cut -f1)
   [ -n "$s" ] && echo "$s $m"
 done | sort -n > "$work/sizes.txt"
 while read -r s m; do
@@ -39,7 +39,7 @@ while read -r s m; do
   budget=$((budget - s)); list+=("$m")
 done < "$work/sizes.txt"
 if [ ${#list[@]} -gt 0 ]; then
-  tar -czf "$work/failing.tar.gz" -C "$work" --exclude='*.ampplan*' --exclude=grads --exclude=grads_unfused --exclude=m.jsonl "${list[@]}"
+  tar -czf "$work/failing.tar.gz" -C "$work" --exclude='*.ampplan*' --exclude=grads --exclude=grads_unfused --exclude=grads_f64 --exclude=m.jsonl "${list[@]}"
   split -b 15M -d "$work/failing.tar.gz" "$out/library_failing.tar.gz."
 fi
 echo "packed ${#list[@]} failing models: ${list[*]}"

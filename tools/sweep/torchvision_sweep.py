@@ -653,6 +653,15 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
             e2 = grad_errors(reference, x, t, g2, lossFn, names)
             w2 = max(e2, key=lambda n: e2[n][0] / (e2[n][1] + 1e-6))
             unfused = f" [--no-fuse: worst {w2} ratio {e2[w2][0] / (e2[w2][1] + 1e-6):.2f}, loss {float(np.load(os.path.join(g2, 'loss.npy'))):.6f}]"
+        # And the whole graph in f64: near 0 against PyTorch's f64, ampc's gradient graph is right and
+        # its f32 error is rounding; far from it, a gradient (or the forward) is wrong.
+        g3 = os.path.join(d, "grads_f64")
+        r = subprocess.run([ampc, path, "--grad", "--eval", "--precision-run", "f64", "--inputs", os.path.join(d, "inputs"),
+                            "--outputs", g3] + flags, capture_output=True, text=True)
+        if r.returncode == 0:
+            e3 = grad_errors(reference, x, t, g3, lossFn, names)
+            w3 = max(e3, key=lambda n: e3[n][0])
+            unfused += f" [f64 run: worst {w3} {e3[w3][0]:.1e} against f64]"
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
     # drift from f64 where these tiny-batch nets are that chaotic).
     plan = os.path.join(d, name + ".ampplan")
