@@ -203,8 +203,13 @@ class AutodiffPass : public Pass {
         needs[i] = n->input(i) && req.count(n->input(i)) && isFloat(n->input(i)->type().dtype) && !(d->noGradOperands >> i & 1);
       GradBuilder b(g, *n, dOut, needs);
       d->grad(b);
-      for (size_t i = 0; i < n->numInputs(); ++i)
-        if (needs[i] && b.grads()[i]) contrib[n->input(i)].push_back(b.grads()[i]);
+      for (size_t i = 0; i < n->numInputs(); ++i) {
+        if (!needs[i]) continue;
+        if (b.grads()[i]) contrib[n->input(i)].push_back(b.grads()[i]);
+        else if (!b.declaredZero(i))
+          throw Error(n->describe() + ": operand " + std::to_string(i) + " ('" + n->input(i)->name() +
+                      "') depends on a trained parameter, and ampc has no gradient for it through this op");
+      }
     }
 
     std::vector<Value*> outs{loss};

@@ -17,7 +17,7 @@ inline constexpr const char* kGradDomain = "ampc";
 class GradBuilder {
  public:
   GradBuilder(Graph& g, Node& fwd, std::vector<Value*> dOut, std::vector<bool> needs)
-      : g(g), node(fwd), dOut_(std::move(dOut)), needs_(std::move(needs)), dIn_(fwd.numInputs(), nullptr) {}
+      : g(g), node(fwd), dOut_(std::move(dOut)), needs_(std::move(needs)), dIn_(fwd.numInputs(), nullptr), zero_(fwd.numInputs(), false) {}
 
   Graph& g;
   Node& node;
@@ -27,6 +27,13 @@ class GradBuilder {
   Value* dy(size_t i) const { return i < dOut_.size() ? dOut_[i] : nullptr; }
   bool needs(size_t i) const { return i < needs_.size() && needs_[i]; }
   void setGrad(size_t i, Value* v);  // Error if shape or dtype differ from the input's
+  // Input i's gradient is zero: the results do not depend on it (BatchNormalization's statistics
+  // operands in training form). A needed input that a rule neither sets nor declares zero is an
+  // error naming the node (autodiff), never a gradient silently dropped.
+  void zeroGrad(size_t i) {
+    if (i < zero_.size()) zero_[i] = true;
+  }
+  bool declaredZero(size_t i) const { return i < zero_.size() && zero_[i]; }
   const std::vector<Value*>& grads() const { return dIn_; }
   [[noreturn]] void fail(const std::string& msg) const { throw Error(node.describe() + ": gradient: " + msg); }
 
@@ -57,6 +64,7 @@ class GradBuilder {
   std::vector<Value*> dOut_;
   std::vector<bool> needs_;
   std::vector<Value*> dIn_;
+  std::vector<bool> zero_;
 };
 
 }  // namespace ampc

@@ -318,11 +318,29 @@ void gradGlobalAveragePool(GB& b) {
   Value* e = b.op("Expand", {b.dy(0), b.ints(s)});
   b.setGrad(0, b.mul(e, b.scalar(1.0 / n, dt(b.x(0)))));
 }
+// BatchNormalization. In training form Y reads the batch's statistics, not operands 3 and 4 (the
+// running statistics, which only the extra results update): they get no gradient. In inference
+// form Y = s (X - m) / sqrt(v + eps) + B reads them, and where they are computed from trained
+// values they get theirs: the dynamo exporter writes timm's weight standardisation (F.batch_norm
+// of a conv weight without running statistics) as the inference form with the weight's own mean
+// and variance as m and v. From BatchNormGrad's sums dB = sum(dY) and dS = sum(dY xhat):
+// dm = -s inv dB, dv = -s inv^2 dS / 2, with inv = (v + eps)^-1/2.
 void gradBatchNorm(GB& b) {
   Attrs a = copyAttrs(b.node);
   auto r = b.opN("BatchNormGrad", {b.dy(0), b.x(0), b.x(1), b.x(3), b.x(4)}, a, kGradDomain, 3);
   for (size_t i = 0; i < 3; ++i)
     if (b.needs(i)) b.setGrad(i, r[i]);
+  if (b.node.getInt("training_mode", 0) != 0) {
+    b.zeroGrad(3);
+    b.zeroGrad(4);
+    return;
+  }
+  if (!b.needs(3) && !b.needs(4)) return;
+  const DType t = dt(b.x(3));
+  Value* inv = b.op("Reciprocal", {b.op("Sqrt", {b.add(b.cast(b.x(4), t), b.scalar(b.node.getFloat("epsilon", 1e-5f), t))})});
+  Value* sInv = b.mul(b.cast(b.x(1), t), inv);
+  if (b.needs(3)) b.setGrad(3, b.cast(b.neg(b.mul(sInv, b.cast(r[2], t))), dt(b.x(3))));
+  if (b.needs(4)) b.setGrad(4, b.cast(b.mul(b.mul(sInv, inv), b.mul(b.cast(r[1], t), b.scalar(-0.5, t))), dt(b.x(4))));
 }
 void gradLayerNorm(GB& b) {
   Attrs a = copyAttrs(b.node);

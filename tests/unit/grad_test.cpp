@@ -123,6 +123,11 @@ const Case kCases[] = {
      " %y : f64[4,3,5], %rm : f64[3], %rv : f64[3] = BatchNormalization(%x, %s, %b, %m, %v) {training_mode = 1}\n output %y", 0.2, 2},
     {"param %x : f64[4,3]\n param %s : f64[3]\n param %b : f64[3]\n param %m : f64[3]\n param %v : f64[3]\n"
      " %y : f64[4,3] = BatchNormalization(%x, %s, %b, %m, %v)\n output %y", 0.2, 2},
+    // Inference form with computed statistics (the dynamo exporter's weight standardisation): the
+    // mean and variance operands get their gradients.
+    {"param %x : f64[4,3,2]\n param %s : f64[3]\n param %b : f64[3]\n param %m : f64[3]\n param %v : f64[3]\n"
+     " %mi : f64[3] = Identity(%m)\n %vi : f64[3] = Identity(%v)\n"
+     " %y : f64[4,3,2] = BatchNormalization(%x, %s, %b, %mi, %vi) {epsilon = 0.01}\n output %y", 0.2, 2},
     {"param %x : f64[2,3,8]\n param %s : f64[8]\n param %b : f64[8]\n %y : f64[2,3,8] = LayerNormalization(%x, %s, %b) {axis = -1}\n"
      " param %x2 : f64[2,3,4]\n param %s2 : f64[3,4]\n %z : f64[2,3,4] = LayerNormalization(%x2, %s2) {axis = 1}\n output %y\n output %z"},
     {"param %x : f64[2,3,5]\n %y : f64[2,3,5] = Softmax(%x) {axis = -2}\n %z : f64[2,3,5] = LogSoftmax(%x) {axis = -1}\n output %y\n output %z"},
