@@ -185,6 +185,18 @@ void gradClip(GB& b) {
     inside = inside ? b.op("And", {inside, le}) : le;
   }
   b.setGrad(0, inside ? b.where(inside, b.dy(0), b.scalar(0, dt(b.dy(0)))) : b.dy(0));
+  // Trained bounds (a learned clipping threshold): each takes the gradient of the elements whose
+  // result it is. y = min(max(x, lo), hi): lo where x < lo <= hi; hi where max(x, lo) > hi.
+  Value* zero = b.scalar(0, dt(b.dy(0)));
+  if (b.needs(1)) {
+    Value* hit = b.op("Less", {x, b.x(1)});
+    if (b.x(2)) hit = b.op("And", {hit, b.op("LessOrEqual", {b.x(1), b.x(2)})});
+    b.setGrad(1, b.reduceTo(b.where(hit, b.dy(0), zero), shapeOf(b.x(1))));
+  }
+  if (b.needs(2)) {
+    Value* hit = b.op("Greater", {b.x(1) ? b.op("Max", {x, b.x(1)}) : x, b.x(2)});
+    b.setGrad(2, b.reduceTo(b.where(hit, b.dy(0), zero), shapeOf(b.x(2))));
+  }
 }
 // Max / Min: the inputs equal to the result take the gradient.
 void gradMaxMin(GB& b) {

@@ -98,6 +98,7 @@ const Case kCases[] = {
     {"domain \"ampc\" 1\n param %x : f64[3,8]\n %y : f64[3,8] = ampc::RotateHalf(%x) {sign = 1}\n"
      " %z : f64[3,8] = ampc::RotateHalf(%x) {sign = -1}\n output %y\n output %z"},
     {"param %x : f64[6]\n const %lo : f64[] = [-0.5]\n const %hi : f64[] = [0.8]\n %y : f64[6] = Clip(%x, %lo, %hi)\n output %y"},
+    {"param %x : f64[8]\n param %lo : f64[]\n param %hi : f64[]\n %l : f64[] = Sub(%lo, %hi)\n %y : f64[8] = Clip(%x, %l, %hi)\n output %y", -1.5, 1.5},
     {"param %a : f64[2,3]\n param %b : f64[3]\n param %c : f64[2,1]\n %y : f64[2,3] = Max(%a, %b, %c)\n %z : f64[2,3] = Min(%a, %b)\n output %y\n output %z"},
     {"param %a : f64[2,3]\n param %b : f64[3]\n const %c : bool[2,1] = [1, 0]\n %y : f64[2,3] = Where(%c, %a, %b)\n output %y"},
     // Casts between f64 and itself: a lossy cast is a step function that finite differences
