@@ -82,10 +82,10 @@ V elu(B& b, const Node& n, const In& in) {
   return sel(b, PwCmp::Gt, x, b.k(0), x, b.mul(b.k(n.getFloat("alpha", 1.0f)), b.math(PwMath::Expm1, x)));
 }
 V mish(B& b, const Node&, const In& in) { return b.mul(in[0], b.math(PwMath::Tanh, softplus(b, in[0]))); }
-V clip(B& b, const Node&, const In& in) {  // x < lo ? lo : (x > hi ? hi : x)
+V clip(B& b, const Node&, const In& in) {  // min(max(x, lo), hi): hi everywhere when lo > hi, as numpy and PyTorch
   const V x = in[0];
-  const V upper = in.size() > 2 && in[2].present() ? sel(b, PwCmp::Gt, x, in[2], in[2], x) : x;
-  return in.size() > 1 && in[1].present() ? sel(b, PwCmp::Lt, x, in[1], in[1], upper) : upper;
+  const V lower = in.size() > 1 && in[1].present() ? sel(b, PwCmp::Lt, x, in[1], in[1], x) : x;
+  return in.size() > 2 && in[2].present() ? sel(b, PwCmp::Gt, lower, in[2], in[2], lower) : lower;
 }
 V maxMin(B& b, const Node& n, const In& in, PwCmp better) {
   (void)n;

@@ -243,7 +243,10 @@ struct ClipK {
     if (std::numeric_limits<C>::has_infinity) lo = -std::numeric_limits<C>::infinity(), hi = std::numeric_limits<C>::infinity();
     if (c.has(1)) lo = widen<C>(c.in(1))[0];
     if (c.has(2)) hi = widen<C>(c.in(2))[0];
-    unaryMap<C>(c, [lo, hi](C x) -> C { return x < lo ? lo : (x > hi ? hi : x); });
+    unaryMap<C>(c, [lo, hi](C x) -> C {  // min(max(x, lo), hi): hi everywhere when lo > hi, as numpy and PyTorch
+      const C t = x < lo ? lo : x;
+      return t > hi ? hi : t;
+    });
   }
 };
 

@@ -44,7 +44,10 @@ __device__ __forceinline__ C applyOp(Ew op, C a, C b, C c, const EwArgs& g) {
     case Ew::GreaterEq: return a >= b;
     case Ew::And: return a && b;
     case Ew::Or: return a || b;
-    case Ew::Clip: return a < b ? b : (a > c ? c : a);
+    case Ew::Clip: {  // min(max(a, lo), hi): hi everywhere when lo > hi, as numpy and PyTorch
+      const C t = a < b ? b : a;
+      return t > c ? c : t;
+    }
     case Ew::Sign: return a > 0 ? C(1) : a < 0 ? C(-1) : a;
     case Ew::PRelu: return a < 0 ? b * a : a;
     case Ew::Mod:

@@ -56,6 +56,11 @@ inline std::vector<Case> cases() {
        "%q : $T[3,130] = Sign(%x)\n%r : $T[3,130] = Abs(%x)\n%s : $T[3,130] = Neg(%r)\n%t : $T[3,130] = Add(%p, %q)\n"
        "%u : $T[3,130] = Sub(%t, %s)\n%v : $T[3,130] = PRelu(%u, %hi)\noutput %v",
        true},
+      // Clip with crossed bounds (lo > hi): hi everywhere, as numpy and PyTorch (min(max(x, lo), hi)).
+      {"clip_crossed_bounds",
+       "input %x : $T[5,40]\nconst %lo : $T[] = [0.5]\nconst %hi : $T[] = [-0.25]\n%n : $T[5,40] = Clip(%x, %lo, %hi)\n"
+       "%y : $T[5,40] = Add(%n, %x)\noutput %y",
+       false},
       // Rounding, division, roots, logs and powers of positive inputs.
       {"positive_math",
        "input %x : $T[9,31]\ninput %y : $T[31]\nconst %three : $T[] = [3.0]\n"

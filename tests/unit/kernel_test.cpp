@@ -359,6 +359,16 @@ TEST(KernelReference, CeilModeWindowPastTheInput) {
   expectClose(r.out[2], padded);
 }
 
+// Clip with crossed bounds is hi everywhere (ONNX's reference is numpy.clip; PyTorch's clamp too).
+TEST(KernelReference, ClipWithCrossedBoundsIsTheUpperOne) {
+  auto r = runF64("input %x : f64[16]\n const %lo : f64[] = [0.5]\n const %hi : f64[] = [-0.25]\n %y : f64[16] = Clip(%x, %lo, %hi)\n"
+                  " const %lo2 : f64[] = [-0.25]\n const %hi2 : f64[] = [0.5]\n %z : f64[16] = Clip(%x, %lo2, %hi2)\n output %y\n output %z");
+  std::vector<double> want(16, -0.25), inside;
+  for (double v : r.in["x"]) inside.push_back(std::min(std::max(v, -0.25), 0.5));
+  expectClose(r.out[0], want);
+  expectClose(r.out[1], inside);
+}
+
 TEST(KernelReference, SoftmaxNegativeAxisAndLayerNorm) {
   auto r = runF64("input %x : f64[2,3,4]\n input %s : f64[4]\n input %b : f64[4]\n"
                   " %y : f64[2,3,4] = Softmax(%x) {axis = -2}\n"
