@@ -15,9 +15,9 @@ repro="stdconv_tiny nf_regnet_small resnetv2_bit_small resnest_small dpn_small h
 rest="timm:vit_small_patch14_reg4_dinov2@56 timm:swin_tiny_patch4_window7_224@224 timm:pit_ti_224@224 hf:bert hf:deberta-v2
   hf:mpnet hf:mobilebert hf:big_bird hf:gpt_neox hf:gptj hf:bloom hf:llama hf:phi3 hf:starcoder2 hf:olmo2 hf:cohere hf:mixtral
   hf:biogpt hf:esm hf:t5 hf:falcon hf:xlnet hf:funnel hfimg:dinov2 hfimg:convnext hfimg:swin hfimg:swinv2 hfimg:resnet hfimg:pvt_v2 hfimg:bit hfimg:mobilenet_v2"
-MODELS="$repro $rest" SHARDS=${SHARDS:-13} MODEL_LIMIT=${MODEL_LIMIT:-110} LIMIT=${LIMIT:-240} PACK_MB=${PACK_MB:-75} OUT=$OUT/lib \
+MODELS="$repro $rest" SHARDS=${SHARDS:-13} MODEL_LIMIT=${MODEL_LIMIT:-100} LIMIT=${LIMIT:-200} PACK_MB=${PACK_MB:-75} OUT=$OUT/lib \
   bash "$root/tools/sweep/library_sweep.sh" > "$OUT/lib/summary.txt" 2>&1 &
-timeout 150 gpu_tests --gtest_filter='GpuOps.*:GpuProgram.*:GpuFused.*' > "$OUT/gpu_tests.txt" 2>&1
+timeout 120 gpu_tests --gtest_filter='GpuOps.*:GpuProgram.*:GpuFused.*' > "$OUT/gpu_tests.txt" 2>&1
 grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]' "$OUT/gpu_tests.txt" | head -30
 wait
 cat "$OUT/lib/summary.txt"
