@@ -9,7 +9,7 @@ root=$(cd "$bench/../.." && pwd)
 source "$root/.gpu/env.sh"
 cd "$root"
 mkdir -p "$OUT/lib"
-repro="stdconv_tiny nf_regnet_small resnetv2_bit_small resnest_small dpn_small hfimg:regnet hfimg:cvt hfimg:focalnet
+repro="stdconv_tiny nf_regnet_small resnest_small dpn_small hfimg:regnet hfimg:cvt hfimg:focalnet
   hfimg:segformer hfimg:beit hfimg:efficientnet timm:nf_regnet_b0 timm:resnest14d timm:dpn48b timm:resnetv2_50x1_bit
   timm:mobileone_s0 timm:ghostnetv2_100"
 rest="timm:vit_small_patch14_reg4_dinov2@56 timm:swin_tiny_patch4_window7_224@224 timm:pit_ti_224@224 hf:bert hf:deberta-v2

@@ -403,7 +403,6 @@ MODELS = {
     # attention (a BatchNorm over pooled [N, C, 1, 1]), DPN's dual paths with grouped convolutions.
     "stdconv_tiny": (lambda: StdConvNet(), 16),
     "nf_regnet_small": (nf_regnet_small, 32),
-    "resnetv2_bit_small": (lambda: timm_small("resnetv2_50x1_bit", layers=[1, 1, 1, 1], channels=(16, 16, 32, 32), stem_chs=8), 32),
     "resnest_small": (lambda: timm_small("resnest14d", channels=(8, 16, 16, 32), stem_width=8), 32),
     "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
 }
