@@ -21,9 +21,9 @@ embeddings, RoBERTa's positions), the key "ampc.embedding_padding": a JSON objec
 name -> padding row. Neither exporter keeps padding_idx (the lookup is a plain Gather), and
 PyTorch gives that row no gradient from the lookup: ampc does the same with the key.
 """
-import sys
 import json
 import os
+import sys
 
 import torch
 
