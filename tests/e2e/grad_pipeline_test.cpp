@@ -40,58 +40,52 @@ struct Case {
   const char* body;  // inputs, params (random; those named v* positive: running variances), consts and nodes, ending in %y
 };
 
+// The two weight standardisations' shared lines: two standardised weights (with and without a
+// gain), each around its BatchNorm (written in the form the case names), and the convolutions.
+#define WS_PREFIX \
+  "input %x : f32[2,4,6,6]\n" \
+  "param %w1 : f32[8,4,1,1]\n param %g1 : f32[8,1,1,1]\n param %w2 : f32[8,2,3,3]\n" \
+  "const %s1 : i64[3] = [1, 8, -1]\n const %ax : i64[2] = [0, 2]\n const %flat : i64[1] = [-1]\n" \
+  "const %half : f32[] = [0.5]\n const %z8 : f32[8] = [0, 0, 0, 0, 0, 0, 0, 0]\n const %one8 : f32[8] = [1, 1, 1, 1, 1, 1, 1, 1]\n" \
+  "%w1r : f32[1,8,4] = Reshape(%w1, %s1)\n" \
+  "%w1m : f32[1,8,1] = ReduceMean(%w1r, %ax)\n %w1mean : f32[8] = Squeeze(%w1m, %ax)\n" \
+  "%w1d : f32[1,8,4] = Sub(%w1r, %w1m)\n %w1s : f32[1,8,4] = Mul(%w1d, %w1d)\n" \
+  "%w1v : f32[1,8,1] = ReduceMean(%w1s, %ax)\n %w1var : f32[8] = Squeeze(%w1v, %ax)\n" \
+  "%g1s : f32[8,1,1,1] = Mul(%g1, %half)\n %g1v : f32[8] = Reshape(%g1s, %flat)\n"
+#define WS_MIDDLE \
+  "const %ws1 : i64[4] = [8, 4, 1, 1]\n %w1std : f32[8,4,1,1] = Reshape(%w1n, %ws1)\n" \
+  "%y1 : f32[2,8,3,3] = Conv(%x, %w1std) {kernel_shape = [1, 1], strides = [2, 2]}\n" \
+  "%w2r : f32[1,8,18] = Reshape(%w2, %s1)\n" \
+  "%w2m : f32[1,8,1] = ReduceMean(%w2r, %ax)\n %w2mean : f32[8] = Squeeze(%w2m, %ax)\n" \
+  "%w2d : f32[1,8,18] = Sub(%w2r, %w2m)\n %w2s : f32[1,8,18] = Mul(%w2d, %w2d)\n" \
+  "%w2v : f32[1,8,1] = ReduceMean(%w2s, %ax)\n %w2var : f32[8] = Squeeze(%w2v, %ax)\n"
+#define WS_SUFFIX \
+  "const %ws2 : i64[4] = [8, 2, 3, 3]\n %w2std : f32[8,2,3,3] = Reshape(%w2n, %ws2)\n" \
+  "%a1 : f32[2,8,3,3] = Relu(%y1)\n" \
+  "%y : f32[2,8,3,3] = Conv(%a1, %w2std) {group = 4, kernel_shape = [3, 3], pads = [1, 1, 1, 1]}\n"
+
 const Case kCases[] = {
     // StdConv2d / ScaledStdConv2d: F.batch_norm(w.reshape(1, O, -1), None, None, weight=gain * scale,
     // training=True) in BatchNormalization's training form, its statistics operands the weight's own
     // mean and variance; a 1x1 stride-2 convolution (the shortcut) and a grouped 3x3 one.
     {"weight_standardisation",
-     "input %x : f32[2,4,6,6]\n"
-     "param %w1 : f32[8,4,1,1]\n param %g1 : f32[8,1,1,1]\n param %w2 : f32[8,2,3,3]\n"
-     "const %s1 : i64[3] = [1, 8, -1]\n const %ax : i64[2] = [0, 2]\n const %flat : i64[1] = [-1]\n"
-     "const %half : f32[] = [0.5]\n const %z8 : f32[8] = [0, 0, 0, 0, 0, 0, 0, 0]\n const %one8 : f32[8] = [1, 1, 1, 1, 1, 1, 1, 1]\n"
-     "%w1r : f32[1,8,4] = Reshape(%w1, %s1)\n"
-     "%w1m : f32[1,8,1] = ReduceMean(%w1r, %ax)\n %w1mean : f32[8] = Squeeze(%w1m, %ax)\n"
-     "%w1d : f32[1,8,4] = Sub(%w1r, %w1m)\n %w1s : f32[1,8,4] = Mul(%w1d, %w1d)\n"
-     "%w1v : f32[1,8,1] = ReduceMean(%w1s, %ax)\n %w1var : f32[8] = Squeeze(%w1v, %ax)\n"
-     "%g1s : f32[8,1,1,1] = Mul(%g1, %half)\n %g1v : f32[8] = Reshape(%g1s, %flat)\n"
+     WS_PREFIX
      "%w1n : f32[1,8,4], %w1rm : f32[8], %w1rv : f32[8] = BatchNormalization(%w1r, %g1v, %z8, %w1mean, %w1var) "
      "{epsilon = 1e-06, momentum = 0.0, training_mode = 1}\n"
-     "const %ws1 : i64[4] = [8, 4, 1, 1]\n %w1std : f32[8,4,1,1] = Reshape(%w1n, %ws1)\n"
-     "%y1 : f32[2,8,3,3] = Conv(%x, %w1std) {kernel_shape = [1, 1], strides = [2, 2]}\n"
-     "%w2r : f32[1,8,18] = Reshape(%w2, %s1)\n"
-     "%w2m : f32[1,8,1] = ReduceMean(%w2r, %ax)\n %w2mean : f32[8] = Squeeze(%w2m, %ax)\n"
-     "%w2d : f32[1,8,18] = Sub(%w2r, %w2m)\n %w2s : f32[1,8,18] = Mul(%w2d, %w2d)\n"
-     "%w2v : f32[1,8,1] = ReduceMean(%w2s, %ax)\n %w2var : f32[8] = Squeeze(%w2v, %ax)\n"
+     WS_MIDDLE
      "%w2n : f32[1,8,18], %w2rm : f32[8], %w2rv : f32[8] = BatchNormalization(%w2r, %one8, %z8, %w2mean, %w2var) "
      "{epsilon = 1e-08, momentum = 0.0, training_mode = 1}\n"
-     "const %ws2 : i64[4] = [8, 2, 3, 3]\n %w2std : f32[8,2,3,3] = Reshape(%w2n, %ws2)\n"
-     "%a1 : f32[2,8,3,3] = Relu(%y1)\n"
-     "%y : f32[2,8,3,3] = Conv(%a1, %w2std) {group = 4, kernel_shape = [3, 3], pads = [1, 1, 1, 1]}\n"},
+     WS_SUFFIX},
     // The same in the inference form with the weight's own statistics as operands, as PyTorch
     // 2.11's dynamo exporter writes F.batch_norm without running statistics (stop 50's sweep: timm's
     // nf_regnet_b0 and resnetv2_50x1_bit got their conv weights' gradients wrong, the statistics'
     // share missing, while the loss and the training steps, invariant to it, matched).
     {"weight_standardisation_inference_form",
-     "input %x : f32[2,4,6,6]\n"
-     "param %w1 : f32[8,4,1,1]\n param %g1 : f32[8,1,1,1]\n param %w2 : f32[8,2,3,3]\n"
-     "const %s1 : i64[3] = [1, 8, -1]\n const %ax : i64[2] = [0, 2]\n const %flat : i64[1] = [-1]\n"
-     "const %half : f32[] = [0.5]\n const %z8 : f32[8] = [0, 0, 0, 0, 0, 0, 0, 0]\n const %one8 : f32[8] = [1, 1, 1, 1, 1, 1, 1, 1]\n"
-     "%w1r : f32[1,8,4] = Reshape(%w1, %s1)\n"
-     "%w1m : f32[1,8,1] = ReduceMean(%w1r, %ax)\n %w1mean : f32[8] = Squeeze(%w1m, %ax)\n"
-     "%w1d : f32[1,8,4] = Sub(%w1r, %w1m)\n %w1s : f32[1,8,4] = Mul(%w1d, %w1d)\n"
-     "%w1v : f32[1,8,1] = ReduceMean(%w1s, %ax)\n %w1var : f32[8] = Squeeze(%w1v, %ax)\n"
-     "%g1s : f32[8,1,1,1] = Mul(%g1, %half)\n %g1v : f32[8] = Reshape(%g1s, %flat)\n"
+     WS_PREFIX
      "%w1n : f32[1,8,4] = BatchNormalization(%w1r, %g1v, %z8, %w1mean, %w1var) {epsilon = 1e-06}\n"
-     "const %ws1 : i64[4] = [8, 4, 1, 1]\n %w1std : f32[8,4,1,1] = Reshape(%w1n, %ws1)\n"
-     "%y1 : f32[2,8,3,3] = Conv(%x, %w1std) {kernel_shape = [1, 1], strides = [2, 2]}\n"
-     "%w2r : f32[1,8,18] = Reshape(%w2, %s1)\n"
-     "%w2m : f32[1,8,1] = ReduceMean(%w2r, %ax)\n %w2mean : f32[8] = Squeeze(%w2m, %ax)\n"
-     "%w2d : f32[1,8,18] = Sub(%w2r, %w2m)\n %w2s : f32[1,8,18] = Mul(%w2d, %w2d)\n"
-     "%w2v : f32[1,8,1] = ReduceMean(%w2s, %ax)\n %w2var : f32[8] = Squeeze(%w2v, %ax)\n"
+     WS_MIDDLE
      "%w2n : f32[1,8,18] = BatchNormalization(%w2r, %one8, %z8, %w2mean, %w2var) {epsilon = 1e-08}\n"
-     "const %ws2 : i64[4] = [8, 2, 3, 3]\n %w2std : f32[8,2,3,3] = Reshape(%w2n, %ws2)\n"
-     "%a1 : f32[2,8,3,3] = Relu(%y1)\n"
-     "%y : f32[2,8,3,3] = Conv(%a1, %w2std) {group = 4, kernel_shape = [3, 3], pads = [1, 1, 1, 1]}\n"},
+     WS_SUFFIX},
     // The same written out (var_mean, rsqrt, the gain as a product): the centred weight times
     // rsqrt(mean of its squares + eps), which reads as an RMS norm over the last axis.
     {"weight_standardisation_written_out",
@@ -206,6 +200,10 @@ const Case kCases[] = {
      "%res : f32[2,8,2,2] = Add(%sres, %cres)\n"
      "%y : f32[2,18,2,2] = Concat(%res, %sden, %cden) {axis = 1}\n"},
 };
+
+#undef WS_PREFIX
+#undef WS_MIDDLE
+#undef WS_SUFFIX
 
 }  // namespace
 

@@ -21,6 +21,7 @@ embeddings, RoBERTa's positions), the key "ampc.embedding_padding": a JSON objec
 name -> padding row. Neither exporter keeps padding_idx (the lookup is a plain Gather), and
 PyTorch gives that row no gradient from the lookup: ampc does the same with the key.
 """
+import functools
 import json
 import os
 import sys
@@ -107,12 +108,8 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     module.load_state_dict(state)
     model_dir = os.path.dirname(os.path.abspath(path))
     proto = onnx.load(path, load_external_data=False)
-    cache = []
-    def unused():
-        if not cache:
-            cache.append(unused_parameters(module, args))
-        return cache[0]
-    pairs = trainable_initializers(module, proto, model_dir, unused)
+    # Only where a parameter has no initializer: one more forward and backward.
+    pairs = trainable_initializers(module, proto, model_dir, functools.cache(lambda: unused_parameters(module, args)))
     initializer = dict(pairs)
     padding = {}
     for prefix, sub in module.named_modules():
