@@ -1,7 +1,14 @@
 // convert-f64 / convert-f32 / convert-f16 / convert-bf16: retypes every float tensor of the graph
 // (inputs, params, constants, Cast targets, float tensor attributes) to one dtype and re-infers
 // the results. This is whole-graph precision for reference runs (`ampc --eval --precision-run`),
-// not autocast: every op runs in the one dtype.
+// not autocast: every op runs in the one dtype. Nodes whose name matches `keep` (ampc
+// --precision-run-except) run as the model wrote them: their float operands are cast back to the
+// dtype they had, and their float results cast to the run's. That bisects which op's rounding
+// matters (`--precision-run f64 --precision-run-except NAME`).
+#include <algorithm>
+#include <regex>
+#include <set>
+
 #include "compiler/ops/registry.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/pass.h"
@@ -11,10 +18,25 @@ namespace {
 
 class ConvertPrecisionPass : public Pass {
  public:
-  explicit ConvertPrecisionPass(DType to) : to_(to) {}
+  ConvertPrecisionPass(DType to, std::string keep) : to_(to), keep_(std::move(keep)) {}
   std::string name() const override { return "convert-" + std::string(dtypeName(to_)); }
   bool run(Graph& g) override {
     bool changed = false;
+    // The kept nodes, with each float operand's and result's dtype as the model wrote it.
+    std::vector<std::pair<Node*, std::vector<DType>>> kept;
+    if (!keep_.empty()) {
+      const std::regex re(keep_);
+      for (const auto& n : g.nodes()) {
+        if (!n->def() || !std::regex_search(n->name(), re)) continue;
+        std::vector<DType> was;
+        for (Value* v : n->inputs()) was.push_back(v ? v->type().dtype : DType::f32);
+        kept.emplace_back(n.get(), std::move(was));
+      }
+      if (kept.empty()) throw Error("--precision-run-except: no node's name matches '" + keep_ + "'");
+    }
+    // The kept nodes and the Casts around them keep their dtypes.
+    std::set<const Node*> asWritten;
+    for (const auto& k : kept) asWritten.insert(k.first);
     auto retype = [&](Value* v) {
       if (!isFloat(v->type().dtype) || v->type().dtype == to_) return;
       if (v->data()) v->setData(cpu::castTensor(*v->data(), to_));
@@ -24,7 +46,35 @@ class ConvertPrecisionPass : public Pass {
     for (Value* v : g.inputs()) retype(v);
     for (Value* v : g.params()) retype(v);
     for (Value* v : g.consts()) retype(v);
+    for (const auto& [n, was] : kept) {
+      for (size_t i = 0; i < n->numInputs(); ++i) {
+        Value* v = n->input(i);
+        if (!v || !isFloat(was[i]) || was[i] == to_) continue;  // a produced operand is not retyped yet
+        Node* c = g.createNode("Cast", "", {v}, {{g.uniqueName(v->name() + ".kept"), TensorType{was[i], v->type().shape}}}, n);
+        c->setAttr("to", static_cast<int64_t>(dtypeToOnnx(was[i])));
+        asWritten.insert(c);
+        n->setInput(i, c->result(0));
+      }
+    }
+    for (const auto& [n, was] : kept) {
+      for (size_t r = 0; r < n->numResults(); ++r) {
+        Value* v = n->result(r);
+        if (!isFloat(v->type().dtype) || v->type().dtype == to_ || (v->uses().empty() && !g.isOutput(v))) continue;
+        Node* after = nullptr;  // the node after n: the Cast goes there
+        for (auto it = g.nodes().begin(); it != g.nodes().end(); ++it)
+          if (it->get() == n) after = std::next(it) == g.nodes().end() ? nullptr : std::next(it)->get();
+        Node* c = g.createNode("Cast", "", {v}, {{g.uniqueName(v->name() + ".run"), TensorType{to_, v->type().shape}}}, after);
+        c->setAttr("to", static_cast<int64_t>(dtypeToOnnx(to_)));
+        asWritten.insert(c);
+        for (const auto& u : std::vector<Use>(v->uses()))
+          if (u.user != c) u.user->setInput(static_cast<size_t>(u.operand), c->result(0));
+        for (size_t o = 0; o < g.outputs().size(); ++o)
+          if (g.outputs()[o] == v) g.setOutput(o, c->result(0));
+      }
+      changed = true;
+    }
     for (const auto& n : g.nodes()) {
+      if (asWritten.count(n.get())) continue;
       for (const auto& [name, a] : n->attrs()) {
         if (const auto* t = std::get_if<Tensor>(&a); t && isFloat(t->type.dtype) && t->type.dtype != to_) {
           n->setAttr(name, cpu::castTensor(*t, to_));
@@ -49,10 +99,13 @@ class ConvertPrecisionPass : public Pass {
 
  private:
   DType to_;
+  std::string keep_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> createConvertPrecisionPass(DType to) { return std::make_unique<ConvertPrecisionPass>(to); }
+std::unique_ptr<Pass> createConvertPrecisionPass(DType to, const std::string& keep) {
+  return std::make_unique<ConvertPrecisionPass>(to, keep);
+}
 
 }  // namespace ampc

@@ -62,7 +62,7 @@ std::unique_ptr<Pass> createDcePass();            // dce.cpp
 // Common subexpression elimination: equal constants become one, and a node that repeats an earlier
 // one (op, attributes, operands, result types; not random ops) goes, its readers reading the earlier.
 std::unique_ptr<Pass> createCsePass();            // cse.cpp
-std::unique_ptr<Pass> createConvertPrecisionPass(DType to);  // convert_precision.cpp
+std::unique_ptr<Pass> createConvertPrecisionPass(DType to, const std::string& keep = "");  // convert_precision.cpp
 // Softmax(scale * Q KT + mask) (Dropout) V -> one ampc.Attention node (a trainable mask, a bias,
 // gets its gradient). `target` says which shapes its fused attention takes (compiler/target.h;
 // the default is cuda); `compute`, the dtype autocast will run the fused node at (the plan's f16 or

@@ -76,4 +76,42 @@ TEST_P(EvalTest, LowPrecisionLogitsNearF64) {
   }
 }
 
+// `--precision-run f64 --precision-run-except REGEX` (bisecting which op's rounding matters): the
+// matched nodes keep their f32 dtypes, so with every node matched each value the f32 run writes
+// (--eval-values) comes out f32 and bit for bit the same, while the plain f64 run's differ.
+TEST_P(EvalTest, PrecisionRunExceptKeepsTheMatchedNodesInTheirDtype) {
+  const fs::path ref = refDir(GetParam());
+  auto evalInto = [&](const test::TempDir& d, const std::string& flags) {
+    auto r = test::run(std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " +
+                       (ref / "inputs").string() + " --outputs " + d.path.string() + " --eval-values . " + flags);
+    EXPECT_EQ(r.code, 0) << r.out;
+  };
+  test::TempDir f32, kept, f64;
+  evalInto(f32, "");
+  evalInto(kept, "--precision-run f64 --precision-run-except .");
+  evalInto(f64, "--precision-run f64");
+  size_t values = 0, differing = 0;
+  for (const auto& e : fs::directory_iterator(f32.path)) {
+    const std::string name = e.path().filename().string();
+    const Tensor a = readNpy(e.path().string());
+    if (a.type.dtype != DType::f32) continue;
+    ++values;
+    ASSERT_TRUE(fs::exists(kept.file(name))) << name;
+    const Tensor b = readNpy(kept.file(name));
+    EXPECT_TRUE(b == a) << name << ": " << b.type.str() << " against " << a.type.str();
+    const Tensor c = readNpy(f64.file(name));
+    EXPECT_EQ(c.type.dtype, DType::f64) << name;
+    if (relL2(cpu::castTensor(a, DType::f64), c) > 0) ++differing;
+  }
+  std::printf("%s: %zu f32 values, %zu of them differ in the f64 run\n", GetParam().c_str(), values, differing);
+  EXPECT_GE(values, 3u);  // the mlp has four
+  EXPECT_GT(differing, 0u);
+  // A regex that names no node is an error, not a silent whole-f64 run.
+  test::TempDir none;
+  auto r = test::run(std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " + (ref / "inputs").string() +
+                     " --outputs " + none.path.string() + " --precision-run f64 --precision-run-except no_such_node_name");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("no node's name matches 'no_such_node_name'"), std::string::npos) << r.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, EvalTest, ::testing::Values("mlp", "cnn", "transformer"));

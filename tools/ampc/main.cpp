@@ -106,12 +106,24 @@ std::string fileNameFor(const std::string& name) {
 
 struct EvalArgs {
   std::string inputs, outputs = ".";
+  std::string values;  // a regex: intermediate values written beside the outputs
   bool noDropout = false;
   uint64_t seed = 0;
 };
 
 // --eval: reads DIR/NAME.npy for each graph input, runs the CPU backend, writes OUTPUT.npy files.
-void runEval(const Graph& g, const EvalArgs& a) {
+void runEval(Graph& g, const EvalArgs& a) {
+  if (!a.values.empty()) {
+    const std::regex re(a.values);
+    size_t added = 0;
+    for (const auto& n : g.nodes())
+      for (size_t r = 0; r < n->numResults(); ++r)
+        if (Value* v = n->result(r); std::regex_search(v->name(), re) && !g.isOutput(v)) {
+          g.addOutput(v);
+          ++added;
+        }
+    if (added == 0) throw Error("--eval-values: no value's name matches '" + a.values + "'");
+  }
   std::map<std::string, Tensor> feeds;
   for (const Value* v : g.inputs()) {
     const std::string path = (fs::path(a.inputs) / (fileNameFor(v->name()) + ".npy")).string();
@@ -267,6 +279,11 @@ int main(int argc, char** argv) {
   app.add_option("--outputs", evalArgs.outputs, "--eval: folder for the outputs (default: .)");
   app.add_option("--precision-run", precisionRun, "--eval: run the whole graph in this dtype")
       ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));
+  std::string precisionRunExcept;
+  app.add_option("--precision-run-except", precisionRunExcept,
+                 "--precision-run: nodes whose name matches this regex run in the model's own dtypes (operands cast back, "
+                 "results cast to the run's): which op's rounding matters");
+  app.add_option("--eval-values", evalArgs.values, "--eval: also write the intermediate values whose name matches this regex");
   app.add_flag("--no-dropout", evalArgs.noDropout, "--eval: Dropout is the identity (to compare with a framework)");
   app.add_option("--seed", evalArgs.seed, "--eval: Dropout's random seed (default 0)");
   try {
@@ -337,7 +354,8 @@ int main(int argc, char** argv) {
     if (!loss.kind.empty()) pm.add(createAttachLossPass(loss));
     try {
       pm.addPipeline(passes);
-      if (!precisionRun.empty()) pm.addPipeline("convert-" + precisionRun);
+      if (!precisionRun.empty()) pm.add(createConvertPrecisionPass(*dtypeFromName(precisionRun), precisionRunExcept));
+      else if (!precisionRunExcept.empty()) throw Error("--precision-run-except needs --precision-run");
     } catch (const Error& e) {
       std::cerr << "ampc: --passes: " << e.what() << "\n";
       return 2;
