@@ -805,6 +805,20 @@ class Importer {
   Value* scalarOf(const onnx::NodeProto& np, const std::string& what, double v, DType t) {
     return g_->addConst(fresh(np, what), Tensor::fromDoubles(t, {}, {v}));
   }
+  // s^(1/p) of a sum of |x|^p (a p-norm), with the gradient PyTorch's norms give: 0 where the norm
+  // is 0 (torch.linalg.vector_norm's backward masks it), not the root's 0 * inf = NaN. F.normalize
+  // of an all-zero row (Swin V2's cosine attention over a window's zero padding, whose keys have no
+  // bias) reaches it: NaN there made every step an overflow. So Where(s == 0, 0, root(Where(s == 0,
+  // 1, s))), whose gradient passes neither branch's NaN; a NaN or inf sum stays NaN or inf.
+  Value* normRoot(const onnx::NodeProto& np, Value* s, double p) {
+    const DType t = s->type().dtype;
+    Value* zero = scalarOf(np, "zero", 0.0, t);
+    Value* dead = step(np, "Equal", {s, zero});
+    Value* safe = step(np, "Where", {dead, scalarOf(np, "one", 1.0, t), s});
+    Value* root = p == 2 ? step(np, "Sqrt", {safe}) : step(np, "Pow", {safe, scalarOf(np, "inv_p", 1.0 / p, t)});
+    return step(np, "Where", {dead, zero, root});
+  }
+
   // One registry node of the composition, named after the node it stands for.
   Value* step(const onnx::NodeProto& np, const std::string& op, const std::vector<Value*>& ins, std::map<std::string, Attribute> attrs = {},
               const std::string& out = {}) {
@@ -928,9 +942,10 @@ class Importer {
     }
     if (op == "ReduceL1") {
       step(np, "Identity", {reduce("ReduceSum", step(np, "Abs", {xc}), keep)}, {}, out);
-    } else if (op == "ReduceL2" || op == "ReduceSumSquare") {
-      Value* s = reduce("ReduceSum", step(np, "Mul", {xc, xc}), keep);
-      step(np, op == "ReduceL2" ? "Sqrt" : "Identity", {s}, {}, out);
+    } else if (op == "ReduceSumSquare") {
+      step(np, "Identity", {reduce("ReduceSum", step(np, "Mul", {xc, xc}), keep)}, {}, out);
+    } else if (op == "ReduceL2") {
+      step(np, "Identity", {normRoot(np, reduce("ReduceSum", step(np, "Mul", {xc, xc}), keep), 2)}, {}, out);
     } else if (op == "ReduceLogSum") {
       step(np, "Log", {reduce("ReduceSum", xc, keep)}, {}, out);
     } else {  // LogSumExp, shifted by the max so that exp cannot overflow
@@ -1787,10 +1802,10 @@ class Importer {
       if (p == 1) {
         norm = reduceNode(np, "ReduceSum", step(np, "Abs", {x}), axes, 1);
       } else if (p == 2) {
-        norm = step(np, "Sqrt", {reduceNode(np, "ReduceSum", step(np, "Mul", {x, x}), axes, 1)});
+        norm = normRoot(np, reduceNode(np, "ReduceSum", step(np, "Mul", {x, x}), axes, 1), 2);
       } else {
         Value* s = reduceNode(np, "ReduceSum", step(np, "Pow", {step(np, "Abs", {x}), scalarOf(np, "p", static_cast<double>(p), t)}), axes, 1);
-        norm = step(np, "Pow", {s, scalarOf(np, "inv_p", 1.0 / static_cast<double>(p), t)});
+        norm = normRoot(np, s, static_cast<double>(p));
       }
       if (op == "GlobalLpPool") step(np, "Identity", {norm}, {}, out);
       else step(np, "Div", {x, norm}, {}, out);

@@ -2310,3 +2310,48 @@ TEST(OnnxImport, InferenceFormBatchNormBesideATrainingOneStaysFrozen) {
   EXPECT_TRUE(seen);
   EXPECT_TRUE(standardised->frozenBatchNorms.empty());
 }
+
+// F.normalize of a row that is all zero (Swin V2's cosine attention over a window's zero padding:
+// its keys have no bias): x W / max(||x W||, eps), plus the norms themselves. PyTorch's norm
+// backward gives such a row 0; the sqrt's own derivative there (0 * inf) made every gradient of W
+// NaN, so every step of a plan was skipped as an overflow. The gradients are finite and match
+// central differences (which see no change from that row); p 2 through ReduceL2 and
+// LpNormalization's composition, p 3 through GlobalLpPool.
+TEST(OnnxImport, NormsOfAZeroRowHaveZeroGradient) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addDoubleInit(g, "x", {3, 4}, {0.5, -1.0, 0.25, 1.5, 0, 0, 0, 0, -0.25, 1.0, 0.5, 0.1});
+  addDoubleInit(g, "w", {4, 5}, {0.9, -0.6, 1.1, 0.3, -0.2, 0.4, 0.8, -1.2, 0.5, 0.7, -0.3, 0.2, 0.6, -0.9, 1.0, 0.1, -0.4, 0.3, 0.8, -0.5});
+  addDoubleInit(g, "eps", {1}, {1e-3});
+  addDoubleInit(g, "c", {3, 5}, {1, -2, 0.5, 3, -1, 0.25, 2, -1, 1, 0.5, -0.5, 1, 2, -3, 0.75});
+  addNode(g, "MatMul", {"x", "w"}, {"xw"}, "proj");
+  intsAttr(addNode(g, "ReduceL2", {"xw"}, {"n"}, "norm"), "axes", {-1});
+  addNode(g, "Max", {"n", "eps"}, {"nc"}, "clamp_min");
+  addNode(g, "Div", {"xw", "nc"}, {"y"}, "normalize");
+  addNode(g, "Mul", {"y", "c"}, {"yc"}, "weigh");
+  addNode(g, "ReduceSum", {"yc"}, {"l1"}, "sum_y");
+  addNode(g, "ReduceSum", {"n"}, {"l2"}, "sum_n");
+  addNode(g, "Unsqueeze", {"xw", "axes01"}, {"xw4"}, "as_image");  // [1, 1, 3, 5]: a zero row in the map
+  addInt64Init(g, "axes01", {0, 1});
+  intAttr(addNode(g, "GlobalLpPool", {"xw4"}, {"p3"}, "lp3"), "p", 3);
+  addNode(g, "ReduceSum", {"p3"}, {"l3"}, "sum_p3");
+  addNode(g, "Add", {"l1", "l2"}, {"l12"}, "add12");
+  addNode(g, "Add", {"l12", "l3"}, {"loss"}, "loss");
+  addOutput(g, "loss");
+  writeModel(d.file("normalize.onnx"), m);
+  auto graph = importOnnxFile(d.file("normalize.onnx"));
+  // Finite everywhere, and what the definition gives away from the kink.
+  auto gg = importOnnxFile(d.file("normalize.onnx"));
+  createAutodiffPass()->run(*gg);
+  auto backend = createCpuBackend();
+  const auto outs = evaluate(*gg, {}, *backend);
+  ASSERT_GE(outs.size(), 3u);
+  for (size_t i = 1; i < outs.size(); ++i)
+    for (int64_t k = 0; k < outs[i].numel(); ++k) ASSERT_TRUE(std::isfinite(outs[i].getDouble(k))) << gg->outputs()[i]->name() << " " << k;
+  EXPECT_LE(gradientError(*graph), 1e-6);
+  // The norm itself: 0 of the zero row, positive elsewhere.
+  const auto fwd = evaluate(*graph, {}, *backend, {}, {graph->lookup("n")});
+  EXPECT_EQ(fwd.back().getDouble(1), 0.0);
+  EXPECT_GT(fwd.back().getDouble(0), 0.0);
+}

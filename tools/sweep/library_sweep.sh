@@ -23,14 +23,14 @@ for ((i = 0; i < n; i++)); do
     $models > "$work/shard$i.txt" 2>&1 &
 done
 wait
-cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|MISMATCH|EXPORT-FAILS|AMPC-REFUSES|AMPRUN-FAILS|SWEEP-ERROR|TORCH-FAILS|TIMEOUT) " \
+cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|KINK|MISMATCH|EXPORT-FAILS|AMPC-REFUSES|AMPRUN-FAILS|SWEEP-ERROR|TORCH-FAILS|TORCH-RANDOM|TIMEOUT) " \
   | sort > "$out/library_$e.txt"
 awk '{print $2}' "$out/library_$e.txt" | sort | uniq -c
 grep -vE " (PASS|TORCH-FAILS) " "$out/library_$e.txt" | cut -c1-260
 # The failing models' files, smallest first, while they fit in $PACK_MB MB (15 unless given), in
 # pieces of 15 MB (library_failing.tar.gz.00, .01, ...: cat them back together) where they pass one.
 budget=$((${PACK_MB:-15} * 1024 * 1024)); list=()
-for m in $(grep -E " (MISMATCH|AMPC-REFUSES|AMPRUN-FAILS) " "$out/library_$e.txt" | awk '{print $1}'); do
+for m in $(grep -E " (MISMATCH|KINK|AMPC-REFUSES|AMPRUN-FAILS) " "$out/library_$e.txt" | awk '{print $1}'); do
   s=$(du -sb --exclude='*.ampplan*' --exclude=grads --exclude=grads_unfused --exclude=grads_f64 "$work/$m" 2>/dev/null | cut -f1)
   [ -n "$s" ] && echo "$s $m"
 done | sort -n > "$work/sizes.txt"

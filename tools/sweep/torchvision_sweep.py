@@ -22,9 +22,13 @@ Prints one line per model: PASS when
 - and 3 SGD steps of an fp32 plan on amprun match PyTorch's losses within 1e-4, or twice PyTorch's
   own f32-vs-f64 drift over the same steps where it is larger; where that drift passes 1% (batch-2
   BatchNorm nets can be that chaotic: two PyTorch runs differ) the steps are shown, not judged;
-else MISMATCH with the numbers, or the step that failed (export, ampc, amprun) with its first
+else KINK (the loss right, the f64 run's gradients right, and some ReLU input changing sign
+between ampc's f32 and f64 runs: a gradient through the kink, not a wrong op), else MISMATCH with
+the numbers, or the step that failed (export, ampc, amprun) with its first
 error line. Dropout probabilities and
-stochastic depth are set to 0 (masks cannot match across frameworks).
+stochastic depth are set to 0 (masks cannot match across frameworks); a model whose PyTorch loss
+still differs between two forwards of the same weights and batch is TORCH-RANDOM (randomness the
+sweep did not find), and nothing of it is compared.
 """
 import argparse
 import copy
@@ -535,7 +539,9 @@ def entry(name):
 def no_randomness(m):
     """Every dropout and stochastic depth off: nn.Dropout*, torchvision's StochasticDepth, and the
     DropPath modules of timm and transformers (drop_prob; a random drop of a residual branch made
-    PyTorch's f32 and f64 references, and ampc, each drop other samples in stop 50's sweep)."""
+    PyTorch's f32 and f64 references, and ampc, each drop other samples in stop 50's sweep), and the
+    rates that a forward passes to F.dropout itself (timm's GhostNet and Inception-v3 heads read
+    self.drop_rate, 0.2 by default: stop 52's sweep saw their losses off by 3-7%)."""
     for mod in m.modules():
         name = type(mod).__name__
         if isinstance(mod, nn.modules.dropout._DropoutNd) or name == "StochasticDepth":
@@ -544,6 +550,9 @@ def no_randomness(m):
             for attr in ("drop_prob", "p"):
                 if isinstance(getattr(mod, attr, None), float):
                     setattr(mod, attr, 0.0)
+        for attr in ("drop_rate", "drop_path_rate", "attn_drop_rate", "proj_drop_rate", "dropout_rate", "dropout_p"):
+            if isinstance(getattr(mod, attr, None), float):
+                setattr(mod, attr, 0.0)
 
 
 def torch_steps(model, x, t, loss=None, steps=3):
@@ -586,13 +595,49 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None, ref_dir=None):
         f = os.path.join(grad_dir, (names or {}).get(n, n) + "_grad.npy")
         if not os.path.exists(f):
             raise RuntimeError(f"ampc --grad gave no gradient for {n}")
+        got = np.load(f).astype(np.float64)
         norm = np.linalg.norm(g)
+        if not np.isfinite(got).all():  # NaN would lose every comparison below and hide (stop 51's Swin V2)
+            rows[n + " (non-finite)"] = (float("inf"), 0.0)
+            continue
         if norm < 1e-3 * largest:
             continue
-        ours = np.linalg.norm(np.load(f).astype(np.float64) - g) / norm
+        ours = np.linalg.norm(got - g) / norm
         theirs = np.linalg.norm(p32[n].grad.double().numpy() - g) / norm
         rows[n] = (ours, theirs)
     return rows
+
+
+def relu_flips(ampc, path, inputs, out, flags):
+    """How many inputs of the graph's Relus change sign between ampc's f32 and f64 runs of the
+    gradient graph (--eval-values). One flip moves a whole element's gradient through the kink, which
+    no rounding analysis covers: a mismatch whose f64 run is right and whose f32 run flips a ReLU is
+    that kink (stop 52 traced HF RegNet's to one input, -1.1e-7 in f64 and +5.8e-7 in f32), not a
+    wrong op. Returns (flips, elements) or None."""
+    import re
+    text = subprocess.run([ampc, path, "--emit", "text"] + flags, capture_output=True, text=True).stdout
+    names = sorted(set(re.findall(r"= Relu\(%([^)]+)\)", text)))
+    if not names:
+        return None
+    meta = lambda n: "".join("\\" + ch if ch in "\\^$.|?*+()[]{}" else ch for ch in n)
+    pattern = "^(" + "|".join(meta(n) for n in names) + ")$"
+    runs = {}
+    for prec in ("f32", "f64"):
+        d = os.path.join(out, "relu_" + prec)
+        r = subprocess.run([ampc, path, "--grad", "--eval", "--inputs", inputs, "--outputs", d, "--precision-run", prec,
+                            "--eval-values", pattern] + flags, capture_output=True, text=True)
+        if r.returncode:
+            return None
+        runs[prec] = d
+    flips = total = 0
+    for n in names:
+        f = n.replace("/", "_").replace("\\", "_").replace(":", "_") + ".npy"
+        if not all(os.path.exists(os.path.join(runs[p], f)) for p in runs):  # a value the gradient graph renamed
+            continue
+        a, b = np.load(os.path.join(runs["f32"], f)), np.load(os.path.join(runs["f64"], f))
+        flips += int(((a > 0) != (b > 0)).sum())
+        total += a.size
+    return flips, total
 
 
 def check(name, ampc, amprun, out_dir, exporter="torchscript"):
@@ -606,9 +651,11 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
         model.train()
         x = rest[2]() if len(rest) > 2 else torch.randn(2, 3, res, res)
         t = torch.randint(0, 10, (2,))
-        WithLoss(copy.deepcopy(model), lossFn)(x, t)
+        twice = [WithLoss(copy.deepcopy(model), lossFn)(x, t).item() for _ in range(2)]
     except Exception as e:  # noqa: BLE001 (the model itself does not build or run here: nothing of ampc's)
         return "TORCH-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
+    if abs(twice[0] - twice[1]) > 1e-6 * abs(twice[0]):  # randomness no_randomness() missed: nothing compares
+        return "TORCH-RANDOM", f"PyTorch's loss is {twice[0]:.6f}, then {twice[1]:.6f} on the same weights and batch"
     d = os.path.join(out_dir, name)
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     path = os.path.join(d, name + ".onnx")
@@ -644,6 +691,7 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     worst = max(errs, key=lambda n: errs[n][0] / (errs[n][1] + 1e-6))
     ratio = errs[worst][0] / (errs[worst][1] + 1e-6)
     unfused = ""
+    kinked = False  # the f64 run is right and the f32 run takes another side of a ReLU somewhere
     if ratio > 2 and "--no-fuse" not in flags:  # is it a fusion's? The same gradients with the graph as written
         g2 = os.path.join(d, "grads_unfused")
         r = subprocess.run([ampc, path, "--grad", "--eval", "--no-fuse", "--no-fuse-rms-norm", "--inputs", os.path.join(d, "inputs"),
@@ -661,6 +709,10 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
             e3 = grad_errors(reference, x, t, g3, lossFn, names)
             w3 = max(e3, key=lambda n: e3[n][0])
             unfused += f" [f64 run: worst {w3} {e3[w3][0]:.1e} against f64]"
+            kinks = relu_flips(ampc, path, os.path.join(d, "inputs"), d, flags) if e3[w3][0] < 1e-6 else None
+            if kinks:
+                unfused += f" [{kinks[0]} of {kinks[1]} ReLU inputs change sign from ampc's f64 run to its f32 one]"
+                kinked = kinks[0] > 0
     # 3 SGD steps through a plan, against PyTorch's (within 1e-4, or twice PyTorch's own f32
     # drift from f64 where these tiny-batch nets are that chaotic).
     plan = os.path.join(d, name + ".ampplan")
@@ -684,8 +736,13 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
     # Where PyTorch's own f32 steps leave f64 by over 1%, the trajectory compares nothing (even two
     # PyTorch runs differ there): only the loss and the gradients decide.
     chaotic = drift > 1e-2
-    ok = abs(loss - loss64) <= lossTol * abs(loss64) and ratio <= 2 and (rel <= tol or chaotic)
-    return ("PASS" if ok else "MISMATCH"), (
+    lossOk = abs(loss - loss64) <= lossTol * abs(loss64)
+    ok = lossOk and ratio <= 2 and (rel <= tol or chaotic)
+    # KINK: the loss is right, the whole graph in f64 matches PyTorch's f64 gradients, and ampc's f32
+    # run puts some ReLU input on the other side of 0 than its f64 run: a gradient through the kink,
+    # as PyTorch's own f32 could have taken (judged by hand, not a pass).
+    verdict = "PASS" if ok else ("KINK" if lossOk and kinked else "MISMATCH")
+    return verdict, (
         f"loss {loss:.6f} (f64 {loss64:.6f}, PyTorch f32 {loss32:.6f}); worst gradient {worst}: {errs[worst][0]:.1e} vs PyTorch f32 {errs[worst][1]:.1e} "
         f"(ratio {ratio:.2f}, {len(errs)} checked); 3 steps within {rel:.1e} "
         + (f"(chaotic: PyTorch f32 leaves f64 by {drift:.1e})" if chaotic else f"(tolerance {tol:.1e})") + unfused)
