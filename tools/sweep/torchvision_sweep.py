@@ -640,7 +640,7 @@ def relu_flips(ampc, path, inputs, out, flags):
     return flips, total
 
 
-def check(name, ampc, amprun, out_dir, exporter="torchscript"):
+def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False):
     build, res, *rest = entry(name)
     lossFn = rest[0] if rest else None
     flags = rest[1] if len(rest) > 1 else []  # more ampc flags, for both the gradients and the plan
@@ -654,7 +654,9 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
         twice = [WithLoss(copy.deepcopy(model), lossFn)(x, t).item() for _ in range(2)]
     except Exception as e:  # noqa: BLE001 (the model itself does not build or run here: nothing of ampc's)
         return "TORCH-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
-    if abs(twice[0] - twice[1]) > 1e-6 * abs(twice[0]):  # randomness no_randomness() missed: nothing compares
+    # Randomness no_randomness() missed (a dropout moves the loss by a percent or so): nothing compares.
+    # Below 1e-4 it is PyTorch's own run-to-run rounding (gpt_bigcode's CPU attention: 3e-5).
+    if abs(twice[0] - twice[1]) > 1e-4 * abs(twice[0]):
         return "TORCH-RANDOM", f"PyTorch's loss is {twice[0]:.6f}, then {twice[1]:.6f} on the same weights and batch"
     d = os.path.join(out_dir, name)
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
@@ -675,6 +677,8 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript"):
         return "EXPORT-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
     np.save(os.path.join(d, "inputs", "x.npy"), x.numpy() if x.is_floating_point() else x.numpy().astype(np.int64))
     np.save(os.path.join(d, "inputs", "target.npy"), t.numpy().astype(np.int64))
+    if export_only:  # the model and its batch, for tools/sweep/cuda_vs_cpu.sh
+        return "EXPORTED", path
     # The first step's gradients, against f64, as accurate as PyTorch's own f32 ones.
     gdir = os.path.join(d, "grads")
     r = subprocess.run([ampc, path, "--grad", "--eval", "--inputs", os.path.join(d, "inputs"), "--outputs", gdir] + flags,
@@ -758,6 +762,7 @@ def main():
                          "through tools/export/ampc_export.py")
     ap.add_argument("--model-limit", type=int, default=0, help="seconds one model may take (0: no limit): TIMEOUT past it")
     ap.add_argument("--shard", default="", help="I/N: only the models at I, I + N, ... of the list (parallel sweeps)")
+    ap.add_argument("--export-only", action="store_true", help="write each model's ONNX file and inputs (OUT/NAME/), compare nothing")
     ap.add_argument("models", nargs="*", help="MODELS names, timm:NAME[@RES], hf:TYPE or hfimg:TYPE[@RES]")
     a = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 0)) or max(1, os.cpu_count() or 1))
@@ -773,7 +778,7 @@ def main():
     for n in names:
         signal.alarm(a.model_limit)
         try:
-            verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter)
+            verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter, a.export_only)
         except TimeoutError as e:
             verdict, detail = "TIMEOUT", str(e)
         except Exception as e:  # noqa: BLE001 (one model's failure must not end the sweep)
