@@ -25,7 +25,12 @@ class ConvertPrecisionPass : public Pass {
     // The kept nodes, with each float operand's and result's dtype as the model wrote it.
     std::vector<std::pair<Node*, std::vector<DType>>> kept;
     if (!keep_.empty()) {
-      const std::regex re(keep_);
+      std::regex re;
+      try {
+        re = std::regex(keep_);
+      } catch (const std::regex_error& e) {
+        throw Error("--precision-run-except: '" + keep_ + "' is not a regex: " + e.what());
+      }
       for (const auto& n : g.nodes()) {
         if (!n->def() || !std::regex_search(n->name(), re)) continue;
         std::vector<DType> was;

@@ -112,6 +112,17 @@ TEST_P(EvalTest, PrecisionRunExceptKeepsTheMatchedNodesInTheirDtype) {
                      " --outputs " + none.path.string() + " --precision-run f64 --precision-run-except no_such_node_name");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("no node's name matches 'no_such_node_name'"), std::string::npos) << r.out;
+  const std::string base = std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " + (ref / "inputs").string() +
+                           " --outputs " + none.path.string();
+  r = test::run(base + " --precision-run f64 --precision-run-except '('");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--precision-run-except: '(' is not a regex"), std::string::npos) << r.out;
+  r = test::run(base + " --eval-values '['");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--eval-values: '[' is not a regex"), std::string::npos) << r.out;
+  r = test::run(base + " --precision-run-except .");  // a usage error: nothing to run it in
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--precision-run-except needs --precision-run"), std::string::npos) << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EvalTest, ::testing::Values("mlp", "cnn", "transformer"));

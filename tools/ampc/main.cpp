@@ -114,7 +114,12 @@ struct EvalArgs {
 // --eval: reads DIR/NAME.npy for each graph input, runs the CPU backend, writes OUTPUT.npy files.
 void runEval(Graph& g, const EvalArgs& a) {
   if (!a.values.empty()) {
-    const std::regex re(a.values);
+    std::regex re;
+    try {
+      re = std::regex(a.values);
+    } catch (const std::regex_error& e) {
+      throw Error("--eval-values: '" + a.values + "' is not a regex: " + e.what());
+    }
     size_t added = 0;
     for (const auto& n : g.nodes())
       for (size_t r = 0; r < n->numResults(); ++r)
@@ -350,12 +355,19 @@ int main(int argc, char** argv) {
       }
       opts.embeddingPadding[p.substr(0, eq)] = row;
     }
+    if (!precisionRunExcept.empty() && precisionRun.empty()) {
+      std::cerr << "ampc: --precision-run-except needs --precision-run\n";
+      return 2;
+    }
+    if (!evalArgs.values.empty() && !eval) {
+      std::cerr << "ampc: --eval-values needs --eval\n";
+      return 2;
+    }
     PassManager pm;
     if (!loss.kind.empty()) pm.add(createAttachLossPass(loss));
     try {
       pm.addPipeline(passes);
       if (!precisionRun.empty()) pm.add(createConvertPrecisionPass(*dtypeFromName(precisionRun), precisionRunExcept));
-      else if (!precisionRunExcept.empty()) throw Error("--precision-run-except needs --precision-run");
     } catch (const Error& e) {
       std::cerr << "ampc: --passes: " << e.what() << "\n";
       return 2;
