@@ -2627,6 +2627,19 @@ class Importer {
         const auto names = parseNameList(p.value(), p.key());
         g_->frozenBatchNorms.insert(names.begin(), names.end());
       }
+      // Written by tools/export/ampc_export.py: the torch.autograd.Function subclasses (outside
+      // torch) that the model's forward calls. Their backward is their own code, which no exporter
+      // keeps: ampc differentiates the forward they export, and PyTorch runs something else.
+      if (p.key() == "ampc.custom_autograd") {
+        const auto names = parseNameList(p.value(), p.key());
+        std::string list;
+        for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+        if (!names.empty())
+          g_->importNotes.push_back("the model's forward calls torch.autograd.Function subclasses with a backward of their own (" + list +
+                                    "): no exporter keeps that backward, so ampc's gradients through them are the exported forward's "
+                                    "derivative, and they differ from PyTorch's where that backward is not the derivative (a "
+                                    "straight-through estimator, a surrogate gradient)");
+      }
     }
   }
   // {"initializer": row, ...}; checked against the initializers once they are read.

@@ -2355,3 +2355,28 @@ TEST(OnnxImport, NormsOfAZeroRowHaveZeroGradient) {
   EXPECT_EQ(fwd.back().getDouble(1), 0.0);
   EXPECT_GT(fwd.back().getDouble(0), 0.0);
 }
+
+// The export helper's "ampc.custom_autograd" (the model's own torch.autograd.Function subclasses)
+// becomes an import note naming them; an empty list, none; a value that is no list of names, an error.
+TEST(OnnxImport, CustomAutogradFunctionsAreNoted) {
+  TempDir d;
+  auto make = [&](const std::string& value, const std::string& file) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addFloatInit(g, "w", {2}, {1, 2});
+    addNode(g, "Round", {"w"}, {"q"}, "quantize");
+    addNode(g, "ReduceSum", {"q"}, {"loss"}, "sum");
+    addOutput(g, "loss");
+    auto* e = m.add_metadata_props();
+    e->set_key("ampc.custom_autograd");
+    e->set_value(value);
+    writeModel(d.file(file), m);
+    return d.file(file);
+  };
+  const auto notes = importOnnxFile(make(R"(["qat.RoundSTE", "transformers.models.yoso.modeling_yoso.YosoCumulation"])", "two.onnx"))->importNotes;
+  ASSERT_EQ(notes.size(), 1u);
+  for (const char* want : {"torch.autograd.Function", "(qat.RoundSTE, transformers.models.yoso.modeling_yoso.YosoCumulation)", "straight-through"})
+    EXPECT_NE(notes[0].find(want), std::string::npos) << notes[0];
+  EXPECT_TRUE(importOnnxFile(make("[]", "none.onnx"))->importNotes.empty());
+  expectImportError(make("{\"a\": 1}", "bad.onnx"), {"ampc.custom_autograd"});
+}

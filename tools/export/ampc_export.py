@@ -20,6 +20,12 @@ And, where the module has an nn.Embedding with a padding_idx (BERT's and RoBERTa
 embeddings, RoBERTa's positions), the key "ampc.embedding_padding": a JSON object of initializer
 name -> padding row. Neither exporter keeps padding_idx (the lookup is a plain Gather), and
 PyTorch gives that row no gradient from the lookup: ampc does the same with the key.
+
+And, where the forward calls torch.autograd.Function subclasses of its own (outside torch), the
+key "ampc.custom_autograd": a JSON list of their qualified names. Their backward is code no
+exporter keeps: ampc differentiates the forward they export, which differs from PyTorch's
+gradient where that backward is not the derivative (a straight-through estimator, transformers'
+YOSO). ampc prints a note naming them; the helper warns on stderr.
 """
 import functools
 import json
@@ -30,6 +36,7 @@ import torch
 
 TRAINABLE_KEY = "ampc.trainable"
 PADDING_KEY = "ampc.embedding_padding"
+CUSTOM_KEY = "ampc.custom_autograd"
 
 
 def unused_parameters(module, args):
@@ -43,6 +50,35 @@ def unused_parameters(module, args):
     if torch.is_tensor(total):
         total.backward()
     return {n for n, p in m.named_parameters() if p.requires_grad and p.grad is None}
+
+
+def custom_autograd_functions(module, args):
+    """Qualified names of the torch.autograd.Function subclasses outside torch that one forward of
+    `module` on `args` applies, in the order first applied. Function.apply is wrapped for that
+    forward (on a copy, without gradients) and put back; where that cannot be done, none are named."""
+    import copy
+    F = torch.autograd.Function
+    owner = next((k for k in F.__mro__ if "apply" in k.__dict__), None)
+    original = owner.__dict__["apply"] if owner else None
+    if not isinstance(original, classmethod):
+        return []
+    seen = []
+
+    def apply(cls, *a, **k):
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if not (cls.__module__ == "torch" or cls.__module__.startswith("torch.")) and name not in seen:
+            seen.append(name)
+        return original.__func__(cls, *a, **k)
+    F.apply = classmethod(apply)
+    try:
+        with torch.no_grad():
+            copy.deepcopy(module)(*args)
+    finally:
+        if owner is F:
+            F.apply = original
+        else:
+            del F.apply
+    return seen
 
 
 def trainable_initializers(module, proto, model_dir=".", unused=lambda: set()):
@@ -116,7 +152,11 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         name = (prefix + "." if prefix else "") + "weight"
         if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None and name in initializer:
             padding[initializer[name]] = int(sub.padding_idx)
-    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY)]
+    custom = custom_autograd_functions(module, args)
+    if custom:
+        print("ampc_export: the forward calls torch.autograd.Function subclasses with a backward of their own (" + ", ".join(custom) +
+              "): ampc differentiates the forward they export instead", file=sys.stderr)
+    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY, CUSTOM_KEY)]
     del proto.metadata_props[:]
     for k, v in keep:
         e = proto.metadata_props.add()
@@ -128,5 +168,9 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         entry = proto.metadata_props.add()
         entry.key = PADDING_KEY
         entry.value = json.dumps(padding, ensure_ascii=False)
+    if custom:
+        entry = proto.metadata_props.add()
+        entry.key = CUSTOM_KEY
+        entry.value = json.dumps(custom, ensure_ascii=False)
     onnx.save(proto, path)
     return pairs
