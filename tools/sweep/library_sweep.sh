@@ -23,7 +23,7 @@ for ((i = 0; i < n; i++)); do
     $models > "$work/shard$i.txt" 2>&1 &
 done
 wait
-cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|KINK|MISMATCH|EXPORT-FAILS|AMPC-REFUSES|AMPRUN-FAILS|SWEEP-ERROR|TORCH-FAILS|TORCH-RANDOM|TIMEOUT) " \
+cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|KINK|CUSTOM-BACKWARD|MISMATCH|EXPORT-FAILS|AMPC-REFUSES|AMPRUN-FAILS|SWEEP-ERROR|TORCH-FAILS|TORCH-RANDOM|TIMEOUT) " \
   | sort > "$out/library_$e.txt"
 awk '{print $2}' "$out/library_$e.txt" | sort | uniq -c
 grep -vE " (PASS|TORCH-FAILS) " "$out/library_$e.txt" | cut -c1-260

@@ -23,7 +23,9 @@ Prints one line per model: PASS when
   own f32-vs-f64 drift over the same steps where it is larger; where that drift passes 1% (batch-2
   BatchNorm nets can be that chaotic: two PyTorch runs differ) the steps are shown, not judged;
 else KINK (the loss right, the f64 run's gradients right, and some ReLU input changing sign
-between ampc's f32 and f64 runs: a gradient through the kink, not a wrong op), else MISMATCH with
+between ampc's f32 and f64 runs: a gradient through the kink, not a wrong op), else CUSTOM-BACKWARD
+(the loss right, and the forward calls torch.autograd.Function subclasses of its own, whose backward
+PyTorch runs and no export keeps), else MISMATCH with
 the numbers, or the step that failed (export, ampc, amprun) with its first
 error line. Dropout probabilities and
 stochastic depth are set to 0 (masks cannot match across frameworks); a model whose PyTorch loss
@@ -692,6 +694,9 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
                        capture_output=True, text=True)
     if r.returncode:
         return "AMPC-REFUSES", first_error(r.stdout + r.stderr)
+    # ampc's note on the export helper's ampc.custom_autograd: the model's own autograd.Functions,
+    # whose backward PyTorch runs and no export keeps (transformers' YOSO).
+    custom = "torch.autograd.Function subclasses" in r.stderr
     x64 = x.double() if x.is_floating_point() else x
     loss64 = WithLoss(copy.deepcopy(reference), lossFn).double()(x64, t).item()
     loss32 = WithLoss(copy.deepcopy(reference), lossFn)(x, t).item()
@@ -752,7 +757,9 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
     # KINK: the loss is right, the whole graph in f64 matches PyTorch's f64 gradients, and ampc's f32
     # run puts some ReLU input on the other side of 0 than its f64 run: a gradient through the kink,
     # as PyTorch's own f32 could have taken (judged by hand, not a pass).
-    verdict = "PASS" if ok else ("KINK" if lossOk and kinked else "MISMATCH")
+    # CUSTOM-BACKWARD: the same, where the forward calls autograd.Functions of its own: PyTorch's
+    # gradient is their backward's, ampc's the exported forward's derivative.
+    verdict = "PASS" if ok else ("KINK" if lossOk and kinked else "CUSTOM-BACKWARD" if lossOk and custom else "MISMATCH")
     return verdict, (
         f"loss {loss:.6f} (f64 {loss64:.6f}, PyTorch f32 {loss32:.6f}); worst gradient {worst}: {errs[worst][0]:.1e} vs PyTorch f32 {errs[worst][1]:.1e} "
         f"(ratio {ratio:.2f}, {len(errs)} checked); 3 steps within {rel:.1e} "
