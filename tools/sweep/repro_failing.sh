@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The failing models a library sweep brought back (library_failing.tar.gz.NN in DIR), unpacked into
 # OUT and each run here: ampc --grad on the CPU, fused and unfused, against the f64 gradients the
-# sweep saved (ref/), the worst parameters first. No PyTorch or numpy needed.
+# sweep saved (ref/), the worst parameters first, and the ReLU inputs whose sign differs between
+# ampc's f32 and f64 runs (tools/sweep/kinks.py). No PyTorch or numpy needed.
 #   bash tools/sweep/repro_failing.sh DIR [OUT]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -29,4 +30,5 @@ for m in "$out"/*/; do
       echo "-- ampc --grad $flags failed: $(tail -1 "$m/ampc.log")"
     fi
   done
+  echo "-- kinks: $(python3 "$root/tools/sweep/kinks.py" "$onnx" "$m/inputs" --ampc "$ampc")"
 done

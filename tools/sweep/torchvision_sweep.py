@@ -617,38 +617,6 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None, ref_dir=None):
     return rows
 
 
-def relu_flips(ampc, path, inputs, out, flags):
-    """How many inputs of the graph's Relus change sign between ampc's f32 and f64 runs of the
-    gradient graph (--eval-values). One flip moves a whole element's gradient through the kink, which
-    no rounding analysis covers: a mismatch whose f64 run is right and whose f32 run flips a ReLU is
-    that kink (stop 52 traced HF RegNet's to one input, -1.1e-7 in f64 and +5.8e-7 in f32), not a
-    wrong op. Returns (flips, elements) or None."""
-    import re
-    text = subprocess.run([ampc, path, "--emit", "text"] + flags, capture_output=True, text=True).stdout
-    names = sorted(set(re.findall(r"= Relu\(%([^)]+)\)", text)))
-    if not names:
-        return None
-    meta = lambda n: "".join("\\" + ch if ch in "\\^$.|?*+()[]{}" else ch for ch in n)
-    pattern = "^(" + "|".join(meta(n) for n in names) + ")$"
-    runs = {}
-    for prec in ("f32", "f64"):
-        d = os.path.join(out, "relu_" + prec)
-        r = subprocess.run([ampc, path, "--grad", "--eval", "--inputs", inputs, "--outputs", d, "--precision-run", prec,
-                            "--eval-values", pattern] + flags, capture_output=True, text=True)
-        if r.returncode:
-            return None
-        runs[prec] = d
-    flips = total = 0
-    for n in names:
-        f = n.replace("/", "_").replace("\\", "_").replace(":", "_") + ".npy"
-        if not all(os.path.exists(os.path.join(runs[p], f)) for p in runs):  # a value the gradient graph renamed
-            continue
-        a, b = np.load(os.path.join(runs["f32"], f)), np.load(os.path.join(runs["f64"], f))
-        flips += int(((a > 0) != (b > 0)).sum())
-        total += a.size
-    return flips, total
-
-
 def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False):
     build, res, *rest = entry(name)
     lossFn = rest[0] if rest else None
@@ -725,6 +693,8 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
             e3 = grad_errors(reference, x, t, g3, lossFn, names)
             w3 = max(e3, key=lambda n: e3[n][0])
             unfused += f" [f64 run: worst {w3} {e3[w3][0]:.1e} against f64]"
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from kinks import relu_flips
             kinks = relu_flips(ampc, path, os.path.join(d, "inputs"), d, flags) if e3[w3][0] < 1e-6 else None
             if kinks:
                 unfused += f" [{kinks[0]} of {kinks[1]} ReLU inputs change sign from ampc's f64 run to its f32 one]"
