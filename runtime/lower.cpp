@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "compiler/ir/text.h"
 #include "compiler/ops/pointwise.h"
 #include "compiler/target.h"
 #include "passes/fold_casts.h"
@@ -38,6 +39,30 @@ bool claimedByFold(const Graph& g, const Node& n, const Target& t) {
     case CastFold::None: break;
   }
   return false;
+}
+
+// A fused group's body with its values renamed in order, its nodes unnamed and only the domains it
+// uses: two groups with the same text generate the same kernel (the body's text is all the
+// generator reads, its constants inline), however their values were named.
+std::string canonicalBody(const Node& fused) {
+  const auto* text = std::get_if<std::string>(fused.attr("body"));
+  if (!text) return {};
+  auto g = parseGraph(*text, "canonical");
+  std::vector<Value*> all;
+  for (const auto* list : {&g->inputs(), &g->params(), &g->consts()}) all.insert(all.end(), list->begin(), list->end());
+  for (const auto& n : g->nodes()) {
+    n->setName("");
+    for (size_t r = 0; r < n->numResults(); ++r) all.push_back(n->result(r));
+  }
+  // Through names no body has, so that no new name meets an old one.
+  for (size_t i = 0; i < all.size(); ++i) g->renameValue(all[i], "\x01" + std::to_string(i));
+  for (size_t i = 0; i < all.size(); ++i) g->renameValue(all[i], "v" + std::to_string(i));
+  // Only the domains its nodes use (a body keeps the domains its graph had imported when it was cut).
+  std::map<std::string, int> used;
+  for (const auto& n : g->nodes())
+    if (auto d = g->domainOpsets.find(n->domain()); d != g->domainOpsets.end()) used.insert(*d);
+  g->domainOpsets = used;
+  return printGraph(*g);
 }
 
 }  // namespace
@@ -108,12 +133,21 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
   for (const auto& n : step.nodes())
     if (n->domain() == "ampc" && n->op() == "Fused") groups.push_back(n.get());
   if (!generate) return static_cast<int>(groups.size());
+  // Groups whose bodies differ only in names (an unrolled recurrence's steps, repeated layers)
+  // share the first one's kernel, entry names included.
+  std::vector<size_t> first(groups.size()), unique;
+  std::map<std::string, size_t> byBody;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    first[i] = byBody.emplace(canonicalBody(*groups[i]), i).first->second;
+    if (first[i] == i) unique.push_back(i);
+  }
   // Each kernel in its own LLVM context: generated on several threads, attached in order.
   std::vector<std::optional<codegen::Kernel>> kernels(groups.size());
   std::vector<std::exception_ptr> errors(groups.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (i = next++) < groups.size();) {
+    for (size_t u; (u = next++) < unique.size();) {
+      const size_t i = unique[u];
       try {
         kernels[i] = generate(*groups[i], "ampc_fused_" + std::to_string(i));
       } catch (const codegen::NoLibdevice&) {
@@ -123,19 +157,19 @@ int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& gene
       }
     }
   };
-  const size_t threads = std::min<size_t>(groups.size(), std::max(1u, std::thread::hardware_concurrency()));
+  const size_t threads = std::min<size_t>(unique.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
   int without = 0;
   for (size_t i = 0; i < groups.size(); ++i) {
-    if (errors[i]) std::rethrow_exception(errors[i]);
-    if (!kernels[i]) {
+    if (errors[first[i]]) std::rethrow_exception(errors[first[i]]);
+    if (!kernels[first[i]]) {
       ++without;
       continue;
     }
-    const codegen::Kernel& kernel = *kernels[i];
+    const codegen::Kernel& kernel = *kernels[first[i]];
     groups[i]->setAttr("ptx", kernel.ptx);
     groups[i]->setAttr("entry", kernel.name);
     if (kernel.vector > 1) {
