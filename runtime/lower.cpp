@@ -45,8 +45,9 @@ bool claimedByFold(const Graph& g, const Node& n, const Target& t) {
 // uses: two groups with the same text generate the same kernel (the body's text is all the
 // generator reads, its constants inline), however their values were named.
 std::string canonicalBody(const Node& fused) {
-  const auto* text = std::get_if<std::string>(fused.attr("body"));
-  if (!text) return {};
+  const Attribute* attr = fused.attr("body");
+  const auto* text = attr ? std::get_if<std::string>(attr) : nullptr;
+  if (!text) return "\x02" + fused.name();  // no body to compare (the generator names the fault): its own
   auto g = parseGraph(*text, "canonical");
   std::vector<Value*> all;
   for (const auto* list : {&g->inputs(), &g->params(), &g->consts()}) all.insert(all.end(), list->begin(), list->end());
