@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <thread>
@@ -48,7 +49,12 @@ std::string canonicalBody(const Node& fused) {
   const Attribute* attr = fused.attr("body");
   const auto* text = attr ? std::get_if<std::string>(attr) : nullptr;
   if (!text) return "\x02" + fused.name();  // no body to compare (the generator names the fault): its own
-  auto g = parseGraph(*text, "canonical");
+  std::unique_ptr<Graph> g;
+  try {
+    g = parseGraph(*text, "canonical");
+  } catch (const Error&) {
+    return "\x02" + fused.name();  // a bad body: the generator names it
+  }
   std::vector<Value*> all;
   for (const auto* list : {&g->inputs(), &g->params(), &g->consts()}) all.insert(all.end(), list->begin(), list->end());
   for (const auto& n : g->nodes()) {

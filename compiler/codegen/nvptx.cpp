@@ -76,7 +76,6 @@ const llvm::MemoryBuffer& libdeviceBytes(const std::string& path) {
   return *b;
 }
 
-
 constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 
 void initTarget() {
