@@ -160,9 +160,7 @@ class AutocastPass : public Pass {
     if (auto it = casts_.find(key); it != casts_.end()) return it->second;
     Node* before = nullptr;
     if (Node* p = v->producer()) {
-      auto it = std::find_if(g.nodes().begin(), g.nodes().end(), [p](const auto& n) { return n.get() == p; });
-      ++it;
-      before = it == g.nodes().end() ? nullptr : it->get();
+      before = g.nodeAfter(p);
     } else {
       before = firstNode_;  // casts of inputs and params go first, in the order they are made
     }

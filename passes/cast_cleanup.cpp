@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "kernels/cpu/kernel.h"
 #include "passes/autocast.h"
@@ -78,10 +79,16 @@ class CastCleanupPass : public Pass {
     bool any = false;
     for (bool changed = true; changed;) {
       changed = false;
+      // simplify() only adds nodes (dropDeadCasts erases them, after the sweep), and an added node
+      // leaves the others' order as it was: positions taken here order any two of them.
       std::vector<Node*> order;
-      for (const auto& n : g.nodes()) order.push_back(n.get());
+      position_.clear();
+      for (const auto& n : g.nodes()) {
+        position_[n.get()] = order.size();
+        order.push_back(n.get());
+      }
       for (Node* n : order) {
-        if (!alive(g, n) || !isCast(*n)) continue;
+        if (!isCast(*n)) continue;
         if (simplify(g, n)) changed = true;
       }
       changed |= dropDeadCasts(g);
@@ -91,10 +98,6 @@ class CastCleanupPass : public Pass {
   }
 
  private:
-  static bool alive(const Graph& g, const Node* n) {
-    return std::any_of(g.nodes().begin(), g.nodes().end(), [n](const auto& p) { return p.get() == n; });
-  }
-
   // Replaces every use of the cast's result by `v` (a graph output keeps its name via a rename
   // only when `v` is not itself graph-level).
   static bool forward(Graph& g, Node* cast, Value* v) {
@@ -157,7 +160,7 @@ class CastCleanupPass : public Pass {
         retype(q);
         // The cast now follows q: a new Cast of q's result replaces q's uses.
         std::vector<Use> uses = out->uses();
-        Node* after = nextNode(g, q);
+        Node* after = g.nodeAfter(q);
         Node* post = g.createNode("Cast", "", {out}, {{g.uniqueName(out->name() + "." + std::string(dtypeName(to))), TensorType{to, out->type().shape}}}, after);
         post->setName(g.uniqueName(c->name().empty() ? "cast" : c->name()));
         post->setAttr("to", static_cast<int64_t>(dtypeToOnnx(to)));
@@ -168,14 +171,9 @@ class CastCleanupPass : public Pass {
     return false;
   }
 
-  static Node* nextNode(const Graph& g, const Node* n) {
-    auto it = std::find_if(g.nodes().begin(), g.nodes().end(), [n](const auto& p) { return p.get() == n; });
-    ++it;
-    return it == g.nodes().end() ? nullptr : it->get();
-  }
-
-  static bool before(const Graph& g, const Node* a, const Node* b) {
-    for (const auto& n : g.nodes()) {
+  bool before(const Graph& g, const Node* a, const Node* b) const {
+    if (auto pa = position_.find(a), pb = position_.find(b); pa != position_.end() && pb != position_.end()) return pa->second < pb->second;
+    for (const auto& n : g.nodes()) {  // a node this sweep added
       if (n.get() == a) return true;
       if (n.get() == b) return false;
     }
@@ -204,6 +202,7 @@ class CastCleanupPass : public Pass {
   }
 
   std::set<Value*> foldedFrom_;
+  std::unordered_map<const Node*, size_t> position_;  // the nodes at the start of a sweep, in order
 };
 
 }  // namespace

@@ -65,10 +65,7 @@ class ConvertPrecisionPass : public Pass {
       for (size_t r = 0; r < n->numResults(); ++r) {
         Value* v = n->result(r);
         if (!isFloat(v->type().dtype) || v->type().dtype == to_ || (v->uses().empty() && !g.isOutput(v))) continue;
-        Node* after = nullptr;  // the node after n: the Cast goes there
-        for (auto it = g.nodes().begin(); it != g.nodes().end(); ++it)
-          if (it->get() == n) after = std::next(it) == g.nodes().end() ? nullptr : std::next(it)->get();
-        Node* c = g.createNode("Cast", "", {v}, {{g.uniqueName(v->name() + ".run"), TensorType{to_, v->type().shape}}}, after);
+        Node* c = g.createNode("Cast", "", {v}, {{g.uniqueName(v->name() + ".run"), TensorType{to_, v->type().shape}}}, g.nodeAfter(n));
         c->setAttr("to", static_cast<int64_t>(dtypeToOnnx(to_)));
         asWritten.insert(c);
         for (const auto& u : std::vector<Use>(v->uses()))

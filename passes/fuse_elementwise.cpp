@@ -256,8 +256,7 @@ class FuseElementwisePass final : public Pass {
     std::vector<std::pair<std::string, TensorType>> types;
     for (Value* r : results) types.emplace_back(g.uniqueName(r->name() + ".fused"), r->type());
     Node* last = grp.members.back();
-    auto next = std::next(std::find_if(g.nodes().begin(), g.nodes().end(), [&](const auto& p) { return p.get() == last; }));
-    Node* fused = g.createNode("Fused", kGradDomain, operands, types, next == g.nodes().end() ? nullptr : next->get());
+    Node* fused = g.createNode("Fused", kGradDomain, operands, types, g.nodeAfter(last));
     fused->setName("fused_" + std::to_string(counter++) + "/" + grp.members.front()->name());
     fused->setAttr("body", printGraph(body));
     std::vector<std::string> names;

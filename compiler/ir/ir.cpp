@@ -264,6 +264,12 @@ Value* Graph::addResult(Node* n, const std::string& name, TensorType type) {
   return n->results_.back().get();
 }
 
+Node* Graph::nodeAfter(const Node* n) const {
+  if (n->graph_ != this) throw Error("internal: " + n->describe() + " is not a node of this graph");
+  auto it = std::next(n->self_);
+  return it == nodes_.end() ? nullptr : it->get();
+}
+
 void Graph::eraseNode(Node* n) {
   for (auto& r : n->results_) {
     if (!r->uses().empty() || std::count(outputs_.begin(), outputs_.end(), r.get()))

@@ -217,6 +217,8 @@ class Graph {
 
   // Nodes in topological order.
   const std::list<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  // The node after n (n of this graph), null after the last: where a node that reads n's results goes.
+  Node* nodeAfter(const Node* n) const;
   size_t numNodes() const { return nodes_.size(); }
 
   const std::vector<Value*>& outputs() const { return outputs_; }
