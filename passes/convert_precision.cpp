@@ -22,7 +22,7 @@ class ConvertPrecisionPass : public Pass {
   std::string name() const override { return "convert-" + std::string(dtypeName(to_)); }
   bool run(Graph& g) override {
     bool changed = false;
-    // The kept nodes, with each float operand's and result's dtype as the model wrote it.
+    // The kept nodes, with each operand's dtype as the model wrote it (their results keep theirs).
     std::vector<std::pair<Node*, std::vector<DType>>> kept;
     if (!keep_.empty()) {
       std::regex re;

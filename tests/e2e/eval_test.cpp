@@ -81,9 +81,9 @@ TEST_P(EvalTest, LowPrecisionLogitsNearF64) {
 // (--eval-values) comes out f32 and bit for bit the same, while the plain f64 run's differ.
 TEST_P(EvalTest, PrecisionRunExceptKeepsTheMatchedNodesInTheirDtype) {
   const fs::path ref = refDir(GetParam());
+  const std::string eval = std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " + (ref / "inputs").string();
   auto evalInto = [&](const test::TempDir& d, const std::string& flags) {
-    auto r = test::run(std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " +
-                       (ref / "inputs").string() + " --outputs " + d.path.string() + " --eval-values . " + flags);
+    auto r = test::run(eval + " --outputs " + d.path.string() + " --eval-values . " + flags);
     EXPECT_EQ(r.code, 0) << r.out;
   };
   test::TempDir f32, kept, f64;
@@ -108,12 +108,10 @@ TEST_P(EvalTest, PrecisionRunExceptKeepsTheMatchedNodesInTheirDtype) {
   EXPECT_GT(differing, 0u);
   // A regex that names no node is an error, not a silent whole-f64 run.
   test::TempDir none;
-  auto r = test::run(std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " + (ref / "inputs").string() +
-                     " --outputs " + none.path.string() + " --precision-run f64 --precision-run-except no_such_node_name");
+  const std::string base = eval + " --outputs " + none.path.string();
+  auto r = test::run(base + " --precision-run f64 --precision-run-except no_such_node_name");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("no node's name matches 'no_such_node_name'"), std::string::npos) << r.out;
-  const std::string base = std::string(AMPC_BIN) + " " + modelPath(GetParam()) + " --eval --no-dropout --inputs " + (ref / "inputs").string() +
-                           " --outputs " + none.path.string();
   r = test::run(base + " --precision-run f64 --precision-run-except '('");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("--precision-run-except: '(' is not a regex"), std::string::npos) << r.out;

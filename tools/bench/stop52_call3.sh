@@ -10,7 +10,7 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bench/../.." && pwd)
 source "$root/.gpu/env.sh"
 cd "$root"
-mkdir -p "$OUT/lib" /tmp/acc
+mkdir -p "$OUT/lib"
 t0=$(date +%s); stamp() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
 again="hfimg:swinv2 hfimg:regnet timm:resnest14d timm:dpn48b timm:inception_v3@192 hf:yoso timm:ghostnet_100"
 new=$(sed -n '/^# Stop 52/,$p' tools/sweep/library_models.txt | grep -v '^#' | grep -v '^ *$' | grep -v inception_v3)
@@ -23,19 +23,7 @@ stamp zoo_cuda
 AMPC_ZOO_DIR=$root/models/zoo AMPC_ZOO_DEVICE=cuda AMPC_ZOO_BIN=$root/.gpu/bin timeout 120 zoo_tests > "$OUT/zoo_cuda.txt" 2>&1
 grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]' "$OUT/zoo_cuda.txt" | head -20
 stamp save_onnx
-ampc models/digits.onnx --precision bf16 -o /tmp/acc/digits.ampplan && amprun /tmp/acc/digits.ampplan --device cuda --data models/digits/train \
-  --steps 100 --save-onnx /tmp/acc/trained.onnx > /dev/null
-python3 - <<'PY' 2>&1 | tee "$OUT/save_onnx_ort.txt"
-import subprocess, numpy as np, onnxruntime as ort
-x = np.load("models/digits/test/x.npy")[:64]; t = np.load("models/digits/test/target.npy")[:64]
-import os; os.makedirs("/tmp/acc/in", exist_ok=True); np.save("/tmp/acc/in/x.npy", x); np.save("/tmp/acc/in/target.npy", t)
-s = ort.InferenceSession("/tmp/acc/trained.onnx", providers=["CPUExecutionProvider"])
-feed = {i.name: {"x": x, "target": t}[i.name] for i in s.get_inputs()}
-theirs = float(s.run(None, feed)[0])
-subprocess.run(["ampc", "/tmp/acc/trained.onnx", "--eval", "--inputs", "/tmp/acc/in", "--outputs", "/tmp/acc/out"], check=True, capture_output=True)
-ours = float(np.load("/tmp/acc/out/" + s.get_outputs()[0].name + ".npy"))
-print("save-onnx: trained digits loss on 64 test samples: onnxruntime %.6f, ampc --eval %.6f, relative difference %.1e" % (theirs, ours, abs(theirs - ours) / abs(theirs)))
-PY
+bash "$bench/save_onnx_ort.sh" "$OUT"  # --save-onnx against onnxruntime
 stamp sweep_wait
 wait
 cat "$OUT/lib/summary.txt"
