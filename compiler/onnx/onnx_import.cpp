@@ -20,6 +20,8 @@
 #include <unordered_set>
 
 #include "compiler/onnx/onnx.h"
+#include "compiler/ops/grad.h"
+#include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
 #include "passes/pass.h"
 
@@ -284,6 +286,7 @@ class Importer {
         trainingFormBatchNorms_ += training && module;
       }
     for (int i : topoOrder()) addNode(nodes_[i]);
+    markIndexSelectingReductions(*g);
     notePaddingLikeRows();
     if (frozenBatchNorms_)
       g->importNotes.push_back(std::to_string(frozenBatchNorms_) + " BatchNormalization node(s) in inference form beside " +
@@ -832,6 +835,44 @@ class Importer {
     if (!v) fail(nodeLabel(np) + ": input " + std::to_string(i) + " is missing");
     if (!isFloat(v->type().dtype)) fail(nodeLabel(np) + ": input " + std::to_string(i) + " must be a float tensor, got " + v->type().str());
     return v;
+  }
+
+  // PyTorch's max(dim) / min(dim) reach ONNX as a ReduceMax / ReduceMin over one axis beside an
+  // ArgMax (ArgMin: an ArgMax of the negation, as this importer writes it) over the same input and
+  // axis, read or not; their gradient goes to the index, the first extreme element, where amax's is
+  // shared among ties (compiler/ops/grad_rules.cpp, gradReduceMaxMin). Run before dead-code removal.
+  static void markIndexSelectingReductions(Graph& g) {
+    auto singleAxis = [](const Node& n, int64_t rank) -> std::optional<int64_t> {
+      std::vector<int64_t> axes = n.getInts("axes");
+      if (n.input(1)) {
+        const Tensor* t = n.input(1)->constData();
+        if (!t) return std::nullopt;
+        axes = t->toInts();
+      }
+      if (axes.size() != 1) return std::nullopt;
+      return normalizeAxis(axes[0], rank);
+    };
+    for (const auto& up : g.nodes()) {
+      Node& n = *up;
+      if (!n.domain().empty() || (n.op() != "ReduceMax" && n.op() != "ReduceMin")) continue;
+      Value* x = n.input(0);
+      const int64_t rank = x->type().rank();
+      const auto axis = singleAxis(n, rank);
+      if (!axis) continue;
+      std::vector<Value*> argInputs;  // what an ArgMax beside it reads: x, or for ReduceMin x's negations
+      if (n.op() == "ReduceMax") argInputs.push_back(x);
+      else
+        for (const Use& u : x->uses())
+          if (u.user->op() == "Neg" && u.user->domain().empty()) argInputs.push_back(u.user->result(0));
+      bool beside = false;
+      for (Value* v : argInputs)
+        for (const Use& u : v->uses()) {
+          const Node& a = *u.user;
+          beside = beside || (a.op() == "ArgMax" && a.domain().empty() && a.getInt("select_last_index", 0) == 0 &&
+                              normalizeAxis(a.getInt("axis", 0), rank) == *axis);
+        }
+      if (beside) n.setAttr(kGradToFirst, int64_t{1});
+    }
   }
 
   // A Reduce* node over constant axes (none: all): axes as an input where the opset has it (ReduceSum
@@ -1577,7 +1618,10 @@ class Importer {
       if (x->type().rank() < 3) fail(nodeLabel(np) + ": X must be N x C x spatial, got " + x->type().str());
       std::vector<int64_t> axes;
       for (int64_t d = 2; d < x->type().rank(); ++d) axes.push_back(d);
-      step(np, "Identity", {reduceNode(np, "ReduceMax", x, axes, 1)}, {}, out);
+      // adaptive_max_pool2d's gradient goes to the first largest element (its index), not shared
+      Value* m = reduceNode(np, "ReduceMax", x, axes, 1);
+      m->producer()->setAttr(kGradToFirst, int64_t{1});
+      step(np, "Identity", {m}, {}, out);
     } else if (op == "EyeLike") {  // static shapes: a constant
       if (x->type().rank() != 2) fail(nodeLabel(np) + ": the input must be 2-D, got " + x->type().str());
       const DType t = dtypeOr(np, x->type().dtype);

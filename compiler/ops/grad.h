@@ -13,6 +13,9 @@
 namespace ampc {
 
 inline constexpr const char* kGradDomain = "ampc";
+// On a ReduceMax / ReduceMin node (set by the importer): its gradient goes to the first extreme
+// element, as PyTorch's max(dim) and adaptive max pooling give it, not shared among ties.
+inline constexpr const char* kGradToFirst = "ampc_grad_to_first";
 
 class GradBuilder {
  public:

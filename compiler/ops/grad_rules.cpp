@@ -198,13 +198,29 @@ void gradClip(GB& b) {
     b.setGrad(2, b.reduceTo(b.where(hit, b.dy(0), zero), shapeOf(b.x(2))));
   }
 }
-// Max / Min: the inputs equal to the result take the gradient.
+// Max / Min: the inputs equal to the result take the gradient. Where an input is a constant (a
+// clamp's bound: the exporters write clamp_min(x, t) and clamp(x, lo, hi) as Max / Min) the other
+// takes all of it at a tie, as clamp's derivative gives x; where every input is computed
+// (torch.maximum, minimum) the tied inputs share it evenly, as PyTorch's derivative does.
 void gradMaxMin(GB& b) {
-  for (size_t i = 0; i < b.node.numInputs(); ++i) {
-    if (!b.needs(i)) continue;
-    Value* hit = b.op("Equal", {b.x(i), b.y(0)});
-    b.setGrad(i, b.reduceTo(b.where(hit, b.dy(0), b.scalar(0, dt(b.dy(0)))), shapeOf(b.x(i))));
+  const size_t n = b.node.numInputs();
+  bool split = n > 1;
+  for (size_t i = 0; i < n; ++i) split = split && !b.x(i)->constData();
+  Value* zero = b.scalar(0, dt(b.dy(0)));
+  std::vector<Value*> hits(n);
+  for (size_t i = 0; i < n; ++i)
+    if (b.needs(i) || split) hits[i] = b.op("Equal", {b.x(i), b.y(0)});
+  Value* d = b.dy(0);
+  if (split) {  // dy / (the number of inputs at the extreme), at the result's shape
+    Value* ties = nullptr;
+    for (Value* h : hits) {
+      Value* c = b.cast(h, dt(d));
+      ties = ties ? b.add(ties, c) : c;
+    }
+    d = b.where(b.op("Greater", {ties, zero}), b.div(d, ties), zero);
   }
+  for (size_t i = 0; i < n; ++i)
+    if (b.needs(i)) b.setGrad(i, b.reduceTo(b.where(hits[i], d, zero), shapeOf(b.x(i))));
 }
 void gradWhere(GB& b) {
   Value* z = b.scalar(0, dt(b.dy(0)));
@@ -403,11 +419,46 @@ void gradReduceMean(GB& b) {
   for (int64_t a : axes) n *= static_cast<double>(shapeOf(b.x(0))[a]);
   b.setGrad(0, b.mul(expandBack(b, b.dy(0), axes), b.scalar(1.0 / n, dt(b.x(0)))));
 }
+// ReduceMax / ReduceMin, as PyTorch differentiates the reductions that export to them. Ties (equal
+// elements at the extreme, common in bf16 and after a ReLU) share the gradient evenly: torch.amax,
+// amin and the full max() / min(). A reduction the importer marked kGradToFirst (max(dim) / min(dim),
+// written with an ArgMax beside it, and GlobalMaxPool, adaptive_max_pool2d's) gives it all to the
+// first extreme element in row-major order over the reduced axes, the index PyTorch returns.
 void gradReduceMaxMin(GB& b) {
   auto axes = reduceAxes(b);
-  Value* hit = b.op("Equal", {b.x(0), expandBack(b, b.y(0), axes)});
-  Value* d = expandBack(b, b.dy(0), axes);
-  b.setGrad(0, b.where(hit, d, b.scalar(0, dt(d))));
+  if (axes.empty()) {  // noop_with_empty_axes: the identity
+    b.setGrad(0, b.dy(0));
+    return;
+  }
+  Value* x = b.x(0);
+  const DType t = dt(b.dy(0));
+  Value* hit = b.op("Equal", {x, expandBack(b, b.y(0), axes)});
+  Value* zero = b.scalar(0, t);
+  std::vector<int64_t> keep = shapeOf(x);
+  for (int64_t a : axes) keep[a] = 1;
+  Value* dyKeep = b.reshape(b.dy(0), keep);
+  if (b.node.getInt(kGradToFirst, 0)) {
+    // The count of hits up to each element along the reduced axes (contiguous: merged into one) is 1
+    // at the first. CumSum in f32 counts exactly to 2^24 elements.
+    std::sort(axes.begin(), axes.end());
+    for (size_t i = 1; i < axes.size(); ++i)
+      if (axes[i] != axes[i - 1] + 1) b.fail(std::string(kGradToFirst) + " over axes that are not contiguous");
+    const auto& s = shapeOf(x);
+    std::vector<int64_t> merged(s.begin(), s.begin() + axes.front());
+    int64_t n = 1;
+    for (int64_t a : axes) n *= s[a];
+    merged.push_back(n);
+    merged.insert(merged.end(), s.begin() + axes.back() + 1, s.end());
+    Value* counts = b.op("CumSum", {b.reshape(b.cast(hit, DType::f32), merged), b.ints({axes.front()})});
+    Value* first = b.op("And", {hit, b.op("Equal", {b.reshape(counts, s), b.scalar(1, DType::f32)})});
+    b.setGrad(0, b.where(first, b.op("Expand", {dyKeep, b.ints(s)}), zero));
+    return;
+  }
+  // The count and the share in f32 at least (exact to 2^24; bf16 would round a count past 256).
+  const DType ct = t == DType::f64 ? DType::f64 : DType::f32;
+  Value* ties = b.op("ReduceSum", {b.cast(hit, ct), b.ints(axes)}, {{"keepdims", int64_t{1}}});
+  Value* share = b.cast(b.div(b.cast(dyKeep, ct), ties), t);
+  b.setGrad(0, b.where(hit, b.op("Expand", {share, b.ints(shapeOf(x))}), zero));
 }
 void gradLoss(GB& b, const char* op) {
   if (b.dy(1)) b.fail("a gradient through log_prob is not supported");

@@ -231,3 +231,71 @@ TEST(Gradients, EveryDifferentiableOpMatchesFiniteDifferences) {
   for (const OpDef& d : allOps())
     if (d.domain.empty() && d.differentiable) EXPECT_TRUE(covered.count(std::string(d.name))) << "no gradient case for " << d.name;
 }
+
+// Ties at the extreme, where finite differences have no answer: the gradients PyTorch's derivatives
+// give (derivatives.yaml). amax / amin and the full max() share dy evenly among the tied elements;
+// max(dim) and adaptive max pooling (marked ampc_grad_to_first by the importer) give it all to the
+// first, in row-major order over the reduced axes; torch.maximum splits it between tied inputs, and
+// a clamp's constant bound leaves all of it to x. Every loss is sum(y * w) with w = 1, 2, 3, ...
+namespace {
+std::vector<double> tieGradient(const std::string& body, const std::vector<std::vector<double>>& data, const std::string& param) {
+  auto g = parseGraph("graph \"t\" opset 20 {\n" + body + "\n}\n", "ties");
+  size_t k = 0;
+  for (Value* p : g->params()) {
+    Tensor t(p->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, data.at(k)[i]);
+    p->setData(std::move(t));
+    ++k;
+  }
+  Value* y = g->outputs()[0];
+  g->clearOutputs();
+  Tensor w(TensorType{DType::f64, y->type().shape});
+  for (int64_t i = 0; i < w.numel(); ++i) w.setDouble(i, static_cast<double>(i + 1));
+  Value* wv = g->addConst("W", std::move(w));
+  Value* m = g->createNode("Mul", "", {y, wv}, {{"m", y->type()}})->result(0);
+  Node* s = g->createNode("ReduceSum", "", {m}, {{"loss", TensorType{DType::f64, {}}}});
+  s->setAttr("keepdims", int64_t{0});
+  g->addOutput(s->result(0));
+  PassManager pm;
+  pm.add(createAutodiffPass());
+  pm.run(*g);
+  auto backend = createCpuBackend();
+  auto outs = evaluate(*g, {}, *backend, ExecOptions{});
+  for (size_t i = 0; i < g->outputs().size(); ++i)
+    if (g->outputs()[i]->name() == param + "_grad") {
+      std::vector<double> v(outs[i].numel());
+      for (int64_t j = 0; j < outs[i].numel(); ++j) v[j] = outs[i].getDouble(j);
+      return v;
+    }
+  ADD_FAILURE() << "no gradient for " << param;
+  return {};
+}
+}  // namespace
+
+TEST(Gradients, TiesAtTheExtremeFollowPyTorch) {
+  using V = std::vector<double>;
+  // amax over axis 1: row 0 has two 3s, row 1 four 5s (dy = 1, then 2).
+  const std::vector<V> x{{1, 3, 3, 2, 5, 5, 5, 5}};
+  EXPECT_EQ(tieGradient("param %x : f64[2,4]\n %y : f64[2] = ReduceMax(%x) {axes = [1], keepdims = 0}\n output %y", x, "x"),
+            (V{0, 0.5, 0.5, 0, 0.5, 0.5, 0.5, 0.5}));
+  EXPECT_EQ(tieGradient("param %x : f64[2,4]\n %y : f64[2,1] = ReduceMin(%x) {axes = [1]}\n output %y", {{4, 1, 1, 1, 2, 3, 3, 2}}, "x"),
+            (V{0, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1, 0, 0, 1}));
+  // max(dim): the first of the ties takes dy.
+  EXPECT_EQ(tieGradient("param %x : f64[2,4]\n %y : f64[2] = ReduceMax(%x) {axes = [1], keepdims = 0, ampc_grad_to_first = 1}\n output %y",
+                        x, "x"),
+            (V{0, 1, 0, 0, 2, 0, 0, 0}));
+  // Adaptive max pooling to 1 x 1 over [1, 2, 2, 2]: row-major over (h, w) in each channel.
+  EXPECT_EQ(tieGradient("param %x : f64[1,2,2,2]\n %y : f64[1,2,1,1] = ReduceMax(%x) {axes = [2, 3], ampc_grad_to_first = 1}\n output %y",
+                        {{1, 3, 3, 3, 7, 7, 7, 7}}, "x"),
+            (V{0, 1, 0, 0, 2, 0, 0, 0}));
+  // torch.maximum(a, b): a tie splits dy.
+  const char* maximum = "param %a : f64[3]\n param %b : f64[3]\n %y : f64[3] = Max(%a, %b)\n output %y";
+  EXPECT_EQ(tieGradient(maximum, {{1, 2, 3}, {1, 5, 0}}, "a"), (V{0.5, 0, 3}));
+  EXPECT_EQ(tieGradient(maximum, {{1, 2, 3}, {1, 5, 0}}, "b"), (V{0.5, 2, 0}));
+  EXPECT_EQ(tieGradient("param %a : f64[2]\n param %b : f64[2]\n param %c : f64[2]\n %y : f64[2] = Min(%a, %b, %c)\n output %y",
+                        {{1, 4}, {1, 2}, {1, 2}}, "c"),
+            (V{1.0 / 3, 1}));
+  // clamp_min(x, t) with a constant t: x keeps all of dy at x == t.
+  EXPECT_EQ(tieGradient("param %a : f64[3]\n const %t : f64[3] = [1.0, 0.0, 1.0]\n %y : f64[3] = Max(%a, %t)\n output %y", {{1, 2, 0}}, "a"),
+            (V{1, 2, 0}));
+}

@@ -12,6 +12,7 @@
 
 #include "compiler/ir/text.h"
 #include "compiler/onnx/onnx.h"
+#include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
 #include "passes/autodiff.h"
@@ -2379,4 +2380,54 @@ TEST(OnnxImport, CustomAutogradFunctionsAreNoted) {
     EXPECT_NE(notes[0].find(want), std::string::npos) << notes[0];
   EXPECT_TRUE(importOnnxFile(make("[]", "none.onnx"))->importNotes.empty());
   expectImportError(make("{\"a\": 1}", "bad.onnx"), {"ampc.custom_autograd"});
+}
+
+// The reductions whose gradient goes to one index (compiler/ops/grad.h, kGradToFirst): PyTorch's
+// max(dim) / min(dim), which both exporters write as a ReduceMax / ReduceMin beside an ArgMax /
+// ArgMin over the same input and axis (the indices read or not), and GlobalMaxPool. A ReduceMax
+// alone is amax's, whose gradient ties share; an ArgMax over another axis says nothing of it.
+TEST(OnnxImport, MaxOverADimBesideItsArgMaxGivesTheGradientToTheIndex) {
+  TempDir d;
+  auto marked = [&](const std::string& op, const std::string& argOp, int64_t argAxis, bool global = false) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 3, 4, 4});
+    auto intAttr = [](onnx::NodeProto* n, const std::string& name, int64_t v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(v);
+    };
+    if (global) {
+      addNode(g, "GlobalMaxPool", {"x"}, {"y"}, "gmp");
+    } else {
+      auto* r = addNode(g, op, {"x"}, {"y"}, "red");
+      auto* a = r->add_attribute();
+      a->set_name("axes");
+      a->set_type(onnx::AttributeProto::INTS);
+      a->add_ints(1);
+      intAttr(r, "keepdims", 0);
+    }
+    if (!argOp.empty()) {
+      auto* am = addNode(g, argOp, {"x"}, {"i"}, "arg");
+      intAttr(am, "axis", argAxis);
+      intAttr(am, "keepdims", 0);
+    }
+    addOutput(g, "y");
+    const std::string f = d.file(op + argOp + std::to_string(argAxis) + (global ? "g" : "") + ".onnx");
+    writeModel(f, m);
+    auto gr = importOnnxFile(f);
+    int found = 0;
+    for (const auto& n : gr->nodes())
+      if (n->op() == "ReduceMax" || n->op() == "ReduceMin") found += 1 + (n->getInt(kGradToFirst, 0) != 0);
+    EXPECT_GE(found, 1) << op << " " << argOp;
+    return found == 2;
+  };
+  EXPECT_TRUE(marked("ReduceMax", "ArgMax", 1));
+  EXPECT_TRUE(marked("ReduceMax", "ArgMax", -3));  // the same axis of a rank-4 input
+  EXPECT_TRUE(marked("ReduceMin", "ArgMin", 1));
+  EXPECT_TRUE(marked("GlobalMaxPool", "", 0, true));
+  EXPECT_FALSE(marked("ReduceMax", "", 0));
+  EXPECT_FALSE(marked("ReduceMax", "ArgMax", 2));
+  EXPECT_FALSE(marked("ReduceMin", "ArgMax", 1));  // ArgMax is not ReduceMin's index
 }

@@ -31,6 +31,10 @@ error line. Dropout probabilities and
 stochastic depth are set to 0 (masks cannot match across frameworks); a model whose PyTorch loss
 still differs between two forwards of the same weights and batch is TORCH-RANDOM (randomness the
 sweep did not find), and nothing of it is compared.
+
+With `--amp bf16` (or fp16) each model is checked in mixed precision instead (check_amp): ampc's
+loss and first-step gradients under its autocast policy against f64, beside PyTorch's autocast (on
+CUDA where there is one) on the same weights and batch: AMP-PASS, AMP-WORSE or AMP-CHAOTIC.
 """
 import argparse
 import copy
@@ -225,6 +229,36 @@ class TextCnn(nn.Module):
         return self.fc(h.amax(2))
 
 
+class MaxTies(nn.Module):
+    """Ties at the extreme that reach different parameters, as zero borders (letterboxing, padding)
+    make them: two convolutions with non-negative weights and bias 0.5 over an input that is <= 0 in a
+    2 x 2 patch and 0 elsewhere equal 0.5 exactly wherever their window sees only zeros. Then
+    torch.maximum of the two (PyTorch splits dy between the tied inputs), amax over the positions
+    (shared among the tied positions), max(dim).values and adaptive max pooling to 1 (to the first
+    index). A rule that gives dy to every tie multiplies the biases' gradients by the tie count."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(3, 4, 3, padding=1)
+        with torch.no_grad():
+            for c in (self.a, self.b):
+                c.weight.abs_().mul_(0.1)
+                c.bias.fill_(0.5)
+        self.fc = nn.Linear(12, 10)
+
+    def forward(self, x):
+        ya, yb = self.a(x), self.b(x)
+        m = torch.maximum(ya, yb)
+        return self.fc(torch.cat([m.amax((2, 3)), ya.flatten(2).max(2).values, F.adaptive_max_pool2d(yb, 1).flatten(1)], 1))
+
+
+def zero_bordered():
+    x = torch.zeros(2, 3, 8, 8)
+    x[:, :, 3:5, 3:5] = -torch.randn(2, 3, 2, 2).abs()
+    return x
+
+
 class PatchAttention(nn.Module):
     """4x4 patches as tokens through nn.MultiheadAttention with a key padding mask (the last token
     masked), or through a pre-norm nn.TransformerDecoderLayer with a causal float mask; mean-pooled."""
@@ -396,6 +430,8 @@ MODELS = {
     "pixel_shuffle": (lambda: ConvThen(nn.Sequential(nn.PixelShuffle(2), nn.PixelUnshuffle(2)), 8), 8),
     "roll_flip": (lambda: ConvThen(Lambda(lambda y: torch.roll(y, 2, 3) + torch.flip(y, [2])), 8), 8),
     "adaptive_max": (lambda: ConvThen(nn.AdaptiveMaxPool2d(3), 9), 9),
+    # Stop 53: ties at a max that reach different parameters (ampc gave every tie all of dy).
+    "max_ties": (MaxTies, 8, None, [], zero_bordered),
     # Added in stop 49, when no GPU was lent (not yet run): a scripted loop (ONNX Loop under the
     # TorchScript exporter) and F.fold after F.unfold (Col2Im at opset 18: the dynamo exporter;
     # the TorchScript exporter's opset 17 has no Col2Im). stn_tiny has F.affine_grid.
@@ -617,7 +653,16 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None, ref_dir=None):
     return rows
 
 
-def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False):
+class Prepared:
+    """A model built, run twice by PyTorch and exported: what check() and check_amp() compare."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def prepare(name, out_dir, exporter):
+    """Builds NAME (dropout off, train mode) with its batch, exports it into OUT_DIR/NAME/ with its
+    inputs: a Prepared, or (verdict, detail) where PyTorch or the export fails."""
     build, res, *rest = entry(name)
     lossFn = rest[0] if rest else None
     flags = rest[1] if len(rest) > 1 else []  # more ampc flags, for both the gradients and the plan
@@ -654,6 +699,14 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
         return "EXPORT-FAILS", (str(e).splitlines() or [repr(e)])[0][:300]
     np.save(os.path.join(d, "inputs", "x.npy"), x.numpy() if x.is_floating_point() else x.numpy().astype(np.int64))
     np.save(os.path.join(d, "inputs", "target.npy"), t.numpy().astype(np.int64))
+    return Prepared(lossFn=lossFn, flags=flags, x=x, t=t, d=d, path=path, reference=reference, names=names)
+
+
+def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False):
+    p = prepare(name, out_dir, exporter)
+    if isinstance(p, tuple):
+        return p
+    lossFn, flags, x, t, d, path, reference, names = p.lossFn, p.flags, p.x, p.t, p.d, p.path, p.reference, p.names
     if export_only:  # the model and its batch, for tools/sweep/cuda_vs_cpu.sh
         return "EXPORTED", path
     # The first step's gradients, against f64, as accurate as PyTorch's own f32 ones.
@@ -736,6 +789,81 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
         + (f"(chaotic: PyTorch f32 leaves f64 by {drift:.1e})" if chaotic else f"(tolerance {tol:.1e})") + unfused)
 
 
+def relative_errors(got, exact):
+    """(global, per-parameter) relative L2 errors of the gradients `got` against `exact` (name -> array):
+    the global one over every parameter, the per-parameter ones over those whose exact gradient is at
+    least 1e-3 of the largest. A non-finite gradient gives inf."""
+    largest = max(np.linalg.norm(g) for g in exact.values())
+    diff2 = ref2 = 0.0
+    rows = {}
+    for n, g in exact.items():
+        e = got[n]
+        if not np.isfinite(e).all():
+            rows[n + " (non-finite)"] = float("inf")
+            diff2 = float("inf")
+            continue
+        d2 = float(np.sum((e - g) ** 2))
+        diff2 += d2
+        ref2 += float(np.sum(g * g))
+        if np.linalg.norm(g) >= 1e-3 * largest:
+            rows[n] = d2 ** 0.5 / np.linalg.norm(g)
+    return (diff2 / ref2) ** 0.5 if ref2 else 0.0, rows
+
+
+def check_amp(name, ampc, out_dir, exporter, dtype):
+    """ampc's mixed-precision loss and first-step gradients (`ampc --grad --eval --precision DTYPE`, the
+    CPU backend's emulation of the plan's rounding) against f64, beside PyTorch's autocast (on CUDA where
+    there is one) against the same f64 on the same weights and batch. AMP-PASS when ampc's errors are at
+    most 3x PyTorch's plus a floor (1e-3 for the loss, 5e-3 for the gradients' global relative L2: bf16
+    rounds to 2^-9); else AMP-CHAOTIC where PyTorch's own gradients are 30% or more off f64 (not judged),
+    else AMP-WORSE, a precision policy that loses more than PyTorch's does. Neither side
+    scales the loss (fp16 gradients may underflow alike)."""
+    p = prepare(name, out_dir, exporter)
+    if isinstance(p, tuple):
+        return p
+    gdir = os.path.join(p.d, "grads_" + dtype)
+    r = subprocess.run([ampc, p.path, "--grad", "--eval", "--precision", dtype, "--inputs", os.path.join(p.d, "inputs"), "--outputs", gdir]
+                       + p.flags, capture_output=True, text=True)
+    if r.returncode:
+        return "AMPC-REFUSES", first_error(r.stdout + r.stderr)
+    x64 = p.x.double() if p.x.is_floating_point() else p.x
+    m64 = WithLoss(copy.deepcopy(p.reference), p.lossFn).double()
+    loss64 = m64(x64, p.t)
+    loss64.backward()
+    loss64 = loss64.item()
+    exact = {n: q.grad.numpy() for n, q in m64.named_parameters() if q.grad is not None}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cudnn.allow_tf32 = False  # f32 convolutions outside autocast stay f32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    mt = WithLoss(copy.deepcopy(p.reference), p.lossFn).to(device)
+    try:
+        with torch.autocast(device_type=device, dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype])):
+            lt = mt(p.x.to(device), p.t.to(device))
+        lt.float().backward()
+    except Exception as e:  # noqa: BLE001 (PyTorch's autocast itself fails: an old CPU autocast's LayerNorm)
+        return "TORCH-FAILS", f"{device} autocast: " + (str(e).splitlines() or [repr(e)])[0][:300]
+    theirs = {n: q.grad.double().cpu().numpy() for n, q in mt.named_parameters() if q.grad is not None}
+    ours = {n: np.load(os.path.join(gdir, p.names.get(n, n) + "_grad.npy")).astype(np.float64) for n in exact}
+    loss = float(np.load(os.path.join(gdir, "loss.npy")))
+    for sub, grads, l in (("ref", exact, loss64), ("ref_" + dtype, theirs, lt.item())):  # to look into AMP-WORSE without PyTorch
+        os.makedirs(os.path.join(p.d, sub), exist_ok=True)
+        np.save(os.path.join(p.d, sub, "loss.npy"), np.array(l))
+        for n, g in grads.items():
+            np.save(os.path.join(p.d, sub, p.names.get(n, n) + "_grad.npy"), g.astype(np.float32))
+    lossOurs, lossTheirs = abs(loss - loss64) / abs(loss64), abs(lt.item() - loss64) / abs(loss64)
+    gOurs, rowsOurs = relative_errors(ours, exact)
+    gTheirs, rowsTheirs = relative_errors(theirs, exact)
+    worst = max(rowsOurs, key=lambda n: rowsOurs[n] / (rowsTheirs.get(n, 0.0) + 1e-3))
+    ok = lossOurs <= 3 * lossTheirs + 1e-3 and gOurs <= 3 * gTheirs + 5e-3
+    # Where PyTorch's own autocast gradients are 30% or more off f64 (batch-2 BatchNorm nets), the
+    # rounding decides the answer and one batch judges nothing: AMP-CHAOTIC, shown, not judged.
+    verdict = "AMP-PASS" if ok else "AMP-CHAOTIC" if gTheirs > 0.3 else "AMP-WORSE"
+    return verdict, (
+        f"{dtype} loss {loss:.6f} (f64 {loss64:.6f}, PyTorch {device} autocast {lt.item():.6f}): error {lossOurs:.1e} vs PyTorch's {lossTheirs:.1e}; "
+        f"gradients {gOurs:.1e} vs {gTheirs:.1e} (global relative L2, {len(exact)} parameters); "
+        f"worst against PyTorch's {worst}: {rowsOurs[worst]:.1e} vs {rowsTheirs.get(worst, float('nan')):.1e}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ampc", required=True)
@@ -747,6 +875,8 @@ def main():
     ap.add_argument("--model-limit", type=int, default=0, help="seconds one model may take (0: no limit): TIMEOUT past it")
     ap.add_argument("--shard", default="", help="I/N: only the models at I, I + N, ... of the list (parallel sweeps)")
     ap.add_argument("--export-only", action="store_true", help="write each model's ONNX file and inputs (OUT/NAME/), compare nothing")
+    ap.add_argument("--amp", choices=["bf16", "fp16"], default="",
+                    help="check ampc's mixed-precision loss and gradients against f64 beside PyTorch's autocast (check_amp), not fp32 training")
     ap.add_argument("models", nargs="*", help="MODELS names, timm:NAME[@RES], hf:TYPE or hfimg:TYPE[@RES]")
     a = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 0)) or max(1, os.cpu_count() or 1))
@@ -762,7 +892,10 @@ def main():
     for n in names:
         signal.alarm(a.model_limit)
         try:
-            verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter, a.export_only)
+            if a.amp:
+                verdict, detail = check_amp(n, os.path.abspath(a.ampc), a.out, a.exporter, a.amp)
+            else:
+                verdict, detail = check(n, os.path.abspath(a.ampc), os.path.abspath(a.amprun), a.out, a.exporter, a.export_only)
         except TimeoutError as e:
             verdict, detail = "TIMEOUT", str(e)
         except Exception as e:  # noqa: BLE001 (one model's failure must not end the sweep)
