@@ -969,16 +969,30 @@ class Importer {
     if (op == "ReduceProd" && x->constData()) return foldReduceProd(np, x, axes, keep, noop, out);
     Value* xc = isFloat(x->type().dtype) ? castTo(np, x, x->type().dtype) : x;
     if (op == "ReduceProd") {
-      // Of a computed float tensor: sign * exp(sum log |x|), the sign from the count of negative
-      // factors. Its gradient is prod / x_i, exact except at a factor that is exactly 0, where it
-      // is NaN (the overflow check skips such a step, and --explain-overflow names this node).
+      // Of a computed float tensor, from its nonzero factors: P = sign * exp(sum log |x|) over them
+      // (the sign from the count of negative factors), and Z, the count of zero factors. The
+      // product is P where Z = 0, else 0:
+      //   y = P [Z = 0] + P [Z = 1] sum(x [x = 0])
+      // whose second term is 0 and gives, as PyTorch's prod backward does, a lone zero factor the
+      // product of the others (P) and every other factor 0; P's own derivative is P / x_i, and
+      // [Z = 0] leaves it only where no factor is 0. (The product written as sign * exp(sum log |x|)
+      // over every factor gave a lone zero factor the gradient 0: silently wrong.)
       if (!isFloat(x->type().dtype)) fail(nodeLabel(np) + ": ReduceProd of a computed integer tensor is not supported");
       const DType t = x->type().dtype;
-      Value* mag = step(np, "Exp", {reduce("ReduceSum", step(np, "Log", {step(np, "Abs", {xc})}), keep)});
-      Value* negatives = reduce("ReduceSum", castTo(np, step(np, "Less", {xc, scalarOf(np, "zero", 0.0, t)}), t), keep);
+      Value* zero = scalarOf(np, "zero", 0.0, t);
+      Value* one = scalarOf(np, "one", 1.0, t);
+      Value* isZero = step(np, "Equal", {xc, zero});
+      Value* nonzero = step(np, "Where", {isZero, one, xc});
+      Value* mag = step(np, "Exp", {reduce("ReduceSum", step(np, "Log", {step(np, "Abs", {nonzero})}), keep)});
+      Value* negatives = reduce("ReduceSum", castTo(np, step(np, "Less", {xc, zero}), t), keep);
       Value* odd = step(np, "Mod", {negatives, scalarOf(np, "two", 2.0, t)}, {{"fmod", int64_t{1}}});
-      Value* sign = step(np, "Sub", {scalarOf(np, "one", 1.0, t), step(np, "Mul", {odd, scalarOf(np, "two", 2.0, t)})});
-      step(np, "Mul", {sign, mag}, {}, out);
+      Value* sign = step(np, "Sub", {one, step(np, "Mul", {odd, scalarOf(np, "two", 2.0, t)})});
+      Value* p = step(np, "Mul", {sign, mag});
+      Value* zeros = reduce("ReduceSum", castTo(np, isZero, t), keep);
+      Value* none = castTo(np, step(np, "Equal", {zeros, zero}), t);
+      Value* lone = castTo(np, step(np, "Equal", {zeros, one}), t);
+      Value* atZero = reduce("ReduceSum", step(np, "Mul", {xc, castTo(np, isZero, t)}), keep);  // 0, with a gradient at the zeros
+      step(np, "Mul", {p, step(np, "Add", {none, step(np, "Mul", {lone, atZero})})}, {}, out);
       return;
     }
     if (op == "ReduceL1") {

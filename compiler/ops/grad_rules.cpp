@@ -46,14 +46,25 @@ void gradMod(GB& b) {
     b.setGrad(1, b.reduceTo(b.neg(b.mul(b.dy(0), q)), shapeOf(b.x(1))));
   }
 }
+// As PyTorch's pow derivatives: e x^(e-1), 0 where e = 0 (not 0 * inf at x = 0); y log(x), 0 where
+// x = 0 and e >= 0 (not 0 * -inf).
 void gradPow(GB& b) {
   Value* e = b.cast(b.x(1), dt(b.x(0)));
-  if (b.needs(0)) {  // e * x^(e-1)
+  Value* zero = b.scalar(0, dt(b.x(0)));
+  if (b.needs(0)) {
     Value* d = b.mul(e, b.op("Pow", {b.x(0), b.sub(e, b.scalar(1, dt(e)))}));
+    bool zeroExponent = true;  // a constant exponent without a 0 (x^2, x^3 in GELU's tanh form) needs no Where
+    if (const Tensor* c = b.x(1)->constData()) {
+      zeroExponent = false;
+      for (int64_t i = 0; i < c->numel(); ++i) zeroExponent = zeroExponent || c->getDouble(i) == 0.0;
+    }
+    if (zeroExponent) d = b.where(b.op("Equal", {e, zero}), zero, d);
     b.setGrad(0, b.reduceTo(b.mul(b.dy(0), d), shapeOf(b.x(0))));
   }
-  if (b.needs(1)) {  // y * log(x)
+  if (b.needs(1)) {
     Value* d = b.mul(b.dy(0), b.mul(b.y(0), b.op("Log", {b.x(0)})));
+    Value* flat = b.op("And", {b.op("Equal", {b.x(0), zero}), b.op("GreaterOrEqual", {e, zero})});
+    d = b.where(flat, b.scalar(0, dt(d)), d);
     b.setGrad(1, b.cast(b.reduceTo(d, shapeOf(b.x(1))), dt(b.x(1))));
   }
 }

@@ -295,6 +295,11 @@ TEST(Gradients, TiesAtTheExtremeFollowPyTorch) {
   EXPECT_EQ(tieGradient("param %a : f64[2]\n param %b : f64[2]\n param %c : f64[2]\n %y : f64[2] = Min(%a, %b, %c)\n output %y",
                         {{1, 4}, {1, 2}, {1, 2}}, "c"),
             (V{1.0 / 3, 1}));
+  // pow at its edges, as PyTorch's derivatives: d/dx is 0 where e = 0 (not 0 * 0^-1); d/de is 0 where
+  // x = 0 and e >= 0 (not 0 * log 0). Elsewhere (dy = 3) 3 e x^(e-1) = 3 * 3 * 2^2 and 3 x^e log x = 3 * 8 log 2.
+  const char* pow = "param %x : f64[3]\n param %e : f64[3]\n %y : f64[3] = Pow(%x, %e)\n output %y";
+  EXPECT_EQ(tieGradient(pow, {{0, 0, 2}, {0, 2, 3}}, "x"), (V{0, 0, 36}));
+  EXPECT_EQ(tieGradient(pow, {{0, 0, 2}, {0, 2, 3}}, "e"), (V{0, 0, 3 * 8 * std::log(2.0)}));
   // clamp_min(x, t) with a constant t: x keeps all of dy at x == t.
   EXPECT_EQ(tieGradient("param %a : f64[3]\n const %t : f64[3] = [1.0, 0.0, 1.0]\n %y : f64[3] = Max(%a, %t)\n output %y", {{1, 2, 0}}, "a"),
             (V{1, 2, 0}));

@@ -2431,3 +2431,38 @@ TEST(OnnxImport, MaxOverADimBesideItsArgMaxGivesTheGradientToTheIndex) {
   EXPECT_FALSE(marked("ReduceMax", "ArgMax", 2));
   EXPECT_FALSE(marked("ReduceMin", "ArgMax", 1));  // ArgMax is not ReduceMin's index
 }
+
+// ReduceProd of a computed tensor with zero factors: the product, and PyTorch's prod gradient (a
+// lone zero factor gets the product of the others, every other factor of that row 0; two zeros give
+// 0 everywhere), against central differences. Written as sign * exp(sum log |x|) over every factor,
+// the lone zero got 0.
+TEST(OnnxImport, ProductOfFactorsWithZerosHasFiniteGradients) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  addDoubleInit(g, "x", {4, 4}, {2, -3, 0.5, 1, 0, 2, -1, 4, 0, 0, 3, 1, -1, -2, -0.5, 3});
+  addDoubleInit(g, "c", {4}, {1, -2, 0.5, 3});
+  addDoubleInit(g, "s", {1}, {1.5});
+  addNode(g, "Mul", {"x", "s"}, {"xs"}, "scale");  // computed, not a constant: no folding
+  auto* prod = addNode(g, "ReduceProd", {"xs"}, {"p"}, "prod");
+  intAttr(prod, "keepdims", 0);
+  intsAttr(prod, "axes", {1});
+  addNode(g, "Mul", {"p", "c"}, {"pc"}, "weigh");
+  addNode(g, "ReduceSum", {"pc"}, {"loss"}, "sum");
+  addOutput(g, "loss");
+  writeModel(d.file("prod.onnx"), m);
+  auto graph = importOnnxFile(d.file("prod.onnx"));
+  auto backend = createCpuBackend();
+  const auto p = evaluate(*graph, {}, *backend, {}, {graph->lookup("p")}).back();
+  const double want[] = {-15.1875, 0.0, 0.0, -15.1875};  // 1.5^4 (2 * -3 * 0.5 * 1), zeros, 1.5^4 (-1 * -2 * -0.5 * 3)
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(p.getDouble(i), want[i], 1e-12) << i;
+  auto gg = importOnnxFile(d.file("prod.onnx"));
+  createAutodiffPass()->run(*gg);
+  const auto outs = evaluate(*gg, {}, *backend);
+  ASSERT_EQ(outs.size(), 4u);  // the loss, x's, c's and s's gradients
+  for (int64_t k = 0; k < outs[1].numel(); ++k) ASSERT_TRUE(std::isfinite(outs[1].getDouble(k))) << k;
+  // The lone zero (row 1, element 0) gets c times the others, 1.5^3 (2 * -1 * 4), times d xs / dx = 1.5.
+  EXPECT_NEAR(outs[1].getDouble(4), -2 * 3.375 * -8 * 1.5, 1e-9);
+  EXPECT_EQ(outs[1].getDouble(5), 0.0);
+  EXPECT_LE(gradientError(*graph), 1e-6);
+}
