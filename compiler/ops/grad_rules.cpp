@@ -148,8 +148,9 @@ void gradMish(GB& b) {  // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2), sp = softpl
   Value* d = b.add(th, b.mul(b.mul(b.x(0), b.op("Sigmoid", {b.x(0)})), sech2));
   b.setGrad(0, b.mul(b.dy(0), d));
 }
+// As PyTorch's prelu backward: the slope where x is not > 0 (x = 0 included, as LeakyRelu).
 void gradPRelu(GB& b) {
-  Value* neg = b.op("Less", {b.x(0), b.scalar(0, dt(b.x(0)))});
+  Value* neg = b.op("Not", {b.op("Greater", {b.x(0), b.scalar(0, dt(b.x(0)))})});
   if (b.needs(0)) b.setGrad(0, b.where(neg, b.mul(b.dy(0), b.x(1)), b.dy(0)));
   if (b.needs(1)) b.setGrad(1, b.reduceTo(gated(b, neg, b.mul(b.dy(0), b.x(0))), shapeOf(b.x(1))));
 }

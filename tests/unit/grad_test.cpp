@@ -300,6 +300,9 @@ TEST(Gradients, TiesAtTheExtremeFollowPyTorch) {
   const char* pow = "param %x : f64[3]\n param %e : f64[3]\n %y : f64[3] = Pow(%x, %e)\n output %y";
   EXPECT_EQ(tieGradient(pow, {{0, 0, 2}, {0, 2, 3}}, "x"), (V{0, 0, 36}));
   EXPECT_EQ(tieGradient(pow, {{0, 0, 2}, {0, 2, 3}}, "e"), (V{0, 0, 3 * 8 * std::log(2.0)}));
+  // PRelu at x = 0 takes the slope (PyTorch: x > 0 ? dy : w dy).
+  EXPECT_EQ(tieGradient("param %x : f64[3]\n const %w : f64[] = [0.25]\n %y : f64[3] = PRelu(%x, %w)\n output %y", {{0, 1, -1}}, "x"),
+            (V{0.25, 2, 0.75}));
   // clamp_min(x, t) with a constant t: x keeps all of dy at x == t.
   EXPECT_EQ(tieGradient("param %a : f64[3]\n const %t : f64[3] = [1.0, 0.0, 1.0]\n %y : f64[3] = Max(%a, %t)\n output %y", {{1, 2, 0}}, "a"),
             (V{1, 2, 0}));
