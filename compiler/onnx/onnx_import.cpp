@@ -839,8 +839,10 @@ class Importer {
 
   // PyTorch's max(dim) / min(dim) reach ONNX as a ReduceMax / ReduceMin over one axis beside an
   // ArgMax (ArgMin: an ArgMax of the negation, as this importer writes it) over the same input and
-  // axis, read or not; their gradient goes to the index, the first extreme element, where amax's is
-  // shared among ties (compiler/ops/grad_rules.cpp, gradReduceMaxMin). Run before dead-code removal.
+  // axis with the same keepdims, read or not; their gradient goes to the index, the first extreme
+  // element, where amax's is shared among ties (compiler/ops/grad_rules.cpp, gradReduceMaxMin). An
+  // amax over the same input, axis and keepdims in the same graph is taken for one too. Run before
+  // dead-code removal.
   static void markIndexSelectingReductions(Graph& g) {
     auto singleAxis = [](const Node& n, int64_t rank) -> std::optional<int64_t> {
       std::vector<int64_t> axes = n.getInts("axes");
@@ -869,7 +871,7 @@ class Importer {
         for (const Use& u : v->uses()) {
           const Node& a = *u.user;
           beside = beside || (a.op() == "ArgMax" && a.domain().empty() && a.getInt("select_last_index", 0) == 0 &&
-                              normalizeAxis(a.getInt("axis", 0), rank) == *axis);
+                              normalizeAxis(a.getInt("axis", 0), rank) == *axis && a.getInt("keepdims", 1) == n.getInt("keepdims", 1));
         }
       if (beside) n.setAttr(kGradToFirst, int64_t{1});
     }

@@ -2384,11 +2384,12 @@ TEST(OnnxImport, CustomAutogradFunctionsAreNoted) {
 
 // The reductions whose gradient goes to one index (compiler/ops/grad.h, kGradToFirst): PyTorch's
 // max(dim) / min(dim), which both exporters write as a ReduceMax / ReduceMin beside an ArgMax /
-// ArgMin over the same input and axis (the indices read or not), and GlobalMaxPool. A ReduceMax
-// alone is amax's, whose gradient ties share; an ArgMax over another axis says nothing of it.
+// ArgMin over the same input, axis and keepdims (the indices read or not), and GlobalMaxPool. A
+// ReduceMax alone is amax's, whose gradient ties share; an ArgMax over another axis, or with other
+// keepdims, says nothing of it.
 TEST(OnnxImport, MaxOverADimBesideItsArgMaxGivesTheGradientToTheIndex) {
   TempDir d;
-  auto marked = [&](const std::string& op, const std::string& argOp, int64_t argAxis, bool global = false) {
+  auto marked = [&](const std::string& op, const std::string& argOp, int64_t argAxis, bool global = false, int64_t argKeep = 0) {
     auto m = newModel(17);
     auto* g = m.mutable_graph();
     addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 3, 4, 4});
@@ -2411,10 +2412,10 @@ TEST(OnnxImport, MaxOverADimBesideItsArgMaxGivesTheGradientToTheIndex) {
     if (!argOp.empty()) {
       auto* am = addNode(g, argOp, {"x"}, {"i"}, "arg");
       intAttr(am, "axis", argAxis);
-      intAttr(am, "keepdims", 0);
+      intAttr(am, "keepdims", argKeep);
     }
     addOutput(g, "y");
-    const std::string f = d.file(op + argOp + std::to_string(argAxis) + (global ? "g" : "") + ".onnx");
+    const std::string f = d.file(op + argOp + std::to_string(argAxis) + (global ? "g" : "") + std::to_string(argKeep) + ".onnx");
     writeModel(f, m);
     auto gr = importOnnxFile(f);
     int found = 0;
@@ -2430,6 +2431,7 @@ TEST(OnnxImport, MaxOverADimBesideItsArgMaxGivesTheGradientToTheIndex) {
   EXPECT_FALSE(marked("ReduceMax", "", 0));
   EXPECT_FALSE(marked("ReduceMax", "ArgMax", 2));
   EXPECT_FALSE(marked("ReduceMin", "ArgMax", 1));  // ArgMax is not ReduceMin's index
+  EXPECT_FALSE(marked("ReduceMax", "ArgMax", 1, false, 1));  // keepdims differ: not one max(dim)
 }
 
 // ReduceProd of a computed tensor with zero factors: the product, and PyTorch's prod gradient (a
