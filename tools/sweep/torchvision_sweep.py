@@ -857,7 +857,8 @@ def check_amp(name, ampc, out_dir, exporter, dtype):
     ok = lossOurs <= 3 * lossTheirs + 1e-3 and gOurs <= 3 * gTheirs + 5e-3
     # Where PyTorch's own autocast gradients are 30% or more off f64 (batch-2 BatchNorm nets), the
     # rounding decides the answer and one batch judges nothing: AMP-CHAOTIC, shown, not judged.
-    verdict = "AMP-PASS" if ok else "AMP-CHAOTIC" if gTheirs > 0.3 else "AMP-WORSE"
+    # A non-finite gradient of ampc's is AMP-WORSE whatever PyTorch's.
+    verdict = "AMP-PASS" if ok else "AMP-CHAOTIC" if gTheirs > 0.3 and np.isfinite(gOurs) else "AMP-WORSE"
     return verdict, (
         f"{dtype} loss {loss:.6f} (f64 {loss64:.6f}, PyTorch {device} autocast {lt.item():.6f}): error {lossOurs:.1e} vs PyTorch's {lossTheirs:.1e}; "
         f"gradients {gOurs:.1e} vs {gTheirs:.1e} (global relative L2, {len(exact)} parameters); "
