@@ -38,7 +38,8 @@ using KernelGenerator = std::function<codegen::Kernel(const Node& fused, const s
 // nodes become ampc.Fused groups (passes/fuse_elementwise.cpp), except nodes the CUDA backend's
 // folds run inside a norm, loss, dropout or optimizer; with `generate`, each group gets its kernel
 // (attributes "ptx" and "entry"; "vector_entry" and "vector" for its vector entry, if any); groups
-// whose bodies differ only in names carry the same kernel, generated once. Without one, amprun runs a group's nodes one by one on CUDA.
+// whose bodies differ only in names carry the same kernel, generated once. Without one, amprun
+// runs a group's nodes one by one on CUDA.
 // Returns the groups left without a kernel (no generator, or no libdevice for their formulas).
 int lowerStep(Graph& step, const TrainOptions& opts, const KernelGenerator& generate = {});
 // The CUDA lowering's last rewrites, which record on the graph what runs inside a neighbour: the

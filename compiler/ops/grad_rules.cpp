@@ -446,9 +446,6 @@ void gradReduceMaxMin(GB& b) {
   const DType t = dt(b.dy(0));
   Value* hit = b.op("Equal", {x, expandBack(b, b.y(0), axes)});
   Value* zero = b.scalar(0, t);
-  std::vector<int64_t> keep = shapeOf(x);
-  for (int64_t a : axes) keep[a] = 1;
-  Value* dyKeep = b.reshape(b.dy(0), keep);
   if (b.node.getInt(kGradToFirst, 0)) {
     // The count of hits up to each element along the reduced axes (contiguous: merged into one) is 1
     // at the first. CumSum in f32 counts exactly to 2^24 elements.
@@ -463,14 +460,14 @@ void gradReduceMaxMin(GB& b) {
     merged.insert(merged.end(), s.begin() + axes.back() + 1, s.end());
     Value* counts = b.op("CumSum", {b.reshape(b.cast(hit, DType::f32), merged), b.ints({axes.front()})});
     Value* first = b.op("And", {hit, b.op("Equal", {b.reshape(counts, s), b.scalar(1, DType::f32)})});
-    b.setGrad(0, b.where(first, b.op("Expand", {dyKeep, b.ints(s)}), zero));
+    b.setGrad(0, b.where(first, expandBack(b, b.dy(0), axes), zero));
     return;
   }
   // The count and the share in f32 at least (exact to 2^24; bf16 would round a count past 256).
   const DType ct = t == DType::f64 ? DType::f64 : DType::f32;
   Value* ties = b.op("ReduceSum", {b.cast(hit, ct), b.ints(axes)}, {{"keepdims", int64_t{1}}});
-  Value* share = b.cast(b.div(b.cast(dyKeep, ct), ties), t);
-  b.setGrad(0, b.where(hit, b.op("Expand", {share, b.ints(shapeOf(x))}), zero));
+  Value* share = b.cast(b.div(b.cast(b.reshape(b.dy(0), shapeOf(ties)), ct), ties), t);  // at the kept shape
+  b.setGrad(0, b.where(hit, expandBack(b, share, axes), zero));
 }
 void gradLoss(GB& b, const char* op) {
   if (b.dy(1)) b.fail("a gradient through log_prob is not supported");
