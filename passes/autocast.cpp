@@ -9,6 +9,7 @@
 //   An allow op whose results are only the angles of Sin/Cos (through clear ops) runs FP32: a
 //   rotary or sinusoidal embedding's positions x frequencies reach hundreds of radians, where a
 //   bf16 angle is off by a whole period (Hugging Face computes them with autocast disabled).
+//   A node marked kKeepFp32 by import (a DFT's or STFT's product with its Fourier matrix) runs FP32.
 #include "passes/autocast.h"
 
 #include <algorithm>
@@ -28,6 +29,7 @@ std::string_view ampRuleName(AmpRule r) {
     case AmpRule::ExplicitCast: return "cast in the model";
     case AmpRule::NotFloat: return "no float data";
     case AmpRule::Angle: return "angle of Sin/Cos (FP32)";
+    case AmpRule::Fp32Lowering: return "part of an FP32 op's lowering (DFT, STFT)";
   }
   return "?";
 }
@@ -136,6 +138,7 @@ class AutocastPass : public Pass {
     if (auto pin = pinOf(n)) return {*pin, AmpRule::UserPin};
     if (!d) return {DType::f32, AmpRule::CustomOp};
     if (d->explicitCast) return {std::nullopt, AmpRule::ExplicitCast};
+    if (n.getInt(kKeepFp32, 0)) return {DType::f32, AmpRule::Fp32Lowering};
     switch (categoryOf(n)) {
       case AmpCategory::Allow: return onlyAngles(g, n) ? Decision{DType::f32, AmpRule::Angle} : Decision{opts_.low, AmpRule::AllowList};
       case AmpCategory::Deny: return {DType::f32, d->loss ? AmpRule::Loss : AmpRule::DenyList};

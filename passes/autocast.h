@@ -34,7 +34,7 @@ AutocastOptions parseAmpConfig(const std::string& json, const std::string& file 
 // "fp16" / "bf16" / "fp32" (and f16, bf16, f32) -> DType; Error otherwise.
 DType parsePrecision(const std::string& s);
 
-enum class AmpRule { AllowList, DenyList, Inferred, Clear, CustomOp, UserPin, Loss, ExplicitCast, NotFloat, Angle };
+enum class AmpRule { AllowList, DenyList, Inferred, Clear, CustomOp, UserPin, Loss, ExplicitCast, NotFloat, Angle, Fp32Lowering };
 std::string_view ampRuleName(AmpRule r);
 
 struct AutocastReport {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numbers>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -722,7 +723,12 @@ class Importer {
       {"NonZero", ""},
       {"CenterCropPad", "axes"},
       {"MaxUnpool", "kernel_shape pads strides"},
-      {"Swish", "alpha"}};
+      {"Swish", "alpha"},
+      {"HannWindow", "output_datatype periodic"},
+      {"HammingWindow", "output_datatype periodic"},
+      {"BlackmanWindow", "output_datatype periodic"},
+      {"DFT", "axis inverse onesided"},
+      {"STFT", "onesided"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -2531,6 +2537,172 @@ class Importer {
     step(np, "Identity", {v}, {}, out);
   }
 
+  // The signal ops of opset 17 (and DFT's opset-20 form), as ONNX defines them.
+  // HannWindow, HammingWindow and BlackmanWindow: constants, a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N)
+  // for n < size, N = size (periodic, the default) or size - 1, with ONNX's coefficients (Hamming's
+  // a0 is 25/46, not PyTorch's 0.54: an exporter that means PyTorch's window writes its values).
+  void lowerWindow(const onnx::NodeProto& np, const std::string& out) {
+    const auto size = constIntsOf(np, 0, "size");
+    if (size.size() != 1 || size[0] < 1 || size[0] > (int64_t{1} << 24))
+      fail(nodeLabel(np) + ": size must be one positive integer up to 2^24");
+    const bool periodic = attrInt(np, "periodic", 1) != 0;
+    const int64_t n = size[0], period = periodic ? n : n - 1;
+    // ONNX's function body divides by size - 1: NaN for a symmetric window of one sample.
+    if (period == 0) fail(nodeLabel(np) + ": a symmetric window of size 1 is 0 / 0 in ONNX's definition");
+    const std::string& op = np.op_type();
+    const double a0 = op == "HannWindow" ? 0.5 : op == "HammingWindow" ? 25.0 / 46.0 : 0.42;
+    const double a1 = op == "BlackmanWindow" ? 0.5 : 1.0 - a0, a2 = op == "BlackmanWindow" ? 0.08 : 0.0;
+    const auto t = dtypeFromOnnx(static_cast<int>(attrInt(np, "output_datatype", 1)));
+    if (!t || !isFloat(*t)) fail(nodeLabel(np) + ": output_datatype must be a float type ampc supports");
+    std::vector<double> w(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const double phase = 2.0 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(period);
+      w[static_cast<size_t>(i)] = a0 - a1 * std::cos(phase) + a2 * std::cos(2.0 * phase);
+    }
+    g_->addConst(out, Tensor::fromDoubles(*t, {n}, w));
+  }
+
+  // Entry (n * c + ci, 2 * k + o) of the matrix that takes a length-L signal's samples n < rows
+  // (c = 1: real, c = 2: real and imaginary parts interleaved) to its transform's bins k < bins
+  // (o = 0: real part, o = 1: imaginary): e^(-i theta) forward, e^(i theta) / L inverse, with
+  // theta = 2 pi (k n mod L) / L (the reduction keeps the angle exact in double for long signals).
+  static std::vector<double> fourierMatrix(int64_t rows, int64_t c, int64_t bins, int64_t length, bool inverse) {
+    std::vector<double> w(static_cast<size_t>(rows * c * bins * 2));
+    const double scale = inverse ? 1.0 / static_cast<double>(length) : 1.0, sign = inverse ? 1.0 : -1.0;
+    for (int64_t n = 0; n < rows; ++n)
+      for (int64_t k = 0; k < bins; ++k) {
+        const double theta = 2.0 * std::numbers::pi * static_cast<double>((k * n) % length) / static_cast<double>(length);
+        const double cs = std::cos(theta) * scale, sn = sign * std::sin(theta) * scale;  // e^(sign i theta) = cs + i sn
+        // (xr + i xi)(cs + i sn) = (xr cs - xi sn) + i (xr sn + xi cs)
+        auto at = [&](int64_t ci, int64_t o) -> double& { return w[static_cast<size_t>(((n * c + ci) * bins + k) * 2 + o)]; };
+        at(0, 0) = cs;
+        at(0, 1) = sn;
+        if (c == 2) {
+          at(1, 0) = -sn;
+          at(1, 1) = cs;
+        }
+      }
+    return w;
+  }
+  void keepFp32(Value* v) {
+    if (Node* p = v->producer()) p->setAttr(kKeepFp32, int64_t{1});
+  }
+
+  // DFT (opset 17: axis an attribute, default 1; opset 20: an input, default -2) over one axis of
+  // [..., c] (c = 1 real, 2 complex): a product of the signal with the Fourier matrix (exact to the
+  // dtype's rounding, its gradient the transposed product; O(L^2) work where an FFT is O(L log L),
+  // run on the GEMM kernels in FP32, kKeepFp32). dft_length L crops the axis or zero-pads it
+  // (the padded samples contribute nothing: rows past the axis are left out).
+  void lowerDft(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    const auto& s = x->type().shape;
+    const int64_t r = x->type().rank();
+    if (r < 2 || (s[r - 1] != 1 && s[r - 1] != 2))
+      fail(nodeLabel(np) + ": the input must be [..., 1] (real) or [..., 2] (complex), got " + x->type().str());
+    const int64_t c = s[r - 1];
+    int64_t axis = attrInt(np, "axis", 1);
+    if (g_->opset >= 20) {
+      axis = -2;
+      if (operand(np, 2)) {
+        auto a = constIntsOf(np, 2, "axis");
+        if (a.size() != 1) fail(nodeLabel(np) + ": axis must be a scalar");
+        axis = a[0];
+      }
+    }
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis > r - 2) fail(nodeLabel(np) + ": axis is out of range for " + x->type().str() + " (the last dim holds the parts)");
+    int64_t length = s[axis];
+    if (operand(np, 1)) {
+      auto l = constIntsOf(np, 1, "dft_length");
+      if (l.size() != 1) fail(nodeLabel(np) + ": dft_length must be a scalar");
+      length = l[0];
+    }
+    if (length < 1 || length > (int64_t{1} << 16)) fail(nodeLabel(np) + ": the DFT length must be 1 to 65536, got " + std::to_string(length));
+    const bool inverse = attrInt(np, "inverse", 0) != 0, onesided = attrInt(np, "onesided", 0) != 0;
+    if (onesided && c == 2) fail(nodeLabel(np) + ": a onesided DFT of a complex input is not defined");
+    const int64_t bins = onesided ? length / 2 + 1 : length;
+    if (s[axis] > length) x = step(np, "Slice", {x, constI64(np, "starts", {0}), constI64(np, "ends", {length}), constI64(np, "axes", {axis})});
+    const int64_t rows = std::min(s[axis], length);
+    // The axis next to the parts, the other dims as one: [M, rows * c] times [rows * c, 2 bins].
+    std::vector<int64_t> perm, others;
+    for (int64_t i = 0; i < r - 1; ++i)
+      if (i != axis) perm.push_back(i), others.push_back(s[i]);
+    perm.push_back(axis);
+    perm.push_back(r - 1);
+    int64_t m = 1;
+    for (int64_t d : others) m *= d;
+    Value* xt = axis == r - 2 ? x : step(np, "Transpose", {x}, {{"perm", perm}});
+    Value* flat = step(np, "Reshape", {xt, constI64(np, "rows", {m, rows * c})});
+    Value* w = g_->addConst(fresh(np, "fourier"), Tensor::fromDoubles(x->type().dtype, {rows * c, 2 * bins}, fourierMatrix(rows, c, bins, length, inverse)));
+    Value* y = step(np, "MatMul", {flat, w});
+    keepFp32(y);
+    std::vector<int64_t> shape = others;
+    shape.push_back(bins);
+    shape.push_back(2);
+    if (axis == r - 2) {
+      step(np, "Reshape", {y, constI64(np, "shape", shape)}, {}, out);
+      return;
+    }
+    std::vector<int64_t> back;  // the bins back at `axis`
+    for (int64_t j = 0; j < r - 1; ++j) back.push_back(j == axis ? r - 2 : j < axis ? j : j - 1);
+    back.push_back(r - 1);
+    step(np, "Transpose", {step(np, "Reshape", {y, constI64(np, "shape", shape)})}, {{"perm", back}}, out);
+  }
+
+  // STFT (opset 17): signal [B, T] or [B, T, c], frames of frame_length F every frame_step samples,
+  // each times the window and transformed: [B, frames, bins, 2]. A strided Conv1d whose kernels
+  // are the window times the Fourier matrix's columns (a window computed in the graph multiplies
+  // them there, and gets its gradient), in FP32 (kKeepFp32).
+  void lowerStft(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    const auto& s = x->type().shape;
+    const int64_t r = x->type().rank();
+    if ((r != 2 && r != 3) || (r == 3 && s[2] != 1 && s[2] != 2))
+      fail(nodeLabel(np) + ": the signal must be [batch, length] or [batch, length, 1 or 2], got " + x->type().str());
+    const int64_t c = r == 3 ? s[2] : 1, batch = s[0], len = s[1];
+    const auto stepv = constIntsOf(np, 1, "frame_step");
+    if (stepv.size() != 1 || stepv[0] < 1) fail(nodeLabel(np) + ": frame_step must be one positive integer");
+    Value* window = operand(np, 2);
+    int64_t frame = -1;
+    if (operand(np, 3)) {
+      auto f = constIntsOf(np, 3, "frame_length");
+      if (f.size() != 1) fail(nodeLabel(np) + ": frame_length must be a scalar");
+      frame = f[0];
+    }
+    if (window) {
+      if (!isFloat(window->type().dtype) || window->type().rank() != 1) fail(nodeLabel(np) + ": the window must be a 1-D float tensor, got " + window->type().str());
+      if (frame >= 0 && window->type().shape[0] != frame)
+        fail(nodeLabel(np) + ": the window's " + std::to_string(window->type().shape[0]) + " samples differ from frame_length " + std::to_string(frame));
+      frame = window->type().shape[0];
+    }
+    if (frame < 1 || frame > (int64_t{1} << 16)) fail(nodeLabel(np) + ": the frame length (frame_length or the window's) must be 1 to 65536");
+    if (len < frame) fail(nodeLabel(np) + ": the signal's " + std::to_string(len) + " samples are fewer than a frame of " + std::to_string(frame));
+    const bool onesided = attrInt(np, "onesided", 1) != 0;
+    if (onesided && c == 2) fail(nodeLabel(np) + ": a onesided STFT of a complex signal is not defined");
+    const int64_t bins = onesided ? frame / 2 + 1 : frame, frames = (len - frame) / stepv[0] + 1;
+    // Conv weight [2 bins, c, F]: entry (2k + o, ci, n) is the Fourier matrix's (n c + ci, 2k + o).
+    const auto f = fourierMatrix(frame, c, bins, frame, false);
+    const Tensor* wconst = window ? window->constData() : nullptr;
+    std::vector<double> kw(static_cast<size_t>(2 * bins * c * frame));
+    for (int64_t n = 0; n < frame; ++n)
+      for (int64_t ci = 0; ci < c; ++ci)
+        for (int64_t j = 0; j < 2 * bins; ++j)
+          kw[static_cast<size_t>((j * c + ci) * frame + n)] = f[static_cast<size_t>((n * c + ci) * 2 * bins + j)] * (wconst ? wconst->getDouble(n) : 1.0);
+    const DType t = x->type().dtype;
+    Value* weight = g_->addConst(fresh(np, "fourier"), Tensor::fromDoubles(t, {2 * bins, c, frame}, kw));
+    if (window && !wconst) {
+      Value* wv = window->type().dtype == t ? window : castTo(np, window, t);
+      weight = step(np, "Mul", {weight, step(np, "Reshape", {wv, constI64(np, "window_shape", {1, 1, frame})})});
+    }
+    Value* xs = r == 2 ? step(np, "Unsqueeze", {x, constI64(np, "axes", {1})}) : step(np, "Transpose", {x}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
+    Value* y = step(np, "Conv", {xs, weight},
+                    {{"strides", std::vector<int64_t>{stepv[0]}}, {"kernel_shape", std::vector<int64_t>{frame}}, {"pads", std::vector<int64_t>{0, 0}},
+                     {"dilations", std::vector<int64_t>{1}}, {"group", int64_t{1}}});
+    keepFp32(y);
+    y = step(np, "Reshape", {y, constI64(np, "shape", {batch, bins, 2, frames})});
+    step(np, "Transpose", {y}, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}}, out);
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     if (op == "LSTM" || op == "GRU" || op == "RNN")  // every output is optional
@@ -2552,6 +2724,9 @@ class Importer {
     if (op == "LRN") return lowerLrn(np, out);
     if (op == "RotaryEmbedding") return lowerRotary(np, out);
     if (op == "Attention") return lowerAttention(np);
+    if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow") return lowerWindow(np, out);
+    if (op == "DFT") return lowerDft(np, out);
+    if (op == "STFT") return lowerStft(np, out);
     if (kSmallCompositions.count(op)) return lowerSmall(np, out);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {

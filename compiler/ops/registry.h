@@ -105,6 +105,10 @@ bool attributeTaken(std::string_view attrs, std::string_view name);
 // FLOPs of a node: its row's estimate, else one per output element.
 double nodeFlops(const Node& n);
 
+// On a node an import lowering writes (the MatMul or Conv of a DFT or STFT): autocast runs it in
+// FP32 whatever its category, as PyTorch computes its FFTs in the input's precision, not lowered.
+inline constexpr const char* kKeepFp32 = "ampc_fp32";
+
 // The newest opset the registry covers, and the oldest.
 inline constexpr int kMinOpset = 13;
 // Opset 24 (ONNX 1.19) changed no op that ampc runs, besides types it does not have (float8e8m0;

@@ -4,7 +4,9 @@
 #include <onnx/checker.h>
 #include <onnx/defs/schema.h>
 
+#include <complex>
 #include <cstdlib>
+#include <numbers>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -15,6 +17,7 @@
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
 #include "compiler/target.h"
+#include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "runtime/evaluator.h"
@@ -2467,4 +2470,206 @@ TEST(OnnxImport, ProductOfFactorsWithZerosHasFiniteGradients) {
   EXPECT_NEAR(outs[1].getDouble(4), -2 * 3.375 * -8 * 1.5, 1e-9);
   EXPECT_EQ(outs[1].getDouble(5), 0.0);
   EXPECT_LE(gradientError(*graph), 1e-6);
+}
+
+// The signal ops (opset 17; DFT's opset-20 form), lowered at import to a product with the Fourier
+// matrix (DFT) or a strided convolution with the windowed matrix (STFT): against the transforms
+// summed here in complex f64, the windows against values of their definitions, the gradients
+// (through a trained window too) against central differences, and autocast keeps the products FP32.
+TEST(OnnxImport, SignalOpsMatchTheirDefinitions) {
+  using C = std::complex<double>;
+  TempDir d;
+  int id = 0;
+  // The model: one node over initializers (x a computed value, so nothing folds), output y.
+  auto build = [&](int opset, const std::function<void(onnx::GraphProto*)>& body, bool loss = false) {
+    auto m = newModel(opset);
+    auto* g = m.mutable_graph();
+    body(g);
+    if (loss) {
+      addNode(g, "ReduceSumSquare", {"y"}, {"l"}, "square");  // a nonlinear loss: every entry's gradient differs
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addOutput(g, "l");
+    } else {
+      addOutput(g, "y");
+    }
+    const std::string f = d.file("sig" + std::to_string(id++) + ".onnx");
+    writeModel(f, m);
+    return importOnnxFile(f);
+  };
+  auto input = [&](onnx::GraphProto* g, const std::vector<int64_t>& dims) {
+    std::vector<double> v = wave(static_cast<size_t>(prod(dims)), 1.0);
+    addDoubleInit(g, "x0", dims, v);
+    addDoubleInit(g, "one", {}, {1.0});
+    addNode(g, "Mul", {"x0", "one"}, {"x"}, "computed");
+    return v;
+  };
+  auto expectNear = [](const Tensor& y, const std::vector<C>& want) {
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(2 * want.size()));
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(y.getDouble(static_cast<int64_t>(2 * i)), want[i].real(), 1e-12) << "bin " << i;
+      ASSERT_NEAR(y.getDouble(static_cast<int64_t>(2 * i + 1)), want[i].imag(), 1e-12) << "bin " << i;
+    }
+  };
+  const double tau = 2 * std::numbers::pi;
+
+  // Real [2, 7, 1] along axis 1 (opset 17's default), zero-padded to 10, onesided: 6 bins.
+  {
+    std::vector<double> x;
+    auto g = build(17, [&](onnx::GraphProto* gp) {
+      x = input(gp, {2, 7, 1});
+      addInt64Init(gp, "len", {10});
+      gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+      intAttr(addNode(gp, "DFT", {"x", "len"}, {"y"}, "dft"), "onesided", 1);
+    });
+    ASSERT_EQ(g->outputs()[0]->type().shape, (std::vector<int64_t>{2, 6, 2}));
+    std::vector<C> want;
+    for (int b = 0; b < 2; ++b)
+      for (int k = 0; k < 6; ++k) {
+        C s = 0;
+        for (int n = 0; n < 7; ++n) s += x[static_cast<size_t>(b * 7 + n)] * std::polar(1.0, -tau * k * n / 10);
+        want.push_back(s);
+      }
+    expectNear(evalOne(*g, {}), want);
+  }
+  // Complex [5, 3, 2], inverse along axis 0 cropped to 4 samples; and its gradient.
+  for (bool loss : {false, true}) {
+    std::vector<double> x;
+    auto g = build(17, [&](onnx::GraphProto* gp) {
+      x = input(gp, {5, 3, 2});
+      addInt64Init(gp, "len", {4});
+      gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+      auto* n = addNode(gp, "DFT", {"x", "len"}, {"y"}, "idft");
+      intAttr(n, "inverse", 1);
+      intAttr(n, "axis", 0);
+    }, loss);
+    if (loss) {
+      EXPECT_LE(gradientError(*g), 1e-6);
+      continue;
+    }
+    std::vector<C> want;
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 3; ++j) {
+        C s = 0;
+        for (int n = 0; n < 4; ++n) s += C(x[static_cast<size_t>((n * 3 + j) * 2)], x[static_cast<size_t>((n * 3 + j) * 2 + 1)]) * std::polar(1.0, tau * k * n / 4);
+        want.push_back(s / 4.0);
+      }
+    expectNear(evalOne(*g, {}), want);
+  }
+  // Opset 20: the axis an input (1 of [2, 3, 6, 2]), the full complex transform.
+  {
+    std::vector<double> x;
+    auto g = build(20, [&](onnx::GraphProto* gp) {
+      x = input(gp, {2, 3, 6, 2});
+      addInt64Init(gp, "axis", {1});
+      gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+      addNode(gp, "DFT", {"x", "", "axis"}, {"y"}, "dft");
+    });
+    ASSERT_EQ(g->outputs()[0]->type().shape, (std::vector<int64_t>{2, 3, 6, 2}));
+    std::vector<C> want;
+    for (int b = 0; b < 2; ++b)
+      for (int k = 0; k < 3; ++k)
+        for (int j = 0; j < 6; ++j) {
+          C s = 0;
+          for (int n = 0; n < 3; ++n) {
+            const size_t at = static_cast<size_t>(((b * 3 + n) * 6 + j) * 2);
+            s += C(x[at], x[at + 1]) * std::polar(1.0, -tau * k * n / 3);
+          }
+          want.push_back(s);
+        }
+    expectNear(evalOne(*g, {}), want);
+  }
+  // STFT of [2, 40] with a periodic Hann window of 8 every 3 samples: [2, 11, 5, 2]; then with a
+  // trained window (a parameter: it multiplies the kernels in the graph), against central differences.
+  for (bool trained : {false, true}) {
+    std::vector<double> x;
+    auto g = build(17, [&](onnx::GraphProto* gp) {
+      x = input(gp, {2, 40});
+      addInt64Init(gp, "step", {3});
+      gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+      if (trained) {
+        addDoubleInit(gp, "w", {8}, wave(8, 1.0, 1.1));
+      } else {
+        addInt64Init(gp, "size", {8});
+        gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+        addNode(gp, "HannWindow", {"size"}, {"w"}, "hann");
+      }
+      addNode(gp, "STFT", {"x", "step", "w"}, {"y"}, "stft");
+    }, trained);
+    if (trained) {
+      EXPECT_LE(gradientError(*g), 1e-6);
+      continue;
+    }
+    ASSERT_EQ(g->outputs()[0]->type().shape, (std::vector<int64_t>{2, 11, 5, 2}));
+    std::vector<C> want;
+    for (int b = 0; b < 2; ++b)
+      for (int f = 0; f < 11; ++f)
+        for (int k = 0; k < 5; ++k) {
+          C s = 0;
+          for (int n = 0; n < 8; ++n) {  // HannWindow's output_datatype is float by default
+            const double w = static_cast<float>(0.5 - 0.5 * std::cos(tau * n / 8));
+            s += x[static_cast<size_t>(b * 40 + f * 3 + n)] * w * std::polar(1.0, -tau * k * n / 8);
+          }
+          want.push_back(s);
+        }
+    expectNear(evalOne(*g, {}), want);
+  }
+  // The windows, at sizes where their definitions give round values.
+  auto window = [&](const std::string& op, int64_t size, int64_t periodic) {
+    auto g = build(17, [&](onnx::GraphProto* gp) {
+      addInt64Init(gp, "size", {size});
+      gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+      intAttr(addNode(gp, op, {"size"}, {"y"}, "w"), "periodic", periodic);
+    });
+    Tensor y = evalOne(*g, {});
+    std::vector<double> v;
+    for (int64_t i = 0; i < y.numel(); ++i) v.push_back(y.getDouble(i));
+    return v;
+  };
+  auto near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+  };
+  near(window("HannWindow", 4, 1), {0, 0.5, 1, 0.5});
+  near(window("HannWindow", 5, 0), {0, 0.5, 1, 0.5, 0});
+  near(window("HammingWindow", 4, 1), {4.0 / 46, 25.0 / 46, 1, 25.0 / 46});  // ONNX's a0 = 25/46, a1 = 21/46
+  near(window("BlackmanWindow", 5, 0), {0, 0.34, 1, 0.34, 0});
+  // Under bf16 autocast the Fourier product stays FP32; the model's own MatMul goes low.
+  {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4, 8, 1});
+    addFloatInit(g, "w", {6, 3}, std::vector<float>(18, 0.1f));
+    addNode(g, "DFT", {"x"}, {"y"}, "dft");  // [4, 8, 2]
+    addInt64Init(g, "shape", {4, 16});
+    addNode(g, "Reshape", {"y", "shape"}, {"flat"}, "flatten");
+    addNode(g, "Slice", {"flat", "s0", "s1", "s2"}, {"part"}, "part");
+    addInt64Init(g, "s0", {0});
+    addInt64Init(g, "s1", {6});
+    addInt64Init(g, "s2", {1});
+    addNode(g, "MatMul", {"part", "w"}, {"z"}, "linear");
+    addOutput(g, "z");
+    writeModel(d.file("amp.onnx"), m);
+    auto gr = importOnnxFile(d.file("amp.onnx"));
+    AutocastOptions ao;
+    ao.low = DType::bf16;
+    createAutocastPass(ao)->run(*gr);
+    int fourier = 0, low = 0;
+    for (const auto& n : gr->nodes()) {
+      if (n->op() != "MatMul") continue;
+      if (n->getInt(kKeepFp32, 0)) fourier += n->result(0)->type().dtype == DType::f32;
+      else low += n->result(0)->type().dtype == DType::bf16;
+    }
+    EXPECT_EQ(fourier, 1);
+    EXPECT_EQ(low, 1);
+  }
+  // What ONNX leaves undefined is refused, naming the node.
+  {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {2, 8, 2});
+    intAttr(addNode(g, "DFT", {"x"}, {"y"}, "complex_onesided"), "onesided", 1);
+    addOutput(g, "y");
+    writeModel(d.file("bad.onnx"), m);
+    expectImportError(d.file("bad.onnx"), {"complex_onesided", "onesided DFT of a complex input"});
+  }
 }

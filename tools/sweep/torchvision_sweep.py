@@ -253,6 +253,51 @@ class MaxTies(nn.Module):
         return self.fc(torch.cat([m.amax((2, 3)), ya.flatten(2).max(2).values, F.adaptive_max_pool2d(yb, 1).flatten(1)], 1))
 
 
+class Spectrogram(nn.Module):
+    """Audio classifiers: a power spectrogram (torch.stft with a Hann window, centred frames
+    reflect-padded, as torchaudio's Spectrogram computes it) into a small CNN; with `learned`, a
+    Conv1d before it, so the gradient runs back through the STFT; with `rfft`, frames' real FFT
+    magnitudes (torch.fft.rfft) instead."""
+
+    def __init__(self, learned=False, rfft=False, n_fft=64, hop=16):
+        super().__init__()
+        self.pre = nn.Conv1d(1, 1, 5, padding=2) if learned else None
+        self.rfft, self.n_fft, self.hop = rfft, n_fft, hop
+        self.register_buffer("window", torch.hann_window(n_fft))
+        self.net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10))
+
+    def forward(self, x):  # x: [N, samples]
+        if self.pre is not None:
+            x = self.pre(x.unsqueeze(1)).squeeze(1)
+        if self.rfft:
+            frames = x.unfold(1, self.n_fft, self.hop) * self.window  # [N, frames, n_fft]
+            spec = torch.fft.rfft(frames, dim=-1).abs().transpose(1, 2)
+        else:
+            spec = torch.stft(x, self.n_fft, self.hop, window=self.window, center=True, return_complex=True).abs()
+        return self.net(torch.log1p(spec.pow(2)).unsqueeze(1))
+
+
+class FourierMixer(nn.Module):
+    """FNet's token mixing: the real part of a 2-D FFT over the sequence and hidden dims
+    (torch.fft.fftn), in a residual block with a LayerNorm, over 4x4 patches as tokens."""
+
+    def __init__(self, d=16, classes=10):
+        super().__init__()
+        self.embed = nn.Conv2d(3, d, 4, stride=4)
+        self.norm = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = self.norm(t + torch.fft.fftn(t, dim=(-2, -1)).real)
+        return self.head((t + self.ff(t)).mean(1))
+
+
+def audio(samples=1024):
+    return lambda: torch.randn(2, samples)
+
+
 def zero_bordered():
     x = torch.zeros(2, 3, 8, 8)
     x[:, :, 3:5, 3:5] = -torch.randn(2, 3, 2, 2).abs()
@@ -446,6 +491,12 @@ MODELS = {
     "stdconv_tiny": (lambda: StdConvNet(), 16),
     "nf_regnet_small": (nf_regnet_small, 32),
     "resnest_small": (lambda: timm_small("resnest14d", channels=(8, 16, 16, 32), stem_width=8), 32),
+    # Stop 54: the signal ops (STFT under the TorchScript exporter; DFT, which the dynamo exporter
+    # writes for torch.stft and torch.fft.*; the windows), with and without a gradient through them.
+    "spectrogram_cnn": (lambda: Spectrogram(), 8, None, [], audio()),
+    "spectrogram_learned": (lambda: Spectrogram(learned=True), 8, None, [], audio()),
+    "rfft_frames": (lambda: Spectrogram(learned=True, rfft=True), 8, None, [], audio()),
+    "fourier_mixer": (FourierMixer, 16),
     "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
 }
 
