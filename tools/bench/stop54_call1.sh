@@ -9,12 +9,21 @@ root=$(cd "$bench/../.." && pwd)
 source "$root/.gpu/env.sh"
 cd "$root"
 mkdir -p "$OUT/lib" "$OUT/sig"
-sweep() { OMP_NUM_THREADS=2 timeout ${SIG_LIMIT:-100} python3 tools/sweep/torchvision_sweep.py --ampc "$(command -v ampc)" --amprun "$(command -v amprun)" --model-limit 100 "$@" 2>&1 | grep -E "^[a-z:_0-9]+ +[A-Z-]+ " | cut -c1-600; }
-sig="spectrogram_cnn spectrogram_learned rfft_frames fourier_mixer hf:fnet"
-( for e in torchscript dynamo; do
-    sweep --out /tmp/sig_$e --exporter $e $sig > "$OUT/sig/fp32_$e.txt"
-    sweep --out /tmp/sigamp_$e --exporter $e --amp bf16 $sig > "$OUT/sig/bf16_$e.txt"
-    python3 - /tmp/sig_$e <<'PY' > "$OUT/sig/ops_$e.txt" 2>&1
+sweep() { OMP_NUM_THREADS=1 timeout ${SIG_LIMIT:-280} python3 tools/sweep/torchvision_sweep.py --ampc "$(command -v ampc)" --amprun "$(command -v amprun)" --model-limit 100 "$@" 2>&1 | grep -E "^[a-z:_0-9]+ +[A-Z-]+ " | cut -c1-600; }
+sig="spectrogram_cnn spectrogram_learned rfft_frames fourier_mixer hf:fnet hfaudio:wav2vec2 hfaudio:hubert hfaudio:wavlm hfaudio:whisper hfaudio:audio-spectrogram-transformer hfaudio:sew hfaudio:wav2vec2-conformer"
+for e in torchscript dynamo; do
+  sweep --out /tmp/sig_$e --exporter $e $sig > "$OUT/sig/fp32_$e.txt" &
+  sweep --out /tmp/sigamp_$e --exporter $e --amp bf16 $sig > "$OUT/sig/bf16_$e.txt" &
+done
+models="$(grep -v '^#' tools/sweep/library_models.txt | grep -v '^ *$' | grep -vE '@(192|224|240|256)$') $(cd tools/sweep && python3 -c 'import torchvision_sweep as t; print(" ".join(t.MODELS))')"
+MODELS=$models AMP=bf16 SHARDS=${SHARDS:-12} MODEL_LIMIT=${MODEL_LIMIT:-100} LIMIT=${LIMIT:-330} PACK_MB=${PACK_MB:-40} OUT=$OUT/lib \
+  bash "$root/tools/sweep/library_sweep.sh" > "$OUT/lib/summary.txt" 2>&1 &
+AMPC_MODELS_DIR=$root/.gpu/models timeout ${GPU_LIMIT:-300} gpu_tests > "$OUT/gpu_tests.txt" 2>&1
+echo "gpu_tests exit $?"
+grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]|SKIPPED \] [0-9]' "$OUT/gpu_tests.txt" | cut -c1-160 | tail -30
+wait $(jobs -p | head -4)
+for e in torchscript dynamo; do
+  python3 - /tmp/sig_$e <<'PY' > "$OUT/sig/ops_$e.txt" 2>&1
 import collections, glob, onnx, sys
 for f in sorted(glob.glob(sys.argv[1] + "/*/*.onnx")):
     m = onnx.load(f, load_external_data=False)
@@ -22,15 +31,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/*/*.onnx")):
     for fn in m.functions: ops.update(n.op_type for n in fn.node)
     print(f.split("/")[-1], m.opset_import[0].version, dict(ops))
 PY
-  done ) &
-sigpid=$!
-models="$(grep -v '^#' tools/sweep/library_models.txt | grep -v '^ *$' | grep -vE '@(192|224|240|256)$') $(cd tools/sweep && python3 -c 'import torchvision_sweep as t; print(" ".join(t.MODELS))')"
-MODELS=$models AMP=bf16 SHARDS=${SHARDS:-12} MODEL_LIMIT=${MODEL_LIMIT:-100} LIMIT=${LIMIT:-330} PACK_MB=${PACK_MB:-40} OUT=$OUT/lib \
-  bash "$root/tools/sweep/library_sweep.sh" > "$OUT/lib/summary.txt" 2>&1 &
-AMPC_MODELS_DIR=$root/.gpu/models timeout ${GPU_LIMIT:-300} gpu_tests > "$OUT/gpu_tests.txt" 2>&1
-echo "gpu_tests exit $?"
-grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]|SKIPPED \] [0-9]' "$OUT/gpu_tests.txt" | cut -c1-160 | tail -30
-wait $sigpid
+done
 for f in "$OUT"/sig/*.txt; do echo "== $(basename $f)"; cat "$f"; done
 wait
 cat "$OUT/lib/summary.txt" | tail -40

@@ -605,6 +605,35 @@ def hf_image(model_type, res=64):
     return (build, res)
 
 
+# Audio families: raw waveforms through a convolutional feature encoder (wav2vec2 and its kin), or
+# spectrogram features (Whisper's encoder, AST). Their configs shrunk where per-layer lists or input
+# sizes are fixed by the family; SpecAugment's time and feature masks and LayerDrop off (random in
+# training, and numpy's: no exporter keeps them).
+HF_AUDIO_RAW = dict(conv_dim=[32, 32, 32], conv_kernel=[10, 3, 3], conv_stride=[5, 2, 2], num_conv_pos_embeddings=16,
+                    num_conv_pos_embedding_groups=2, mask_time_prob=0.0, mask_feature_prob=0.0, layerdrop=0.0)
+
+
+def hf_audio(model_type, samples=1600):
+    features = {"whisper": (16, 32), "audio-spectrogram-transformer": (36, 26)}.get(model_type)  # the input's dims past N
+
+    def build():
+        from transformers import AutoModelForAudioClassification
+        cfg = hf_config(model_type, dict(HF_TINY, num_mel_bins=16, max_source_positions=16, max_length=36))
+        if model_type == "audio-spectrogram-transformer":
+            cfg.num_mel_bins = 26
+        if features is None:
+            for k, v in HF_AUDIO_RAW.items():
+                if hasattr(cfg, k):
+                    setattr(cfg, k, v)
+            cfg.num_feat_extract_layers = len(cfg.conv_dim)
+        key = "input_values" if features is None or model_type == "audio-spectrogram-transformer" else "input_features"
+        return HfLogits(AutoModelForAudioClassification.from_config(cfg), key)
+
+    def inputs():  # Whisper's [N, mel bins, frames], AST's [N, frames, mel bins], or [N, samples]
+        return torch.randn(2, *features) if features else torch.randn(2, samples)
+    return (build, samples, None, [], inputs)
+
+
 def timm_entry(name, res=64):
     def build():
         import timm
@@ -618,7 +647,8 @@ def timm_entry(name, res=64):
 def entry(name):
     """MODELS[name], or a model named by its library: timm:NAME[@RES] (timm.create_model, 10 classes,
     RES px, 64 unless given), hf:TYPE (a transformers model type as a small sequence classifier on 16
-    tokens), hfimg:TYPE[@RES] (a small image classifier)."""
+    tokens), hfimg:TYPE[@RES] (a small image classifier), hfaudio:TYPE[@SAMPLES] (a small audio
+    classifier on SAMPLES samples, 1600 unless given, or its family's spectrogram features)."""
     if name in MODELS:
         return MODELS[name]
     lib, _, spec = name.partition(":")
@@ -629,7 +659,9 @@ def entry(name):
         return hf_text(spec, int(res or 16))
     if lib == "hfimg":
         return hf_image(spec, int(res or 64))
-    raise KeyError(f"no model {name!r}: a MODELS name, timm:NAME[@RES], hf:TYPE or hfimg:TYPE[@RES]")
+    if lib == "hfaudio":
+        return hf_audio(spec, int(res or 1600))
+    raise KeyError(f"no model {name!r}: a MODELS name, timm:NAME[@RES], hf:TYPE, hfimg:TYPE[@RES] or hfaudio:TYPE[@SAMPLES]")
 
 
 def no_randomness(m):
