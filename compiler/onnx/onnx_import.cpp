@@ -2566,7 +2566,12 @@ class Importer {
   // (c = 1: real, c = 2: real and imaginary parts interleaved) to its transform's bins k < bins
   // (o = 0: real part, o = 1: imaginary): e^(-i theta) forward, e^(i theta) / L inverse, with
   // theta = 2 pi (k n mod L) / L (the reduction keeps the angle exact in double for long signals).
-  static std::vector<double> fourierMatrix(int64_t rows, int64_t c, int64_t bins, int64_t length, bool inverse) {
+  std::vector<double> fourierMatrix(const onnx::NodeProto& np, int64_t rows, int64_t c, int64_t bins, int64_t length, bool inverse) {
+    // O(L^2) entries: bounded (n_fft 4096 onesided takes 2^24), so a long transform is an error, not a
+    // matrix of gigabytes.
+    if (rows * c * bins * 2 > (int64_t{1} << 25))
+      fail(nodeLabel(np) + ": a transform of " + std::to_string(rows) + " samples into " + std::to_string(bins) +
+           " bins needs a Fourier matrix of more than 2^25 entries, past what ampc builds");
     std::vector<double> w(static_cast<size_t>(rows * c * bins * 2));
     const double scale = inverse ? 1.0 / static_cast<double>(length) : 1.0, sign = inverse ? 1.0 : -1.0;
     for (int64_t n = 0; n < rows; ++n)
@@ -2633,7 +2638,7 @@ class Importer {
     for (int64_t d : others) m *= d;
     Value* xt = axis == r - 2 ? x : step(np, "Transpose", {x}, {{"perm", perm}});
     Value* flat = step(np, "Reshape", {xt, constI64(np, "rows", {m, rows * c})});
-    Value* w = g_->addConst(fresh(np, "fourier"), Tensor::fromDoubles(x->type().dtype, {rows * c, 2 * bins}, fourierMatrix(rows, c, bins, length, inverse)));
+    Value* w = g_->addConst(fresh(np, "fourier"), Tensor::fromDoubles(x->type().dtype, {rows * c, 2 * bins}, fourierMatrix(np, rows, c, bins, length, inverse)));
     Value* y = step(np, "MatMul", {flat, w});
     keepFp32(y);
     std::vector<int64_t> shape = others;
@@ -2681,7 +2686,7 @@ class Importer {
     if (onesided && c == 2) fail(nodeLabel(np) + ": a onesided STFT of a complex signal is not defined");
     const int64_t bins = onesided ? frame / 2 + 1 : frame, frames = (len - frame) / stepv[0] + 1;
     // Conv weight [2 bins, c, F]: entry (2k + o, ci, n) is the Fourier matrix's (n c + ci, 2k + o).
-    const auto f = fourierMatrix(frame, c, bins, frame, false);
+    const auto f = fourierMatrix(np, frame, c, bins, frame, false);
     const Tensor* wconst = window ? window->constData() : nullptr;
     std::vector<double> kw(static_cast<size_t>(2 * bins * c * frame));
     for (int64_t n = 0; n < frame; ++n)

@@ -10,7 +10,7 @@ source "$root/.gpu/env.sh"
 cd "$root"
 mkdir -p "$OUT/lib" "$OUT/sig"
 sweep() { OMP_NUM_THREADS=1 timeout ${SIG_LIMIT:-280} python3 tools/sweep/torchvision_sweep.py --ampc "$(command -v ampc)" --amprun "$(command -v amprun)" --model-limit 100 "$@" 2>&1 | grep -E "^[a-z:_0-9]+ +[A-Z-]+ " | cut -c1-600; }
-sig="spectrogram_cnn spectrogram_learned rfft_frames fourier_mixer hf:fnet hfaudio:wav2vec2 hfaudio:hubert hfaudio:wavlm hfaudio:whisper hfaudio:audio-spectrogram-transformer hfaudio:sew hfaudio:wav2vec2-conformer"
+sig="spectrogram_cnn spectrogram_learned rfft_frames fourier_mixer fno_tiny hf:fnet hfaudio:wav2vec2 hfaudio:hubert hfaudio:wavlm hfaudio:whisper hfaudio:audio-spectrogram-transformer hfaudio:sew hfaudio:wav2vec2-conformer"
 for e in torchscript dynamo; do
   sweep --out /tmp/sig_$e --exporter $e $sig > "$OUT/sig/fp32_$e.txt" &
   sweep --out /tmp/sigamp_$e --exporter $e --amp bf16 $sig > "$OUT/sig/bf16_$e.txt" &

@@ -294,6 +294,31 @@ class FourierMixer(nn.Module):
         return self.head((t + self.ff(t)).mean(1))
 
 
+class SpectralConv(nn.Module):
+    """A Fourier neural operator's layer (1-D): the signal's rfft, its lowest modes mixed across
+    channels by trained complex weights (kept as real and imaginary parts), the rest zero, and the
+    irfft back to the signal's length, beside a pointwise convolution."""
+
+    def __init__(self, c=8, modes=5, classes=10):
+        super().__init__()
+        self.modes = modes
+        self.lift = nn.Conv1d(4, c, 1)
+        self.wr = nn.Parameter(torch.randn(c, c, modes) / c)
+        self.wi = nn.Parameter(torch.randn(c, c, modes) / c)
+        self.point = nn.Conv1d(c, c, 1)
+        self.head = nn.Linear(c, classes)
+
+    def forward(self, x):  # x: [N, 4, length]
+        h = self.lift(x)
+        spec = torch.fft.rfft(h)[..., :self.modes]
+        xr, xi = spec.real, spec.imag
+        yr = torch.einsum("bim,iom->bom", xr, self.wr) - torch.einsum("bim,iom->bom", xi, self.wi)
+        yi = torch.einsum("bim,iom->bom", xr, self.wi) + torch.einsum("bim,iom->bom", xi, self.wr)
+        y = F.pad(torch.stack([yr, yi], -1), (0, 0, 0, h.shape[-1] // 2 + 1 - self.modes))
+        h = F.gelu(torch.fft.irfft(torch.view_as_complex(y), n=h.shape[-1]) + self.point(h))
+        return self.head(h.mean(-1))
+
+
 def audio(samples=1024):
     return lambda: torch.randn(2, samples)
 
@@ -497,6 +522,7 @@ MODELS = {
     "spectrogram_learned": (lambda: Spectrogram(learned=True), 8, None, [], audio()),
     "rfft_frames": (lambda: Spectrogram(learned=True, rfft=True), 8, None, [], audio()),
     "fourier_mixer": (FourierMixer, 16),
+    "fno_tiny": (SpectralConv, 32, None, [], lambda: torch.randn(2, 4, 32)),
     "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
 }
 
