@@ -1563,8 +1563,13 @@ void Program::Lowering::ampcFused() {
   const std::string ptx = n.getString("ptx", ""), entry = n.getString("entry", "");
   if (ptx.empty() || entry.empty()) fail("the fused group has no kernel (a plan written by an ampc without LLVM is expanded at load)");
   cudaLibrary_t lib = nullptr;
-  check(cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading the generated kernel");
-  p.keep_.push_back(std::shared_ptr<void>(lib, [](void* l) { cudaLibraryUnload(static_cast<cudaLibrary_t>(l)); }));
+  if (auto it = p.fusedLibraries_.find(ptx); it != p.fusedLibraries_.end()) {
+    lib = static_cast<cudaLibrary_t>(it->second);
+  } else {
+    check(cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading the generated kernel");
+    p.keep_.push_back(std::shared_ptr<void>(lib, [](void* l) { cudaLibraryUnload(static_cast<cudaLibrary_t>(l)); }));
+    p.fusedLibraries_.emplace(ptx, lib);
+  }
   std::vector<void*> ptrs;
   for (size_t i = 0; i < n.numInputs(); ++i) ptrs.push_back(const_cast<void*>(P(in(i))));
   for (size_t r = 0; r < n.numResults(); ++r) ptrs.push_back(P(out(r)));

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -220,6 +221,9 @@ class Program {
   std::vector<Step> launches_;
   std::vector<Launch> epilogue_;
   std::vector<std::shared_ptr<void>> keep_;  // objects the launches use (GEMM plans, tensor lists)
+  // Generated kernels' libraries by their PTX: fused groups that share a kernel (groups that differ
+  // only in names, compiler/codegen) load and JIT it once.
+  std::unordered_map<std::string, void*> fusedLibraries_;
   uint64_t* step_ = nullptr;
   struct Staging {
     void* host = nullptr;
