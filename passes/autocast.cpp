@@ -29,7 +29,7 @@ std::string_view ampRuleName(AmpRule r) {
     case AmpRule::ExplicitCast: return "cast in the model";
     case AmpRule::NotFloat: return "no float data";
     case AmpRule::Angle: return "angle of Sin/Cos (FP32)";
-    case AmpRule::Fp32Lowering: return "part of an FP32 op's lowering (DFT, STFT)";
+    case AmpRule::Fp32Lowering: return "part of an FP32 op's lowering (DFT, STFT, fake quantization)";
   }
   return "?";
 }

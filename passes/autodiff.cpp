@@ -27,7 +27,7 @@ std::unordered_set<const Value*> requiresGrad(const Graph& g, const std::vector<
     const bool diff = !n->def() || n->def()->differentiable;
     if (!diff) continue;
     bool any = false;
-    const uint32_t noGrad = n->def() ? n->def()->noGradOperands : 0;
+    const uint32_t noGrad = noGradOperands(*n);
     for (size_t i = 0; i < n->numInputs(); ++i) {
       const Value* v = n->input(i);
       any |= v && req.count(v) && isFloat(v->type().dtype) && !(noGrad >> i & 1);
@@ -123,7 +123,7 @@ std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts)
     bool reaches = false;
     for (const Use& u : p->uses()) {
       const Node* n = u.user;
-      if (n->def() && (!n->def()->differentiable || (n->def()->noGradOperands >> u.operand & 1))) continue;
+      if (n->def() && (!n->def()->differentiable || (noGradOperands(*n) >> u.operand & 1))) continue;
       for (size_t i = 0; i < n->numResults(); ++i) reaches |= deps.count(n->result(i)) && req.count(n->result(i));
     }
     if (reaches) r.push_back(p);
@@ -200,7 +200,7 @@ class AutodiffPass : public Pass {
       if (!d->grad) throw Error(n->describe() + ": the op is differentiable but has no gradient rule");
       std::vector<bool> needs(n->numInputs(), false);
       for (size_t i = 0; i < n->numInputs(); ++i)
-        needs[i] = n->input(i) && req.count(n->input(i)) && isFloat(n->input(i)->type().dtype) && !(d->noGradOperands >> i & 1);
+        needs[i] = n->input(i) && req.count(n->input(i)) && isFloat(n->input(i)->type().dtype) && !(noGradOperands(*n) >> i & 1);
       GradBuilder b(g, *n, dOut, needs);
       d->grad(b);
       for (size_t i = 0; i < n->numInputs(); ++i) {

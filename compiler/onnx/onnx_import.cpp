@@ -728,7 +728,9 @@ class Importer {
       {"HammingWindow", "output_datatype periodic"},
       {"BlackmanWindow", "output_datatype periodic"},
       {"DFT", "axis inverse onesided"},
-      {"STFT", "onesided"}};
+      {"STFT", "onesided"},
+      {"QuantizeLinear", "axis block_size output_dtype precision saturate"},
+      {"DequantizeLinear", "axis block_size output_dtype"}};
 
  public:
   static bool lowersOp(const std::string& op) { return kImportLowered.count(op) != 0; }
@@ -2708,6 +2710,109 @@ class Importer {
     step(np, "Transpose", {y}, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}}, out);
   }
 
+  // Quantization-aware training's fake quantization, as both exporters write PyTorch's
+  // fake_quantize_per_tensor_affine / per_channel_affine (and torch.ao's FakeQuantize): a
+  // QuantizeLinear whose 8-bit result only DequantizeLinear nodes with the same scale and zero
+  // point read. Forward as ONNX defines them: q = saturate(round_half_even(x / scale) + zp),
+  // y = (q - zp) scale (in FP32 under autocast; the integer tensor is real). The gradient is
+  // PyTorch's straight-through estimate: dy where round(x / scale) + zp is inside the type's
+  // range, else 0 (fake_quantize's cachemask), written y' = xm + (y - xm) with xm = x inside the
+  // range, 0 outside, and no gradient through the second operand (kNoGradOperands). The sum is y
+  // exactly: y - xm is exact where |y - x| <= scale / 2 (Sterbenz), and 0 + y is y. Scale and zero
+  // point get no gradient (PyTorch's are buffers; its learnable fake quantization is another op).
+  // A scale or zero point of [C] along `axis` broadcasts per channel; blocked quantization,
+  // 16- and 4-bit and float8 types are refused.
+  Value* quantOperand(const onnx::NodeProto& np, Value* v, const Value* x, int64_t axis, const char* what) {
+    const int64_t r = x->type().rank();
+    if (v->type().numel() == 1) return v->type().rank() == 0 ? v : step(np, "Reshape", {v, constI64(np, "scalar", {})});
+    if (v->type().rank() != 1 || axis < 0 || axis >= r || v->type().shape[0] != x->type().shape[axis])
+      fail(nodeLabel(np) + ": " + what + " " + v->type().str() + " is neither a scalar nor one per channel along axis " + std::to_string(axis) +
+           " of " + x->type().str() + " (blocked quantization is not supported)");
+    std::vector<int64_t> shape(static_cast<size_t>(r), 1);
+    shape[static_cast<size_t>(axis)] = x->type().shape[axis];
+    return step(np, "Reshape", {v, constI64(np, "channel_shape", shape)});
+  }
+  int64_t quantAxis(const onnx::NodeProto& np, const Value* x) {
+    if (attrInt(np, "block_size", 0) != 0) fail(nodeLabel(np) + ": blocked quantization (block_size) is not supported");
+    int64_t axis = attrInt(np, "axis", 1);
+    if (axis < 0) axis += x->type().rank();
+    return axis;
+  }
+  // The quantized type: the zero point's, else output_dtype's, else uint8; 8-bit only.
+  DType quantType(const onnx::NodeProto& np, Value* zp) {
+    DType t = DType::u8;
+    if (zp) t = zp->type().dtype;
+    else if (const int64_t o = attrInt(np, "output_dtype", 0)) t = dtypeFromOnnx(static_cast<int>(o)).value_or(DType::boolean);
+    if (t != DType::u8 && t != DType::i8) fail(nodeLabel(np) + ": only int8 and uint8 quantization is supported");
+    return t;
+  }
+  void lowerQuantize(const onnx::NodeProto& np, const std::string& out) {
+    Value* x = floatOperand(np, 0);
+    Value* zp = operand(np, 2);
+    const DType qt = quantType(np, zp);
+    if (zp && attrInt(np, "output_dtype", 0) && dtypeFromOnnx(static_cast<int>(attrInt(np, "output_dtype", 0))) != qt)
+      fail(nodeLabel(np) + ": output_dtype differs from the zero point's type");
+    if (attrInt(np, "precision", 0) != 0) fail(nodeLabel(np) + ": a precision attribute other than the input's is not supported");
+    // Training needs the dequantized value: every reader must be a DequantizeLinear of the same scale and zero point.
+    for (const auto& n : nodes_)
+      for (const auto& in : n.input())
+        if (in == out && (n.op_type() != "DequantizeLinear" || n.input_size() < 2 || n.input(1) != np.input(1) ||
+                          (n.input_size() > 2 ? n.input(2) : std::string()) != (np.input_size() > 2 ? np.input(2) : std::string())))
+          fail(nodeLabel(np) + ": its 8-bit result is read by " + nodeLabel(n) +
+               ", not by a DequantizeLinear of the same scale and zero point; ampc trains fake quantization (quantize-dequantize pairs) only");
+    const int64_t axis = quantAxis(np, x);
+    const DType t = x->type().dtype;
+    Value* scale = quantOperand(np, floatOperand(np, 1), x, axis, "y_scale");
+    if (scale->type().dtype != t) scale = castTo(np, scale, t);
+    const double lo = qt == DType::u8 ? 0 : -128, hi = qt == DType::u8 ? 255 : 127;
+    Value* ratio = step(np, "Div", {x, scale});
+    keepFp32(ratio);
+    Value* r = step(np, "Round", {ratio});
+    keepFp32(r);
+    if (zp) {
+      r = step(np, "Add", {r, castTo(np, quantOperand(np, zp, x, axis, "y_zero_point"), t)});
+      keepFp32(r);
+    }
+    Value* q = step(np, "Clip", {r, scalarOf(np, "qmin", lo, t), scalarOf(np, "qmax", hi, t)});
+    keepFp32(q);
+    castTo(np, q, qt, out);
+    Value* inRange = step(np, "And", {step(np, "GreaterOrEqual", {r, scalarOf(np, "qmin", lo, t)}), step(np, "LessOrEqual", {r, scalarOf(np, "qmax", hi, t)})});
+    quantized_[out] = Quantized{x, inRange, np.input(1), np.input_size() > 2 ? np.input(2) : std::string()};
+  }
+  void lowerDequantize(const onnx::NodeProto& np, const std::string& out) {
+    Value* q = operand(np, 0);
+    if (!q) fail(nodeLabel(np) + " needs an input");
+    const DType it = q->type().dtype;
+    if (it != DType::u8 && it != DType::i8 && it != DType::i32) fail(nodeLabel(np) + ": the input must be int8, uint8 or int32, got " + q->type().str());
+    if (attrInt(np, "output_dtype", 0) != 0 && dtypeFromOnnx(static_cast<int>(attrInt(np, "output_dtype", 0))) != floatOperand(np, 1)->type().dtype)
+      fail(nodeLabel(np) + ": output_dtype differs from the scale's type");
+    const int64_t axis = quantAxis(np, q);
+    Value* scale = quantOperand(np, floatOperand(np, 1), q, axis, "x_scale");
+    const DType t = scale->type().dtype;
+    Value* zp = operand(np, 2);
+    if (zp && zp->type().dtype != it) fail(nodeLabel(np) + ": the zero point's type differs from the input's");
+    Value* v = castTo(np, q, t);
+    if (zp) {
+      v = step(np, "Sub", {v, castTo(np, quantOperand(np, zp, q, axis, "x_zero_point"), t)});
+      keepFp32(v);
+    }
+    auto it2 = quantized_.find(np.input(0));
+    const bool pair = it2 != quantized_.end() && it2->second.x->type().dtype == t;
+    Value* y = step(np, "Mul", {v, scale}, {}, pair ? std::string() : out);
+    keepFp32(y);
+    if (!pair) return;
+    const Quantized& qz = it2->second;  // the straight-through gradient
+    Value* xm = step(np, "Where", {qz.inRange, qz.x, scalarOf(np, "zero", 0.0, t)});
+    keepFp32(xm);
+    Value* d = step(np, "Sub", {y, xm});
+    keepFp32(d);
+    Value* ste = step(np, "Add", {xm, d}, {}, out);
+    if (Node* p = ste->producer()) {
+      p->setAttr(kNoGradOperands, int64_t{2});
+      p->setAttr(kKeepFp32, int64_t{1});
+    }
+  }
+
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();
     if (op == "LSTM" || op == "GRU" || op == "RNN")  // every output is optional
@@ -2732,6 +2837,8 @@ class Importer {
     if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow") return lowerWindow(np, out);
     if (op == "DFT") return lowerDft(np, out);
     if (op == "STFT") return lowerStft(np, out);
+    if (op == "QuantizeLinear") return lowerQuantize(np, out);
+    if (op == "DequantizeLinear") return lowerDequantize(np, out);
     if (kSmallCompositions.count(op)) return lowerSmall(np, out);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {
@@ -3021,6 +3128,14 @@ class Importer {
   std::unordered_map<std::string, const onnx::ValueInfoProto*> declared_;
   std::vector<onnx::NodeProto> nodes_;  // the graph's nodes, local functions inlined
   std::unordered_map<std::string, std::vector<Value*>> sequences_;  // sequence values of static length
+  // QuantizeLinear results (by name) that a DequantizeLinear with the same scale and zero point
+  // turns into fake quantization with a straight-through gradient.
+  struct Quantized {
+    Value* x;          // the float input
+    Value* inRange;    // round(x / scale) + zero_point within the integer type's range
+    std::string scale, zeroPoint;
+  };
+  std::unordered_map<std::string, Quantized> quantized_;
   int trainingBatchNorms_ = 0, trainingFormBatchNorms_ = 0, frozenBatchNorms_ = 0;
   Graph* g_ = nullptr;
 };

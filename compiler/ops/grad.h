@@ -16,6 +16,12 @@ inline constexpr const char* kGradDomain = "ampc";
 // On a ReduceMax / ReduceMin node (set by the importer): its gradient goes to the first extreme
 // element, as PyTorch's max(dim) and adaptive max pooling give it, not shared among ties.
 inline constexpr const char* kGradToFirst = "ampc_grad_to_first";
+// On any node (set by the importer): a bit mask of operands that get no gradient through it, beside
+// its op's own (OpDef::noGradOperands). A straight-through estimator is x + (f(x) - x) with the
+// second operand's bit set: f's value forward, x's gradient back (fake quantization).
+inline constexpr const char* kNoGradOperands = "ampc_no_grad_operands";
+// The operands of n that get no gradient through it: its op's and the node's own kNoGradOperands.
+uint32_t noGradOperands(const Node& n);
 
 class GradBuilder {
  public:

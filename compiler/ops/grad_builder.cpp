@@ -8,6 +8,10 @@ std::string GradBuilder::base() const {
   return (node.name().empty() ? node.result(0)->name() : node.name()) + "_grad";
 }
 
+uint32_t noGradOperands(const Node& n) {
+  return (n.def() ? n.def()->noGradOperands : 0) | static_cast<uint32_t>(n.getInt(kNoGradOperands, 0));
+}
+
 void GradBuilder::setGrad(size_t i, Value* v) {
   const Value* in = x(i);
   if (!in || !v) return;

@@ -105,8 +105,9 @@ bool attributeTaken(std::string_view attrs, std::string_view name);
 // FLOPs of a node: its row's estimate, else one per output element.
 double nodeFlops(const Node& n);
 
-// On a node an import lowering writes (the MatMul or Conv of a DFT or STFT): autocast runs it in
-// FP32 whatever its category, as PyTorch computes its FFTs in the input's precision, not lowered.
+// On a node an import lowering writes (the MatMul or Conv of a DFT or STFT, fake quantization's
+// arithmetic): autocast runs it in FP32 whatever its category, as PyTorch computes its FFTs in the
+// input's precision, not lowered, and quantization steps need every bit of x / scale.
 inline constexpr const char* kKeepFp32 = "ampc_fp32";
 
 // The newest opset the registry covers, and the oldest.

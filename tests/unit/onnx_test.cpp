@@ -271,7 +271,9 @@ TEST(OnnxImport, AttributeListsFollowTheSchemas) {
                                        "ReduceL1.noop_with_empty_axes", "ReduceL2.noop_with_empty_axes", "ReduceSumSquare.noop_with_empty_axes",
                                        "ReduceLogSum.noop_with_empty_axes", "ReduceLogSumExp.noop_with_empty_axes", "ReduceProd.noop_with_empty_axes",
                                        "Split.num_outputs", "Cast.saturate", "CastLike.saturate", "AveragePool.dilations",
-                                       "Resize.antialias", "Resize.axes", "Resize.keep_aspect_ratio_policy", "LpPool.ceil_mode", "LpPool.dilations"};
+                                       "Resize.antialias", "Resize.axes", "Resize.keep_aspect_ratio_policy", "LpPool.ceil_mode", "LpPool.dilations",
+                                       "QuantizeLinear.saturate", "QuantizeLinear.block_size", "QuantizeLinear.output_dtype",
+                                       "QuantizeLinear.precision", "DequantizeLinear.block_size", "DequantizeLinear.output_dtype"};
   std::map<std::string, std::string_view> ops;
   for (const OpDef& d : allOps())
     if (d.domain.empty()) ops[std::string(d.name)] = d.attrs;
@@ -2672,4 +2674,70 @@ TEST(OnnxImport, SignalOpsMatchTheirDefinitions) {
     writeModel(d.file("bad.onnx"), m);
     expectImportError(d.file("bad.onnx"), {"complex_onesided", "onesided DFT of a complex input"});
   }
+}
+
+// Fake quantization (a QuantizeLinear read only by DequantizeLinear nodes of the same scale and
+// zero point, as both exporters write PyTorch's fake_quantize_*): forward as ONNX defines the pair
+// (round half to even, saturate), the gradient PyTorch's straight-through mask (dy where
+// round(x / scale) + zero_point is inside the type's range), per tensor (uint8) and per channel
+// (int8, axis 0); a quantized tensor read by anything else is refused, naming both nodes.
+TEST(OnnxImport, FakeQuantizationPassesTheGradientInsideTheRange) {
+  TempDir d;
+  const std::vector<double> xv{-0.26, 0.04, 0.05, 0.15, 0.25, 1.0, 12.6, 30.0};  // 2 x 4
+  auto model = [&](bool perChannel, bool badReader) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addFloatInit(g, "x", {2, 4}, std::vector<float>(xv.begin(), xv.end()));
+    if (perChannel) {
+      addFloatInit(g, "scale", {2}, {0.1f, 0.002f});
+      auto* zp = addInit(g, "zp", {2}, onnx::TensorProto::INT8, {0, 0});
+      zp->clear_int32_data();
+      zp->add_int32_data(2);
+      zp->add_int32_data(-3);
+    } else {
+      addFloatInit(g, "scale", {}, {0.1f});
+      auto* zp = addInit(g, "zp", {}, onnx::TensorProto::UINT8, {});
+      zp->add_int32_data(3);
+    }
+    intAttr(addNode(g, "QuantizeLinear", {"x", "scale", "zp"}, {"q"}, "quant"), "axis", 0);
+    intAttr(addNode(g, "DequantizeLinear", {"q", "scale", "zp"}, {"y"}, "dequant"), "axis", 0);
+    if (badReader) intAttr(addNode(g, "Cast", {"q"}, {"qi"}, "reads_q"), "to", 7);
+    addFloatInit(g, "c", {2, 4}, {1, -2, 3, 0.5f, 2, 1, -1, 0.25f});
+    addNode(g, "Mul", {"y", "c"}, {"yc"}, "weigh");
+    addNode(g, "ReduceSum", {"yc"}, {"loss"}, "sum");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addOutput(g, "loss");
+    const std::string f = d.file(std::string("fq") + (perChannel ? "c" : "t") + (badReader ? "b" : "") + ".onnx");
+    writeModel(f, m);
+    return f;
+  };
+  for (bool perChannel : {false, true}) {
+    SCOPED_TRACE(perChannel ? "per channel" : "per tensor");
+    auto g = importOnnxFile(model(perChannel, false));
+    // q = clamp(round_half_even(x / s) + zp, lo, hi); y = (q - zp) s; dy/dx = [lo <= round(x / s) + zp <= hi].
+    std::vector<double> y, mask;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const bool row1 = perChannel && i >= 4;
+      const double s = row1 ? static_cast<double>(0.002f) : static_cast<double>(0.1f), zp = perChannel ? (row1 ? -3 : 2) : 3;
+      const double lo = perChannel ? -128 : 0, hi = perChannel ? 127 : 255;
+      const double r = std::nearbyint(static_cast<double>(static_cast<float>(static_cast<float>(xv[i]) / static_cast<float>(s)))) + zp;
+      y.push_back((std::clamp(r, lo, hi) - zp) * s);
+      mask.push_back(r >= lo && r <= hi ? 1.0 : 0.0);
+    }
+    auto backend = createCpuBackend();
+    const Tensor got = evaluate(*g, {}, *backend, {}, {g->lookup("y")}).back();
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(got.getDouble(static_cast<int64_t>(i)), y[i], 1e-6) << i;
+    createAutodiffPass()->run(*g);
+    const auto outs = evaluate(*g, {}, *backend);
+    ASSERT_EQ(outs.size(), 3u);  // the loss, x's and c's gradients (scale and zero point get none)
+    const double c[] = {1, -2, 3, 0.5, 2, 1, -1, 0.25};
+    int inside = 0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      EXPECT_EQ(outs[1].getDouble(static_cast<int64_t>(i)), c[i] * mask[i]) << i;
+      inside += mask[i] != 0;
+    }
+    EXPECT_GT(inside, 0);
+    EXPECT_LT(inside, 8);  // both sides of the range are exercised
+  }
+  expectImportError(model(false, true), {"'quant' (QuantizeLinear)", "reads_q", "quantize-dequantize pairs"});
 }

@@ -319,6 +319,27 @@ class SpectralConv(nn.Module):
         return self.head(h.mean(-1))
 
 
+def qat_cnn(per_channel=False):
+    """Quantization-aware training as torch.ao prepares it: fake quantization of the activations
+    (uint8) and the weights (int8, per tensor or per output channel), observers run once on a batch
+    and then disabled (the scales the exporters freeze into the graph stay PyTorch's too)."""
+    import torch.ao.quantization as tq
+    m = nn.Sequential(tq.QuantStub(), nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10), tq.DeQuantStub())
+    weight = (tq.FakeQuantize.with_args(observer=tq.MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127,
+                                        dtype=torch.qint8, qscheme=torch.per_channel_symmetric) if per_channel
+              else tq.FakeQuantize.with_args(observer=tq.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
+                                             dtype=torch.qint8, qscheme=torch.per_tensor_symmetric))
+    m.qconfig = tq.QConfig(activation=tq.FakeQuantize.with_args(observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255),
+                           weight=weight)
+    m.train()
+    tq.prepare_qat(m, inplace=True)
+    with torch.no_grad():
+        m(torch.randn(4, 3, 12, 12))
+    m.apply(tq.disable_observer)
+    return m
+
+
 def audio(samples=1024):
     return lambda: torch.randn(2, samples)
 
@@ -522,6 +543,8 @@ MODELS = {
     "spectrogram_learned": (lambda: Spectrogram(learned=True), 8, None, [], audio()),
     "rfft_frames": (lambda: Spectrogram(learned=True, rfft=True), 8, None, [], audio()),
     "fourier_mixer": (FourierMixer, 16),
+    "qat_cnn": (qat_cnn, 12),
+    "qat_cnn_per_channel": (lambda: qat_cnn(True), 12),
     "fno_tiny": (SpectralConv, 32, None, [], lambda: torch.randn(2, 4, 32)),
     "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
 }
