@@ -37,5 +37,5 @@ wait
 cat "$OUT/lib/summary.txt" | tail -40
 exp=/tmp/exported; mkdir -p $exp
 OMP_NUM_THREADS=4 timeout 45 python3 tools/sweep/torchvision_sweep.py --ampc "$(command -v ampc)" --amprun "$(command -v amprun)" \
-  --out $exp --exporter dynamo --export-only textcnn_padding_idx adaptive_max max_ties spectrogram_learned 2>&1 | grep -E " [A-Z-]+ " | cut -c1-200
-JOBS=4 timeout 60 bash tools/sweep/cuda_vs_cpu.sh $exp textcnn_padding_idx adaptive_max max_ties spectrogram_learned 2>&1 | cut -c1-400
+  --out $exp --exporter dynamo --export-only textcnn_padding_idx adaptive_max max_ties spectrogram_learned qat_cnn fno_tiny 2>&1 | grep -E " [A-Z-]+ " | cut -c1-200
+JOBS=4 timeout 60 bash tools/sweep/cuda_vs_cpu.sh $exp textcnn_padding_idx adaptive_max max_ties spectrogram_learned qat_cnn fno_tiny 2>&1 | cut -c1-400
