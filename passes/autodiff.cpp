@@ -39,16 +39,20 @@ std::unordered_set<const Value*> requiresGrad(const Graph& g, const std::vector<
   return req;
 }
 
-// Values the loss depends on.
+// Values the loss depends on through edges a gradient can cross: float operands of differentiable
+// ops (and of custom ops, which autodiff then refuses by name) that are not no-grad operands. A
+// value reaching the loss only through an integer tensor, a comparison or a straight-through
+// estimator's held operand (fake quantization's scale) gets no gradient and is not trained.
 std::unordered_set<const Value*> lossDeps(const Graph& g, const Value* loss) {
   std::unordered_set<const Value*> deps{loss};
   for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it) {
     const Node* n = it->get();
     bool live = false;
-    for (size_t i = 0; i < n->numResults(); ++i) live |= deps.count(n->result(i)) != 0;
-    if (!live) continue;
-    for (const Value* v : n->inputs())
-      if (v) deps.insert(v);
+    for (size_t i = 0; i < n->numResults(); ++i) live |= deps.count(n->result(i)) && isFloat(n->result(i)->type().dtype);
+    if (!live || (n->def() && !n->def()->differentiable)) continue;
+    const uint32_t noGrad = noGradOperands(*n);
+    for (size_t i = 0; i < n->numInputs(); ++i)
+      if (const Value* v = n->input(i); v && isFloat(v->type().dtype) && !(noGrad >> i & 1)) deps.insert(v);
   }
   return deps;
 }
