@@ -112,6 +112,7 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
     n->add_output(v->name());
     attrToProto("value", *v->data(), n->add_attribute());
   }
+  nlohmann::json annotations = nlohmann::json::object();
   for (const auto& node : g.nodes()) {
     auto* n = gp->add_node();
     n->set_op_type(node->op());
@@ -119,11 +120,24 @@ onnx::ModelProto exportOnnx(const Graph& g, const ExportOptions& opts) {
     n->set_name(node->name());
     for (const Value* in : node->inputs()) n->add_input(in ? in->name() : "");
     for (size_t i = 0; i < node->numResults(); ++i) n->add_output(node->result(i)->name());
-    for (const auto& [k, a] : node->attrs()) attrToProto(k, a, n->add_attribute());
+    for (const auto& [k, a] : node->attrs()) {
+      // ampc's integer annotations on standard ops (kGradToFirst, kKeepFp32, kNoGradOperands) are no
+      // ONNX attributes: in a model for other tools they travel as metadata, by the node's first result.
+      if (opts.initializerData && node->domain().empty() && k.rfind("ampc_", 0) == 0 && std::holds_alternative<int64_t>(a)) {
+        annotations[node->result(0)->name()][k] = std::get<int64_t>(a);
+        continue;
+      }
+      attrToProto(k, a, n->add_attribute());
+    }
     if (!node->def())  // a custom op's result types travel as value_info
       for (size_t i = 0; i < node->numResults(); ++i) valueInfo(node->result(i), gp->add_value_info());
   }
   for (const Value* v : g.outputs()) valueInfo(v, gp->add_output());
+  if (!annotations.empty()) {
+    auto* e = m.add_metadata_props();
+    e->set_key("ampc.node_attributes");
+    e->set_value(annotations.dump());
+  }
   // The checker knows opsets up to the ONNX library's own; newer graphs are exported unchecked.
   const int checkerMax = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at("").second;
   if (g.opset > checkerMax || !opts.initializerData) return m;

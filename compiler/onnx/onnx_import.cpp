@@ -287,6 +287,7 @@ class Importer {
         trainingFormBatchNorms_ += training && module;
       }
     for (int i : topoOrder()) addNode(nodes_[i]);
+    applyNodeAttributes(*g);
     markIndexSelectingReductions(*g);
     notePaddingLikeRows();
     if (frozenBatchNorms_)
@@ -2970,6 +2971,7 @@ class Importer {
     for (const auto& p : m_.metadata_props()) {
       if (p.key() == "ampc.trainable") g_->declaredTrainable = parseNameList(p.value(), p.key());
       if (p.key() == "ampc.embedding_padding") readPadding(p.value());
+      if (p.key() == "ampc.node_attributes") readNodeAttributes(p.value());
       if (p.key() == "ampc.frozen_batchnorms") {
         const auto names = parseNameList(p.value(), p.key());
         g_->frozenBatchNorms.insert(names.begin(), names.end());
@@ -2987,6 +2989,29 @@ class Importer {
                                     "derivative, and they differ from PyTorch's where that backward is not the derivative (a "
                                     "straight-through estimator, a surrogate gradient)");
       }
+    }
+  }
+  // ampc's annotations of standard ops in a model it exported ({"first result": {"ampc_...": int}}):
+  // set on the nodes that import makes with those results.
+  void readNodeAttributes(const std::string& s) {
+    auto j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("metadata 'ampc.node_attributes' is not a JSON object of result: {attribute: int}");
+    for (const auto& [value, attrs] : j.items()) {
+      if (!attrs.is_object()) fail("metadata 'ampc.node_attributes': '" + value + "' is not given an object");
+      for (const auto& [k, v] : attrs.items()) {
+        if (k.rfind("ampc_", 0) != 0 || !v.is_number_integer())
+          fail("metadata 'ampc.node_attributes': '" + value + "' has '" + k + "', not an ampc_ attribute with an integer value");
+        nodeAttributes_[value][k] = v.get<int64_t>();
+      }
+    }
+  }
+  void applyNodeAttributes(Graph& g) const {
+    if (nodeAttributes_.empty()) return;
+    for (const auto& n : g.nodes()) {
+      if (!n->numResults()) continue;
+      auto it = nodeAttributes_.find(n->result(0)->name());
+      if (it == nodeAttributes_.end()) continue;
+      for (const auto& [k, v] : it->second) n->setAttr(k, v);
     }
   }
   // {"initializer": row, ...}; checked against the initializers once they are read.
@@ -3136,6 +3161,8 @@ class Importer {
     std::string scale, zeroPoint;
   };
   std::unordered_map<std::string, Quantized> quantized_;
+  std::map<std::string, std::map<std::string, int64_t>> nodeAttributes_;  // metadata 'ampc.node_attributes'
+
   int trainingBatchNorms_ = 0, trainingFormBatchNorms_ = 0, frozenBatchNorms_ = 0;
   Graph* g_ = nullptr;
 };

@@ -480,7 +480,7 @@ TEST(OnnxExport, PassesCheckerAndReimportsIdentically) {
   %r : f32[4,5] = Relu(%y) @relu
   %l : f32[], %lp : f32[4,5] = SoftmaxCrossEntropyLoss(%r, %t) {reduction = "mean"} @loss
   %z : f32[2,10] = Reshape(%r, %s) @reshape
-  %m : f16[2] = Mul(%xh, %h) @mul
+  %m : f16[2] = Mul(%xh, %h) {ampc_fp32 = 1} @mul
   output %l
   output %z
   output %m
@@ -493,10 +493,11 @@ TEST(OnnxExport, PassesCheckerAndReimportsIdentically) {
     p->setData(std::move(t));
   }
   onnx::ModelProto m = exportOnnx(*g);
-  EXPECT_NO_THROW(onnx::checker::check_model(m));
+  EXPECT_NO_THROW(onnx::checker::check_model(m));  // ampc's annotation (ampc_fp32) travels as metadata
   writeModel(d.file("out.onnx"), m);
   auto back = importOnnxFile(d.file("out.onnx"));
   EXPECT_EQ(printGraph(*back), printGraph(*g));
+  EXPECT_EQ(back->lookup("m")->producer()->getInt(kKeepFp32, 0), 1);
   EXPECT_EQ(back->lookup("w")->data()->getDouble(7), 1.75);
 
   // exportOnnxFile writes atomically: no temp file is left behind.
