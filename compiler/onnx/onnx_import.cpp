@@ -2778,7 +2778,7 @@ class Importer {
     keepFp32(q);
     castTo(np, q, qt, out);
     Value* inRange = step(np, "And", {step(np, "GreaterOrEqual", {r, scalarOf(np, "qmin", lo, t)}), step(np, "LessOrEqual", {r, scalarOf(np, "qmax", hi, t)})});
-    quantized_[out] = Quantized{x, inRange, np.input(1), np.input_size() > 2 ? np.input(2) : std::string()};
+    quantized_[out] = Quantized{x, inRange};  // its readers' scale and zero point are this node's (checked above)
   }
   void lowerDequantize(const onnx::NodeProto& np, const std::string& out) {
     Value* q = operand(np, 0);
@@ -3156,9 +3156,8 @@ class Importer {
   // QuantizeLinear results (by name) that a DequantizeLinear with the same scale and zero point
   // turns into fake quantization with a straight-through gradient.
   struct Quantized {
-    Value* x;          // the float input
-    Value* inRange;    // round(x / scale) + zero_point within the integer type's range
-    std::string scale, zeroPoint;
+    Value* x;        // the float input
+    Value* inRange;  // round(x / scale) + zero_point within the integer type's range
   };
   std::unordered_map<std::string, Quantized> quantized_;
   std::map<std::string, std::map<std::string, int64_t>> nodeAttributes_;  // metadata 'ampc.node_attributes'
