@@ -538,7 +538,7 @@ MODELS = {
     "nf_regnet_small": (nf_regnet_small, 32),
     "resnest_small": (lambda: timm_small("resnest14d", channels=(8, 16, 16, 32), stem_width=8), 32),
     # Stop 54: the signal ops (STFT under the TorchScript exporter; DFT, which the dynamo exporter
-    # writes for torch.stft and torch.fft.*; the windows), with and without a gradient through them.
+    # writes for torch.fft.*, and likely for torch.stft; the windows), with and without a gradient through them.
     "spectrogram_cnn": (lambda: Spectrogram(), 8, None, [], audio()),
     "spectrogram_learned": (lambda: Spectrogram(learned=True), 8, None, [], audio()),
     "rfft_frames": (lambda: Spectrogram(learned=True, rfft=True), 8, None, [], audio()),
