@@ -44,11 +44,12 @@ std::unordered_set<const Value*> requiresGrad(const Graph& g, const std::vector<
 // value reaching the loss only through an integer tensor, a comparison or a straight-through
 // estimator's held operand (fake quantization's scale) gets no gradient and is not trained.
 std::unordered_set<const Value*> lossDeps(const Graph& g, const Value* loss) {
-  std::unordered_set<const Value*> deps{loss};
+  std::unordered_set<const Value*> deps;
+  if (isFloat(loss->type().dtype)) deps.insert(loss);
   for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it) {
     const Node* n = it->get();
     bool live = false;
-    for (size_t i = 0; i < n->numResults(); ++i) live |= deps.count(n->result(i)) && isFloat(n->result(i)->type().dtype);
+    for (size_t i = 0; i < n->numResults(); ++i) live |= deps.count(n->result(i)) != 0;  // deps holds float values only
     if (!live || (n->def() && !n->def()->differentiable)) continue;
     const uint32_t noGrad = noGradOperands(*n);
     for (size_t i = 0; i < n->numInputs(); ++i)
@@ -127,7 +128,7 @@ std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts)
     bool reaches = false;
     for (const Use& u : p->uses()) {
       const Node* n = u.user;
-      if (n->def() && (!n->def()->differentiable || (noGradOperands(*n) >> u.operand & 1))) continue;
+      if ((n->def() && !n->def()->differentiable) || (noGradOperands(*n) >> u.operand & 1)) continue;
       for (size_t i = 0; i < n->numResults(); ++i) reaches |= deps.count(n->result(i)) && req.count(n->result(i));
     }
     if (reaches) r.push_back(p);

@@ -23,14 +23,7 @@ echo "gpu_tests exit $?"
 grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]|SKIPPED \] [0-9]' "$OUT/gpu_tests.txt" | cut -c1-160 | tail -30
 wait $(jobs -p | head -4)
 for e in torchscript dynamo; do
-  python3 - /tmp/sig_$e <<'PY' > "$OUT/sig/ops_$e.txt" 2>&1
-import collections, glob, onnx, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*/*.onnx")):
-    m = onnx.load(f, load_external_data=False)
-    ops = collections.Counter(n.op_type for n in m.graph.node)
-    for fn in m.functions: ops.update(n.op_type for n in fn.node)
-    print(f.split("/")[-1], m.opset_import[0].version, dict(ops))
-PY
+  python3 tools/sweep/onnx_ops.py /tmp/sig_$e > "$OUT/sig/ops_$e.txt" 2>&1
 done
 for f in "$OUT"/sig/*.txt; do echo "== $(basename $f)"; cat "$f"; done
 wait

@@ -23,13 +23,6 @@ grep -E '^\[  (PASSED|FAILED) |^\[==|FAILED  \]|SKIPPED \] [0-9]' "$OUT/gpu_test
 wait
 for f in "$OUT"/sig/*.txt; do echo "== $(basename $f)"; cat "$f"; done
 for e in torchscript dynamo; do
-  python3 - /tmp/sa_$e <<'PY' 2>&1 | cut -c1-600
-import collections, glob, onnx, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*/*.onnx")):
-    m = onnx.load(f, load_external_data=False)
-    ops = collections.Counter(n.op_type for n in m.graph.node)
-    for fn in m.functions: ops.update(n.op_type for n in fn.node)
-    print(f.split("/")[-1], m.opset_import[0].version, dict(ops))
-PY
+  python3 tools/sweep/onnx_ops.py /tmp/sa_$e 2>&1 | cut -c1-600
 done
 JOBS=4 timeout 40 bash tools/sweep/cuda_vs_cpu.sh /tmp/sa_dynamo qat_cnn spectrogram_learned fno_tiny fourier_mixer 2>&1 | cut -c1-300
