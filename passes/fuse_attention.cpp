@@ -227,7 +227,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // softmax(S, dtype=torch.float32) of f32 scores (transformers' eager attention): a Cast to the
   // scores' own dtype, or an Identity, in front of the Softmax. The fused softmax runs in f32 anyway.
   for (const Node* c = s->producer(); c && c->domain().empty() && singleUse(g, s) &&
-                                      ((c->op() == "Cast" && c->input(0)->type().dtype == s->type().dtype) || c->op() == "Identity");
+                                      ((c->op() == "Cast" && c->input(0)->type().dtype == s->type().dtype) || (c->op() == "Identity" && !noGradOperands(*c)));
        c = s->producer()) {
     m.up.push_back(const_cast<Node*>(c));
     s = c->input(0);
@@ -350,9 +350,10 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   }
   if (!singleUse(g, p)) return false;
   Node* user = p->uses()[0].user;
-  // Identity nodes on the way (torch.export's clone of the probabilities): passed through.
+  // Identity nodes on the way (torch.export's clone of the probabilities): passed through, unless
+  // one stops the gradient (a detach(): the fused op's backward would not).
   auto skipIdentities = [&]() {
-    while (user->domain().empty() && user->op() == "Identity" && singleUse(g, user->result(0))) {
+    while (user->domain().empty() && user->op() == "Identity" && !noGradOperands(*user) && singleUse(g, user->result(0))) {
       m.down.push_back(user);
       p = user->result(0);
       user = p->uses()[0].user;

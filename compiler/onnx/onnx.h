@@ -44,6 +44,10 @@ struct ImportOptions {
   // The model is ampc's own (a plan's graphs): its standard ops carry the passes' annotations (a
   // Cast's "fold"), which import keeps without checking them against what the ops read.
   bool ampcGraph = false;
+  // --straight-through: every Add of a and (b - a) without a stop-gradient marker is read as the
+  // straight-through estimator a + (b - a).detach() whose detach() the exporter dropped: b's value,
+  // a's gradient. Without it ampc differentiates the sum as written (b's gradient) and notes each.
+  bool straightThrough = false;
 };
 
 // Reads and imports an .onnx file. Every failure is an Error whose message starts with the file

@@ -289,6 +289,7 @@ class Importer {
     for (int i : topoOrder()) addNode(nodes_[i]);
     applyNodeAttributes(*g);
     markIndexSelectingReductions(*g);
+    markStraightThrough(*g);
     notePaddingLikeRows();
     if (frozenBatchNorms_)
       g->importNotes.push_back(std::to_string(frozenBatchNorms_) + " BatchNormalization node(s) in inference form beside " +
@@ -403,6 +404,7 @@ class Importer {
     for (const auto& n : nodes_) {
       if (lookupOp(n.domain(), n.op_type(), domainVersion(n.domain()))) continue;
       if ((n.domain().empty() || n.domain() == "ai.onnx") && kImportLowered.count(n.op_type())) continue;
+      if (isStopGradient(n)) continue;
       const bool custom = !n.domain().empty() && n.domain() != "ai.onnx";
       if (custom && std::all_of(n.output().begin(), n.output().end(), [&](const std::string& o) { return o.empty() || declaredType(o); }))
         continue;
@@ -588,11 +590,14 @@ class Importer {
     }
   }
 
+  static bool isStopGradient(const onnx::NodeProto& n) { return n.domain() == kGradDomain && n.op_type() == kStopGradientOp; }
+
   void addNode(const onnx::NodeProto& np) {
     if ((np.domain().empty() || np.domain() == "ai.onnx") && kImportLowered.count(np.op_type())) {
       lowerAtImport(np);
       return;
     }
+    if (isStopGradient(np)) return lowerStopGradient(np);
     if ((np.domain().empty() || np.domain() == "ai.onnx") && np.op_type() == "SoftmaxCrossEntropyLoss" && np.input_size() > 1) {
       const Value* labels = g_->lookup(np.input(1));
       if (labels && isFloat(labels->type().dtype)) return lowerSoftTargetCe(np);
@@ -844,6 +849,40 @@ class Importer {
     if (!v) fail(nodeLabel(np) + ": input " + std::to_string(i) + " is missing");
     if (!isFloat(v->type().dtype)) fail(nodeLabel(np) + ": input " + std::to_string(i) + " must be a float tensor, got " + v->type().str());
     return v;
+  }
+
+  // a + (b - a) is written for one thing only: the straight-through estimator a + (b - a).detach()
+  // (VQ-VAE's quantiser, hard Gumbel-softmax, learned quantisation), b's value with a's gradient.
+  // Neither exporter keeps detach(), and ampc_export.py's marker (kStopGradientOp) would stand
+  // between the Sub and the Add. Unmarked, the sum is differentiated as written (b's gradient, a
+  // silently different training): each is named in a note, and --straight-through reads them as
+  // the estimator. The importer's own (fake quantization's) carry kNoGradOperands already.
+  void markStraightThrough(Graph& g) {
+    std::string named;
+    int count = 0;
+    for (const auto& n : g.nodes()) {
+      if (!isOnnxOp(n.get(), "Add") || n->numInputs() != 2 || noGradOperands(*n)) continue;
+      for (size_t i = 0; i < 2; ++i) {
+        Value* a = n->input(i);
+        Value* d = n->input(1 - i);
+        const Node* sub = d ? d->producer() : nullptr;
+        if (!a || !isOnnxOp(sub, "Sub") || sub->input(1) != a || sub->input(0) == a || noGradOperands(*sub) || a->constData() ||
+            !isFloat(a->type().dtype))
+          continue;
+        if (opts_.straightThrough) n->setAttr(kNoGradOperands, int64_t{1} << (1 - i));
+        if (++count <= 5) named += std::string(named.empty() ? "" : ", ") + "'" + (n->name().empty() ? n->result(0)->name() : n->name()) + "'";
+        break;
+      }
+    }
+    if (!count) return;
+    if (count > 5) named += " and " + std::to_string(count - 5) + " more";
+    g.importNotes.push_back(
+        std::to_string(count) + " Add node(s) (" + named + ") add a and b - a, the straight-through estimator's form " +
+        "(z + (zq - z).detach()) with no stop-gradient marker: no exporter keeps detach(), so " +
+        (opts_.straightThrough ? std::string("--straight-through gives each b's value and a's gradient, as the estimator does")
+                               : std::string("ampc differentiates each as written (b's gradient, not a's). Export through "
+                                             "tools/export/ampc_export.py, which marks every detach(), or pass --straight-through "
+                                             "to read each as the estimator")));
   }
 
   // PyTorch's max(dim) / min(dim) reach ONNX as a ReduceMax / ReduceMin over one axis beside an
@@ -2627,10 +2666,47 @@ class Importer {
     }
     if (length < 1 || length > (int64_t{1} << 16)) fail(nodeLabel(np) + ": the DFT length must be 1 to 65536, got " + std::to_string(length));
     const bool inverse = attrInt(np, "inverse", 0) != 0, onesided = attrInt(np, "onesided", 0) != 0;
-    if (onesided && c == 2) fail(nodeLabel(np) + ": a onesided DFT of a complex input is not defined");
+    if (onesided && c == 2 && !inverse) fail(nodeLabel(np) + ": a onesided forward DFT of a complex input is not defined");
+    // An inverse onesided DFT of a complex input is the complex-to-real one (torch.fft.irfft, as the
+    // dynamo exporter writes it, and as onnxruntime computes it): the input is the half spectrum
+    // X[0 .. L/2] of a Hermitian signal, the output its L real samples (imaginary parts 0).
+    const bool hermitian = onesided && c == 2;
+    if (hermitian) {
+      if (s[axis] > length / 2 + 1)
+        x = step(np, "Slice", {x, constI64(np, "starts", {0}), constI64(np, "ends", {length / 2 + 1}), constI64(np, "axes", {axis})});
+      const int64_t rows = std::min(s[axis], length / 2 + 1);
+      return lowerDftProduct(np, x, axis, rows, length, hermitianMatrix(np, rows, length), out);
+    }
     const int64_t bins = onesided ? length / 2 + 1 : length;
     if (s[axis] > length) x = step(np, "Slice", {x, constI64(np, "starts", {0}), constI64(np, "ends", {length}), constI64(np, "axes", {axis})});
     const int64_t rows = std::min(s[axis], length);
+    lowerDftProduct(np, x, axis, rows, bins, fourierMatrix(np, rows, c, bins, length, inverse), out);
+  }
+  // Entry (2 k + ci, 2 n + o) of the complex-to-real inverse: x[n] = (1/L) sum over k <= L/2 of
+  // w_k Re(X[k] e^(i theta)), theta = 2 pi (k n mod L) / L, w_k 2 except for k = 0 and the Nyquist
+  // bin of an even L (their conjugates are themselves), so their imaginary parts count for nothing,
+  // as in PyTorch's irfft. Column o = 1 (the imaginary part) is 0.
+  std::vector<double> hermitianMatrix(const onnx::NodeProto& np, int64_t rows, int64_t length) {
+    if (rows * 2 * length * 2 > (int64_t{1} << 25))
+      fail(nodeLabel(np) + ": an inverse transform of " + std::to_string(rows) + " bins into " + std::to_string(length) +
+           " samples needs a Fourier matrix of more than 2^25 entries, past what ampc builds");
+    std::vector<double> w(static_cast<size_t>(rows * 2 * length * 2), 0.0);
+    for (int64_t k = 0; k < rows; ++k) {
+      const double weight = (k == 0 || 2 * k == length) ? 1.0 : 2.0;
+      for (int64_t n = 0; n < length; ++n) {
+        const double theta = 2.0 * std::numbers::pi * static_cast<double>((k * n) % length) / static_cast<double>(length);
+        w[static_cast<size_t>(((2 * k) * length + n) * 2)] = weight * std::cos(theta) / static_cast<double>(length);
+        w[static_cast<size_t>(((2 * k + 1) * length + n) * 2)] = -weight * std::sin(theta) / static_cast<double>(length);
+      }
+    }
+    return w;
+  }
+  // y = x's `rows` entries along `axis` (parts last, c of them) times the matrix [rows c, 2 bins],
+  // the bins back at `axis`: [..., bins, 2].
+  void lowerDftProduct(const onnx::NodeProto& np, Value* x, int64_t axis, int64_t rows, int64_t bins, const std::vector<double>& matrix,
+                       const std::string& out) {
+    const auto& s = x->type().shape;
+    const int64_t r = x->type().rank(), c = s[r - 1];
     // The axis next to the parts, the other dims as one: [M, rows * c] times [rows * c, 2 bins].
     std::vector<int64_t> perm, others;
     for (int64_t i = 0; i < r - 1; ++i)
@@ -2641,7 +2717,7 @@ class Importer {
     for (int64_t d : others) m *= d;
     Value* xt = axis == r - 2 ? x : step(np, "Transpose", {x}, {{"perm", perm}});
     Value* flat = step(np, "Reshape", {xt, constI64(np, "rows", {m, rows * c})});
-    Value* w = g_->addConst(fresh(np, "fourier"), Tensor::fromDoubles(x->type().dtype, {rows * c, 2 * bins}, fourierMatrix(np, rows, c, bins, length, inverse)));
+    Value* w = g_->addConst(fresh(np, "fourier"), Tensor::fromDoubles(x->type().dtype, {rows * c, 2 * bins}, matrix));
     Value* y = step(np, "MatMul", {flat, w});
     keepFp32(y);
     std::vector<int64_t> shape = others;
@@ -2812,6 +2888,15 @@ class Importer {
       p->setAttr(kNoGradOperands, int64_t{2});
       p->setAttr(kKeepFp32, int64_t{1});
     }
+  }
+
+  // detach() as ampc_export.py marks it (grad.h kStopGradientOp): its operand's value, no gradient.
+  void lowerStopGradient(const onnx::NodeProto& np) {
+    if (np.input_size() != 1 || np.output_size() != 1 || np.input(0).empty() || np.output(0).empty())
+      fail(nodeLabel(np) + ": takes one input and one output, got " + std::to_string(np.input_size()) + " and " + std::to_string(np.output_size()));
+    if (np.attribute_size()) fail(nodeLabel(np) + ": takes no attributes, got '" + np.attribute(0).name() + "'");
+    Value* y = step(np, "Identity", {operand(np, 0)}, {}, np.output(0));
+    y->producer()->setAttr(kNoGradOperands, int64_t{1});
   }
 
   void lowerAtImport(const onnx::NodeProto& np) {

@@ -22,6 +22,12 @@ inline constexpr const char* kGradToFirst = "ampc_grad_to_first";
 inline constexpr const char* kNoGradOperands = "ampc_no_grad_operands";
 // The operands of n that get no gradient through it: its op's and the node's own kNoGradOperands.
 uint32_t noGradOperands(const Node& n);
+// The stop-gradient marker that tools/export/ampc_export.py writes where the forward called
+// detach() (or computed under torch.no_grad() from a value with a gradient): a node of this op in
+// domain kGradDomain, one operand, one result, its value. No exporter keeps detach(); without the
+// marker ampc would differentiate straight through it. The importer writes it as an Identity with
+// kNoGradOperands 1.
+inline constexpr const char* kStopGradientOp = "StopGradient";
 
 class GradBuilder {
  public:

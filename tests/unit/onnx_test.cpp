@@ -2673,7 +2673,42 @@ TEST(OnnxImport, SignalOpsMatchTheirDefinitions) {
     intAttr(addNode(g, "DFT", {"x"}, {"y"}, "complex_onesided"), "onesided", 1);
     addOutput(g, "y");
     writeModel(d.file("bad.onnx"), m);
-    expectImportError(d.file("bad.onnx"), {"complex_onesided", "onesided DFT of a complex input"});
+    expectImportError(d.file("bad.onnx"), {"complex_onesided", "onesided forward DFT of a complex input"});
+  }
+  // Inverse and onesided over a complex input: the complex-to-real transform (torch.fft.irfft as the
+  // dynamo exporter writes it, opset 20, dft_length L): x[n] = (1/L) sum over the full Hermitian
+  // spectrum, whose bins past L/2 are the conjugates of the given ones. The DC and (even L) Nyquist
+  // bins' imaginary parts count for nothing, as in PyTorch; input bins past L/2 are ignored.
+  for (int64_t length : {8, 7}) {
+    SCOPED_TRACE("irfft of length " + std::to_string(length));
+    std::vector<double> x;
+    auto g = build(20, [&](onnx::GraphProto* gp) {
+      x = input(gp, {2, 6, 2});  // 6 bins: 5 are used for L = 8 and 4 for L = 7
+      addInt64Init(gp, "len", {length});
+      gp->mutable_initializer(gp->initializer_size() - 1)->clear_dims();
+      auto* n = addNode(gp, "DFT", {"x", "len"}, {"y"}, "irfft");
+      intAttr(n, "inverse", 1);
+      intAttr(n, "onesided", 1);
+    });
+    ASSERT_EQ(g->outputs()[0]->type().shape, (std::vector<int64_t>{2, length, 2}));
+    std::vector<C> want;
+    for (int64_t b = 0; b < 2; ++b) {
+      std::vector<C> full(static_cast<size_t>(length));
+      for (int64_t k = 0; k < length; ++k) {
+        const int64_t j = k <= length / 2 ? k : length - k;
+        const C bin(x[static_cast<size_t>((b * 6 + j) * 2)], x[static_cast<size_t>((b * 6 + j) * 2 + 1)]);
+        full[static_cast<size_t>(k)] = k <= length / 2 ? bin : std::conj(bin);
+      }
+      full[0] = full[0].real();
+      if (length % 2 == 0) full[static_cast<size_t>(length / 2)] = full[static_cast<size_t>(length / 2)].real();
+      for (int64_t n = 0; n < length; ++n) {
+        C sum = 0;
+        for (int64_t k = 0; k < length; ++k) sum += full[static_cast<size_t>(k)] * std::polar(1.0, tau * static_cast<double>(k * n) / static_cast<double>(length));
+        want.push_back(sum / static_cast<double>(length));
+        ASSERT_NEAR(want.back().imag(), 0.0, 1e-12);  // a Hermitian spectrum's signal is real
+      }
+    }
+    expectNear(evalOne(*g, {}), want);
   }
 }
 
@@ -2741,4 +2776,87 @@ TEST(OnnxImport, FakeQuantizationPassesTheGradientInsideTheRange) {
     EXPECT_LT(inside, 8);  // both sides of the range are exercised
   }
   expectImportError(model(false, true), {"'quant' (QuantizeLinear)", "reads_q", "quantize-dequantize pairs"});
+}
+
+// ampc_export.py writes detach() as an ampc.StopGradient node (no exporter keeps detach): its
+// operand's value, and no gradient through it. VQ-VAE's straight-through estimator and codebook
+// losses: loss = sum(c * (z + sg(q - z))) + sum((q - sg(z))^2), so dz = c and dq = 2 (q - z). As a
+// plain Identity (what the exporters write without the marker) the loss is sum(c q) + sum((q - z)^2):
+// dz = -2 (q - z) and dq = c + 2 (q - z).
+TEST(OnnxImport, StopGradientMarkerStopsTheGradient) {
+  TempDir d;
+  const std::vector<float> zv{0.5f, -1.25f, 2.0f, 0.75f}, qv{0.25f, -1.0f, 3.0f, 0.0f}, cv{1.0f, -2.0f, 0.5f, 3.0f};
+  auto model = [&](const std::string& name, bool marker, int inputs) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addFloatInit(g, "z", {4}, zv);
+    addFloatInit(g, "q", {4}, qv);
+    addFloatInit(g, "c", {4}, cv);
+    addNode(g, "Sub", {"q", "z"}, {"diff"}, "diff");
+    auto stop = [&](const std::string& in, const std::string& out, const std::string& n) {
+      if (inputs == 0) return in;  // no node at all, as the exporters write detach()
+      std::vector<std::string> ins(static_cast<size_t>(inputs), in);
+      auto* node = addNode(g, marker ? "StopGradient" : "Identity", ins, {out}, n);
+      if (marker) node->set_domain("ampc");
+      return out;
+    };
+    addNode(g, "Add", {"z", stop("diff", "diff_sg", "detach_diff")}, {"zst"}, "straight_through");
+    addNode(g, "Mul", {"zst", "c"}, {"zc"}, "weigh");
+    addNode(g, "Sub", {"q", stop("z", "z_sg", "detach_z")}, {"e"}, "commit");
+    addNode(g, "Mul", {"e", "e"}, {"e2"}, "square");
+    addNode(g, "Add", {"zc", "e2"}, {"terms"}, "terms");
+    addNode(g, "ReduceSum", {"terms"}, {"loss"}, "sum");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addOutput(g, "loss");
+    const std::string f = d.file(name + ".onnx");
+    writeModel(f, m);
+    return f;
+  };
+  auto backend = createCpuBackend();
+  auto gradients = [&](const std::string& f, ImportOptions opts = {}, std::vector<std::string>* notes = nullptr) {
+    auto g = importOnnxFile(f, opts);
+    if (notes) *notes = g->importNotes;
+    createAutodiffPass()->run(*g);
+    return evaluate(*g, {}, *backend);  // the loss, then z's, q's and c's gradients
+  };
+  const auto marked = gradients(model("marked", true, 1));
+  const auto plain = gradients(model("plain", false, 1));
+  ASSERT_EQ(marked.size(), 4u);
+  ASSERT_EQ(plain.size(), 4u);
+  double loss = 0;
+  for (size_t i = 0; i < 4; ++i) loss += double(cv[i]) * qv[i] + double(qv[i] - zv[i]) * (qv[i] - zv[i]);
+  EXPECT_NEAR(marked[0].getDouble(0), loss, 1e-5);
+  EXPECT_EQ(marked[0].getDouble(0), plain[0].getDouble(0));  // the marker is its operand's value
+  for (int64_t i = 0; i < 4; ++i) {
+    const double two = 2.0 * (qv[i] - zv[i]);
+    EXPECT_NEAR(marked[1].getDouble(i), cv[i], 1e-6) << i;  // dz: the straight-through gradient only
+    EXPECT_NEAR(marked[2].getDouble(i), two, 1e-6) << i;    // dq: the commitment term only
+    EXPECT_NEAR(plain[1].getDouble(i), -two, 1e-6) << i;     // what ampc gave a detach() before
+    EXPECT_NEAR(plain[2].getDouble(i), cv[i] + two, 1e-6) << i;
+  }
+  expectImportError(model("two", true, 2), {"'detach_diff' (ampc.StopGradient)", "one input"});
+
+  // With no marker at all, z + (q - z) is named in a note; --straight-through reads it as the
+  // estimator (dz = c, dq = 0 from that term), the commitment term still as written.
+  std::vector<std::string> notes;
+  const auto written = gradients(model("bare", false, 0), {}, &notes);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("'straight_through'"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("--straight-through"), std::string::npos) << notes[0];
+  ImportOptions ste;
+  ste.straightThrough = true;
+  const auto estimated = gradients(model("bare", false, 0), ste);
+  ASSERT_EQ(written.size(), 4u);
+  ASSERT_EQ(estimated.size(), 4u);
+  for (int64_t i = 0; i < 4; ++i) {
+    const double two = 2.0 * (qv[i] - zv[i]);
+    EXPECT_NEAR(written[1].getDouble(i), -two, 1e-6) << i;
+    EXPECT_NEAR(written[2].getDouble(i), cv[i] + two, 1e-6) << i;
+    EXPECT_NEAR(estimated[1].getDouble(i), cv[i] - two, 1e-6) << i;
+    EXPECT_NEAR(estimated[2].getDouble(i), two, 1e-6) << i;
+  }
+  // The marked model has no such Add: the marker stands between the Sub and it.
+  std::vector<std::string> markedNotes;
+  gradients(model("marked", true, 1), {}, &markedNotes);
+  EXPECT_TRUE(markedNotes.empty());
 }

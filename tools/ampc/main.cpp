@@ -174,6 +174,9 @@ int main(int argc, char** argv) {
   app.add_option("--bind", binds, "make a graph input a compile-time constant: NAME=FILE.npy (repeatable)");
   app.add_option("--embedding-padding", paddings,
                  "TABLE=ROW: the embedding table TABLE has nn.Embedding's padding_idx ROW, whose lookups pass no gradient (repeatable)");
+  bool straightThrough = false;
+  app.add_flag("--straight-through", straightThrough,
+               "read each a + (b - a) as the straight-through estimator a + (b - a).detach() (the exporters drop detach())");
   app.add_option("--passes", passes, "comma-separated passes to run after import (infer-shapes, fold-constants, dce, cse)");
   std::string precision, ampConfig, fp32Ops, fp32Nodes, reportJsonPath;
   bool report = false;
@@ -319,6 +322,7 @@ int main(int argc, char** argv) {
     ImportOptions opts;
     opts.batchNormAsExported = batchNorm == "as-exported";
     opts.batchNormTrainAll = batchNorm == "train";
+    opts.straightThrough = straightThrough;
     for (const auto& s : shapes) {
       auto eq = s.find('=');
       if (eq == std::string::npos || eq == 0) {

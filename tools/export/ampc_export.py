@@ -26,6 +26,15 @@ key "ampc.custom_autograd": a JSON list of their qualified names. Their backward
 exporter keeps: ampc differentiates the forward they export, which differs from PyTorch's
 gradient where that backward is not the derivative (a straight-through estimator, transformers'
 YOSO). ampc prints a note naming them; the helper warns on stderr.
+
+And, where the forward stops a gradient, an ampc.StopGradient node (domain "ampc"): neither
+exporter keeps detach() (both write the value alone), so ampc would differentiate straight
+through a straight-through estimator (VQ-VAE's z + (zq - z).detach()), a stop-gradient branch
+(SimSiam, BYOL) or a target network, and train to a wrong loss with no error. During the export
+the forward runs under StopGradientMode, which writes the marker for every detach() (Tensor.detach,
+torch.detach, .data) and for every float result computed while gradients are off (torch.no_grad())
+from a value that has one (spectral norm's power iteration). ampc gives the marker its operand's
+value and no gradient (compiler/ops/grad.h kStopGradientOp).
 """
 import functools
 import json
@@ -85,6 +94,112 @@ def custom_autograd_functions(module, args):
     return seen
 
 
+STOP_GRADIENT = "ampc::StopGradient"
+
+
+class _StopGradient(torch.autograd.Function):
+    """The TorchScript exporter's marker: the traced forward is detach()'s, the ONNX node ours."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.detach().clone()
+        ctx.mark_non_differentiable(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return None
+
+    @staticmethod
+    def symbolic(g, x):
+        return g.op(STOP_GRADIENT, x)
+
+
+def _stop_gradient(x, dynamo):
+    if dynamo:  # torch.export traces no autograd.Function's symbolic: an ONNX node written as such
+        return torch.onnx.ops.symbolic(STOP_GRADIENT, [x.detach()], dtype=x.dtype, shape=x.shape, version=1)
+    return _StopGradient.apply(x)
+
+
+def _stop_gradient_mode(dynamo, count_only=False):
+    """A TorchFunctionMode that marks each detached value (see the module's docstring), or with
+    count_only counts the values it would mark and leaves them as they are."""
+    from torch.overrides import TorchFunctionMode
+
+    detaching = {torch.Tensor.detach, torch.detach, torch.Tensor.data.__get__}
+
+    def float_tensor(t):
+        return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+    class StopGradientMode(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.marked = 0
+
+        def mark(self, t):
+            self.marked += 1
+            return t.detach() if count_only else _stop_gradient(t, dynamo)
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in detaching and args and float_tensor(args[0]):
+                return self.mark(args[0])
+            out = func(*args, **kwargs)
+            if torch.is_grad_enabled():
+                return out
+            flat = list(args) + list(kwargs.values())
+            flat += [t for a in flat if isinstance(a, (list, tuple)) for t in a]
+            if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat):
+                return out
+            if float_tensor(out) and not getattr(func, "__name__", "").endswith("_"):  # an in-place op's result is its operand
+                return self.mark(out)
+            if isinstance(out, tuple) and any(float_tensor(t) for t in out):
+                return type(out)(self.mark(t) if float_tensor(t) else t for t in out) if type(out) is tuple else out
+            return out
+
+    return StopGradientMode()
+
+
+def stop_gradients(module, args):
+    """How many values one forward of `module` on `args` detaches (a copy, gradients on)."""
+    import copy
+    mode = _stop_gradient_mode(False, count_only=True)
+    m = copy.deepcopy(module)
+    with torch.enable_grad(), mode:
+        m(*args)
+    return mode.marked
+
+
+class _MarkedForward:
+    """module.forward run under a StopGradientMode for the export, put back after; nothing where
+    `marks` is 0 (a forward that detaches nothing is exported as it is)."""
+
+    def __init__(self, module, dynamo, marks):
+        self.module, self.dynamo, self.marks, self.marked = module, dynamo, marks, 0
+
+    def __enter__(self):
+        if not self.marks:
+            return self
+        module, original = self.module, self.module.forward
+        self.mode = _stop_gradient_mode(self.dynamo)
+        mode = self.mode
+
+        @functools.wraps(original)
+        def forward(*a, **k):
+            # Gradients on, as in training (an export called under torch.no_grad() would otherwise
+            # mark every result): only the forward's own no_grad() regions turn them off.
+            with torch.enable_grad(), mode:
+                return original(*a, **k)
+
+        module.forward = forward
+        return self
+
+    def __exit__(self, *exc):
+        if self.marks:
+            del self.module.forward  # the instance attribute: the class's forward again
+            self.marked = self.mode.marked
+
+
 def trainable_initializers(module, proto, model_dir=".", unused=lambda: set()):
     """(parameter name, ONNX initializer name) of `module`'s trainable parameters, in
     named_parameters() order; a parameter the forward never reads (unused() names it) has none
@@ -130,22 +245,35 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     module.train()
     state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     args = tuple(args)
+    # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
+    detached = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else 0
+    if detached and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
+        raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
+                           f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
+                           "export with dynamo=False, or PyTorch 2.9 or later")
+    marks = _MarkedForward(module, dynamo, detached)
     if dynamo:
         kw = dict(dynamo=True, optimize=False, input_names=input_names, output_names=list(output_names))
         if opset:
             kw["opset_version"] = opset
         if external_data is not None:
             kw["external_data"] = external_data
-        torch.onnx.export(module, args, path, **kw)
+        with marks:
+            torch.onnx.export(module, args, path, **kw)
     else:
         import inspect
         # PyTorch before 2.5 has no `dynamo` argument: the TorchScript exporter is its only one.
         kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
-        torch.onnx.export(module, args, path, opset_version=opset or 17,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=input_names, output_names=list(output_names), **kw)
+        with marks:
+            torch.onnx.export(module, args, path, opset_version=opset or 17,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                              input_names=input_names, output_names=list(output_names),
+                              custom_opsets={"ampc": 1}, **kw)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
+    if detached:
+        print(f"ampc_export: the forward stops the gradient at {marks.marked} value(s) (detach(), torch.no_grad()): "
+              "each is an ampc.StopGradient node", file=sys.stderr)
     model_dir = os.path.dirname(os.path.abspath(path))
     proto = onnx.load(path, load_external_data=False)
     # Only where a parameter has no initializer: one more forward and backward.

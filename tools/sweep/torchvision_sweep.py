@@ -39,6 +39,7 @@ CUDA where there is one) on the same weights and batch: AMP-PASS, AMP-WORSE or A
 import argparse
 import copy
 import json
+import math
 import os
 import signal
 import subprocess
@@ -460,6 +461,270 @@ class StdConvNet(nn.Module):
         return self.fc(self.c(h).mean((2, 3)))
 
 
+
+# ---- Stop 55: classes of model no MODELS entry had (message passing, diffusion, contrastive towers,
+# losses, metric learning, point clouds, capsules, neural ODEs, mixture densities), and the
+# stop-gradient forms (detach(), torch.no_grad()) that no exporter keeps: VQ-VAE's straight-through
+# estimator, SimSiam, a no_grad() teacher. Scalars joined to the logits are scaled per class (a
+# constant added to every logit leaves the cross-entropy unchanged, and would test nothing).
+
+class GraphScatter(nn.Module):
+    """Message passing with scatter_add over duplicated destinations, and a scatter_reduce mean."""
+    def __init__(self):
+        super().__init__()
+        n = 128
+        src = torch.cat([torch.arange(n), torch.arange(n), torch.arange(0, n, 3)])
+        dst = torch.cat([(torch.arange(n) + 1) % n, (torch.arange(n) + 5) % n, (torch.arange(0, n, 3) * 7) % n])
+        self.register_buffer("src", src); self.register_buffer("dst", dst)
+        self.l1 = nn.Linear(3, 16); self.l2 = nn.Linear(16, 16); self.out = nn.Linear(16, 10)
+    def forward(self, x):
+        h = self.l1(x.permute(0, 2, 3, 1).reshape(128, 3))
+        idx = self.dst.unsqueeze(1).expand(-1, 16)
+        agg = torch.zeros_like(h).scatter_add(0, idx, h.index_select(0, self.src))
+        h = F.relu(self.l2(agg + h))
+        agg = torch.zeros_like(h).scatter_reduce(0, idx, h[self.src], reduce="mean", include_self=False)
+        h = torch.tanh(agg + h)
+        return self.out(h.view(2, 64, 16).mean(1))
+
+
+class TinyDiffusion(nn.Module):
+    """A denoiser: sinusoidal timestep embedding, GroupNorm, SiLU, a self-attention block, nearest
+    upsampling; outputs [N, 10] pooled (the loss is MSE to a fixed noise over the logits)."""
+    def __init__(self):
+        super().__init__()
+        self.inc = nn.Conv2d(3, 16, 3, padding=1)
+        self.temb = nn.Sequential(nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 16))
+        self.n1 = nn.GroupNorm(4, 16); self.c1 = nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.n2 = nn.GroupNorm(4, 16); self.qkv = nn.Conv2d(16, 48, 1); self.proj = nn.Conv2d(16, 16, 1)
+        self.up = nn.Conv2d(16, 16, 3, padding=1); self.out = nn.Linear(16, 10)
+    def forward(self, x):
+        n = x.shape[0]
+        t = torch.arange(n, dtype=x.dtype) * 37.0 + 5.0
+        half = 8
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=x.dtype) / half)
+        a = t[:, None] * freqs[None]
+        e = self.temb(torch.cat([torch.sin(a), torch.cos(a)], 1))
+        h = self.inc(x) + e[:, :, None, None]
+        h = self.c1(F.silu(self.n1(h)))
+        b, c, hh, ww = h.shape
+        q, k, v = self.qkv(self.n2(h)).reshape(b, 3, c, hh * ww).unbind(1)
+        w = torch.softmax(q.transpose(1, 2) @ k / math.sqrt(c), -1)
+        h = h + self.proj((v @ w.transpose(1, 2)).reshape(b, c, hh, ww))
+        h = self.up(F.interpolate(h, scale_factor=2.0, mode="nearest"))
+        return self.out(h.mean((2, 3)))
+
+
+class ClipTowers(nn.Module):
+    """Two towers over two views of the batch, normalised embeddings, a learned temperature
+    (exp, clamped), the symmetric InfoNCE loss; output [2, 10] through a head so the sweep's
+    cross-entropy is added to it."""
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 16))
+        self.b = nn.Sequential(nn.Conv2d(3, 8, 3), nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 16))
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+        self.head = nn.Linear(16, 10)
+    def forward(self, x):
+        u = F.normalize(self.a(x), dim=-1); v = F.normalize(self.b(x.flip(3)), dim=-1)
+        logits = self.logit_scale.exp().clamp(max=100) * u @ v.t()
+        labels = torch.arange(x.shape[0])
+        contrast = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+        return self.head(u) + contrast
+
+
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    def forward(self, x):
+        return self.c(x)
+
+
+def losses_a(o, t):
+    dt = o.dtype
+    y = F.one_hot(t, 10).to(dt)
+    s = torch.linspace(-1, 1, 10, dtype=dt).expand(2, 10)
+    sign = torch.where(y > 0, torch.ones_like(y), -torch.ones_like(y))
+    return (F.l1_loss(o, s)
+            + F.kl_div(F.log_softmax(o / 2, 1), F.softmax(s / 2, 1), reduction="batchmean") * 4
+            + F.margin_ranking_loss(o[:, 0], o[:, 1], torch.tensor([1.0, -1.0], dtype=dt), margin=0.1)
+            + F.triplet_margin_loss(o[:, :3], o[:, 3:6], o[:, 6:9], margin=0.5)
+            + F.cosine_embedding_loss(o[:, :5], o[:, 5:], torch.tensor([1.0, -1.0], dtype=dt), margin=0.1)
+            + F.multilabel_soft_margin_loss(o, y) + F.soft_margin_loss(o, sign)
+            + F.poisson_nll_loss(o, y, log_input=True) + F.hinge_embedding_loss(o, sign, margin=0.5)
+            + F.nll_loss(F.log_softmax(o, 1), t, ignore_index=3)
+            + F.cross_entropy(o, t, label_smoothing=0.1))
+
+
+def losses_b(o, t):
+    s = torch.linspace(-1, 1, 10, dtype=o.dtype).expand(2, 10)
+    return F.smooth_l1_loss(o, s, beta=0.5) + F.huber_loss(o, s, delta=0.3) + F.multi_margin_loss(o, t, margin=0.7)
+
+
+class Proto(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.protos = nn.Parameter(torch.randn(10, 8))
+    def forward(self, x):
+        return -torch.cdist(self.f(x), self.protos) ** 2
+
+
+class InvertibleConv(nn.Module):
+    """Glow's invertible 1x1 convolution: log |det W| added to the logits."""
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.linalg.qr(torch.randn(3, 3))[0])
+        self.head = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    def forward(self, x):
+        y = F.conv2d(x, self.w.view(3, 3, 1, 1))
+        return self.head(y) + torch.det(self.w).abs().log() * 64
+
+
+class Bags(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = nn.EmbeddingBag(50, 8, mode="mean"); self.e2 = nn.EmbeddingBag(50, 8, mode="sum")
+        self.l = nn.Linear(16, 10)
+    def forward(self, x):
+        idx = (x.abs() * 10).long().clamp(max=49).view(2, -1)[:, :12]
+        return self.l(torch.cat([self.e(idx), self.e2(idx)], 1))
+
+
+class PointKnn(nn.Module):
+    """DGCNN's edge convolution: k nearest neighbours by topk over pairwise distances, gathered
+    features, a max over the neighbours, PointNet's max over points."""
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Sequential(nn.Conv2d(6, 16, 1), nn.BatchNorm2d(16), nn.LeakyReLU(0.2))
+        self.p = nn.Conv1d(16, 32, 1); self.out = nn.Linear(32, 10)
+    def forward(self, x):
+        pts = x.reshape(2, 3, 64)  # [B, 3, N]
+        inner = -2 * pts.transpose(1, 2) @ pts
+        sq = (pts ** 2).sum(1, keepdim=True)
+        d = -sq - inner - sq.transpose(1, 2)
+        idx = d.topk(k=5, dim=-1)[1]  # [B, N, k]
+        B, C, N = pts.shape
+        base = torch.arange(B).view(-1, 1, 1) * N
+        flat = (idx + base).view(-1)
+        f = pts.transpose(1, 2).reshape(B * N, C)[flat].view(B, N, 5, C)
+        c = pts.transpose(1, 2).unsqueeze(2).expand(-1, -1, 5, -1)
+        e = torch.cat([f - c, c], 3).permute(0, 3, 1, 2)
+        h = self.e(e).max(-1)[0]
+        return self.out(self.p(h).max(-1)[0])
+
+
+class Capsules(nn.Module):
+    """Dynamic routing by agreement (3 iterations), squash."""
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 32, 3, stride=2)
+        self.W = nn.Parameter(torch.randn(1, 36, 10, 4, 8) * 0.1)
+    @staticmethod
+    def squash(s, dim=-1):
+        n2 = (s ** 2).sum(dim, keepdim=True)
+        return n2 / (1 + n2) * s / torch.sqrt(n2 + 1e-8)
+    def forward(self, x):
+        u = self.squash(F.relu(self.c(x)).view(2, 8, 36).transpose(1, 2))  # [B, 36, 8]
+        uhat = (self.W @ u[:, :, None, :, None]).squeeze(-1)  # [B, 36, 10, 4]
+        b = torch.zeros(2, 36, 10)
+        for i in range(3):
+            c = b.softmax(2)
+            v = self.squash((c.unsqueeze(-1) * uhat).sum(1))  # [B, 10, 4]
+            if i < 2:
+                b = b + (uhat * v.unsqueeze(1)).sum(-1)
+        return v.norm(dim=-1) * 5
+
+
+class NeuralOde(nn.Module):
+    """RK4 with 4 fixed steps through a small vector field."""
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(17, 16), nn.Tanh(), nn.Linear(16, 16))
+        self.inp = nn.Linear(192, 16); self.out = nn.Linear(16, 10)
+    def forward(self, x):
+        h = self.inp(x.flatten(1)); dt = 0.25
+        for i in range(4):
+            t = torch.full((2, 1), i * dt)
+            f = lambda t, h: self.f(torch.cat([h, t], 1))
+            k1 = f(t, h); k2 = f(t + dt / 2, h + dt / 2 * k1); k3 = f(t + dt / 2, h + dt / 2 * k2); k4 = f(t + dt, h + dt * k3)
+            h = h + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return self.out(h)
+
+
+class MixtureDensity(nn.Module):
+    """A mixture density network's negative log-likelihood via logsumexp (the logits carry it)."""
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 15))
+        self.head = nn.Linear(15, 10)
+    def forward(self, x):
+        p = self.f(x); logit, mu, logsig = p[:, :5], p[:, 5:10], p[:, 10:]
+        y = torch.linspace(-1, 1, 2).unsqueeze(1)
+        logp = F.log_softmax(logit, 1) - logsig - 0.5 * ((y - mu) / logsig.exp()) ** 2 - 0.5 * math.log(2 * math.pi)
+        nll = -torch.logsumexp(logp, 1).mean()
+        return self.head(p) + nll
+
+
+class VQ(nn.Module):
+    """VQ-VAE's quantiser: nearest code by argmin of distances, the straight-through estimator
+    z + (zq - z).detach(), and the codebook and commitment losses with detach()."""
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Conv2d(3, 4, 3, stride=2); self.codes = nn.Parameter(torch.randn(6, 4))
+        self.dec = nn.Sequential(nn.Conv2d(4, 8, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    def forward(self, x):
+        z = self.enc(x).permute(0, 2, 3, 1)  # [B, h, w, 4]
+        d = (z.unsqueeze(-2) - self.codes).pow(2).sum(-1)
+        zq = self.codes[d.argmin(-1)]
+        loss = (zq - z.detach()).pow(2).mean() + 0.25 * (z - zq.detach()).pow(2).mean()
+        zst = z + (zq - z).detach()
+        return self.dec(zst.permute(0, 3, 1, 2)) + loss * torch.linspace(0, 1, 10)
+
+
+class SimSiam(nn.Module):
+    """SimSiam's symmetric negative cosine loss with a stop-gradient on the target branch, added to
+    the logits."""
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 8))
+        self.h = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 10)
+    def forward(self, x):
+        z1, z2 = self.f(x), self.f(x.flip(3))
+        p1, p2 = self.h(z1), self.h(z2)
+        d = lambda p, z: -F.cosine_similarity(p, z.detach(), dim=-1).mean()
+        return self.head(z1) + (d(p1, z2) + d(p2, z1)) / 2 * torch.linspace(0, 1, 10)
+
+
+class Teacher(nn.Module):
+    """Distillation from a teacher run under torch.no_grad() whose weights train elsewhere (an EMA
+    or a co-trained teacher): PyTorch gives the teacher nothing from this loss."""
+    def __init__(self):
+        super().__init__()
+        self.s = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+        self.t = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    def forward(self, x):
+        s = self.s(x)
+        with torch.no_grad():
+            t = self.t(x)
+        kd = (F.softmax(t / 2, 1) * (F.log_softmax(t / 2, 1) - F.log_softmax(s / 2, 1))).sum(1).mean() * 4
+        return s + kd * torch.linspace(0, 1, 10) + 0.1 * self.t(x)  # the teacher's own supervised term trains it
+
+
+class Reparametrized(nn.Module):
+    """torch.nn.utils.parametrizations (PyTorch 2.x): spectral norm (its power iteration runs under
+    torch.no_grad() and updates the buffer u; ampc_export.py marks it) or weight norm; orthogonal."""
+
+    def __init__(self, spectral):
+        super().__init__()
+        P = nn.utils.parametrizations
+        self.c = P.spectral_norm(nn.Conv2d(3, 8, 3)) if spectral else P.weight_norm(nn.Conv2d(3, 8, 3))
+        self.l = P.orthogonal(nn.Linear(8, 10)) if spectral else P.weight_norm(nn.Linear(8, 10), dim=None)
+
+    def forward(self, x):
+        return self.l(F.relu(self.c(x)).mean((2, 3)))
+
 MODELS = {
     "alexnet": (lambda: torchvision.models.alexnet(num_classes=10), 64),
     "vgg11_bn": (lambda: torchvision.models.vgg11_bn(num_classes=10), 32),
@@ -547,6 +812,25 @@ MODELS = {
     "qat_cnn_per_channel": (lambda: qat_cnn(True), 12),
     "fno_tiny": (SpectralConv, 32, None, [], lambda: torch.randn(2, 4, 32)),
     "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
+    # Stop 55 (above). The stop-gradient ones pass only through the helper (the dynamo exporter's
+    # path, or --exporter torchscript-helper): a plain TorchScript export drops every detach().
+    "gnn_scatter": (GraphScatter, 8),
+    "diffusion_tiny": (TinyDiffusion, 8),
+    "clip_towers": (ClipTowers, 8),
+    "losses_many": (SmallNet, 8, losses_a),
+    "losses_smooth": (SmallNet, 8, losses_b),
+    "proto_cdist": (Proto, 8),
+    "embedding_bag": (Bags, 8),
+    "point_knn": (PointKnn, 8),
+    "capsules": (Capsules, 8),
+    "neural_ode": (NeuralOde, 8),
+    "mixture_density": (MixtureDensity, 8),
+    "invertible_conv": (InvertibleConv, 8),  # torch.det: ONNX Det, which ampc refuses by name
+    "vq_straight_through": (VQ, 8),
+    "simsiam": (SimSiam, 8),
+    "teacher_no_grad": (Teacher, 8),
+    "spectral_norm": (lambda: Reparametrized(True), 8),
+    "weight_norm": (lambda: Reparametrized(False), 8),
 }
 
 
@@ -818,10 +1102,10 @@ def prepare(name, out_dir, exporter):
     reference = copy.deepcopy(model)  # tracing runs the forward: the running statistics move
     names = {}  # PyTorch's parameter name -> the initializer's, where the exporter renamed it
     try:
-        if exporter == "dynamo":  # through the helper: the dynamo exporter's graph, with ampc's metadata
+        if exporter in ("dynamo", "torchscript-helper"):  # through the helper: the graph with ampc's metadata and markers
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "export"))
             from ampc_export import export_training_graph
-            names = dict(export_training_graph(WithLoss(model, lossFn), (x, t), path, dynamo=True, input_names=["x", "target"]))
+            names = dict(export_training_graph(WithLoss(model, lossFn), (x, t), path, dynamo=exporter == "dynamo", input_names=["x", "target"]))
         else:  # the TorchScript exporter (since PyTorch 2.9 only when asked for: dynamo=False)
             import inspect
             kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
@@ -1002,9 +1286,9 @@ def main():
     ap.add_argument("--ampc", required=True)
     ap.add_argument("--amprun", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+    ap.add_argument("--exporter", choices=["torchscript", "dynamo", "torchscript-helper"], default="torchscript",
                     help="torchscript: torch.onnx.export as a new user calls it; dynamo: PyTorch's default exporter (2.9 and up) "
-                         "through tools/export/ampc_export.py")
+                         "through tools/export/ampc_export.py; torchscript-helper: the TorchScript exporter through it")
     ap.add_argument("--model-limit", type=int, default=0, help="seconds one model may take (0: no limit): TIMEOUT past it")
     ap.add_argument("--shard", default="", help="I/N: only the models at I, I + N, ... of the list (parallel sweeps)")
     ap.add_argument("--export-only", action="store_true", help="write each model's ONNX file and inputs (OUT/NAME/), compare nothing")
