@@ -284,7 +284,7 @@ class Importer {
         bool training = np.output_size() > 1 && std::any_of(np.output().begin() + 1, np.output().end(), [](const auto& o) { return !o.empty(); });
         for (const auto& a : np.attribute()) training = training || (a.name() == "training_mode" && a.i() != 0);
         const bool module = np.input_size() >= 5 && initializers.count(np.input(3)) && initializers.count(np.input(4));
-        trainingFormBatchNorms_ += training && module;
+        trainingFormBatchNorms_ += (training || namedTraining(np.name())) && module;
       }
     for (int i : topoOrder()) addNode(nodes_[i]);
     applyNodeAttributes(*g);
@@ -637,17 +637,24 @@ class Importer {
     }
   }
 
+  // The dynamo exporter names a train()-mode BatchNorm's node after the ATen op it came from,
+  // _native_batch_norm_legit_functional (an eval()-mode one: _native_batch_norm_legit_no_training),
+  // and writes both in inference form: a node so named counts as one in training form.
+  static bool namedTraining(const std::string& node) { return node.find("_native_batch_norm_legit_functional") != std::string::npos; }
+
   // The dynamo exporter writes a train()-mode BatchNorm as the inference form; see ImportOptions.
   void trainingBatchNorm(Node* n) {
     if (n->getInt("training_mode", 0) != 0 || n->numResults() != 1) return;
     for (size_t i : {3, 4})
       if (!n->input(i) || n->input(i)->kind() != ValueKind::Param) return;
     const std::string& y = n->result(0)->name();
-    if (opts_.batchNormAsExported || g_->frozenBatchNorms.count(y)) {  // as written, and so again on re-import
+    // As written where asked, and so again on re-import (and where ampc_export.py's
+    // "ampc.frozen_batchnorms" names it: a BatchNorm module left in eval()).
+    if (opts_.batchNormAsExported || g_->frozenBatchNorms.count(y)) {
       g_->frozenBatchNorms.insert(y);
       return;
     }
-    if (trainingFormBatchNorms_ > 0 && !opts_.batchNormTrainAll) {  // frozen beside trained ones: as written
+    if (trainingFormBatchNorms_ > 0 && !opts_.batchNormTrainAll && !namedTraining(n->name())) {  // frozen beside trained ones: as written
       g_->frozenBatchNorms.insert(y);
       ++frozenBatchNorms_;
       return;
@@ -3064,6 +3071,11 @@ class Importer {
       // Written by tools/export/ampc_export.py: the torch.autograd.Function subclasses (outside
       // torch) that the model's forward calls. Their backward is their own code, which no exporter
       // keeps: ampc differentiates the forward they export, and PyTorch runs something else.
+      // Written by ampc_export.py where the dynamo exporter failed with its stop-gradient markers.
+      if (p.key() == "ampc.unmarked_stop_gradients" && p.value() != "0")
+        g_->importNotes.push_back("the model's forward stops the gradient at " + p.value() +
+                                  " value(s) (detach(), torch.no_grad()) that the export could not mark (ampc.StopGradient): "
+                                  "ampc's gradients flow through them, where PyTorch's stop");
       if (p.key() == "ampc.custom_autograd") {
         const auto names = parseNameList(p.value(), p.key());
         std::string list;

@@ -614,6 +614,49 @@ TEST(OnnxImport, InferenceFormBatchNormTrainsWithBatchStatistics) {
   EXPECT_EQ(importOnnxFile(d.file("bn_trained_round.onnx"))->nodes().front()->getInt("training_mode", 0), 1);
 }
 
+// A frozen BatchNorm (a module left in eval()) beside a trained one, as the dynamo exporter writes
+// them: both in inference form, told apart by the ATen op each node is named after
+// (_native_batch_norm_legit_no_training / _functional), or by ampc_export.py's
+// "ampc.frozen_batchnorms". Read as one kind, the frozen one trained with batch statistics (the
+// sweep's frozen_bn_mixed under the dynamo exporter: every gradient wrong).
+TEST(OnnxImport, DynamoFrozenBatchNormBesideATrainedOneStaysFrozen) {
+  TempDir d;
+  auto model = [&](const std::string& file, const std::string& frozenName, const std::string& trainedName, bool metadata) {
+    auto m = newModel(18);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {4, 3, 2, 2});
+    for (const char* p : {"a", "b"}) {
+      addFloatInit(g, std::string(p) + ".s", {3}, {1, 2, 3});
+      addFloatInit(g, std::string(p) + ".b", {3}, {0, 0.5, -1});
+      addFloatInit(g, std::string(p) + ".rm", {3}, {0.1f, 0.2f, 0.3f});
+      addFloatInit(g, std::string(p) + ".rv", {3}, {1, 2, 3});
+    }
+    addNode(g, "BatchNormalization", {"x", "a.s", "a.b", "a.rm", "a.rv"}, {"ya"}, frozenName);
+    addNode(g, "BatchNormalization", {"ya", "b.s", "b.b", "b.rm", "b.rv"}, {"yb"}, trainedName);
+    addOutput(g, "yb");
+    if (metadata) {
+      auto* e = m.add_metadata_props();
+      e->set_key("ampc.frozen_batchnorms");
+      e->set_value("[\"ya\"]");
+    }
+    writeModel(d.file(file), m);
+    return importOnnxFile(d.file(file));
+  };
+  auto modes = [](const Graph& g) {
+    std::vector<int64_t> m;
+    for (const auto& n : g.nodes())
+      if (n->op() == "BatchNormalization") m.push_back(n->getInt("training_mode", 0));
+    return m;
+  };
+  auto named = model("named.onnx", "node__native_batch_norm_legit_no_training__0", "node__native_batch_norm_legit_functional__0", false);
+  EXPECT_EQ(modes(*named), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(named->frozenBatchNorms, std::set<std::string>{"ya"});
+  auto marked = model("marked.onnx", "bn_a", "bn_b", true);
+  EXPECT_EQ(modes(*marked), (std::vector<int64_t>{0, 1}));
+  auto plain = model("plain.onnx", "bn_a", "bn_b", false);  // nothing tells them apart: both train
+  EXPECT_EQ(modes(*plain), (std::vector<int64_t>{1, 1}));
+}
+
 // An attribute of the wrong kind that import itself reads (BatchNormalization's training_mode, a
 // float here) is an error naming the file, the node and the attribute (the mutation test found it
 // reported without the file).

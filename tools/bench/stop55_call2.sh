@@ -10,11 +10,11 @@ source "$root/.gpu/env.sh"
 cd "$root"
 mkdir -p "$OUT/d"
 a=$(command -v ampc)
-sweep() { OMP_NUM_THREADS=1 timeout 200 python3 tools/sweep/torchvision_sweep.py --ampc "$a" --amprun "$(command -v amprun)" --model-limit 100 "$@" 2>&1 | grep -E "^[a-z:_0-9-]+ +[A-Z-]+ " | cut -c1-700; }
-AMPC_MODELS_DIR=$root/.gpu/models timeout 230 gpu_tests > "$OUT/gpu_tests.txt" 2>&1 &
-OMP_NUM_THREADS=2 timeout 230 python3 tools/bench/stop55_diag.py "$a" export hf:bart hfaudio:wav2vec2 max_ties proto_cdist spectral_norm > "$OUT/d/export1.txt" 2>&1 &
-OMP_NUM_THREADS=2 timeout 230 python3 tools/bench/stop55_diag.py "$a" export hf:opt adaptive_max qat_cnn loss_gaussian_nll mnasnet0_5 > "$OUT/d/export2.txt" 2>&1 &
-OMP_NUM_THREADS=2 timeout 230 python3 tools/bench/stop55_diag.py "$a" losses > "$OUT/d/losses.txt" 2>&1 &
+sweep() { OMP_NUM_THREADS=1 timeout 170 python3 tools/sweep/torchvision_sweep.py --ampc "$a" --amprun "$(command -v amprun)" --model-limit 100 "$@" 2>&1 | grep -E "^[a-z:_0-9-]+ +[A-Z-]+ " | cut -c1-700; }
+AMPC_MODELS_DIR=$root/.gpu/models timeout 170 gpu_tests > "$OUT/gpu_tests.txt" 2>&1 &
+OMP_NUM_THREADS=2 timeout 170 python3 tools/bench/stop55_diag.py "$a" export hf:bart hfaudio:wav2vec2 max_ties proto_cdist spectral_norm > "$OUT/d/export1.txt" 2>&1 &
+OMP_NUM_THREADS=2 timeout 170 python3 tools/bench/stop55_diag.py "$a" export hf:opt adaptive_max qat_cnn loss_gaussian_nll mnasnet0_5 > "$OUT/d/export2.txt" 2>&1 &
+OMP_NUM_THREADS=2 timeout 170 python3 tools/bench/stop55_diag.py "$a" losses > "$OUT/d/losses.txt" 2>&1 &
 sweep --out /tmp/f55 --exporter dynamo gnn_scatter fno_tiny frozen_bn_mixed rfft_frames fourier_mixer spectrogram_learned > "$OUT/d/fp32_dynamo.txt" &
 sweep --out /tmp/b55 --exporter dynamo --amp bf16 frozen_bn_mixed fno_tiny > "$OUT/d/bf16_dynamo.txt" &
 sweep --out /tmp/t55 --exporter torchscript --amp bf16 frozen_bn_mixed > "$OUT/d/bf16_torchscript.txt" &

@@ -27,6 +27,11 @@ exporter keeps: ampc differentiates the forward they export, which differs from 
 gradient where that backward is not the derivative (a straight-through estimator, transformers'
 YOSO). ampc prints a note naming them; the helper warns on stderr.
 
+And, where the module holds BatchNorm modules left in eval() after module.train() (frozen, as
+fine-tuning keeps them), the key "ampc.frozen_batchnorms": a JSON list of the results of their
+BatchNormalization nodes. The dynamo exporter writes a train()-mode BatchNorm and a frozen one
+alike (inference form), so without the key ampc trains both with batch statistics.
+
 And, where the forward stops a gradient, an ampc.StopGradient node (domain "ampc"): neither
 exporter keeps detach() (both write the value alone), so ampc would differentiate straight
 through a straight-through estimator (VQ-VAE's z + (zq - z).detach()), a stop-gradient branch
@@ -34,7 +39,9 @@ through a straight-through estimator (VQ-VAE's z + (zq - z).detach()), a stop-gr
 the forward runs under StopGradientMode, which writes the marker for every detach() (Tensor.detach,
 torch.detach, .data) and for every float result computed while gradients are off (torch.no_grad())
 from a value that has one (spectral norm's power iteration). ampc gives the marker its operand's
-value and no gradient (compiler/ops/grad.h kStopGradientOp).
+value and no gradient (compiler/ops/grad.h kStopGradientOp). Where the dynamo exporter fails with
+the markers, the model is exported without them, and the key "ampc.unmarked_stop_gradients" holds
+how many there would have been: ampc names it in a note.
 """
 import functools
 import json
@@ -46,6 +53,8 @@ import torch
 TRAINABLE_KEY = "ampc.trainable"
 PADDING_KEY = "ampc.embedding_padding"
 CUSTOM_KEY = "ampc.custom_autograd"
+FROZEN_BN_KEY = "ampc.frozen_batchnorms"
+UNMARKED_KEY = "ampc.unmarked_stop_gradients"
 
 
 def unused_parameters(module, args):
@@ -200,6 +209,15 @@ class _MarkedForward:
             self.marked = self.mode.marked
 
 
+def frozen_batchnorms(module, proto):
+    """The results of the BatchNormalization nodes (in `proto`) of `module`'s BatchNorm modules that
+    are in eval() with running statistics: found by their running_mean initializer's name."""
+    stats = {(prefix + "." if prefix else "") + "running_mean" for prefix, sub in module.named_modules()
+             if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and not sub.training and sub.track_running_stats}
+    return [n.output[0] for n in proto.graph.node
+            if n.op_type == "BatchNormalization" and len(n.input) > 3 and n.input[3] in stats and n.output]
+
+
 def trainable_initializers(module, proto, model_dir=".", unused=lambda: set()):
     """(parameter name, ONNX initializer name) of `module`'s trainable parameters, in
     named_parameters() order; a parameter the forward never reads (unused() names it) has none
@@ -247,6 +265,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     args = tuple(args)
     # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
     detached = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else 0
+    unmarked = 0
     if detached and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
         raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
                            f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
@@ -258,7 +277,18 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
             kw["opset_version"] = opset
         if external_data is not None:
             kw["external_data"] = external_data
-        with marks:
+        try:
+            with marks:
+                torch.onnx.export(module, args, path, **kw)
+        except Exception as e:  # noqa: BLE001
+            if not detached:
+                raise
+            # The export fails with the markers: once more without them, as before they were
+            # written, and the count goes into the file, where ampc names it in a note.
+            print(f"ampc_export: the dynamo export with {detached} stop-gradient marker(s) failed ({type(e).__name__}: "
+                  f"{str(e).splitlines()[0][:200] if str(e) else ''}); exported without them: ampc's gradients may flow "
+                  "where PyTorch's stop", file=sys.stderr)
+            unmarked, marks = detached, _MarkedForward(module, dynamo, 0)
             torch.onnx.export(module, args, path, **kw)
     else:
         import inspect
@@ -271,7 +301,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
                               custom_opsets={"ampc": 1}, **kw)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
-    if detached:
+    if detached and not unmarked:
         print(f"ampc_export: the forward stops the gradient at {marks.marked} value(s) (detach(), torch.no_grad()): "
               "each is an ampc.StopGradient node", file=sys.stderr)
     model_dir = os.path.dirname(os.path.abspath(path))
@@ -284,11 +314,12 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         name = (prefix + "." if prefix else "") + "weight"
         if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None and name in initializer:
             padding[initializer[name]] = int(sub.padding_idx)
+    frozen = frozen_batchnorms(module, proto)
     custom = custom_autograd_functions(module, args)
     if custom:
         print("ampc_export: the forward calls torch.autograd.Function subclasses with a backward of their own (" + ", ".join(custom) +
               "): ampc differentiates the forward they export instead", file=sys.stderr)
-    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY, CUSTOM_KEY)]
+    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY, CUSTOM_KEY, FROZEN_BN_KEY, UNMARKED_KEY)]
     del proto.metadata_props[:]
     for k, v in keep:
         e = proto.metadata_props.add()
@@ -300,6 +331,14 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         entry = proto.metadata_props.add()
         entry.key = PADDING_KEY
         entry.value = json.dumps(padding, ensure_ascii=False)
+    if unmarked:
+        entry = proto.metadata_props.add()
+        entry.key = UNMARKED_KEY
+        entry.value = str(unmarked)
+    if frozen:
+        entry = proto.metadata_props.add()
+        entry.key = FROZEN_BN_KEY
+        entry.value = json.dumps(frozen, ensure_ascii=False)
     if custom:
         entry = proto.metadata_props.add()
         entry.key = CUSTOM_KEY
