@@ -24,6 +24,7 @@
 #include "compiler/ops/grad.h"
 #include "compiler/ops/geometry.h"
 #include "compiler/ops/registry.h"
+#include "kernels/cpu/kernel.h"
 #include "passes/pass.h"
 
 namespace fs = std::filesystem;
@@ -290,6 +291,7 @@ class Importer {
     applyNodeAttributes(*g);
     markIndexSelectingReductions(*g);
     markStraightThrough(*g);
+    checkScattersWriteOnce(*g);
     notePaddingLikeRows();
     if (frozenBatchNorms_)
       g->importNotes.push_back(std::to_string(frozenBatchNorms_) + " BatchNormalization node(s) in inference form beside " +
@@ -856,6 +858,45 @@ class Importer {
     if (!v) fail(nodeLabel(np) + ": input " + std::to_string(i) + " is missing");
     if (!isFloat(v->type().dtype)) fail(nodeLabel(np) + ": input " + std::to_string(i) + " must be a float tensor, got " + v->type().str());
     return v;
+  }
+
+  // Scatters with reduction 'none' whose indices are known ahead (constants, or computed from them:
+  // an Expand of an index buffer, too large for fold-constants, evaluated here within a budget):
+  // refused where two updates write one element and the updates are not one constant value
+  // (ops_tensor.cpp scatterWritesTwice).
+  void checkScattersWriteOnce(Graph& g) {
+    std::map<const Value*, Tensor> memo;
+    int64_t budget = int64_t{1} << 24;  // elements evaluated, over the whole graph
+    for (const auto& n : g.nodes()) {
+      if (!n->domain().empty() || (n->op() != "ScatterElements" && n->op() != "ScatterND") || n->numInputs() < 3 ||
+          n->getString("reduction", "none") != "none")
+        continue;
+      const Tensor* idx = constantValue(n->input(1), memo, budget);
+      if (!idx) continue;
+      if (auto twice = scatterWritesTwice(*n, n->input(0)->type(), *idx, constantValue(n->input(2), memo, budget)))
+        fail("node '" + n->name() + "' (" + n->op() + "): " + scatterWritesTwiceMessage(*twice));
+    }
+  }
+  // v's value where it is computed from constants alone (integer initializers are constants) by ops
+  // with CPU kernels, evaluated within `budget` elements; null otherwise.
+  static const Tensor* constantValue(const Value* v, std::map<const Value*, Tensor>& memo, int64_t& budget) {
+    if (!v) return nullptr;
+    if (const Tensor* t = v->constData()) return t;
+    if (auto it = memo.find(v); it != memo.end()) return &it->second;
+    const Node* p = v->producer();
+    if (!p || !p->def() || !p->domain().empty() || p->def()->random || !cpu::findKernel(p->op())) return nullptr;
+    std::vector<const Tensor*> ins;
+    for (size_t i = 0; i < p->numInputs(); ++i) {
+      const Tensor* t = p->input(i) ? constantValue(p->input(i), memo, budget) : nullptr;
+      if (p->input(i) && !t && !p->def()->readsOnlyTypes) return nullptr;
+      ins.push_back(t);
+    }
+    for (size_t i = 0; i < p->numResults(); ++i) budget -= p->result(i)->type().numel();
+    if (budget < 0) return nullptr;
+    auto outs = cpu::runNode(*p, ins);
+    for (size_t i = 0; i < outs.size(); ++i) memo.emplace(p->result(i), std::move(outs[i]));
+    auto it = memo.find(v);
+    return it == memo.end() ? nullptr : &it->second;
   }
 
   // a + (b - a) is written for one thing only: the straight-through estimator a + (b - a).detach()

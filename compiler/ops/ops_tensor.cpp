@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <unordered_map>
 
 #include "compiler/ops/families.h"
 #include "compiler/ops/geometry.h"
@@ -187,6 +188,53 @@ void checkScatterReduction(InferContext& c) {
   c.check(r == "none" || r == "add" || r == "max" || r == "min", "reduction '" + r + "' is not supported (none, add, max and min are)");
   c.check(c.in(2).dtype == c.in(0).dtype, "updates " + c.in(2).str() + " must have the data's dtype " + c.in(0).str());
 }
+// With reduction 'none', ONNX leaves undefined which update lands where two write one element, and
+// so the gradient (which of them gets it). registry.h scatterWritesTwice finds such a pair; the
+// importer refuses it where the indices are known ahead and the updates are not one constant value
+// (a mask's zeros). PyTorch's dynamo exporter writes scatter_reduce(reduce="mean") so, which would
+// otherwise compute another function silently.
+}  // namespace
+
+std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx, const Tensor* updates) {
+  if (n.getString("reduction", "none") != "none") return std::nullopt;
+  const auto& xs = data.shape;
+  const auto& is = idx.type.shape;
+  const bool nd = n.op() == "ScatterND";
+  const int64_t k = nd ? is.back() : 0;
+  const int64_t count = nd ? idx.numel() / std::max<int64_t>(k, 1) : idx.numel();
+  const int64_t ax = nd ? 0 : (n.getInt("axis", 0) < 0 ? n.getInt("axis", 0) + data.rank() : n.getInt("axis", 0));
+  std::unordered_map<int64_t, int64_t> first;
+  std::vector<int64_t> at(is.size());
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t flat = 0;
+    if (nd) {
+      for (int64_t d = 0; d < k; ++d) {
+        const int64_t v = idx.getInt(i * k + d);
+        flat = flat * xs[d] + (v < 0 ? v + xs[d] : v);
+      }
+    } else {
+      int64_t rest = i;
+      for (int64_t d = static_cast<int64_t>(is.size()) - 1; d >= 0; --d) at[d] = rest % is[d], rest /= is[d];
+      const int64_t v = idx.getInt(i);
+      at[ax] = v < 0 ? v + xs[ax] : v;
+      for (size_t d = 0; d < xs.size(); ++d) flat = flat * xs[d] + at[d];
+    }
+    auto [it, fresh] = first.emplace(flat, i);
+    if (fresh) continue;
+    bool one = updates != nullptr;
+    for (int64_t e = 1; one && e < updates->numel(); ++e) one = updates->getDouble(e) == updates->getDouble(0);
+    if (one) return std::nullopt;
+    return std::make_pair(it->second, i);
+  }
+  return std::nullopt;
+}
+std::string scatterWritesTwiceMessage(std::pair<int64_t, int64_t> p) {
+  return "updates " + std::to_string(p.first) + " and " + std::to_string(p.second) +
+         " write the same element, and with reduction 'none' ONNX leaves undefined which lands (and which gets the gradient); "
+         "PyTorch's dynamo exporter writes scatter_reduce(reduce='mean') so, a function ampc cannot know";
+}
+namespace {
+
 void inferScatterElements(InferContext& c) {
   checkElementsIndices(c);
   c.check(c.in(2).shape == c.in(1).shape, "updates " + c.in(2).str() + " must have the indices' shape " + c.in(1).str());

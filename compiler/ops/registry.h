@@ -125,6 +125,12 @@ const std::vector<OpDef>& allOps();
 // Runs the node's shape rule and returns the result types. Error for unknown ops and bad shapes.
 std::vector<TensorType> inferTypes(const Node& n);
 
+// A ScatterElements / ScatterND node `n` with reduction 'none' over `data`: the first two updates
+// that the indices `idx` send to one element (ScatterND: one slice), unless `updates` is given and
+// holds one value throughout; ONNX leaves which lands undefined. nullopt: none do (or another reduction).
+std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx, const Tensor* updates);
+std::string scatterWritesTwiceMessage(std::pair<int64_t, int64_t> updates);
+
 // Shared shape helpers.
 std::vector<int64_t> broadcastShapes(const InferContext& c, const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 

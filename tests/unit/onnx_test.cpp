@@ -2903,3 +2903,46 @@ TEST(OnnxImport, StopGradientMarkerStopsTheGradient) {
   gradients(model("marked", true, 1), {}, &markedNotes);
   EXPECT_TRUE(markedNotes.empty());
 }
+
+// ScatterElements / ScatterND with reduction 'none' where two updates write one element: ONNX leaves
+// which lands undefined, and PyTorch's dynamo exporter writes scatter_reduce(reduce="mean") so (the
+// sweep's gnn_scatter: a different loss, silently). Refused by name where the indices are known ahead,
+// folded or computed from constants (an Expand of an index buffer past fold-constants' size); accepted
+// where the updates are one constant value (the exporter's own zeros) or the reduction is add.
+TEST(OnnxImport, ScatterThatWritesAnElementTwiceIsRefused) {
+  TempDir d;
+  auto model = [&](const std::string& name, const std::string& op, int64_t width, bool constantUpdates, const std::string& reduction) {
+    auto m = newModel(18);
+    auto* g = m.mutable_graph();
+    const bool nd = op == "ScatterND";
+    addTensorInput(g, "u", onnx::TensorProto::FLOAT, {3, width});
+    addFloatInit(g, "data", {4, width}, std::vector<float>(static_cast<size_t>(4 * width), 0.5f));
+    auto* rows = addInt64Init(g, "rows", {0, 2, 0});
+    rows->clear_dims();
+    rows->add_dims(3);
+    rows->add_dims(1);
+    addInt64Init(g, "shape", {3, nd ? 1 : width});
+    addNode(g, "Expand", {"rows", "shape"}, {"idx"}, "expand");  // [3, width] (ScatterND: [3, 1]) rows 0, 2, 0
+    std::string updates = "u";
+    if (constantUpdates) {  // ConstantOfShape's zeros, as the exporter writes them (folded at width 4 only)
+      addInt64Init(g, "ushape", {3, width});
+      addNode(g, "ConstantOfShape", {"ushape"}, {"zeros"}, "zeros");
+      updates = "zeros";
+    }
+    auto* n = addNode(g, op, {"data", "idx", updates}, {"y"}, "scatter");
+    if (!nd) intAttr(n, "axis", 0);
+    if (!reduction.empty()) stringAttr(n, "reduction", reduction);
+    addNode(g, "ReduceSum", {"y"}, {"s"}, "sum");
+    addOutput(g, "s");
+    const std::string f = d.file(name + ".onnx");
+    writeModel(f, m);
+    return f;
+  };
+  for (const char* op : {"ScatterElements", "ScatterND"})
+    for (int64_t width : {4, 2048}) {  // 3 x 4 indices fold; 3 x 2048 do not (ScatterND's [3, 1] always do)
+      SCOPED_TRACE(std::string(op) + " width " + std::to_string(width));
+      expectImportError(model("twice", op, width, false, ""), {"'scatter'", "updates 0 and ", "write the same element", "scatter_reduce"});
+      EXPECT_NO_THROW(importOnnxFile(model("zeros", op, width, true, "")));
+      EXPECT_NO_THROW(importOnnxFile(model("add", op, width, false, "add")));
+    }
+}

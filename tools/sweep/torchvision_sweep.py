@@ -814,6 +814,8 @@ MODELS = {
     "dpn_small": (lambda: timm_small("dpn48b", k_sec=(1, 1, 2, 1), inc_sec=(8, 8, 8, 16), k_r=16, groups=4, num_init_features=8), 32),
     # Stop 55 (above). The stop-gradient ones pass only through the helper (the dynamo exporter's
     # path, or --exporter torchscript-helper): a plain TorchScript export drops every detach().
+    # scatter_reduce(mean) exports (dynamo) as ScatterElements with reduction 'none' over duplicate
+    # indices, which ONNX leaves undefined: ampc refuses it by name (stop 55; it trained another function).
     "gnn_scatter": (GraphScatter, 8),
     "diffusion_tiny": (TinyDiffusion, 8),
     "clip_towers": (ClipTowers, 8),
