@@ -63,14 +63,17 @@ if what == "losses":
         "nll_ignore": lambda o, s, y, sign, t_: F.nll_loss(F.log_softmax(o, 1), t_, ignore_index=3),
         "ce_smoothing": lambda o, s, y, sign, t_: F.cross_entropy(o, t_, label_smoothing=0.1),
     }
+    only = os.environ.get("TERMS", "").split()
     for name, fn in terms.items():
+        if only and name not in only:
+            continue
         def loss(o, t_, fn=fn):
             y = F.one_hot(t_, 10).to(o.dtype)
             s = torch.linspace(-1, 1, 10, dtype=o.dtype).expand(2, 10)
             sign = torch.where(y > 0, torch.ones_like(y), -torch.ones_like(y))
             return fn(o, s, y, sign, t_)
         t.MODELS["term_" + name] = (t.SmallNet, 8, loss)
-        for exporter in ("dynamo", "torchscript"):
+        for exporter in os.environ.get("EXPORTERS", "dynamo torchscript").split():
             try:
                 v, detail = t.check("term_" + name, ampc, os.path.join(os.path.dirname(ampc), "amprun"), f"{out}/{exporter}", exporter)
             except Exception as e:  # noqa: BLE001

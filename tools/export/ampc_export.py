@@ -39,7 +39,9 @@ through a straight-through estimator (VQ-VAE's z + (zq - z).detach()), a stop-gr
 the forward runs under StopGradientMode, which writes the marker for every detach() (Tensor.detach,
 torch.detach, .data) and for every float result computed while gradients are off (torch.no_grad())
 from a value that has one (spectral norm's power iteration). ampc gives the marker its operand's
-value and no gradient (compiler/ops/grad.h kStopGradientOp). Where the dynamo exporter fails with
+value and no gradient (compiler/ops/grad.h kStopGradientOp). The same mode writes out
+F.cross_entropy(..., label_smoothing=e) (_cross_entropy_smoothed): the dynamo exporter drops the
+smoothing. Where the dynamo exporter fails with
 the markers, the model is exported without them, and the key "ampc.unmarked_stop_gradients" holds
 how many there would have been: ampc names it in a note.
 """
@@ -144,6 +146,7 @@ def _stop_gradient_mode(dynamo, count_only=False):
         def __init__(self):
             super().__init__()
             self.marked = 0
+            self.rewritten = 0
 
         def mark(self, t):
             self.marked += 1
@@ -153,6 +156,12 @@ def _stop_gradient_mode(dynamo, count_only=False):
             kwargs = kwargs or {}
             if func in detaching and args and float_tensor(args[0]):
                 return self.mark(args[0])
+            if func is torch.nn.functional.cross_entropy:
+                smoothing = kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0)
+                if smoothing:
+                    self.rewritten += 1
+                    if not count_only:
+                        return _cross_entropy_smoothed(*args, **kwargs)
             out = func(*args, **kwargs)
             if torch.is_grad_enabled():
                 return out
@@ -169,14 +178,51 @@ def _stop_gradient_mode(dynamo, count_only=False):
     return StopGradientMode()
 
 
+def _cross_entropy_smoothed(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                            label_smoothing=0.0):
+    """F.cross_entropy with label_smoothing written out as PyTorch defines it (ATen's
+    cross_entropy_loss_label_smoothing): (1 - e) nll + e / C times the smoothing term, -sum over the
+    classes of (weighted) log-probabilities, 0 at ignored targets, averaged over the targets' weights
+    (or the targets not ignored); class probabilities are mixed with the uniform ones instead. The
+    dynamo exporter writes cross_entropy(label_smoothing=e) as SoftmaxCrossEntropyLoss without it (an
+    ONNX op with no smoothing: the plain loss, silently), the TorchScript exporter refuses it."""
+    import torch.nn.functional as F
+    if size_average is not None or reduce is not None:
+        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
+    cdim = 1 if input.dim() >= 2 else 0
+    classes = input.shape[cdim]
+    e = label_smoothing
+    if target.is_floating_point():
+        return F.cross_entropy(input, target * (1 - e) + e / classes, weight, ignore_index=ignore_index, reduction=reduction)
+    logp = F.log_softmax(input, cdim)
+    nll = F.nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if weight is not None:
+        shape = [1] * logp.dim()
+        shape[cdim] = classes
+        smooth = -(logp * weight.view(shape)).sum(cdim)
+    else:
+        smooth = -logp.sum(cdim)
+    ignored = target == ignore_index
+    smooth = smooth.masked_fill(ignored, 0.0)
+    if reduction == "mean":
+        if weight is not None:
+            smooth = smooth.sum() / weight.gather(0, target.masked_fill(ignored, 0).flatten()).view_as(target).masked_fill(ignored, 0.0).sum()
+        else:
+            smooth = smooth.sum() / (~ignored).sum()
+    elif reduction == "sum":
+        smooth = smooth.sum()
+    return (1 - e) * nll + smooth * (e / classes)
+
+
 def stop_gradients(module, args):
-    """How many values one forward of `module` on `args` detaches (a copy, gradients on)."""
+    """How many values one forward of `module` on `args` detaches, and how many cross_entropy calls
+    with label_smoothing it makes (a copy, gradients on)."""
     import copy
     mode = _stop_gradient_mode(False, count_only=True)
     m = copy.deepcopy(module)
     with torch.enable_grad(), mode:
         m(*args)
-    return mode.marked
+    return mode.marked, mode.rewritten
 
 
 class _MarkedForward:
@@ -264,13 +310,13 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     args = tuple(args)
     # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
-    detached = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else 0
+    detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)
     unmarked = 0
     if detached and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
         raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
                            f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
                            "export with dynamo=False, or PyTorch 2.9 or later")
-    marks = _MarkedForward(module, dynamo, detached)
+    marks = _MarkedForward(module, dynamo, detached + smoothed)
     if dynamo:
         kw = dict(dynamo=True, optimize=False, input_names=input_names, output_names=list(output_names))
         if opset:
@@ -281,7 +327,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
             with marks:
                 torch.onnx.export(module, args, path, **kw)
         except Exception as e:  # noqa: BLE001
-            if not detached:
+            if not detached or smoothed:  # without the mode, label smoothing would be lost: the error stands
                 raise
             # The export fails with the markers: once more without them, as before they were
             # written, and the count goes into the file, where ampc names it in a note.
@@ -301,6 +347,9 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
                               custom_opsets={"ampc": 1}, **kw)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
+    if smoothed:
+        print(f"ampc_export: {smoothed} cross_entropy call(s) with label_smoothing are written out (log_softmax, nll_loss and "
+              "the smoothing term): the dynamo exporter would drop the smoothing", file=sys.stderr)
     if detached and not unmarked:
         print(f"ampc_export: the forward stops the gradient at {marks.marked} value(s) (detach(), torch.no_grad()): "
               "each is an ampc.StopGradient node", file=sys.stderr)

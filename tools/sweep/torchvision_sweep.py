@@ -821,6 +821,13 @@ MODELS = {
     "clip_towers": (ClipTowers, 8),
     "losses_many": (SmallNet, 8, losses_a),
     "losses_smooth": (SmallNet, 8, losses_b),
+    # cross_entropy's label_smoothing: the dynamo exporter writes SoftmaxCrossEntropyLoss without it
+    # (the plain loss), the TorchScript exporter refuses it; ampc_export.py writes it out.
+    "loss_label_smoothing": (SmallNet, 8, lambda o, t: (
+        F.cross_entropy(o, t, label_smoothing=0.1)
+        + F.cross_entropy(o, t, weight=torch.linspace(0.5, 1.5, 10, dtype=o.dtype), ignore_index=int(t[0]), label_smoothing=0.2)
+        + F.cross_entropy(o, F.softmax(torch.linspace(-1, 1, 10, dtype=o.dtype).expand(2, 10), 1), label_smoothing=0.05)
+        + F.cross_entropy(o, t, reduction="sum", label_smoothing=0.3) * 0.1)),
     "proto_cdist": (Proto, 8),
     "embedding_bag": (Bags, 8),
     "point_knn": (PointKnn, 8),
