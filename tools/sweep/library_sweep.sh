@@ -24,7 +24,7 @@ for ((i = 0; i < n; i++)); do
     ${AMP:+--amp "$AMP"} $models > "$work/shard$i.txt" 2>&1 &
 done
 wait
-cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|KINK|CUSTOM-BACKWARD|MISMATCH|EXPORT-FAILS|AMPC-REFUSES|AMPRUN-FAILS|SWEEP-ERROR|TORCH-FAILS|TORCH-RANDOM|TIMEOUT|AMP-PASS|AMP-WORSE|AMP-CHAOTIC) " \
+cat "$work"/shard*.txt | grep -E "^[a-zA-Z_0-9:@.-]+ +(PASS|KINK|CUSTOM-BACKWARD|MISMATCH|EXPORT-WRONG|EXPORT-FAILS|AMPC-REFUSES|AMPRUN-FAILS|SWEEP-ERROR|TORCH-FAILS|TORCH-RANDOM|TIMEOUT|AMP-PASS|AMP-WORSE|AMP-CHAOTIC) " \
   | sort > "$out/library_$e${AMP:+_amp}.txt"
 e=$e${AMP:+_amp}
 awk '{print $2}' "$out/library_$e.txt" | sort | uniq -c
@@ -32,7 +32,7 @@ grep -vE " (PASS|AMP-PASS|TORCH-FAILS) " "$out/library_$e.txt" | cut -c1-400
 # The failing models' files, smallest first, while they fit in $PACK_MB MB (15 unless given), in
 # pieces of 15 MB (library_failing.tar.gz.00, .01, ...: cat them back together) where they pass one.
 budget=$((${PACK_MB:-15} * 1024 * 1024)); list=()
-for m in $(grep -E " (MISMATCH|KINK|AMPC-REFUSES|AMPRUN-FAILS|AMP-WORSE) " "$out/library_$e.txt" | awk '{print $1}'); do
+for m in $(grep -E " (MISMATCH|EXPORT-WRONG|KINK|AMPC-REFUSES|AMPRUN-FAILS|AMP-WORSE) " "$out/library_$e.txt" | awk '{print $1}'); do
   s=$(du -sb --exclude='*.ampplan*' --exclude='grads*' "$work/$m" 2>/dev/null | cut -f1)
   [ -n "$s" ] && echo "$s $m"
 done | sort -n > "$work/sizes.txt"

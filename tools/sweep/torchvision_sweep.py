@@ -25,8 +25,9 @@ Prints one line per model: PASS when
 else KINK (the loss right, the f64 run's gradients right, and some ReLU input changing sign
 between ampc's f32 and f64 runs: a gradient through the kink, not a wrong op), else CUSTOM-BACKWARD
 (the loss right, and the forward calls torch.autograd.Function subclasses of its own, whose backward
-PyTorch runs and no export keeps), else MISMATCH with
-the numbers, or the step that failed (export, ampc, amprun) with its first
+PyTorch runs and no export keeps), else EXPORT-WRONG (the loss off, and onnxruntime, where
+installed, computes ampc's loss from the same file: the exporter wrote another function), else
+MISMATCH with the numbers, or the step that failed (export, ampc, amprun) with its first
 error line. Dropout probabilities and
 stochastic depth are set to 0 (masks cannot match across frameworks); a model whose PyTorch loss
 still differs between two forwards of the same weights and batch is TORCH-RANDOM (randomness the
@@ -1208,10 +1209,31 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
     # CUSTOM-BACKWARD: the same, where the forward calls autograd.Functions of its own: PyTorch's
     # gradient is their backward's, ampc's the exported forward's derivative.
     verdict = "PASS" if ok else ("KINK" if lossOk and kinked else "CUSTOM-BACKWARD" if lossOk and custom else "MISMATCH")
+    # EXPORT-WRONG: the loss is off, and onnxruntime, where installed, computes ampc's loss from the
+    # same file: the exported graph is another function than the model's (stop 55: the dynamo
+    # exporter's label smoothing and scatter_reduce(mean)). Where onnxruntime disagrees with both (its
+    # inference-form BatchNorm uses the running statistics) nothing is concluded.
+    ort = onnxruntime_loss(path, d) if not lossOk else None
+    if ort is not None:
+        unfused += f" [onnxruntime's loss from the same file: {ort:.6f}]"
+        if abs(ort - loss) <= 1e-5 * abs(loss) and abs(ort - loss64) > lossTol * abs(loss64):
+            verdict = "EXPORT-WRONG"
     return verdict, (
         f"loss {loss:.6f} (f64 {loss64:.6f}, PyTorch f32 {loss32:.6f}); worst gradient {worst}: {errs[worst][0]:.1e} vs PyTorch f32 {errs[worst][1]:.1e} "
         f"(ratio {ratio:.2f}, {len(errs)} checked); 3 steps within {rel:.1e} "
         + (f"(chaotic: PyTorch f32 leaves f64 by {drift:.1e})" if chaotic else f"(tolerance {tol:.1e})") + unfused)
+
+
+def onnxruntime_loss(path, d):
+    """The model file's loss on its inputs by onnxruntime (CPU), or None where it is not installed or fails."""
+    try:
+        import onnxruntime
+        sess = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        feeds = {n: np.load(os.path.join(d, "inputs", n + ".npy")) for n in names}
+        return float(np.asarray(sess.run(None, feeds)[0]).reshape(-1)[0])
+    except Exception:  # noqa: BLE001 (no onnxruntime, or an op it lacks: nothing concluded)
+        return None
 
 
 def relative_errors(got, exact):
