@@ -219,9 +219,14 @@ def stop_gradients(module, args):
     with label_smoothing it makes (a copy, gradients on)."""
     import copy
     mode = _stop_gradient_mode(False, count_only=True)
-    m = copy.deepcopy(module)
-    with torch.enable_grad(), mode:
-        m(*args)
+    try:
+        m = copy.deepcopy(module)
+        with torch.enable_grad(), mode:
+            m(*args)
+    except Exception as e:  # noqa: BLE001 (a module deepcopy refuses, a forward that fails under the mode)
+        print(f"ampc_export: could not look for detach() and label smoothing ({type(e).__name__}: {e}); the export writes "
+              "neither marker nor rewrite, and ampc's gradients flow wherever the graph lets them", file=sys.stderr)
+        return 0, 0
     return mode.marked, mode.rewritten
 
 
@@ -344,7 +349,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
             torch.onnx.export(module, args, path, opset_version=opset or 17,
                               training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                               input_names=input_names, output_names=list(output_names),
-                              custom_opsets={"ampc": 1}, **kw)
+                              **({"custom_opsets": {"ampc": 1}} if detached else {}), **kw)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
     if smoothed:
