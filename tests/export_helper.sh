@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# tools/export/ampc_export.py against PyTorch (Debian's python3-torch: the TorchScript exporter through
+# the helper): models whose forward stops gradients (detach(), torch.no_grad()), uses label smoothing
+# or keeps a BatchNorm frozen train with PyTorch's loss and gradients (every one PASS: loss against
+# f64, every first-step gradient against f64 as close as PyTorch's own f32, 3 SGD steps), and the
+# plain TorchScript export of the straight-through model does not (MISMATCH: what the marker fixes).
+# Without torch it skips (exit 77).
+set -uo pipefail
+build=$1
+here=$(cd "$(dirname "$0")/.." && pwd)
+if ! /usr/bin/python3 -c 'import torch, torchvision, numpy' 2>/dev/null; then
+  echo "export_helper: python3-torch/torchvision/numpy missing; skipped"
+  exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+sweep() { OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore /usr/bin/python3 "$here/tools/sweep/torchvision_sweep.py" --ampc "$build/tools/ampc" \
+  --amprun "$build/tools/amprun" --model-limit 120 "$@" 2>&1 | grep -E "^[a-z_0-9]+ +[A-Z-]+ "; }
+helper=$(sweep --out "$out/h" --exporter torchscript-helper vq_straight_through simsiam teacher_no_grad loss_label_smoothing frozen_bn_mixed)
+plain=$(sweep --out "$out/p" --exporter torchscript vq_straight_through)
+echo "$helper"
+echo "$plain"
+ok=1
+[ "$(echo "$helper" | grep -c ' PASS ')" = 5 ] || { echo "export_helper: not every model passed through the helper"; ok=0; }
+echo "$plain" | grep -q '^vq_straight_through  *MISMATCH ' || { echo "export_helper: the plain export's straight-through gradient matched"; ok=0; }
+[ $ok = 1 ]
