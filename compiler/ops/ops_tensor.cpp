@@ -191,11 +191,11 @@ void checkScatterReduction(InferContext& c) {
 // With reduction 'none', ONNX leaves undefined which update lands where two write one element, and
 // so the gradient (which of them gets it). registry.h scatterWritesTwice finds such a pair; the
 // importer refuses it where the indices are known ahead and the updates are not one constant value
-// (a mask's zeros). PyTorch's dynamo exporter writes scatter_reduce(reduce="mean") so, which would
+// (the exporter's own zeros). PyTorch's dynamo exporter writes scatter_reduce(reduce="mean") so, which would
 // otherwise compute another function silently.
 }  // namespace
 
-std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx, const Tensor* updates) {
+std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx) {
   if (n.getString("reduction", "none") != "none") return std::nullopt;
   const auto& xs = data.shape;
   const auto& is = idx.type.shape;
@@ -220,11 +220,7 @@ std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, con
       for (size_t d = 0; d < xs.size(); ++d) flat = flat * xs[d] + at[d];
     }
     auto [it, fresh] = first.emplace(flat, i);
-    if (fresh) continue;
-    bool one = updates != nullptr;
-    for (int64_t e = 1; one && e < updates->numel(); ++e) one = updates->getDouble(e) == updates->getDouble(0);
-    if (one) return std::nullopt;
-    return std::make_pair(it->second, i);
+    if (!fresh) return std::make_pair(it->second, i);
   }
   return std::nullopt;
 }

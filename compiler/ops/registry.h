@@ -126,9 +126,9 @@ const std::vector<OpDef>& allOps();
 std::vector<TensorType> inferTypes(const Node& n);
 
 // A ScatterElements / ScatterND node `n` with reduction 'none' over `data`: the first two updates
-// that the indices `idx` send to one element (ScatterND: one slice), unless `updates` is given and
-// holds one value throughout; ONNX leaves which lands undefined. nullopt: none do (or another reduction).
-std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx, const Tensor* updates);
+// that the indices `idx` send to one element (ScatterND: one slice); ONNX leaves which lands
+// undefined. nullopt: none do (or another reduction).
+std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx);
 std::string scatterWritesTwiceMessage(std::pair<int64_t, int64_t> updates);
 
 // Shared shape helpers.

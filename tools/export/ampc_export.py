@@ -251,12 +251,16 @@ class _MarkedForward:
             with torch.enable_grad(), mode:
                 return original(*a, **k)
 
+        self.own = module.__dict__.get("forward")  # an instance's own forward, if it had one
         module.forward = forward
         return self
 
     def __exit__(self, *exc):
         if self.marks:
-            del self.module.forward  # the instance attribute: the class's forward again
+            if self.own is not None:
+                self.module.forward = self.own
+            else:
+                del self.module.forward  # the instance attribute: the class's forward again
             self.marked = self.mode.marked
 
 
