@@ -2,12 +2,14 @@
 """Architectures the zoo does not hold, checked the way a new user meets ampc: torchvision models
 built here with whatever PyTorch is installed (Debian's python3-torch works), exported with the
 TorchScript exporter (opset 17, training mode, no constant folding) or, with `--exporter dynamo`
-(PyTorch 2.9 and up), PyTorch's default exporter through tools/export/ampc_export.py, compiled by
-ampc at fp32 and trained 3 SGD steps by amprun on the CPU, against PyTorch's own 3 steps on the same
-weights and batch.
+(PyTorch 2.9 and up), PyTorch's default exporter through tools/export/ampc_export.py, or with
+`--exporter torchscript-helper` the TorchScript exporter through the helper (its stop-gradient
+markers, label smoothing written out, frozen BatchNorms named: what a plain export loses), compiled
+by ampc at fp32 and trained 3 SGD steps by amprun on the CPU, against PyTorch's own 3 steps on the
+same weights and batch.
 
     python3 tools/sweep/torchvision_sweep.py --ampc build/tools/ampc --amprun build/tools/amprun \
-        --out /tmp/sweep [--exporter dynamo] [MODEL...]
+        --out /tmp/sweep [--exporter dynamo|torchscript-helper] [MODEL...]
 
 Besides torchvision's classifiers: two segmentation nets, a U-Net, an encoder-decoder
 Transformer, a top-2 mixture of experts, each read as a classifier (PooledHead, TinySeq2Seq,
@@ -1144,6 +1146,7 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
     # ampc's note on the export helper's ampc.custom_autograd: the model's own autograd.Functions,
     # whose backward PyTorch runs and no export keeps (transformers' YOSO).
     custom = "torch.autograd.Function subclasses" in r.stderr
+    straight = "the straight-through estimator's form" in r.stderr  # ampc's note: a detach() the export dropped
     x64 = x.double() if x.is_floating_point() else x
     loss64 = WithLoss(copy.deepcopy(reference), lossFn).double()(x64, t).item()
     loss32 = WithLoss(copy.deepcopy(reference), lossFn)(x, t).item()
@@ -1213,6 +1216,8 @@ def check(name, ampc, amprun, out_dir, exporter="torchscript", export_only=False
     # same file: the exported graph is another function than the model's (stop 55: the dynamo
     # exporter's label smoothing and scatter_reduce(mean)). Where onnxruntime disagrees with both (its
     # inference-form BatchNorm uses the running statistics) nothing is concluded.
+    if straight and verdict == "MISMATCH":
+        unfused += " [ampc notes a + (b - a): a straight-through estimator whose detach() the export dropped]"
     ort = onnxruntime_loss(path, d) if not lossOk else None
     if ort is not None:
         unfused += f" [onnxruntime's loss from the same file: {ort:.6f}]"
