@@ -26,7 +26,7 @@ class FoldConstantsPass : public Pass {
 
 bool tryFold(Graph& g, Node* n, const std::vector<TensorType>& types) {
   const OpDef* d = n->def();
-  if (!d || !n->domain().empty() || !cpu::findKernel(n->op())) return false;
+  if (!evaluableAhead(*n)) return false;  // (a random op is not a constant, whatever its inputs)
   std::vector<const Tensor*> ins;
   for (size_t i = 0; i < n->numInputs(); ++i) {
     const Value* v = n->input(i);
@@ -34,7 +34,6 @@ bool tryFold(Graph& g, Node* n, const std::vector<TensorType>& types) {
     if (v && !t && !d->readsOnlyTypes) return false;
     ins.push_back(t);
   }
-  if (d->random) return false;  // a random op is not a constant, whatever its inputs
   if (n->numInputs() > 0)         // a source op (Constant) already holds its data
     for (const auto& t : types)
       if (t.numel() > kMaxFoldElements) return false;
@@ -54,6 +53,8 @@ bool tryFold(Graph& g, Node* n, const std::vector<TensorType>& types) {
 }
 
 }  // namespace
+
+bool evaluableAhead(const Node& n) { return n.def() && n.domain().empty() && !n.def()->random && cpu::findKernel(n.op()); }
 
 bool inferAndFoldNode(Graph& g, Node* n) {
   if (!n->def()) return false;  // a custom op keeps the types its model declared

@@ -58,6 +58,9 @@ std::unique_ptr<Pass> createFoldConstantsPass();  // fold_constants.cpp
 // it by constants (n is then erased). The importer runs it node by node, so that each node sees
 // its inputs' types. Returns true if anything changed.
 bool inferAndFoldNode(Graph& g, Node* n);
+// Whether n can be computed ahead from its operands' data (fold-constants' rule, and the importer's
+// evaluation of index cones): a standard registry op, not random, with a CPU kernel.
+bool evaluableAhead(const Node& n);
 std::unique_ptr<Pass> createDcePass();            // dce.cpp
 // Common subexpression elimination: equal constants become one, and a node that repeats an earlier
 // one (op, attributes, operands, result types; not random ops) goes, its readers reading the earlier.

@@ -889,7 +889,7 @@ class Importer {
     if (const Tensor* t = v->constData()) return t;
     if (auto it = memo.find(v); it != memo.end()) return &it->second;
     const Node* p = v->producer();
-    if (!p || !p->def() || !p->domain().empty() || p->def()->random || !cpu::findKernel(p->op())) return nullptr;
+    if (!p || !evaluableAhead(*p)) return nullptr;
     std::vector<const Tensor*> ins;
     for (size_t i = 0; i < p->numInputs(); ++i) {
       const Tensor* t = p->input(i) ? constantValue(p->input(i), memo, budget) : nullptr;
@@ -2662,16 +2662,19 @@ class Importer {
     g_->addConst(out, Tensor::fromDoubles(*t, {n}, w));
   }
 
+  // A Fourier matrix [rows, 2 columns] is O(L^2): bounded at 2^25 entries (n_fft 4096 onesided
+  // takes 2^24), so a long transform is an error, not a matrix of gigabytes.
+  void checkFourierSize(const onnx::NodeProto& np, int64_t rows, int64_t columns, const std::string& what) {
+    if (rows * columns * 2 > (int64_t{1} << 25))
+      fail(nodeLabel(np) + ": " + what + " needs a Fourier matrix of more than 2^25 entries, past what ampc builds");
+  }
+
   // Entry (n * c + ci, 2 * k + o) of the matrix that takes a length-L signal's samples n < rows
   // (c = 1: real, c = 2: real and imaginary parts interleaved) to its transform's bins k < bins
   // (o = 0: real part, o = 1: imaginary): e^(-i theta) forward, e^(i theta) / L inverse, with
   // theta = 2 pi (k n mod L) / L (the reduction keeps the angle exact in double for long signals).
   std::vector<double> fourierMatrix(const onnx::NodeProto& np, int64_t rows, int64_t c, int64_t bins, int64_t length, bool inverse) {
-    // O(L^2) entries: bounded (n_fft 4096 onesided takes 2^24), so a long transform is an error, not a
-    // matrix of gigabytes.
-    if (rows * c * bins * 2 > (int64_t{1} << 25))
-      fail(nodeLabel(np) + ": a transform of " + std::to_string(rows) + " samples into " + std::to_string(bins) +
-           " bins needs a Fourier matrix of more than 2^25 entries, past what ampc builds");
+    checkFourierSize(np, rows * c, bins, "a transform of " + std::to_string(rows) + " samples into " + std::to_string(bins) + " bins");
     std::vector<double> w(static_cast<size_t>(rows * c * bins * 2));
     const double scale = inverse ? 1.0 / static_cast<double>(length) : 1.0, sign = inverse ? 1.0 : -1.0;
     for (int64_t n = 0; n < rows; ++n)
@@ -2745,9 +2748,7 @@ class Importer {
   // bin of an even L (their conjugates are themselves), so their imaginary parts count for nothing,
   // as in PyTorch's irfft. Column o = 1 (the imaginary part) is 0.
   std::vector<double> hermitianMatrix(const onnx::NodeProto& np, int64_t rows, int64_t length) {
-    if (rows * 2 * length * 2 > (int64_t{1} << 25))
-      fail(nodeLabel(np) + ": an inverse transform of " + std::to_string(rows) + " bins into " + std::to_string(length) +
-           " samples needs a Fourier matrix of more than 2^25 entries, past what ampc builds");
+    checkFourierSize(np, rows * 2, length, "an inverse transform of " + std::to_string(rows) + " bins into " + std::to_string(length) + " samples");
     std::vector<double> w(static_cast<size_t>(rows * 2 * length * 2), 0.0);
     for (int64_t k = 0; k < rows; ++k) {
       const double weight = (k == 0 || 2 * k == length) ? 1.0 : 2.0;
