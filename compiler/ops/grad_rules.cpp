@@ -547,6 +547,8 @@ void gradGridSample(GB& b) {
   for (size_t i = 0; i < 2; ++i)
     if (b.needs(i)) b.setGrad(i, r[i]);
 }
+// d det(X) / dX is X's cofactor matrix (kernels: ampc.DetGrad).
+void gradDet(GB& b) { b.setGrad(0, b.op("DetGrad", {b.dy(0), b.x(0)}, {}, kGradDomain)); }
 void gradGatherND(GB& b) {
   b.setGrad(0, b.op("GatherNDGrad", {b.dy(0), b.x(1)}, {{"batch_dims", b.node.getInt("batch_dims", 0)}, {"shape", shapeOf(b.x(0))}}, kGradDomain));
 }
@@ -662,6 +664,11 @@ void inferGridSampleGrad(InferContext& c) {  // (dY, X, grid) -> dX, dGrid
   c.setOut(1, c.in(2));
 }
 void inferLossGrad(InferContext& c) { c.setOut(0, c.in(1)); }
+void inferDetGrad(InferContext& c) {  // (dY, X) -> dX
+  const auto& s = c.in(1).shape;
+  c.check(s.size() >= 2 && c.in(0).shape == std::vector<int64_t>(s.begin(), s.end() - 2), "dY must be X's shape less its last two dims, got " + c.in(0).str() + " for " + c.in(1).str());
+  c.setOut(0, c.in(1));
+}
 void inferDropoutGrad(InferContext& c) { c.setOut(0, c.in(0)); }
 void inferGeluGrad(InferContext& c) {  // (dY, X) -> dX
   c.check(c.in(0).shape == c.in(1).shape && c.in(0).dtype == c.in(1).dtype, "dY and X must have one type, got " + c.in(0).str() + " and " + c.in(1).str());
@@ -685,6 +692,7 @@ void registerGradOps(std::vector<OpDef>& t) {
   // passes/keep_loss_stats.cpp: the loss gradient reading the loss's row statistics (input 3).
   t.push_back(OpDef{"SoftmaxCrossEntropyLossGrad", kCudaDomain, 1, 1, 4, 5, 1, 1, AmpCategory::Infer, false, inferTargetLossGrad});
   row("GridSampleGrad", 3, 3, 2, inferGridSampleGrad);
+  row("DetGrad", 2, 2, 1, inferDetGrad);
   row("SoftmaxCrossEntropyLossGrad", 3, 4, 1, inferLossGrad);
   row("NegativeLogLikelihoodLossGrad", 3, 4, 1, inferLossGrad);
   row("SliceGrad", 3, 5, 1, inferWithShapeAttr);
@@ -750,7 +758,7 @@ void attachGradRules(std::vector<OpDef>& t) {
       {"Concat", gradConcat}, {"Split", gradSplit}, {"Slice", gradSlice}, {"Gather", gradGather},
       {"Expand", gradExpand}, {"Tile", gradTile}, {"Pad", gradPad}, {"Trilu", gradTrilu},
       {"Sin", gradSin}, {"Cos", gradCos}, {"Tan", gradTan}, {"Asin", gradAsin}, {"Acos", gradAcos}, {"Atan", gradAtan},
-      {"Sinh", gradSinh}, {"Cosh", gradCosh}, {"Asinh", gradAsinh}, {"Acosh", gradAcosh}, {"Atanh", gradAtanh}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK}, {"GridSample", gradGridSample},
+      {"Sinh", gradSinh}, {"Cosh", gradCosh}, {"Asinh", gradAsinh}, {"Acosh", gradAcosh}, {"Atanh", gradAtanh}, {"CumSum", gradCumSum}, {"GatherElements", gradGatherElements}, {"TopK", gradTopK}, {"GridSample", gradGridSample}, {"Det", gradDet},
       {"ScatterElements", gradScatterElements}, {"ScatterND", gradScatterND},
       {"GatherND", gradGatherND}, {"HardSigmoid", gradHardSigmoid}, {"HardSwish", gradHardSwish}, {"Elu", gradElu},
       {"Selu", gradSelu}, {"Celu", gradCelu}, {"Mish", gradMish}, {"Softsign", gradSoftsign}, {"PRelu", gradPRelu},

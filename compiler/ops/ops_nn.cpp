@@ -203,6 +203,14 @@ void inferCumSum(InferContext& c) {
   c.setOut(0, c.in(0));
 }
 
+// Det: X [*, M, M] -> [*].
+void inferDet(InferContext& c) {
+  requireFloat(c, 0);
+  const auto& s = c.in(0).shape;
+  c.check(s.size() >= 2 && s[s.size() - 1] == s[s.size() - 2], "X must be [*, M, M] (square matrices), got " + c.in(0).str());
+  c.setOut(0, TensorType{c.in(0).dtype, std::vector<int64_t>(s.begin(), s.end() - 2)});
+}
+
 void inferArgMax(InferContext& c) {
   auto s = c.in(0).shape;
   int64_t ax = c.axis(c.node().getInt("axis", 0), c.in(0).rank());
@@ -500,6 +508,8 @@ void registerNNOps(std::vector<OpDef>& t) {
   // FP32, as PyTorch's autocast runs grid_sampler.
   row("GridSample", 16, 2, 2, 1, 1, D, true, inferGridSample);
   row("CumSum", L, 2, 2, 1, 1, D, true, inferCumSum);
+  // FP32 (in f64 inside), as PyTorch's autocast runs the linear-algebra ops.
+  row("Det", 11, 1, 1, 1, 1, D, true, inferDet);
   row("SoftmaxCrossEntropyLoss", L, 2, 3, 1, 2, D, true, inferLoss);
   t.back().loss = true;
   t.back().noGradOperands = 0b100;  // class weights

@@ -499,9 +499,115 @@ struct GridSampleGradK {
   }
 };
 
+// Det and its gradient, in f64 over each trailing [n, n] matrix. The determinant is Gaussian
+// elimination's pivot product (partial pivoting, the first largest pivot); the gradient is dY times
+// the cofactor matrix, det * inv(X)^T by Gauss-Jordan where no pivot is zero, else each cofactor
+// as the determinant of its minor (a singular matrix of rank n - 1 still has one: PyTorch's too).
+
+// The determinant of the m x m matrix a (rows `stride` apart), which it overwrites.
+double eliminateDet(double* a, int64_t m, int64_t stride) {
+  double det = 1.0;
+  for (int64_t k = 0; k < m; ++k) {
+    int64_t p = k;
+    for (int64_t r = k + 1; r < m; ++r)
+      if (std::fabs(a[r * stride + k]) > std::fabs(a[p * stride + k])) p = r;
+    const double piv = a[p * stride + k];
+    if (piv == 0.0) return 0.0;
+    if (p != k) {
+      for (int64_t j = k; j < m; ++j) std::swap(a[k * stride + j], a[p * stride + j]);
+      det = -det;
+    }
+    det *= piv;
+    for (int64_t r = k + 1; r < m; ++r) {
+      const double f = a[r * stride + k] / piv;
+      if (f != 0.0)
+        for (int64_t j = k + 1; j < m; ++j) a[r * stride + j] -= f * a[k * stride + j];
+    }
+  }
+  return det;
+}
+
+int64_t detBatches(const Tensor& x, int64_t& n) {
+  const auto& s = x.type.shape;
+  n = s.back();
+  return n == 0 ? x.numel() : x.numel() / (n * n);
+}
+
+void detKernel(KernelCtx& c) {
+  int64_t n;
+  const int64_t batches = c.out(0).numel();
+  detBatches(c.in(0), n);
+  const auto x = widen<double>(c.in(0));
+  std::vector<double> r(static_cast<size_t>(batches)), a(static_cast<size_t>(n * n));
+  for (int64_t b = 0; b < batches; ++b) {
+    std::copy(x.begin() + b * n * n, x.begin() + (b + 1) * n * n, a.begin());
+    r[b] = eliminateDet(a.data(), n, n);
+  }
+  narrow(r, c.out(0));
+}
+
+// DetGrad(dY, X) -> dX = dY * cofactors(X).
+void detGradKernel(KernelCtx& c) {
+  int64_t n;
+  const int64_t batches = c.in(0).numel();
+  detBatches(c.in(1), n);
+  const auto dy = widen<double>(c.in(0));
+  const auto x = widen<double>(c.in(1));
+  std::vector<double> dx(x.size()), w(static_cast<size_t>(2 * n * n));
+  for (int64_t b = 0; b < batches; ++b) {
+    const double* xb = x.data() + b * n * n;
+    double* g = dx.data() + b * n * n;
+    // Gauss-Jordan on [X | I]: X^-1 in the right half, det the pivots' product.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < 2 * n; ++j) w[i * 2 * n + j] = j < n ? xb[i * n + j] : double(j - n == i);
+    double det = 1.0;
+    bool singular = false;
+    for (int64_t k = 0; k < n && !singular; ++k) {
+      int64_t p = k;
+      for (int64_t r = k + 1; r < n; ++r)
+        if (std::fabs(w[r * 2 * n + k]) > std::fabs(w[p * 2 * n + k])) p = r;
+      const double piv = w[p * 2 * n + k];
+      if (piv == 0.0) {
+        singular = true;
+        break;
+      }
+      if (p != k) {
+        for (int64_t j = 0; j < 2 * n; ++j) std::swap(w[k * 2 * n + j], w[p * 2 * n + j]);
+        det = -det;
+      }
+      det *= piv;
+      for (int64_t j = 0; j < 2 * n; ++j) w[k * 2 * n + j] /= piv;
+      for (int64_t r = 0; r < n; ++r) {
+        const double f = w[r * 2 * n + k];
+        if (r == k || f == 0.0) continue;
+        for (int64_t j = 0; j < 2 * n; ++j) w[r * 2 * n + j] -= f * w[k * 2 * n + j];
+      }
+    }
+    if (!singular) {
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) g[i * n + j] = dy[b] * det * w[j * 2 * n + n + i];  // det * inv^T
+      continue;
+    }
+    const int64_t m = n - 1;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t r = 0, rr = 0; r < n; ++r) {
+          if (r == i) continue;
+          for (int64_t q = 0, qq = 0; q < n; ++q)
+            if (q != j) w[rr * m + qq++] = xb[r * n + q];
+          ++rr;
+        }
+        const double minor = eliminateDet(w.data(), m, m);
+        g[i * n + j] = dy[b] * ((i + j) % 2 ? -minor : minor);
+      }
+  }
+  narrow(dx, c.out(0));
+}
+
 }  // namespace
 
 void registerLinearGradKernels(std::vector<KernelRow>& t) {
+  t.push_back({"DetGrad", detGradKernel, "ampc"});
   t.push_back({"ConvGrad", summingOp<ConvGradK>, "ampc"});
   t.push_back({"AveragePoolGrad", summingOp<AveragePoolGradK>, "ampc"});
   t.push_back({"GridSampleGrad", summingOn1<GridSampleGradK>, "ampc"});
@@ -517,6 +623,7 @@ void registerLinearKernels(std::vector<KernelRow>& t) {
       {"AveragePool", summingOp<AveragePoolK>},
       {"GridSample", summingOp<GridSampleK>},
       {"GlobalAveragePool", summingOp<GlobalAveragePoolK>},
+      {"Det", detKernel},
   });
 }
 

@@ -679,6 +679,144 @@ __global__ void topKKernel(const void* x, DT t, int elemBytes, void* vals, int64
 }
 }  // namespace
 
+namespace {
+constexpr int kDetThreads = 256;
+constexpr int64_t kDetBlocks = 1024;
+
+// Block-wide Gaussian elimination in f64 of the m x m matrix at a (rows `stride` apart, `cols`
+// columns swapped and updated), kernels/cpu's detKernel and detGradKernel step for step: the pivot
+// is the first largest in magnitude. jordan: Gauss-Jordan (every other row eliminated, the pivot
+// row divided by its pivot), for [X | I]. Every thread returns the determinant; *singular when a
+// pivot is zero (the determinant 0). fac: m doubles of scratch.
+__device__ double blockEliminate(double* a, int64_t m, int64_t stride, int64_t cols, bool jordan, double* fac, bool* singular) {
+  __shared__ double bestV[kDetThreads];
+  __shared__ int64_t bestR[kDetThreads];
+  const int tid = threadIdx.x;
+  double det = 1.0;
+  *singular = false;
+  for (int64_t k = 0; k < m; ++k) {
+    double bv = -1.0;
+    int64_t br = -1;
+    for (int64_t r = k + tid; r < m; r += kDetThreads) {
+      const double v = fabs(a[r * stride + k]);
+      if (br < 0 || v > bv) bv = v, br = r;
+    }
+    bestV[tid] = bv, bestR[tid] = br;
+    __syncthreads();
+    for (int h = kDetThreads / 2; h > 0; h >>= 1) {
+      if (tid < h) {
+        const double ov = bestV[tid + h];
+        const int64_t orow = bestR[tid + h];
+        if (orow >= 0 && (bestR[tid] < 0 || ov > bestV[tid] || (ov == bestV[tid] && orow < bestR[tid]))) bestV[tid] = ov, bestR[tid] = orow;
+      }
+      __syncthreads();
+    }
+    const int64_t p = bestR[0];
+    const double piv = a[p * stride + k];
+    __syncthreads();  // bestR[0] read by all before the next column writes it
+    if (piv == 0.0) {
+      *singular = true;
+      return 0.0;
+    }
+    if (p != k) {
+      for (int64_t j = tid; j < cols; j += kDetThreads) {
+        const double t = a[k * stride + j];
+        a[k * stride + j] = a[p * stride + j];
+        a[p * stride + j] = t;
+      }
+      det = -det;
+    }
+    det *= piv;
+    __syncthreads();
+    if (jordan) {
+      for (int64_t j = tid; j < cols; j += kDetThreads) a[k * stride + j] /= piv;
+      __syncthreads();
+      for (int64_t r = tid; r < m; r += kDetThreads) fac[r] = r == k ? 0.0 : a[r * stride + k];
+      __syncthreads();
+      for (int64_t e = tid; e < m * cols; e += kDetThreads) {
+        const int64_t r = e / cols, j = e - r * cols;
+        if (fac[r] != 0.0) a[r * stride + j] -= fac[r] * a[k * stride + j];
+      }
+    } else {
+      for (int64_t r = k + 1 + tid; r < m; r += kDetThreads) fac[r] = a[r * stride + k] / piv;
+      __syncthreads();
+      const int64_t w = m - k - 1;
+      for (int64_t e = tid; e < w * w; e += kDetThreads) {
+        const int64_t r = k + 1 + e / w, j = k + 1 + e % w;
+        if (fac[r] != 0.0) a[r * stride + j] -= fac[r] * a[k * stride + j];
+      }
+    }
+    __syncthreads();
+  }
+  return det;
+}
+
+__global__ void detKernel(const void* x, DT t, void* y, int64_t batches, int64_t n, double* work) {
+  double* a = work + blockIdx.x * (2 * n * n + n);
+  double* fac = a + 2 * n * n;
+  for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
+    for (int64_t e = threadIdx.x; e < n * n; e += kDetThreads) a[e] = loadF(x, t, b * n * n + e);
+    __syncthreads();
+    bool singular;
+    const double det = blockEliminate(a, n, n, n, false, fac, &singular);
+    if (threadIdx.x == 0) storeF(y, t, b, static_cast<float>(det));
+    __syncthreads();
+  }
+}
+
+// dX = dY * cofactors(X): det * inv(X)^T from Gauss-Jordan on [X | I], or where a pivot is zero each
+// cofactor as its minor's determinant.
+__global__ void detGradKernel(const void* dy, DT dyT, const void* x, DT t, void* dx, int64_t batches, int64_t n, double* work) {
+  double* a = work + blockIdx.x * (2 * n * n + n);
+  double* fac = a + 2 * n * n;
+  for (int64_t b = blockIdx.x; b < batches; b += gridDim.x) {
+    const double g = loadF(dy, dyT, b);
+    for (int64_t e = threadIdx.x; e < 2 * n * n; e += kDetThreads) {
+      const int64_t i = e / (2 * n), j = e % (2 * n);
+      a[e] = j < n ? loadF(x, t, b * n * n + i * n + j) : double(j - n == i);
+    }
+    __syncthreads();
+    bool singular;
+    const double det = blockEliminate(a, n, 2 * n, 2 * n, true, fac, &singular);
+    if (!singular) {
+      for (int64_t e = threadIdx.x; e < n * n; e += kDetThreads) {
+        const int64_t i = e / n, j = e % n;
+        storeF(dx, t, b * n * n + e, static_cast<float>(g * det * a[j * 2 * n + n + i]));
+      }
+    } else {
+      const int64_t m = n - 1;
+      for (int64_t c = 0; c < n * n; ++c) {
+        const int64_t i = c / n, j = c % n;
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < m * m; e += kDetThreads) {
+          const int64_t r = e / m, q = e % m;
+          a[e] = loadF(x, t, b * n * n + (r + (r >= i)) * n + q + (q >= j));
+        }
+        __syncthreads();
+        bool s2;
+        const double minor = blockEliminate(a, m, m, m, false, fac, &s2);
+        if (threadIdx.x == 0) storeF(dx, t, b * n * n + c, static_cast<float>(g * ((i + j) % 2 ? -minor : minor)));
+      }
+    }
+    __syncthreads();
+  }
+}
+}  // namespace
+
+size_t detWorkBytes(int64_t batches, int64_t n) { return sizeof(double) * static_cast<size_t>(std::min(batches, kDetBlocks) * (2 * n * n + n)); }
+
+cudaError_t det(const void* x, DT t, void* y, int64_t batches, int64_t n, double* work, cudaStream_t st) {
+  if (batches == 0) return cudaSuccess;
+  detKernel<<<static_cast<int>(std::min(batches, kDetBlocks)), kDetThreads, 0, st>>>(x, t, y, batches, n, work);
+  return cudaGetLastError();
+}
+
+cudaError_t detGrad(const void* dy, DT dyT, const void* x, DT t, void* dx, int64_t batches, int64_t n, double* work, cudaStream_t st) {
+  if (batches == 0 || n == 0) return cudaSuccess;
+  detGradKernel<<<static_cast<int>(std::min(batches, kDetBlocks)), kDetThreads, 0, st>>>(dy, dyT, x, t, dx, batches, n, work);
+  return cudaGetLastError();
+}
+
 cudaError_t topK(const void* x, DT t, void* vals, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, cudaStream_t st) {
   if (outer * inner * k == 0) return cudaSuccess;
   const bool intType = t == DT::i64 || t == DT::i32 || t == DT::i8 || t == DT::u8;

@@ -144,6 +144,12 @@ cudaError_t cumSum(const void* x, void* out, DT t, int64_t outer, int64_t n, int
 // indices; equal values in index order, NaN above every number (the CPU kernel's order).
 cudaError_t topK(const void* x, DT t, void* vals, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, cudaStream_t st);
 
+// Det over `batches` [n, n] matrices, in f64 (kernels/cpu's detKernel), and its gradient dX = dY *
+// cofactors(X) (detGradKernel). work: detWorkBytes(batches, n) bytes of scratch.
+size_t detWorkBytes(int64_t batches, int64_t n);
+cudaError_t det(const void* x, DT t, void* y, int64_t batches, int64_t n, double* work, cudaStream_t st);
+cudaError_t detGrad(const void* dy, DT dyT, const void* x, DT t, void* dx, int64_t batches, int64_t n, double* work, cudaStream_t st);
+
 // ---- reductions -----------------------------------------------------------------------------
 enum class Red : int { Sum, Mean, Max, Min };
 // out[k] = reduce over the `rrank` reduced dims; the input offset of output element k is built from

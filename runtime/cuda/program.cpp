@@ -464,6 +464,8 @@ struct Program::Lowering {
   void ampcGatherGrad();
   void ampcAllReduce();
   void onnxTopK();
+  void onnxDet();
+  void ampcDetGrad();
   void onnxGridSample();
   std::vector<int64_t> padBegin(int64_t rank, int padsAt, int axesAt);
   PadMap padMap(const std::vector<int64_t>& xs, const std::vector<int64_t>& os, const std::vector<int64_t>& begin);
@@ -1055,6 +1057,8 @@ const std::map<std::pair<std::string, std::string>, Program::Lowering::Rule>& Pr
       {{"", "Trilu"}, &Lowering::onnxTrilu},
       {{"ampc", "RotateHalf"}, &Lowering::ampcRotateHalf},
       {{"", "CumSum"}, &Lowering::onnxCumSum},
+      {{"", "Det"}, &Lowering::onnxDet},
+      {{"ampc", "DetGrad"}, &Lowering::ampcDetGrad},
       {{"", "MatMul"}, &Lowering::onnxMatMul},
       {{"", "Gemm"}, &Lowering::onnxGemm},
       {{kCudaDomain, "Gemm"}, &Lowering::onnxGemm},  // with the bias gradient's epilogue (passes/fuse_bias_grad.cpp)
@@ -1766,6 +1770,25 @@ void Program::Lowering::onnxTopK() {
   auto* idx = static_cast<int64_t*>(P(out(1)));
   const bool largest = n.getInt("largest", 1) != 0;
   add([=](cudaStream_t st) { return topK(x, t, v, idx, outer, dim, inner, k, largest, st); });
+}
+
+void Program::Lowering::onnxDet() {
+  const int64_t n = shape(in(0)).back(), batches = out(0)->type().numel();
+  const Scratch w = scratch(detWorkBytes(batches, n));
+  const void* x = P(in(0));
+  void* y = P(out(0));
+  const DT t = dt(in(0));
+  add([=](cudaStream_t st) { return det(x, t, y, batches, n, static_cast<double*>(w.at(0)), st); });
+}
+
+void Program::Lowering::ampcDetGrad() {
+  const int64_t n = shape(in(1)).back(), batches = in(0)->type().numel();
+  const Scratch w = scratch(detWorkBytes(batches, n));
+  const void *dy = P(in(0)), *x = P(in(1));
+  void* dx = P(out(0));
+  const DT dyT = dt(in(0)), t = dt(in(1));
+  if (dt(out(0)) != t) fail("dX must have X's type");
+  add([=](cudaStream_t st) { return detGrad(dy, dyT, x, t, dx, batches, n, static_cast<double*>(w.at(0)), st); });
 }
 
 // GridSample and its gradient (2-d; the shape rule refuses other ranks and bicubic): the node's

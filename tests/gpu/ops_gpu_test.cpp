@@ -148,6 +148,13 @@ std::vector<Case> cases() {
                          "output %i\noutput %j"});
   c.push_back({"TopK_i64", "input %x : i64[6,40]\nconst %k : i64[1] = [7]\n%v : i64[6,7], %i : i64[6,7] = TopK(%x, %k)\noutput %v\noutput %i",
                {{"x", {1, 0, 3}}}, false});
+  // Det and its cofactor gradient (one block a matrix, f64 inside): small matrices, and one of 70 whose
+  // [X | I] spans many passes of the block's threads.
+  c.push_back({"Det", "domain \"ampc\" 1\ninput %x : $T[3,2,9,9]\ninput %dy : $T[3,2]\n%d : $T[3,2] = Det(%x)\n"
+                      "%g : $T[3,2,9,9] = ampc::DetGrad(%dy, %x)\noutput %d\noutput %g"});
+  c.push_back({"Det_70", "domain \"ampc\" 1\ninput %x : $T[2,70,70]\ninput %dy : $T[2]\n%d : $T[2] = Det(%x)\n"
+                         "%g : $T[2,70,70] = ampc::DetGrad(%dy, %x)\noutput %d\noutput %g",
+               {{"x", {0.2}}}});
   c.push_back({"CumSum_i64", "input %x : i64[2,50]\nconst %a : i64[] = [-1]\n%y : i64[2,50] = CumSum(%x, %a)\noutput %y", {{"x", {1, 0, 2}}}, false});
   c.push_back({"Gather_axis1", "input %x : $T[4,9,3]\ninput %i : i32[2]\n%y : $T[4,2,3] = Gather(%x, %i) {axis = 1}\noutput %y", {{"i", {1, 0, 8}}}});
   // Reductions.

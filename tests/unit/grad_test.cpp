@@ -174,6 +174,8 @@ const Case kCases[] = {
      " output %y\n output %z\n output %m"},
     {"param %x : f64[4,3]\n param %u : f64[2,3]\n const %i : i64[2,1] = [3, 1]\n %y : f64[4,3] = ScatterND(%x, %i, %u)\n"
      " %z : f64[4,3] = ScatterND(%x, %i, %u) {reduction = \"add\"}\n output %y\n output %z"},
+    // Det over a batch of 4 x 4 matrices, and a 1 x 1 one.
+    {"param %x : f64[2,3,4,4]\n %y : f64[2,3] = Det(%x)\n param %z : f64[1,1]\n %d : f64[] = Det(%z)\n output %y\n output %d"},
     {"param %x : f64[3,4,2]\n const %i : i64[3,2] = [0, 1, 2, 3, 0, 1]\n %y : f64[3,2] = GatherND(%x, %i)\n"
      " const %j : i64[3,2,1] = [1, 1, 0, 3, 2, 2]\n %z : f64[3,2,2] = GatherND(%x, %j) {batch_dims = 1}\n output %y\n output %z"},
 };

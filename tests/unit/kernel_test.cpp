@@ -154,6 +154,7 @@ const Case kCases[] = {
      " %b : f32[6,7] = Bernoulli(%x)\n output %u\n output %n\n output %b", {0.05, 0.95}},
     {"input %a : f32[3,4]\n input %b : f32[4]\n %y : f32[3,4] = Mod(%a, %b) {fmod = 1}\n output %y", {0.5, 4}},
     {"input %a : i64[3,4]\n input %b : i64[4]\n %y : i64[3,4] = Mod(%a, %b)\n %f : f32[3,4] = Cast(%y) {to = 1}\n output %f", {}, -7, 7},
+    {"input %x : f32[3,6,6]\n %y : f32[3] = Det(%x)\n output %y"},
     {"input %x : f32[3,5]\n const %a : i64[] = [1]\n %y : f32[3,5] = CumSum(%x, %a)\n %z : f32[3,5] = CumSum(%x, %a) {exclusive = 1, reverse = 1}\n output %y\n output %z", {0.5, 2}},
     {"input %x : f32[3,4]\n const %i : i64[3,2] = [0, 3, -1, 1, 2, 2]\n %y : f32[3,2] = GatherElements(%x, %i) {axis = 1}\n output %y"},
     {"input %x : f32[2,3,5,4]\n input %g : f32[2,3,2,2]\n %y : f32[2,3,3,2] = GridSample(%x, %g)\n"
@@ -632,4 +633,22 @@ TEST(KernelReference, TopKAndArgMaxRankNaNFirstAndTiesInIndexOrder) {
   EXPECT_EQ(out[3].toInts(), (std::vector<int64_t>{4, 0, 1, 4, 1, 0}));  // smallest: NaN last
   EXPECT_EQ(out[2].getDouble(0), -2);
   EXPECT_EQ(out[4].toInts(), (std::vector<int64_t>{2, 0}));  // the NaN, then the first of the 4s
+}
+
+// Det by elimination with row exchanges (a zero leading pivot) and at a singular matrix; its
+// gradient is dY times the cofactor matrix, which a singular matrix of rank n - 1 still has
+// (PyTorch's derivative of det), where det * inv(X)^T has no value.
+TEST(KernelReference, DetAndItsCofactorGradientAtSingularMatrices) {
+  const std::string text = graph(
+      "domain \"ampc\" 1\n input %x : f32[2,3,3]\n input %dy : f32[2]\n %d : f32[2] = Det(%x)\n"
+      " %g : f32[2,3,3] = ampc::DetGrad(%dy, %x)\n output %d\n output %g");
+  const std::map<std::string, Tensor> feeds = {
+      {"x", Tensor::fromDoubles(DType::f32, {2, 3, 3}, {0, 2, 1, 1, 1, 0, 3, 0, 1, 1, 2, 3, 2, 4, 6, 1, 0, 1})},
+      {"dy", Tensor::fromDoubles(DType::f32, {2}, {2, 3})}};
+  const auto out = runAt(text, feeds, DType::f32);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_NEAR(out[0].getDouble(0), -5, 1e-6);
+  EXPECT_EQ(out[0].getDouble(1), 0);
+  const std::vector<double> cof = {1, -1, -3, -2, -3, 6, -1, 1, -2, 4, 4, -4, -2, -2, 2, 0, 0, 0};
+  for (int i = 0; i < 18; ++i) EXPECT_NEAR(out[1].getDouble(i), cof[i] * (i < 9 ? 2 : 3), 1e-5) << i;
 }

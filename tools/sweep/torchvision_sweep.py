@@ -837,7 +837,7 @@ MODELS = {
     "capsules": (Capsules, 8),
     "neural_ode": (NeuralOde, 8),
     "mixture_density": (MixtureDensity, 8),
-    "invertible_conv": (InvertibleConv, 8),  # torch.det: ONNX Det, which ampc refuses by name
+    "invertible_conv": (InvertibleConv, 8),  # torch.det: ONNX Det and its cofactor gradient
     "vq_straight_through": (VQ, 8),
     "simsiam": (SimSiam, 8),
     "teacher_no_grad": (Teacher, 8),
