@@ -136,6 +136,17 @@ std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts)
   return r;
 }
 
+std::vector<std::string> listedButUntrained(const Graph& g, const AutodiffOptions& opts) {
+  if (!g.declaredTrainable || g.outputs().empty() || !opts.freeze.empty() || !opts.trainable.empty()) return {};
+  const auto trained = trainableParams(g, opts);
+  std::unordered_set<std::string> on;
+  for (const Value* p : trained) on.insert(p->name());
+  std::vector<std::string> r;
+  for (const std::string& name : *g.declaredTrainable)
+    if (!on.count(name)) r.push_back(name);
+  return r;
+}
+
 namespace {
 
 class AutodiffPass : public Pass {

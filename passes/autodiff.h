@@ -34,6 +34,12 @@ std::vector<ParamPolicy> paramPolicy(const Graph& g, const AutodiffOptions& opts
 // The parameters autodiff trains: the candidates above that reach the loss on a differentiable path.
 std::vector<Value*> trainableParams(const Graph& g, const AutodiffOptions& opts);
 
+// The names the model's ampc.trainable list gives that autodiff will not train although no option
+// froze them: not a float initializer of the graph, or one that reaches the loss by no differentiable
+// path. PyTorch trains such a parameter where its forward reads it differentiably, so each is either
+// unused there too or a path the export cut: ampc names them (a note), and --summary says why.
+std::vector<std::string> listedButUntrained(const Graph& g, const AutodiffOptions& opts);
+
 std::unique_ptr<Pass> createAutodiffPass(const AutodiffOptions& opts = {});
 
 }  // namespace ampc

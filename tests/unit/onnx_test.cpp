@@ -1291,6 +1291,30 @@ TEST(OnnxImport, TrainableSetFollowsTheModel) {
   writeModel(d.file("listed.onnx"), m);
   auto listed = importOnnxFile(d.file("listed.onnx"));
   EXPECT_EQ(names(trainableParams(*listed, {})), "w");
+  EXPECT_TRUE(listedButUntrained(*listed, {}).empty());
+  // Listed, but reaching the loss only through Shape (no gradient), or not an initializer at all:
+  // named, as a path the export may have cut.
+  {
+    auto m2 = newModel(18);
+    auto* g2 = m2.mutable_graph();
+    addFloatInit(g2, "w", {3}, {1, 2, 3});
+    addFloatInit(g2, "picked", {3}, {1, 5, 3});
+    addNode(g2, "ArgMax", {"picked"}, {"at"}, "argmax");
+    intAttr(g2->mutable_node(0), "keepdims", 0);
+    addNode(g2, "Cast", {"at"}, {"atf"}, "cast");
+    intAttr(g2->mutable_node(1), "to", onnx::TensorProto::FLOAT);
+    addNode(g2, "ReduceSum", {"w"}, {"s"}, "sum");
+    intAttr(g2->mutable_node(2), "keepdims", 0);
+    addNode(g2, "Add", {"s", "atf"}, {"loss"}, "add");
+    addOutput(g2, "loss");
+    auto* meta2 = m2.add_metadata_props();
+    meta2->set_key("ampc.trainable");
+    meta2->set_value("[\"w\", \"picked\", \"gone\"]");
+    writeModel(d.file("idle.onnx"), m2);
+    auto idle = importOnnxFile(d.file("idle.onnx"));
+    EXPECT_EQ(names(trainableParams(*idle, {})), "w");
+    EXPECT_EQ(listedButUntrained(*idle, {}), (std::vector<std::string>{"picked", "gone"}));
+  }
   AutodiffOptions only;
   only.trainable = "pos|mask";
   EXPECT_EQ(names(trainableParams(*listed, only)), "pos,mask");

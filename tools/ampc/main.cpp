@@ -476,6 +476,14 @@ int main(int argc, char** argv) {
     if (trainStep || kernels) pm.add(std::make_unique<LowerStep>(train, kernels ? KernelGenerator(codegen::fusedKernel) : KernelGenerator()));
     auto g = load(model, opts);
     for (const auto& note : g->importNotes) std::cerr << "ampc: note: " << model << ": " << note << "\n";
+    if (plan || trainStep || grad)
+      if (const auto idle = listedButUntrained(*g, adOpts); !idle.empty()) {
+        std::string names;
+        for (size_t i = 0; i < idle.size() && i < 8; ++i) names += (i ? ", " : "") + idle[i];
+        std::cerr << "ampc: note: " << model << ": " << idle.size() << " parameter(s) the model lists as trainable (ampc.trainable) "
+                  << "reach the loss by no differentiable path in this graph and are not trained: " << names
+                  << (idle.size() > 8 ? ", ..." : "") << " (PyTorch trains one its forward reads differentiably; --summary says why)\n";
+      }
     const int castsBefore = countCasts(*g);
     try {
       pm.run(*g);

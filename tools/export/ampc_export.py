@@ -44,6 +44,11 @@ F.cross_entropy(..., label_smoothing=e) (_cross_entropy_smoothed): the dynamo ex
 smoothing. Where the dynamo exporter fails with
 the markers, the model is exported without them, and the key "ampc.unmarked_stop_gradients" holds
 how many there would have been: ampc names it in a note.
+
+Where the dynamo exporter fails (torch.export refuses Python control flow on a tensor's value, as
+transformers' layerdrop and fake quantization's observer switch are written, or has no ONNX function
+for an op), the TorchScript exporter writes the file instead, and the key "ampc.export_fallback"
+says so and why (AMPC_EXPORT_FALLBACK=0 keeps the error).
 """
 import functools
 import json
@@ -57,6 +62,7 @@ PADDING_KEY = "ampc.embedding_padding"
 CUSTOM_KEY = "ampc.custom_autograd"
 FROZEN_BN_KEY = "ampc.frozen_batchnorms"
 UNMARKED_KEY = "ampc.unmarked_stop_gradients"
+EXPORT_FALLBACK_KEY = "ampc.export_fallback"
 
 
 def unused_parameters(module, args):
@@ -312,6 +318,23 @@ def trainable_initializers(module, proto, model_dir=".", unused=lambda: set()):
     return [(pname, pairs[pname]) for pname, p in module.named_parameters() if p.requires_grad and pname in pairs]
 
 
+def _root_cause(e):
+    while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+        e = e.__cause__ or e.__context__
+    return e
+
+
+def _export_torchscript(module, args, path, marks, detached, opset, input_names, output_names):
+    import inspect
+    # PyTorch before 2.5 has no `dynamo` argument: the TorchScript exporter is its only one.
+    kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    with marks:
+        torch.onnx.export(module, args, path, opset_version=opset or 17,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=input_names, output_names=list(output_names),
+                          **({"custom_opsets": {"ampc": 1}} if detached else {}), **kw)
+
+
 def export_training_graph(module, args, path, *, dynamo=True, input_names=None, output_names=("loss",),
                           opset=None, external_data=None):
     import onnx
@@ -321,10 +344,16 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
     detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)
     unmarked = 0
+    fallback = None
     if detached and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
-        raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
-                           f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
-                           "export with dynamo=False, or PyTorch 2.9 or later")
+        if os.environ.get("AMPC_EXPORT_FALLBACK", "1") == "0":
+            raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
+                               f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
+                               "export with dynamo=False, or PyTorch 2.9 or later")
+        fallback = f"this PyTorch ({torch.__version__}) has no torch.onnx.ops.symbolic to mark the {detached} stop-gradient(s)"
+        print(f"ampc_export: {fallback} in the dynamo exporter's graph; exported with the TorchScript exporter (dynamo=False)",
+              file=sys.stderr)
+        dynamo = False
     marks = _MarkedForward(module, dynamo, detached + smoothed)
     if dynamo:
         kw = dict(dynamo=True, optimize=False, input_names=input_names, output_names=list(output_names))
@@ -333,27 +362,39 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         if external_data is not None:
             kw["external_data"] = external_data
         try:
-            with marks:
+            try:
+                with marks:
+                    torch.onnx.export(module, args, path, **kw)
+            except Exception as e:  # noqa: BLE001
+                if not detached or smoothed:  # without the mode, label smoothing would be lost: the error stands
+                    raise
+                # The export fails with the markers: once more without them, as before they were
+                # written, and the count goes into the file, where ampc names it in a note.
+                print(f"ampc_export: the dynamo export with {detached} stop-gradient marker(s) failed ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:200] if str(e) else ''}); exported without them: ampc's gradients may flow "
+                      "where PyTorch's stop", file=sys.stderr)
+                unmarked, marks = detached, _MarkedForward(module, dynamo, 0)
+                module.load_state_dict(state)
                 torch.onnx.export(module, args, path, **kw)
         except Exception as e:  # noqa: BLE001
-            if not detached or smoothed:  # without the mode, label smoothing would be lost: the error stands
+            # torch.export refuses what the TorchScript exporter traces: Python control flow on a
+            # tensor's value (transformers' layerdrop `if torch.rand([]) < p`, fake quantization's
+            # `if self.observer_enabled[0] == 1`, gaussian_nll_loss's check of var), or an op it has no
+            # ONNX function for (adaptive_max_pool2d, cdist). The TorchScript exporter runs the
+            # forward once and records what ran: the same training graph, opset 17. The file says so
+            # (EXPORT_FALLBACK_KEY), and so does stderr. AMPC_EXPORT_FALLBACK=0: the error stands.
+            if os.environ.get("AMPC_EXPORT_FALLBACK", "1") == "0":
                 raise
-            # The export fails with the markers: once more without them, as before they were
-            # written, and the count goes into the file, where ampc names it in a note.
-            print(f"ampc_export: the dynamo export with {detached} stop-gradient marker(s) failed ({type(e).__name__}: "
-                  f"{str(e).splitlines()[0][:200] if str(e) else ''}); exported without them: ampc's gradients may flow "
-                  "where PyTorch's stop", file=sys.stderr)
-            unmarked, marks = detached, _MarkedForward(module, dynamo, 0)
-            torch.onnx.export(module, args, path, **kw)
+            cause = _root_cause(e)
+            fallback = f"{type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:300]}"
+            print(f"ampc_export: the dynamo exporter failed ({fallback}); exported with the TorchScript exporter "
+                  "(dynamo=False) instead, which records the branches this batch took (a TracerWarning names each)", file=sys.stderr)
+            module.load_state_dict(state)
+            unmarked, marks = 0, _MarkedForward(module, False, detached + smoothed)
+            _export_torchscript(module, args, path, marks, detached, opset if opset and opset <= 17 else None,
+                                input_names, output_names)
     else:
-        import inspect
-        # PyTorch before 2.5 has no `dynamo` argument: the TorchScript exporter is its only one.
-        kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
-        with marks:
-            torch.onnx.export(module, args, path, opset_version=opset or 17,
-                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                              input_names=input_names, output_names=list(output_names),
-                              **({"custom_opsets": {"ampc": 1}} if detached else {}), **kw)
+        _export_torchscript(module, args, path, marks, detached, opset, input_names, output_names)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
     if smoothed:
@@ -377,7 +418,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     if custom:
         print("ampc_export: the forward calls torch.autograd.Function subclasses with a backward of their own (" + ", ".join(custom) +
               "): ampc differentiates the forward they export instead", file=sys.stderr)
-    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY, CUSTOM_KEY, FROZEN_BN_KEY, UNMARKED_KEY)]
+    keep = [(m.key, m.value) for m in proto.metadata_props if m.key not in (TRAINABLE_KEY, PADDING_KEY, CUSTOM_KEY, FROZEN_BN_KEY, UNMARKED_KEY, EXPORT_FALLBACK_KEY)]
     del proto.metadata_props[:]
     for k, v in keep:
         e = proto.metadata_props.add()
@@ -393,6 +434,10 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         entry = proto.metadata_props.add()
         entry.key = UNMARKED_KEY
         entry.value = str(unmarked)
+    if fallback:
+        entry = proto.metadata_props.add()
+        entry.key = EXPORT_FALLBACK_KEY
+        entry.value = "torchscript; the dynamo exporter failed: " + fallback
     if frozen:
         entry = proto.metadata_props.add()
         entry.key = FROZEN_BN_KEY

@@ -1317,6 +1317,19 @@ def check_amp(name, ampc, out_dir, exporter, dtype):
         f"worst against PyTorch's {worst}: {rowsOurs[worst]:.1e} vs {rowsTheirs.get(worst, float('nan')):.1e}")
 
 
+def fallback_note(path):
+    """"[TorchScript export: ...] " where ampc_export.py wrote PATH with the TorchScript exporter after
+    the dynamo exporter failed (its metadata "ampc.export_fallback"), else ""."""
+    try:
+        import onnx
+        for m in onnx.load(path, load_external_data=False).metadata_props:
+            if m.key == "ampc.export_fallback":
+                return "[TorchScript export: the dynamo exporter failed] "
+    except Exception:  # noqa: BLE001 (no file: the model did not get that far)
+        pass
+    return ""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ampc", required=True)
@@ -1354,6 +1367,8 @@ def main():
         except Exception as e:  # noqa: BLE001 (one model's failure must not end the sweep)
             verdict, detail = "SWEEP-ERROR", (str(e).splitlines() or [repr(e)])[0][:300]
         signal.alarm(0)
+        if a.exporter == "dynamo":  # the helper fell back to the TorchScript exporter: the verdict is that export's
+            detail = fallback_note(os.path.join(a.out, n, n + ".onnx")) + detail
         results[n] = {"verdict": verdict, "detail": detail}
         print(f"{n:22s} {verdict:13s} {detail}", flush=True)
     with open(os.path.join(a.out, f"sweep{a.shard.replace('/', 'of')}.json"), "w") as f:
