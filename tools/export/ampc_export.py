@@ -38,7 +38,8 @@ through a straight-through estimator (VQ-VAE's z + (zq - z).detach()), a stop-gr
 (SimSiam, BYOL) or a target network, and train to a wrong loss with no error. During the export
 the forward runs under StopGradientMode, which writes the marker for every detach() (Tensor.detach,
 torch.detach, .data) and for every float result computed while gradients are off (torch.no_grad())
-from a value that has one (spectral norm's power iteration). ampc gives the marker its operand's
+from a value that has one (spectral norm's power iteration), but not inside a torch.autograd.Function's
+forward, which autograd runs with gradients off too (its backward gives the gradient). ampc gives the marker its operand's
 value and no gradient (compiler/ops/grad.h kStopGradientOp). The same mode writes out
 F.cross_entropy(..., label_smoothing=e) (_cross_entropy_smoothed): the dynamo exporter drops the
 smoothing. Where the dynamo exporter fails with
@@ -86,7 +87,7 @@ def custom_autograd_functions(module, args):
     F = torch.autograd.Function
     owner = next((k for k in F.__mro__ if "apply" in k.__dict__), None)
     original = owner.__dict__["apply"] if owner else None
-    if not isinstance(original, classmethod):
+    if not hasattr(original, "__get__"):  # a classmethod (PyTorch 2), or _FunctionBase's C one (1.x)
         return []
     seen = []
 
@@ -94,7 +95,7 @@ def custom_autograd_functions(module, args):
         name = f"{cls.__module__}.{cls.__qualname__}"
         if not (cls.__module__ == "torch" or cls.__module__.startswith("torch.")) and name not in seen:
             seen.append(name)
-        return original.__func__(cls, *a, **k)
+        return original.__get__(None, cls)(*a, **k)
     F.apply = classmethod(apply)
     try:
         with torch.no_grad():
@@ -153,6 +154,27 @@ def _stop_gradient_mode(dynamo, count_only=False):
             super().__init__()
             self.marked = 0
             self.rewritten = 0
+            self.forwards = None  # the code of every torch.autograd.Function's forward, found when first needed
+
+        def in_function_forward(self):
+            """Whether a torch.autograd.Function's forward is on the stack: autograd runs it with
+            gradients off (Bloom's GeLUFunction, torch.utils.checkpoint's reentrant form), and its
+            results get their gradient from the Function's backward, so nothing in it is a stop."""
+            if self.forwards is None:
+                self.forwards, todo = set(), [torch.autograd.Function]
+                while todo:
+                    c = todo.pop()
+                    todo.extend(c.__subclasses__())
+                    f = c.__dict__.get("forward")
+                    code = getattr(getattr(f, "__func__", f), "__code__", None)
+                    if code is not None and c is not _StopGradient:
+                        self.forwards.add(code)
+            f = sys._getframe(1)
+            while f is not None:
+                if f.f_code in self.forwards:
+                    return True
+                f = f.f_back
+            return False
 
         def mark(self, t):
             self.marked += 1
@@ -161,7 +183,7 @@ def _stop_gradient_mode(dynamo, count_only=False):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func in detaching and args and float_tensor(args[0]):
-                return self.mark(args[0])
+                return args[0].detach() if self.in_function_forward() else self.mark(args[0])
             if func is torch.nn.functional.cross_entropy:
                 smoothing = kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0)
                 if smoothing:
@@ -173,7 +195,7 @@ def _stop_gradient_mode(dynamo, count_only=False):
                 return out
             flat = list(args) + list(kwargs.values())
             flat += [t for a in flat if isinstance(a, (list, tuple)) for t in a]
-            if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat):
+            if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat) or self.in_function_forward():
                 return out
             if float_tensor(out) and not getattr(func, "__name__", "").endswith("_"):  # an in-place op's result is its operand
                 return self.mark(out)
@@ -339,7 +361,12 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
                           opset=None, external_data=None):
     import onnx
     module.train()
-    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    # A copy of the state dict with its _metadata (module versions: torchvision's MNASNet refuses a
+    # load without its own).
+    sd = module.state_dict()
+    state = type(sd)((k, v.detach().clone()) for k, v in sd.items())
+    if hasattr(sd, "_metadata"):
+        state._metadata = sd._metadata
     args = tuple(args)
     # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
     detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)

@@ -715,6 +715,33 @@ class Teacher(nn.Module):
         return s + kd * torch.linspace(0, 1, 10) + 0.1 * self.t(x)  # the teacher's own supervised term trains it
 
 
+class _TanhGelu(torch.autograd.Function):
+    """Bloom's GeLUFunction: the tanh GELU with its derivative as a backward of its own. Autograd runs
+    the forward with gradients off, which is not a stop-gradient."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+        return g * (0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t))
+
+
+class FunctionMlp(nn.Module):
+    """A custom autograd Function in the middle of the network (Bloom's MLP)."""
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.up, self.down = nn.Linear(32, 64), nn.Linear(64, 32)
+        self.out = nn.Linear(32, 10)
+    def forward(self, x):
+        h = self.c(x)
+        return self.out(h + self.down(_TanhGelu.apply(self.up(h))))
+
+
 class Reparametrized(nn.Module):
     """torch.nn.utils.parametrizations (PyTorch 2.x): spectral norm (its power iteration runs under
     torch.no_grad() and updates the buffer u; ampc_export.py marks it) or weight norm; orthogonal."""
@@ -841,6 +868,7 @@ MODELS = {
     "vq_straight_through": (VQ, 8),
     "simsiam": (SimSiam, 8),
     "teacher_no_grad": (Teacher, 8),
+    "function_mlp": (FunctionMlp, 8),  # a custom autograd Function's forward runs with gradients off: not a stop-gradient
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
