@@ -2954,8 +2954,9 @@ class Importer {
     if (np.input_size() != 1 || np.output_size() != 1 || np.input(0).empty() || np.output(0).empty())
       fail(nodeLabel(np) + ": takes one input and one output, got " + std::to_string(np.input_size()) + " and " + std::to_string(np.output_size()));
     if (np.attribute_size()) fail(nodeLabel(np) + ": takes no attributes, got '" + np.attribute(0).name() + "'");
-    Value* y = step(np, "Identity", {operand(np, 0)}, {}, np.output(0));
-    y->producer()->setAttr(kNoGradOperands, int64_t{1});
+    // The attribute goes on before inference, which folds a constant operand's Identity away (a
+    // constant has no gradient to stop: the Bloom export's detached constant scalars).
+    emit(np, "Identity", {operand(np, 0)}, {np.output(0)}, {{std::string(kNoGradOperands), Attribute(int64_t{1})}});
   }
 
   void lowerAtImport(const onnx::NodeProto& np) {

@@ -2926,6 +2926,29 @@ TEST(OnnxImport, StopGradientMarkerStopsTheGradient) {
   std::vector<std::string> markedNotes;
   gradients(model("marked", true, 1), {}, &markedNotes);
   EXPECT_TRUE(markedNotes.empty());
+
+  // A marker on a constant (a value computed under no_grad() from constants alone: the XGLM export's
+  // scalars) folds with it: the import goes on, and the constant weighs z's gradient.
+  {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addFloatInit(g, "z", {4}, zv);
+    auto* k = addNode(g, "Constant", {}, {"k"}, "three");
+    auto* a = k->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    a->mutable_t()->add_float_data(3.0f);
+    addNode(g, "StopGradient", {"k"}, {"k_sg"}, "detach_k")->set_domain("ampc");
+    addNode(g, "Mul", {"z", "k_sg"}, {"zk"}, "weigh");
+    addNode(g, "ReduceSum", {"zk"}, {"loss"}, "sum");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addOutput(g, "loss");
+    writeModel(d.file("const.onnx"), m);
+    const auto r = gradients(d.file("const.onnx"));
+    ASSERT_EQ(r.size(), 2u);
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(r[1].getDouble(i), 3.0) << i;
+  }
 }
 
 // ScatterElements / ScatterND with reduction 'none' where two updates write one element: ONNX leaves
