@@ -742,6 +742,65 @@ class FunctionMlp(nn.Module):
         return self.out(h + self.down(_TanhGelu.apply(self.up(h))))
 
 
+class OrderStats(nn.Module):
+    """Sorting and order statistics in the forward: torch.sort, the top two of each group; with
+    medians, median over a dim, kthvalue, cumprod and logcumsumexp as well (PyTorch 1.13's TorchScript
+    exporter refuses those four)."""
+    def __init__(self, medians=False):
+        super().__init__()
+        self.medians = medians
+        self.c = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.l = nn.Linear(8 * 4 + 8, 10)
+    def forward(self, x):
+        h = self.c(x)  # [2, 32]
+        v, i = torch.sort(h, dim=1, descending=True)
+        g = h.view(2, 8, 4)
+        second = torch.topk(g, 2, dim=2).values[..., 1]
+        y = self.l(torch.cat([v * torch.linspace(1, 2, 32), second], 1))
+        if self.medians:
+            y = y + torch.logcumsumexp(h[:, :10], 1) * 0.1 + (torch.median(g, dim=2).values + torch.kthvalue(g, 3, dim=2).values
+                     + torch.cumprod(torch.sigmoid(g), dim=2)[..., -1]).sum(1, keepdim=True) * 0.1
+        return y
+
+
+class LayerZoo(nn.Module):
+    """Layers and functions no other model here uses: LocalResponseNorm (AlexNet's), the shrink
+    activations, LogSigmoid, Softmin, GLU, a bilinear form (nn.Bilinear's, as an einsum: PyTorch
+    1.13's TorchScript exporter refuses aten::bilinear), cosine similarity and pairwise distance,
+    bicubic resampling (8 -> 7); with atan2, torch.atan2 too (that exporter refuses it)."""
+    def __init__(self, atan2=False):
+        super().__init__()
+        self.atan2 = atan2
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.lrn = nn.LocalResponseNorm(3, alpha=1e-2, beta=0.75, k=1.0)
+        self.bil = nn.Parameter(torch.randn(6, 8, 8) * 0.2)
+        self.glu = nn.Linear(8, 16)
+        self.out = nn.Linear(8 * 9 + 6 + 8 + 2 + 8, 10)
+    def forward(self, x):
+        h0 = self.lrn(self.c(x))  # [2, 8, 8, 8]
+        p = F.avg_pool2d(F.hardshrink(h0, 0.1) + F.softshrink(h0, 0.2) + F.tanhshrink(h0), 3, 2)[:, :, :3, :3].flatten(1)  # 8 x 9
+        h = F.interpolate(h0, size=(7, 7), mode="bicubic", align_corners=False)
+        v = h.mean((2, 3))  # [2, 8]
+        w = F.logsigmoid(h).mean((2, 3))
+        b = torch.einsum("bi,oij,bj->bo", v, self.bil, w)
+        g = F.glu(self.glu(v), dim=1) + F.softmin(v, 1)
+        a = torch.atan2(v, w + 2.0) if self.atan2 else v * w
+        d = torch.stack([F.cosine_similarity(v, w, dim=1), F.pairwise_distance(v, w)], 1)
+        return self.out(torch.cat([p, b, g, d, a], 1))
+
+
+class EmbeddingMaxNorm(nn.Module):
+    """nn.Embedding(max_norm=...): the lookup renormalises the rows it reads in place, under no_grad,
+    before the gather (torch.embedding_renorm_): PyTorch's gradient is the lookup's of the new rows."""
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(50, 8, max_norm=1.0)
+        self.l = nn.Linear(8, 10)
+    def forward(self, x):
+        idx = (x.abs() * 10).long().clamp(max=49).view(2, -1)[:, :12]
+        return self.l(self.e(idx).mean(1))
+
+
 class Reparametrized(nn.Module):
     """torch.nn.utils.parametrizations (PyTorch 2.x): spectral norm (its power iteration runs under
     torch.no_grad() and updates the buffer u; ampc_export.py marks it) or weight norm; orthogonal."""
@@ -869,6 +928,13 @@ MODELS = {
     "simsiam": (SimSiam, 8),
     "teacher_no_grad": (Teacher, 8),
     "function_mlp": (FunctionMlp, 8),  # a custom autograd Function's forward runs with gradients off: not a stop-gradient
+    # Stop 56: a video network (3-D convolutions and pooling), order statistics, a renormalising embedding.
+    "video_r3d": (lambda: torchvision.models.video.r3d_18(num_classes=10), 16, None, [], lambda: torch.randn(2, 3, 4, 16, 16)),
+    "order_stats": (OrderStats, 8),
+    "layer_zoo": (LayerZoo, 8),
+    "layer_zoo_atan2": (lambda: LayerZoo(True), 8),
+    "order_stats_medians": (lambda: OrderStats(True), 8),
+    "embedding_max_norm": (EmbeddingMaxNorm, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
