@@ -756,7 +756,7 @@ class OrderStats(nn.Module):
         v, i = torch.sort(h, dim=1, descending=True)
         g = h.view(2, 8, 4)
         second = torch.topk(g, 2, dim=2).values[..., 1]
-        y = self.l(torch.cat([v * torch.linspace(1, 2, 32), second], 1))
+        y = self.l(torch.cat([v * torch.linspace(1, 2, 32, device=h.device), second], 1))
         if self.medians:
             y = y + torch.logcumsumexp(h[:, :10], 1) * 0.1 + (torch.median(g, dim=2).values + torch.kthvalue(g, 3, dim=2).values
                      + torch.cumprod(torch.sigmoid(g), dim=2)[..., -1]).sum(1, keepdim=True) * 0.1
