@@ -610,6 +610,17 @@ class Importer {
     for (const auto& in : np.input()) ins.push_back(in.empty() ? nullptr : g_->lookup(in));
     // Trailing omitted optional inputs carry no meaning.
     while (!ins.empty() && !ins.back()) ins.pop_back();
+    // A convolution's bias known to be zeros is no bias. PyTorch 2.11's dynamo exporter writes a
+    // Conv3d without one as a bias Expand-ed from 0 to a shape of rank 2, which ONNX's Conv does not
+    // take (B is [M]); adding zeros of any shape changes nothing, so the operand goes. (A constant
+    // only: a bias initializer that starts at zero is a parameter.)
+    if ((np.domain().empty() || np.domain() == "ai.onnx") && (np.op_type() == "Conv" || np.op_type() == "ConvTranspose") &&
+        ins.size() == 3 && ins[2]->kind() == ValueKind::Const && ins[2]->data() && isFloat(ins[2]->type().dtype)) {
+      const Tensor& b = *ins[2]->data();
+      bool zeros = true;
+      for (int64_t i = 0; i < b.numel() && zeros; ++i) zeros = b.getDouble(i) == 0.0;
+      if (zeros) ins.pop_back();
+    }
     std::vector<std::pair<std::string, TensorType>> results;
     int trailing = np.output_size();
     while (trailing > 0 && np.output(trailing - 1).empty()) --trailing;

@@ -2850,6 +2850,48 @@ TEST(OnnxImport, FakeQuantizationPassesTheGradientInsideTheRange) {
 // losses: loss = sum(c * (z + sg(q - z))) + sum((q - sg(z))^2), so dz = c and dq = 2 (q - z). As a
 // plain Identity (what the exporters write without the marker) the loss is sum(c q) + sum((q - z)^2):
 // dz = -2 (q - z) and dq = c + 2 (q - z).
+// PyTorch 2.11's dynamo exporter writes a Conv3d without bias with B = Expand(0, [1, M]), a shape
+// ONNX's Conv does not take: a bias of constant zeros is dropped (no bias), where a zero bias
+// initializer (a parameter) stays and trains.
+TEST(OnnxImport, ZeroConstantConvBiasIsNoBias) {
+  TempDir d;
+  auto model = [&](bool constantBias) {
+    auto m = newModel(18);
+    auto* g = m.mutable_graph();
+    addTensorInput(g, "x", onnx::TensorProto::FLOAT, {1, 2, 3, 4, 4});
+    addFloatInit(g, "w", {3, 2, 1, 1, 1}, {1, 2, 3, 4, 5, 6});
+    if (constantBias) {
+      auto* z = addNode(g, "Constant", {}, {"zero"}, "zero");
+      auto* a = z->add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto::TENSOR);
+      a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+      a->mutable_t()->add_float_data(0.0f);
+      addInt64Init(g, "bshape", {1, 3});
+      addNode(g, "Expand", {"zero", "bshape"}, {"b"}, "bias");
+    } else {
+      addFloatInit(g, "b", {3}, {0, 0, 0});
+    }
+    addNode(g, "Conv", {"x", "w", "b"}, {"y"}, "conv3d");
+    addNode(g, "ReduceSum", {"y"}, {"loss"}, "sum");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addOutput(g, "loss");
+    const std::string f = d.file(constantBias ? "expanded.onnx" : "param.onnx");
+    writeModel(f, m);
+    return f;
+  };
+  auto convInputs = [](const Graph& g) {
+    for (const auto& n : g.nodes())
+      if (n->op() == "Conv") return n->numInputs();
+    return size_t{0};
+  };
+  auto expanded = importOnnxFile(model(true));
+  EXPECT_EQ(convInputs(*expanded), 2u);
+  auto param = importOnnxFile(model(false));
+  EXPECT_EQ(convInputs(*param), 3u);
+  EXPECT_EQ(trainableParams(*param, {}).size(), 2u);  // w and b
+}
+
 TEST(OnnxImport, StopGradientMarkerStopsTheGradient) {
   TempDir d;
   const std::vector<float> zv{0.5f, -1.25f, 2.0f, 0.75f}, qv{0.25f, -1.0f, 3.0f, 0.0f}, cv{1.0f, -2.0f, 0.5f, 3.0f};
