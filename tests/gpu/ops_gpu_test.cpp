@@ -221,6 +221,14 @@ std::vector<Case> cases() {
   c.push_back({"ConvGrad_depthwise_strided", "domain \"ampc\" 1\ninput %dy : $T[2,24,7,7]\ninput %x : $T[2,24,15,15]\ninput %w : $T[24,1,3,3]\n"
                                              "%dx : $T[2,24,15,15], %dw : $T[24,1,3,3] = ampc::ConvGrad(%dy, %x, %w) {group = 24, dilations = [2, 2], "
                                              "pads = [1, 1, 1, 1], strides = [2, 2]}\noutput %dx\noutput %dw"});
+  // 3-D (video networks: r3d_18's Conv3d), forward with a bias and the gradient, strided over the
+  // frame's two spatial dims only; a 3-D max pool.
+  c.push_back({"Conv3d", "input %x : $T[2,4,5,9,9]\ninput %w : $T[6,4,3,3,3]\ninput %b : $T[6]\n"
+                         "%y : $T[2,6,5,5,5] = Conv(%x, %w, %b) {pads = [1, 1, 1, 1, 1, 1], strides = [1, 2, 2]}\noutput %y"});
+  c.push_back({"ConvGrad3d", "domain \"ampc\" 1\ninput %dy : $T[2,6,5,5,5]\ninput %x : $T[2,4,5,9,9]\ninput %w : $T[6,4,3,3,3]\n"
+                             "%dx : $T[2,4,5,9,9], %dw : $T[6,4,3,3,3] = ampc::ConvGrad(%dy, %x, %w) {kernel_shape = [3, 3, 3], "
+                             "pads = [1, 1, 1, 1, 1, 1], strides = [1, 2, 2]}\noutput %dx\noutput %dw"});
+  c.push_back({"MaxPool3d", "input %x : $T[2,3,5,9,9]\n%y : $T[2,3,2,4,4] = MaxPool(%x) {kernel_shape = [3, 3, 3], strides = [2, 2, 2]}\noutput %y"});
   c.push_back({"Conv1d", "input %x : $T[3,4,20]\ninput %w : $T[5,4,5]\n%y : $T[3,5,20] = Conv(%x, %w) {pads = [2, 2]}\noutput %y"});
   c.push_back({"ConvGrad", "domain \"ampc\" 1\ninput %dy : $T[2,6,5,5]\ninput %x : $T[2,4,9,9]\ninput %w : $T[6,4,3,3]\n"
                            "%dx : $T[2,4,9,9], %dw : $T[6,4,3,3] = ampc::ConvGrad(%dy, %x, %w) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}\n"
