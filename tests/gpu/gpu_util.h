@@ -25,8 +25,15 @@ inline bool haveGpu() { return cuda::gpuPresent(); }
 #define AMPC_NEED_GPU() \
   if (!::ampc::gputest::haveGpu()) GTEST_SKIP() << "no CUDA device"
 
+// Fresh data each run; the seed is printed, and AMPC_GPU_TEST_SEED=N runs a failure's data again
+// (inline: one generator for the whole binary).
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 r(std::random_device{}());
+  static std::mt19937_64 r([] {
+    const char* env = std::getenv("AMPC_GPU_TEST_SEED");
+    const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    std::printf("gpu_tests seed %llu (AMPC_GPU_TEST_SEED)\n", static_cast<unsigned long long>(seed));
+    return seed;
+  }());
   return r;
 }
 
