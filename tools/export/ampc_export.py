@@ -42,7 +42,9 @@ from a value that has one (spectral norm's power iteration), but not inside a to
 forward, which autograd runs with gradients off too (its backward gives the gradient). ampc gives the marker its operand's
 value and no gradient (compiler/ops/grad.h kStopGradientOp). The same mode writes out
 F.cross_entropy(..., label_smoothing=e) (_cross_entropy_smoothed): the dynamo exporter drops the
-smoothing. Where the dynamo exporter fails with
+smoothing; and F.embedding(..., scale_grad_by_freq=True) as e_sg + (e - e_sg) / count (the lookup's
+value, PyTorch's gradient: each row's divided by how often the batch looks it up), a flag both
+exporters drop. Where the dynamo exporter fails with
 the markers, the model is exported without them, and the key "ampc.unmarked_stop_gradients" holds
 how many there would have been: ampc names it in a note.
 
@@ -190,6 +192,23 @@ def _stop_gradient_mode(dynamo, count_only=False):
                     self.rewritten += 1
                     if not count_only:
                         return _cross_entropy_smoothed(*args, **kwargs)
+            if func is torch.nn.functional.embedding and kwargs.get("scale_grad_by_freq", args[5] if len(args) > 5 else False):
+                # Both exporters write the lookup as a Gather and drop the flag (its effect is the
+                # backward's alone: each row's gradient divided by how often the batch looks it up);
+                # the dynamo exporter silently. Written out: e_sg + (e - e_sg) / count, the value e
+                # exactly, the gradient dy / count (the marker on e_sg).
+                self.rewritten += 1
+                self.marked += 1
+                if not count_only:
+                    a = dict(zip(("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"), args))
+                    a.update(kwargs)
+                    a["scale_grad_by_freq"] = False
+                    e = func(**a)
+                    idx, w = a["input"], a["weight"]
+                    flat = idx.reshape(-1)
+                    counts = torch.zeros(w.shape[0], dtype=w.dtype, device=w.device).scatter_add(0, flat, torch.ones_like(flat, dtype=w.dtype))
+                    sg = _stop_gradient(e, dynamo)
+                    return sg + (e - sg) / counts[idx].unsqueeze(-1)
             out = func(*args, **kwargs)
             if torch.is_grad_enabled():
                 return out
@@ -425,8 +444,9 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
     if smoothed:
-        print(f"ampc_export: {smoothed} cross_entropy call(s) with label_smoothing are written out (log_softmax, nll_loss and "
-              "the smoothing term): the dynamo exporter would drop the smoothing", file=sys.stderr)
+        print(f"ampc_export: {smoothed} call(s) written out as PyTorch defines them (cross_entropy's label_smoothing: "
+              "log_softmax, nll_loss and the smoothing term; embedding's scale_grad_by_freq: the gradient divided by each "
+              "row's count): the exporters drop both", file=sys.stderr)
     if detached and not unmarked:
         print(f"ampc_export: the forward stops the gradient at {marks.marked} value(s) (detach(), torch.no_grad()): "
               "each is an ampc.StopGradient node", file=sys.stderr)

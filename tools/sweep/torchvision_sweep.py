@@ -789,6 +789,19 @@ class LayerZoo(nn.Module):
         return self.out(torch.cat([p, b, g, d, a], 1))
 
 
+class EmbeddingFreq(nn.Module):
+    """nn.Embedding(scale_grad_by_freq=True): each row's gradient divided by how often the batch looks
+    it up. Only the backward differs, and both exporters write a plain Gather (the TorchScript one
+    refuses the flag in training mode, the dynamo one drops it); ampc_export.py writes it out."""
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(20, 8, scale_grad_by_freq=True)
+        self.l = nn.Linear(8, 10)
+    def forward(self, x):
+        idx = (x.abs() * 4).long().clamp(max=19).view(2, -1)[:, :24]  # repeated rows
+        return self.l(self.e(idx).mean(1))
+
+
 class EmbeddingMaxNorm(nn.Module):
     """nn.Embedding(max_norm=...): the lookup renormalises the rows it reads in place, under no_grad,
     before the gather (torch.embedding_renorm_): PyTorch's gradient is the lookup's of the new rows."""
@@ -935,6 +948,7 @@ MODELS = {
     "layer_zoo_atan2": (lambda: LayerZoo(True), 8),
     "order_stats_medians": (lambda: OrderStats(True), 8),
     "embedding_max_norm": (EmbeddingMaxNorm, 8),
+    "embedding_freq": (EmbeddingFreq, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
