@@ -2966,7 +2966,7 @@ class Importer {
       fail(nodeLabel(np) + ": takes one input and one output, got " + std::to_string(np.input_size()) + " and " + std::to_string(np.output_size()));
     if (np.attribute_size()) fail(nodeLabel(np) + ": takes no attributes, got '" + np.attribute(0).name() + "'");
     // The attribute goes on before inference, which folds a constant operand's Identity away (a
-    // constant has no gradient to stop: the Bloom export's detached constant scalars).
+    // constant has no gradient to stop: XGLM's export, a marker on a value of constants alone).
     emit(np, "Identity", {operand(np, 0)}, {np.output(0)}, {{std::string(kNoGradOperands), Attribute(int64_t{1})}});
   }
 
