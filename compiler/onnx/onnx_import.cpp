@@ -2113,11 +2113,23 @@ class Importer {
     if (T * dirs > kMaxSteps)
       fail(what + ": " + std::to_string(T) + " steps x " + std::to_string(dirs) + " direction(s) is past the " + std::to_string(kMaxSteps) +
            " that ampc unrolls");
-    if (Value* lens = operand(np, 4)) {
-      const Tensor* t = lens->constData();
-      bool full = t && t->numel() == batch;
-      for (int64_t i = 0; full && i < t->numel(); ++i) full = t->getInt(i) == T;
-      if (!full) fail(what + ": sequence_lens other than the full length " + std::to_string(T) + " are not supported");
+    // sequence_lens (PyTorch's pack_padded_sequence): sample b runs steps t < lens[b] only. Each step
+    // keeps the state where t >= lens[b] and writes 0 to Y there, as ONNX defines it (and
+    // pad_packed_sequence pads); the reverse direction so starts at lens[b] - 1 from the initial
+    // state. A constant lens must lie in [0, T]; lens computed at run time are read as they come.
+    Value* lens = operand(np, 4);
+    if (lens) {
+      if (lens->type().shape != std::vector<int64_t>{batch} || !isInteger(lens->type().dtype))
+        fail(what + ": sequence_lens must be an integer [" + std::to_string(batch) + "], got " + lens->type().str());
+      if (const Tensor* t = lens->constData()) {
+        bool full = true;
+        for (int64_t i = 0; i < t->numel(); ++i) {
+          if (t->getInt(i) < 0 || t->getInt(i) > T)
+            fail(what + ": sequence_lens[" + std::to_string(i) + "] = " + std::to_string(t->getInt(i)) + " is outside [0, " + std::to_string(T) + "]");
+          full &= t->getInt(i) == T;
+        }
+        if (full) lens = nullptr;  // every sample runs every step: no masks
+      }
     }
     const DType dt = x->type().dtype;
     auto pick = [&](Value* v, int64_t i) {  // v[i] along axis 0, that axis dropped
@@ -2164,6 +2176,8 @@ class Importer {
       std::vector<Value*> out(static_cast<size_t>(T));
       for (int64_t k = 0; k < T; ++k) {
         const int64_t t = reverse ? T - 1 - k : k;
+        Value* const hPrev = h;
+        Value* const cPrev = c;
         Value* xg = pick(xw, t);                        // [B, G H]
         Value* hg = step(np, "MatMul", {h, rtZr});      // [B, G H] (GRU without lbr: [B, 2 H])
         if (rbZr) hg = step(np, "Add", {hg, rbZr});
@@ -2191,7 +2205,15 @@ class Importer {
           Value* cand = step(np, "Tanh", {step(np, "Add", {gate(xg, 2), hh})});
           h = step(np, "Add", {cand, step(np, "Mul", {z, step(np, "Sub", {h, cand})})});  // (1 - z) cand + z h
         }
-        out[static_cast<size_t>(t)] = unsqueeze(h, 0);
+        if (lens) {  // t < lens[b]: this step ran for sample b
+          Value* at = g_->addConst(fresh(np, "t"), Tensor::fromInts(lens->type().dtype, {}, {t}));
+          Value* ran = unsqueeze(step(np, "Less", {at, lens}), 1);  // [B, 1]
+          out[static_cast<size_t>(t)] = unsqueeze(step(np, "Where", {ran, h, g_->addConst(fresh(np, "zero"), Tensor(TensorType{dt, {}}))}), 0);
+          h = step(np, "Where", {ran, h, hPrev});
+          if (lstm) c = step(np, "Where", {ran, c, cPrev});
+        } else {
+          out[static_cast<size_t>(t)] = unsqueeze(h, 0);
+        }
       }
       ys[static_cast<size_t>(d)] = unsqueeze(concat(out, 0), 1);  // [T, 1, B, H]
       hs.push_back(unsqueeze(h, 0));

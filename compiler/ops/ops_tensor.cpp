@@ -191,8 +191,9 @@ void checkScatterReduction(InferContext& c) {
 // With reduction 'none', ONNX leaves undefined which update lands where two write one element, and
 // so the gradient (which of them gets it). registry.h scatterWritesTwice finds such a pair; the
 // importer refuses it where the indices are known ahead and the updates are not one constant value
-// (the exporter's own zeros). PyTorch's dynamo exporter writes scatter_reduce(reduce="mean") so, which would
-// otherwise compute another function silently.
+// (the exporter's own zeros). PyTorch's dynamo exporter writes scatter_reduce(reduce="mean") so, and its
+// TorchScript exporter index_put(accumulate=True) (a ScatterND into zeros, then an Add) and index_add
+// over repeated indices: each would otherwise compute another function silently.
 }  // namespace
 
 std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, const TensorType& data, const Tensor& idx) {
@@ -227,7 +228,8 @@ std::optional<std::pair<int64_t, int64_t>> scatterWritesTwice(const Node& n, con
 std::string scatterWritesTwiceMessage(std::pair<int64_t, int64_t> p) {
   return "updates " + std::to_string(p.first) + " and " + std::to_string(p.second) +
          " write the same element, and with reduction 'none' ONNX leaves undefined which lands (and which gets the gradient); "
-         "PyTorch's dynamo exporter writes scatter_reduce(reduce='mean') so, a function ampc cannot know";
+         "PyTorch's exporters write so a function ampc cannot know: scatter_reduce(reduce='mean') (dynamo), index_put(accumulate=True) "
+         "and index_add over repeated indices (TorchScript), whose sums such a graph loses";
 }
 namespace {
 

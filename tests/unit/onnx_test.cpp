@@ -2176,6 +2176,60 @@ TEST(OnnxImport, RecurrentActivations) {
           EXPECT_NEAR(y.getDouble(((t * 2 + dd) * B + b) * H + j), h[static_cast<size_t>(j)], 1e-5) << "t " << t << " dir " << dd << " b " << b;
       }
     }
+  // sequence_lens (pack_padded_sequence): sample 1 runs 1 step of 3. Forward: Y past it is 0 and Y_h
+  // the state after it; reverse: it starts at its last step from the initial state. Refused: a
+  // length past T.
+  for (const int64_t len1 : {int64_t{1}, int64_t{4}}) {
+    auto ml = newModel(17);
+    auto* gl = ml.mutable_graph();
+    addTensorInput(gl, "x", onnx::TensorProto::FLOAT, {T, B, I});
+    addFloatInit(gl, "w", {2, H, I}, w);
+    addFloatInit(gl, "r", {2, H, H}, r);
+    addFloatInit(gl, "b", {2, 2 * H}, bias);
+    auto* lens = addInt64Init(gl, "lens", {T, len1});
+    lens->set_data_type(onnx::TensorProto::INT32);
+    lens->clear_int64_data();
+    lens->add_int32_data(static_cast<int32_t>(T));
+    lens->add_int32_data(static_cast<int32_t>(len1));
+    auto* n = addNode(gl, "RNN", {"x", "w", "r", "b", "lens"}, {"y", "yh"}, "packed");
+    stringsAttr(n, "activations", {"Relu", "Relu"});
+    intAttr(n, "hidden_size", H);
+    stringAttr(n, "direction", "bidirectional");
+    addOutput(gl, "y");
+    addOutput(gl, "yh");
+    const std::string pl = d.file("packed" + std::to_string(len1) + ".onnx");
+    writeModel(pl, ml);
+    if (len1 > T) {
+      expectImportError(pl, {"node 'packed' (RNN)", "sequence_lens[1] = 4 is outside [0, 3]"});
+      continue;
+    }
+    auto gp = importOnnxFile(pl);
+    auto backend = createCpuBackend();
+    const auto outs = evaluate(*gp, {{"x", Tensor::fromDoubles(DType::f32, {T, B, I}, x)}}, *backend);
+    ASSERT_EQ(outs.size(), 2u);
+    for (int64_t dd = 0; dd < 2; ++dd)
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t L = b == 0 ? T : len1;
+        std::vector<double> h(H, 0.0);
+        for (int64_t k = 0; k < T; ++k) {
+          const int64_t t = dd ? T - 1 - k : k;
+          if (t < L) {
+            std::vector<double> next(H);
+            for (int64_t j = 0; j < H; ++j) {
+              double s = bias[static_cast<size_t>(dd * 2 * H + j)] + bias[static_cast<size_t>(dd * 2 * H + H + j)];
+              for (int64_t i = 0; i < I; ++i) s += w[static_cast<size_t>((dd * H + j) * I + i)] * x[static_cast<size_t>((t * B + b) * I + i)];
+              for (int64_t i = 0; i < H; ++i) s += r[static_cast<size_t>((dd * H + j) * H + i)] * h[static_cast<size_t>(i)];
+              next[static_cast<size_t>(j)] = std::max(s, 0.0);
+            }
+            h = next;
+          }
+          for (int64_t j = 0; j < H; ++j)
+            EXPECT_NEAR(outs[0].getDouble(((t * 2 + dd) * B + b) * H + j), t < L ? h[static_cast<size_t>(j)] : 0.0, 1e-5)
+                << "t " << t << " dir " << dd << " b " << b;
+        }
+        for (int64_t j = 0; j < H; ++j) EXPECT_NEAR(outs[1].getDouble((dd * B + b) * H + j), h[static_cast<size_t>(j)], 1e-5) << "Y_h dir " << dd << " b " << b;
+      }
+  }
   // Refusals: RNN's LeakyRelu, an LSTM activation other than its default, a list of the wrong length.
   const struct {
     const char* op;

@@ -802,6 +802,32 @@ class EmbeddingFreq(nn.Module):
         return self.l(self.e(idx).mean(1))
 
 
+class SeqModels(nn.Module):
+    """Sequence layers as NLP code writes them: nn.TransformerEncoder (pre-norm, GELU) with a key
+    padding mask, a bidirectional LSTM over pack_padded_sequence (per-sample lengths), index_add and
+    index_put(accumulate=True). (Over repeated indices PyTorch 1.13's TorchScript exporter writes both
+    as scatters without reduction, which lose the sums and which ampc refuses by name; hence the
+    indices here are distinct.)"""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(12, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.lstm = nn.LSTM(16, 8, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(16 + 16 + 6, 10)
+    def forward(self, x):
+        seq = self.inp(x.reshape(2, 16, 12))  # [2, 16, 16]
+        pad = torch.arange(16).unsqueeze(0) >= torch.tensor([[16], [11]])
+        h = self.enc(seq, src_key_padding_mask=pad)
+        packed = nn.utils.rnn.pack_padded_sequence(h, torch.tensor([16, 11]), batch_first=True)
+        _, (hn, _) = self.lstm(packed)
+        last = torch.cat([hn[0], hn[1]], 1)
+        idx = torch.tensor([0, 2, 4, 5, 3, 1])
+        pooled = h.new_zeros(2, 6, 16).index_add(1, idx, h[:, :6])
+        acc = h.new_ones(2, 6).index_put((torch.tensor([0, 1, 1]), torch.tensor([3, 2, 5])), h[0, :3, :3].sum(1), accumulate=True)
+        return self.out(torch.cat([last, pooled.mean(1), acc], 1))
+
+
 class EmbeddingMaxNorm(nn.Module):
     """nn.Embedding(max_norm=...): the lookup renormalises the rows it reads in place, under no_grad,
     before the gather (torch.embedding_renorm_): PyTorch's gradient is the lookup's of the new rows."""
@@ -949,6 +975,7 @@ MODELS = {
     "order_stats_medians": (lambda: OrderStats(True), 8),
     "embedding_max_norm": (EmbeddingMaxNorm, 8),
     "embedding_freq": (EmbeddingFreq, 8),
+    "seq_models": (SeqModels, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
