@@ -2159,19 +2159,23 @@ TEST(OnnxImport, RecurrentActivations) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.7 * static_cast<double>(i)) * 2;
   Tensor y = evalOne(*graph, {{"x", Tensor::fromDoubles(DType::f32, {T, B, I}, x)}});
   ASSERT_EQ(y.type.shape, (std::vector<int64_t>{T, 2, B, H}));
+  // One step of direction dd for sample b at time t: relu(W x + R h + biases).
+  auto cell = [&](int64_t dd, int64_t b, int64_t t, const std::vector<double>& h) {
+    std::vector<double> next(H);
+    for (int64_t j = 0; j < H; ++j) {
+      double s = bias[static_cast<size_t>(dd * 2 * H + j)] + bias[static_cast<size_t>(dd * 2 * H + H + j)];
+      for (int64_t i = 0; i < I; ++i) s += w[static_cast<size_t>((dd * H + j) * I + i)] * x[static_cast<size_t>((t * B + b) * I + i)];
+      for (int64_t i = 0; i < H; ++i) s += r[static_cast<size_t>((dd * H + j) * H + i)] * h[static_cast<size_t>(i)];
+      next[static_cast<size_t>(j)] = std::max(s, 0.0);
+    }
+    return next;
+  };
   for (int64_t dd = 0; dd < 2; ++dd)
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> h(H, 0.0);
       for (int64_t k = 0; k < T; ++k) {
         const int64_t t = dd ? T - 1 - k : k;
-        std::vector<double> next(H);
-        for (int64_t j = 0; j < H; ++j) {
-          double s = bias[static_cast<size_t>(dd * 2 * H + j)] + bias[static_cast<size_t>(dd * 2 * H + H + j)];
-          for (int64_t i = 0; i < I; ++i) s += w[static_cast<size_t>((dd * H + j) * I + i)] * x[static_cast<size_t>((t * B + b) * I + i)];
-          for (int64_t i = 0; i < H; ++i) s += r[static_cast<size_t>((dd * H + j) * H + i)] * h[static_cast<size_t>(i)];
-          next[static_cast<size_t>(j)] = std::max(s, 0.0);
-        }
-        h = next;
+        h = cell(dd, b, t, h);
         for (int64_t j = 0; j < H; ++j)
           EXPECT_NEAR(y.getDouble(((t * 2 + dd) * B + b) * H + j), h[static_cast<size_t>(j)], 1e-5) << "t " << t << " dir " << dd << " b " << b;
       }
@@ -2213,16 +2217,7 @@ TEST(OnnxImport, RecurrentActivations) {
         std::vector<double> h(H, 0.0);
         for (int64_t k = 0; k < T; ++k) {
           const int64_t t = dd ? T - 1 - k : k;
-          if (t < L) {
-            std::vector<double> next(H);
-            for (int64_t j = 0; j < H; ++j) {
-              double s = bias[static_cast<size_t>(dd * 2 * H + j)] + bias[static_cast<size_t>(dd * 2 * H + H + j)];
-              for (int64_t i = 0; i < I; ++i) s += w[static_cast<size_t>((dd * H + j) * I + i)] * x[static_cast<size_t>((t * B + b) * I + i)];
-              for (int64_t i = 0; i < H; ++i) s += r[static_cast<size_t>((dd * H + j) * H + i)] * h[static_cast<size_t>(i)];
-              next[static_cast<size_t>(j)] = std::max(s, 0.0);
-            }
-            h = next;
-          }
+          if (t < L) h = cell(dd, b, t, h);
           for (int64_t j = 0; j < H; ++j)
             EXPECT_NEAR(outs[0].getDouble(((t * 2 + dd) * B + b) * H + j), t < L ? h[static_cast<size_t>(j)] : 0.0, 1e-5)
                 << "t " << t << " dir " << dd << " b " << b;
