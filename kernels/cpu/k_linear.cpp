@@ -527,16 +527,9 @@ double eliminateDet(double* a, int64_t m, int64_t stride) {
   return det;
 }
 
-int64_t detBatches(const Tensor& x, int64_t& n) {
-  const auto& s = x.type.shape;
-  n = s.back();
-  return n == 0 ? x.numel() : x.numel() / (n * n);
-}
 
 void detKernel(KernelCtx& c) {
-  int64_t n;
-  const int64_t batches = c.out(0).numel();
-  detBatches(c.in(0), n);
+  const int64_t n = c.in(0).type.shape.back(), batches = c.out(0).numel();
   const auto x = widen<double>(c.in(0));
   std::vector<double> r(static_cast<size_t>(batches)), a(static_cast<size_t>(n * n));
   for (int64_t b = 0; b < batches; ++b) {
@@ -548,9 +541,7 @@ void detKernel(KernelCtx& c) {
 
 // DetGrad(dY, X) -> dX = dY * cofactors(X).
 void detGradKernel(KernelCtx& c) {
-  int64_t n;
-  const int64_t batches = c.in(0).numel();
-  detBatches(c.in(1), n);
+  const int64_t n = c.in(1).type.shape.back(), batches = c.in(0).numel();
   const auto dy = widen<double>(c.in(0));
   const auto x = widen<double>(c.in(1));
   std::vector<double> dx(x.size()), w(static_cast<size_t>(2 * n * n));
