@@ -2154,6 +2154,9 @@ class Importer {
     if (bias && bias->type().shape != std::vector<int64_t>{dirs, 2 * gates * H}) fail(what + ": B " + bias->type().str() + " does not fit");
     const bool lbr = !lstm && attrInt(np, "linear_before_reset", 0) != 0;
     std::vector<Value*> ys(static_cast<size_t>(dirs)), hs, cs;
+    // With sequence_lens: whether step t ran for each sample ([B, 1], shared by the directions), and Y's 0.
+    std::vector<Value*> ranAt(static_cast<size_t>(T), nullptr);
+    Value* const yPad = lens ? scalarOf(np, "zero", 0.0, dt) : nullptr;
     for (int64_t d = 0; d < dirs; ++d) {
       const bool reverse = dir == "reverse" || d == 1;
       Value* wt = step(np, "Transpose", {pick(w, d)}, {{"perm", std::vector<int64_t>{1, 0}}});  // [I, G H]
@@ -2206,9 +2209,9 @@ class Importer {
           h = step(np, "Add", {cand, step(np, "Mul", {z, step(np, "Sub", {h, cand})})});  // (1 - z) cand + z h
         }
         if (lens) {  // t < lens[b]: this step ran for sample b
-          Value* at = g_->addConst(fresh(np, "t"), Tensor::fromInts(lens->type().dtype, {}, {t}));
-          Value* ran = unsqueeze(step(np, "Less", {at, lens}), 1);  // [B, 1]
-          out[static_cast<size_t>(t)] = unsqueeze(step(np, "Where", {ran, h, g_->addConst(fresh(np, "zero"), Tensor(TensorType{dt, {}}))}), 0);
+          Value*& ran = ranAt[static_cast<size_t>(t)];
+          if (!ran) ran = unsqueeze(step(np, "Less", {g_->addConst(fresh(np, "t"), Tensor::fromInts(lens->type().dtype, {}, {t})), lens}), 1);
+          out[static_cast<size_t>(t)] = unsqueeze(step(np, "Where", {ran, h, yPad}), 0);
           h = step(np, "Where", {ran, h, hPrev});
           if (lstm) c = step(np, "Where", {ran, c, cPrev});
         } else {
