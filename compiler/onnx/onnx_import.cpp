@@ -310,6 +310,10 @@ class Importer {
     for (const auto& vi : gp.output()) {
       Value* v = g->lookup(vi.name());
       if (!v) fail("graph output '" + vi.name() + "' is not produced by any node, input or initializer");
+      if (auto p = padded_.find(v); p != padded_.end())
+        fail("graph output '" + vi.name() + "' holds rows that " + selections_[p->second.sel].node +
+             " selects at run time: a data-dependent shape, which a plan's outputs cannot have (ampc takes such a selection only into a "
+             "reduction over the rows or a loss)");
       g->addOutput(v);
     }
     if (g->outputs().empty()) fail("graph has no outputs");
@@ -595,6 +599,10 @@ class Importer {
   static bool isStopGradient(const onnx::NodeProto& n) { return n.domain() == kGradDomain && n.op_type() == kStopGradientOp; }
 
   void addNode(const onnx::NodeProto& np) {
+    if (readsPadded(np)) return paddedNode(np);
+    addNodeAsIs(np);
+  }
+  void addNodeAsIs(const onnx::NodeProto& np) {
     if ((np.domain().empty() || np.domain() == "ai.onnx") && kImportLowered.count(np.op_type())) {
       lowerAtImport(np);
       return;
@@ -1867,7 +1875,7 @@ class Importer {
       step(np, "Gather", {v, constI64(np, "kept", keep)}, {{"axis", axis}}, out);
     } else if (op == "NonZero") {  // of a constant: a constant [rank, count]
       const Tensor* c = x->constData();
-      if (!c) fail(nodeLabel(np) + ": its input is computed at run time, so its output's shape is not static; ampc takes NonZero only of a constant");
+      if (!c) return lowerNonZeroPadded(np, x, out);
       const auto& shape = x->type().shape;
       const int64_t r = std::max<int64_t>(x->type().rank(), 1);
       std::vector<int64_t> at;
@@ -2994,6 +3002,343 @@ class Importer {
     // constant has no gradient to stop: XGLM's export, a marker on a value of constants alone).
     emit(np, "Identity", {operand(np, 0)}, {np.output(0)}, {{std::string(kNoGradOperands), Attribute(int64_t{1})}});
   }
+
+  // ---- Rows a mask selects at run time (x[mask]: NonZero of a computed mask) ---------------------
+  // Such a selection has a data-dependent length, which a static-shape plan cannot hold. ampc pads
+  // it to its bound, the mask's element count: the selected positions first, in NonZero's order,
+  // then copies of the first selected one, with a run-time flag per row (valid) and the count. That
+  // is exact where every path from the selection is row-wise (elementwise ops; products, softmaxes
+  // and gathers over the other axes; views that keep the rows apart) and ends in a reduction over
+  // the rows or a loss, where the padding rows are masked out: a sum's 0, a max's -inf, the mean's
+  // count, a loss's ignore_index. Any other reader of a padded value, and a graph output that holds
+  // one, is refused by name. The padding rows copy a selected row, so they are finite where the
+  // selection is, and the gradient they send back is exactly 0.
+  struct Selection {
+    Value* valid;  // bool [bound]: row k < count
+    Value* count;  // i64 scalar
+    int64_t bound;
+    std::string node;  // the NonZero's label
+  };
+  struct Padded {
+    int64_t axis;
+    size_t sel;
+  };
+  std::vector<Selection> selections_;
+  std::unordered_map<const Value*, Padded> padded_;
+  std::unordered_map<const Value*, Value*> nonZeroOf_;  // a mask's padded NonZero
+
+  const Padded* paddedOf(const std::string& name) const {
+    if (padded_.empty() || name.empty()) return nullptr;
+    const Value* v = g_->lookup(name);
+    auto it = v ? padded_.find(v) : padded_.end();
+    return it == padded_.end() ? nullptr : &it->second;
+  }
+  bool readsPadded(const onnx::NodeProto& np) const {
+    return std::any_of(np.input().begin(), np.input().end(), [&](const std::string& in) { return paddedOf(in) != nullptr; });
+  }
+  [[noreturn]] void refusePadded(const onnx::NodeProto& np, const std::string& in, const std::string& why) const {
+    const Selection& s = selections_[paddedOf(in)->sel];
+    fail(nodeLabel(np) + ": input '" + in + "' holds rows that " + s.node + " selects at run time (a data-dependent length, padded to " +
+         std::to_string(s.bound) + " rows); ampc takes such a selection only through row-wise ops into a reduction over the rows or a loss, and " +
+         why);
+  }
+
+  // The inclusive running count of f (i64 [M] of 0 and 1), in two levels where M is large (the CUDA
+  // CumSum is serial along its axis): running counts within rows of a divisor of M near its square
+  // root, plus the counts of the rows before.
+  Value* runningCount(const onnx::NodeProto& np, Value* f, int64_t M) {
+    auto axis = [&](int64_t a) { return g_->addConst(fresh(np, "axis"), Tensor::fromInts(DType::i64, {}, {a})); };
+    int64_t s = 1;
+    for (int64_t d = static_cast<int64_t>(std::sqrt(static_cast<double>(M))); d >= 2 && M > 1024; --d)
+      if (M % d == 0) {
+        s = d;
+        break;
+      }
+    if (s == 1) return step(np, "CumSum", {f, axis(0)});
+    const int64_t rows = M / s;
+    Value* within = step(np, "CumSum", {reshapeTo(np, f, {rows, s}), axis(1)});
+    Value* totals = step(np, "Slice", {within, constI64(np, "last", {s - 1}), constI64(np, "end", {s}), constI64(np, "axes", {1})});
+    Value* before = step(np, "CumSum", {totals, axis(0)}, {{"exclusive", int64_t{1}}});
+    return reshapeTo(np, step(np, "Add", {within, before}), {M});
+  }
+
+  // NonZero of a value computed at run time: [rank, bound] indices, padded (see above).
+  void lowerNonZeroPadded(const onnx::NodeProto& np, Value* x, const std::string& out) {
+    const auto& shape = x->type().shape;
+    const int64_t r = x->type().rank(), M = x->type().numel();
+    if (r == 0 || M == 0) fail(nodeLabel(np) + ": NonZero of a computed " + x->type().str() + " is not supported (rank 1 or more, not empty)");
+    if (auto again = nonZeroOf_.find(x); again != nonZeroOf_.end()) {  // one selection per mask (TorchScript writes one NonZero per use)
+      step(np, "Identity", {again->second}, {}, out);
+      padded_[g_->lookup(out)] = padded_.at(again->second);
+      return;
+    }
+    const DType i64 = DType::i64;
+    Value* nz = x->type().dtype == DType::boolean ? x : step(np, "Not", {step(np, "Equal", {x, scalarOf(np, "zero", 0.0, x->type().dtype)})});
+    Value* flat = reshapeTo(np, nz, {M});
+    Value* c = runningCount(np, castTo(np, flat, i64), M);
+    Value* count = step(np, "Gather", {c, g_->addConst(fresh(np, "last"), Tensor::fromInts(i64, {}, {M - 1}))}, {{"axis", int64_t{0}}});
+    Value* pos = arangeAlong(np, 1, 0, M);
+    Value* one = g_->addConst(fresh(np, "one"), Tensor::fromInts(i64, {}, {1}));
+    // A selected position goes to its rank among the selected, the others after them in order: a
+    // permutation of [0, M), so the scatter writes each element once.
+    Value* slot = step(np, "Where", {flat, step(np, "Sub", {c, one}), step(np, "Sub", {step(np, "Add", {count, pos}), c})});
+    Value* perm = step(np, "ScatterElements", {g_->addConst(fresh(np, "zeros"), Tensor::fromInts(i64, {M}, std::vector<int64_t>(M, 0))), slot, pos},
+                       {{"axis", int64_t{0}}});
+    Value* valid = step(np, "Less", {pos, count});
+    Value* first = step(np, "Gather", {perm, g_->addConst(fresh(np, "first"), Tensor::fromInts(i64, {}, {0}))}, {{"axis", int64_t{0}}});
+    Value* sel = step(np, "Where", {valid, perm, first});
+    std::vector<Value*> rows;
+    int64_t stride = M;
+    for (int64_t d = 0; d < r; ++d) {
+      stride /= shape[static_cast<size_t>(d)];
+      Value* q = sel;
+      if (stride > 1) q = step(np, "Div", {q, g_->addConst(fresh(np, "stride"), Tensor::fromInts(i64, {}, {stride}))});
+      if (d > 0) q = step(np, "Mod", {q, g_->addConst(fresh(np, "dim"), Tensor::fromInts(i64, {}, {shape[static_cast<size_t>(d)]}))});
+      rows.push_back(q);
+    }
+    if (r == 1) step(np, "Unsqueeze", {rows[0], constI64(np, "axes", {0})}, {}, out);
+    else {
+      for (auto& q : rows) q = step(np, "Unsqueeze", {q, constI64(np, "axes", {0})});
+      step(np, "Concat", rows, {{"axis", int64_t{0}}}, out);
+    }
+    selections_.push_back({valid, count, M, nodeLabel(np)});
+    padded_[g_->lookup(out)] = {1, selections_.size() - 1};
+    nonZeroOf_[x] = g_->lookup(out);
+  }
+
+  // valid viewed along axis `axis` of a rank-r value (bound there, 1 elsewhere).
+  Value* validAlong(const onnx::NodeProto& np, const Selection& s, int64_t r, int64_t axis) {
+    std::vector<int64_t> along(static_cast<size_t>(r), 1);
+    along[static_cast<size_t>(axis)] = s.bound;
+    return reshapeTo(np, s.valid, along);
+  }
+  std::optional<std::vector<int64_t>> axesOf(const onnx::NodeProto& np, int input) {
+    if (np.input_size() > input && !np.input(input).empty()) return constIntsOf(np, input, "axes");
+    return attrInts(np, "axes");
+  }
+
+  // A node that reads a padded value: the output's padded axis, or a rewrite (reductions over the
+  // rows, losses), or a refusal.
+  void paddedNode(const onnx::NodeProto& np) {
+    const std::string& op = np.op_type();
+    const bool onnxDomain = np.domain().empty() || np.domain() == "ai.onnx";
+    std::string first;  // a padded input's name
+    std::optional<size_t> sel;
+    for (const auto& in : np.input())
+      if (const Padded* p = paddedOf(in)) {
+        if (first.empty()) first = in;
+        if (sel && *sel != p->sel) refusePadded(np, in, "it meets another selection's rows here");
+        sel = p->sel;
+      }
+    const Selection& S = selections_[*sel];
+    auto tagOf = [&](int i) -> const Padded* { return i < np.input_size() ? paddedOf(np.input(i)) : nullptr; };
+    auto rankOf = [&](int i) { return operand(np, i)->type().rank(); };
+    auto normAxis = [&](int64_t a, int64_t r) { return a < 0 ? a + r : a; };
+    auto finish = [&](int64_t axis, int results) {  // the node as written, its results padded along axis
+      if (isStopGradient(np)) lowerStopGradient(np);
+      else addNodeAsIs(np);
+      for (int k = 0; k < results && k < np.output_size(); ++k) {
+        if (np.output(k).empty()) continue;
+        Value* v = g_->lookup(np.output(k));
+        if (!v || axis < 0 || axis >= v->type().rank() || v->type().shape[static_cast<size_t>(axis)] != S.bound)
+          refusePadded(np, first, "its result " + (v ? v->type().str() : std::string("?")) + " does not keep the rows on one axis");
+        padded_[v] = {axis, *sel};
+      }
+    };
+    const Padded* p0 = tagOf(0);
+    if (isStopGradient(np)) return finish(p0->axis, 1);
+    if (!onnxDomain) refusePadded(np, first, "a custom op is not row-wise");
+    const OpDef* def = lookupOp("", op, g_->opset);
+    static const std::set<std::string> kRowWise = {"Where", "Cast", "CastLike", "Identity", "Dropout", "Not", "And", "Or", "Xor", "Equal",
+                                                    "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "Sign", "Mod",
+                                                    "BitShift", "Clip"};
+    if ((def && def->pointwise) || kRowWise.count(op)) {  // broadcasting elementwise: one padded axis of the result
+      int64_t R = 0;
+      for (int i = 0; i < np.input_size(); ++i)
+        if (operand(np, i)) R = std::max(R, rankOf(i));
+      if (op == "Clip")  // bounds are scalars
+        R = rankOf(0);
+      int64_t axis = -1;
+      for (int i = 0; i < np.input_size(); ++i)
+        if (const Padded* p = tagOf(i)) {
+          const int64_t a = p->axis + R - rankOf(i);
+          if (axis >= 0 && a != axis) refusePadded(np, np.input(i), "its operands hold the rows on different axes");
+          axis = a;
+        }
+      for (int i = 0; i < np.input_size(); ++i) {
+        Value* v = operand(np, i);
+        if (!v || tagOf(i)) continue;
+        const int64_t k = axis - (R - v->type().rank());
+        if (k >= 0 && v->type().shape[static_cast<size_t>(k)] != 1)
+          refusePadded(np, first, "operand '" + np.input(i) + "' " + v->type().str() + " is not broadcast along the rows");
+      }
+      return finish(axis, np.output_size());
+    }
+    const int64_t r0 = p0 ? rankOf(0) : 0;
+    if (op == "Transpose" && p0) {
+      auto perm = attrInts(np, "perm");
+      std::vector<int64_t> pm = perm.value_or(std::vector<int64_t>{});
+      if (pm.empty())
+        for (int64_t d = r0 - 1; d >= 0; --d) pm.push_back(d);
+      for (size_t k = 0; k < pm.size(); ++k)
+        if (normAxis(pm[k], r0) == p0->axis) return finish(static_cast<int64_t>(k), 1);
+    }
+    if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && p0 && g_->opset >= 13 && normAxis(attrInt(np, "axis", -1), r0) != p0->axis)
+      return finish(p0->axis, 1);
+    if ((op == "LayerNormalization" || op == "RMSNormalization") && p0 && !tagOf(1) && !tagOf(2) && p0->axis < normAxis(attrInt(np, "axis", -1), r0))
+      return finish(p0->axis, np.output_size());
+    if (op == "MatMul" && p0 && !tagOf(1) && r0 >= 2 && p0->axis != r0 - 1) {
+      const int64_t R = std::max(r0, rankOf(1));
+      if (p0->axis < r0 - 2 && rankOf(1) > 2) refusePadded(np, first, "the rows are a batch axis that B would have to share");
+      return finish(p0->axis + R - r0, 1);
+    }
+    if (op == "Gemm" && p0 && !tagOf(1) && !tagOf(2) && p0->axis == 0 && attrInt(np, "transA", 0) == 0) {
+      if (Value* c = operand(np, 2); c && c->type().rank() == 2 && c->type().shape[0] != 1) refusePadded(np, first, "C is not broadcast along the rows");
+      return finish(0, 1);
+    }
+    if (op == "Gather") {
+      const int64_t axis = normAxis(attrInt(np, "axis", 0), r0 ? r0 : rankOf(0));
+      const int64_t ri = rankOf(1);
+      if (p0 && !tagOf(1) && p0->axis != axis) return finish(p0->axis < axis ? p0->axis : p0->axis + ri - 1, 1);
+      if (!p0 && tagOf(1)) return finish(axis + tagOf(1)->axis, 1);
+    }
+    if (op == "GatherND" && !p0 && tagOf(1) && attrInt(np, "batch_dims", 0) == 0 && tagOf(1)->axis < rankOf(1) - 1) return finish(tagOf(1)->axis, 1);
+    if (op == "GatherElements" && p0 && tagOf(1) && p0->axis == tagOf(1)->axis && normAxis(attrInt(np, "axis", 0), r0) != p0->axis)
+      return finish(p0->axis, 1);
+    if ((op == "ArgMax" || op == "ArgMin") && p0) {
+      const int64_t axis = normAxis(attrInt(np, "axis", 0), r0);
+      if (axis != p0->axis) return finish(attrInt(np, "keepdims", 1) == 0 && axis < p0->axis ? p0->axis - 1 : p0->axis, 1);
+    }
+    if ((op == "Slice" || op == "Split") && p0 && std::none_of(np.input().begin() + 1, np.input().end(), [&](const std::string& in) { return paddedOf(in); })) {
+      std::vector<int64_t> axes;
+      if (op == "Split") axes = {normAxis(attrInt(np, "axis", 0), r0)};
+      else if (auto a = np.input_size() > 3 && !np.input(3).empty() ? std::optional(constIntsOf(np, 3, "axes")) : std::nullopt) axes = *a;
+      else for (int64_t d = 0; d < static_cast<int64_t>(constIntsOf(np, 1, "starts").size()); ++d) axes.push_back(d);
+      if (std::none_of(axes.begin(), axes.end(), [&](int64_t a) { return normAxis(a, r0) == p0->axis; })) return finish(p0->axis, np.output_size());
+    }
+    if ((op == "Squeeze" || op == "Unsqueeze") && p0) {
+      std::vector<int64_t> axes = axesOf(np, 1).value_or(std::vector<int64_t>{});
+      if (op == "Squeeze") {
+        if (axes.empty()) refusePadded(np, first, "a Squeeze without axes may drop the rows' axis when one row is selected");
+        int64_t axis = p0->axis;
+        for (int64_t a : axes) {
+          if (normAxis(a, r0) == p0->axis) refusePadded(np, first, "it squeezes the rows' axis");
+          axis -= normAxis(a, r0) < p0->axis;
+        }
+        return finish(axis, 1);
+      }
+      const int64_t R = r0 + static_cast<int64_t>(axes.size());
+      std::vector<bool> added(static_cast<size_t>(R), false);
+      for (int64_t a : axes) added[static_cast<size_t>(normAxis(a, R))] = true;
+      for (int64_t d = 0, k = 0; d < R; ++d)
+        if (!added[static_cast<size_t>(d)] && k++ == p0->axis) return finish(d, 1);
+    }
+    if ((op == "Reshape" || op == "Flatten") && p0) {  // the rows' axis kept whole, at the same place in memory order
+      const auto& in = operand(np, 0)->type().shape;
+      int64_t before = 1;
+      for (int64_t d = 0; d < p0->axis; ++d) before *= in[static_cast<size_t>(d)];
+      addNodeAsIs(np);
+      Value* v = g_->lookup(np.output(0));
+      int64_t prefix = 1;
+      for (int64_t d = 0; v && d < v->type().rank(); prefix *= v->type().shape[static_cast<size_t>(d)], ++d)
+        if (prefix == before && v->type().shape[static_cast<size_t>(d)] == S.bound) {
+          padded_[v] = {d, *sel};
+          return;
+        }
+      refusePadded(np, first, "it merges the rows' axis with another");
+    }
+    if (op == "Concat" && p0) {
+      const int64_t axis = normAxis(attrInt(np, "axis", 0), r0);
+      bool all = true;
+      for (int i = 0; i < np.input_size(); ++i) all = all && tagOf(i) && tagOf(i)->axis == p0->axis;
+      if (all && axis != p0->axis) return finish(p0->axis, 1);
+    }
+    if (op == "Shape" && p0 && !findAttr(np, "start", onnx::AttributeProto::INT, "an int") && !findAttr(np, "end", onnx::AttributeProto::INT, "an int")) {
+      // The run-time shape: the count on the rows' axis.
+      const auto& shape = operand(np, 0)->type().shape;
+      std::vector<Value*> parts;
+      for (int64_t d = 0; d < r0; ++d)
+        parts.push_back(d == p0->axis ? reshapeTo(np, S.count, {1}) : constI64(np, "dim", {shape[static_cast<size_t>(d)]}));
+      step(np, "Concat", parts, {{"axis", int64_t{0}}}, np.output(0));
+      return;
+    }
+    if (op == "Size" && p0) {
+      step(np, "Mul", {S.count, g_->addConst(fresh(np, "rest"), Tensor::fromInts(DType::i64, {}, {operand(np, 0)->type().numel() / S.bound}))}, {},
+           np.output(0));
+      return;
+    }
+    if (op.rfind("Reduce", 0) == 0 && p0 && !tagOf(1)) return paddedReduce(np, *p0, S);
+    if ((op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") && p0 && tagOf(1) && p0->axis == 0 && tagOf(1)->axis == 0 &&
+        !tagOf(2) && !isFloat(operand(np, 1)->type().dtype))
+      return paddedLoss(np, S, *sel);
+    refusePadded(np, first, op + " is not such an op here");
+  }
+
+  // A reduction over a padded value: where it reduces the rows, the padding rows are first set to the
+  // reduction's identity (the node then runs as written on that), and a mean divides by the count.
+  void paddedReduce(const onnx::NodeProto& np, const Padded& p, const Selection& S) {
+    const std::string& op = np.op_type();
+    Value* x = operand(np, 0);
+    const int64_t r = x->type().rank(), keep = attrInt(np, "keepdims", 1);
+    const int64_t noop = attrInt(np, "noop_with_empty_axes", 0);
+    const bool axesInput = op == "ReduceSum" || g_->opset >= 18;
+    std::optional<std::vector<int64_t>> axes = axesInput ? axesOf(np, 1) : attrInts(np, "axes");
+    if (axes && axes->empty() && !noop) axes.reset();
+    if (axes && axes->empty()) return finishPadded(np, p.axis, S);  // noop
+    std::vector<bool> reduced(static_cast<size_t>(r), !axes);
+    if (axes)
+      for (int64_t a : *axes) reduced[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+    if (!reduced[static_cast<size_t>(p.axis)]) {
+      int64_t axis = p.axis;
+      if (!keep)
+        for (int64_t d = 0; d < p.axis; ++d) axis -= reduced[static_cast<size_t>(d)];
+      return finishPadded(np, axis, S);
+    }
+    const DType t = x->type().dtype;
+    if (!isFloat(t)) fail(nodeLabel(np) + ": a reduction over rows selected at run time takes floats, got " + x->type().str());
+    const double fill = op == "ReduceMax" || op == "ReduceLogSumExp" ? -INFINITY : op == "ReduceMin" ? INFINITY : op == "ReduceProd" ? 1.0 : 0.0;
+    Value* masked = step(np, "Where", {validAlong(np, S, r, p.axis), x, scalarOf(np, "fill", fill, t)});
+    if (op != "ReduceMean") {
+      onnx::NodeProto as = np;
+      as.set_input(0, masked->name());
+      return addNodeAsIs(as);
+    }
+    int64_t others = 1;  // the other reduced axes' extent
+    for (int64_t d = 0; d < r; ++d)
+      if (reduced[static_cast<size_t>(d)] && d != p.axis) others *= x->type().shape[static_cast<size_t>(d)];
+    Value* n = step(np, "Mul", {castTo(np, S.count, t), scalarOf(np, "others", static_cast<double>(others), t)});
+    step(np, "Div", {reduceNode(np, "ReduceSum", masked, axes, keep), n}, {}, np.output(0));
+  }
+  void finishPadded(const onnx::NodeProto& np, int64_t axis, const Selection& S) {
+    addNodeAsIs(np);
+    Value* v = g_->lookup(np.output(0));
+    if (!v || v->type().shape.at(static_cast<size_t>(axis)) != S.bound) fail(nodeLabel(np) + ": lost the selected rows' axis (internal)");
+    padded_[v] = {axis, static_cast<size_t>(&S - selections_.data())};
+  }
+
+  // A loss over padded rows: the padding rows' targets become the ignore_index, which takes them
+  // out of the sum and of the mean's count (its weight), as ONNX defines both losses.
+  void paddedLoss(const onnx::NodeProto& np, const Selection& S, size_t sel) {
+    Value* target = operand(np, 1);
+    const auto* ia = findAttr(np, "ignore_index", onnx::AttributeProto::INT, "an int");
+    const int64_t ignore = ia ? ia->i() : -100;
+    Value* t = step(np, "Where", {validAlong(np, S, target->type().rank(), 0), target,
+                                  g_->addConst(fresh(np, "ignore"), Tensor::fromInts(target->type().dtype, {}, {ignore}))});
+    onnx::NodeProto as = np;
+    as.set_input(1, t->name());
+    if (!ia) {
+      auto* a = as.add_attribute();
+      a->set_name("ignore_index");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(ignore);
+    }
+    addNodeAsIs(as);
+    const auto* ra = findAttr(np, "reduction", onnx::AttributeProto::STRING, "a string");
+    const bool none = ra && ra->s() == "none";
+    for (int k = none ? 0 : 1; k < np.output_size(); ++k)
+      if (Value* v = np.output(k).empty() ? nullptr : g_->lookup(np.output(k))) padded_[v] = {0, sel};
+  }
+
 
   void lowerAtImport(const onnx::NodeProto& np) {
     const std::string& op = np.op_type();

@@ -3084,3 +3084,115 @@ TEST(OnnxImport, ScatterThatWritesAnElementTwiceIsRefused) {
       EXPECT_NO_THROW(importOnnxFile(model("add", op, width, false, "add")));
     }
 }
+
+// x[mask] with the mask computed at run time (NonZero, then GatherND: PyTorch's boolean indexing):
+// the rows are padded to the mask's element count, and every reduction over them and the loss see
+// only the selected rows. The loss against a reference computed here from the selection itself, its
+// gradients against central differences (both in f64), a mean over an empty selection NaN (as
+// PyTorch's), and the refusals: the rows as a graph output, merged by a Reshape, or mixed with
+// another mask's.
+TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
+  TempDir d;
+  const std::vector<double> xv = {0.3, -1.2, 0.8, 1.5, 0.1, -0.4, 0.9, 0.7, -0.6, -1.1, 0.2, 0.5, 1.3, -0.8, 0.4,
+                                  0.6, -0.3, 1.0, -0.9, 0.35, 0.75, 1.1, -0.2, -0.65, 0.05, 0.45, -1.4, 0.85, -0.15, 0.25};
+  const std::vector<double> wv = {0.5, -0.3, 0.2, 0.1, -0.4, 0.6, 0.3, -0.2, 0.7, 0.1, -0.5, 0.4};
+  const std::vector<int64_t> labels = {1, 3, 0, 2, 1, 0, 3, 3, 2, 1};
+  enum Use { kLosses, kOutput, kMerged, kTwoMasks };
+  auto model = [&](const std::string& name, const std::vector<double>& mp, Use use) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "x", {2, 5, 3}, xv);
+    addDoubleInit(g, "w", {3, 4}, wv);
+    addDoubleInit(g, "mp", {2, 5}, mp);  // a parameter: the mask is computed at run time
+    auto* lb = addInt64Init(g, "labels", labels);
+    lb->clear_dims();
+    lb->add_dims(2);
+    lb->add_dims(5);
+    addDoubleInit(g, "zero", {}, {0.0});
+    addNode(g, "Greater", {"mp", "zero"}, {"mask"}, "mask");
+    addNode(g, "NonZero", {"mask"}, {"nz"}, "nz");
+    intsAttr(addNode(g, "Transpose", {"nz"}, {"idx"}, "idx"), "perm", {1, 0});
+    addNode(g, "GatherND", {"x", "idx"}, {"rows"}, "rows");  // [count, 3]
+    addNode(g, "MatMul", {"rows", "w"}, {"logits"}, "logits");  // [count, 4]
+    if (use == kOutput) {
+      addOutput(g, "logits");
+    } else if (use == kMerged) {
+      addInt64Init(g, "flat", {-1});
+      addNode(g, "Reshape", {"logits", "flat"}, {"merged"}, "merged");
+      addNode(g, "ReduceSum", {"merged"}, {"loss"}, "sum");
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addOutput(g, "loss");
+    } else if (use == kTwoMasks) {
+      addNode(g, "Less", {"mp", "zero"}, {"other"}, "other");
+      addNode(g, "NonZero", {"other"}, {"nz2"}, "nz2");
+      intsAttr(addNode(g, "Transpose", {"nz2"}, {"idx2"}, "idx2"), "perm", {1, 0});
+      addNode(g, "GatherND", {"x", "idx2"}, {"rows2"}, "rows2");
+      addNode(g, "Add", {"rows", "rows2"}, {"mixed"}, "mixed");
+      addNode(g, "ReduceSum", {"mixed"}, {"loss"}, "sum");
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addOutput(g, "loss");
+    } else {
+      addNode(g, "GatherND", {"labels", "idx"}, {"picked"}, "picked");
+      addNode(g, "SoftmaxCrossEntropyLoss", {"logits", "picked"}, {"ce"}, "ce");
+      addNode(g, "Mul", {"logits", "logits"}, {"sq"}, "sq");
+      addNode(g, "ReduceMean", {"sq"}, {"msq"}, "msq");  // over every axis, the rows among them
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addNode(g, "ReduceMax", {"logits"}, {"colmax"}, "colmax");  // [4]: each column's max over the rows
+      intsAttr(g->mutable_node(g->node_size() - 1), "axes", {0});
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addNode(g, "ReduceSum", {"colmax"}, {"smax"}, "smax");
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addNode(g, "Add", {"ce", "msq"}, {"l2"}, "l2");
+      addNode(g, "Add", {"l2", "smax"}, {"loss"}, "loss");
+      addOutput(g, "loss");
+    }
+    const std::string f = d.file(name + ".onnx");
+    writeModel(f, m);
+    return f;
+  };
+  // The reference: the selected rows in row-major order of the mask.
+  auto reference = [&](const std::vector<double>& mp) {
+    std::vector<std::vector<double>> logit;
+    std::vector<int64_t> lab;
+    for (size_t k = 0; k < mp.size(); ++k) {
+      if (mp[k] <= 0) continue;
+      std::vector<double> row(4, 0.0);
+      for (int c = 0; c < 4; ++c)
+        for (int e = 0; e < 3; ++e) row[c] += xv[k * 3 + e] * wv[e * 4 + c];
+      logit.push_back(row);
+      lab.push_back(labels[k]);
+    }
+    double ce = 0, sq = 0, smax = 0;
+    for (size_t r = 0; r < logit.size(); ++r) {
+      double mx = -INFINITY, s = 0;
+      for (double v : logit[r]) mx = std::max(mx, v);
+      for (double v : logit[r]) s += std::exp(v - mx), sq += v * v;
+      ce += mx + std::log(s) - logit[r][static_cast<size_t>(lab[r])];
+    }
+    for (int c = 0; c < 4; ++c) {
+      double mx = -INFINITY;
+      for (const auto& row : logit) mx = std::max(mx, row[c]);
+      smax += mx;
+    }
+    const double n = static_cast<double>(logit.size());
+    return ce / n + sq / (4 * n) + smax;
+  };
+  auto backend = createCpuBackend();
+  // Four of ten selected, the last first in neither row; then all ten; then one.
+  for (const auto& mp : {std::vector<double>{0.5, -1, 2, -1, -1, -1, 1, -1, 3, -1}, std::vector<double>(10, 1.0),
+                         std::vector<double>{-1, -1, -1, -1, -1, -1, -1, 2, -1, -1}}) {
+    auto g = importOnnxFile(model("losses", mp, kLosses));
+    EXPECT_NEAR(evaluate(*g, {}, *backend)[0].getDouble(0), reference(mp), 1e-12);
+    EXPECT_LT(gradientError(*g), 1e-6);
+    const auto trained = trainableParams(*g, {});
+    EXPECT_EQ(trained.size(), 2u);  // x and w; the mask's parameter has no differentiable path
+  }
+  {  // an empty selection: the mean over no rows is NaN, as torch.mean of an empty tensor
+    auto g = importOnnxFile(model("empty", std::vector<double>(10, -1.0), kLosses));
+    EXPECT_TRUE(std::isnan(evaluate(*g, {}, *backend)[0].getDouble(0)));
+  }
+  const std::vector<double> some = {0.5, -1, 2, -1, -1, -1, 1, -1, 3, -1};
+  expectImportError(model("output", some, kOutput), {"graph output 'logits'", "node 'nz' (NonZero) selects at run time"});
+  expectImportError(model("merged", some, kMerged), {"node 'merged' (Reshape)", "padded to 10 rows", "merges the rows' axis"});
+  expectImportError(model("two", some, kTwoMasks), {"node 'mixed' (Add)", "another selection's rows"});
+}

@@ -802,6 +802,34 @@ class EmbeddingFreq(nn.Module):
         return self.l(self.e(idx).mean(1))
 
 
+class MaskedSelection(nn.Module):
+    """Per-token heads trained on the tokens a mask picks at run time, as x[mask] (NonZero, then
+    GatherND): a data-dependent length, which ampc pads to its bound. The output bundles the
+    per-token logits, a regression head, the token labels (-1: no label) and their mask for the
+    losses below."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 16)
+        self.cls = nn.Linear(16, 10)
+        self.reg = nn.Linear(16, 1)
+    def forward(self, x):
+        tok = x.flatten(2).transpose(1, 2)  # [2, 64, 3]
+        h = F.gelu(self.inp(tok))
+        labels = (x[:, 0].flatten(1) * 3).long().clamp(-1, 9)  # [2, 64], -1 where x < 0
+        return self.cls(h), self.reg(h).squeeze(-1), labels, x[:, 1].flatten(1)
+
+
+def masked_losses(o, t):
+    logits, pred, labels, value = o
+    m = labels >= 0
+    picked = logits[m]  # [count, 10]
+    return (F.cross_entropy(picked, labels[m])  # over the selected rows
+            + ((pred[m] - value[m]) ** 2).mean()  # a masked regression
+            + 0.1 * torch.logsumexp(picked, -1).mean()
+            + 0.01 * picked.amax(0).sum()  # a max over the selected rows
+            + 0.01 * F.cross_entropy(picked, labels[m], reduction="none").sum())
+
+
 class SeqModels(nn.Module):
     """Sequence layers as NLP code writes them: nn.TransformerEncoder (pre-norm, GELU) with a key
     padding mask, a bidirectional LSTM over pack_padded_sequence (per-sample lengths), index_add and
@@ -976,6 +1004,8 @@ MODELS = {
     "embedding_max_norm": (EmbeddingMaxNorm, 8),
     "embedding_freq": (EmbeddingFreq, 8),
     "seq_models": (SeqModels, 8),
+    # Stop 57: x[mask] (NonZero of a computed mask) into losses and reductions over the rows.
+    "masked_selection": (MaskedSelection, 8, masked_losses),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
