@@ -3026,6 +3026,15 @@ class Importer {
   std::vector<Selection> selections_;
   std::unordered_map<const Value*, Padded> padded_;
   std::unordered_map<const Value*, Value*> nonZeroOf_;  // a mask's padded NonZero
+  // An i64 value computed from a padded value's Shape (the dynamo exporter broadcasts index tensors
+  // by Shape and Expand): each element a constant or a selection's count. Read as a number it is
+  // the run-time value; read as a shape (Expand, Reshape, ConstantOfShape) the count is the bound,
+  // and the result holds padded rows there.
+  struct SymDim {
+    int64_t value = 0;
+    std::optional<size_t> count;  // the selection whose count this is
+  };
+  std::unordered_map<const Value*, std::vector<SymDim>> symShape_;
 
   const Padded* paddedOf(const std::string& name) const {
     if (padded_.empty() || name.empty()) return nullptr;
@@ -3033,8 +3042,14 @@ class Importer {
     auto it = v ? padded_.find(v) : padded_.end();
     return it == padded_.end() ? nullptr : &it->second;
   }
+  const std::vector<SymDim>* symOf(const std::string& name) const {
+    if (symShape_.empty() || name.empty()) return nullptr;
+    const Value* v = g_->lookup(name);
+    auto it = v ? symShape_.find(v) : symShape_.end();
+    return it == symShape_.end() ? nullptr : &it->second;
+  }
   bool readsPadded(const onnx::NodeProto& np) const {
-    return std::any_of(np.input().begin(), np.input().end(), [&](const std::string& in) { return paddedOf(in) != nullptr; });
+    return std::any_of(np.input().begin(), np.input().end(), [&](const std::string& in) { return paddedOf(in) || symOf(in); });
   }
   [[noreturn]] void refusePadded(const onnx::NodeProto& np, const std::string& in, const std::string& why) const {
     const Selection& s = selections_[paddedOf(in)->sel];
@@ -3130,6 +3145,8 @@ class Importer {
         if (sel && *sel != p->sel) refusePadded(np, in, "it meets another selection's rows here");
         sel = p->sel;
       }
+    if (symNode(np, sel)) return;
+    if (!sel) return addNodeAsIs(np);  // a shape with a count, read as numbers: its run-time value
     const Selection& S = selections_[*sel];
     auto tagOf = [&](int i) -> const Padded* { return i < np.input_size() ? paddedOf(np.input(i)) : nullptr; };
     auto rankOf = [&](int i) { return operand(np, i)->type().rank(); };
@@ -3233,6 +3250,10 @@ class Importer {
       for (int64_t d = 0, k = 0; d < R; ++d)
         if (!added[static_cast<size_t>(d)] && k++ == p0->axis) return finish(d, 1);
     }
+    if (op == "Expand" && p0 && !tagOf(1)) {  // a constant shape that keeps the rows (1 or the bound there)
+      const int64_t R = std::max(r0, static_cast<int64_t>(constIntsOf(np, 1, "shape").size()));
+      return finish(p0->axis + R - r0, 1);
+    }
     if ((op == "Reshape" || op == "Flatten") && p0) {  // the rows' axis kept whole, at the same place in memory order
       const auto& in = operand(np, 0)->type().shape;
       int64_t before = 1;
@@ -3253,13 +3274,51 @@ class Importer {
       for (int i = 0; i < np.input_size(); ++i) all = all && tagOf(i) && tagOf(i)->axis == p0->axis;
       if (all && axis != p0->axis) return finish(p0->axis, 1);
     }
-    if (op == "Shape" && p0 && !findAttr(np, "start", onnx::AttributeProto::INT, "an int") && !findAttr(np, "end", onnx::AttributeProto::INT, "an int")) {
-      // The run-time shape: the count on the rows' axis.
+    if (op == "Shape" && p0) {  // the run-time shape, the count on the rows' axis (start and end as ONNX clamps them)
       const auto& shape = operand(np, 0)->type().shape;
+      auto clampTo = [&](int64_t v) { return std::clamp(v < 0 ? v + r0 : v, int64_t{0}, r0); };
+      const int64_t b = clampTo(attrInt(np, "start", 0)), e = clampTo(attrInt(np, "end", r0));
+      if (b >= e) refusePadded(np, first, "an empty Shape is not supported");
       std::vector<Value*> parts;
-      for (int64_t d = 0; d < r0; ++d)
-        parts.push_back(d == p0->axis ? reshapeTo(np, S.count, {1}) : constI64(np, "dim", {shape[static_cast<size_t>(d)]}));
+      std::vector<SymDim> sym;
+      for (int64_t d = b; d < e; ++d) {
+        const bool rows = d == p0->axis;
+        parts.push_back(rows ? reshapeTo(np, S.count, {1}) : constI64(np, "dim", {shape[static_cast<size_t>(d)]}));
+        sym.push_back(rows ? SymDim{0, *sel} : SymDim{shape[static_cast<size_t>(d)], std::nullopt});
+      }
       step(np, "Concat", parts, {{"axis", int64_t{0}}}, np.output(0));
+      symShape_[g_->lookup(np.output(0))] = sym;
+      return;
+    }
+    if ((op == "ScatterND" || op == "ScatterElements") && !p0 && tagOf(1)) {
+      // index_add, index_put over selected rows: the padded rows write into one extra slice of the
+      // data (along axis 0, or ScatterElements' axis), which is cut off afterwards, so they write
+      // nothing whatever the reduction.
+      Value* data = operand(np, 0);
+      Value* idx = operand(np, 1);
+      const Padded pi = *tagOf(1);
+      const int64_t rd = data->type().rank(), ri = idx->type().rank();
+      const int64_t A = op == "ScatterElements" ? normAxis(attrInt(np, "axis", 0), rd) : 0;
+      if (op == "ScatterND" && pi.axis >= ri - 1) refusePadded(np, first, "its index tuples, not its rows, are padded");
+      if (tagOf(2) && tagOf(2)->axis != pi.axis) refusePadded(np, first, "its indices and updates hold the rows on different axes");
+      const int64_t D = data->type().shape[static_cast<size_t>(A)];
+      std::vector<int64_t> sliceShape = data->type().shape;
+      sliceShape[static_cast<size_t>(A)] = 1;
+      int64_t sliceN = 1;
+      for (int64_t e : sliceShape) sliceN *= e;
+      Value* extra = g_->addConst(fresh(np, "spare"), Tensor::fromDoubles(data->type().dtype, sliceShape, std::vector<double>(static_cast<size_t>(sliceN), 0.0)));
+      Value* wide = step(np, "Concat", {data, extra}, {{"axis", A}});
+      std::vector<int64_t> spare{D};
+      if (op == "ScatterND") spare.resize(static_cast<size_t>(idx->type().shape.back()), 0);
+      Value* at = g_->addConst(fresh(np, "spare_at"), Tensor::fromInts(idx->type().dtype, {static_cast<int64_t>(spare.size())}, spare));
+      if (op == "ScatterElements") at = reshapeTo(np, at, {});
+      Value* idx2 = step(np, "Where", {validAlong(np, S, ri, pi.axis), idx, at});
+      onnx::NodeProto as = np;
+      as.set_input(0, wide->name());
+      as.set_input(1, idx2->name());
+      as.set_output(0, fresh(np, "wide_out"));
+      addNodeAsIs(as);
+      step(np, "Slice", {g_->lookup(as.output(0)), constI64(np, "start", {0}), constI64(np, "end", {D}), constI64(np, "axes", {A})}, {}, np.output(0));
       return;
     }
     if (op == "Size" && p0) {
@@ -3272,6 +3331,108 @@ class Importer {
         !tagOf(2) && !isFloat(operand(np, 1)->type().dtype))
       return paddedLoss(np, S, *sel);
     refusePadded(np, first, op + " is not such an op here");
+  }
+
+  // Nodes that read a shape holding a count (symShape_): true where handled here.
+  bool symNode(const onnx::NodeProto& np, std::optional<size_t> sel) {
+    const std::string& op = np.op_type();
+    const auto* s0 = symOf(np.input_size() ? np.input(0) : std::string());
+    const auto* s1 = np.input_size() > 1 ? symOf(np.input(1)) : nullptr;
+    if (!s0 && !s1) return false;
+    auto ints = [&](int i) -> std::optional<std::vector<int64_t>> {
+      Value* v = operand(np, i);
+      const Tensor* t = v ? v->constData() : nullptr;
+      if (!t || !isInteger(t->type.dtype)) return std::nullopt;
+      std::vector<int64_t> r;
+      for (int64_t k = 0; k < t->numel(); ++k) r.push_back(t->getInt(k));
+      return r;
+    };
+    auto keep = [&](std::vector<SymDim> d) {  // the node as written (its run-time value), and its elements
+      addNodeAsIs(np);
+      if (Value* v = g_->lookup(np.output(0))) symShape_[v] = std::move(d);
+      return true;
+    };
+    // Elements through the shape arithmetic exporters write.
+    if ((op == "Identity" || op == "Unsqueeze" || op == "Squeeze" || (op == "Cast" && isInteger(dtypeFromOnnx(static_cast<int>(attrInt(np, "to", 0))).value_or(DType::f32)))) && s0)
+      return keep(*s0);
+    if (op == "Concat" && !sel) {
+      std::vector<SymDim> all;
+      for (int i = 0; i < np.input_size(); ++i) {
+        if (const auto* s = symOf(np.input(i))) {
+          all.insert(all.end(), s->begin(), s->end());
+        } else if (auto c = ints(i)) {
+          for (int64_t v : *c) all.push_back({v, std::nullopt});
+        } else {
+          return false;
+        }
+      }
+      return keep(all);
+    }
+    if (op == "Gather" && s0 && !sel && attrInt(np, "axis", 0) == 0) {
+      auto idx = ints(1);
+      if (!idx) return false;
+      std::vector<SymDim> picked;
+      for (int64_t k : *idx) {
+        const int64_t n = static_cast<int64_t>(s0->size()), at = k < 0 ? k + n : k;
+        if (at < 0 || at >= n) return false;
+        picked.push_back((*s0)[static_cast<size_t>(at)]);
+      }
+      return keep(picked);
+    }
+    if (op == "Slice" && s0 && !sel) {
+      auto b = ints(1), e = ints(2);
+      if (!b || !e || b->size() != 1 || e->size() != 1 || (np.input_size() > 4 && !np.input(4).empty() && ints(4) != std::vector<int64_t>{1}))
+        return false;
+      const int64_t n = static_cast<int64_t>(s0->size());
+      auto clampTo = [&](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
+      return keep(std::vector<SymDim>(s0->begin() + clampTo((*b)[0]), s0->begin() + std::max(clampTo((*b)[0]), clampTo((*e)[0]))));
+    }
+    // Read as a shape: the count becomes the bound, and the result holds padded rows on its axis.
+    const std::vector<SymDim>* shape = op == "ConstantOfShape" ? s0 : (op == "Expand" || op == "Reshape") ? s1 : nullptr;
+    if (!shape) return false;
+    const int shapeInput = op == "ConstantOfShape" ? 0 : 1;
+    std::vector<int64_t> dims;
+    std::optional<size_t> countSel;
+    int64_t countAt = -1;
+    for (size_t k = 0; k < shape->size(); ++k) {
+      const SymDim& d = (*shape)[k];
+      if (!d.count) {
+        dims.push_back(d.value);
+        continue;
+      }
+      if (countAt >= 0 || (sel && *sel != *d.count)) fail(nodeLabel(np) + ": its shape holds the counts of two selections made at run time");
+      countSel = d.count;
+      countAt = static_cast<int64_t>(k);
+      dims.push_back(selections_[*d.count].bound);
+    }
+    onnx::NodeProto as = np;
+    as.set_input(shapeInput, constI64(np, "shape", dims)->name());
+    addNodeAsIs(as);
+    Value* out = g_->lookup(np.output(0));
+    if (!countSel) {  // no count left: an ordinary shape (the padded input's rows, if any, are checked below)
+      if (sel) {
+        const Padded p = *paddedOf(np.input(0));
+        const int64_t R = out->type().rank(), shift = op == "Expand" ? R - operand(np, 0)->type().rank() : 0;
+        if (op == "Expand" && out->type().shape[static_cast<size_t>(p.axis + shift)] == selections_[*sel].bound) padded_[out] = {p.axis + shift, *sel};
+        else fail(nodeLabel(np) + ": its input holds rows selected at run time, and its shape does not keep them");
+      }
+      return true;
+    }
+    const int64_t axis = countAt + out->type().rank() - static_cast<int64_t>(dims.size());  // Expand aligns the shape right
+    if (sel) {  // the input's rows must land on the count's axis
+      const Padded p = *paddedOf(np.input(0));
+      const int64_t inRank = operand(np, 0)->type().rank();
+      bool ok = op == "Expand" ? p.axis + out->type().rank() - inRank == axis : false;
+      if (op == "Reshape") {
+        int64_t before = 1, prefix = 1;
+        for (int64_t d = 0; d < p.axis; ++d) before *= operand(np, 0)->type().shape[static_cast<size_t>(d)];
+        for (int64_t d = 0; d < axis; ++d) prefix *= out->type().shape[static_cast<size_t>(d)];
+        ok = before == prefix;
+      }
+      if (!ok) fail(nodeLabel(np) + ": its input's rows, selected at run time, do not land on its shape's count");
+    }
+    padded_[out] = {axis, *countSel};
+    return true;
   }
 
   // A reduction over a padded value: where it reduces the rows, the padding rows are first set to the

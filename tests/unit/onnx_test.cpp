@@ -3097,7 +3097,7 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
                                   0.6, -0.3, 1.0, -0.9, 0.35, 0.75, 1.1, -0.2, -0.65, 0.05, 0.45, -1.4, 0.85, -0.15, 0.25};
   const std::vector<double> wv = {0.5, -0.3, 0.2, 0.1, -0.4, 0.6, 0.3, -0.2, 0.7, 0.1, -0.5, 0.4};
   const std::vector<int64_t> labels = {1, 3, 0, 2, 1, 0, 3, 3, 2, 1};
-  enum Use { kLosses, kOutput, kMerged, kTwoMasks };
+  enum Use { kLosses, kOutput, kMerged, kTwoMasks, kScatter };
   auto model = [&](const std::string& name, const std::vector<double>& mp, Use use) {
     auto m = newModel(17);
     auto* g = m.mutable_graph();
@@ -3114,7 +3114,30 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
     intsAttr(addNode(g, "Transpose", {"nz"}, {"idx"}, "idx"), "perm", {1, 0});
     addNode(g, "GatherND", {"x", "idx"}, {"rows"}, "rows");  // [count, 3]
     addNode(g, "MatMul", {"rows", "w"}, {"logits"}, "logits");  // [count, 4]
-    if (use == kOutput) {
+    if (use == kScatter) {  // the dynamo exporter's form of x[b, t] and index_add: columns, Shape, Expand, ScatterND(add)
+      addInt64Init(g, "c0", {0});
+      addInt64Init(g, "c1", {1});
+      addInt64Init(g, "c2", {2});
+      addNode(g, "Slice", {"nz", "c0", "c1", "c0"}, {"b2"}, "b2");  // [1, count]
+      addNode(g, "Slice", {"nz", "c1", "c2", "c0"}, {"t2"}, "t2");
+      addNode(g, "Squeeze", {"b2", "c0"}, {"b"}, "b");
+      addNode(g, "Squeeze", {"t2", "c0"}, {"t"}, "t");
+      intAttr(addNode(g, "Shape", {"b"}, {"bshape"}, "bshape"), "start", 0);
+      addNode(g, "Expand", {"t", "bshape"}, {"tb"}, "tb");
+      addInt64Init(g, "last", {-1});
+      addNode(g, "Unsqueeze", {"b", "last"}, {"bu"}, "bu");
+      addNode(g, "Unsqueeze", {"tb", "last"}, {"tu"}, "tu");
+      intAttr(addNode(g, "Concat", {"bu", "tu"}, {"pairs"}, "pairs"), "axis", -1);
+      std::vector<double> zeros(40, 0.0), posw(40);
+      for (size_t k = 0; k < 40; ++k) posw[k] = 0.1 * static_cast<double>(k % 7) - 0.25;
+      addDoubleInit(g, "zeros", {2, 5, 4}, zeros);
+      addDoubleInit(g, "posw", {2, 5, 4}, posw);
+      stringAttr(addNode(g, "ScatterND", {"zeros", "pairs", "logits"}, {"placed"}, "placed"), "reduction", "add");
+      addNode(g, "Mul", {"placed", "posw"}, {"weighted"}, "weighted");
+      addNode(g, "ReduceSum", {"weighted"}, {"loss"}, "sum");
+      intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+      addOutput(g, "loss");
+    } else if (use == kOutput) {
       addOutput(g, "logits");
     } else if (use == kMerged) {
       addInt64Init(g, "flat", {-1});
@@ -3186,6 +3209,18 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
     EXPECT_LT(gradientError(*g), 1e-6);
     const auto trained = trainableParams(*g, {});
     EXPECT_EQ(trained.size(), 2u);  // x and w; the mask's parameter has no differentiable path
+  }
+  for (const auto& mp : {std::vector<double>{0.5, -1, 2, -1, -1, -1, 1, -1, 3, -1}, std::vector<double>(10, 1.0)}) {
+    auto g = importOnnxFile(model("scatter", mp, kScatter));
+    double want = 0;  // each selected row's logits, placed back at its position, weighted there
+    for (size_t k = 0; k < mp.size(); ++k)
+      for (size_t c = 0; mp[k] > 0 && c < 4; ++c) {
+        double v = 0;
+        for (size_t e = 0; e < 3; ++e) v += xv[k * 3 + e] * wv[e * 4 + c];
+        want += v * (0.1 * static_cast<double>((k * 4 + c) % 7) - 0.25);
+      }
+    EXPECT_NEAR(evaluate(*g, {}, *backend)[0].getDouble(0), want, 1e-12);
+    EXPECT_LT(gradientError(*g), 1e-6);
   }
   {  // an empty selection: the mean over no rows is NaN, as torch.mean of an empty tensor
     auto g = importOnnxFile(model("empty", std::vector<double>(10, -1.0), kLosses));

@@ -819,6 +819,26 @@ class MaskedSelection(nn.Module):
         return self.cls(h), self.reg(h).squeeze(-1), labels, x[:, 1].flatten(1)
 
 
+class MoeLoop(nn.Module):
+    """A top-2 mixture of experts as hand-written routers loop over experts: torch.where(top == e)
+    picks each expert's tokens (NonZero), which it runs and index_add_s back, weighted."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 8)
+        self.gate = nn.Linear(8, 4)
+        self.experts = nn.ModuleList([nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)) for _ in range(4)])
+        self.out = nn.Linear(8, 10)
+    def forward(self, x):
+        h = self.inp(x.flatten(2).transpose(1, 2))  # [2, 64, 8]
+        flat = h.reshape(-1, 8)
+        weights, chosen = F.softmax(self.gate(flat), -1).topk(2, -1)
+        mixed = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            tok, slot = torch.where(chosen == e)
+            mixed = mixed.index_add(0, tok, expert(flat[tok]) * weights[tok, slot, None])
+        return self.out(mixed.view(2, -1, 8).mean(1))
+
+
 def masked_losses(o, t):
     logits, pred, labels, value = o
     m = labels >= 0
@@ -1006,6 +1026,7 @@ MODELS = {
     "seq_models": (SeqModels, 8),
     # Stop 57: x[mask] (NonZero of a computed mask) into losses and reductions over the rows.
     "masked_selection": (MaskedSelection, 8, masked_losses),
+    "moe_loop": (MoeLoop, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
