@@ -3025,7 +3025,7 @@ class Importer {
   };
   std::vector<Selection> selections_;
   std::unordered_map<const Value*, Padded> padded_;
-  std::unordered_map<const Value*, Value*> nonZeroOf_;  // a mask's padded NonZero
+  std::vector<std::pair<const Value*, Value*>> nonZeroOf_;  // a mask and its padded NonZero
   // An i64 value computed from a padded value's Shape (the dynamo exporter broadcasts index tensors
   // by Shape and Expand): each element a constant or a selection's count. Read as a number it is
   // the run-time value; read as a shape (Expand, Reshape, ConstantOfShape) the count is the bound,
@@ -3082,11 +3082,14 @@ class Importer {
     const auto& shape = x->type().shape;
     const int64_t r = x->type().rank(), M = x->type().numel();
     if (r == 0 || M == 0) fail(nodeLabel(np) + ": NonZero of a computed " + x->type().str() + " is not supported (rank 1 or more, not empty)");
-    if (auto again = nonZeroOf_.find(x); again != nonZeroOf_.end()) {  // one selection per mask (TorchScript writes one NonZero per use)
-      step(np, "Identity", {again->second}, {}, out);
-      padded_[g_->lookup(out)] = padded_.at(again->second);
-      return;
-    }
+    // One selection per mask: TorchScript writes a NonZero per use of a mask, the dynamo exporter
+    // one per use of mask-making code (pred[m(o)] - value[m(o)]), each its own nodes.
+    for (const auto& [mask, indices] : nonZeroOf_)
+      if (sameValue(mask, x, 24)) {
+        step(np, "Identity", {indices}, {}, out);
+        padded_[g_->lookup(out)] = padded_.at(indices);
+        return;
+      }
     const DType i64 = DType::i64;
     Value* nz = x->type().dtype == DType::boolean ? x : step(np, "Not", {step(np, "Equal", {x, scalarOf(np, "zero", 0.0, x->type().dtype)})});
     Value* flat = reshapeTo(np, nz, {M});
@@ -3118,7 +3121,25 @@ class Importer {
     }
     selections_.push_back({valid, count, M, nodeLabel(np)});
     padded_[g_->lookup(out)] = {1, selections_.size() - 1};
-    nonZeroOf_[x] = g_->lookup(out);
+    nonZeroOf_.emplace_back(x, g_->lookup(out));
+  }
+
+  // Whether a and b are one value: the same, or the same deterministic op with the same attributes
+  // on operands that are (within `depth` producers), or constants of the same data.
+  static bool sameValue(const Value* a, const Value* b, int depth) {
+    if (a == b) return true;
+    if (!a || !b || a->type() != b->type() || depth == 0) return false;
+    if (a->constData() && b->constData()) return *a->constData() == *b->constData();
+    const Node *p = a->producer(), *q = b->producer();
+    if (!p || !q || p->op() != q->op() || p->domain() != q->domain() || p->numInputs() != q->numInputs() || p->attrs() != q->attrs() ||
+        !p->def() || p->def()->random)
+      return false;
+    size_t k = 0;
+    while (k < p->numResults() && p->result(k) != a) ++k;
+    if (k == p->numResults() || k >= q->numResults() || q->result(k) != b) return false;
+    for (size_t i = 0; i < p->numInputs(); ++i)
+      if (!sameValue(p->input(i), q->input(i), depth - 1)) return false;
+    return true;
   }
 
   // valid viewed along axis `axis` of a rank-r value (bound there, 1 elsewhere).

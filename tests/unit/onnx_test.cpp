@@ -3155,7 +3155,11 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
       intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
       addOutput(g, "loss");
     } else {
-      addNode(g, "GatherND", {"labels", "idx"}, {"picked"}, "picked");
+      // The labels through a mask made again by its own nodes (the dynamo exporter's pred[m(o)] - value[m(o)]).
+      addNode(g, "Greater", {"mp", "zero"}, {"mask_again"}, "mask_again");
+      addNode(g, "NonZero", {"mask_again"}, {"nz_again"}, "nz_again");
+      intsAttr(addNode(g, "Transpose", {"nz_again"}, {"idx_again"}, "idx_again"), "perm", {1, 0});
+      addNode(g, "GatherND", {"labels", "idx_again"}, {"picked"}, "picked");
       addNode(g, "SoftmaxCrossEntropyLoss", {"logits", "picked"}, {"ce"}, "ce");
       addNode(g, "Mul", {"logits", "logits"}, {"sq"}, "sq");
       addNode(g, "ReduceMean", {"sq"}, {"msq"}, "msq");  // over every axis, the rows among them

@@ -835,7 +835,7 @@ class MoeLoop(nn.Module):
         mixed = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
             tok, slot = torch.where(chosen == e)
-            mixed = mixed.index_add(0, tok, expert(flat[tok]) * weights[tok, slot, None])
+            mixed = mixed.index_add(0, tok, (expert(flat[tok]) * weights[tok, slot, None]).to(mixed.dtype))
         return self.out(mixed.view(2, -1, 8).mean(1))
 
 
@@ -848,6 +848,16 @@ def masked_losses(o, t):
             + 0.1 * torch.logsumexp(picked, -1).mean()
             + 0.01 * picked.amax(0).sum()  # a max over the selected rows
             + 0.01 * F.cross_entropy(picked, labels[m], reduction="none").sum())
+
+
+def masked_regression(o, t):
+    """Losses over x[mask] that PyTorch's dynamo exporter takes (its cross_entropy and logsumexp over a
+    data-dependent count are not), each selection by its own mask-making code."""
+    logits, pred, labels, value = o
+    return (((pred[labels >= 0] - value[labels >= 0]) ** 2).mean()
+            + (pred[labels >= 0] - value[labels >= 0]).abs().mean()
+            + 0.01 * logits[labels >= 0].amax(0).sum()
+            + 0.1 * F.normalize(logits[labels >= 0], dim=-1).sum() / (labels >= 0).sum())
 
 
 class SeqModels(nn.Module):
@@ -1026,6 +1036,7 @@ MODELS = {
     "seq_models": (SeqModels, 8),
     # Stop 57: x[mask] (NonZero of a computed mask) into losses and reductions over the rows.
     "masked_selection": (MaskedSelection, 8, masked_losses),
+    "masked_regression": (MaskedSelection, 8, masked_regression),
     "moe_loop": (MoeLoop, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
