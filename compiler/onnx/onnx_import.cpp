@@ -3186,6 +3186,7 @@ class Importer {
     const Padded* p0 = tagOf(0);
     if (isStopGradient(np)) return finish(p0->axis, 1);
     if (!onnxDomain) refusePadded(np, first, "a custom op is not row-wise");
+    if (op == "CastLike") return p0 ? finish(p0->axis, 1) : addNodeAsIs(np);  // input 1 gives only the dtype
     const OpDef* def = lookupOp("", op, g_->opset);
     static const std::set<std::string> kRowWise = {"Where", "Cast", "CastLike", "Identity", "Dropout", "Not", "And", "Or", "Xor", "Equal",
                                                     "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "Sign", "Mod",

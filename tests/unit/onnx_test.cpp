@@ -3170,7 +3170,14 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
       addNode(g, "ReduceSum", {"colmax"}, {"smax"}, "smax");
       intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
       addNode(g, "Add", {"ce", "msq"}, {"l2"}, "l2");
-      addNode(g, "Add", {"l2", "smax"}, {"loss"}, "loss");
+      auto* eps = addNode(g, "Constant", {}, {"eps"}, "eps")->add_attribute();
+      eps->set_name("value");
+      eps->set_type(onnx::AttributeProto::TENSOR);
+      eps->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+      eps->mutable_t()->add_float_data(0.0f);
+      addNode(g, "CastLike", {"eps", "logits"}, {"zero_like"}, "zero_like");  // the rows give only a dtype (F.normalize's eps)
+      addNode(g, "Add", {"l2", "zero_like"}, {"l3"}, "l3");
+      addNode(g, "Add", {"l3", "smax"}, {"loss"}, "loss");
       addOutput(g, "loss");
     }
     const std::string f = d.file(name + ".onnx");

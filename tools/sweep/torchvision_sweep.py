@@ -850,6 +850,30 @@ def masked_losses(o, t):
             + 0.01 * F.cross_entropy(picked, labels[m], reduction="none").sum())
 
 
+class ComplexRotary(nn.Module):
+    """Rotary embeddings as Meta's reference Llama code writes them: the query and key pairs as complex
+    numbers (view_as_complex) times the positions' unit phasors (torch.polar), back through
+    view_as_real; then causal attention and a classifier."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 32)
+        self.qkv = nn.Linear(32, 96)
+        self.out = nn.Linear(32, 10)
+        freqs = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+        angles = torch.outer(torch.arange(64).float(), freqs)  # [T, 4]
+        self.register_buffer("phasors", torch.polar(torch.ones_like(angles), angles), persistent=False)
+    def rotate(self, x):  # [B, H, T, 8]
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * self.phasors).flatten(3).type_as(x)
+    def forward(self, x):
+        h = self.inp(x.flatten(2).transpose(1, 2))  # [2, 64, 32]
+        q, k, v = self.qkv(h).view(2, 64, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        s = self.rotate(q) @ self.rotate(k).transpose(-1, -2) / 8 ** 0.5
+        causal = torch.ones(64, 64, dtype=torch.bool, device=x.device).triu(1)
+        a = F.softmax(s.masked_fill(causal, float("-inf")), -1) @ v
+        return self.out(a.transpose(1, 2).reshape(2, 64, 32).mean(1))
+
+
 def masked_regression(o, t):
     """Losses over x[mask] that PyTorch's dynamo exporter takes (its cross_entropy and logsumexp over a
     data-dependent count are not), each selection by its own mask-making code."""
@@ -1038,6 +1062,7 @@ MODELS = {
     "masked_selection": (MaskedSelection, 8, masked_losses),
     "masked_regression": (MaskedSelection, 8, masked_regression),
     "moe_loop": (MoeLoop, 8),
+    "complex_rotary": (ComplexRotary, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
 }
