@@ -2,7 +2,8 @@
 # tools/export/ampc_export.py against PyTorch (Debian's python3-torch: the TorchScript exporter through
 # the helper): models whose forward stops gradients (detach(), torch.no_grad()), uses label smoothing
 # or keeps a BatchNorm frozen, calls a custom autograd Function (whose forward runs with gradients off:
-# no stop-gradient), needs its state dict's versions (torchvision's MNASNet) or looks up an embedding
+# no stop-gradient) or custom Functions whose backward is not their derivative (a straight-through sign, a
+# spiking step's surrogate gradient: written as the forward's value with the backward's gradient), needs its state dict's versions (torchvision's MNASNet) or looks up an embedding
 # with scale_grad_by_freq (which both exporters drop) train with PyTorch's
 # loss and gradients (every one PASS: loss against
 # f64, every first-step gradient against f64 as close as PyTorch's own f32, 3 SGD steps), and the
@@ -24,7 +25,7 @@ trap 'rm -rf "$out"' EXIT
 sweep() { OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore /usr/bin/python3 "$here/tools/sweep/torchvision_sweep.py" --ampc "$build/tools/ampc" \
   --amprun "$build/tools/amprun" --model-limit 120 "$@" 2>&1 | grep -E "^[a-z_0-9]+ +[A-Z-]+ "; }
 helper=$(sweep --out "$out/h" --exporter torchscript-helper vq_straight_through simsiam teacher_no_grad loss_label_smoothing frozen_bn_mixed \
-  function_mlp mnasnet0_5 embedding_freq)
+  function_mlp mnasnet0_5 embedding_freq surrogate_functions)
 plain=$(sweep --out "$out/p" --exporter torchscript vq_straight_through masked_selection moe_loop)
 # --exporter dynamo: PyTorch's dynamo exporter where it exports, else (Debian's PyTorch has none) the
 # helper's TorchScript fallback, which the verdict names.
@@ -33,7 +34,7 @@ echo "$helper"
 echo "$plain"
 echo "$dyn"
 ok=1
-[ "$(echo "$helper" | grep -c ' PASS ')" = 8 ] || { echo "export_helper: not every model passed through the helper"; ok=0; }
+[ "$(echo "$helper" | grep -c ' PASS ')" = 9 ] || { echo "export_helper: not every model passed through the helper"; ok=0; }
 echo "$plain" | grep -q '^masked_selection  *PASS ' || { echo "export_helper: x[mask] into the losses did not train as PyTorch"; ok=0; }
 echo "$plain" | grep -q '^moe_loop  *PASS ' || { echo "export_helper: the torch.where/index_add mixture of experts did not train as PyTorch"; ok=0; }
 echo "$plain" | grep -q '^vq_straight_through  *MISMATCH ' || { echo "export_helper: the plain export's straight-through gradient matched"; ok=0; }

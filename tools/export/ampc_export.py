@@ -21,11 +21,14 @@ embeddings, RoBERTa's positions), the key "ampc.embedding_padding": a JSON objec
 name -> padding row. Neither exporter keeps padding_idx (the lookup is a plain Gather), and
 PyTorch gives that row no gradient from the lookup: ampc does the same with the key.
 
-And, where the forward calls torch.autograd.Function subclasses of its own (outside torch), the
-key "ampc.custom_autograd": a JSON list of their qualified names. Their backward is code no
-exporter keeps: ampc differentiates the forward they export, which differs from PyTorch's
-gradient where that backward is not the derivative (a straight-through estimator, transformers'
-YOSO). ampc prints a note naming them; the helper warns on stderr.
+And, where the forward calls torch.autograd.Function subclasses of its own (outside torch): their
+backward is code no exporter keeps, and ampc would differentiate the forward they export, which
+differs from PyTorch's gradient where that backward is not the derivative (a straight-through
+estimator, a spiking network's surrogate gradient, transformers' YOSO). A Function whose backward
+is dy times a tensor, elementwise, on one input (checked on each call: elementwise_functions) is
+written as stop(y) + (x - stop(x)) * stop(h), y and h its own forward's and backward's results,
+traced: PyTorch's value and gradient. The others go into the key "ampc.custom_autograd", a JSON
+list of their qualified names; ampc prints a note naming them, and the helper warns on stderr.
 
 And, where the module holds BatchNorm modules left in eval() after module.train() (frozen, as
 fine-tuning keeps them), the key "ampc.frozen_batchnorms": a JSON list of the results of their
@@ -112,6 +115,112 @@ def custom_autograd_functions(module, args):
         else:
             del F.apply
     return seen
+
+
+class _Ctx:
+    """A stand-in for autograd's ctx: what a Function's forward stores for its backward."""
+
+    def __init__(self, n):
+        self.needs_input_grad = (True,) * n
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *t):
+        self.saved_tensors = t
+
+    def mark_non_differentiable(self, *t):
+        pass
+
+    def mark_dirty(self, *t):
+        pass
+
+    def set_materialize_grads(self, v):
+        pass
+
+
+def _forward_backward(cls, args, i):
+    """cls's forward on args through a stand-in ctx, and its backward's gradient for input i at
+    dy = 1 (traced as ordinary ops where an export runs this)."""
+    ctx = _Ctx(len(args))
+    own_setup = "setup_context" in cls.__dict__ or any("setup_context" in c.__dict__ for c in cls.__mro__[1:]
+                                                         if c is not torch.autograd.Function and issubclass(c, torch.autograd.Function)
+                                                         and c.__module__.split(".")[0] != "torch")
+    if own_setup:  # PyTorch 2's form: forward without ctx, setup_context(ctx, inputs, output)
+        y = cls.forward(*args)
+        cls.setup_context(ctx, tuple(args), y)
+    else:
+        y = cls.forward(ctx, *args)
+    g = cls.backward(ctx, torch.ones_like(y))
+    g = g[i] if isinstance(g, (tuple, list)) else g
+    return y, g
+
+
+def elementwise_functions(module, args):
+    """The torch.autograd.Function subclasses outside torch (class -> the input it differentiates)
+    whose every call in one forward of `module` on `args` takes one float tensor that needs a
+    gradient and returns one of its shape, with a backward that is dy times a tensor of the inputs
+    (h), elementwise: a straight-through estimator (h = 1), a spiking network's surrogate gradient, a
+    custom GELU. The export writes such a call as stop(y) + (x - stop(x)) * stop(h), with y and h
+    from the Function's own forward and backward (traced through a stand-in ctx): the value y
+    exactly, the gradient dy * h, as PyTorch's. Checked on each call against autograd's own
+    gradient for two random dy (linear and elementwise in dy) and against the stand-in's y and h."""
+    import copy
+    F = torch.autograd.Function
+    owner = next((k for k in F.__mro__ if "apply" in k.__dict__), None)
+    original = owner.__dict__["apply"] if owner else None
+    if not hasattr(original, "__get__"):
+        return {}
+    verdict = {}
+
+    def check(cls, a, k, out):
+        if k:
+            return None
+        idx = [j for j, t in enumerate(a) if torch.is_tensor(t) and t.is_floating_point() and t.requires_grad]
+        if len(idx) != 1 or not torch.is_tensor(out) or not out.is_floating_point() or out.shape != a[idx[0]].shape:
+            return None
+        i = idx[0]
+        x = a[i].detach().requires_grad_()
+        xs = list(a)
+        xs[i] = x
+        with torch.enable_grad():
+            y = original.__get__(None, cls)(*xs)
+            if not y.requires_grad:
+                return None
+            dy1, dy2 = torch.randn_like(y), torch.randn_like(y)
+            g1, = torch.autograd.grad(y, x, dy1, retain_graph=True)
+            g2, = torch.autograd.grad(y, x, dy2)
+        if g1 is None or g1.shape != x.shape:
+            return None
+        tol = 1e-5 * float(max(g1.abs().max(), g2.abs().max(), 1e-30))
+        if not torch.allclose(g1 * dy2, g2 * dy1, rtol=1e-4, atol=tol):
+            return None
+        with torch.no_grad():
+            ys, h = _forward_backward(cls, [t.detach() if torch.is_tensor(t) else t for t in xs], i)
+        if not torch.is_tensor(h) or h.shape != x.shape or not torch.equal(ys, y.detach()) or not torch.allclose(h * dy1, g1, rtol=1e-4, atol=tol):
+            return None
+        return i
+
+    def apply(cls, *a, **k):
+        out = original.__get__(None, cls)(*a, **k)
+        if not (cls.__module__ == "torch" or cls.__module__.startswith("torch.")) and cls is not _StopGradient:
+            i = check(cls, a, k, out)
+            if cls not in verdict:
+                verdict[cls] = i
+            elif verdict[cls] != i:
+                verdict[cls] = None
+        return out
+    F.apply = classmethod(apply)
+    try:
+        with torch.enable_grad():
+            copy.deepcopy(module)(*args)
+    except Exception as e:  # noqa: BLE001 (the export goes on, the Functions as they are)
+        print(f"ampc_export: could not check custom autograd Functions' backward ({type(e).__name__}: {e})", file=sys.stderr)
+        return {}
+    finally:
+        if owner is F:
+            F.apply = original
+        else:
+            del F.apply
+    return {c: i for c, i in verdict.items() if i is not None}
 
 
 STOP_GRADIENT = "ampc::StopGradient"
@@ -281,12 +390,21 @@ class _MarkedForward:
     """module.forward run under a StopGradientMode for the export, put back after; nothing where
     `marks` is 0 (a forward that detaches nothing is exported as it is)."""
 
-    def __init__(self, module, dynamo, marks):
+    def __init__(self, module, dynamo, marks, functions=None):
         self.module, self.dynamo, self.marks, self.marked = module, dynamo, marks, 0
+        self.functions = functions or {}
 
     def __enter__(self):
         if not self.marks:
             return self
+        dynamo = self.dynamo
+        self.installed = list(self.functions)
+        for cls, i in self.functions.items():  # see elementwise_functions
+            def apply(c, *a, _i=i):
+                y, h = _forward_backward(c, list(a), _i)
+                x = a[_i]
+                return _stop_gradient(y, dynamo) + (x - _stop_gradient(x, dynamo)) * _stop_gradient(h, dynamo)
+            cls.apply = classmethod(apply)
         module, original = self.module, self.module.forward
         self.mode = _stop_gradient_mode(self.dynamo)
         mode = self.mode
@@ -303,6 +421,9 @@ class _MarkedForward:
         return self
 
     def __exit__(self, *exc):
+        for cls in getattr(self, "installed", ()):
+            del cls.apply
+        self.installed = []
         if self.marks:
             if self.own is not None:
                 self.module.forward = self.own
@@ -391,7 +512,8 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)
     unmarked = 0
     fallback = None
-    if detached and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
+    functions = elementwise_functions(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else {}
+    if (detached or functions) and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
         if os.environ.get("AMPC_EXPORT_FALLBACK", "1") == "0":
             raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
                                f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
@@ -400,7 +522,7 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         print(f"ampc_export: {fallback} in the dynamo exporter's graph; exported with the TorchScript exporter (dynamo=False)",
               file=sys.stderr)
         dynamo = False
-    marks = _MarkedForward(module, dynamo, detached + smoothed)
+    marks = _MarkedForward(module, dynamo, detached + smoothed + len(functions), functions)
     if dynamo:
         kw = dict(dynamo=True, optimize=False, input_names=input_names, output_names=list(output_names))
         if opset:
@@ -436,11 +558,11 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
             print(f"ampc_export: the dynamo exporter failed ({fallback}); exported with the TorchScript exporter "
                   "(dynamo=False) instead, which records the branches this batch took (a TracerWarning names each)", file=sys.stderr)
             module.load_state_dict(state)
-            unmarked, marks = 0, _MarkedForward(module, False, detached + smoothed)
-            _export_torchscript(module, args, path, marks, detached, opset if opset and opset <= 17 else None,
+            unmarked, marks = 0, _MarkedForward(module, False, detached + smoothed + len(functions), functions)
+            _export_torchscript(module, args, path, marks, detached + len(functions), opset if opset and opset <= 17 else None,
                                 input_names, output_names)
     else:
-        _export_torchscript(module, args, path, marks, detached, opset, input_names, output_names)
+        _export_torchscript(module, args, path, marks, detached + len(functions), opset, input_names, output_names)
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
     if smoothed:
@@ -461,7 +583,11 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
         if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None and name in initializer:
             padding[initializer[name]] = int(sub.padding_idx)
     frozen = frozen_batchnorms(module, proto)
-    custom = custom_autograd_functions(module, args)
+    written = {f"{c.__module__}.{c.__qualname__}" for c in functions} if marks.marks else set()
+    custom = [c for c in custom_autograd_functions(module, args) if c not in written]
+    if written:
+        print("ampc_export: custom autograd Functions whose backward is dy times a tensor, elementwise (" + ", ".join(sorted(written)) +
+              "): written as their forward's value with their backward's gradient", file=sys.stderr)
     if custom:
         print("ampc_export: the forward calls torch.autograd.Function subclasses with a backward of their own (" + ", ".join(custom) +
               "): ampc differentiates the forward they export instead", file=sys.stderr)

@@ -730,6 +730,47 @@ class _TanhGelu(torch.autograd.Function):
         return g * (0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t))
 
 
+class _SignSte(torch.autograd.Function):
+    """sign(x) forward, the gradient passed straight through (a binarized network's estimator)."""
+    @staticmethod
+    def forward(ctx, x):
+        return torch.sign(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
+class _Spike(torch.autograd.Function):
+    """A spiking neuron's threshold (x > 0 fires) with the fast-sigmoid surrogate gradient
+    dy / (1 + 5 |x|)^2, as spiking-network libraries write it; a scale as a second, plain input."""
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return (x > 0).to(x.dtype) * scale
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, = ctx.saved_tensors
+        return dy * ctx.scale / (1 + 5 * x.abs()) ** 2, None
+
+
+class SurrogateNet(nn.Module):
+    """Custom autograd Functions whose backward is not their forward's derivative: a binarized layer
+    (sign with a straight-through gradient) and spiking units (a step with a surrogate gradient).
+    Differentiating their forward gives 0; PyTorch trains with their backward."""
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.a, self.b = nn.Linear(32, 32), nn.Linear(32, 32)
+        self.out = nn.Linear(32, 10)
+    def forward(self, x):
+        h = self.c(x)
+        h = h + 0.5 * self.a(_SignSte.apply(h))
+        return self.out(h + _Spike.apply(self.b(h), 0.7))
+
+
 class FunctionMlp(nn.Module):
     """A custom autograd Function in the middle of the network (Bloom's MLP)."""
     def __init__(self):
@@ -1048,7 +1089,8 @@ MODELS = {
     "vq_straight_through": (VQ, 8),
     "simsiam": (SimSiam, 8),
     "teacher_no_grad": (Teacher, 8),
-    "function_mlp": (FunctionMlp, 8),  # a custom autograd Function's forward runs with gradients off: not a stop-gradient
+    "function_mlp": (FunctionMlp, 8),
+    "surrogate_functions": (SurrogateNet, 8),  # custom Functions whose backward is not the derivative (stop 57)  # a custom autograd Function's forward runs with gradients off: not a stop-gradient
     # Stop 56: a video network (3-D convolutions and pooling), order statistics, a renormalising embedding.
     "video_r3d": (lambda: torchvision.models.video.r3d_18(num_classes=10), 16, None, [], lambda: torch.randn(2, 3, 4, 16, 16)),
     "order_stats": (OrderStats, 8),
