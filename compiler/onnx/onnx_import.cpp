@@ -3375,6 +3375,7 @@ class Importer {
       return true;
     };
     // Elements through the shape arithmetic exporters write.
+    if (op == "Reshape" && s0 && !s1) return keep(*s0);  // a count's scalar as [1], or back
     if ((op == "Identity" || op == "Unsqueeze" || op == "Squeeze" || (op == "Cast" && isInteger(dtypeFromOnnx(static_cast<int>(attrInt(np, "to", 0))).value_or(DType::f32)))) && s0)
       return keep(*s0);
     if (op == "Concat" && !sel) {

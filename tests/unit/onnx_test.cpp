@@ -3123,7 +3123,11 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
       addNode(g, "Squeeze", {"b2", "c0"}, {"b"}, "b");
       addNode(g, "Squeeze", {"t2", "c0"}, {"t"}, "t");
       intAttr(addNode(g, "Shape", {"b"}, {"bshape"}, "bshape"), "start", 0);
-      addNode(g, "Expand", {"t", "bshape"}, {"tb"}, "tb");
+      addInt64Init(g, "zero_at", {0});
+      addNode(g, "Gather", {"bshape", "zero_at"}, {"count1"}, "count1");  // [1]: the count, as sym_size_int
+      addNode(g, "Squeeze", {"count1"}, {"count"}, "count");
+      addNode(g, "Reshape", {"count", "c1"}, {"count_again"}, "count_again");  // [1] again
+      addNode(g, "Expand", {"t", "count_again"}, {"tb"}, "tb");
       addInt64Init(g, "last", {-1});
       addNode(g, "Unsqueeze", {"b", "last"}, {"bu"}, "bu");
       addNode(g, "Unsqueeze", {"tb", "last"}, {"tu"}, "tu");
