@@ -287,6 +287,8 @@ class Importer {
         const bool module = np.input_size() >= 5 && initializers.count(np.input(3)) && initializers.count(np.input(4));
         trainingFormBatchNorms_ += (training || namedTraining(np.name())) && module;
       }
+    for (const auto& n : nodes_)
+      for (const auto& in : n.input()) readers_[in].push_back(n.op_type());
     for (int i : topoOrder()) addNode(nodes_[i]);
     applyNodeAttributes(*g);
     markIndexSelectingReductions(*g);
@@ -602,7 +604,35 @@ class Importer {
     if (readsPadded(np)) return paddedNode(np);
     addNodeAsIs(np);
   }
+  // self + Scatter(zeros, indices, updates) with reduction none, the scatter read by that Add alone:
+  // how PyTorch's TorchScript exporter writes scatter_add, index_add and index_put(accumulate) below
+  // opset 16 (and index_add at every opset). Over repeated indices the sum is meant, where ONNX leaves
+  // a scatter without reduction undefined: such a scatter adds (the same where indices do not repeat).
+  bool scatterMeantToAdd(const onnx::NodeProto& np) const {
+    if (!(np.domain().empty() || np.domain() == "ai.onnx") || (np.op_type() != "ScatterElements" && np.op_type() != "ScatterND") ||
+        np.input_size() != 3 || np.output_size() != 1)
+      return false;
+    for (const auto& a : np.attribute())
+      if (a.name() == "reduction" && a.s() != "none") return false;
+    const Value* data = g_->lookup(np.input(0));
+    const Tensor* z = data ? data->constData() : nullptr;
+    bool zeros = z && isFloat(z->type.dtype);
+    for (int64_t i = 0; zeros && i < z->numel(); ++i) zeros = z->getDouble(i) == 0.0;
+    auto it = readers_.find(np.output(0));
+    return zeros && it != readers_.end() && it->second == std::vector<std::string>{"Add"};
+  }
+  static onnx::NodeProto withReductionAdd(const onnx::NodeProto& np) {
+    onnx::NodeProto add = np;
+    for (int k = add.attribute_size() - 1; k >= 0; --k)
+      if (add.attribute(k).name() == "reduction") add.mutable_attribute()->DeleteSubrange(k, 1);
+    auto* a = add.add_attribute();
+    a->set_name("reduction");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("add");
+    return add;
+  }
   void addNodeAsIs(const onnx::NodeProto& np) {
+    if (scatterMeantToAdd(np)) return addNodeAsIs(withReductionAdd(np));
     if ((np.domain().empty() || np.domain() == "ai.onnx") && kImportLowered.count(np.op_type())) {
       lowerAtImport(np);
       return;
@@ -755,6 +785,7 @@ class Importer {
       {"ReverseSequence", "batch_axis time_axis"},
       {"Compress", "axis"},
       {"NonZero", ""},
+      {"Unique", "axis sorted"},
       {"CenterCropPad", "axes"},
       {"MaxUnpool", "kernel_shape pads strides"},
       {"Swish", "alpha"},
@@ -3142,6 +3173,105 @@ class Importer {
     return true;
   }
 
+  // Unique of the flattened input (torch.unique; the dynamo exporter's embedding max_norm renorm):
+  // Y, the first index of each, the inverse indices and the counts. A constant folds. A computed one
+  // is a selection (above) of its distinct values, padded to the element count n: each element
+  // compared with every other (first occurrences, and each value's rank among the distinct ones,
+  // ascending where `sorted`, else in order of first occurrence), so quadratic, refused past
+  // kUniqueMax elements. The inverse indices are static ([n]) and index the padded Y's real rows.
+  static constexpr int64_t kUniqueMax = 16384;
+  void lowerUnique(const onnx::NodeProto& np) {
+    Value* x = operand(np, 0);
+    if (!x) fail(nodeLabel(np) + " needs an input");
+    if (findAttr(np, "axis", onnx::AttributeProto::INT, "an int"))
+      fail(nodeLabel(np) + ": Unique along an axis (distinct slices) is not supported; ampc takes the flattened form (no axis)");
+    const bool sorted = attrInt(np, "sorted", 1) != 0;
+    const int64_t n = x->type().numel();
+    const DType t = x->type().dtype, i64 = DType::i64;
+    if (n == 0) fail(nodeLabel(np) + ": its input is empty; ampc has no empty tensors");
+    auto name = [&](int k) { return k < np.output_size() ? np.output(k) : std::string(); };
+    if (const Tensor* c = x->constData()) {  // folded: distinct values by first occurrence, or ascending
+      const bool ints = isInteger(t) || t == DType::boolean;
+      auto less = [&](int64_t a, int64_t b) { return ints ? c->getInt(a) < c->getInt(b) : c->getDouble(a) < c->getDouble(b); };
+      auto same = [&](int64_t a, int64_t b) { return ints ? c->getInt(a) == c->getInt(b) : c->getDouble(a) == c->getDouble(b); };
+      std::vector<int64_t> firsts;  // first occurrence of each distinct value
+      std::vector<int64_t> inverse(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        auto it = std::find_if(firsts.begin(), firsts.end(), [&](int64_t f) { return same(f, i); });
+        if (it == firsts.end()) firsts.push_back(i);
+      }
+      if (sorted) std::stable_sort(firsts.begin(), firsts.end(), less);
+      std::vector<int64_t> counts(firsts.size(), 0);
+      for (int64_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < firsts.size(); ++k)
+          if (same(firsts[k], i)) {
+            inverse[static_cast<size_t>(i)] = static_cast<int64_t>(k);
+            ++counts[k];
+            break;
+          }
+      const int64_t m = static_cast<int64_t>(firsts.size());
+      std::vector<int64_t> yi;
+      std::vector<double> yd;
+      for (int64_t f : firsts) ints ? yi.push_back(c->getInt(f)) : yd.push_back(c->getDouble(f));
+      if (!name(0).empty()) g_->addConst(name(0), ints ? Tensor::fromInts(t, {m}, yi) : Tensor::fromDoubles(t, {m}, yd));
+      if (!name(1).empty()) g_->addConst(name(1), Tensor::fromInts(i64, {m}, firsts));
+      if (!name(2).empty()) g_->addConst(name(2), Tensor::fromInts(i64, {n}, inverse));
+      if (!name(3).empty()) g_->addConst(name(3), Tensor::fromInts(i64, {m}, counts));
+      return;
+    }
+    if (n > kUniqueMax)
+      fail(nodeLabel(np) + ": Unique of " + std::to_string(n) + " elements computed at run time; ampc finds distinct values by comparing every pair, up to " +
+           std::to_string(kUniqueMax) + " elements");
+    Value* f = reshapeTo(np, x, {n});
+    Value* fi = reshapeTo(np, f, {n, 1});
+    Value* fj = reshapeTo(np, f, {1, n});
+    Value* pos = arangeAlong(np, 1, 0, n);
+    Value* posI = reshapeTo(np, pos, {n, 1});
+    Value* posJ = reshapeTo(np, pos, {1, n});
+    auto sumRows = [&](Value* b) {  // [n, n] bool -> [n] i64: how many j per i
+      return castTo(np, reduceNode(np, "ReduceSum", castTo(np, b, DType::f32), std::vector<int64_t>{1}, 0), i64);
+    };
+    Value* eq = step(np, "Equal", {fi, fj});  // f[i] == f[j]
+    Value* first = step(np, "Equal", {sumRows(step(np, "And", {eq, step(np, "Less", {posJ, posI})})),
+                                      g_->addConst(fresh(np, "none"), Tensor::fromInts(i64, {}, {0}))});
+    Value* firstI = castTo(np, first, i64);
+    Value* c = runningCount(np, firstI, n);  // first occurrences at or before i
+    Value* count = step(np, "Gather", {c, g_->addConst(fresh(np, "last"), Tensor::fromInts(i64, {}, {n - 1}))}, {{"axis", int64_t{0}}});
+    Value* inverse;  // each element's value's rank among the distinct values
+    if (sorted) {
+      inverse = sumRows(step(np, "And", {step(np, "Less", {fj, fi}), reshapeTo(np, first, {1, n})}));
+    } else {
+      Value* firstAt = step(np, "ArgMax", {castTo(np, eq, DType::f32)}, {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}});
+      inverse = step(np, "Gather", {step(np, "Sub", {c, firstI}), firstAt}, {{"axis", int64_t{0}}});
+    }
+    Value* one = g_->addConst(fresh(np, "one"), Tensor::fromInts(i64, {}, {1}));
+    // First occurrences go to their value's rank, the repeats after them in order: a permutation.
+    Value* repeatsBefore = step(np, "Sub", {step(np, "Add", {pos, one}), c});
+    Value* slot = step(np, "Where", {first, inverse, step(np, "Sub", {step(np, "Add", {count, repeatsBefore}), one})});
+    Value* valid = step(np, "Less", {pos, count});
+    selections_.push_back({valid, count, n, nodeLabel(np)});
+    const size_t sel = selections_.size() - 1;
+    auto placed = [&](Value* v, const std::string& out) {  // v[i] at slot[i]; the padding copies slot 0
+      if (out.empty()) return;
+      std::vector<int64_t> zi(static_cast<size_t>(n), 0);
+      Value* zeros = g_->addConst(fresh(np, "zeros"), isFloat(v->type().dtype) ? Tensor::fromDoubles(v->type().dtype, {n}, std::vector<double>(zi.size(), 0.0))
+                                                                             : Tensor::fromInts(v->type().dtype, {n}, zi));
+      Value* r = step(np, "ScatterElements", {zeros, slot, v}, {{"axis", int64_t{0}}});
+      Value* r0 = step(np, "Gather", {r, g_->addConst(fresh(np, "at0"), Tensor::fromInts(i64, {}, {0}))}, {{"axis", int64_t{0}}});
+      step(np, "Where", {valid, r, r0}, {}, out);
+      padded_[g_->lookup(out)] = {0, sel};
+    };
+    placed(f, name(0));
+    placed(pos, name(1));
+    if (!name(2).empty()) step(np, "Identity", {inverse}, {}, name(2));
+    if (!name(3).empty()) {  // counts[k]: the elements of rank k, already in rank order
+      Value* cnt = sumRows(step(np, "Equal", {reshapeTo(np, inverse, {1, n}), posI}));
+      Value* c0 = step(np, "Gather", {cnt, g_->addConst(fresh(np, "at0"), Tensor::fromInts(i64, {}, {0}))}, {{"axis", int64_t{0}}});
+      step(np, "Where", {valid, cnt, c0}, {}, name(3));
+      padded_[g_->lookup(name(3))] = {0, sel};
+    }
+  }
+
   // valid viewed along axis `axis` of a rank-r value (bound there, 1 elsewhere).
   Value* validAlong(const onnx::NodeProto& np, const Selection& s, int64_t r, int64_t axis) {
     std::vector<int64_t> along(static_cast<size_t>(r), 1);
@@ -3224,6 +3354,23 @@ class Importer {
     }
     if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && p0 && g_->opset >= 13 && normAxis(attrInt(np, "axis", -1), r0) != p0->axis)
       return finish(p0->axis, 1);
+    // Over the rows (a softmax over the classes torch.unique found, an argmax among selected rows):
+    // the padding entries at the type's lowest (or highest) finite value, so that exp gives them 0
+    // and log-probabilities stay finite (no 0 * inf in a gradient); the result keeps the padding.
+    const bool overRows = p0 && g_->opset >= 13 && isFloat(operand(np, 0)->type().dtype) &&
+                          normAxis(attrInt(np, "axis", (op == "ArgMax" || op == "ArgMin") ? 0 : -1), r0) == p0->axis;
+    if (overRows && (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "ArgMax" || op == "ArgMin")) {
+      Value* x = operand(np, 0);
+      const DType t = x->type().dtype;
+      const double big = t == DType::f16 ? 65504.0 : t == DType::f32 || t == DType::bf16 ? 3.3895313892515355e38 : std::numeric_limits<double>::max();
+      Value* masked = step(np, "Where", {validAlong(np, S, r0, p0->axis), x, scalarOf(np, "fill", op == "ArgMin" ? big : -big, t)});
+      onnx::NodeProto as = np;
+      as.set_input(0, masked->name());
+      if (op == "ArgMax" || op == "ArgMin") return addNodeAsIs(as);  // indices among the real rows
+      addNodeAsIs(as);
+      padded_[g_->lookup(np.output(0))] = {p0->axis, *sel};
+      return;
+    }
     if ((op == "LayerNormalization" || op == "RMSNormalization") && p0 && !tagOf(1) && !tagOf(2) && p0->axis < normAxis(attrInt(np, "axis", -1), r0))
       return finish(p0->axis, np.output_size());
     if (op == "MatMul" && p0 && !tagOf(1) && r0 >= 2 && p0->axis != r0 - 1) {
@@ -3254,6 +3401,18 @@ class Importer {
       else if (auto a = np.input_size() > 3 && !np.input(3).empty() ? std::optional(constIntsOf(np, 3, "axes")) : std::nullopt) axes = *a;
       else for (int64_t d = 0; d < static_cast<int64_t>(constIntsOf(np, 1, "starts").size()); ++d) axes.push_back(d);
       if (std::none_of(axes.begin(), axes.end(), [&](int64_t a) { return normAxis(a, r0) == p0->axis; })) return finish(p0->axis, np.output_size());
+      if (op == "Slice") {  // the whole of the rows' axis (TorchScript's index_add slices its operand [0:INT_MAX])
+        const auto starts = constIntsOf(np, 1, "starts"), ends = constIntsOf(np, 2, "ends");
+        const auto steps = np.input_size() > 4 && !np.input(4).empty() ? constIntsOf(np, 4, "steps") : std::vector<int64_t>(axes.size(), 1);
+        bool whole = true, head = true;  // all of the rows, or the first (a real row wherever any is selected)
+        for (size_t k = 0; k < axes.size() && k < starts.size() && k < ends.size() && k < steps.size(); ++k)
+          if (normAxis(axes[k], r0) == p0->axis) {
+            whole = whole && (starts[k] == 0 || starts[k] <= -S.bound) && ends[k] >= S.bound && steps[k] == 1;
+            head = head && starts[k] == 0 && ends[k] == 1 && steps[k] == 1;
+          }
+        if (whole) return finish(p0->axis, 1);
+        if (head) return addNodeAsIs(np);
+      }
     }
     if ((op == "Squeeze" || op == "Unsqueeze") && p0) {
       std::vector<int64_t> axes = axesOf(np, 1).value_or(std::vector<int64_t>{});
@@ -3335,7 +3494,7 @@ class Importer {
       Value* at = g_->addConst(fresh(np, "spare_at"), Tensor::fromInts(idx->type().dtype, {static_cast<int64_t>(spare.size())}, spare));
       if (op == "ScatterElements") at = reshapeTo(np, at, {});
       Value* idx2 = step(np, "Where", {validAlong(np, S, ri, pi.axis), idx, at});
-      onnx::NodeProto as = np;
+      onnx::NodeProto as = scatterMeantToAdd(np) ? withReductionAdd(np) : np;
       as.set_input(0, wide->name());
       as.set_input(1, idx2->name());
       as.set_output(0, fresh(np, "wide_out"));
@@ -3349,6 +3508,36 @@ class Importer {
       return;
     }
     if (op.rfind("Reduce", 0) == 0 && p0 && !tagOf(1)) return paddedReduce(np, *p0, S);
+    if ((op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") && p0 && p0->axis == 1 && !tagOf(1) && !tagOf(2) &&
+        isFloat(operand(np, 0)->type().dtype) && !isFloat(operand(np, 1)->type().dtype)) {
+      // The classes are the padded rows (a prototypical network's classes from torch.unique): the
+      // padding classes' scores at the lowest finite value (no probability, a finite log), the
+      // targets index real classes. The log-probabilities keep the padding.
+      Value* x = operand(np, 0);
+      const DType t = x->type().dtype;
+      if (op == "NegativeLogLikelihoodLoss") refusePadded(np, first, "log-probabilities over padded classes cannot be renormalised here");
+      const double big = t == DType::f16 ? 65504.0 : t == DType::f32 || t == DType::bf16 ? 3.3895313892515355e38 : std::numeric_limits<double>::max();
+      Value* masked = step(np, "Where", {validAlong(np, S, r0, 1), x, scalarOf(np, "fill", -big, t)});
+      onnx::NodeProto as = np;
+      as.set_input(0, masked->name());
+      addNodeAsIs(as);
+      if (np.output_size() > 1 && !np.output(1).empty()) padded_[g_->lookup(np.output(1))] = {1, *sel};
+      return;
+    }
+    if ((op == "ScatterND" || op == "ScatterElements") && p0 && !tagOf(1) && !tagOf(2) &&
+        (op == "ScatterND" ? p0->axis == 0 : normAxis(attrInt(np, "axis", 0), r0) == p0->axis)) {
+      // Writes into padded rows along their axis (index_add of each class's sum over torch.unique's
+      // classes): the rows stay, and the padding rows become copies of row 0 again, as every padded
+      // value keeps them (finite wherever the real rows are: a class's mean is not 0 / 0 there).
+      onnx::NodeProto as = scatterMeantToAdd(np) ? withReductionAdd(np) : np;
+      as.set_output(0, fresh(np, "written"));
+      addNodeAsIs(as);
+      Value* w = g_->lookup(as.output(0));
+      Value* row0 = step(np, "Gather", {w, constI64(np, "row0", {0})}, {{"axis", p0->axis}});
+      step(np, "Where", {validAlong(np, S, r0, p0->axis), w, row0}, {}, np.output(0));
+      padded_[g_->lookup(np.output(0))] = {p0->axis, *sel};
+      return;
+    }
     if ((op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") && p0 && tagOf(1) && p0->axis == 0 && tagOf(1)->axis == 0 &&
         !tagOf(2) && !isFloat(operand(np, 1)->type().dtype))
       return paddedLoss(np, S, *sel);
@@ -3550,6 +3739,7 @@ class Importer {
     if (op == "STFT") return lowerStft(np, out);
     if (op == "QuantizeLinear") return lowerQuantize(np, out);
     if (op == "DequantizeLinear") return lowerDequantize(np, out);
+    if (op == "Unique") return lowerUnique(np);
     if (kSmallCompositions.count(op)) return lowerSmall(np, out);
     if (op.rfind("Reduce", 0) == 0) return lowerReduce(np, op, out);
     if (op == "CastLike") {
@@ -3867,6 +4057,7 @@ class Importer {
   TensorReader tensors_;
   std::unordered_map<std::string, const onnx::ValueInfoProto*> declared_;
   std::vector<onnx::NodeProto> nodes_;  // the graph's nodes, local functions inlined
+  std::unordered_map<std::string, std::vector<std::string>> readers_;  // value -> the ops of the nodes that read it
   std::unordered_map<std::string, std::vector<Value*>> sequences_;  // sequence values of static length
   // QuantizeLinear results (by name) that a DequantizeLinear with the same scale and zero point
   // turns into fake quantization with a straight-through gradient.

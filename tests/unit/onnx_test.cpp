@@ -211,13 +211,13 @@ TEST(OnnxImport, UnsupportedOpsAreListedTogether) {
   auto* g = m.mutable_graph();
   addNode(g, "Foo", {"y"}, {"f"}, "foo_node");
   addNode(g, "Bar", {"f"}, {"b"}, "bar_node", "com.example");
-  addNode(g, "Unique", {"b"}, {"l"}, "unique_node");
+  addNode(g, "TfIdfVectorizer", {"b"}, {"l"}, "tfidf_node");
   auto* o = m.add_opset_import();
   o->set_domain("com.example");
   o->set_version(1);
   writeModel(d.file("unsup.onnx"), m);
   expectImportError(d.file("unsup.onnx"), {"3 node(s)", "node 'foo_node' (Foo) domain 'ai.onnx'",
-                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'unique_node' (Unique)"});
+                                           "node 'bar_node' (com.example.Bar) domain 'com.example'", "node 'tfidf_node' (TfIdfVectorizer)"});
 }
 
 // An attribute of a standard op that ampc does not read would be computed as if it were absent:
@@ -3245,4 +3245,113 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
   expectImportError(model("output", some, kOutput), {"graph output 'logits'", "node 'nz' (NonZero) selects at run time"});
   expectImportError(model("merged", some, kMerged), {"node 'merged' (Reshape)", "padded to 10 rows", "merges the rows' axis"});
   expectImportError(model("two", some, kTwoMasks), {"node 'mixed' (Add)", "another selection's rows"});
+}
+
+// Unique of a value computed at run time (torch.unique; the dynamo exporter's embedding renorm): the
+// distinct values a padded selection, found by comparing every pair; a constant folds. The loss
+// over the distinct rows of a table, the counts and the first indices, against a reference, with
+// its gradient against central differences; the inverse indices against the ranks, sorted and in
+// order of first occurrence.
+TEST(OnnxImport, UniqueOfAComputedValueIsAPaddedSelection) {
+  TempDir d;
+  const std::vector<int64_t> ids = {3, 1, 3, 7, 1, 1, 9, 3, 7, 0, 2, 9};
+  std::vector<double> table(30);
+  for (size_t k = 0; k < table.size(); ++k) table[k] = 0.1 * static_cast<double>(k % 7) - 0.3 + 0.01 * static_cast<double>(k);
+  auto model = [&](const std::string& name, bool sorted, bool constant) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "table", {10, 3}, table);
+    if (constant) {
+      auto* c = addInt64Init(g, "ids", ids);
+      c->clear_dims();
+      c->add_dims(2);
+      c->add_dims(6);
+    } else {  // ids computed from a parameter (floor(ids + 0.5)): a value of the run
+      std::vector<double> p;
+      for (int64_t v : ids) p.push_back(static_cast<double>(v) + 0.5);
+      addDoubleInit(g, "idsp", {2, 6}, p);
+      addNode(g, "Floor", {"idsp"}, {"idsf"}, "idsf");
+      intAttr(addNode(g, "Cast", {"idsf"}, {"ids"}, "ids"), "to", onnx::TensorProto::INT64);
+    }
+    intAttr(addNode(g, "Unique", {"ids"}, {"y", "first", "inverse", "counts"}, "unique"), "sorted", sorted ? 1 : 0);
+    intAttr(addNode(g, "Gather", {"table", "y"}, {"rows"}, "rows"), "axis", 0);  // the distinct rows
+    addNode(g, "Mul", {"rows", "rows"}, {"sq"}, "sq");
+    addNode(g, "ReduceSum", {"sq"}, {"l1"}, "l1");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    intAttr(addNode(g, "Cast", {"counts"}, {"cf"}, "cf"), "to", onnx::TensorProto::DOUBLE);
+    intAttr(addNode(g, "Cast", {"y"}, {"yf"}, "yf"), "to", onnx::TensorProto::DOUBLE);
+    addNode(g, "Mul", {"cf", "yf"}, {"cy"}, "cy");
+    addNode(g, "ReduceSum", {"cy"}, {"l2"}, "l2");  // sum of count * value = the sum of the ids
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addInt64Init(g, "flat", {-1});
+    addNode(g, "Reshape", {"ids", "flat"}, {"idsflat"}, "idsflat");
+    intAttr(addNode(g, "Gather", {"idsflat", "first"}, {"atfirst"}, "atfirst"), "axis", 0);
+    addNode(g, "Sub", {"atfirst", "y"}, {"diff"}, "diff");  // 0: each value at its first index
+    intAttr(addNode(g, "Cast", {"diff"}, {"difff"}, "difff"), "to", onnx::TensorProto::DOUBLE);
+    addNode(g, "Abs", {"difff"}, {"absd"}, "absd");
+    addNode(g, "ReduceSum", {"absd"}, {"l3"}, "l3");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addDoubleInit(g, "half", {}, {0.5});
+    addNode(g, "Mul", {"l2", "half"}, {"l2h"}, "l2h");
+    addNode(g, "Add", {"l1", "l2h"}, {"l12"}, "l12");
+    addNode(g, "Add", {"l12", "l3"}, {"loss"}, "loss");
+    addOutput(g, "loss");
+    addOutput(g, "inverse");
+    const std::string f = d.file(name + ".onnx");
+    writeModel(f, m);
+    return f;
+  };
+  double want = 0, idsum = 0;
+  for (int64_t v : {0, 1, 2, 3, 7, 9})
+    for (int c = 0; c < 3; ++c) want += table[static_cast<size_t>(v * 3 + c)] * table[static_cast<size_t>(v * 3 + c)];
+  for (int64_t v : ids) idsum += static_cast<double>(v);
+  want += 0.5 * idsum;
+  const std::map<int64_t, int64_t> rankSorted = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {7, 4}, {9, 5}};
+  const std::map<int64_t, int64_t> rankFirst = {{3, 0}, {1, 1}, {7, 2}, {9, 3}, {0, 4}, {2, 5}};
+  auto backend = createCpuBackend();
+  for (bool constant : {false, true})
+    for (bool sorted : {true, false}) {
+      auto g = importOnnxFile(model(std::string(constant ? "const" : "run") + (sorted ? "_sorted" : "_first"), sorted, constant));
+      const auto outs = evaluate(*g, {}, *backend);
+      EXPECT_NEAR(outs[0].getDouble(0), want, 1e-12) << constant << sorted;
+      ASSERT_EQ(outs[1].type.str(), "i64[12]");
+      for (size_t i = 0; i < ids.size(); ++i)
+        EXPECT_EQ(outs[1].getInt(static_cast<int64_t>(i)), (sorted ? rankSorted : rankFirst).at(ids[i])) << i << " " << constant << sorted;
+      if (!constant) EXPECT_LT(gradientError(*g), 1e-6);
+    }
+}
+
+// self + Scatter(zeros, indices, updates) without reduction, the scatter read by that Add alone, is
+// how PyTorch's TorchScript exporter writes index_add and index_put(accumulate): over indices that
+// repeat at run time (no constant to check), the updates are summed, as PyTorch does.
+TEST(OnnxImport, ScatterIntoZerosThenAddSumsRepeatedIndices) {
+  TempDir d;
+  for (const char* op : {"ScatterElements", "ScatterND"}) {
+    SCOPED_TRACE(op);
+    const bool nd = std::string(op) == "ScatterND";
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "base", {4}, {10, 20, 30, 40});
+    addDoubleInit(g, "upd", {3}, {1.5, 2, 3});
+    addDoubleInit(g, "idxp", nd ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{3}, {0.5, 2.5, 0.5});  // rows 0, 2, 0 at run time
+    addNode(g, "Floor", {"idxp"}, {"idxf"}, "idxf");
+    intAttr(addNode(g, "Cast", {"idxf"}, {"idx"}, "idx"), "to", onnx::TensorProto::INT64);
+    auto* zt = addNode(g, "Constant", {}, {"zeros"}, "zeros_const")->add_attribute();  // a constant (an initializer is a parameter)
+    zt->set_name("value");
+    zt->set_type(onnx::AttributeProto::TENSOR);
+    zt->mutable_t()->set_data_type(onnx::TensorProto::DOUBLE);
+    zt->mutable_t()->add_dims(4);
+    for (int k = 0; k < 4; ++k) zt->mutable_t()->add_double_data(0.0);
+    auto* s = addNode(g, op, {"zeros", "idx", "upd"}, {"scattered"}, "scatter");
+    if (!nd) intAttr(s, "axis", 0);
+    addNode(g, "Add", {"base", "scattered"}, {"y"}, "y");
+    addOutput(g, "y");
+    const std::string f = d.file(std::string(op) + ".onnx");
+    writeModel(f, m);
+    auto gr = importOnnxFile(f);
+    auto backend = createCpuBackend();
+    const Tensor y = evaluate(*gr, {}, *backend)[0];
+    const std::vector<double> want = {14.5, 20, 32, 40};
+    for (int64_t k = 0; k < 4; ++k) EXPECT_EQ(y.getDouble(k), want[static_cast<size_t>(k)]) << k;
+  }
 }

@@ -915,6 +915,24 @@ class ComplexRotary(nn.Module):
         return self.out(a.transpose(1, 2).reshape(2, 64, 32).mean(1))
 
 
+class Prototypes(nn.Module):
+    """Prototypical-network training: the classes present in the batch (torch.unique with
+    return_inverse: a data-dependent count), each class's mean embedding (index_add), logits as
+    negative squared distances to them, and cross-entropy over the classes found."""
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(3, 16), nn.GELU(), nn.Linear(16, 16))
+    def forward(self, x):
+        h = self.f(x.flatten(2).transpose(1, 2).reshape(-1, 3))  # [128, 16]
+        labels = ((x[:, 0].flatten() * 2).long().clamp(-2, 2) + 2)  # classes 0..4, not all present
+        classes, inv = torch.unique(labels, return_inverse=True)
+        sums = torch.zeros(classes.shape[0], 16, dtype=h.dtype).index_add(0, inv, h)
+        counts = torch.zeros(classes.shape[0], dtype=h.dtype).index_add(0, inv, torch.ones_like(inv, dtype=h.dtype))
+        protos = sums / counts[:, None]
+        logits = -((h[:, None, :] - protos[None]) ** 2).sum(-1)  # [128, classes]
+        return logits, inv
+
+
 def masked_regression(o, t):
     """Losses over x[mask] that PyTorch's dynamo exporter takes (its cross_entropy and logsumexp over a
     data-dependent count are not), each selection by its own mask-making code."""
@@ -1104,6 +1122,7 @@ MODELS = {
     "masked_selection": (MaskedSelection, 8, masked_losses),
     "masked_regression": (MaskedSelection, 8, masked_regression),
     "moe_loop": (MoeLoop, 8),
+    "prototypes": (Prototypes, 8, lambda o, t: F.cross_entropy(o[0], o[1])),
     "complex_rotary": (ComplexRotary, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
     "weight_norm": (lambda: Reparametrized(False), 8),
