@@ -301,6 +301,25 @@ def _stop_gradient_mode(dynamo, count_only=False):
                     self.rewritten += 1
                     if not count_only:
                         return _cross_entropy_smoothed(*args, **kwargs)
+            if func is torch.nn.functional.embedding and kwargs.get("max_norm", args[3] if len(args) > 3 else None) is not None:
+                # max_norm: PyTorch renormalises the looked-up rows of the weight in place, under
+                # no_grad (embedding_renorm_), then looks them up: the value is the renormed rows, the
+                # gradient the plain lookup's. The dynamo exporter writes the renorm as ordinary ops
+                # (a gradient through the scale), the TorchScript exporter drops it. Written out: the
+                # rows, each scaled by max_norm / (norm + 1e-7) where its norm is over max_norm, as
+                # stop(r) + (e - stop(e)). (The in-place write-back into the weight is not kept: ampc
+                # renormalises the rows at each lookup instead.)
+                self.rewritten += 1
+                self.marked += 1
+                if not count_only:
+                    a = dict(zip(("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"), args))
+                    a.update(kwargs)
+                    max_norm, p = a["max_norm"], a.get("norm_type", 2.0) or 2.0
+                    a["max_norm"] = None
+                    e = func(**a)
+                    norms = e.norm(p=p, dim=-1, keepdim=True)
+                    r = e * torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms))
+                    return _stop_gradient(r, dynamo) + (e - _stop_gradient(e, dynamo))
             if func is torch.nn.functional.embedding and kwargs.get("scale_grad_by_freq", args[5] if len(args) > 5 else False):
                 # Both exporters write the lookup as a Gather and drop the flag (its effect is the
                 # backward's alone: each row's gradient divided by how often the batch looks it up);
@@ -568,7 +587,8 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     if smoothed:
         print(f"ampc_export: {smoothed} call(s) written out as PyTorch defines them (cross_entropy's label_smoothing: "
               "log_softmax, nll_loss and the smoothing term; embedding's scale_grad_by_freq: the gradient divided by each "
-              "row's count): the exporters drop both", file=sys.stderr)
+              "row's count; embedding's max_norm: the renormalised rows with the plain lookup's gradient, renormalised at "
+              "each lookup, not written back into the weight as PyTorch does): the exporters drop or change them", file=sys.stderr)
     if detached and not unmarked:
         print(f"ampc_export: the forward stops the gradient at {marks.marked} value(s) (detach(), torch.no_grad()): "
               "each is an ampc.StopGradient node", file=sys.stderr)

@@ -926,8 +926,8 @@ class Prototypes(nn.Module):
         h = self.f(x.flatten(2).transpose(1, 2).reshape(-1, 3))  # [128, 16]
         labels = ((x[:, 0].flatten() * 2).long().clamp(-2, 2) + 2)  # classes 0..4, not all present
         classes, inv = torch.unique(labels, return_inverse=True)
-        sums = torch.zeros(classes.shape[0], 16, dtype=h.dtype).index_add(0, inv, h)
-        counts = torch.zeros(classes.shape[0], dtype=h.dtype).index_add(0, inv, torch.ones_like(inv, dtype=h.dtype))
+        sums = torch.zeros(classes.shape[0], 16, dtype=h.dtype, device=h.device).index_add(0, inv, h)
+        counts = torch.zeros(classes.shape[0], dtype=h.dtype, device=h.device).index_add(0, inv, torch.ones_like(inv, dtype=h.dtype))
         protos = sums / counts[:, None]
         logits = -((h[:, None, :] - protos[None]) ** 2).sum(-1)  # [128, classes]
         return logits, inv
@@ -971,7 +971,10 @@ class SeqModels(nn.Module):
 
 class EmbeddingMaxNorm(nn.Module):
     """nn.Embedding(max_norm=...): the lookup renormalises the rows it reads in place, under no_grad,
-    before the gather (torch.embedding_renorm_): PyTorch's gradient is the lookup's of the new rows."""
+    before the gather (torch.embedding_renorm_): PyTorch's gradient is the lookup's of the new rows.
+    Through the helper the rows are renormalised at each lookup with that gradient, but not written
+    back into the weight: after the first step the trajectory drifts from PyTorch's (1.1e-4 in 3 steps
+    here), as the helper warns."""
     def __init__(self):
         super().__init__()
         self.e = nn.Embedding(50, 8, max_norm=1.0)
