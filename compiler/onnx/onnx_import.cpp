@@ -3219,6 +3219,8 @@ class Importer {
       if (!name(3).empty()) g_->addConst(name(3), Tensor::fromInts(i64, {m}, counts));
       return;
     }
+    if (isFloat(t))  // NaNs are each distinct and sort last in torch.unique: not reproduced by the comparisons below
+      fail(nodeLabel(np) + ": Unique of a computed " + x->type().str() + " is not supported (a float input's NaNs); ampc takes integer and bool inputs at run time");
     if (n > kUniqueMax)
       fail(nodeLabel(np) + ": Unique of " + std::to_string(n) + " elements computed at run time; ampc finds distinct values by comparing every pair, up to " +
            std::to_string(kUniqueMax) + " elements");
@@ -3621,12 +3623,22 @@ class Importer {
     as.set_input(shapeInput, constI64(np, "shape", dims)->name());
     addNodeAsIs(as);
     Value* out = g_->lookup(np.output(0));
-    if (!countSel) {  // no count left: an ordinary shape (the padded input's rows, if any, are checked below)
+    if (!countSel) {  // no count left: an ordinary shape, which must keep the padded input's rows, if any
       if (sel) {
         const Padded p = *paddedOf(np.input(0));
-        const int64_t R = out->type().rank(), shift = op == "Expand" ? R - operand(np, 0)->type().rank() : 0;
-        if (op == "Expand" && out->type().shape[static_cast<size_t>(p.axis + shift)] == selections_[*sel].bound) padded_[out] = {p.axis + shift, *sel};
-        else fail(nodeLabel(np) + ": its input holds rows selected at run time, and its shape does not keep them");
+        const auto& in = operand(np, 0)->type().shape;
+        const int64_t bound = selections_[*sel].bound, R = out->type().rank();
+        std::optional<int64_t> axis;
+        if (op == "Expand" && out->type().shape[static_cast<size_t>(p.axis + R - static_cast<int64_t>(in.size()))] == bound)
+          axis = p.axis + R - static_cast<int64_t>(in.size());
+        if (op == "Reshape") {  // the rows' axis whole, at the same place in memory order
+          int64_t before = 1, prefix = 1;
+          for (int64_t d = 0; d < p.axis; ++d) before *= in[static_cast<size_t>(d)];
+          for (int64_t d = 0; d < R && !axis; prefix *= out->type().shape[static_cast<size_t>(d)], ++d)
+            if (prefix == before && out->type().shape[static_cast<size_t>(d)] == bound) axis = d;
+        }
+        if (!axis) fail(nodeLabel(np) + ": its input holds rows selected at run time, and its shape does not keep them");
+        padded_[out] = {*axis, *sel};
       }
       return true;
     }

@@ -3319,6 +3319,16 @@ TEST(OnnxImport, UniqueOfAComputedValueIsAPaddedSelection) {
         EXPECT_EQ(outs[1].getInt(static_cast<int64_t>(i)), (sorted ? rankSorted : rankFirst).at(ids[i])) << i << " " << constant << sorted;
       if (!constant) EXPECT_LT(gradientError(*g), 1e-6);
     }
+  {  // a computed float input: refused by name (torch.unique's NaNs are each distinct and sort last)
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "v", {4}, {1, 2, 2, 3});
+    addNode(g, "Unique", {"v"}, {"y"}, "float_unique");
+    addNode(g, "ReduceSum", {"y"}, {"s"}, "s");
+    addOutput(g, "s");
+    writeModel(d.file("float.onnx"), m);
+    expectImportError(d.file("float.onnx"), {"node 'float_unique' (Unique)", "f64[4]", "integer and bool inputs"});
+  }
 }
 
 // self + Scatter(zeros, indices, updates) without reduction, the scatter read by that Add alone, is
