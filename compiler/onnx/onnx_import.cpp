@@ -3158,8 +3158,12 @@ class Importer {
   // Whether a and b are one value: the same, or the same deterministic op with the same attributes
   // on operands that are (within `depth` producers), or constants of the same data.
   static bool sameValue(const Value* a, const Value* b, int depth) {
+    int64_t budget = 4096;  // comparisons: two long equal chains that share nothing are not searched exhaustively
+    return sameValue(a, b, depth, budget);
+  }
+  static bool sameValue(const Value* a, const Value* b, int depth, int64_t& budget) {
     if (a == b) return true;
-    if (!a || !b || a->type() != b->type() || depth == 0) return false;
+    if (!a || !b || a->type() != b->type() || depth == 0 || --budget < 0) return false;
     if (a->constData() && b->constData()) return *a->constData() == *b->constData();
     const Node *p = a->producer(), *q = b->producer();
     if (!p || !q || p->op() != q->op() || p->domain() != q->domain() || p->numInputs() != q->numInputs() || p->attrs() != q->attrs() ||
@@ -3169,7 +3173,7 @@ class Importer {
     while (k < p->numResults() && p->result(k) != a) ++k;
     if (k == p->numResults() || k >= q->numResults() || q->result(k) != b) return false;
     for (size_t i = 0; i < p->numInputs(); ++i)
-      if (!sameValue(p->input(i), q->input(i), depth - 1)) return false;
+      if (!sameValue(p->input(i), q->input(i), depth - 1, budget)) return false;
     return true;
   }
 
