@@ -417,7 +417,7 @@ class _MarkedForward:
         if not self.marks:
             return self
         dynamo = self.dynamo
-        self.installed = list(self.functions)
+        self.installed = [(cls, cls.__dict__.get("apply")) for cls in self.functions]  # a class's own apply, put back after
         for cls, i in self.functions.items():  # see elementwise_functions
             def apply(c, *a, _i=i):
                 y, h = _forward_backward(c, list(a), _i)
@@ -440,8 +440,11 @@ class _MarkedForward:
         return self
 
     def __exit__(self, *exc):
-        for cls in getattr(self, "installed", ()):
-            del cls.apply
+        for cls, own in getattr(self, "installed", ()):
+            if own is None:
+                del cls.apply
+            else:
+                cls.apply = own
         self.installed = []
         if self.marks:
             if self.own is not None:
