@@ -9,16 +9,6 @@ namespace ampc {
 
 namespace {
 
-// The largest finite value of a float type.
-double largestOf(DType t) {
-  switch (t) {
-    case DType::f16: return 65504.0;
-    case DType::bf16: return 3.3895313892515355e38;
-    case DType::f64: return 1.7976931348623157e308;
-    default: return 3.4028234663852886e38;
-  }
-}
-
 // The forward node a backward node was made for (autodiff names them "<forward>_grad/..."), or n.
 std::string forwardName(const std::string& n) {
   const size_t at = n.find("_grad/");
@@ -116,7 +106,7 @@ std::string OverflowWatch::explain(int64_t step, double lossScale) const {
     s += " (the operands are the launch's)\n";
   }
   for (const auto& o : f.operands) s += "  operand " + o + "\n";
-  s += fmt::format("  its largest finite |x|: {:.4g}; {} holds up to {:.4g}\n", f.largestFinite, type, largestOf(f.type));
+  s += fmt::format("  its largest finite |x|: {:.4g}; {} holds up to {:.4g}\n", f.largestFinite, type, largestFinite(f.type));
   const std::string& fwd = f.target;
   const bool low = f.type == DType::f16 || f.type == DType::bf16;
   if (f.op == "Cast") s += fmt::format("  a Cast: the values enter {} here, on their way into '{}'\n", type, fwd);

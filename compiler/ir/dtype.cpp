@@ -37,6 +37,15 @@ bool isInteger(DType t) {
   return t == DType::i64 || t == DType::i32 || t == DType::i8 || t == DType::u8;
 }
 
+double largestFinite(DType t) {
+  switch (t) {
+    case DType::f16: return 65504.0;
+    case DType::bf16: return 3.3895313892515355e38;
+    case DType::f64: return 1.7976931348623157e308;
+    default: return 3.4028234663852886e38;
+  }
+}
+
 std::optional<DType> dtypeFromOnnx(int onnxType) {
   for (const auto& i : kInfo)
     if (i.onnx == onnxType) return i.type;

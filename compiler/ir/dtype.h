@@ -20,6 +20,7 @@ size_t dtypeSize(DType t);                            // bytes per element
 bool isFloat(DType t);                                // f64 f32 f16 bf16
 bool isLowFloat(DType t);                             // f16 bf16
 bool isInteger(DType t);                              // i64 i32 i8 u8
+double largestFinite(DType t);                        // a float type's largest finite value (f32's for others)
 
 // ONNX TensorProto.DataType numbers <-> DType; nullopt for types the IR does not have.
 std::optional<DType> dtypeFromOnnx(int onnxType);

@@ -3093,7 +3093,7 @@ class Importer {
   // CumSum is serial along its axis): running counts within rows of a divisor of M near its square
   // root, plus the counts of the rows before.
   Value* runningCount(const onnx::NodeProto& np, Value* f, int64_t M) {
-    auto axis = [&](int64_t a) { return g_->addConst(fresh(np, "axis"), Tensor::fromInts(DType::i64, {}, {a})); };
+    auto axis = [&](int64_t a) { return scalarOf(np, "axis", static_cast<double>(a), DType::i64); };
     int64_t s = 1;
     for (int64_t d = static_cast<int64_t>(std::sqrt(static_cast<double>(M))); d >= 2 && M > 1024; --d)
       if (M % d == 0) {
@@ -3125,24 +3125,23 @@ class Importer {
     Value* nz = x->type().dtype == DType::boolean ? x : step(np, "Not", {step(np, "Equal", {x, scalarOf(np, "zero", 0.0, x->type().dtype)})});
     Value* flat = reshapeTo(np, nz, {M});
     Value* c = runningCount(np, castTo(np, flat, i64), M);
-    Value* count = step(np, "Gather", {c, g_->addConst(fresh(np, "last"), Tensor::fromInts(i64, {}, {M - 1}))}, {{"axis", int64_t{0}}});
+    Value* count = step(np, "Gather", {c, scalarOf(np, "last", static_cast<double>(M - 1), i64)}, {{"axis", int64_t{0}}});
     Value* pos = arangeAlong(np, 1, 0, M);
-    Value* one = g_->addConst(fresh(np, "one"), Tensor::fromInts(i64, {}, {1}));
+    Value* one = scalarOf(np, "one", static_cast<double>(1), i64);
     // A selected position goes to its rank among the selected, the others after them in order: a
     // permutation of [0, M), so the scatter writes each element once.
     Value* slot = step(np, "Where", {flat, step(np, "Sub", {c, one}), step(np, "Sub", {step(np, "Add", {count, pos}), c})});
     Value* perm = step(np, "ScatterElements", {g_->addConst(fresh(np, "zeros"), Tensor::fromInts(i64, {M}, std::vector<int64_t>(M, 0))), slot, pos},
                        {{"axis", int64_t{0}}});
-    Value* valid = step(np, "Less", {pos, count});
-    Value* first = step(np, "Gather", {perm, g_->addConst(fresh(np, "first"), Tensor::fromInts(i64, {}, {0}))}, {{"axis", int64_t{0}}});
-    Value* sel = step(np, "Where", {valid, perm, first});
+    selections_.push_back({step(np, "Less", {pos, count}), count, M, nodeLabel(np)});
+    Value* sel = fromRow0(np, selections_.size() - 1, perm, 0);
     std::vector<Value*> rows;
     int64_t stride = M;
     for (int64_t d = 0; d < r; ++d) {
       stride /= shape[static_cast<size_t>(d)];
       Value* q = sel;
-      if (stride > 1) q = step(np, "Div", {q, g_->addConst(fresh(np, "stride"), Tensor::fromInts(i64, {}, {stride}))});
-      if (d > 0) q = step(np, "Mod", {q, g_->addConst(fresh(np, "dim"), Tensor::fromInts(i64, {}, {shape[static_cast<size_t>(d)]}))});
+      if (stride > 1) q = step(np, "Div", {q, scalarOf(np, "stride", static_cast<double>(stride), i64)});
+      if (d > 0) q = step(np, "Mod", {q, scalarOf(np, "dim", static_cast<double>(shape[static_cast<size_t>(d)]), i64)});
       rows.push_back(q);
     }
     if (r == 1) step(np, "Unsqueeze", {rows[0], constI64(np, "axes", {0})}, {}, out);
@@ -3150,7 +3149,7 @@ class Importer {
       for (auto& q : rows) q = step(np, "Unsqueeze", {q, constI64(np, "axes", {0})});
       step(np, "Concat", rows, {{"axis", int64_t{0}}}, out);
     }
-    selections_.push_back({valid, count, M, nodeLabel(np)});
+    padded_.erase(sel);  // the flat positions are internal; the indices hold the rows along axis 1
     padded_[g_->lookup(out)] = {1, selections_.size() - 1};
     nonZeroOf_.emplace_back(x, g_->lookup(out));
   }
@@ -3239,10 +3238,10 @@ class Importer {
     };
     Value* eq = step(np, "Equal", {fi, fj});  // f[i] == f[j]
     Value* first = step(np, "Equal", {sumRows(step(np, "And", {eq, step(np, "Less", {posJ, posI})})),
-                                      g_->addConst(fresh(np, "none"), Tensor::fromInts(i64, {}, {0}))});
+                                      scalarOf(np, "none", static_cast<double>(0), i64)});
     Value* firstI = castTo(np, first, i64);
     Value* c = runningCount(np, firstI, n);  // first occurrences at or before i
-    Value* count = step(np, "Gather", {c, g_->addConst(fresh(np, "last"), Tensor::fromInts(i64, {}, {n - 1}))}, {{"axis", int64_t{0}}});
+    Value* count = step(np, "Gather", {c, scalarOf(np, "last", static_cast<double>(n - 1), i64)}, {{"axis", int64_t{0}}});
     Value* inverse;  // each element's value's rank among the distinct values
     if (sorted) {
       inverse = sumRows(step(np, "And", {step(np, "Less", {fj, fi}), reshapeTo(np, first, {1, n})}));
@@ -3250,7 +3249,7 @@ class Importer {
       Value* firstAt = step(np, "ArgMax", {castTo(np, eq, DType::f32)}, {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}});
       inverse = step(np, "Gather", {step(np, "Sub", {c, firstI}), firstAt}, {{"axis", int64_t{0}}});
     }
-    Value* one = g_->addConst(fresh(np, "one"), Tensor::fromInts(i64, {}, {1}));
+    Value* one = scalarOf(np, "one", static_cast<double>(1), i64);
     // First occurrences go to their value's rank, the repeats after them in order: a permutation.
     Value* repeatsBefore = step(np, "Sub", {step(np, "Add", {pos, one}), c});
     Value* slot = step(np, "Where", {first, inverse, step(np, "Sub", {step(np, "Add", {count, repeatsBefore}), one})});
@@ -3262,19 +3261,13 @@ class Importer {
       std::vector<int64_t> zi(static_cast<size_t>(n), 0);
       Value* zeros = g_->addConst(fresh(np, "zeros"), isFloat(v->type().dtype) ? Tensor::fromDoubles(v->type().dtype, {n}, std::vector<double>(zi.size(), 0.0))
                                                                              : Tensor::fromInts(v->type().dtype, {n}, zi));
-      Value* r = step(np, "ScatterElements", {zeros, slot, v}, {{"axis", int64_t{0}}});
-      Value* r0 = step(np, "Gather", {r, g_->addConst(fresh(np, "at0"), Tensor::fromInts(i64, {}, {0}))}, {{"axis", int64_t{0}}});
-      step(np, "Where", {valid, r, r0}, {}, out);
-      padded_[g_->lookup(out)] = {0, sel};
+      fromRow0(np, sel, step(np, "ScatterElements", {zeros, slot, v}, {{"axis", int64_t{0}}}), 0, out);
     };
     placed(f, name(0));
     placed(pos, name(1));
     if (!name(2).empty()) step(np, "Identity", {inverse}, {}, name(2));
     if (!name(3).empty()) {  // counts[k]: the elements of rank k, already in rank order
-      Value* cnt = sumRows(step(np, "Equal", {reshapeTo(np, inverse, {1, n}), posI}));
-      Value* c0 = step(np, "Gather", {cnt, g_->addConst(fresh(np, "at0"), Tensor::fromInts(i64, {}, {0}))}, {{"axis", int64_t{0}}});
-      step(np, "Where", {valid, cnt, c0}, {}, name(3));
-      padded_[g_->lookup(name(3))] = {0, sel};
+      fromRow0(np, sel, sumRows(step(np, "Equal", {reshapeTo(np, inverse, {1, n}), posI})), 0, name(3));
     }
   }
 
@@ -3284,6 +3277,15 @@ class Importer {
     along[static_cast<size_t>(axis)] = s.bound;
     return reshapeTo(np, s.valid, along);
   }
+  // v (padded along axis by selection sel) with its padding rows made copies of row 0, as every
+  // padded value keeps them (finite wherever the real rows are), written as `out` and so tagged.
+  Value* fromRow0(const onnx::NodeProto& np, size_t sel, Value* v, int64_t axis, const std::string& out = {}) {
+    Value* row0 = step(np, "Gather", {v, constI64(np, "row0", {0})}, {{"axis", axis}});
+    Value* r = step(np, "Where", {validAlong(np, selections_[sel], v->type().rank(), axis), v, row0}, {}, out);
+    padded_[r] = {axis, sel};
+    return r;
+  }
+
   std::optional<std::vector<int64_t>> axesOf(const onnx::NodeProto& np, int input) {
     if (np.input_size() > input && !np.input(input).empty()) return constIntsOf(np, input, "axes");
     return attrInts(np, "axes");
@@ -3368,7 +3370,7 @@ class Importer {
     if (overRows && (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "ArgMax" || op == "ArgMin")) {
       Value* x = operand(np, 0);
       const DType t = x->type().dtype;
-      const double big = t == DType::f16 ? 65504.0 : t == DType::f32 || t == DType::bf16 ? 3.3895313892515355e38 : std::numeric_limits<double>::max();
+      const double big = largestFinite(t);
       Value* masked = step(np, "Where", {validAlong(np, S, r0, p0->axis), x, scalarOf(np, "fill", op == "ArgMin" ? big : -big, t)});
       onnx::NodeProto as = np;
       as.set_input(0, masked->name());
@@ -3509,7 +3511,7 @@ class Importer {
       return;
     }
     if (op == "Size" && p0) {
-      step(np, "Mul", {S.count, g_->addConst(fresh(np, "rest"), Tensor::fromInts(DType::i64, {}, {operand(np, 0)->type().numel() / S.bound}))}, {},
+      step(np, "Mul", {S.count, scalarOf(np, "rest", static_cast<double>(operand(np, 0)->type().numel() / S.bound), DType::i64)}, {},
            np.output(0));
       return;
     }
@@ -3522,7 +3524,7 @@ class Importer {
       Value* x = operand(np, 0);
       const DType t = x->type().dtype;
       if (op == "NegativeLogLikelihoodLoss") refusePadded(np, first, "log-probabilities over padded classes cannot be renormalised here");
-      const double big = t == DType::f16 ? 65504.0 : t == DType::f32 || t == DType::bf16 ? 3.3895313892515355e38 : std::numeric_limits<double>::max();
+      const double big = largestFinite(t);
       Value* masked = step(np, "Where", {validAlong(np, S, r0, 1), x, scalarOf(np, "fill", -big, t)});
       onnx::NodeProto as = np;
       as.set_input(0, masked->name());
@@ -3538,10 +3540,7 @@ class Importer {
       onnx::NodeProto as = scatterMeantToAdd(np) ? withReductionAdd(np) : np;
       as.set_output(0, fresh(np, "written"));
       addNodeAsIs(as);
-      Value* w = g_->lookup(as.output(0));
-      Value* row0 = step(np, "Gather", {w, constI64(np, "row0", {0})}, {{"axis", p0->axis}});
-      step(np, "Where", {validAlong(np, S, r0, p0->axis), w, row0}, {}, np.output(0));
-      padded_[g_->lookup(np.output(0))] = {p0->axis, *sel};
+      fromRow0(np, *sel, g_->lookup(as.output(0)), p0->axis, np.output(0));
       return;
     }
     if ((op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") && p0 && tagOf(1) && p0->axis == 0 && tagOf(1)->axis == 0 &&
