@@ -141,10 +141,8 @@ def _forward_backward(cls, args, i):
     """cls's forward on args through a stand-in ctx, and its backward's gradient for input i at
     dy = 1 (traced as ordinary ops where an export runs this)."""
     ctx = _Ctx(len(args))
-    own_setup = "setup_context" in cls.__dict__ or any("setup_context" in c.__dict__ for c in cls.__mro__[1:]
-                                                         if c is not torch.autograd.Function and issubclass(c, torch.autograd.Function)
-                                                         and c.__module__.split(".")[0] != "torch")
-    if own_setup:  # PyTorch 2's form: forward without ctx, setup_context(ctx, inputs, output)
+    base = getattr(torch.autograd.Function, "setup_context", None)
+    if getattr(cls, "setup_context", base) is not base:  # PyTorch 2's form: forward without ctx, setup_context(ctx, inputs, output)
         y = cls.forward(*args)
         cls.setup_context(ctx, tuple(args), y)
     else:
