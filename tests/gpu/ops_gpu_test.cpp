@@ -1010,6 +1010,89 @@ TEST(GpuAttention, CudnnStatisticsAreTheLse) {
       }
 }
 
+// cuDNN's fused SDPA with dropout (SdpaDesc::dropoutRatio): it reads a mask that
+// attentionDropoutMask fills from ampc's Philox stream, so its decisions are the kernels' and the
+// CPU's. No mask and the causal one (grouped 6 over 2), head dims 64 and 128, f16 and bf16, against
+// the CPU with cuDNN running both nodes; then each direction on cuDNN with the other on the kernels
+// (stored choices): a kernels' backward after cuDNN's forward must not read keep bits that forward
+// did not write (it draws them again), and a cuDNN backward after the kernels' forward fills its own
+// mask.
+TEST(GpuAttention, CudnnDropoutMatchesTheCpu) {
+  AMPC_NEED_GPU();
+  for (const int hd : {64, 128})
+    for (const char* t : {"f16", "bf16"})
+      for (const bool causal : {false, true}) {
+        const bool grouped = causal;
+        std::string text = R"(graph "sdpa" opset 18 {
+  domain "ampc" 1
+  input %q : T[2,6,128,16]
+  input %k : T[2,KH,128,16]
+  input %v : T[2,KH,128,16]
+  input %dO : T[2,6,128,16]
+  const %m : f32[1,1,128,128] = ...
+)";
+        text += grouped ? kRepeatedKv : "  %KT : T[2,6,16,128] = Transpose(%k) {perm = [0, 1, 3, 2]}\n";
+        const std::string m = causal ? ", %m" : "", V = grouped ? "%V" : "%v";
+        text += "  %O : T[2,6,128,16], %lse : f32[2,6,128] = ampc::Attention(%q, %KT, " + V + m + ") ATTRS\n";
+        text += "  %dQ : T[2,6,128,16], %dKT : T[2,6,16,128], %dV : T[2,6,128,16] = ampc::AttentionGrad(%dO, %q, %KT, " + V + ", %O, %lse" + m +
+                ") ATTRS\n";
+        text += "  %dK : T[2,6,128,16] = Transpose(%dKT) {perm = [0, 1, 3, 2]}\n  output %O\n  output %dQ\n  output %dK\n  output %dV\n}\n";
+        text = std::regex_replace(text, std::regex("ATTRS"), causal ? "{scale = 0.125, dropout_ratio = 0.1, dropout_key = 3}"
+                                                                   : "{scale = 0.125, dropout_ratio = 0.3, dropout_key = 11}");
+        text = std::regex_replace(text, std::regex("\\bT\\["), std::string(t) + "[");
+        text = std::regex_replace(text, std::regex("\\bKH\\b"), grouped ? "2" : "6");
+        text = std::regex_replace(text, std::regex("\\b16\\b"), std::to_string(hd));
+        auto g = parseGraph(text, "cudnn attention with dropout");
+        std::map<std::string, Tensor> in;
+        ASSERT_NO_FATAL_FAILURE(prepareCausalAttention(*g, in));
+        ExecOptions eo;
+        eo.seed = 1234;
+        eo.step = 3;
+        auto cpu = createCpuBackend();
+        const auto want = evaluate(*g, in, *cpu, eo);
+        recordFolds(*g);
+        const std::string what = std::string("cuDNN attention with dropout ") + t + " head dim " + std::to_string(hd) + (causal ? " causal grouped" : "");
+        double worst = 0.0;  // the largest error over the outputs of the last run, in tolerances
+        auto runWith = [&](const cuda::ProgramOptions& po, const std::string& how, bool match = true) {
+          cuda::Program prog(*g, po);
+          for (const Value* v : g->inputs()) prog.upload(v, in.at(v->name()));
+          prog.setStep(eo.step);
+          prog.run();
+          worst = 0.0;
+          for (size_t i = 0; i < g->outputs().size(); ++i) {
+            bool nan = false;
+            const double err = relL2(prog.download(g->outputs()[i]), want[i], nan) / tolerance(g->outputs()[i]->type().dtype);
+            worst = std::max(worst, err);
+            if (match) EXPECT_LE(err, 1.0) << what << " (" << how << "): output '" << g->outputs()[i]->name() << "'";
+            EXPECT_FALSE(nan) << what << " (" << how << ")";
+          }
+          return std::make_pair(prog.attentionChoices(), prog.tuningIdentity());
+        };
+        cuda::ProgramOptions po;
+        po.seed = eo.seed;
+        po.attention = cuda::ProgramOptions::Attention::cudnn;
+        // Dropout off on the GPU: far from the CPU's dropped result, so the comparisons below can fail.
+        po.dropout = false;
+        runWith(po, "dropout off", false);
+        EXPECT_GT(worst, 10.0) << what << ": dropout off matches the CPU's dropout";
+        po.dropout = true;
+        const auto [dnn, identity] = runWith(po, "cuDNN both");
+        ASSERT_EQ(dnn.size(), 2u) << what << ": cuDNN takes the forward and the backward";
+        for (const auto& [shape, c] : dnn) {
+          EXPECT_EQ(c.rfind("cuDNN", 0), 0u) << what << ": " << shape << ": " << c;
+          EXPECT_NE(shape.find(" dropout"), std::string::npos) << shape;
+        }
+        po.attention = cuda::ProgramOptions::Attention::automatic;
+        po.tunedOn = identity;
+        for (const bool forwardOnCudnn : {true, false}) {
+          po.attentionChoices = dnn;
+          for (auto& [shape, c] : po.attentionChoices)
+            if ((shape.find("forward") != std::string::npos) != forwardOnCudnn) c = "kernels";
+          runWith(po, forwardOnCudnn ? "cuDNN forward, kernels' backward" : "kernels' forward, cuDNN backward");
+        }
+      }
+}
+
 // Choices stored in the plan (ProgramOptions::attentionChoices, written by amprun --tune) are followed
 // without timing on the machine that measured them, and where cuDNN runs the mask's readers the
 // kernels' mask tile flags are not computed (one launch fewer). A choice measured on another machine,

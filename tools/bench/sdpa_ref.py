@@ -2,6 +2,8 @@
 CUDA events, forward and backward, causal, dropout 0 and 0.1: the attention numbers ampc's fused
 kernels (tools/attn_bench) are held against; with --cudnn, PyTorch's cuDNN backend as well.
 --kv-heads N: grouped-query attention (K and V with N heads, enable_gqa), as Llama's.
+Each is timed per call (events around each, synchronised) and back to back (n calls between two
+events).
 Usage: python3 sdpa_ref.py [--b 8 --h 12 --t 1024 --d 64] [--kv-heads N] [--cudnn]"""
 import argparse
 
@@ -50,3 +52,23 @@ for name, backend in backends:
         f, b = fw[len(fw) // 2], bw[len(bw) // 2]
         print(f"torch sdpa {name} bf16 causal{' gqa' if hk != a.h else ''} dropout {ratio}: forward {f:.3f} ms ({flops / f / 1e9:.0f} TFLOP/s), "
               f"backward {b:.3f} ms ({2.5 * flops / b / 1e9:.0f} TFLOP/s)")
+        # Back to back: n calls between two events with no synchronisation between them, so that the
+        # host's launch time hides behind the device's (the per-call events above can include it).
+        n = a.reps
+        with torch.nn.attention.sdpa_kernel(backend):
+            e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            torch.cuda.synchronize()
+            e[0].record()
+            for _ in range(n):
+                o = F.scaled_dot_product_attention(q, k, v, dropout_p=ratio, is_causal=True, enable_gqa=hk != a.h)
+            e[1].record()
+            for _ in range(n):
+                o = F.scaled_dot_product_attention(q, k, v, dropout_p=ratio, is_causal=True, enable_gqa=hk != a.h)
+                o.backward(do)
+                q.grad = k.grad = v.grad = None
+            e[2].record()
+            torch.cuda.synchronize()
+        f2 = e[0].elapsed_time(e[1]) / n
+        b2 = e[1].elapsed_time(e[2]) / n - f2
+        print(f"torch sdpa {name} bf16 causal{' gqa' if hk != a.h else ''} dropout {ratio} back to back: forward {f2:.3f} ms "
+              f"({flops / f2 / 1e9:.0f} TFLOP/s), backward {b2:.3f} ms ({2.5 * flops / b2 / 1e9:.0f} TFLOP/s)")
