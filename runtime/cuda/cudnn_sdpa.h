@@ -1,9 +1,11 @@
 // Fused scaled-dot-product attention through cuDNN's backend graph API: the forward (O and the
-// rows' log-sum-exp) and the backward (dQ, dK, dV) of softmax(scale Q K^T [+ bias] [causal]) V, as
-// operation graphs that cuDNN's flash-attention runtime-fusion engines take (cuDNN 9, sm_80 and up).
-// The CUDA backend runs it in place of its own kernels (kernels/cuda/attention.cu) where the
-// attention has no dropout and no trained mask, and it is faster there, and for
-// head dims past the kernels' (up to 256) always (runtime/cuda/program.cpp: ProgramOptions::attention).
+// rows' log-sum-exp) and the backward (dQ, dK, dV) of dropout(softmax(scale Q K^T [+ bias] [causal])) V,
+// as operation graphs that cuDNN's flash-attention runtime-fusion engines take (cuDNN 9, sm_80 and
+// up). Dropout reads a mask ampc fills from its own Philox stream, not cuDNN's generator, so that
+// its decisions are the CPU reference's. The CUDA backend runs it in place of its own kernels
+// (kernels/cuda/attention.cu) where the attention has no trained mask and it is faster there, and
+// for head dims past the kernels' (up to 256) always (runtime/cuda/program.cpp:
+// ProgramOptions::attention).
 //
 // The statistics are the natural-log log-sum-exp of each row's scaled (and masked) scores, f32
 // [B, H, Tq]: the same numbers as ampc.Attention's LSE result, so that either backward can follow
