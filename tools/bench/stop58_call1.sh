@@ -18,3 +18,6 @@ timeout 90 attn_bench --bh 128 --heads 32 --kv-heads 8 --seq 2048 --dim 128 --la
 timeout 90 python3 "$bench/sdpa_ref.py" --b 4 --h 32 --kv-heads 8 --t 2048 --d 128 > "$OUT/sdpa_ref_llama.txt" 2>&1
 for f in "$OUT"/attn*.txt "$OUT"/sdpa_ref*.txt; do echo "== $(basename $f)"; cut -c1-400 "$f" | tail -14; done
 grep -E "FAILED|Failure|error" "$OUT/gpu_attention.txt" | head -30
+# GPT-2 124M bf16 step (attention dropout 0.1) against torch.compile, same call
+timeout 200 python3 "$bench/harness.py" --models gpt2 --torch-modes compile_bf16 --ampc-precisions bf16 --out "$OUT/harness" > "$OUT/harness.txt" 2>&1
+tail -12 "$OUT/harness.txt"
