@@ -10,7 +10,7 @@
 namespace ampc {
 namespace {
 
-bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout, s.maskForCudnn); }
+bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.maskForCudnn); }
 // Soft-capped scores: not in the CUDA kernels yet (the CPU reference has them).
 bool cudaAttention(const AttentionShape& s) {
   return !s.softcap && (cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s));

@@ -1812,53 +1812,6 @@ __global__ void zeroEmptyRowsKernel(char* O, int eb, float* lse, int64_t rows, i
 }
 }  // namespace
 
-namespace {
-// One thread a Philox block: keys 8q .. 8q + 7 of one query, at the scores' flat index (the
-// kernels' draws), written as eight 0/1 values of EB bytes (one 16- or 8-byte store).
-template <int EB>
-__global__ void dropoutMaskKernel(AttentionArgs a, void* mask, uint32_t one, bool causal) {
-  const int64_t blocks = a.N * a.Tq * a.Tk / 8;
-  const uint64_t step = a.step ? *a.step : 0;
-  const uint32_t thr = dropoutThreshold(a.ratio);
-  AMPC_GRID_LOOP(b, blocks) {
-    const int64_t f = 8 * b, j0 = f % a.Tk, i = (f / a.Tk) % a.Tq;
-    if (causal && j0 > i) continue;  // every key above the diagonal: never read unmasked
-    uint32_t w[4];
-    streamBlock(a.seed, step, a.key, static_cast<uint64_t>(b), w);
-    if constexpr (EB == 2) {
-      uint4 v;
-      uint32_t* o = &v.x;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) o[k] = (keptLow(w[k], thr) ? one : 0u) | (keptHigh(w[k], thr) ? one << 16 : 0u);
-      reinterpret_cast<uint4*>(mask)[b] = v;
-    } else {
-      uint2 v;
-      uint32_t* o = &v.x;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        o[h] = (keptLow(w[2 * h], thr) ? 1u : 0u) | (keptHigh(w[2 * h], thr) ? 1u << 8 : 0u) | (keptLow(w[2 * h + 1], thr) ? 1u << 16 : 0u) |
-               (keptHigh(w[2 * h + 1], thr) ? 1u << 24 : 0u);
-      reinterpret_cast<uint2*>(mask)[b] = v;
-    }
-  }
-}
-}  // namespace
-
-cudaError_t attentionDropoutMask(const AttentionArgs& a, void* mask, DT t, bool causal, cudaStream_t st) {
-  if (a.Tk % 8 != 0 || a.ratio <= 0.0f) return cudaErrorInvalidValue;
-  const int64_t blocks = a.N * a.Tq * a.Tk / 8;
-  if (blocks == 0) return cudaSuccess;
-  switch (t) {
-    case DT::bf16: dropoutMaskKernel<2><<<gridFor(blocks), 256, 0, st>>>(a, mask, 0x3F80u, causal); break;
-    case DT::f16: dropoutMaskKernel<2><<<gridFor(blocks), 256, 0, st>>>(a, mask, 0x3C00u, causal); break;
-    case DT::u8:
-    case DT::i8:
-    case DT::boolean: dropoutMaskKernel<1><<<gridFor(blocks), 256, 0, st>>>(a, mask, 1u, causal); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
-}
-
 cudaError_t attentionZeroEmptyRows(void* O, DT t, float* lse, int64_t B, int64_t H, int64_t Tq, int64_t Dv, int64_t sB, int64_t sH, int64_t sRow,
                                    cudaStream_t st) {
   const int64_t rows = B * H * Tq;

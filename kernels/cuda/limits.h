@@ -31,13 +31,11 @@ inline bool attentionFits(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool
 inline constexpr float kAttentionFillLse = -65536.0f;
 
 // Head dims past the kernels' run through cuDNN's fused SDPA only (runtime/cuda/cudnn_sdpa.h; cuDNN
-// 9.1+ on Hopper): f16/bf16, multiples of 8 up to 256, with dropout Tk a multiple of 8 (its mask is
-// filled eight keys at a time: attentionDropoutMask), and no mask or one that needs no gradient
-// (maskForCudnn).
+// 9.1+ on Hopper): f16/bf16, multiples of 8 up to 256, without dropout, and no mask or one that
+// needs no gradient (maskForCudnn).
 inline constexpr int kAttentionMaxHeadDimCudnn = 256;
-inline bool attentionCudnnOnly(bool lowFloat, int64_t D, int64_t Dv, int64_t Tk, bool dropout, bool maskForCudnn) {
-  return lowFloat && (!dropout || Tk % 8 == 0) && maskForCudnn && D % 8 == 0 && Dv % 8 == 0 && D <= kAttentionMaxHeadDimCudnn &&
-         Dv <= kAttentionMaxHeadDimCudnn;
+inline bool attentionCudnnOnly(bool lowFloat, int64_t D, int64_t Dv, bool dropout, bool maskForCudnn) {
+  return lowFloat && !dropout && maskForCudnn && D % 8 == 0 && Dv % 8 == 0 && D <= kAttentionMaxHeadDimCudnn && Dv <= kAttentionMaxHeadDimCudnn;
 }
 
 // cuBLASLt's fast kernels need every row stride to be a multiple of 16 bytes. A GEMM of at least

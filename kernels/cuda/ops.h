@@ -265,12 +265,6 @@ size_t attentionKeepBytes(const AttentionArgs& a);
 int attentionBackwardBlocksPerSm(const AttentionArgs& a);
 // Scratch bytes the launches need (the backward's row sums and f32 dQ).
 size_t attentionScratch(const AttentionArgs& a, bool backward);
-// The dropout mask cuDNN's fused SDPA reads in place of drawing (CudnnSdpa, SdpaDesc::dropoutRatio):
-// element (n, i, j) of [N, Tq, Tk], of type t (f16/bf16 as 1.0 or 0; u8/i8/bool as 1 or 0), is 1
-// where the kernels keep score (n, i, j) of `a`'s dropout stream, so that the decisions are the
-// kernels' and the CPU reference's. Tk % 8 == 0. causal: blocks of eight keys all above the diagonal
-// are left as they are (the caller zeroed them once; a causal graph never reads them unmasked).
-cudaError_t attentionDropoutMask(const AttentionArgs& a, void* mask, DT t, bool causal, cudaStream_t st);
 // zero_empty_rows after a forward that leaves a row whose every score is -inf with a log-sum-exp of
 // NaN or -inf (cuDNN's fused SDPA): each such row of O [B, H, Tq, Dv] (type t, at sB, sH, sRow
 // elements) becomes 0 and its lse [B H Tq] +inf, as the fused op defines it (AttentionArgs::zeroEmpty).

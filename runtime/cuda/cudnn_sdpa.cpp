@@ -12,7 +12,7 @@ namespace ampc::cuda {
 namespace {
 
 // The graph's real tensors (the variant pack's ids); virtual ones count up from kFirstVirtual.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSum, kDQAcc, kBias, kDropMask, kDropScale, kDropKeep, kFirstVirtual = 100 };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSum, kDQAcc, kBias, kFirstVirtual = 100 };
 
 using Dims = std::array<int64_t, 4>;
 
@@ -44,16 +44,7 @@ struct Desc {
   void finalize(const char* what) { ok(cudnnBackendFinalize(d), what); }
 };
 
-cudnnDataType_t dnn(DT t) {
-  switch (t) {
-    case DT::f16: return CUDNN_DATA_HALF;
-    case DT::bf16: return CUDNN_DATA_BFLOAT16;
-    case DT::u8: return CUDNN_DATA_UINT8;
-    case DT::i8: return CUDNN_DATA_INT8;
-    case DT::boolean: return CUDNN_DATA_BOOLEAN;
-    default: return CUDNN_DATA_FLOAT;
-  }
-}
+cudnnDataType_t dnn(DT t) { return t == DT::f16 ? CUDNN_DATA_HALF : t == DT::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
 
 }  // namespace
 
@@ -220,7 +211,6 @@ bool CudnnSdpa::shapeSupported(const SdpaDesc& d, std::string* why) {
   if (d.D % 8 != 0 || d.Dv % 8 != 0 || d.D > 256 || d.Dv > 256) return no("head dims multiples of 8 up to 256");
   if (d.Hk < 1 || d.H % d.Hk != 0) return no("query heads a multiple of the key/value heads");
   if (d.B < 1 || d.Tq < 1 || d.Tk < 1) return no("empty");
-  if (d.dropoutRatio > 0.0f && d.Tk % 8 != 0) return no("dropout with keys not a multiple of 8 (the mask's fill)");
   // cuDNN's notes: before 9.15.1 its backward could read out of bounds where Tk is not a multiple of
   // 128 and no padding mask is given (a graph with one costs more; ampc's kernels run instead).
   if (d.backward && d.Tk % 128 != 0 && cudnnGetVersion() < 91501) return no("the backward with Tk a multiple of 128 (cuDNN before 9.15.1)");
@@ -232,8 +222,6 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
   if (!shapeSupported(d, &why)) throw Error("cuDNN attention: " + why);
   Graph& g = *g_;
   g.h = h;
-  const bool drop = d.dropoutRatio > 0.0f;
-  if (drop) dropKeep_ = 1.0f - d.dropoutRatio, dropScale_ = 1.0f / dropKeep_;
   const cudnnDataType_t io = dnn(d.t), f32 = CUDNN_DATA_FLOAT;
   const int64_t B = d.B, H = d.H, Hk = d.Hk, Tq = d.Tq, Tk = d.Tk, D = d.D, Dv = d.Dv;
   auto st = [](const SdpaStrides& s) { return Dims{s.sB, s.sH, s.sRow, 1}; };
@@ -245,10 +233,6 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
   g.scalar(kScale);
   if (d.causal) g.scalar(kNegInf);
   if (d.bias) g.tensor(kBias, sd, {d.biasAt.sB, d.biasAt.sH, d.biasAt.sRow, 1}, dnn(d.biasT), false);
-  if (drop) {
-    g.tensor(kDropMask, sd, {H * Tq * Tk, Tq * Tk, Tk, 1}, dnn(d.dropMaskT), false);
-    g.scalar(kDropScale);
-  }
   // scale s [+ bias]
   auto scaledScores = [&](int64_t s) {
     const int64_t scaled = g.temp(sd);
@@ -273,15 +257,8 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
     g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, sum);
     g.pointwise(CUDNN_POINTWISE_LOG, sum, 0, lg);
     g.pointwise(CUDNN_POINTWISE_ADD, mx, lg, kStats);
-    // P [* scale * dropout mask], as cuDNN's frontend writes the custom-mask dropout
-    int64_t p = g.temp(sd, drop ? f32 : io);
+    const int64_t p = g.temp(sd, io);
     g.pointwise(CUDNN_POINTWISE_DIV, e, sum, p);
-    if (drop) {
-      const int64_t scaledP = g.temp(sd), dropped = g.temp(sd, io);
-      g.pointwise(CUDNN_POINTWISE_MUL, p, kDropScale, scaledP);
-      g.pointwise(CUDNN_POINTWISE_MUL, scaledP, kDropMask, dropped);
-      p = dropped;
-    }
     g.matmul(p, kV, kO);
   } else {
     g.tensor(kV, {B, Hk, Dv, Tk}, stT(d.v), io, false);  // V^T
@@ -291,16 +268,16 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
     const int64_t Hg = d.fullHeadGrads ? H : Hk;  // dK's and dV's heads
     g.tensor(kDK, {B, Hg, Tk, D}, st(d.dk), io, false);
     g.tensor(kDV, {B, Hg, Tk, Dv}, st(d.dv), io, false);
-    g.scalar(drop ? kDropKeep : kOne);  // (a tensor no operation reads fails the execution)
-    // rowSum = sum_d dO O (each query row's), f32 in scratch; times 1 - ratio with dropout (1
-    // without: the form the engines match). The product's strides are those cuDNN's own
+    g.scalar(kOne);
+    // rowSum = sum_d dO O (each query row's), f32 in scratch; times 1 where a graph with dropout
+    // scales it by 1 - p (the form the engines match). The product's strides are those cuDNN's own
     // frontend gives this virtual tensor.
     const Dims odStrides{H * Tq * Dv, Tq * Dv, H * Dv, 1};
     const int64_t dOO = g.temp({B, H, Tq, Dv}, f32, &odStrides), rs = g.temp(rowDims);
     g.pointwise(CUDNN_POINTWISE_MUL, kDO, kO, dOO);
     g.reduce(CUDNN_REDUCE_TENSOR_ADD, dOO, rs);
     g.tensor(kRowSum, rowDims, {H * Tq, Tq, 1, 1}, f32, false);
-    g.pointwise(CUDNN_POINTWISE_MUL, rs, drop ? kDropKeep : kOne, kRowSum);
+    g.pointwise(CUDNN_POINTWISE_MUL, rs, kOne, kRowSum);
     // P = exp(scale Q K^T [+ bias] [masked] - stats)
     const int64_t s = g.temp(sd), centred = g.temp(sd);
     g.matmul(kQ, kK, s);
@@ -308,17 +285,10 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
     const int64_t masked = d.causal ? g.causal(centred, sd) : centred;
     const int64_t p = g.temp(sd);
     g.pointwise(CUDNN_POINTWISE_EXP, masked, 0, p);
-    // dV = P'^T dO (summed over each K/V head's group), P' = P [* dropout mask * scale]
-    int64_t pd = p;
-    if (drop) {
-      const int64_t dropped = g.temp(sd);
-      pd = g.temp(sd);
-      g.pointwise(CUDNN_POINTWISE_MUL, p, kDropMask, dropped);
-      g.pointwise(CUDNN_POINTWISE_MUL, dropped, kDropScale, pd);
-    }
+    // dV = P^T dO (summed over each K/V head's group)
     const Dims tDims{B, H, Tk, Tq}, tStrides{H * Tq * Tk, Tq * Tk, 1, Tk};
     const int64_t pT = g.temp(tDims, io, &tStrides);
-    g.reshape(pd, pT);
+    g.reshape(p, pT);
     // a b into `out` [B, Hg, Tk, cols], summed over each K/V head's group where Hg < H
     auto perKeyHead = [&](int64_t a, int64_t b, int64_t out, int64_t cols) {
       if (Hg == H) return g.matmul(a, b, out);
@@ -327,23 +297,12 @@ CudnnSdpa::CudnnSdpa(cudnnHandle_t h, const SdpaDesc& d) : h_(h), d_(d), g_(std:
       g.reduce(CUDNN_REDUCE_TENSOR_ADD, full, out);
     };
     perKeyHead(pT, kDO, kDV, Dv);
-    // dS = scale P (dO V^T - rowSum); with dropout scale P (dO V^T mask - rowSum (1 - ratio)) / (1 - ratio)
-    int64_t dP = g.temp(sd);
+    // dS = scale P (dO V^T - rowSum)
+    const int64_t dP = g.temp(sd), centredDP = g.temp(sd), dSu = g.temp(sd), dS = g.temp(sd);
     g.matmul(kDO, kV, dP);
-    if (drop) {
-      const int64_t kept = g.temp(sd);
-      g.pointwise(CUDNN_POINTWISE_MUL, dP, kDropMask, kept);
-      dP = kept;
-    }
-    const int64_t centredDP = g.temp(sd), dSu = g.temp(sd), dS = g.temp(sd);
     g.pointwise(CUDNN_POINTWISE_SUB, dP, kRowSum, centredDP);
-    int64_t dSp = dSu;
     g.pointwise(CUDNN_POINTWISE_MUL, centredDP, p, dSu);
-    if (drop) {
-      dSp = g.temp(sd);
-      g.pointwise(CUDNN_POINTWISE_MUL, dSu, kDropScale, dSp);
-    }
-    g.pointwise(CUDNN_POINTWISE_MUL, dSp, kScale, dS);
+    g.pointwise(CUDNN_POINTWISE_MUL, dSu, kScale, dS);
     // dK = dS^T Q (summed over the group)
     const int64_t dST = g.temp(tDims, io, &tStrides);
     g.reshape(dS, dST);
@@ -394,7 +353,8 @@ cudnnStatus_t CudnnSdpa::execute(const std::vector<std::pair<int64_t, const void
       (s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, data.data())) == CUDNN_STATUS_SUCCESS &&
       (s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)) == CUDNN_STATUS_SUCCESS &&
       (s = cudnnBackendFinalize(vp)) == CUDNN_STATUS_SUCCESS) {
-    // (cuDNN 9.14 lets a C++ exception out of some executions, e.g. "argument not found")
+    // (cuDNN 9.14 can let a C++ exception out of an execution, "argument not found" from a graph
+    // whose plan finalized: a failed status here, so that the node's error names it)
     try {
       s = cudnnBackendExecute(h_, g_->plans[plan]->d, vp);
     } catch (const std::exception&) {
@@ -409,25 +369,22 @@ namespace {
 const float kNegFill = std::numeric_limits<float>::lowest(), kUnit = 1.0f;
 }
 
-cudnnStatus_t CudnnSdpa::forward(const void* Q, const void* K, const void* V, const void* bias, const void* drop, void* O, float* stats, void* ws,
-                                 size_t plan, cudaStream_t st) const {
+cudnnStatus_t CudnnSdpa::forward(const void* Q, const void* K, const void* V, const void* bias, void* O, float* stats, void* ws, size_t plan,
+                                 cudaStream_t st) const {
   std::vector<std::pair<int64_t, const void*>> p{{kQ, Q}, {kK, K}, {kV, V}, {kO, O}, {kStats, stats}, {kScale, &d_.scale}};
   if (d_.causal) p.emplace_back(kNegInf, &kNegFill);
   if (d_.bias) p.emplace_back(kBias, bias);
-  if (d_.dropoutRatio > 0.0f) p.emplace_back(kDropMask, drop), p.emplace_back(kDropScale, &dropScale_);
   return execute(p, ws, plan, st);
 }
 
-cudnnStatus_t CudnnSdpa::backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const void* bias, const void* drop,
+cudnnStatus_t CudnnSdpa::backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const void* bias,
                                   const float* stats, void* dQ, void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const {
   char* w = static_cast<char*>(ws);
   std::vector<std::pair<int64_t, const void*>> p{{kQ, Q},   {kK, K},   {kV, V},   {kO, O},      {kStats, stats},        {kDO, dO},
-                                                 {kDQ, dQ}, {kDK, dK}, {kDV, dV}, {kScale, &d_.scale},
+                                                 {kDQ, dQ}, {kDK, dK}, {kDV, dV}, {kScale, &d_.scale}, {kOne, &kUnit},
                                                  {kRowSum, w + sumOffset_},     {kDQAcc, w + accOffset_}};
   if (d_.causal) p.emplace_back(kNegInf, &kNegFill);
   if (d_.bias) p.emplace_back(kBias, bias);
-  if (d_.dropoutRatio > 0.0f) p.emplace_back(kDropMask, drop), p.emplace_back(kDropScale, &dropScale_), p.emplace_back(kDropKeep, &dropKeep_);
-  else p.emplace_back(kOne, &kUnit);
   return execute(p, ws, plan, st);
 }
 

@@ -1,11 +1,9 @@
 // Fused scaled-dot-product attention through cuDNN's backend graph API: the forward (O and the
-// rows' log-sum-exp) and the backward (dQ, dK, dV) of dropout(softmax(scale Q K^T [+ bias] [causal])) V,
-// as operation graphs that cuDNN's flash-attention runtime-fusion engines take (cuDNN 9, sm_80 and
-// up). Dropout reads a mask ampc fills from its own Philox stream, not cuDNN's generator, so that
-// its decisions are the CPU reference's. The CUDA backend runs it in place of its own kernels
-// (kernels/cuda/attention.cu) where the attention has no trained mask and it is faster there, and
-// for head dims past the kernels' (up to 256) always (runtime/cuda/program.cpp:
-// ProgramOptions::attention).
+// rows' log-sum-exp) and the backward (dQ, dK, dV) of softmax(scale Q K^T [+ bias] [causal]) V, as
+// operation graphs that cuDNN's flash-attention runtime-fusion engines take (cuDNN 9, sm_80 and up).
+// The CUDA backend runs it in place of its own kernels (kernels/cuda/attention.cu) where the
+// attention has no dropout and no trained mask, and it is faster there, and for
+// head dims past the kernels' (up to 256) always (runtime/cuda/program.cpp: ProgramOptions::attention).
 //
 // The statistics are the natural-log log-sum-exp of each row's scaled (and masked) scores, f32
 // [B, H, Tq]: the same numbers as ampc.Attention's LSE result, so that either backward can follow
@@ -47,11 +45,6 @@ struct SdpaDesc {
   DT biasT = DT::f32;
   SdpaStrides biasAt;
   float scale = 1.0f;
-  // Dropout on the probabilities from a mask the caller fills (attentionDropoutMask: ampc's Philox
-  // stream, so that the decisions are the kernels' and the CPU's): P' = P * mask * scale, mask
-  // [B, H, Tq, Tk] packed, 0 or 1 of dropMaskT, scale 1 / (1 - ratio). Ratio 0: no dropout.
-  float dropoutRatio = 0.0f;
-  DT dropMaskT = DT::bf16;
   bool backward = false;  // the backward graph (else the forward)
   // Grouped heads: dK and dV per query head ([B, H, Tk, D], as a graph whose K/V repeats' gradient is
   // summed after the node has them) rather than summed per K/V head.
@@ -72,11 +65,11 @@ class CudnnSdpa {
   size_t workspaceBytes() const { return wsBytes_; }
   size_t plans() const;
   const std::string& engine(size_t plan) const;  // "engine <cuDNN's global index>"
-  // `bias`: the mask (SdpaDesc::bias), else null; `drop`: the dropout mask (SdpaDesc::dropout), else null.
-  cudnnStatus_t forward(const void* Q, const void* K, const void* V, const void* bias, const void* drop, void* O, float* stats, void* ws,
-                        size_t plan, cudaStream_t st) const;
-  cudnnStatus_t backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const void* bias, const void* drop,
-                         const float* stats, void* dQ, void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const;
+  // `bias`: the mask (SdpaDesc::bias), else null.
+  cudnnStatus_t forward(const void* Q, const void* K, const void* V, const void* bias, void* O, float* stats, void* ws, size_t plan,
+                        cudaStream_t st) const;
+  cudnnStatus_t backward(const void* dO, const void* Q, const void* K, const void* V, const void* O, const void* bias, const float* stats,
+                         void* dQ, void* dK, void* dV, void* ws, size_t plan, cudaStream_t st) const;
   // Whether the graphs can take `d` at all (type, head dims, strides); the engines may still refuse.
   static bool shapeSupported(const SdpaDesc& d, std::string* why = nullptr);
 
@@ -87,7 +80,6 @@ class CudnnSdpa {
   SdpaDesc d_;
   std::unique_ptr<Graph> g_;
   size_t planWs_ = 0, sumOffset_ = 0, accOffset_ = 0, wsBytes_ = 0;
-  float dropScale_ = 1.0f, dropKeep_ = 1.0f;  // 1 / (1 - ratio), 1 - ratio
 };
 
 }  // namespace ampc::cuda

@@ -484,10 +484,6 @@ struct Program::Lowering {
   struct CudnnStaging {
     bool copyK = false, copyDK = false, zeroEmpty = false;
     SdpaStrides o;
-    // with dropout: cuDNN's mask (attentionDropoutMask) and its type; whether cuDNN generates the causal mask
-    void* dropMask = nullptr;
-    DT dropMaskT = DT::bf16;
-    bool causal = false;
   };
   std::shared_ptr<CudnnSdpa> cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask, std::string& key, bool only,
                                             CudnnStaging& staging);
@@ -2065,21 +2061,15 @@ void Program::Lowering::ampcAttention() {
     // With dropout and a backward in this program: record the keep bits for it.
     const bool hasGrad = std::any_of(out(1)->uses().begin(), out(1)->uses().end(),
                                      [](const Use& u) { return u.user->op() == "AttentionGrad" && u.operand == 5; });
-    std::shared_ptr<bool> fresh;
     if (const size_t kb = attentionKeepBytes(a); kb && hasGrad) {
       a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
       p.keepBits_[out(1)] = a;
-      fresh = p.keepFresh_[out(1)] = std::make_shared<bool>(false);
     }
     std::string key;
     auto dnn = cudnnFor(key);
     kernelsScratch();
     Launch ours;
-    if (kernels)
-      ours = [=](cudaStream_t st) {
-        if (fresh) *fresh = true;
-        return attentionForward(Q, KT, V, O, lse, a, st);
-      };
+    if (kernels) ours = [=](cudaStream_t st) { return attentionForward(Q, KT, V, O, lse, a, st); };
     if (!dnn) {
       add(ours);
     } else {
@@ -2088,11 +2078,9 @@ void Program::Lowering::ampcAttention() {
       CudnnSdpa* c = dnn.get();
       const CudnnStaging x = staging;
       attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
-        if (fresh) *fresh = false;  // the keep bits are not this step's
         void* kr = copyK ? dws.at(wsB) : nullptr;
         if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-        if (x.dropMask && attentionDropoutMask(a, x.dropMask, x.dropMaskT, x.causal, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-        const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, M, x.dropMask, O, lse, dws.at(0), plan, st);
+        const cudnnStatus_t s = c->forward(Q, copyK ? kr : KT, V, M, O, lse, dws.at(0), plan, st);
         if (s != CUDNN_STATUS_SUCCESS || !x.zeroEmpty) return s;
         return attentionZeroEmptyRows(O, a.t, lse, d.B, d.H, d.Tq, d.Dv, x.o.sB, x.o.sH, x.o.sRow, st) == cudaSuccess ? s
                                                                                                        : CUDNN_STATUS_EXECUTION_FAILED;
@@ -2110,14 +2098,12 @@ void Program::Lowering::ampcAttention() {
   const float* lse = static_cast<const float*>(P(in(5)));
   void *dQ = at(out(0), "dq", a.dq), *dKT = at(out(packed ? 0 : 1), "dk", a.dk, &a.dkRows), *dV = at(out(packed ? 0 : 2), "dv", a.dv);
   checkInPlace();
-  // The forward's keep bits, where it drew them with this node's shapes, mask and stream (read where
-  // the kernels ran that forward this step).
-  std::shared_ptr<bool> fresh;
+  // The forward's keep bits, where it drew them with this node's shapes, mask and stream.
   if (auto it = p.keepBits_.find(in(5)); it != p.keepBits_.end() && a.ratio > 0.0f) {
     const AttentionArgs& f = it->second;
     if (f.N == a.N && f.Tq == a.Tq && f.Tk == a.Tk && f.D == a.D && f.Dv == a.Dv && f.t == a.t && f.mask == a.mask &&
         f.maskDiv == a.maskDiv && f.maskMod == a.maskMod && f.maskRows == a.maskRows && f.ratio == a.ratio && f.seed == a.seed && f.key == a.key && f.step == a.step)
-      a.keep = f.keep, fresh = p.keepFresh_.at(in(5));
+      a.keep = f.keep;
   }
   std::string key;
   auto dnn = cudnnFor(key);
@@ -2134,22 +2120,15 @@ void Program::Lowering::ampcAttention() {
   auto lseRead = [=] { return fill ? static_cast<const float*>(all.at(lseAt)) : lse; };
   if (fill) add([=](cudaStream_t st) { return attentionFillRowsLse(lse, static_cast<float*>(all.at(lseAt)), a, st); });
   Launch ours;
-  if (kernels)
-    ours = [=](cudaStream_t st) {
-      AttentionArgs b = a;
-      if (fresh && !*fresh) b.keep = nullptr;  // cuDNN ran the forward: draw again
-      return attentionBackward(dO, Q, KT, V, O, lseRead(), dQ, dKT, dV, ws.f(), b, st);
-    };
+  if (kernels) ours = [=](cudaStream_t st) { return attentionBackward(dO, Q, KT, V, O, lseRead(), dQ, dKT, dV, ws.f(), a, st); };
   if (!dnn) {
     add(ours);
   } else {
     CudnnSdpa* c = dnn.get();
-    const CudnnStaging x = staging;
     attentionLaunch(ours, dnn, key, [=](size_t plan, cudaStream_t st) {
       void *kr = copyK ? all.at(wsB) : nullptr, *dkr = copyDK ? all.at(wsB + (copyK ? kBytes : 0)) : nullptr;
       if (copyK && transpose2d(KT, kr, N, d.D, d.Tk, static_cast<int>(eb), st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      if (x.dropMask && attentionDropoutMask(a, x.dropMask, x.dropMaskT, x.causal, st) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
-      const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, M, x.dropMask, lseRead(), dQ, copyDK ? dkr : dKT, dV, all.at(0), plan, st);
+      const cudnnStatus_t s = c->backward(dO, Q, copyK ? kr : KT, V, O, M, lseRead(), dQ, copyDK ? dkr : dKT, dV, all.at(0), plan, st);
       if (s != CUDNN_STATUS_SUCCESS || !copyDK) return s;
       return transpose2d(dkr, dKT, N, d.Tk, d.D, static_cast<int>(eb), st) == cudaSuccess ? s : CUDNN_STATUS_EXECUTION_FAILED;
     });
@@ -2167,11 +2146,10 @@ bool Program::Lowering::fillRows(const AttentionArgs& a, const Value* mask, cons
 }
 
 // cuDNN's fused SDPA for a cuda::Attention(Grad) node where ProgramOptions::attention allows it and
-// the node is one cuDNN's graphs express: no trained mask, f16/bf16 operands with K as rows, grouped
-// heads alike for K and V, with dropout Tk a multiple of 8; the causal mask from constants generated
-// by cuDNN, another mask read as a bias (per batch, head, both or shared), zero_empty_rows applied
-// after the forward (attentionZeroEmptyRows), dropout from a mask filled before each node
-// (attentionDropoutMask). Null otherwise, the
+// the node is one cuDNN's graphs express: no dropout, no trained mask, f16/bf16 operands with K as
+// rows, grouped heads alike for K and V; the causal mask from constants generated by cuDNN, another
+// mask read as a bias (per batch, head, both or shared), zero_empty_rows applied after the forward
+// (attentionZeroEmptyRows). Null otherwise, the
 // reason noted as the shape's implementation (amprun --bench lists them); `key`: the node's
 // attention shape (the automatic choice's).
 std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs& a, const AttentionDims& d, bool grad, const Value* mask,
@@ -2181,8 +2159,7 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   if (mode == ProgramOptions::Attention::kernels && !only) return nullptr;
   const int64_t group = a.k.group;
   key = std::to_string(d.B) + "x" + std::to_string(d.H) + "/" + std::to_string(group > 0 ? d.H / group : 0) + "x" + std::to_string(d.Tq) + "x" +
-        std::to_string(d.Tk) + " D" + std::to_string(d.D) + "/" + std::to_string(d.Dv) + (mask ? " masked" : "") + (a.ratio > 0.0f ? " dropout" : "") +
-        (grad ? " backward" : " forward");
+        std::to_string(d.Tk) + " D" + std::to_string(d.D) + "/" + std::to_string(d.Dv) + (mask ? " masked" : "") + (grad ? " backward" : " forward");
   auto no = [&](const std::string& why) -> std::shared_ptr<CudnnSdpa> {
     key += " (not for cuDNN: " + why + ")";
     if (only) return nullptr;  // the caller's error names it
@@ -2193,7 +2170,7 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   // cuDNN's backward sums dQ with atomics, and which implementation runs is timed (a forward only
   // cuDNN runs runs there, on its first plan)
   if (p.opts_.deterministic && (!only || grad)) return no("--deterministic");
-  if (a.ratio > 0.0f && d.Tk % 8 != 0) return no("dropout with keys not a multiple of 8");
+  if (a.ratio > 0.0f) return no("dropout");
   if (a.dMask) return no("a trained mask");
   if (a.t != DT::f16 && a.t != DT::bf16) return no("f32 operands");
   // K or dK stored as KT [B H, D, Tk] itself: through scratch as rows where only cuDNN runs the node
@@ -2253,34 +2230,16 @@ std::shared_ptr<CudnnSdpa> Program::Lowering::cudnnAttention(const AttentionArgs
   s.scale = a.scale;
   s.backward = grad;
   s.fullHeadGrads = fullHead;
-  s.dropoutRatio = a.ratio;
-  staging.causal = causal;
   if (std::string why; !CudnnSdpa::shapeSupported(s, &why)) return no(why);
   if (causal) key.replace(key.find(" masked"), 7, bias ? " causal, masked" : " causal");
-  // With dropout, the mask cuDNN reads is of the operands' type (cuDNN 9.14 finalizes plans for a
-  // one-byte mask, but their execution fails): one buffer per shape, zeroed once (a causal node
-  // leaves the blocks above the diagonal as they are).
-  s.dropMaskT = a.t;
-  std::shared_ptr<CudnnSdpa> c;
   try {
-    c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
+    auto c = std::make_shared<CudnnSdpa>(static_cast<cudnnHandle_t>(p.cudnn_), s);
+    p.keep_.push_back(c);
+    return c;
   } catch (const Error& e) {
     if (mode == ProgramOptions::Attention::cudnn || only) fail(e.what());
     return no(e.what());  // automatic: cuDNN has no engine for it; ampc's kernels run
   }
-  p.keep_.push_back(c);
-  if (a.ratio > 0.0f) {
-    const int64_t elems = d.B * d.H * d.Tq * d.Tk;
-    auto [it, first] = p.dropMasks_.try_emplace(std::to_string(elems) + "/" + std::to_string(static_cast<int>(a.t)), nullptr);
-    const size_t bytes = static_cast<size_t>(elems) * dtSize(a.t);
-    if (first) {
-      it->second = p.allocPersistent(bytes);
-      if (cudaMemset(it->second, 0, bytes) != cudaSuccess) fail("zeroing cuDNN's dropout mask failed");
-    }
-    staging.dropMask = it->second;
-    staging.dropMaskT = a.t;
-  }
-  return c;
 }
 
 // The entry of the node's attention shape (made by its first node): the implementation the plan

@@ -169,11 +169,6 @@ class Program {
   // Attention forwards' dropout keep bits, by their LSE value (AttentionGrad's sixth input), with the
   // arguments that drew them: the backward reads them where its own arguments match.
   std::map<const Value*, AttentionArgs> keepBits_;
-  // Whether the forward that recorded them ran the kernels this step (cuDNN's leaves them stale).
-  std::map<const Value*, std::shared_ptr<bool>> keepFresh_;
-  // cuDNN's dropout masks (attentionDropoutMask), one buffer per attention shape, filled before each
-  // node that reads it (and zeroed once, where a causal node leaves blocks unwritten).
-  std::map<std::string, void*> dropMasks_;
   // Attention masks: what each is ahead of the step (passes/attention_mask.h, classifyCausalMask)
   std::map<const Value*, CausalMask> causalMask_;
   // Per attention shape where cuDNN takes the node: which implementation runs, as stored in the plan

@@ -299,23 +299,21 @@ TEST(FusedAttentionPass, HeadDimLimitComesFromTheTarget) {
   EXPECT_THROW(findTarget("tpu"), Error);
   // At bf16 the cuda target's tensor-core kernels take head dims that are multiples of 8 up to 128
   // (kernels/cuda/limits.h): the attention fuses at 128 and 96 and stays as written at 100; with
-  // dropout, only where Tk is a multiple of 8 (6 keys: not; 8: yes) or the head dims are at most 64.
-  // At 256 (cuDNN's fused SDPA only) it fuses without dropout, and with it where Tk is a multiple of
-  // 8 (cuDNN's dropout mask is filled eight keys at a time), without a mask: CudnnOnlyHeadDims...
-  for (const int64_t keys : {6, 8})
-    for (const int64_t d : {128, 96, 256, 100, 64})
-      for (const bool dropout : {false, true}) {
-        const std::string D = std::to_string(d), K = std::to_string(keys), lead = "bf16[2,2,", sd = lead + K + "," + K + "]";
-        std::string t = "graph \"b\" opset 17 {\n  input %q : " + lead + K + "," + D + "]\n  input %kt : " + lead + D + "," + K +
-                        "]\n  input %v : " + lead + K + "," + D + "]\n  const %r : f32[] = [0.1]\n  const %on : bool[] = [1]\n";
-        t += "  %sc : " + sd + " = MatMul(%q, %kt) @attn/qk\n  %p : " + sd + " = Softmax(%sc) {axis = -1} @attn/softmax\n";
-        if (dropout) t += "  %pd : " + sd + " = Dropout(%p, %r, %on) @attn/drop\n";
-        t += "  %o : bf16[2,2," + K + "," + D + "] = MatMul(%" + std::string(dropout ? "pd" : "p") + ", %v) @attn/pv\n  output %o\n}\n";
-        auto g = parseGraph(t, "b");
-        const bool fuses = d % 8 == 0 && d <= 256 && (!dropout || d <= 64 || keys % 8 == 0);
-        EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), fuses) << "head dim " << d << ", " << keys << " keys" << (dropout ? " with dropout" : "");
-        EXPECT_EQ(count(*g, "Attention"), fuses ? 1 : 0);
-      }
+  // dropout, only where Tk is a multiple of 4 (6 keys: not) or the head dims are at most 64. At 256
+  // (cuDNN's fused SDPA only) it fuses without dropout (and without a mask: CudnnOnlyHeadDims...).
+  for (const int64_t d : {128, 96, 256, 100, 64})
+    for (const bool dropout : {false, true}) {
+      const std::string D = std::to_string(d), lead = "bf16[2,2,";
+      std::string t = "graph \"b\" opset 17 {\n  input %q : " + lead + "6," + D + "]\n  input %kt : " + lead + D + ",6]\n  input %v : " + lead +
+                      "6," + D + "]\n  const %r : f32[] = [0.1]\n  const %on : bool[] = [1]\n";
+      t += "  %sc : bf16[2,2,6,6] = MatMul(%q, %kt) @attn/qk\n  %p : bf16[2,2,6,6] = Softmax(%sc) {axis = -1} @attn/softmax\n";
+      if (dropout) t += "  %pd : bf16[2,2,6,6] = Dropout(%p, %r, %on) @attn/drop\n";
+      t += "  %o : bf16[2,2,6," + D + "] = MatMul(%" + std::string(dropout ? "pd" : "p") + ", %v) @attn/pv\n  output %o\n}\n";
+      auto g = parseGraph(t, "b");
+      const bool fuses = d % 8 == 0 && d <= (dropout ? 64 : 256);
+      EXPECT_EQ(createFuseAttentionPass(findTarget("cuda"))->run(*g), fuses) << "head dim " << d << (dropout ? " with dropout" : "");
+      EXPECT_EQ(count(*g, "Attention"), fuses ? 1 : 0);
+    }
 }
 
 // Head dims only cuDNN's fused SDPA takes on CUDA (256: kernels/cuda/limits.h) fuse for the cuda
