@@ -3395,6 +3395,19 @@ class Importer {
       const int64_t ri = rankOf(1);
       if (p0 && !tagOf(1) && p0->axis != axis) return finish(p0->axis < axis ? p0->axis : p0->axis + ri - 1, 1);
       if (!p0 && tagOf(1)) return finish(axis + tagOf(1)->axis, 1);
+      // Constant indices along the rows: i counts from the first selected row, -i from the count
+      // (x[:, -1], the last selected row); past the selected rows PyTorch raises.
+      if (p0 && !tagOf(1) && p0->axis == axis && operand(np, 1)->constData()) {
+        const Tensor& c = *operand(np, 1)->constData();
+        std::vector<int64_t> ix(static_cast<size_t>(c.numel())), neg(ix.size());
+        for (int64_t e = 0; e < c.numel(); ++e) ix[static_cast<size_t>(e)] = c.getInt(e), neg[static_cast<size_t>(e)] = c.getInt(e) < 0;
+        Value* fixed = g_->addConst(fresh(np, "index"), Tensor::fromInts(DType::i64, c.type.shape, ix));
+        Value* isNeg = g_->addConst(fresh(np, "negative"), Tensor::fromInts(DType::boolean, c.type.shape, neg));
+        Value* at = step(np, "Where", {isNeg, step(np, "Add", {fixed, S.count}), fixed});
+        onnx::NodeProto as = np;
+        as.set_input(1, at->name());
+        return addNodeAsIs(as);
+      }
     }
     if (op == "GatherND" && !p0 && tagOf(1) && attrInt(np, "batch_dims", 0) == 0 && tagOf(1)->axis < rankOf(1) - 1) return finish(tagOf(1)->axis, 1);
     if (op == "GatherElements" && p0 && tagOf(1) && p0->axis == tagOf(1)->axis && normAxis(attrInt(np, "axis", 0), r0) != p0->axis)
@@ -3420,6 +3433,15 @@ class Importer {
           }
         if (whole) return finish(p0->axis, 1);
         if (head) return addNodeAsIs(np);
+        // [-1:] along the rows (the last selected row, kept as an axis of one)
+        bool last = true;
+        for (size_t k = 0; k < axes.size() && k < starts.size() && k < ends.size() && k < steps.size(); ++k)
+          if (normAxis(axes[k], r0) == p0->axis) last = last && starts[k] == -1 && ends[k] >= S.bound && steps[k] == 1 && axes.size() == 1;
+        if (last) {
+          Value* at = reshapeTo(np, step(np, "Sub", {S.count, scalarOf(np, "one", 1.0, DType::i64)}), {1});
+          step(np, "Gather", {operand(np, 0), at}, {{"axis", p0->axis}}, np.output(0));
+          return;
+        }
       }
     }
     if ((op == "Squeeze" || op == "Unsqueeze") && p0) {
@@ -3443,18 +3465,44 @@ class Importer {
       const int64_t R = std::max(r0, static_cast<int64_t>(constIntsOf(np, 1, "shape").size()));
       return finish(p0->axis + R - r0, 1);
     }
-    if ((op == "Reshape" || op == "Flatten") && p0) {  // the rows' axis kept whole, at the same place in memory order
+    if ((op == "Reshape" || op == "Flatten") && p0) {
       const auto& in = operand(np, 0)->type().shape;
       int64_t before = 1;
       for (int64_t d = 0; d < p0->axis; ++d) before *= in[static_cast<size_t>(d)];
-      addNodeAsIs(np);
-      Value* v = g_->lookup(np.output(0));
+      onnx::NodeProto as = np;
+      as.set_output(0, fresh(np, "view"));
+      addNodeAsIs(as);
+      Value* v = g_->lookup(as.output(0));
       int64_t prefix = 1;
+      // The rows' axis kept whole, at the same place in memory order
       for (int64_t d = 0; v && d < v->type().rank(); prefix *= v->type().shape[static_cast<size_t>(d)], ++d)
         if (prefix == before && v->type().shape[static_cast<size_t>(d)] == S.bound) {
-          padded_[v] = {d, *sel};
+          padded_[step(np, "Identity", {v}, {}, np.output(0))] = {d, *sel};
           return;
         }
+      // Or split into [G, rest] (BART's and T5's heads: hidden[eos_mask].view(B, -1, H)): the count
+      // rows, row-major, are G groups of count / G, so group g holds rows g k .. g k + k - 1 (k =
+      // count / G), padded along the new second axis to bound / G with copies of its row 0. Where G
+      // does not divide the count (PyTorch's view raises), the values are NaN.
+      prefix = 1;
+      for (int64_t d = 0; v && op == "Reshape" && d + 1 < v->type().rank(); prefix *= v->type().shape[static_cast<size_t>(d)], ++d) {
+        const int64_t G = v->type().shape[static_cast<size_t>(d)], X = v->type().shape[static_cast<size_t>(d) + 1];
+        if (prefix != before || G < 1 || G * X != S.bound || !isFloat(v->type().dtype)) continue;
+        const DType i64 = DType::i64;
+        Value* g = scalarOf(np, "groups", static_cast<double>(G), i64);
+        Value* k = step(np, "Div", {S.count, g});
+        Value* t = arangeAlong(np, 2, 1, X);  // [1, X]
+        Value* base = step(np, "Mul", {arangeAlong(np, 2, 0, G), k});  // [G, 1]: g k
+        Value* inGroup = step(np, "Less", {t, k});
+        Value* idx = step(np, "Where", {inGroup, step(np, "Add", {base, t}), base});
+        Value* rows = step(np, "Gather", {operand(np, 0), idx}, {{"axis", p0->axis}});
+        const DType ft = v->type().dtype;
+        Value* whole = step(np, "Equal", {step(np, "Mod", {S.count, g}), scalarOf(np, "zero", 0.0, i64)});
+        Value* poison = step(np, "Where", {whole, scalarOf(np, "zero", 0.0, ft), scalarOf(np, "nan", std::nan(""), ft)});
+        selections_.push_back({reshapeTo(np, inGroup, {X}), k, X, S.node + " viewed as " + std::to_string(G) + " groups"});
+        padded_[step(np, "Add", {rows, poison}, {}, np.output(0))] = {d + 1, selections_.size() - 1};
+        return;
+      }
       refusePadded(np, first, "it merges the rows' axis with another");
     }
     if (op == "Concat" && p0) {

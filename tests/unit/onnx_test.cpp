@@ -3247,6 +3247,76 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
   expectImportError(model("two", some, kTwoMasks), {"node 'mixed' (Add)", "another selection's rows"});
 }
 
+// Selected rows viewed as groups (BART's and T5's classification heads: hidden[eos_mask].view(B, -1,
+// H)[:, -1, :]): a Reshape of [count, 3] to [2, -1, 3] splits the rows row-major into two groups of
+// count / 2, and the last (Gather -1, or Slice [-1:]) or first (Gather 0) row of each group is read.
+// Against a reference for two masks (2 + 2 selected, and 3 + 1: groups across the mask's rows, as a
+// view makes them), with the gradient against central differences; 3 selected (no view in
+// PyTorch) gives NaN.
+TEST(OnnxImport, SelectedRowsViewedAsGroups) {
+  TempDir d;
+  const std::vector<double> xv = {0.3, -1.2, 0.8, 1.5, 0.1, -0.4, 0.9, 0.7, -0.6, -1.1, 0.2, 0.5, 1.3, -0.8, 0.4,
+                                  0.6, -0.3, 1.0, -0.9, 0.35, 0.75, 1.1, -0.2, -0.65, 0.05, 0.45, -1.4, 0.85, -0.15, 0.25};
+  const std::vector<double> wt = {0.5, -0.3, 0.2, 0.1, -0.4, 0.6};  // [2, 3]: each group's weights
+  enum Read { kGatherLast, kSliceLast, kGatherFirst };
+  auto model = [&](const std::string& name, const std::vector<double>& mp, Read read) {
+    auto m = newModel(17);
+    auto* g = m.mutable_graph();
+    addDoubleInit(g, "x", {2, 5, 3}, xv);
+    addDoubleInit(g, "mp", {2, 5}, mp);
+    addDoubleInit(g, "zero", {}, {0.0});
+    addNode(g, "Greater", {"mp", "zero"}, {"mask"}, "mask");
+    addNode(g, "NonZero", {"mask"}, {"nz"}, "nz");
+    intsAttr(addNode(g, "Transpose", {"nz"}, {"idx"}, "idx"), "perm", {1, 0});
+    addNode(g, "GatherND", {"x", "idx"}, {"rows"}, "rows");  // [count, 3]
+    addInt64Init(g, "groups", {2, -1, 3});
+    addNode(g, "Reshape", {"rows", "groups"}, {"grouped"}, "grouped");  // [2, count / 2, 3]
+    if (read == kSliceLast) {
+      addInt64Init(g, "s", {-1});
+      addInt64Init(g, "e", {std::numeric_limits<int64_t>::max()});
+      addInt64Init(g, "a", {1});
+      addNode(g, "Slice", {"grouped", "s", "e", "a"}, {"last1"}, "last");  // [2, 1, 3]
+      addInt64Init(g, "sq", {1});
+      addNode(g, "Squeeze", {"last1", "sq"}, {"picked"}, "squeeze");
+    } else {
+      auto* at = addInt64Init(g, "at", {read == kGatherLast ? -1 : 0});
+      at->clear_dims();  // a scalar index: the axis goes
+      intAttr(addNode(g, "Gather", {"grouped", "at"}, {"picked"}, "pick"), "axis", 1);  // [2, 3]
+    }
+    addDoubleInit(g, "wt", {2, 3}, wt);
+    addNode(g, "Mul", {"picked", "wt"}, {"weighted"}, "weighted");
+    addNode(g, "ReduceSum", {"weighted"}, {"loss"}, "sum");
+    intAttr(g->mutable_node(g->node_size() - 1), "keepdims", 0);
+    addOutput(g, "loss");
+    const std::string f = d.file(name + ".onnx");
+    writeModel(f, m);
+    return f;
+  };
+  auto reference = [&](const std::vector<double>& mp, bool last) {
+    std::vector<size_t> sel;
+    for (size_t k = 0; k < mp.size(); ++k)
+      if (mp[k] > 0) sel.push_back(k);
+    const size_t per = sel.size() / 2;
+    double loss = 0;
+    for (size_t grp = 0; grp < 2; ++grp) {
+      const size_t row = sel[grp * per + (last ? per - 1 : 0)];
+      for (size_t c = 0; c < 3; ++c) loss += wt[grp * 3 + c] * xv[row * 3 + c];
+    }
+    return loss;
+  };
+  auto backend = createCpuBackend();
+  const std::vector<double> even = {0.5, -1, 2, -1, -1, -1, 1, -1, 3, -1}, across = {0.5, 1, -1, 2, -1, -1, -1, -1, 3, -1};
+  for (const auto& mp : {even, across})
+    for (const Read read : {kGatherLast, kSliceLast, kGatherFirst}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(read)) + (mp == even ? " two a row" : " across rows"));
+      auto g = importOnnxFile(model("grouped", mp, read));
+      EXPECT_NEAR(evaluate(*g, {}, *backend)[0].getDouble(0), reference(mp, read != kGatherFirst), 1e-12);
+      EXPECT_LT(gradientError(*g), 1e-6);
+    }
+  auto odd = importOnnxFile(model("odd", {0.5, -1, 2, -1, -1, -1, 1, -1, -3, -1}, kGatherLast));
+  EXPECT_TRUE(std::isnan(evaluate(*odd, {}, *backend)[0].getDouble(0)));
+}
+
 // Unique of a value computed at run time (torch.unique; the dynamo exporter's embedding renorm): the
 // distinct values a padded selection, found by comparing every pair; a constant folds. The loss
 // over the distinct rows of a table, the counts and the first indices, against a reference, with

@@ -860,6 +860,22 @@ class MaskedSelection(nn.Module):
         return self.cls(h), self.reg(h).squeeze(-1), labels, x[:, 1].flatten(1)
 
 
+class EosPool(nn.Module):
+    """BART's and T5's sequence-classification heads: each sequence's hidden state at its last <eos>
+    token, written hidden[eos_mask].view(B, -1, H)[:, -1, :] (transformers checks that every
+    sequence holds as many <eos> tokens). Here three per sequence, at data-dependent places."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 16)
+        self.mix = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 10)
+    def forward(self, x):
+        h = torch.tanh(self.mix(F.gelu(self.inp(x.flatten(2).transpose(1, 2)))))  # [2, 64, 16]
+        score = x[:, 0].flatten(1)
+        eos = score >= score.topk(3, dim=1).values[:, -1:]  # the three largest of each row
+        return self.out(h[eos, :].view(h.size(0), -1, h.size(-1))[:, -1, :])
+
+
 class MoeLoop(nn.Module):
     """A top-2 mixture of experts as hand-written routers loop over experts: torch.where(top == e)
     picks each expert's tokens (NonZero), which it runs and index_add_s back, weighted."""
@@ -1125,6 +1141,7 @@ MODELS = {
     "masked_selection": (MaskedSelection, 8, masked_losses),
     "masked_regression": (MaskedSelection, 8, masked_regression),
     "moe_loop": (MoeLoop, 8),
+    "eos_pool": (EosPool, 8),  # stop 58: selected rows viewed as [B, -1, H], then each group's last
     "prototypes": (Prototypes, 8, lambda o, t: F.cross_entropy(o[0], o[1])),
     "complex_rotary": (ComplexRotary, 8),
     "spectral_norm": (lambda: Reparametrized(True), 8),
