@@ -3486,8 +3486,12 @@ class Importer {
       // does not divide the count (PyTorch's view raises), the values are NaN.
       prefix = 1;
       for (int64_t d = 0; v && op == "Reshape" && d + 1 < v->type().rank(); prefix *= v->type().shape[static_cast<size_t>(d)], ++d) {
-        const int64_t G = v->type().shape[static_cast<size_t>(d)], X = v->type().shape[static_cast<size_t>(d) + 1];
-        if (prefix != before || G < 1 || G * X != S.bound || !isFloat(v->type().dtype)) continue;
+        const auto& os = v->type().shape;
+        const int64_t G = os[static_cast<size_t>(d)], X = os[static_cast<size_t>(d) + 1];
+        // (the other dims as they were: the gather below leaves them)
+        const bool others = d == p0->axis && std::equal(os.begin(), os.begin() + d, in.begin()) &&
+                            std::equal(os.begin() + d + 2, os.end(), in.begin() + d + 1, in.end());
+        if (prefix != before || !others || G < 1 || G * X != S.bound || !isFloat(v->type().dtype)) continue;
         const DType i64 = DType::i64;
         Value* g = scalarOf(np, "groups", static_cast<double>(G), i64);
         Value* k = step(np, "Div", {S.count, g});
