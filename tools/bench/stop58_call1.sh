@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop 58's first GPU call: cuDNN's fused SDPA with dropout from a mask ampc fills from its own
+# Stop 58's first GPU call (run at c48ac40, with the experiment in the tree; it was taken out after:
+# results/2026-12-06d-h100/cudnn_dropout_mask.patch): cuDNN's fused SDPA with dropout from a mask ampc fills from its own
 # Philox stream (SdpaDesc::dropoutRatio, attentionDropoutMask). The GpuAttention tests (the new
 # CudnnDropoutMatchesTheCpu among them), then issue 22's GPT-2 shape with each implementation and
 # PyTorch's SDPA in the same call, and the Llama shape.
