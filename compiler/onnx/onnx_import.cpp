@@ -3286,6 +3286,15 @@ class Importer {
     return r;
   }
 
+  // v where `ok` (broadcast to v), NaN elsewhere, as `out`: a value PyTorch raises on rather than
+  // computes (an index past the selected rows), not silently a padding row. Integers pass as they are.
+  Value* nanWhereNot(const onnx::NodeProto& np, Value* v, Value* ok, const std::string& out) {
+    const DType t = v->type().dtype;
+    if (!isFloat(t)) return step(np, "Identity", {v}, {}, out);
+    Value* poison = step(np, "Where", {ok, scalarOf(np, "zero", 0.0, t), scalarOf(np, "nan", std::nan(""), t)});
+    return step(np, "Add", {v, poison}, {}, out);
+  }
+
   std::optional<std::vector<int64_t>> axesOf(const onnx::NodeProto& np, int input) {
     if (np.input_size() > input && !np.input(input).empty()) return constIntsOf(np, input, "axes");
     return attrInts(np, "axes");
@@ -3396,7 +3405,8 @@ class Importer {
       if (p0 && !tagOf(1) && p0->axis != axis) return finish(p0->axis < axis ? p0->axis : p0->axis + ri - 1, 1);
       if (!p0 && tagOf(1)) return finish(axis + tagOf(1)->axis, 1);
       // Constant indices along the rows: i counts from the first selected row, -i from the count
-      // (x[:, -1], the last selected row); past the selected rows PyTorch raises.
+      // (x[:, -1], the last selected row). Past the selected rows PyTorch raises; here the values
+      // are NaN (floats).
       if (p0 && !tagOf(1) && p0->axis == axis && operand(np, 1)->constData()) {
         const Tensor& c = *operand(np, 1)->constData();
         std::vector<int64_t> ix(static_cast<size_t>(c.numel())), neg(ix.size());
@@ -3404,9 +3414,15 @@ class Importer {
         Value* fixed = g_->addConst(fresh(np, "index"), Tensor::fromInts(DType::i64, c.type.shape, ix));
         Value* isNeg = g_->addConst(fresh(np, "negative"), Tensor::fromInts(DType::boolean, c.type.shape, neg));
         Value* at = step(np, "Where", {isNeg, step(np, "Add", {fixed, S.count}), fixed});
+        std::vector<int64_t> along(static_cast<size_t>(r0 - 1 + c.type.rank()), 1);  // the index's dims in the result
+        std::copy(c.type.shape.begin(), c.type.shape.end(), along.begin() + axis);
+        Value* real = step(np, "And", {step(np, "GreaterOrEqual", {at, scalarOf(np, "zero", 0.0, DType::i64)}), step(np, "Less", {at, S.count})});
         onnx::NodeProto as = np;
         as.set_input(1, at->name());
-        return addNodeAsIs(as);
+        as.set_output(0, fresh(np, "picked"));
+        addNodeAsIs(as);
+        nanWhereNot(np, g_->lookup(as.output(0)), reshapeTo(np, real, along), np.output(0));
+        return;
       }
     }
     if (op == "GatherND" && !p0 && tagOf(1) && attrInt(np, "batch_dims", 0) == 0 && tagOf(1)->axis < rankOf(1) - 1) return finish(tagOf(1)->axis, 1);
@@ -3437,9 +3453,10 @@ class Importer {
         bool last = true;
         for (size_t k = 0; k < axes.size() && k < starts.size() && k < ends.size() && k < steps.size(); ++k)
           if (normAxis(axes[k], r0) == p0->axis) last = last && starts[k] == -1 && ends[k] >= S.bound && steps[k] == 1 && axes.size() == 1;
-        if (last) {
+        if (last) {  // (of no selected row PyTorch's slice is empty; here NaN, for floats)
           Value* at = reshapeTo(np, step(np, "Sub", {S.count, scalarOf(np, "one", 1.0, DType::i64)}), {1});
-          step(np, "Gather", {operand(np, 0), at}, {{"axis", p0->axis}}, np.output(0));
+          Value* picked = step(np, "Gather", {operand(np, 0), at}, {{"axis", p0->axis}});
+          nanWhereNot(np, picked, step(np, "Greater", {S.count, scalarOf(np, "zero", 0.0, DType::i64)}), np.output(0));
           return;
         }
       }
@@ -3500,11 +3517,9 @@ class Importer {
         Value* inGroup = step(np, "Less", {t, k});
         Value* idx = step(np, "Where", {inGroup, step(np, "Add", {base, t}), base});
         Value* rows = step(np, "Gather", {operand(np, 0), idx}, {{"axis", p0->axis}});
-        const DType ft = v->type().dtype;
         Value* whole = step(np, "Equal", {step(np, "Mod", {S.count, g}), scalarOf(np, "zero", 0.0, i64)});
-        Value* poison = step(np, "Where", {whole, scalarOf(np, "zero", 0.0, ft), scalarOf(np, "nan", std::nan(""), ft)});
         selections_.push_back({reshapeTo(np, inGroup, {X}), k, X, S.node + " viewed as " + std::to_string(G) + " groups"});
-        padded_[step(np, "Add", {rows, poison}, {}, np.output(0))] = {d + 1, selections_.size() - 1};
+        padded_[nanWhereNot(np, rows, whole, np.output(0))] = {d + 1, selections_.size() - 1};
         return;
       }
       refusePadded(np, first, "it merges the rows' axis with another");

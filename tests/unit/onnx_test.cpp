@@ -3252,7 +3252,7 @@ TEST(OnnxImport, RowsSelectedAtRunTimeArePaddedToTheirBound) {
 // count / 2, and the last (Gather -1, or Slice [-1:]) or first (Gather 0) row of each group is read.
 // Against a reference for two masks (2 + 2 selected, and 3 + 1: groups across the mask's rows, as a
 // view makes them), with the gradient against central differences; 3 selected (no view in
-// PyTorch) gives NaN.
+// PyTorch) and none (no last row) give NaN.
 TEST(OnnxImport, SelectedRowsViewedAsGroups) {
   TempDir d;
   const std::vector<double> xv = {0.3, -1.2, 0.8, 1.5, 0.1, -0.4, 0.9, 0.7, -0.6, -1.1, 0.2, 0.5, 1.3, -0.8, 0.4,
@@ -3315,6 +3315,12 @@ TEST(OnnxImport, SelectedRowsViewedAsGroups) {
     }
   auto odd = importOnnxFile(model("odd", {0.5, -1, 2, -1, -1, -1, 1, -1, -3, -1}, kGatherLast));
   EXPECT_TRUE(std::isnan(evaluate(*odd, {}, *backend)[0].getDouble(0)));
+  // No row selected: [:, -1] raises in PyTorch, and [:, -1:] is empty (its squeeze and product
+  // raise too); not a padding row.
+  for (const Read read : {kGatherLast, kSliceLast, kGatherFirst}) {
+    auto none = importOnnxFile(model("none", std::vector<double>(10, -1.0), read));
+    EXPECT_TRUE(std::isnan(evaluate(*none, {}, *backend)[0].getDouble(0))) << static_cast<int>(read);
+  }
 }
 
 // Unique of a value computed at run time (torch.unique; the dynamo exporter's embedding renorm): the
