@@ -751,8 +751,6 @@ __device__ __forceinline__ int64_t keepTile(const AttentionArgs& a, int64_t n, i
   return ((n * nq + qt) * nk + kt) * 128;
 }
 
-template <typename T, int DK>
-size_t fwdSmemMma() { return 3 * (kKBuf<DK> + kRowBuf<DK>) * sizeof(T); }
 // The backward's cp.async stages of Q and dO (with their rows' L and D and keep bits). At head tile
 // 128, two stages, and dS^T written over the dO tile just used: 105 KB, so that two blocks share an
 // SM (three stages and a dS^T of its own took 152 KB, one block of four warps per SM).
@@ -784,90 +782,150 @@ __device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
   }
 }
 
-// One key tile of the one-pass forward on a warp's 16 x 64 scores in m16n8 C layout (rows g and g + 8
-// of its 16, lane (g, tq)): scale and mask (flag: the tile's TileFlags entry), the online softmax
-// (m, l; O rescaled), then dropout, its keep bits into *keep (null: not recorded). The tile's
-// rows are rowI, its first key j0.
-template <int DK>
-__device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8][4], float (&m)[2], float (&l)[2], const AttentionArgs& a,
-                                            int64_t n, int64_t mb, const int64_t (&rowI)[2], int64_t j0, uint8_t flag, int tq,
-                                            uint64_t step, uint32_t* keep) {
-  const bool readMask = flag == 0;
+// One key tile of the one-pass forward on a warp's MT m-tiles of 16 x 64 scores in m16n8 C layout
+// (rows g and g + 8 of each 16, lane (g, tq)): scale and mask (flag: each m-tile's TileFlags entry;
+// 1, a dead tile, gives every score -inf), the online softmax (m, l; O rescaled), then dropout,
+// its keep bits into *keep[mt] (null: not recorded). The m-tiles' rows are rowI, the tile's first
+// key j0. Each phase runs over every m-tile before the next, so that their chains (shuffles, MUFU,
+// Philox rounds) interleave. Dropped probabilities become 0; the kept ones are not scaled by
+// 1 / (1 - ratio) here: storeRows scales O once (the CPU reference rounds p / (1 - ratio) to the
+// storage type; this rounds p, within the same rounding).
+template <int DK, int MT>
+__device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT][DK / 8][4], float (&m)[MT][2], float (&l)[MT][2],
+                                             const AttentionArgs& a, const PhiloxKeys& pk, int64_t n, int64_t mb,
+                                             const int64_t (&rowI)[MT][2], int64_t j0, const uint8_t (&flag)[MT], int tq, uint64_t step,
+                                             uint32_t* const (&keep)[MT]) {
   const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
+  // Every score of the warp's rows lives and is s scale (no mask, no causal edge, a whole key tile,
+  // every row in): the max over the raw products, then p = 2^(s scale log2(e) - m log2(e)), one
+  // FFMA and the MUFU an element. Warp-uniform (the max's shuffles run in every lane).
+  bool plainTiles = jRem == kTile && a.scale > 0.0f;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = rowI[r];
-    const bool rowIn = i < a.Tq;
-    // a causal tile: keys above jLast are masked (only when flag is 3)
-    const int jLast = flag == 3 ? static_cast<int>(i - j0) : kTile;
-    float mx = -INFINITY;
-    if (readMask) {  // the mask's loads stay under the bounds
+  for (int mt = 0; mt < MT; ++mt) plainTiles = plainTiles && flag[mt] == 2;
+  const bool plain = plainTiles && __all_sync(0xffffffffu, rowI[MT - 1][1] < a.Tq);
+  float mx[MT][2];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int jl = nt * 8 + 2 * tq + c;
-          float v = -INFINITY;
-          if (rowIn && jl < jRem && jl <= jLast) v = s[nt][2 * r + c] * a.scale + maskAt(a, mb, i, j0 + jl);
-          s[nt][2 * r + c] = v;
-          mx = fmaxf(mx, v);
+    for (int r = 0; r < 2; ++r) {
+      float (&sm)[8][4] = s[mt];
+      float x = -INFINITY;
+      if (plain) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) x = fmaxf(x, fmaxf(sm[nt][2 * r], sm[nt][2 * r + 1]));
+      } else {
+        const int64_t i = rowI[mt][r];
+        const bool rowIn = i < a.Tq;
+        // keys above jLast are masked: a causal tile's above the diagonal (flag 3), a dead tile's all
+        const int jLast = flag[mt] == 3 ? static_cast<int>(i - j0) : flag[mt] == 1 ? -1 : kTile;
+        if (flag[mt] == 0) {  // the mask's loads stay under the bounds
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int jl = nt * 8 + 2 * tq + c;
+              float v = -INFINITY;
+              if (rowIn && jl < jRem && jl <= jLast) v = sm[nt][2 * r + c] * a.scale + maskAt(a, mb, i, j0 + jl);
+              sm[nt][2 * r + c] = v;
+              x = fmaxf(x, v);
+            }
+        } else {  // selects, no branch per element
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int jl = nt * 8 + 2 * tq + c;
+              const float v = rowIn && jl < jRem && jl <= jLast ? sm[nt][2 * r + c] * a.scale : -INFINITY;
+              sm[nt][2 * r + c] = v;
+              x = fmaxf(x, v);
+            }
         }
-    } else {  // selects, no branch per element
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int jl = nt * 8 + 2 * tq + c;
-          const float v = rowIn && jl < jRem && jl <= jLast ? s[nt][2 * r + c] * a.scale : -INFINITY;
-          s[nt][2 * r + c] = v;
-          mx = fmaxf(mx, v);
-        }
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mn = fmaxf(m[r], mx), base = mn == -INFINITY ? 0.0f : mn;
-    const float alpha = __expf(m[r] - base);  // 0 while the row had no score
-    float sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float p = __expf(s[nt][2 * r + c] - base);
-        sum += p;
-        s[nt][2 * r + c] = p;
       }
-    l[r] = l[r] * alpha + sum;
-    m[r] = mn;
+      mx[mt][r] = x;
+    }
 #pragma unroll
-    for (int nt = 0; nt < DK / 8; ++nt) o[nt][2 * r] *= alpha, o[nt][2 * r + 1] *= alpha;
-  }
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mx[mt][r] = fmaxf(mx[mt][r], __shfl_xor_sync(0xffffffffu, mx[mt][r], 1));
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mx[mt][r] = fmaxf(mx[mt][r], __shfl_xor_sync(0xffffffffu, mx[mt][r], 2));
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float (&sm)[8][4] = s[mt];
+      const float mn = fmaxf(m[mt][r], plain ? mx[mt][r] * a.scale : mx[mt][r]), base = mn == -INFINITY ? 0.0f : mn;
+      const float alpha = __expf(m[mt][r] - base);  // 0 while the row had no score
+      float sum = 0.0f;
+      if (plain) {
+        const float sl2 = a.scale * kLog2e, bl2 = base * kLog2e;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = fastExp2(fmaf(sm[nt][2 * r + c], sl2, -bl2));
+            sum += p;
+            sm[nt][2 * r + c] = p;
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = __expf(sm[nt][2 * r + c] - base);
+            sum += p;
+            sm[nt][2 * r + c] = p;
+          }
+      }
+      l[mt][r] = l[mt][r] * alpha + sum;
+      m[mt][r] = mn;
+#pragma unroll
+      for (int nt = 0; nt < DK / 8; ++nt) o[mt][nt][2 * r] *= alpha, o[mt][nt][2 * r + 1] *= alpha;
+    }
   if (a.ratio > 0.0f) {
     // Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
     // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
-    // transposes each set of four blocks, so that every lane holds its own word of all sixteen.
-    const float sc = 1.0f / (1.0f - a.ratio);
+    // transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
+    // m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
     const uint32_t thr = dropoutThreshold(a.ratio);
-    uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
+    for (int mt = 0; mt < MT; ++mt) {
+      uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t w[4];
-        streamBlock(a.seed, step, a.key, blk0 + 4 * h + tq, w);
-        quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
+      for (int r = 0; r < 2; ++r) {
+        const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[mt][r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int nt = 4 * h + k;
-          const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
-          s[nt][2 * r] *= k0 ? sc : 0.0f;
-          s[nt][2 * r + 1] *= k1 ? sc : 0.0f;
-          kb |= static_cast<uint32_t>(k0) << (nt * 4 + r * 2) | static_cast<uint32_t>(k1) << (nt * 4 + r * 2 + 1);
+        for (int h = 0; h < 2; ++h) {
+          uint32_t w[4];
+          streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
+          quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int nt = 4 * h + k;
+            const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
+            if (!k0) s[mt][nt][2 * r] = 0.0f;
+            if (!k1) s[mt][nt][2 * r + 1] = 0.0f;
+            if (k0) kb |= 1u << (nt * 4 + r * 2);
+            if (k1) kb |= 1u << (nt * 4 + r * 2 + 1);
+          }
         }
       }
+      if (keep[mt]) *keep[mt] = kb;
     }
-    if (keep) *keep = kb;
   }
+}
+// One m-tile (the mma.sync forward at head tile 128, the wgmma forward).
+template <int DK>
+__device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8][4], float (&m)[2], float (&l)[2], const AttentionArgs& a,
+                                            const PhiloxKeys& pk, int64_t n, int64_t mb, const int64_t (&rowI)[2], int64_t j0,
+                                            uint8_t flag, int tq, uint64_t step, uint32_t* keep) {
+  const uint8_t f[1] = {flag};
+  uint32_t* const kp[1] = {keep};
+  softmaxTiles<DK, 1>(reinterpret_cast<float(&)[1][8][4]>(s), reinterpret_cast<float(&)[1][DK / 8][4]>(o),
+                      reinterpret_cast<float(&)[1][2]>(m), reinterpret_cast<float(&)[1][2]>(l), a, pk, n, mb,
+                      reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0, f, tq, step, kp);
 }
 
 // The forward's end: each row's log-sum-exp, and O = acc / l.
@@ -886,7 +944,7 @@ __device__ __forceinline__ void storeRows(const float (&o)[DK / 8][4], const flo
     // 1 / l, written as the backward (and the CPU reference) normalise, exp(s - lse): where lse
     // absorbs log(l) (a row masked everywhere by -3.4e38) both then take every p as 1. An empty
     // row under zero_empty_rows: exp(-inf - inf) = 0.
-    const float inv = expf(m[r] - L);
+    const float inv = expf(m[r] - L) * (a.ratio > 0.0f ? 1.0f / (1.0f - a.ratio) : 1.0f);  // and dropout's 1 / (1 - ratio)
 #pragma unroll
     for (int nt = 0; nt < DK / 8; ++nt) {
       const int d = nt * 8 + 2 * tq;
@@ -896,28 +954,52 @@ __device__ __forceinline__ void storeRows(const float (&o)[DK / 8][4], const flo
   }
 }
 
-// Grid (N, query tiles). DK: the head tile (64 or 128); KR: K as rows [j][d] (else KT [d][j]).
-template <typename T, bool KR, int DK>
-__global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                                             const uint8_t* flags, AttentionArgs a) {
+// The one-pass forward. Grid (N, query tiles of MT x 64). DK: the head tile (64 or 128); KR: K as
+// rows [j][d] (else KT [d][j]); MT: m-tiles a warp. A block holds MT x 64 queries, query tiles MT qb
+// .. MT qb + MT - 1 of the 64-query grid (whose flags and keep bits it reads and writes), warp w
+// rows 16 w .. 16 w + 15 of each. One m-tile runs (three blocks a SM at head tile 64, two at 128);
+// two (FlashAttention-2's shape at head dim 64: each K and V fragment read from shared memory feeds
+// both m-tiles, and their softmax chains interleave) are built for comparison (forwardMma) and ran
+// slower with dropout. A key tile dead for some m-tiles only (a causal diagonal) is computed for
+// all, the dead ones masked to -inf.
+template <typename T, int DK, int MT>
+size_t fwdSmemMma() {  // K and V in three stages; Q over K's third stage at one m-tile, else its own
+  return (3 * (kKBuf<DK> + kRowBuf<DK>) + (MT > 1 ? MT * kRowBuf<DK> : 0)) * sizeof(T);
+}
+template <typename T, bool KR, int DK, int MT>
+__global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O,
+                                                                                      float* lse, const uint8_t* flags, AttentionArgs a,
+                                                                                      PhiloxKeys pk) {
   constexpr int pD = kPD<DK>, pK = KR ? pD : kP, kb = kKBuf<DK>, rb = kRowBuf<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);  // 3 x [d][j] (or [j][d])
-  T* Vs = Ks + 3 * kb;                  // 3 x [j][d]
-  T* Qs = Ks + 2 * kb;                  // [i][d]: K's third buffer, free until the loop's first prefetch
-  __shared__ uint8_t flagsS[kFlagsSmem];
-  // Grid (N, query tiles), the last query tiles first over every head: under a causal mask they
-  // have the most key tiles, so the long blocks all start early and the grid ends on short ones.
-  const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+  T* Ks = reinterpret_cast<T*>(smem);               // 3 x [d][j] (or [j][d])
+  T* Vs = Ks + 3 * kb;                               // 3 x [j][d]
+  T* Qs = MT == 1 ? Ks + 2 * kb : Vs + 3 * rb;       // MT x [i][d] (one: K's third buffer, free until the loop's first prefetch)
+  __shared__ uint8_t flagsS[MT][kFlagsSmem];
+  // The last query tiles first over every head: under a causal mask they have the most key tiles,
+  // so the long blocks all start early and the grid ends on short ones.
+  const int qb = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
             tq = lane & 3;
-  const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;
+  const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qb) * MT * kTile;
   const int64_t mb = maskSlice(a, n);
-  const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const uint64_t step = a.step ? *a.step : 0;
-  const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
+  int qt[MT];
+  TileFlags tf[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    qt[mt] = MT * qb + mt;
+    tf[mt] = qt[mt] < nq ? stageFlags(flags, a, n, true, qt[mt], flagsS[mt]) : TileFlags{};
+  }
   __syncthreads();
+  auto flag = [&](int mt, int kt) -> uint8_t { return qt[mt] < nq ? tf[mt][kt] : 1; };  // an m-tile past the rows: dead
   auto live = [&](int kt) {
-    while (kt < nk && tf[kt] == 1) ++kt;
+    for (; kt < nk; ++kt) {
+      bool dead = true;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) dead = dead && flag(mt, kt) == 1;
+      if (!dead) break;
+    }
     return kt;
   };
   const T* Kn = KT + sliceAt(a.k, n);
@@ -929,7 +1011,10 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
     loadTileAsync<kTile, DK>(Vs + buf * rb, pD, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   };
   // Three stages: tiles kt and k1 are in flight while kt is computed, k2 is issued.
-  loadTileAsync<kTile, DK>(Qs, pD, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
+  const T* Qn = Q + sliceAt(a.q, n);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    loadTileAsync<kTile, DK>(Qs + mt * rb, pD, Qn + (i0 + mt * kTile) * a.q.sRow, a.q.sRow, a.Tq - i0 - mt * kTile, a.D);
   cpAsyncCommit();
   int kt = live(0);
   int k1 = kt < nk ? live(kt + 1) : nk;
@@ -939,13 +1024,19 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
   cpAsyncCommit();
   cpAsyncWait<2>();
   __syncthreads();
-  uint32_t qf[DK / 16][4];
+  uint32_t qf[MT][DK / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, pD, warp * 16, ks * 16));
-  __syncthreads();  // Q's bytes take the third K tile next
-  float o[DK / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int64_t rowI[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[mt][ks], aRowMajor(Qs + mt * rb, pD, warp * 16, ks * 16));
+  if constexpr (MT == 1) __syncthreads();  // Q's bytes take the third K tile next
+  float o[MT][DK / 8][4] = {};
+  float m[MT][2], l[MT][2];
+  int64_t rowI[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) m[mt][r] = -INFINITY, l[mt][r] = 0.0f, rowI[mt][r] = i0 + mt * kTile + warp * 16 + g + 8 * r;
   for (int buf = 0; kt < nk; buf = buf == 2 ? 0 : buf + 1) {
     const int k2 = k1 < nk ? live(k1 + 1) : nk;
     if (k2 < nk) loadKV(k2, buf == 0 ? 2 : buf - 1);  // the buffer computed last iteration
@@ -954,7 +1045,7 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
     __syncthreads();
     const T* Kb = Ks + buf * kb;
     const T* Vb = Vs + buf * rb;
-    float s[8][4] = {};
+    float s[MT][8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks)
 #pragma unroll
@@ -962,29 +1053,43 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdMmaKernel(c
         uint32_t b[4];
         if constexpr (KR) ldsm4(b, bNK(Kb, pK, ks * 16, np * 16));
         else ldsm4t(b, bKN(Kb, pK, ks * 16, np * 16));
-        mma16816<T>(s[2 * np], qf[ks], b[0], b[1]);
-        mma16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(s[mt][2 * np], qf[mt][ks], b[0], b[1]);
+          mma16816<T>(s[mt][2 * np + 1], qf[mt][ks], b[2], b[3]);
+        }
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step,
-                    a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
+    uint8_t f[MT];
+    uint32_t* kp[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      f[mt] = flag(mt, kt);
+      kp[mt] = a.keep && f[mt] != 1 ? a.keep + keepTile(a, n, qt[mt], kt) + warp * 32 + lane : nullptr;
+    }
+    softmaxTiles<DK, MT>(s, o, m, l, a, pk, n, mb, rowI, j0, f, tq, step, kp);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[4];
-      cToA<T>(pa, s, kk);
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) cToA<T>(pa[mt], s[mt], kk);
 #pragma unroll
       for (int np = 0; np < DK / 16; ++np) {
         uint32_t b[4];
         ldsm4t(b, bKN(Vb, pD, kk * 16, np * 16));
-        mma16816<T>(o[2 * np], pa, b[0], b[1]);
-        mma16816<T>(o[2 * np + 1], pa, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * np], pa[mt], b[0], b[1]);
+          mma16816<T>(o[mt][2 * np + 1], pa[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // this buffer is refilled next iteration
     kt = k1;
     k1 = k2;
   }
-  storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, tq);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) storeRows<T, DK>(o[mt], m[mt], l[mt], a, O, lse, n, rowI[mt], tq);
 }
 
 #if AMPC_WGMMA
@@ -999,7 +1104,7 @@ size_t fwdSmemWg() { return 3 * 2 * DK * kTile * sizeof(T) + 1024; }  // + 1024:
 
 template <typename T, bool KR, int DK>
 __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                               const uint8_t* flags, AttentionArgs a) {
+                                                               const uint8_t* flags, AttentionArgs a, PhiloxKeys pk) {
   constexpr int tile = DK * kTile;  // elements of a K or a V tile
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
@@ -1062,7 +1167,7 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     wg::pin(s);
     wg::pinA(qf);
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    softmaxTile<DK>(s, o, m, l, a, n, mb, rowI, j0, tf[kt], tq, step,
+    softmaxTile<DK>(s, o, m, l, a, pk, n, mb, rowI, j0, tf[kt], tq, step,
                     a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
     uint32_t pa[4][4];
 #pragma unroll
@@ -1420,6 +1525,17 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 // The head tile of the mma.sync kernels: 64 where both head dims fit it, else 128.
 int headTile(const AttentionArgs& a) { return a.D <= 64 && a.Dv <= 64 ? 64 : 128; }
 
+// The mma.sync forward with MT m-tiles a warp, K as rows or as KT.
+template <typename T, int DK, int MT>
+cudaError_t forwardMmaLaunch(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
+  static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T, false, DK, MT>, fwdSmemMma<T, DK, MT>());
+  static const cudaError_t rattr = smemAttributes(attnFwdMmaKernel<T, true, DK, MT>, fwdSmemMma<T, DK, MT>());
+  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
+  const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, MT * kTile)));
+  (a.kRows ? attnFwdMmaKernel<T, true, DK, MT> : attnFwdMmaKernel<T, false, DK, MT>)<<<grid, kThreads, fwdSmemMma<T, DK, MT>(), st>>>(
+      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
+  return cudaGetLastError();
+}
 // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
@@ -1435,18 +1551,18 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
       if (wattr != cudaSuccess || wrattr != cudaSuccess) return wattr != cudaSuccess ? wattr : wrattr;
       const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
       (a.kRows ? attnFwdWgKernel<T, true, DK> : attnFwdWgKernel<T, false, DK>)<<<grid, kThreads, fwdSmemWg<T, DK>(), st>>>(
-          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
+          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
       return cudaGetLastError();
     }
   }
 #endif
-  static const cudaError_t mattr = smemAttributes(attnFwdMmaKernel<T, false, DK>, fwdSmemMma<T, DK>());
-  static const cudaError_t rattr = smemAttributes(attnFwdMmaKernel<T, true, DK>, fwdSmemMma<T, DK>());
-  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
-  const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
-  (a.kRows ? attnFwdMmaKernel<T, true, DK> : attnFwdMmaKernel<T, false, DK>)<<<grid, kThreads, fwdSmemMma<T, DK>(), st>>>(
-      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
-  return cudaGetLastError();
+  // AMPC_ATTENTION_FWD_MT2=1: two m-tiles a warp at head tile 64, to compare (attn_bench). It passes
+  // GpuAttention but ran the GPT-2 shape's causal forward with dropout slower than one m-tile at
+  // three blocks a SM (0.181 against 0.160 ms, H100, stop 59: tools/bench/NOTES.md).
+  if constexpr (DK == 64) {
+    if (const char* e = std::getenv("AMPC_ATTENTION_FWD_MT2"); e && e[0] == '1') return forwardMmaLaunch<T, DK, 2>(Q, KT, V, O, lse, a, st);
+  }
+  return forwardMmaLaunch<T, DK, 1>(Q, KT, V, O, lse, a, st);
 }
 // The backward's four instances at head tile DK (K as rows, trained mask), their shared-memory
 // attributes set once.

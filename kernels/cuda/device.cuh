@@ -131,6 +131,32 @@ __device__ __forceinline__ void philox(uint32_t c[4], uint32_t k0, uint32_t k1) 
     k1 += 0xBB67AE85u;
   }
 }
+// Philox's round keys for one seed, (k0 + r 0x9E3779B9, k1 + r 0xBB67AE85) for rounds r = 0..9: made
+// once on the host and passed as a kernel parameter, so that each round's key is a constant-bank
+// operand of its XOR instead of two adds a round (the attention forward draws four blocks a tile).
+struct PhiloxKeys {
+  uint32_t k[10][2];
+};
+inline PhiloxKeys philoxKeys(uint64_t seed) {
+  PhiloxKeys p{};
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) p.k[r][0] = k0, p.k[r][1] = k1;
+  return p;
+}
+// streamBlock (below) with the round keys given.
+__device__ __forceinline__ void streamBlockKeyed(const PhiloxKeys& K, uint64_t step, uint32_t key, uint64_t b, uint32_t c[4]) {
+  c[0] = static_cast<uint32_t>(b), c[1] = static_cast<uint32_t>(b >> 32), c[2] = static_cast<uint32_t>(step), c[3] = key;
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+    const uint32_t n0 = hi1 ^ c[1] ^ K.k[r][0], n2 = hi0 ^ c[3] ^ K.k[r][1];
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+  }
+}
 // The stream (seed, step, node key)'s Philox block b: kernels/cpu's streamBlock.
 __device__ __forceinline__ void streamBlock(uint64_t seed, uint64_t step, uint32_t key, uint64_t b, uint32_t w[4]) {
   w[0] = static_cast<uint32_t>(b), w[1] = static_cast<uint32_t>(b >> 32), w[2] = static_cast<uint32_t>(step), w[3] = key;

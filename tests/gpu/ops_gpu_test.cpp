@@ -579,6 +579,9 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_odd_keys_random_mask", {1, 2}, 77, 61, 32, 32, "random", 0.0},
       {"wmma_tk_mult4_causal_dropout", {1, 2}, 90, 132, 64, 48, "causal", 0.15},
       {"mma_tk_mult8_causal_dropout", {1, 2}, 90, 136, 64, 48, "causal", 0.15},
+      // Head tile 64 runs two query tiles a block: an odd count of them (the last block's second
+      // m-tile has no rows), and a key tile dead for one m-tile only (the causal diagonal).
+      {"mma_odd_query_tiles_causal_dropout", {2, 2}, 136, 136, 64, 64, "causal", 0.1},
       // Transformers' masks (zero_empty_rows): per batch, broadcast over heads, with -inf entries
       // and one query row masked everywhere (O = 0 there); a padding row [B, 1, 1, Tk].
       {"mma_per_batch_mask_empty_row", {2, 3}, 100, 136, 64, 64, "per_batch", 0.1},

@@ -2,7 +2,7 @@
 // ampc.AttentionGrad, kernels/cuda/attention.cu) at one size, with and without their mask and
 // dropout, to see what each costs. Runs on the GPU machine (staged by tools/bench/stage_gpu.sh):
 //   attn_bench [--bh 96] [--seq 1024] [--dim 64] [--dtype bf16] [--reps 10] [--layout contiguous|gpt2|gqa] [--kv-heads N]
-//              [--attention auto|kernels|cudnn]
+//              [--attention auto|kernels|cudnn] [--mask all|none|causal] [--dropout all|0|0.1]
 // --layout gpt2 (with --heads, default 12; bh = batch x heads): the operands as GPT-2 exports them,
 // split from one [B, T, 3 H D] projection and transposed to heads, O transposed back and the
 // gradients concatenated; the CUDA backend reads and writes them in place (runtime/folds.h), so
@@ -10,6 +10,7 @@
 // attention, --kv-heads K/V heads (default --heads / 4) repeated to --heads as Hugging Face's
 // repeat_kv exports them, read in place. --attention: ampc's kernels, cuDNN's fused SDPA
 // (runtime/cuda/cudnn_sdpa.h; no dropout, the causal mask a constant), or the faster (auto).
+// --mask and --dropout keep one variant of each (for a profiler's launch count).
 // For each variant (no mask / causal mask, dropout 0 / 0.1) it prints the median forward and
 // backward milliseconds over --reps runs (events around each node, after 0.3 s of warm-up runs) and
 // the TFLOP/s they reach, counting the causal half of the scores only where the mask is causal.
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   int64_t bh = 96, seq = 1024, dim = 64, heads = 12;
   int reps = 10;
   int64_t kvHeads = 0;  // --layout gqa: K/V heads (default --heads / 4)
-  std::string dtype = "bf16", layout = "contiguous", attention = "auto";
+  std::string dtype = "bf16", layout = "contiguous", attention = "auto", maskOnly = "all", dropoutOnly = "all";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--bh") bh = std::stoll(v);
@@ -44,6 +45,8 @@ int main(int argc, char** argv) {
     else if (k == "--layout") layout = v;
     else if (k == "--kv-heads") kvHeads = std::stoll(v);
     else if (k == "--attention") attention = v;
+    else if (k == "--mask") maskOnly = v;
+    else if (k == "--dropout") dropoutOnly = v;
     else {
       std::fprintf(stderr, "attn_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -51,10 +54,11 @@ int main(int argc, char** argv) {
   }
   if (kvHeads == 0) kvHeads = std::max<int64_t>(heads / 4, 1);
   if ((layout != "contiguous" && layout != "gpt2" && layout != "gqa") || heads < 1 || bh % heads != 0 || kvHeads < 1 || heads % kvHeads != 0 ||
-      (attention != "auto" && attention != "kernels" && attention != "cudnn")) {
+      (attention != "auto" && attention != "kernels" && attention != "cudnn") || (maskOnly != "all" && maskOnly != "none" && maskOnly != "causal") ||
+      (dropoutOnly != "all" && dropoutOnly != "0" && dropoutOnly != "0.1")) {
     std::fprintf(stderr,
                  "attn_bench: --layout is contiguous, gpt2 or gqa, --bh a multiple of --heads, --heads of --kv-heads; --attention auto, kernels "
-                 "or cudnn\n");
+                 "or cudnn; --mask all, none or causal; --dropout all, 0 or 0.1\n");
     return 2;
   }
   const auto impl = attention == "kernels" ? cuda::ProgramOptions::Attention::kernels
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
   try {
     for (const bool causal : {false, true})
       for (const double ratio : {0.0, 0.1}) {
+        if ((maskOnly != "all" && (maskOnly == "causal") != causal) || (dropoutOnly != "all" && (dropoutOnly == "0.1") != (ratio > 0.0))) continue;
         const std::string T = dtype, b = std::to_string(bh), s = std::to_string(seq), d = std::to_string(dim);
         const std::string qs = T + "[" + b + "," + s + "," + d + "]", kts = T + "[" + b + "," + d + "," + s + "]";
         const std::string m = causal ? ", %m" : "";
