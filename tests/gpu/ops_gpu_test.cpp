@@ -599,9 +599,13 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_fill_row_long_keys", {1, 1}, 80, 24640, 64, 64, "causal", 0.1},
   };
   // Where the wgmma forward is built (AMPC_WGMMA) it runs by default at head dims 65-128; the
-  // second pass runs the mma.sync forward there instead (AMPC_ATTENTION_MMA_SYNC=1), at bf16.
+  // second pass, at bf16, runs the other forward of each head tile: mma.sync at 128
+  // (AMPC_ATTENTION_MMA_SYNC=1) and two m-tiles a warp at 64 (AMPC_ATTENTION_FWD_MT2=1).
   struct Unset {
-    ~Unset() { unsetenv("AMPC_ATTENTION_MMA_SYNC"); }
+    ~Unset() {
+      unsetenv("AMPC_ATTENTION_MMA_SYNC");
+      unsetenv("AMPC_ATTENTION_FWD_MT2");
+    }
   } unset;
   for (const bool mmaSync : {false, true})
   for (const auto& c : cases)
@@ -609,8 +613,8 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       const std::string T = t;
       if (T == "f32" && (c.d > 64 || c.dv > 64)) continue;  // f32 runs the FMA kernels, head dims up to 64
       if (mmaSync && T != "bf16") continue;
-      if (mmaSync) setenv("AMPC_ATTENTION_MMA_SYNC", "1", 1);
-      SCOPED_TRACE(mmaSync ? "mma.sync forward" : "default forward");
+      if (mmaSync) setenv("AMPC_ATTENTION_MMA_SYNC", "1", 1), setenv("AMPC_ATTENTION_FWD_MT2", "1", 1);
+      SCOPED_TRACE(mmaSync ? "mma.sync forward at head tile 128, two m-tiles a warp at 64" : "default forward");
       auto sh = [&](int64_t a, int64_t b) {
         auto v = c.lead;
         v.push_back(a);
