@@ -506,6 +506,50 @@ def _root_cause(e):
     return e
 
 
+class _ExportableExperts:
+    """transformers (5 and later) runs a mixture of experts' expert products through an experts
+    backend (model.set_experts_implementation): grouped_mm by default, a custom op
+    (transformers::grouped_mm_fallback off CUDA bf16) that no exporter writes; eager, a loop over the
+    experts this batch routes to (a data-dependent count: torch.export refuses it, and a trace would
+    record this batch's experts only). batched_mm gathers each token's experts' weights and projects
+    with one batched product: the same products in static shapes, which both exporters write. So the
+    export runs with batched_mm, and each model gets its backends back after. The graph then holds
+    the gathered weights (tokens x top-k copies of an expert's matrices)."""
+
+    def __init__(self, module):
+        self.saved = []
+        if not any(type(m).__name__.endswith("Experts") for m in module.modules()):
+            return
+        for m in module.modules():
+            get, put = getattr(m, "get_experts_implementation", None), getattr(m, "set_experts_implementation", None)
+            if not callable(get) or not callable(put):
+                continue
+            try:
+                now = get()
+            except Exception:  # noqa: BLE001 (a model without experts may refuse the question)
+                continue
+            values = list(now.values()) if isinstance(now, dict) else [now]
+            if any(v not in (None, "batched_mm") for v in values):
+                self.saved.append((m, now))
+
+    def __enter__(self):
+        for m, _ in self.saved:
+            m.set_experts_implementation("batched_mm")
+        if self.saved:
+            was = sorted({str(v) for _, now in self.saved for v in (now.values() if isinstance(now, dict) else [now])} - {"batched_mm"})
+            print(f"ampc_export: the mixture of experts is exported with transformers' batched_mm experts backend (it ran with "
+                  f"{', '.join(was)}, which no exporter writes in static shapes): the same products", file=sys.stderr)
+        return self
+
+    def __exit__(self, *exc):
+        for m, now in reversed(self.saved):
+            try:
+                m.set_experts_implementation(now)
+            except Exception:  # noqa: BLE001 (a version that takes only a name)
+                m.set_experts_implementation(now.get("", "grouped_mm") if isinstance(now, dict) else now)
+        return False
+
+
 def _export_torchscript(module, args, path, marks, detached, opset, input_names, output_names):
     import inspect
     # PyTorch before 2.5 has no `dynamo` argument: the TorchScript exporter is its only one.
@@ -519,7 +563,6 @@ def _export_torchscript(module, args, path, marks, detached, opset, input_names,
 
 def export_training_graph(module, args, path, *, dynamo=True, input_names=None, output_names=("loss",),
                           opset=None, external_data=None):
-    import onnx
     module.train()
     # A copy of the state dict with its _metadata (module versions: torchvision's MNASNet refuses a
     # load without its own).
@@ -530,7 +573,6 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     args = tuple(args)
     # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
     detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)
-    unmarked = 0
     fallback = None
     functions = elementwise_functions(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else {}
     if (detached or functions) and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
@@ -543,6 +585,18 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
               file=sys.stderr)
         dynamo = False
     marks = _MarkedForward(module, dynamo, detached + smoothed + len(functions), functions)
+    with _ExportableExperts(module):
+        fallback, unmarked, marks = _export(module, args, path, dynamo, marks, state, detached, smoothed, functions, fallback,
+                                            opset, external_data, input_names, output_names)
+    return _finish(module, args, path, state, marks, detached, smoothed, unmarked, fallback, functions)
+
+
+def _export(module, args, path, dynamo, marks, state, detached, smoothed, functions, fallback, opset, external_data, input_names,
+            output_names):
+    """The export itself, by the dynamo exporter (the TorchScript one where it fails) or the
+    TorchScript exporter: (the fallback's reason or None, the stop-gradients left unmarked, the
+    markers the export ran with)."""
+    unmarked = 0
     if dynamo:
         kw = dict(dynamo=True, optimize=False, input_names=input_names, output_names=list(output_names))
         if opset:
@@ -583,6 +637,12 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
                                 input_names, output_names)
     else:
         _export_torchscript(module, args, path, marks, detached + len(functions), opset, input_names, output_names)
+    return fallback, unmarked, marks
+
+
+def _finish(module, args, path, state, marks, detached, smoothed, unmarked, fallback, functions):
+    """After the export: the running statistics put back, the notes, and ampc's metadata keys."""
+    import onnx
     # Tracing ran the forward in training mode: put the running statistics back.
     module.load_state_dict(state)
     if smoothed:

@@ -896,6 +896,50 @@ class MoeLoop(nn.Module):
         return self.out(mixed.view(2, -1, 8).mean(1))
 
 
+class BackendExperts(nn.Module):
+    """transformers' experts module, as its 5.x MoE layers hold them: every expert's gate-up and down
+    matrices stacked, and the products run by a backend the model picks. Here "grouped_mm" stands
+    for transformers' default, whose custom op no exporter writes (an error during the export, as
+    there), and "batched_mm" gathers each token's experts' matrices and runs one batched product."""
+    def __init__(self, d=8, hidden=12, experts=4):
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.randn(experts, 2 * hidden, d) * 0.3)
+        self.down_proj = nn.Parameter(torch.randn(experts, d, hidden) * 0.3)
+        self.backend = "grouped_mm"
+    def forward(self, h, chosen, weights):  # h [T, d], chosen and weights [T, k]
+        if self.backend != "batched_mm":
+            if torch.onnx.is_in_onnx_export():
+                raise RuntimeError("no ONNX function for the grouped_mm stand-in")
+            out = torch.zeros_like(h)
+            for e in range(self.gate_up_proj.shape[0]):
+                tok, slot = torch.where(chosen == e)
+                gate, up = (h[tok] @ self.gate_up_proj[e].t()).chunk(2, -1)
+                out = out.index_add(0, tok, (F.silu(gate) * up) @ self.down_proj[e].t() * weights[tok, slot, None])
+            return out
+        gate, up = torch.matmul(self.gate_up_proj[chosen], h[:, None, :, None]).squeeze(-1).chunk(2, -1)  # [T, k, hidden]
+        y = torch.matmul(self.down_proj[chosen], (F.silu(gate) * up)[..., None]).squeeze(-1)  # [T, k, d]
+        return (y * weights[..., None]).sum(1)
+
+
+class ExpertsBackendMoE(nn.Module):
+    """A top-2 MoE whose experts' backend is set as transformers 5 sets it (set_experts_implementation,
+    get_experts_implementation): the export helper switches it to batched_mm for the export."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 8)
+        self.gate = nn.Linear(8, 4)
+        self.experts = BackendExperts()
+        self.out = nn.Linear(8, 10)
+    def get_experts_implementation(self):
+        return {"": self.experts.backend}
+    def set_experts_implementation(self, impl):
+        self.experts.backend = impl[""] if isinstance(impl, dict) else impl
+    def forward(self, x):
+        h = self.inp(x.flatten(2).transpose(1, 2)).reshape(-1, 8)
+        weights, chosen = F.softmax(self.gate(h), -1).topk(2, -1)
+        return self.out(self.experts(h, chosen, weights).view(2, -1, 8).mean(1))
+
+
 def masked_losses(o, t):
     logits, pred, labels, value = o
     m = labels >= 0
@@ -1141,6 +1185,7 @@ MODELS = {
     "masked_selection": (MaskedSelection, 8, masked_losses),
     "masked_regression": (MaskedSelection, 8, masked_regression),
     "moe_loop": (MoeLoop, 8),
+    "moe_experts_backend": (ExpertsBackendMoE, 8),  # stop 60: transformers 5's experts backends
     "eos_pool": (EosPool, 8),  # stop 58: selected rows viewed as [B, -1, H], then each group's last
     "prototypes": (Prototypes, 8, lambda o, t: F.cross_entropy(o[0], o[1])),
     "complex_rotary": (ComplexRotary, 8),
