@@ -55,6 +55,11 @@ Where the dynamo exporter fails (torch.export refuses Python control flow on a t
 transformers' layerdrop and fake quantization's observer switch are written, or has no ONNX function
 for an op), the TorchScript exporter writes the file instead, and the key "ampc.export_fallback"
 says so and why (AMPC_EXPORT_FALLBACK=0 keeps the error).
+
+A transformers (5 and later) mixture of experts runs its experts by a backend whose default
+(grouped_mm, a custom op) no exporter writes: the helper exports it, and runs the checks above, with
+the batched_mm backend (the same products in static shapes), and gives the model its backend back
+after (_ExportableExperts).
 """
 import functools
 import json
@@ -571,24 +576,26 @@ def export_training_graph(module, args, path, *, dynamo=True, input_names=None, 
     if hasattr(sd, "_metadata"):
         state._metadata = sd._metadata
     args = tuple(args)
-    # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
-    detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)
-    fallback = None
-    functions = elementwise_functions(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else {}
-    if (detached or functions) and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
-        if os.environ.get("AMPC_EXPORT_FALLBACK", "1") == "0":
-            raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
-                               f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
-                               "export with dynamo=False, or PyTorch 2.9 or later")
-        fallback = f"this PyTorch ({torch.__version__}) has no torch.onnx.ops.symbolic to mark the {detached} stop-gradient(s)"
-        print(f"ampc_export: {fallback} in the dynamo exporter's graph; exported with the TorchScript exporter (dynamo=False)",
-              file=sys.stderr)
-        dynamo = False
-    marks = _MarkedForward(module, dynamo, detached + smoothed + len(functions), functions)
+    # The analyses below run the forward the export writes: a mixture of experts on its exportable
+    # backend (_ExportableExperts) throughout, the model's own restored after.
     with _ExportableExperts(module):
+        # AMPC_EXPORT_MARKS=0 exports without the markers (to tell an exporter's failure from theirs).
+        detached, smoothed = stop_gradients(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else (0, 0)
+        fallback = None
+        functions = elementwise_functions(module, args) if os.environ.get("AMPC_EXPORT_MARKS", "1") != "0" else {}
+        if (detached or functions) and dynamo and not hasattr(getattr(torch.onnx, "ops", None), "symbolic"):
+            if os.environ.get("AMPC_EXPORT_FALLBACK", "1") == "0":
+                raise RuntimeError(f"ampc_export: the forward detaches {detached} value(s) (detach(), torch.no_grad()), and this PyTorch "
+                                   f"({torch.__version__}) has no torch.onnx.ops.symbolic to mark them in the dynamo exporter's graph: "
+                                   "export with dynamo=False, or PyTorch 2.9 or later")
+            fallback = f"this PyTorch ({torch.__version__}) has no torch.onnx.ops.symbolic to mark the {detached} stop-gradient(s)"
+            print(f"ampc_export: {fallback} in the dynamo exporter's graph; exported with the TorchScript exporter (dynamo=False)",
+                  file=sys.stderr)
+            dynamo = False
+        marks = _MarkedForward(module, dynamo, detached + smoothed + len(functions), functions)
         fallback, unmarked, marks = _export(module, args, path, dynamo, marks, state, detached, smoothed, functions, fallback,
                                             opset, external_data, input_names, output_names)
-    return _finish(module, args, path, state, marks, detached, smoothed, unmarked, fallback, functions)
+        return _finish(module, args, path, state, marks, detached, smoothed, unmarked, fallback, functions)
 
 
 def _export(module, args, path, dynamo, marks, state, detached, smoothed, functions, fallback, opset, external_data, input_names,
