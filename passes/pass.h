@@ -107,6 +107,7 @@ std::unique_ptr<Pass> createFuseRmsNormPass(const Target& t);
 // NegativeLogLikelihoodLoss as SoftmaxCrossEntropyLoss over its LogSoftmax's input, or as
 // GatherElements, weights and a reduction (lower_nll.cpp).
 std::unique_ptr<Pass> createLowerNllPass();  // lower_nll.cpp
+std::unique_ptr<Pass> createDenseExpertsPass();  // dense_experts.cpp
 // IsNaN and IsInf of a widening Cast read the Cast's operand (narrow_checks.cpp).
 std::unique_ptr<Pass> createNarrowChecksPass();  // narrow_checks.cpp
 // For a target whose convolutions pad both ends of a dim alike (Target::convPadsBothEnds): a Conv

@@ -24,6 +24,7 @@ const PassEntry kPasses[] = {
     {"fuse-rotate-half", createFuseRotateHalfPass},
     {"fuse-rms-norm", [] { return createFuseRmsNormPass(findTarget("cpu")); }},  // (the reference runs it)
     {"lower-nll", createLowerNllPass},
+    {"dense-experts", createDenseExpertsPass},
     {"narrow-checks", createNarrowChecksPass},
     {"fuse-bias-grad", createFuseBiasGradPass},
     {"fuse-param-casts", createFuseParamCastsPass},

@@ -6,6 +6,8 @@
 // narrow-checks (passes/narrow_checks.cpp): IsNaN and IsInf of a widening Cast read its operand.
 // fuse-rms-norm (passes/fuse_rms_norm.cpp): RMS normalisation written op by op becomes one
 // ampc.RmsNorm with the loss and gradients of the ops it replaces, in f64.
+// dense-experts (passes/dense_experts.cpp): a product with a gathered matrix per row becomes every
+// expert's product and a pick, with the same loss and gradients in f64.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -470,4 +472,37 @@ TEST(AttachLoss, PyTorchLossesOnAModelWithoutOne) {
   LossOptions middle = ce;
   middle.classAxis = 2;
   expectError(" input %x : f64[3,2,4,5]\n %y : f64[3,2,4,5] = Exp(%x)\n output %y", middle, "--class-axis 2");
+}
+
+// dense-experts (passes/dense_experts.cpp): transformers' batched_mm experts, MatMul(GatherND(W, I),
+// x) with identity Transposes around W and the gathered copy, as the dynamo exporter writes it,
+// becomes one GEMM over every expert and a pick: the same loss and gradients (W's, x's) in f64, on
+// fresh random weights, with indices from the end (-1) among them; the gathered copy goes. Where the
+// experts are not fewer than K, or the copy has another reader, the graph stays.
+TEST(DenseExperts, SameLossAndGradientsAsTheGatheredProduct) {
+  auto body = [](int64_t e, int64_t k, bool otherReader) {
+    const std::string E = std::to_string(e), K = std::to_string(k);
+    return "param %w : f64[" + E + ",6," + K + "]\n param %x : f64[5," + K + ",1]\n const %i : i64[5,1] = [2, 0, -1, 1, 2]\n"
+           " %wt : f64[" + E + ",6," + K + "] = Transpose(%w) {perm = [0, 1, 2]}\n"
+           " %g : f64[5,6," + K + "] = GatherND(%wt, %i)\n %gt : f64[5,6," + K + "] = Transpose(%g) {perm = [0, 1, 2]}\n"
+           " %y : f64[5,6,1] = MatMul(%gt, %x)\n %q : f64[5,6,1] = Mul(%y, %y)\n %s : f64[] = ReduceSum(%q) {keepdims = 0}\n" +
+           (otherReader ? " %o : f64[5,6," + K + "] = Exp(%gt)\n %os : f64[] = ReduceSum(%o) {keepdims = 0}\n %t : f64[] = Add(%s, %os)\n output %t"
+                        : std::string(" output %s"));
+  };
+  for (const uint64_t seed : {1u, 2u}) {
+    auto dense = build(body(3, 8, false), seed);
+    ASSERT_TRUE(createDenseExpertsPass()->run(*dense));
+    verify(*dense);
+    EXPECT_EQ(count(*dense, "GatherND"), 0);
+    EXPECT_EQ(count(*dense, "MatMul"), 0);
+    EXPECT_EQ(count(*dense, "Transpose"), 0);
+    EXPECT_EQ(count(*dense, "Gemm"), 1);
+    EXPECT_EQ(count(*dense, "GatherElements"), 1);
+    expectSameOutputs(lossAndGrad(build(body(3, 8, false), seed)), lossAndGrad(std::move(dense)));
+  }
+  for (const bool other : {false, true}) {
+    auto g = build(body(other ? 3 : 8, 8, other), 3);
+    EXPECT_FALSE(createDenseExpertsPass()->run(*g)) << (other ? "the gathered copy has another reader" : "8 experts of K 8");
+    EXPECT_EQ(count(*g, "GatherND"), 1);
+  }
 }

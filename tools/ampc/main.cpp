@@ -435,6 +435,7 @@ int main(int argc, char** argv) {
     if (plan || trainStep || grad) {
       pm.add(createCsePass());
       pm.add(createLowerNllPass());      // the CUDA backend has no NegativeLogLikelihoodLoss kernel
+      pm.add(createDenseExpertsPass());  // a mixture of experts' gathered matrices: every expert's product and a pick
       pm.add(createNarrowChecksPass());  // nor f64 ones (torch.nan_to_num's IsInf of an f64 Cast)
       pm.add(createConvPadsPass(findTarget(train.target)));  // cuDNN pads a dim's two ends alike
     }
