@@ -1431,10 +1431,9 @@ def grad_errors(model, x, t, grad_dir, loss=None, names=None, ref_dir=None):
 
 def eager_experts(model):
     """transformers 5's mixtures of experts run their experts by a backend; PyTorch's references here
-    use eager, the reference loop over the experts, which runs in f64 as in f32 (grouped_mm's custom op
-    takes neither f64 nor, off CUDA bf16, more than its fallback). The export helper writes the same
-    products with batched_mm. The stand-in moe_experts_backend keeps its default: its references
-    run through its own loop."""
+    use eager, the reference loop over the experts, which runs in f64 as in f32 (grouped_mm takes no
+    f64). The export helper writes the same products with batched_mm. The stand-in
+    moe_experts_backend keeps its default: its references run through its own loop."""
     for m in model.modules():
         if type(m).__module__.startswith("transformers") and callable(getattr(m, "set_experts_implementation", None)):
             m.set_experts_implementation("eager")
