@@ -66,16 +66,6 @@ class DenseExpertsPass final : public Pass {
     const int64_t e = wt.shape[0], n = wt.shape[1], k = wt.shape[2], m = it.shape[0];
     return bt.shape == std::vector<int64_t>{m, k, 1} && mm->result(0)->type().shape == std::vector<int64_t>{m, n, 1} && e < k;
   }
-  static Value* node(Graph& g, Node* at, const std::string& op, const std::vector<Value*>& ins, const TensorType& t,
-                     std::map<std::string, Attribute> attrs = {}) {
-    Node* k = g.createNode(op, "", ins, {{g.uniqueName(at->result(0)->name() + "." + op), t}}, at);
-    k->setName(at->name() + "/dense_experts/" + op);
-    for (auto& [name, a] : attrs) k->setAttr(name, std::move(a));
-    return k->result(0);
-  }
-  static Value* i64s(Graph& g, Node* at, const std::string& what, const std::vector<int64_t>& v) {
-    return g.addConst(g.uniqueName(at->result(0)->name() + "." + what), Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v));
-  }
   static void rewrite(Graph& g, Node* mm) {
     const auto links = chain(g, mm);
     Node* gather = links.back();
@@ -85,15 +75,15 @@ class DenseExpertsPass final : public Pass {
     const TensorType wt = w->type();
     const DType ft = wt.dtype;
     const int64_t e = wt.shape[0], n = wt.shape[1], k = wt.shape[2], m = idx->type().shape[0];
-    Value* rows = node(g, mm, "Reshape", {b, i64s(g, mm, "rows", {m, k})}, TensorType{ft, {m, k}});
-    Value* flat = node(g, mm, "Reshape", {w, i64s(g, mm, "experts", {e * n, k})}, TensorType{ft, {e * n, k}});
-    Value* all = node(g, mm, "Gemm", {rows, flat}, TensorType{ft, {m, e * n}}, {{"transB", int64_t{1}}});
-    Value* each = node(g, mm, "Reshape", {all, i64s(g, mm, "each", {m, e, n})}, TensorType{ft, {m, e, n}});
-    Value* i64 = idx->type().dtype == DType::i64 ? idx : node(g, mm, "Cast", {idx}, TensorType{DType::i64, {m, 1}}, {{"to", int64_t{7}}});
-    Value* col = node(g, mm, "Reshape", {i64, i64s(g, mm, "col", {m, 1, 1})}, TensorType{DType::i64, {m, 1, 1}});
-    Value* pick = node(g, mm, "Expand", {col, i64s(g, mm, "pick", {m, 1, n})}, TensorType{DType::i64, {m, 1, n}});
-    Value* got = node(g, mm, "GatherElements", {each, pick}, TensorType{ft, {m, 1, n}}, {{"axis", int64_t{1}}});
-    Value* out = node(g, mm, "Reshape", {got, i64s(g, mm, "out", {m, n, 1})}, mm->result(0)->type());
+    Value* rows = emitBefore(g, mm, "Reshape", {b, i64Const(g, mm, "rows", {m, k})}, TensorType{ft, {m, k}});
+    Value* flat = emitBefore(g, mm, "Reshape", {w, i64Const(g, mm, "experts", {e * n, k})}, TensorType{ft, {e * n, k}});
+    Value* all = emitBefore(g, mm, "Gemm", {rows, flat}, TensorType{ft, {m, e * n}}, {{"transB", int64_t{1}}});
+    Value* each = emitBefore(g, mm, "Reshape", {all, i64Const(g, mm, "each", {m, e, n})}, TensorType{ft, {m, e, n}});
+    Value* i64 = idx->type().dtype == DType::i64 ? idx : emitBefore(g, mm, "Cast", {idx}, TensorType{DType::i64, {m, 1}}, {{"to", int64_t{7}}});
+    Value* col = emitBefore(g, mm, "Reshape", {i64, i64Const(g, mm, "col", {m, 1, 1})}, TensorType{DType::i64, {m, 1, 1}});
+    Value* pick = emitBefore(g, mm, "Expand", {col, i64Const(g, mm, "pick", {m, 1, n})}, TensorType{DType::i64, {m, 1, n}});
+    Value* got = emitBefore(g, mm, "GatherElements", {each, pick}, TensorType{ft, {m, 1, n}}, {{"axis", int64_t{1}}});
+    Value* out = emitBefore(g, mm, "Reshape", {got, i64Const(g, mm, "out", {m, n, 1})}, mm->result(0)->type());
     const std::string name = mm->result(0)->name();
     Value* wIn = gather->input(0);
     mm->result(0)->replaceAllUsesWith(out);

@@ -27,17 +27,6 @@ class LowerNllPass final : public Pass {
   }
 
  private:
-  static Value* node(Graph& g, Node* at, const std::string& op, const std::vector<Value*>& ins, const TensorType& t,
-                     std::map<std::string, Attribute> attrs = {}) {
-    Node* k = g.createNode(op, "", ins, {{g.uniqueName(at->result(0)->name() + "." + op), t}}, at);
-    k->setName(at->name() + "/" + op);
-    for (auto& [name, a] : attrs) k->setAttr(name, std::move(a));
-    return k->result(0);
-  }
-  static Value* i64s(Graph& g, Node* at, const std::string& what, const std::vector<int64_t>& v) {
-    return g.addConst(g.uniqueName(at->result(0)->name() + "." + what), Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v));
-  }
-
   static void lower(Graph& g, Node* n) {
     if (g.opset < 13) return;  // Squeeze and Unsqueeze take their axes as inputs from 13
     Value* x = n->input(0);
@@ -72,38 +61,38 @@ class LowerNllPass final : public Pass {
 
     // The target without its class axis: [N, d..]; indices as i64.
     const TensorType tt = t->type();
-    Value* t64 = tt.dtype == DType::i64 ? t : node(g, n, "Cast", {t}, TensorType{DType::i64, tt.shape}, {{"to", int64_t{7}}});
+    Value* t64 = tt.dtype == DType::i64 ? t : emitBefore(g, n, "Cast", {t}, TensorType{DType::i64, tt.shape}, {{"to", int64_t{7}}});
     const TensorType boolT{DType::boolean, tt.shape}, idxT{DType::i64, tt.shape}, perT{ft, tt.shape};
     Value* valid = nullptr;
     Value* safe = t64;
     if (ignore) {
       Value* ig = g.addConst(g.uniqueName(lossName + ".ignore_index"), Tensor::fromInts(DType::i64, {}, {ignoreIndex}));
-      valid = node(g, n, "Not", {node(g, n, "Equal", {t64, ig}, boolT)}, boolT);
+      valid = emitBefore(g, n, "Not", {emitBefore(g, n, "Equal", {t64, ig}, boolT)}, boolT);
       Value* zero = g.addConst(g.uniqueName(lossName + ".zero"), Tensor::fromInts(DType::i64, {}, {0}));
-      safe = node(g, n, "Where", {valid, t64, zero}, idxT);
+      safe = emitBefore(g, n, "Where", {valid, t64, zero}, idxT);
     }
     std::vector<int64_t> withAxis = tt.shape;
     withAxis.insert(withAxis.begin() + 1, 1);
-    Value* idx = node(g, n, "Unsqueeze", {safe, i64s(g, n, "axes", {1})}, TensorType{DType::i64, withAxis});
-    Value* picked = node(g, n, "GatherElements", {x, idx}, TensorType{ft, withAxis}, {{"axis", int64_t{1}}});
-    Value* per = node(g, n, "Neg", {node(g, n, "Squeeze", {picked, i64s(g, n, "squeeze_axes", {1})}, perT)}, perT);
+    Value* idx = emitBefore(g, n, "Unsqueeze", {safe, i64Const(g, n, "axes", {1})}, TensorType{DType::i64, withAxis});
+    Value* picked = emitBefore(g, n, "GatherElements", {x, idx}, TensorType{ft, withAxis}, {{"axis", int64_t{1}}});
+    Value* per = emitBefore(g, n, "Neg", {emitBefore(g, n, "Squeeze", {picked, i64Const(g, n, "squeeze_axes", {1})}, perT)}, perT);
     // The weight of each target: its class's weight, 0 where ignored; none at all: 1.
     Value* wt = nullptr;
-    if (w) wt = node(g, n, "Gather", {w->type().dtype == ft ? w : node(g, n, "Cast", {w}, TensorType{ft, w->type().shape}, {{"to", static_cast<int64_t>(dtypeToOnnx(ft))}}), safe},
+    if (w) wt = emitBefore(g, n, "Gather", {w->type().dtype == ft ? w : emitBefore(g, n, "Cast", {w}, TensorType{ft, w->type().shape}, {{"to", static_cast<int64_t>(dtypeToOnnx(ft))}}), safe},
                      perT, {{"axis", int64_t{0}}});
     if (valid) {
-      Value* m = node(g, n, "Cast", {valid}, perT, {{"to", static_cast<int64_t>(dtypeToOnnx(ft))}});
-      wt = wt ? node(g, n, "Mul", {wt, m}, perT) : m;
+      Value* m = emitBefore(g, n, "Cast", {valid}, perT, {{"to", static_cast<int64_t>(dtypeToOnnx(ft))}});
+      wt = wt ? emitBefore(g, n, "Mul", {wt, m}, perT) : m;
     }
-    if (wt) per = node(g, n, "Mul", {per, wt}, perT);
+    if (wt) per = emitBefore(g, n, "Mul", {per, wt}, perT);
     const TensorType scalar{ft, {}};
     auto sumAll = [&](Value* v) {
-      return node(g, n, "ReduceSum", {v}, scalar, {{"keepdims", int64_t{0}}});
+      return emitBefore(g, n, "ReduceSum", {v}, scalar, {{"keepdims", int64_t{0}}});
     };
     Value* result = nullptr;
-    if (reduction == "none") result = node(g, n, "Identity", {per}, loss->type());
+    if (reduction == "none") result = emitBefore(g, n, "Identity", {per}, loss->type());
     else if (reduction == "sum") result = sumAll(per);
-    else result = wt ? node(g, n, "Div", {sumAll(per), sumAll(wt)}, scalar) : node(g, n, "ReduceMean", {per}, scalar, {{"keepdims", int64_t{0}}});
+    else result = wt ? emitBefore(g, n, "Div", {sumAll(per), sumAll(wt)}, scalar) : emitBefore(g, n, "ReduceMean", {per}, scalar, {{"keepdims", int64_t{0}}});
     loss->replaceAllUsesWith(result);
     g.eraseNode(n);
     g.renameValue(result, lossName);

@@ -17,6 +17,19 @@ inline bool isOnnxOp(const Node* n, std::string_view op) { return n && n->domain
 // Whether v is read by exactly one node operand and is not a graph output (a pattern may absorb
 // it); false for null.
 inline bool singleUse(const Graph& g, const Value* v) { return v && v->uses().size() == 1 && !g.isOutput(v); }
+// A lowering's new node `op` before `at`: one result of type t (named after at's first result), the
+// node named at's name / op, with attrs.
+inline Value* emitBefore(Graph& g, Node* at, const std::string& op, const std::vector<Value*>& ins, const TensorType& t,
+                         std::map<std::string, Attribute> attrs = {}) {
+  Node* k = g.createNode(op, "", ins, {{g.uniqueName(at->result(0)->name() + "." + op), t}}, at);
+  k->setName(at->name() + "/" + op);
+  for (auto& [name, a] : attrs) k->setAttr(name, std::move(a));
+  return k->result(0);
+}
+// A constant i64 vector for a lowering at `at` (shapes, axes), named after at's first result.
+inline Value* i64Const(Graph& g, Node* at, const std::string& what, const std::vector<int64_t>& v) {
+  return g.addConst(g.uniqueName(at->result(0)->name() + "." + what), Tensor::fromInts(DType::i64, {static_cast<int64_t>(v.size())}, v));
+}
 
 class Pass {
  public:
