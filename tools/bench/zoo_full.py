@@ -141,6 +141,17 @@ def deberta_v3_small():
                                                 share_att_key=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
 
+def mixtral_moe():
+    """A Mixtral-style mixture of experts (8 experts, 2 a token; 768 wide, expert MLP 2048, 8 layers, 12 heads
+    over 4 KV heads; about 350M parameters, 130M active a token). transformers' default experts backend
+    (grouped_mm) has no ONNX form: the export helper exports it with batched_mm (stop 60), and ampc's
+    dense-experts pass computes every expert's product for every token (4x the active arithmetic)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+    return MixtralForCausalLM(MixtralConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                                            num_attention_heads=12, num_key_value_heads=4, num_local_experts=8,
+                                            num_experts_per_tok=2, max_position_embeddings=1024, use_cache=False))
+
+
 def resnet50():
     import torchvision
     return torchvision.models.resnet50()
@@ -164,6 +175,7 @@ MODELS = {
     "llama_hd128_padded": lm_padded(llama_hd128, 4, 1024, 32000),
     "bloom_small": lm(bloom_small, 4, 512, 32000),
     "deberta_v3_small_padded": lm_padded(deberta_v3_small, 8, 128, 32000),
+    "mixtral_moe": lm(mixtral_moe, 4, 512, 32000),
 }
 
 
