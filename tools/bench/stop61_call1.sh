@@ -13,6 +13,10 @@ R=/tmp/r; rm -rf $R; mkdir -p $R/zoo
 W=/tmp/ampc-full
 models=${1:-mixtral_moe}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $R/gpu.txt 2>&1
+if [ "${CENSUS:-0}" = 1 ]; then  # issue 22's reach over the library's transformers, on the CPUs at the lowest priority
+  (OUT=$R/census SHARDS=${CENSUS_SHARDS:-6} LIMIT=${CENSUS_LIMIT:-420} nice -n 19 bash "$root/tools/sweep/attention_census.sh" > $R/census_log.txt 2>&1) &
+  census=$!
+fi
 IFS=, read -ra list <<< "$models"
 for m in "${list[@]}"; do   # exports in parallel on the CPUs (zoo_full skips a model already exported)
   (CUDA_VISIBLE_DEVICES= timeout 240 python3 "$bench/zoo_full.py" --out $R/export --models "$m" --export-only --work $W > "$R/export_${m//[:@]/_}.txt" 2>&1) &
@@ -22,10 +26,16 @@ if [ "${NO_GPT2:-0}" != 1 ]; then
   echo "harness rc=$?" >> $R/harness.txt
   tail -8 $R/harness.txt
 fi
-wait
+for job in $(jobs -p); do [ "$job" = "${census:-}" ] || wait "$job"; done
+deadline=${DEADLINE:-530}  # seconds into the call: what is still running then is cut, so that the pack comes back
 for m in "${list[@]}"; do
-  timeout ${PER_MODEL:-170} python3 "$bench/zoo_full.py" --out $R/zoo --models "$m" --work $W --torch-compile --no-eager --profile 14 --steps 20 > "$R/zoo_${m//[:@]/_}.txt" 2>&1
+  left=$((deadline - SECONDS)); [ $left -lt 60 ] && { echo "$m: no time left" >> $R/skipped.txt; continue; }
+  timeout $((left < ${PER_MODEL:-170} ? left : ${PER_MODEL:-170})) python3 "$bench/zoo_full.py" --out $R/zoo --models "$m" --work $W --torch-compile --no-eager --profile 14 --steps 20 > "$R/zoo_${m//[:@]/_}.txt" 2>&1
   echo "rc=$?" >> "$R/zoo_${m//[:@]/_}.txt"
   grep -h '^{"model"' "$R/zoo_${m//[:@]/_}.txt" | cut -c1-600
 done
+if [ -n "${census:-}" ]; then
+  while kill -0 "$census" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
+  cat $R/census/census.txt 2>/dev/null
+fi
 tar -cJf "$OUT/call.tar.xz" -C $R .
