@@ -1361,14 +1361,28 @@ class Importer {
       };
       a = einsumTranspose(np, a, batch + am + con);
       b = einsumTranspose(np, b, batch + con + bn);
-      Value* av = reshapeTo(np, a.v, {prod(batch), prod(am), prod(con)});
-      Value* bv = reshapeTo(np, b.v, {prod(batch), prod(con), prod(bn)});
+      // The batch letters stay dims of their own (MatMul broadcasts over any number), so that a
+      // product over single letters, as attention's "bhqd,bhkd->bhqk", is the plain MatMul the
+      // passes know, with no Reshape around it.
+      auto batched = [&](int64_t rows, int64_t cols) {
+        std::vector<int64_t> s;
+        for (char c : batch) s.push_back(size[c]);
+        s.push_back(rows);
+        s.push_back(cols);
+        return s;
+      };
+      Value* av = reshapeTo(np, a.v, batched(prod(am), prod(con)));
+      Value* bv = reshapeTo(np, b.v, batched(prod(con), prod(bn)));
       std::vector<int64_t> shape;
       for (char c : batch + am + bn) shape.push_back(size[c]);
       cur = {reshapeTo(np, step(np, "MatMul", {av, bv}), shape), batch + am + bn};
     }
     cur = einsumTranspose(np, einsumKeep(np, cur, result), result);
-    step(np, "Identity", {cur.v}, {}, out);
+    // The last node made here gets the output's name (no Identity after it, which would stand
+    // between a product and what fuse-attention looks for); an operand passed through as it is
+    // ("ij->ij") gets an Identity.
+    if (!out.empty() && std::find(operands.begin(), operands.end(), cur.v) == operands.end() && cur.v->producer()) g_->renameValue(cur.v, out);
+    else step(np, "Identity", {cur.v}, {}, out);
   }
 
   // x[b:e:step] along `axis`.

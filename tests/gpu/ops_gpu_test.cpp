@@ -550,7 +550,8 @@ struct AttnCase {
   std::vector<int64_t> lead;
   int64_t tq, tk, d, dv;
   std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk]), "zeros", "per_batch"
-                     // ([B,1,Tq,Tk], -inf entries, row 5 of batch 1 empty), "padding" ([B,1,1,Tk])
+                     // ([B,1,Tq,Tk], -inf entries, row 5 of batch 1 empty), "padding" ([B,1,1,Tk]),
+                     // "per_head" ([1,H,Tq,Tk], N(0,1): a bias)
   double ratio;
 };
 std::string dims(const std::vector<int64_t>& v) {
@@ -587,6 +588,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_per_batch_mask_empty_row", {2, 3}, 100, 136, 64, 64, "per_batch", 0.1},
       {"per_batch_mask_empty_row_tk130", {2, 2}, 70, 130, 32, 32, "per_batch", 0.2},
       {"mma_padding_mask", {2, 2}, 77, 77, 32, 32, "padding", 0.0},
+      // A bias per head shared by 16 images (Swin's window attention, T5's relative positions):
+      // its gradient sums 16 scores an element, stored per score and summed after (maskGradInParts)
+      // even without `deterministic`.
+      {"mma_bias_shared_over_batch", {16, 3}, 49, 49, 32, 32, "per_head", 0.0},
       // Head dims above 64 (f16/bf16 only: the 128-wide head tile of the mma.sync kernels; 96 and
       // 80 zero-padded to it): causal with dropout, a random mask with partial tiles, transformers'
       // per-batch mask with an empty row, odd Tk (KT rows element by element).
@@ -626,6 +631,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       const bool transformers = c.mask == "per_batch" || c.mask == "padding";
       const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk})
                                     : transformers ? dims({c.lead[0], 1, c.mask == "padding" ? 1 : c.tq, c.tk})
+                                    : c.mask == "per_head" ? dims({1, c.lead[1], c.tq, c.tk})
                                                    : sh(c.tq, c.tk);
       const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654" +
                                 (transformers ? ", zero_empty_rows = 1" : "") + "}";
@@ -652,6 +658,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
           if (c.mask == "padding") mk.setDouble(e, e >= c.tk && j >= c.tk - 7 ? -INFINITY : 0.0);  // batch 1's last 7 keys
           else if (c.mask == "per_batch") mk.setDouble(e, (e >= c.tq * c.tk && i == 5) || mk.getDouble(e) < -0.5 ? -INFINITY : mk.getDouble(e));
           else if (c.mask == "zeros") mk.setDouble(e, 0.0);
+          else if (c.mask == "per_head") continue;  // the bias as drawn
           else if (c.mask == "causal") mk.setDouble(e, j > i || i == 77 ? neg : 0.0);  // row 77: masked everywhere
           else if (mk.getDouble(e) < -0.5) mk.setDouble(e, neg);                  // ~30% masked, the rest N(0,1)
         }

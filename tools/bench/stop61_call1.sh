@@ -14,7 +14,7 @@ W=/tmp/ampc-full
 models=${1:-mixtral_moe}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $R/gpu.txt 2>&1
 if [ "${CENSUS:-0}" = 1 ]; then  # issue 22's reach over the library's transformers, on the CPUs at the lowest priority
-  (OUT=$R/census SHARDS=${CENSUS_SHARDS:-6} LIMIT=${CENSUS_LIMIT:-420} nice -n 19 bash "$root/tools/sweep/attention_census.sh" > $R/census_log.txt 2>&1) &
+  (OUT=$R/census MODELS="${CENSUS_MODELS:-}" SHARDS=${CENSUS_SHARDS:-6} LIMIT=${CENSUS_LIMIT:-420} nice -n 19 bash "$root/tools/sweep/attention_census.sh" > $R/census_log.txt 2>&1) &
   census=$!
 fi
 IFS=, read -ra list <<< "$models"

@@ -73,7 +73,13 @@ def t5_small():
 
 def timm_model(name):
     import timm
-    return lambda: timm.create_model(name, pretrained=False, drop_rate=0.0, drop_path_rate=0.0)
+
+    def make():
+        try:
+            return timm.create_model(name, pretrained=False, drop_rate=0.0, drop_path_rate=0.0)
+        except TypeError:  # a family without stochastic depth (DenseNet)
+            return timm.create_model(name, pretrained=False, drop_rate=0.0)
+    return make
 
 
 def bert_base():
