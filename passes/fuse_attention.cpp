@@ -108,12 +108,18 @@ struct Match {
   // the view there, the Add, the view back; the product and the softmax share a frame.
   Node *sandwichTo = nullptr, *sandwichAdd = nullptr, *sandwichBack = nullptr;
   Value* sandwichMask = nullptr;
+  // More masks added in the Softmax's frame (MPNet: its relative-position bias, then the padding
+  // mask; MPT: ALiBi under the Where): summed with `mask` at rewrite.
+  std::vector<Node*> moreAdds;
+  std::vector<Value*> moreMasks;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
 // Whether the match's mask is one cuDNN's fused SDPA reads (AttentionShape::maskForCudnn): none, or
 // an added mask or a Where's condition computed from no parameter.
 bool maskForCudnn(const Match& m) {
+  for (const Value* mk : m.moreMasks)
+    if (dependsOnParams(mk)) return false;
   return !(m.mask && dependsOnParams(m.mask)) && !(m.where && dependsOnParams(m.where->input(0))) &&
          !(m.innerMask && dependsOnParams(m.innerMask)) && !(m.sandwichMask && dependsOnParams(m.sandwichMask));
 }
@@ -169,6 +175,40 @@ bool scoresProducer(const Value* v) {
   const Node* p = v->producer();
   return p && p->domain().empty() && (p->op() == "MatMul" || p->op() == "Mul" || p->op() == "Div" || leadingReshape(p));
 }
+// The product itself, scaled by a scalar constant, or viewed (leadingReshape): surely the scores'
+// side of an Add, where scoresProducer also takes any Mul, Div or view (a mask made by one).
+bool productSide(const Value* v) {
+  const Node* p = v->producer();
+  if (!p || !p->domain().empty()) return false;
+  if (p->op() == "MatMul") return true;
+  if (leadingReshape(p)) return producerOf(p->input(0), "MatMul") != nullptr;
+  if (p->op() != "Mul" && p->op() != "Div") return false;
+  for (int i = 0; i < 2; ++i)
+    if (!std::isnan(scalarConst(p->input(1 - i))) && (p->op() == "Mul" || i == 0) && producerOf(p->input(i), "MatMul")) return true;
+  return false;
+}
+// Whether v is computed from a product through what the matcher passes on its way up (scalar
+// scales, views, no-op Casts and Identity, Adds, a Where with a scalar fill, soft-capping's Tanh):
+// which side of an Add the scores are, where both sides are made by such ops.
+bool leadsToProduct(const Value* v, int depth = 8) {
+  const Node* p = v ? v->producer() : nullptr;
+  if (!p || !p->domain().empty() || depth == 0) return false;
+  const std::string& op = p->op();
+  if (op == "MatMul") return true;
+  if (op == "Mul" || op == "Div") {
+    for (int i = 0; i < 2; ++i)
+      if (!std::isnan(scalarConst(p->input(1 - i))) && (op == "Mul" || i == 0)) return leadsToProduct(p->input(i), depth - 1);
+    return false;
+  }
+  if (op == "Add") return leadsToProduct(p->input(0), depth - 1) || leadsToProduct(p->input(1), depth - 1);
+  if (op == "Where" && p->numInputs() == 3) {
+    for (int i = 1; i < 3; ++i)
+      if (!std::isnan(scalarConst(p->input(3 - i)))) return leadsToProduct(p->input(i), depth - 1);
+    return false;
+  }
+  if (op == "Cast" || op == "Identity" || op == "Tanh" || leadingReshape(p)) return leadsToProduct(p->input(0), depth - 1);
+  return false;
+}
 // Where(c, S, fill) or Where(c, fill, S) on the scores s (shape ss), with a constant scalar fill at
 // most -1e30: records it in m and returns S.
 Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, Match& m) {
@@ -179,7 +219,7 @@ Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, 
   for (const int i : {1, 2}) {
     const double fill = scalarConst(w->input(i));
     Value* other = w->input(3 - i);
-    if (std::isnan(fill) || !(fill <= -1e30) || other->type() != s->type() || !scoresProducer(other)) continue;
+    if (std::isnan(fill) || !(fill <= -1e30) || other->type() != s->type() || !(scoresProducer(other) || leadsToProduct(other))) continue;
     m.where = const_cast<Node*>(w);
     m.fill = fill;
     m.fillFirst = i == 1;
@@ -257,27 +297,53 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     }
   }
   // + mask
-  if (const Node* add = producerOf(s, "Add"); add && singleUse(g, s)) {
-    for (int i = 0; i < 2; ++i) {
-      Value* other = add->input(1 - i);
-      if (other->type().shape != ss || !maskShapeOk(add->input(i)->type().shape, ss)) continue;
-      if (!scoresProducer(other) && !(producerOf(other, "Where") && add->input(i)->type().dtype == DType::f32)) continue;
-      if (!isFloat(add->input(i)->type().dtype)) return false;
-      m.add = const_cast<Node*>(add);
-      m.mask = add->input(i);
-      s = other;
-      break;
+  // The side that makes the scores first (a product, its scale, a view), then a Where on them
+  // (transformers' eager causal mask, then + its padding mask): T5's TorchScript export adds
+  // Where(mask, bias, fill) to the product, where taking the Where's side for the scores would miss.
+  // Then the side that alone leads to the product (leadsToProduct), then the first rule's.
+  auto takeAdd = [&](bool first) {
+    const Node* add = producerOf(s, "Add");
+    if (!add || !singleUse(g, s)) return false;
+    for (int pass = 0; pass < 3; ++pass)
+      for (int i = 0; i < 2; ++i) {
+        Value* other = add->input(1 - i);
+        Value* mk = add->input(i);
+        if (other->type().shape != ss || !maskShapeOk(mk->type().shape, ss) || !isFloat(mk->type().dtype)) continue;
+        const bool ok = pass == 0   ? productSide(other)
+                        : pass == 1 ? leadsToProduct(other) && !leadsToProduct(mk)
+                                    : first && (scoresProducer(other) || (producerOf(other, "Where") && mk->type().dtype == DType::f32));
+        if (!ok) continue;
+        if (!m.add) {
+          m.add = const_cast<Node*>(add);
+          m.mask = mk;
+        } else {
+          m.moreAdds.push_back(const_cast<Node*>(add));
+          m.moreMasks.push_back(mk);
+        }
+        s = other;
+        return true;
+      }
+    return false;
+  };
+  if (takeAdd(true))
+    while (takeAdd(false)) {
     }
-  }
-  // Where(c, S, fill): alone, or under the Add of an f32 mask (transformers' eager attention)
+  // Where(c, S, fill): alone, or under the Add of an f32 mask (transformers' eager attention); and
+  // masks added under it (MPT: Where(c, fill, S + ALiBi)), exact as the Where's additive form is.
   if (Value* inner = matchWhereMask(g, s, ss, m)) {
     s = inner;
-    if (m.mask) {
-      const auto both = broadcastShapes(m.mask->type().shape, m.where->input(0)->type().shape);
-      if (!both || !maskShapeOk(*both, ss)) return false;
+    while (takeAdd(false)) {
     }
   } else if (m.add && !scoresProducer(s)) {
     return false;
+  }
+  {  // the masks' sum broadcasts as the fused op reads a mask
+    std::optional<std::vector<int64_t>> all;
+    std::vector<const Value*> masks(m.moreMasks.begin(), m.moreMasks.end());
+    if (m.mask) masks.push_back(m.mask);
+    if (m.where) masks.push_back(m.where->input(0));
+    for (const Value* mk : masks) all = all ? broadcastShapes(*all, mk->type().shape) : std::optional<std::vector<int64_t>>(mk->type().shape);
+    if (all && (masks.size() > 1) && !maskShapeOk(*all, ss)) return false;
   }
   // [B, H, Tq, Tk] viewed from [N, Tq, Tk], and an additive mask in that frame (BLOOM's ALiBi,
   // DeBERTa's relative-position terms).
@@ -401,7 +467,9 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
   // The masks are summed into one at rewrite: one dtype (a Where's additive form is f32).
   std::optional<DType> maskType;
-  for (const Value* mk : {m.mask, m.innerMask, m.sandwichMask})
+  std::vector<const Value*> allMasks{m.mask, m.innerMask, m.sandwichMask};
+  allMasks.insert(allMasks.end(), m.moreMasks.begin(), m.moreMasks.end());
+  for (const Value* mk : allMasks)
     if (mk && maskType.value_or(mk->type().dtype) != mk->type().dtype) return false;
     else if (mk) maskType = mk->type().dtype;
   if (m.where && maskType.value_or(DType::f32) != DType::f32) return false;
@@ -494,6 +562,18 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   if (m.reshapeUp)  // Q, KT and V viewed in the Softmax's frame
     for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], outerLead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
+  for (size_t k = 0; k < m.moreMasks.size(); ++k) {
+    Value* more = m.moreMasks[k];
+    Value*& sum = sums.sums[{mask, more}];
+    if (!sum) {
+      Node* n = g.createNode("Add", "", {mask, more},
+                             {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *broadcastShapes(mask->type().shape, more->type().shape)}}},
+                             m.out);
+      n->setName(dirOf(m.moreAdds[k]->name()) + "masks_sum");
+      sum = n->result(0);
+    }
+    mask = sum;
+  }
   // Masks added in another view of the scores: the product's (below reshapeUp) and the sandwich's.
   const std::vector<std::tuple<Value*, std::vector<int64_t>, const Node*>> framed = {
       {m.innerMask, m.reshapeUp ? m.reshapeUp->input(0)->type().shape : std::vector<int64_t>{}, m.innerAdd},
@@ -546,9 +626,25 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   for (Node* n : {m.nanWhere, m.isNan, m.softmax})
     if (n) g.eraseNode(n);
   for (Node* n : m.up) g.eraseNode(n);
-  for (Node* n : {m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
-                  m.scores, m.qScale, m.kScale})
-    if (n) g.eraseNode(n);
+  // The chain up from the product, readers before what they read (the extra Adds sit above or
+  // below the Where): each erased once nothing reads it.
+  std::vector<Node*> chain{m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
+                           m.scores, m.qScale, m.kScale};
+  chain.insert(chain.end(), m.moreAdds.begin(), m.moreAdds.end());
+  std::erase(chain, nullptr);
+  for (bool erased = true; erased && !chain.empty();) {
+    erased = false;
+    for (auto it = chain.begin(); it != chain.end(); ++it) {
+      bool read = false;
+      for (size_t r = 0; r < (*it)->numResults(); ++r) read = read || !(*it)->result(r)->uses().empty();
+      if (read) continue;
+      g.eraseNode(*it);
+      chain.erase(it);
+      erased = true;
+      break;
+    }
+  }
+  if (!chain.empty()) throw Error("fuse-attention: node '" + chain.front()->name() + "' of a fused attention is still read");
   g.renameValue(result, oldName);
 }
 

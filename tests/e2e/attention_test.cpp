@@ -814,6 +814,80 @@ TEST(FusedAttentionPass, WhereMasksFuse) {
   }
 }
 
+// Masks the exporters add in other orders: T5's TorchScript export adds Where(c, bias, fill) (its
+// trained relative-position bias, masked) to the product, MPNet adds its bias and then the padding
+// mask (two Adds), MPT masks Where(c, fill, S + ALiBi) (the Add under the Where). Each fuses into one
+// Attention with the masks summed, and the loss and every gradient (the trained bias's too) match
+// the unfused graph's. Before, the Add's Where side was taken for the scores (T5), and one Add
+// (MPNet) or an Add under the Where (MPT) was all the matcher took.
+TEST(FusedAttentionPass, MasksAddedInOtherOrdersFuse) {
+  struct M {
+    std::string name, decl, body;
+    bool condMasks;  // the condition is true where a key is masked (else where it is kept)
+  };
+  const std::string fill = "-3.4028234663852886e+38";
+  const std::vector<M> cases = {
+      {"t5_where_bias", "  param %b : f32[1,2,5,5]\n  input %c : bool[2,1,5,5]\n",
+       "  %bw : f32[2,2,5,5] = Where(%c, %b, %fill) @attn/bias\n  %sm : f32[2,2,5,5] = Add(%ss, %bw) @attn/add\n", false},
+      {"mpnet_two_adds", "  param %b : f32[1,2,5,5]\n  input %m : f32[2,1,1,5]\n",
+       "  %s1 : f32[2,2,5,5] = Add(%ss, %b) @attn/bias\n  %sm : f32[2,2,5,5] = Add(%s1, %m) @attn/pad\n", false},
+      {"mpt_add_under_where", "  param %b : f32[1,2,1,5]\n  input %c : bool[2,1,5,5]\n",
+       "  %s1 : f32[2,2,5,5] = Add(%ss, %b) @attn/alibi\n  %sm : f32[2,2,5,5] = Where(%c, %fill, %s1) @attn/where\n", true},
+  };
+  for (const M& c : cases) {
+    std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + c.decl + "  const %sc0 : f32[] = [0.35355339]\n  const %fill : f32[] = [" +
+                       fill + "]\n  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk\n  %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale\n" + c.body +
+                       R"(  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+    auto fused = parseGraph(text, c.name), plain = parseGraph(text, c.name);
+    EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused)) << c.name;
+    EXPECT_EQ(count(*fused, "Attention"), 1) << c.name;
+    EXPECT_EQ(count(*fused, "Softmax"), 0) << c.name;
+    std::mt19937 rng(7);
+    for (Value* p : plain->params()) {
+      Tensor t(p->type());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setDouble(i, std::normal_distribution<double>(0, 0.5)(rng));
+      fused->lookup(p->name())->setData(t);
+      p->setData(std::move(t));
+    }
+    createAutodiffPass()->run(*fused);
+    createAutodiffPass()->run(*plain);
+    std::map<std::string, Tensor> in;
+    Tensor x(TensorType{DType::f32, {2, 5, 16}});
+    for (int64_t i = 0; i < x.numel(); ++i) x.setDouble(i, std::normal_distribution<double>()(rng));
+    in.emplace("x", x);
+    if (plain->lookup("c")) {  // random keys masked, each row keeping its diagonal
+      Tensor cond(TensorType{DType::boolean, {2, 1, 5, 5}});
+      for (int64_t e = 0; e < cond.numel(); ++e) {
+        const bool keepIt = e % 5 == (e / 5) % 5 || std::uniform_real_distribution<double>()(rng) < 0.6;
+        cond.setDouble(e, c.condMasks != keepIt ? 1.0 : 0.0);
+      }
+      in.emplace("c", cond);
+    }
+    if (plain->lookup("m")) {
+      Tensor m(TensorType{DType::f32, {2, 1, 1, 5}});
+      for (int64_t e = 0; e < m.numel(); ++e) m.setDouble(e, e == 9 ? -3.4028234663852886e38 : 0.0);  // batch 1's last key padded
+      in.emplace("m", m);
+    }
+    auto backend = createCpuBackend();
+    auto a = evaluate(*fused, in, *backend), b = evaluate(*plain, in, *backend);
+    ASSERT_EQ(a.size(), 5u) << c.name;  // the loss, three weight gradients and the bias's
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::vector<double> u, v;
+      for (int64_t k = 0; k < a[i].numel(); ++k) u.push_back(a[i].getDouble(k)), v.push_back(b[i].getDouble(k));
+      for (double d : u) ASSERT_TRUE(std::isfinite(d)) << c.name;
+      EXPECT_LE(relL2(u, v), 1e-5) << c.name << ": " << fused->outputs()[i]->name();
+      double norm = 0;
+      for (double d : v) norm += d * d;
+      EXPECT_GT(norm, 0.0) << c.name << ": " << fused->outputs()[i]->name();
+    }
+  }
+}
+
 // Layers that mask with one condition share one additive mask: one Where for two attentions. The
 // second layer's probabilities pass through Identity nodes (torch.export's clone) on the way to V.
 TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
