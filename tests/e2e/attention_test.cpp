@@ -4,11 +4,11 @@
 // (models/transformer.onnx); training the fused graph gives the losses and weights of the graph it
 // replaced, dropout on (the fused op draws the Dropout node's Philox stream), at fp32; at bf16 the
 // fused graph stays as close to the fp32 run as the unfused one.
-#include <functional>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <sstream>
 
