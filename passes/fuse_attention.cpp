@@ -1,12 +1,13 @@
 // fuse-attention: finds scaled dot-product attention as exporters emit it,
 //
 //   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
-//   S = S * c  or  S / c          (optional, scalar constant)
+//   S = S * c  or  S / c          (optional, scalar constant; also above the masks: (S + M) / c)
 //   S = cap * Tanh(S * f)         (optional, scalar constants cap > 0 and f, or Tanh(S / d): Gemma 2's
 //                                  soft-capping, cap * tanh(S / cap); the fused op's softcap)
 //   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
 //                                  causal mask; fill a scalar constant at most -1e30 or -inf)
-//   S = S + mask                  (optional; a trainable one, a bias, gets its gradient)
+//   S = S + mask                  (optional, any number, also under the Where; a trainable one, a bias,
+//                                  gets its gradient)
 //   S = Cast(S) to S's own dtype, or Identity(S)  (any number: softmax(S, dtype=torch.float32))
 //   P = Softmax(S, axis = -1)
 //   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
@@ -112,6 +113,9 @@ struct Match {
   // mask; MPT: ALiBi under the Where): summed with `mask` at rewrite.
   std::vector<Node*> moreAdds;
   std::vector<Value*> moreMasks;
+  // A scale above the added masks, (S + M) / c (CodeGen, GPT-J): the masks are scaled too at rewrite.
+  Node* outerScale = nullptr;
+  double maskFactor = 1.0;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -300,6 +304,17 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // The side that makes the scores first (a product, its scale, a view), then a Where on them
   // (transformers' eager causal mask, then + its padding mask): T5's TorchScript export adds
   // Where(mask, bias, fill) to the product, where taking the Where's side for the scores would miss.
+  // (S + M) * f: the scale taken here where an Add is under it; M becomes M * f at rewrite.
+  {
+    double f = 1.0;
+    Value* x = nullptr;
+    if (scaleOf(g, s, f, x) && producerOf(x, "Add") && !m.sandwichAdd) {
+      m.outerScale = s->producer();
+      m.maskFactor = f;
+      m.scale_ *= f;
+      s = x;
+    }
+  }
   // Then the side that alone leads to the product (leadsToProduct), then the first rule's.
   auto takeAdd = [&](bool first) {
     const Node* add = producerOf(s, "Add");
@@ -337,6 +352,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   } else if (m.add && !scoresProducer(s)) {
     return false;
   }
+  if (m.outerScale && (!m.add || m.where)) return false;  // only added masks are scaled (a Where's fill would move)
   {  // the masks' sum broadcasts as the fused op reads a mask
     std::optional<std::vector<int64_t>> all;
     std::vector<const Value*> masks(m.moreMasks.begin(), m.moreMasks.end());
@@ -347,7 +363,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   }
   // [B, H, Tq, Tk] viewed from [N, Tq, Tk], and an additive mask in that frame (BLOOM's ALiBi,
   // DeBERTa's relative-position terms).
-  if (const Node* r = s->producer(); leadingReshape(r) && singleUse(g, s)) {
+  if (const Node* r = s->producer(); leadingReshape(r) && singleUse(g, s) && !m.outerScale) {
     m.reshapeUp = const_cast<Node*>(r);
     s = r->input(0);
     const auto& inner = s->type().shape;
@@ -574,6 +590,12 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
     }
     mask = sum;
   }
+  if (mask && m.outerScale) {  // (S + M) f = S f + M f
+    Value* f = g.addConst(g.uniqueName(oldName + ".mask_factor"), Tensor::fromDoubles(mask->type().dtype, {}, {m.maskFactor}));
+    Node* n = g.createNode("Mul", "", {mask, f}, {{g.uniqueName(oldName + ".mask_scaled"), mask->type()}}, m.out);
+    n->setName(dirOf(m.outerScale->name()) + "mask_scaled");
+    mask = n->result(0);
+  }
   // Masks added in another view of the scores: the product's (below reshapeUp) and the sandwich's.
   const std::vector<std::tuple<Value*, std::vector<int64_t>, const Node*>> framed = {
       {m.innerMask, m.reshapeUp ? m.reshapeUp->input(0)->type().shape : std::vector<int64_t>{}, m.innerAdd},
@@ -628,7 +650,7 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   for (Node* n : m.up) g.eraseNode(n);
   // The chain up from the product, readers before what they read (the extra Adds sit above or
   // below the Where): each erased once nothing reads it.
-  std::vector<Node*> chain{m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
+  std::vector<Node*> chain{m.outerScale, m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
                            m.scores, m.qScale, m.kScale};
   chain.insert(chain.end(), m.moreAdds.begin(), m.moreAdds.end());
   std::erase(chain, nullptr);

@@ -831,8 +831,9 @@ TEST(FusedAttentionPass, WhereMasksFuse) {
 // trained relative-position bias, masked) to the product, MPNet adds its bias and then the padding
 // mask (two Adds), MPT masks Where(c, fill, S + ALiBi) (the Add under the Where). Each fuses into one
 // Attention with the masks summed, and the loss and every gradient (the trained bias's too) match
-// the unfused graph's. Before, the Add's Where side was taken for the scores (T5), and one Add
-// (MPNet) or an Add under the Where (MPT) was all the matcher took.
+// the unfused graph's; CodeGen (and GPT-J) scale after adding the mask, (S + M) / c, which fuses with
+// the mask scaled. Before, the Add's Where side was taken for the scores (T5), and one Add (MPNet), an
+// Add under the Where (MPT) or a scale under the Softmax (CodeGen) was all the matcher took.
 TEST(FusedAttentionPass, MasksAddedInOtherOrdersFuse) {
   struct M {
     std::string name, decl, body;
@@ -846,6 +847,9 @@ TEST(FusedAttentionPass, MasksAddedInOtherOrdersFuse) {
        "  %s1 : f32[2,2,5,5] = Add(%ss, %b) @attn/bias\n  %sm : f32[2,2,5,5] = Add(%s1, %m) @attn/pad\n", false},
       {"mpt_add_under_where", "  param %b : f32[1,2,1,5]\n  input %c : bool[2,1,5,5]\n",
        "  %s1 : f32[2,2,5,5] = Add(%ss, %b) @attn/alibi\n  %sm : f32[2,2,5,5] = Where(%c, %fill, %s1) @attn/where\n", true},
+      {"codegen_scale_after_mask", "  param %b : f32[1,2,5,5]\n  input %m : f32[2,1,1,5]\n  const %two : f32[] = [2.0]\n",
+       "  %s1 : f32[2,2,5,5] = Add(%ss, %b) @attn/bias\n  %s2 : f32[2,2,5,5] = Add(%s1, %m) @attn/pad\n  %sm : f32[2,2,5,5] = Div(%s2, %two) @attn/scale_after\n",
+       false},
   };
   for (const M& c : cases) {
     std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + c.decl + "  const %sc0 : f32[] = [0.35355339]\n  const %fill : f32[] = [" +
