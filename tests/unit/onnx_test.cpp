@@ -997,6 +997,38 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
   }
 }
 
+// Attention written with torch.einsum ("bhqd,bhkd->bhqk", then "bhqk,bhkd->bhqd", as XLNet, Funnel
+// and hand-written models do): the lowering keeps the batch letters as dims and names its last node,
+// so the products are the plain MatMuls fuse-attention takes, and the fused graph gives the same
+// values. Before, each product sat between Reshapes and an Identity, and nothing fused.
+TEST(OnnxImport, EinsumAttentionFuses) {
+  TempDir d;
+  auto m = newModel(17);
+  auto* g = m.mutable_graph();
+  for (const char* n : {"q", "k", "v"}) addFloatInit(g, n, {2, 3, 5, 4}, ramp(120, n[0] == 'q' ? 1.0f : n[0] == 'k' ? 0.8f : 1.3f));
+  stringAttr(addNode(g, "Einsum", {"q", "k"}, {"s"}, "qk"), "equation", "bhqd,bhkd->bhqk");
+  auto* c = addNode(g, "Constant", {}, {"c"}, "half");  // a constant scale (an initializer would be a parameter)
+  auto* value = c->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  value->mutable_t()->add_float_data(0.5f);
+  addNode(g, "Mul", {"s", "c"}, {"ss"}, "scale");
+  intAttr(addNode(g, "Softmax", {"ss"}, {"p"}, "softmax"), "axis", -1);
+  stringAttr(addNode(g, "Einsum", {"p", "v"}, {"o"}, "pv"), "equation", "bhqk,bhkd->bhqd");
+  addOutput(g, "o");
+  writeModel(d.file("einsum_attention.onnx"), m);
+  auto fused = importOnnxFile(d.file("einsum_attention.onnx")), plain = importOnnxFile(d.file("einsum_attention.onnx"));
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
+  int attention = 0, softmax = 0;
+  for (const auto& n : fused->nodes()) attention += n->op() == "Attention", softmax += n->op() == "Softmax";
+  EXPECT_EQ(attention, 1);
+  EXPECT_EQ(softmax, 0);
+  const Tensor a = evalOne(*fused, {}), b = evalOne(*plain, {});
+  ASSERT_EQ(a.type.str(), "f32[2,3,5,4]");
+  for (int64_t e = 0; e < a.numel(); ++e) EXPECT_NEAR(a.getDouble(e), b.getDouble(e), 1e-5) << e;
+}
+
 // Opset 23's RotaryEmbedding and Attention, lowered at import, against their definitions written
 // here in double: halves and interleaved pairs, partial rotation, 3-D inputs, position ids or per-
 // batch caches; grouped-query heads, bool and float masks, causal with a past, softcap, 3-D inputs.
