@@ -1,6 +1,7 @@
 // fuse-attention: finds scaled dot-product attention as exporters emit it,
 //
 //   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
+//                                 (KT and V may have heads of 1 that the products broadcast: MQA)
 //   S = S * c  or  S / c          (optional, scalar constant; also above the masks: (S + M) / c)
 //   S = cap * Tanh(S * f)         (optional, scalar constants cap > 0 and f, or Tanh(S / d): Gemma 2's
 //                                  soft-capping, cap * tanh(S / cap); the fused op's softcap)
@@ -83,6 +84,14 @@ bool scaleOf(const Graph& g, const Value* v, double& factor, Value*& x) {
 bool sameLeading(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   return a.size() == b.size() && a.size() >= 2 && std::equal(a.begin(), a.end() - 2, b.begin());
 }
+// b's leading dims broadcast to a's (each equal or 1) without being the same: K and V of one head
+// read by every query head through the product's broadcast (Falcon's multi-query attention).
+bool broadcastLeading(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.size() != b.size() || a.size() < 2 || sameLeading(a, b)) return false;
+  for (size_t i = 0; i + 2 < a.size(); ++i)
+    if (b[i] != a[i] && b[i] != 1) return false;
+  return true;
+}
 // A mask the fused op takes: one that broadcasts to the scores as attentionMaskMap says (per
 // batch, per head, both or shared; [.., Tq, Tk] or a row [.., 1, Tk] for every query).
 bool maskShapeOk(const std::vector<int64_t>& m, const std::vector<int64_t>& s) {
@@ -116,6 +125,9 @@ struct Match {
   // A scale above the added masks, (S + M) / c (CodeGen, GPT-J): the masks are scaled too at rewrite.
   Node* outerScale = nullptr;
   double maskFactor = 1.0;
+  // K (and V) with leading dims of 1 where Q has heads, read through the product's broadcast: expanded
+  // to Q's at rewrite (their gradients sum back through the Expand).
+  bool broadcastKv = false;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -410,7 +422,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   }
   const auto &qs = m.q->type().shape, &ks = m.kt->type().shape;
   const auto& inner = m.reshapeUp ? m.reshapeUp->input(0)->type().shape : ss;
-  if (!sameLeading(qs, ks) || !sameLeading(qs, inner) || m.q->type().dtype != m.kt->type().dtype)
+  m.broadcastKv = broadcastLeading(qs, ks) && !m.reshapeUp;
+  if (!(sameLeading(qs, ks) || m.broadcastKv) || !sameLeading(qs, inner) || m.q->type().dtype != m.kt->type().dtype)
     return false;
   // downstream: Dropout? then the product with V
   Value* p = sm->result(0);
@@ -480,7 +493,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   m.out = user;
   m.v = user->input(1);
   const auto& vs = m.v->type().shape;
-  if (!sameLeading(qs, vs) || m.v->type().dtype != m.q->type().dtype) return false;
+  if (!(sameLeading(qs, vs) || (m.broadcastKv && broadcastLeading(qs, vs))) || m.v->type().dtype != m.q->type().dtype) return false;
   // The masks are summed into one at rewrite: one dtype (a Where's additive form is f32).
   std::optional<DType> maskType;
   std::vector<const Value*> allMasks{m.mask, m.innerMask, m.sandwichMask};
@@ -575,6 +588,17 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   std::vector<Value*> ins{m.q, m.kt, m.v};
   const auto& ss = m.softmax->result(0)->type().shape;
   const std::vector<int64_t> outerLead(ss.begin(), ss.end() - 2);
+  if (m.broadcastKv)  // one K and V for several query heads: expanded to Q's heads
+    for (size_t i = 1; i < 3; ++i) {
+      std::vector<int64_t> to(m.q->type().shape.begin(), m.q->type().shape.end() - 2);
+      to.insert(to.end(), ins[i]->type().shape.end() - 2, ins[i]->type().shape.end());
+      if (to == ins[i]->type().shape) continue;
+      const std::string base = dirOf(m.softmax->name()) + (i == 1 ? "kv_heads_k" : "kv_heads_v");
+      Value* k = g.addConst(g.uniqueName(base + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(to.size())}, to));
+      Node* e = g.createNode("Expand", "", {ins[i], k}, {{g.uniqueName(ins[i]->name() + ".heads"), TensorType{ins[i]->type().dtype, to}}}, m.out);
+      e->setName(base);
+      ins[i] = e->result(0);
+    }
   if (m.reshapeUp)  // Q, KT and V viewed in the Softmax's frame
     for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], outerLead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;

@@ -883,6 +883,44 @@ TEST(FusedAttentionPass, MasksAddedInOtherOrdersFuse) {
   }
 }
 
+// Multi-query attention written as Falcon's export writes it: one K and V head [B, 1, T, D] read by
+// every query head through the products' broadcast. It fuses with K and V expanded to Q's heads, and
+// trains as the unfused graph (the K and V weights' gradients summed over the heads by the Expand's).
+TEST(FusedAttentionPass, MultiQueryByBroadcastFuses) {
+  const std::string text = R"(graph "mqa" opset 17 {
+  input %x : f32[2,5,16]
+  param %wq : f32[16,16]
+  param %wk : f32[16,8]
+  param %wv : f32[16,8]
+  const %qs : i64[4] = [2, 5, 2, 8]
+  const %ks : i64[4] = [2, 5, 1, 8]
+  const %sc0 : f32[] = [0.35355339]
+  %q0 : f32[2,5,16] = MatMul(%x, %wq) @q
+  %k0 : f32[2,5,8] = MatMul(%x, %wk) @k
+  %v0 : f32[2,5,8] = MatMul(%x, %wv) @v
+  %q1 : f32[2,5,2,8] = Reshape(%q0, %qs) @qr
+  %k1 : f32[2,5,1,8] = Reshape(%k0, %ks) @kr
+  %v1 : f32[2,5,1,8] = Reshape(%v0, %ks) @vr
+  %q : f32[2,2,5,8] = Transpose(%q1) {perm = [0, 2, 1, 3]} @qt
+  %kt : f32[2,1,8,5] = Transpose(%k1) {perm = [0, 2, 3, 1]} @kt
+  %v : f32[2,1,5,8] = Transpose(%v1) {perm = [0, 2, 1, 3]} @vt
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale
+  %p : f32[2,2,5,5] = Softmax(%ss) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  auto fused = parseGraph(text, "mqa"), plain = parseGraph(text, "mqa");
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
+  EXPECT_EQ(count(*fused, "Attention"), 1);
+  EXPECT_EQ(count(*fused, "Softmax"), 0);
+  EXPECT_EQ(count(*fused, "Expand"), 2);
+  std::mt19937 rng(11);
+  expectTrainsLikeUnfused(*fused, *plain, rng, 4, "mqa", [](std::map<std::string, Tensor>&) {});
+}
+
 // Layers that mask with one condition share one additive mask: one Where for two attentions. The
 // second layer's probabilities pass through Identity nodes (torch.export's clone) on the way to V.
 TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
