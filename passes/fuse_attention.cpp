@@ -2,7 +2,8 @@
 //
 //   S = MatMul(Q', KT')           Q' = Q, or Q times / divided by a scalar constant; KT' the same
 //                                 (KT and V may have heads of 1 that the products broadcast: MQA)
-//   S = S * c  or  S / c          (optional, scalar constant; also above the masks: (S + M) / c)
+//   S = S * c  or  S / c          (optional, scalar constant; also above the masks: (S + M) / c;
+//                                  or S * t, t a tensor [.., 1, 1]: a scale per head, moved onto Q)
 //   S = cap * Tanh(S * f)         (optional, scalar constants cap > 0 and f, or Tanh(S / d): Gemma 2's
 //                                  soft-capping, cap * tanh(S / cap); the fused op's softcap)
 //   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
@@ -128,6 +129,8 @@ struct Match {
   // K (and V) with leading dims of 1 where Q has heads, read through the product's broadcast: expanded
   // to Q's at rewrite (their gradients sum back through the Expand).
   bool broadcastKv = false;
+  // A tensor scale [.., 1, 1] on the scores: Q is multiplied by it at rewrite.
+  Value* qFactor = nullptr;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -404,6 +407,20 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     m.scale = s->producer();
     m.scale_ *= f;
     s = x;
+  } else if (const Node* mul = producerOf(s, "Mul"); mul && singleUse(g, s) && !m.reshapeUp) {
+    // A scale per head (or per batch) that is a tensor, [.., H, 1, 1]: Swin V2's trained logit
+    // scale on its cosine scores. (Q K^T) t = (Q t) K^T: it moves onto Q, where its gradient follows.
+    for (int i = 0; i < 2; ++i) {
+      Value* t = mul->input(i);
+      const auto& ts = t->type().shape;
+      if (mul->input(1 - i)->type().shape != ss || !producerOf(mul->input(1 - i), "MatMul") || !isFloat(t->type().dtype) || ts.size() < 2 ||
+          ts.size() > ss.size() || ts[ts.size() - 1] != 1 || ts[ts.size() - 2] != 1 || !broadcastShapes(ts, ss) || *broadcastShapes(ts, ss) != ss)
+        continue;
+      m.scale = const_cast<Node*>(mul);
+      m.qFactor = t;
+      s = mul->input(1 - i);
+      break;
+    }
   }
   const Node* mm = producerOf(s, "MatMul");
   if (!mm || !singleUse(g, s)) return false;
@@ -423,7 +440,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   const auto &qs = m.q->type().shape, &ks = m.kt->type().shape;
   const auto& inner = m.reshapeUp ? m.reshapeUp->input(0)->type().shape : ss;
   m.broadcastKv = broadcastLeading(qs, ks) && !m.reshapeUp;
-  if (!(sameLeading(qs, ks) || m.broadcastKv) || !sameLeading(qs, inner) || m.q->type().dtype != m.kt->type().dtype)
+  if (!(sameLeading(qs, ks) || m.broadcastKv) || !sameLeading(qs, inner) || m.q->type().dtype != m.kt->type().dtype ||
+      (m.qFactor && m.qFactor->type().dtype != m.q->type().dtype))
     return false;
   // downstream: Dropout? then the product with V
   Value* p = sm->result(0);
@@ -588,6 +606,12 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   std::vector<Value*> ins{m.q, m.kt, m.v};
   const auto& ss = m.softmax->result(0)->type().shape;
   const std::vector<int64_t> outerLead(ss.begin(), ss.end() - 2);
+  if (m.qFactor) {  // (Q K^T) t = (Q t) K^T
+    const auto both = broadcastShapes(ins[0]->type().shape, m.qFactor->type().shape);
+    Node* n = g.createNode("Mul", "", {ins[0], m.qFactor}, {{g.uniqueName(ins[0]->name() + ".scaled"), TensorType{ins[0]->type().dtype, *both}}}, m.out);
+    n->setName(dirOf(m.scale->name()) + "q_scaled");
+    ins[0] = n->result(0);
+  }
   if (m.broadcastKv)  // one K and V for several query heads: expanded to Q's heads
     for (size_t i = 1; i < 3; ++i) {
       std::vector<int64_t> to(m.q->type().shape.begin(), m.q->type().shape.end() - 2);

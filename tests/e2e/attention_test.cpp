@@ -921,6 +921,27 @@ TEST(FusedAttentionPass, MultiQueryByBroadcastFuses) {
   expectTrainsLikeUnfused(*fused, *plain, rng, 4, "mqa", [](std::map<std::string, Tensor>&) {});
 }
 
+// A scale per head that is a tensor (Swin V2's trained logit scale on its cosine scores, [H, 1, 1])
+// moves onto Q: the attention fuses, and the scale's own gradient matches the unfused graph's.
+TEST(FusedAttentionPass, ScalePerHeadMovesOntoQ) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  param %ls : f32[2,1,1]
+  %t : f32[2,1,1] = Exp(%ls) @attn/logit_scale
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %t) @attn/scale
+  %p : f32[2,2,5,5] = Softmax(%ss) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  auto fused = parseGraph(text, "per-head scale"), plain = parseGraph(text, "per-head scale");
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
+  EXPECT_EQ(count(*fused, "Attention"), 1);
+  EXPECT_EQ(count(*fused, "Softmax"), 0);
+  std::mt19937 rng(13);
+  expectTrainsLikeUnfused(*fused, *plain, rng, 5, "per-head scale", [](std::map<std::string, Tensor>&) {});  // + the scale's gradient
+}
+
 // Layers that mask with one condition share one additive mask: one Where for two attentions. The
 // second layer's probabilities pass through Identity nodes (torch.export's clone) on the way to V.
 TEST(FusedAttentionPass, WhereMasksShareTheirAdditiveForm) {
