@@ -724,6 +724,13 @@ TEST(FusedAttentionPass, RowsMaskedEverywhereByAFillMatchTheUnfusedGraph) {
     }
 }
 
+// The end of the test graphs below: softmax over the scores `s` ([2, 2, 5, 5]), the product with V
+// and a loss.
+std::string softmaxToLoss(const std::string& s) {
+  return "  %p : f32[2,2,5,5] = Softmax(" + s + ") {axis = -1} @attn/softmax\n  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv\n" +
+         "  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq\n  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss\n  output %loss\n}\n";
+}
+
 // Where masks as exporters write them: nanoGPT's masked_fill(mask, -inf) (Where(c, fill, S), here
 // with a constant causal condition), transformers' eager attention (Where(c, S, finfo.min) under
 // the Add of a padding mask, the condition an input) and a condition input with -inf. Each fuses
@@ -854,12 +861,7 @@ TEST(FusedAttentionPass, MasksAddedInOtherOrdersFuse) {
   for (const M& c : cases) {
     std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + c.decl + "  const %sc0 : f32[] = [0.35355339]\n  const %fill : f32[] = [" +
                        fill + "]\n  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk\n  %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale\n" + c.body +
-                       R"(  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
-  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
-  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
-  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
-  output %loss
-})";
+                       softmaxToLoss("%sm");
     auto fused = parseGraph(text, c.name), plain = parseGraph(text, c.name);
     EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused)) << c.name;
     EXPECT_EQ(count(*fused, "Attention"), 1) << c.name;
@@ -906,12 +908,7 @@ TEST(FusedAttentionPass, MultiQueryByBroadcastFuses) {
   %v : f32[2,1,5,8] = Transpose(%v1) {perm = [0, 2, 1, 3]} @vt
   %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
   %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale
-  %p : f32[2,2,5,5] = Softmax(%ss) {axis = -1} @attn/softmax
-  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
-  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
-  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
-  output %loss
-})";
+)" + softmaxToLoss("%ss");
   auto fused = parseGraph(text, "mqa"), plain = parseGraph(text, "mqa");
   EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
   EXPECT_EQ(count(*fused, "Attention"), 1);
@@ -928,12 +925,7 @@ TEST(FusedAttentionPass, ScalePerHeadMovesOntoQ) {
   %t : f32[2,1,1] = Exp(%ls) @attn/logit_scale
   %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
   %ss : f32[2,2,5,5] = Mul(%sc, %t) @attn/scale
-  %p : f32[2,2,5,5] = Softmax(%ss) {axis = -1} @attn/softmax
-  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
-  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
-  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
-  output %loss
-})";
+)" + softmaxToLoss("%ss");
   auto fused = parseGraph(text, "per-head scale"), plain = parseGraph(text, "per-head scale");
   EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
   EXPECT_EQ(count(*fused, "Attention"), 1);
