@@ -315,10 +315,6 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
       break;
     }
   }
-  // + mask
-  // The side that makes the scores first (a product, its scale, a view), then a Where on them
-  // (transformers' eager causal mask, then + its padding mask): T5's TorchScript export adds
-  // Where(mask, bias, fill) to the product, where taking the Where's side for the scores would miss.
   // (S + M) * f: the scale taken here where an Add is under it; M becomes M * f at rewrite.
   {
     double f = 1.0;
@@ -330,7 +326,11 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
       s = x;
     }
   }
-  // Then the side that alone leads to the product (leadsToProduct), then the first rule's.
+  // + mask, any number of them. Of an Add's two sides the scores are the one that makes them (the
+  // product, scaled or viewed: productSide), else the one that alone leads to the product
+  // (leadsToProduct), else, for the first Add, the scores or a Where on them (transformers' eager
+  // causal mask, then + its padding mask). T5's TorchScript export adds Where(mask, bias, fill) to
+  // the product, whose Where side the last rule alone would take for the scores.
   auto takeAdd = [&](bool first) {
     const Node* add = producerOf(s, "Add");
     if (!add || !singleUse(g, s)) return false;
