@@ -736,6 +736,16 @@ std::string softmaxToLoss(const std::string& s) {
 // the Add of a padding mask, the condition an input) and a condition input with -inf. Each fuses
 // into one Attention with an additive mask, and the loss and gradients are the unfused graph's
 // (fresh random data, f32). A fill of -1e4 is left unfused: s + fill is not fill there.
+// `text` parsed twice: once with fuse-attention run, which must fuse its one attention (one
+// Attention node, no Softmax left), and once as written.
+std::pair<std::unique_ptr<Graph>, std::unique_ptr<Graph>> fusedAndPlain(const std::string& text, const std::string& name) {
+  auto fused = parseGraph(text, name), plain = parseGraph(text, name);
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused)) << name;
+  EXPECT_EQ(count(*fused, "Attention"), 1) << name;
+  EXPECT_EQ(count(*fused, "Softmax"), 0) << name;
+  return {std::move(fused), std::move(plain)};
+}
+
 // `fused` (fuse-attention run) against `plain` (the same graph unfused): both get the same random
 // parameters and the backward, then the loss and each gradient (`results` in all) on x of [2, 5, 16]
 // and the inputs `more` adds must agree within 1e-5, finite and not all zero.
@@ -862,10 +872,7 @@ TEST(FusedAttentionPass, MasksAddedInOtherOrdersFuse) {
     std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + c.decl + "  const %sc0 : f32[] = [0.35355339]\n  const %fill : f32[] = [" +
                        fill + "]\n  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk\n  %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale\n" + c.body +
                        softmaxToLoss("%sm");
-    auto fused = parseGraph(text, c.name), plain = parseGraph(text, c.name);
-    EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused)) << c.name;
-    EXPECT_EQ(count(*fused, "Attention"), 1) << c.name;
-    EXPECT_EQ(count(*fused, "Softmax"), 0) << c.name;
+    auto [fused, plain] = fusedAndPlain(text, c.name);
     std::mt19937 rng(7);
     expectTrainsLikeUnfused(*fused, *plain, rng, 5, c.name, [&](std::map<std::string, Tensor>& in) {  // + the bias's gradient
       if (plain->lookup("c")) {  // random keys masked, each row keeping its diagonal
@@ -909,10 +916,7 @@ TEST(FusedAttentionPass, MultiQueryByBroadcastFuses) {
   %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
   %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale
 )" + softmaxToLoss("%ss");
-  auto fused = parseGraph(text, "mqa"), plain = parseGraph(text, "mqa");
-  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
-  EXPECT_EQ(count(*fused, "Attention"), 1);
-  EXPECT_EQ(count(*fused, "Softmax"), 0);
+  auto [fused, plain] = fusedAndPlain(text, "mqa");
   EXPECT_EQ(count(*fused, "Expand"), 2);
   std::mt19937 rng(11);
   expectTrainsLikeUnfused(*fused, *plain, rng, 4, "mqa", [](std::map<std::string, Tensor>&) {});
@@ -926,10 +930,7 @@ TEST(FusedAttentionPass, ScalePerHeadMovesOntoQ) {
   %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
   %ss : f32[2,2,5,5] = Mul(%sc, %t) @attn/scale
 )" + softmaxToLoss("%ss");
-  auto fused = parseGraph(text, "per-head scale"), plain = parseGraph(text, "per-head scale");
-  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
-  EXPECT_EQ(count(*fused, "Attention"), 1);
-  EXPECT_EQ(count(*fused, "Softmax"), 0);
+  auto [fused, plain] = fusedAndPlain(text, "per-head scale");
   std::mt19937 rng(13);
   expectTrainsLikeUnfused(*fused, *plain, rng, 5, "per-head scale", [](std::map<std::string, Tensor>&) {});  // + the scale's gradient
 }
