@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <regex>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/ops/geometry.h"
 #include "compiler/ops/grad.h"
 #include "compiler/ops/registry.h"
 
@@ -251,6 +253,7 @@ class AutodiffPass : public Pass {
   // The sum of a value's gradient contributions, in FP32 if any is FP32, returned in the value's
   // own dtype.
   static Value* sum(Graph& g, const Value* v, std::vector<Value*>& parts) {
+    concatTiles(g, v, parts);
     if (parts.size() == 1 && parts[0]->type().dtype == v->type().dtype) return parts[0];
     DType acc = parts[0]->type().dtype;
     for (Value* p : parts)
@@ -269,6 +272,71 @@ class AutodiffPass : public Pass {
     Value* r = castTo(s, v->type().dtype);
     parts = {r};
     return r;
+  }
+
+  // Slices that tile a value along one axis (torch.roll's two, chunk and split written as Slices):
+  // their gradients, each a SliceGrad that zero-fills the whole value and places its dY, are
+  // summed by Adds, reading and writing the whole value once per slice. Where such SliceGrads of
+  // one dtype, step 1, cover disjoint ranges of one axis that together make the whole axis (all
+  // other dims whole), their sum is the Concat of their dYs in the ranges' order: the same values,
+  // one copy. Replaces them in `parts` by that Concat.
+  static void concatTiles(Graph& g, const Value* v, std::vector<Value*>& parts) {
+    struct Tile {
+      size_t part;
+      int64_t axis, begin, end;
+    };
+    const auto& shape = v->type().shape;
+    std::map<std::pair<int64_t, DType>, std::vector<Tile>> byAxis;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Node* n = parts[i]->producer();
+      if (!n || n->domain() != kGradDomain || n->op() != "SliceGrad" || parts[i]->type().shape != shape || parts[i]->uses().size() > 0) continue;
+      std::vector<std::vector<int64_t>> c(4);
+      bool known = true;
+      for (size_t k = 1; k < n->numInputs() && k < 5; ++k) {
+        const Tensor* t = n->input(k) ? n->input(k)->constData() : nullptr;
+        if (n->input(k) && !t) known = false;
+        if (t) c[k - 1] = t->toInts();
+      }
+      if (!known || n->numInputs() < 3) continue;
+      SliceSpec sp;
+      try {
+        sp = sliceSpecOf(shape, c[0], c[1], c[2], c[3]);
+      } catch (const Error&) {
+        continue;
+      }
+      int64_t axis = -1;
+      bool ok = true;
+      for (size_t d = 0; d < shape.size() && ok; ++d) {
+        if (sp.start[d] == 0 && sp.out[d] == shape[d] && (sp.step[d] == 1 || shape[d] <= 1)) continue;
+        ok = axis < 0 && sp.step[d] == 1 && sp.out[d] > 0;
+        axis = static_cast<int64_t>(d);
+      }
+      if (!ok || axis < 0) continue;
+      byAxis[{axis, parts[i]->type().dtype}].push_back({i, axis, sp.start[axis], sp.start[axis] + sp.out[axis]});
+    }
+    std::vector<bool> drop(parts.size(), false);
+    std::vector<Value*> concats;
+    for (auto& [key, tiles] : byAxis) {
+      if (tiles.size() < 2) continue;
+      std::sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.begin < b.begin; });
+      int64_t at = 0;
+      for (const Tile& t : tiles) at = t.begin == at ? t.end : -1;
+      if (at != shape[key.first]) continue;  // a gap, an overlap, or short of the end
+      std::vector<Value*> ins;
+      for (const Tile& t : tiles) {
+        ins.push_back(parts[t.part]->producer()->input(0));
+        drop[t.part] = true;
+      }
+      Node* c = g.createNode("Concat", "", ins, {{g.uniqueName(v->name() + "_grad/tiles"), TensorType{key.second, shape}}});
+      c->setAttr("axis", key.first);
+      concats.push_back(c->result(0));
+    }
+    if (concats.empty()) return;
+    std::vector<Value*> kept;
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (!drop[i]) kept.push_back(parts[i]);
+    kept.insert(kept.end(), concats.begin(), concats.end());
+    parts = kept;
   }
 
   AutodiffOptions opts_;

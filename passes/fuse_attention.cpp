@@ -35,6 +35,8 @@
 // unfused (compiler/target.h: CUDA's kernels hold a whole head row in one tile).
 #include <cmath>
 #include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 
 #include "compiler/ops/geometry.h"
@@ -541,6 +543,7 @@ using MaskCache = std::map<std::tuple<const Value*, double, bool>, Value*>;
 struct SumCache {
   std::map<std::pair<const Value*, std::vector<int64_t>>, Value*> views;  // by the mask and the view it was added in
   std::map<std::pair<const Value*, const Value*>, Value*> sums;
+  std::map<std::pair<std::vector<const Value*>, std::vector<int64_t>>, Value*> refined;  // refinedMasks' sums, by the masks and the view
 };
 
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
@@ -600,6 +603,105 @@ Value* maskInFrame(Graph& g, Value* mask, const std::vector<int64_t>& frame, con
   return withLeading(g, v, std::vector<int64_t>(shape.begin(), shape.end() - 2), at, base + "_view");
 }
 
+// The common refinement of several frames' leading dims with one element count: the dims between
+// every cut (running product) of any of them, ([B nW, H] and [B, nW, H]: [B, nW, H]). None where a
+// cut does not divide the next, ([6, 4] and [4, 6]).
+std::optional<std::vector<int64_t>> commonRefinement(const std::vector<std::vector<int64_t>>& leads) {
+  std::set<int64_t> cuts;
+  std::optional<int64_t> total;
+  for (const auto& l : leads) {
+    int64_t c = 1;
+    for (int64_t x : l) {
+      if (x <= 0) return std::nullopt;
+      cuts.insert(c *= x);
+    }
+    if (total.value_or(c) != c) return std::nullopt;
+    total = c;
+  }
+  std::vector<int64_t> r;
+  int64_t prev = 1;
+  for (int64_t c : cuts) {
+    if (c == 1) continue;
+    if (c % prev != 0) return std::nullopt;
+    r.push_back(c / prev);
+    prev = c;
+  }
+  return r;
+}
+
+// Masks added in other views of the scores (the sandwich's, the product's) beside `mask` (the
+// Softmax's view's sum), summed where each is small. Expanded into the Softmax's view, Swin's
+// shifted-window mask [1, nW, 1, N, N] plus its relative-position bias [1, H, N, N] is a tensor of
+// every score, [B nW, H, N, N] in f32 (112 MiB at Swin-T's first stage, batch 64), read and
+// written again by the backward. In the views' common refinement [B, nW, H] no mask needs
+// expanding (each dim of a view is 1 or whole in each mask), and their sum is [1, nW, H, N, N]; the
+// attention then runs in a view with two leading dims that the sum broadcasts to ([B, nW H]: one
+// bias per window and head, read by every image), Q, KT and V viewed there. Returns the sum in
+// that view and its leading dims, or none where no such view exists (each mask then goes to the
+// Softmax's view as before).
+std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, const Match& m, Value* mask, SumCache& sums) {
+  const auto& ss = m.softmax->result(0)->type().shape;
+  std::vector<std::pair<Value*, std::vector<int64_t>>> framed;  // each mask and the full shape of the view it is added in
+  if (mask) framed.emplace_back(mask, ss);
+  if (m.innerMask) framed.emplace_back(m.innerMask, m.reshapeUp->input(0)->type().shape);
+  if (m.sandwichMask) framed.emplace_back(m.sandwichMask, m.sandwichTo->result(0)->type().shape);
+  if (framed.size() < 2 || (!m.innerMask && !m.sandwichMask)) return std::nullopt;
+  std::vector<std::vector<int64_t>> leads;
+  for (const auto& [mk, frame] : framed) leads.emplace_back(frame.begin(), frame.end() - 2);
+  const auto refined = commonRefinement(leads);
+  if (!refined || refined->empty()) return std::nullopt;
+  const int64_t tq = ss[ss.size() - 2], tk = ss.back();
+  auto full = [&](std::vector<int64_t> lead) {
+    lead.push_back(tq);
+    lead.push_back(tk);
+    return lead;
+  };
+  const std::vector<int64_t> rf = full(*refined);
+  // Each mask in the refinement, and their broadcast shape there.
+  std::vector<std::vector<int64_t>> shapes;
+  std::optional<std::vector<int64_t>> all;
+  for (const auto& [mk, frame] : framed) {
+    std::vector<int64_t> expand;
+    const auto seen = maskInFrameShape(mk->type().shape, frame, rf, expand);
+    if (!seen || !expand.empty()) return std::nullopt;
+    all = all ? broadcastShapes(*all, *seen) : seen;
+    if (!all) return std::nullopt;
+    shapes.push_back(*seen);
+  }
+  // The attention's view: the Softmax's, else two leading dims split from the refinement, where the
+  // sum is seen without expanding and the fused op reads it (attentionMaskMap).
+  const std::vector<int64_t> outerLead(ss.begin(), ss.end() - 2);
+  std::vector<std::vector<int64_t>> candidates{outerLead};
+  for (size_t k = 1; k < refined->size(); ++k) {
+    int64_t a = 1, b = 1;
+    for (size_t i = 0; i < refined->size(); ++i) (i < k ? a : b) *= (*refined)[i];
+    candidates.push_back({a, b});
+  }
+  for (const auto& lead : candidates) {
+    std::vector<int64_t> expand;
+    const auto seen = maskInFrameShape(*all, rf, full(lead), expand);
+    if (!seen || !expand.empty() || !maskShapeOk(*seen, full(lead))) continue;
+    Value*& sum = sums.refined[{std::vector<const Value*>{framed[0].first, m.innerMask, m.sandwichMask}, full(lead)}];
+    if (!sum) {
+      const std::string base = dirOf(m.softmax->name());
+      Value* acc = nullptr;
+      for (size_t i = 0; i < framed.size(); ++i) {
+        Value* v = withLeading(g, framed[i].first, std::vector<int64_t>(shapes[i].begin(), shapes[i].end() - 2), m.out, base + "mask_refined");
+        if (acc) {
+          const auto both = *broadcastShapes(acc->type().shape, v->type().shape);
+          Node* n = g.createNode("Add", "", {acc, v}, {{g.uniqueName(m.out->result(0)->name() + ".masks"), TensorType{acc->type().dtype, both}}}, m.out);
+          n->setName(base + "masks_sum");
+          v = n->result(0);
+        }
+        acc = v;
+      }
+      sum = withLeading(g, acc, std::vector<int64_t>(seen->begin(), seen->end() - 2), m.out, base + "masks_view");
+    }
+    return std::make_pair(sum, lead);
+  }
+  return std::nullopt;
+}
+
 void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   Value* old = m.out->result(0);
   const std::string oldName = old->name();
@@ -623,8 +725,6 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
       e->setName(base);
       ins[i] = e->result(0);
     }
-  if (m.reshapeUp)  // Q, KT and V viewed in the Softmax's frame
-    for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], outerLead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
   for (size_t k = 0; k < m.moreMasks.size(); ++k) {
     Value* more = m.moreMasks[k];
@@ -645,31 +745,41 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
     mask = n->result(0);
   }
   // Masks added in another view of the scores: the product's (below reshapeUp) and the sandwich's.
-  const std::vector<std::tuple<Value*, std::vector<int64_t>, const Node*>> framed = {
-      {m.innerMask, m.reshapeUp ? m.reshapeUp->input(0)->type().shape : std::vector<int64_t>{}, m.innerAdd},
-      {m.sandwichMask, m.sandwichTo ? m.sandwichTo->result(0)->type().shape : std::vector<int64_t>{}, m.sandwichAdd}};
-  for (const auto& [extra, frame, add] : framed) {
-    if (!extra) continue;
-    Value*& im = sums.views[{extra, frame}];
-    if (!im) im = maskInFrame(g, extra, frame, ss, m.out, dirOf(add->name()) + "framed_mask");
-    if (mask) {
-      Value*& sum = sums.sums[{mask, im}];
-      if (!sum) {
-        const auto both = broadcastShapes(mask->type().shape, im->type().shape);
-        Node* n = g.createNode("Add", "", {mask, im}, {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *both}}}, m.out);
-        n->setName(dirOf(m.softmax->name()) + "masks_sum");
-        sum = n->result(0);
+  // Summed where they are small, in the views' common refinement, where that has a frame of the
+  // attention that the sum broadcasts to (refinedMasks); else each brought to the Softmax's view.
+  std::vector<int64_t> lead = outerLead;
+  if (auto r = refinedMasks(g, m, mask, sums)) {
+    mask = r->first;
+    lead = r->second;
+  } else {
+    const std::vector<std::tuple<Value*, std::vector<int64_t>, const Node*>> framed = {
+        {m.innerMask, m.reshapeUp ? m.reshapeUp->input(0)->type().shape : std::vector<int64_t>{}, m.innerAdd},
+        {m.sandwichMask, m.sandwichTo ? m.sandwichTo->result(0)->type().shape : std::vector<int64_t>{}, m.sandwichAdd}};
+    for (const auto& [extra, frame, add] : framed) {
+      if (!extra) continue;
+      Value*& im = sums.views[{extra, frame}];
+      if (!im) im = maskInFrame(g, extra, frame, ss, m.out, dirOf(add->name()) + "framed_mask");
+      if (mask) {
+        Value*& sum = sums.sums[{mask, im}];
+        if (!sum) {
+          const auto both = broadcastShapes(mask->type().shape, im->type().shape);
+          Node* n = g.createNode("Add", "", {mask, im}, {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *both}}}, m.out);
+          n->setName(dirOf(m.softmax->name()) + "masks_sum");
+          sum = n->result(0);
+        }
+        mask = sum;
+      } else {
+        mask = im;
       }
-      mask = sum;
-    } else {
-      mask = im;
     }
   }
+  if (lead != outerLead || m.reshapeUp)  // Q, KT and V viewed in the attention's frame
+    for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], lead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   if (mask) ins.push_back(mask);
-  std::vector<int64_t> outShape = outerLead;
+  std::vector<int64_t> outShape = lead;
   outShape.push_back(ss[ss.size() - 2]);
   outShape.push_back(m.v->type().shape.back());
-  const TensorType fusedType = m.reshapeUp ? TensorType{old->type().dtype, outShape} : old->type();
+  const TensorType fusedType{old->type().dtype, outShape};
   Node* a = g.createNode("Attention", kGradDomain, ins,
                          {{g.uniqueName(oldName + ".fused"), fusedType},
                           {g.uniqueName(oldName + ".lse"), TensorType{DType::f32, std::vector<int64_t>(ins[0]->type().shape.begin(), ins[0]->type().shape.end() - 1)}}},
@@ -686,7 +796,7 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   auto types = inferTypes(*a);
   for (size_t i = 0; i < a->numResults(); ++i) a->result(i)->setType(types[i]);
   Value* result = a->result(0);
-  if (m.reshapeUp) {  // back in the product's frame, [N, Tq, Dv]
+  if (fusedType.shape != old->type().shape) {  // back in the product's frame ([N, Tq, Dv] below reshapeUp)
     const auto& os = old->type().shape;
     result = withLeading(g, result, std::vector<int64_t>(os.begin(), os.end() - 2), m.out, dirOf(m.softmax->name()) + "attention_flat");
   }

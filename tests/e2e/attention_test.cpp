@@ -564,8 +564,10 @@ TEST(FusedAttentionPass, ScoresViewedWithHeadsAroundTheSoftmaxFuse) {
 
 // torchvision's Swin: Q scaled, a trained relative-position bias, then the shifted-window mask
 // [1, nW, 1, N, N] (finite, -100) added on the scores viewed as [B, nW, H, N, N] and viewed back
-// before the softmax. It fuses, the window mask expanded over B and viewed as [B nW, 1, N, N], and the
-// loss and gradients (the bias's among them) are the unfused graph's.
+// before the softmax. It fuses, and the loss and gradients (the bias's among them) are the unfused
+// graph's. The two masks are summed in the views' common refinement [B, nW, H] as [1, nW, H, N, N]
+// (refinedMasks), not over every score, and the attention runs in the view [B, nW H] that sum
+// broadcasts to: nothing is expanded over the batch.
 TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
   std::string mask;
   for (int w = 0; w < 2; ++w)
@@ -601,8 +603,12 @@ TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
   auto g = parseGraph(text, "a");
   ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
   for (const auto& n : g->nodes())
-    if (n->op() == "Attention") EXPECT_EQ(n->input(3)->type().str(), "f32[4,2,4,4]");  // bias [1,2,..] + window mask [4,1,..]
-  EXPECT_EQ(count(*g, "Expand"), 1);
+    if (n->op() == "Attention") {
+      EXPECT_EQ(n->input(0)->type().str(), "f32[2,4,4,8]");  // Q in the view [B, nW H]
+      EXPECT_EQ(n->input(3)->type().str(), "f32[1,4,4,4]");  // bias [1, 1, H, ..] + window mask [1, nW, 1, ..]
+    }
+  EXPECT_EQ(count(*g, "Attention"), 1);
+  EXPECT_EQ(count(*g, "Expand"), 0);
 }
 
 // Transformers' attention as both PyTorch exporters write it: a mask that broadcasts over heads

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
@@ -146,6 +147,15 @@ const Case kCases[] = {
     {"param %x : f64[7,2]\n const %sp : i64[2] = [3, 4]\n %a : f64[3,2], %b : f64[4,2] = Split(%x, %sp)\n output %b"},
     {"param %x : f64[10,8]\n const %st : i64[2] = [-1, 1]\n const %en : i64[2] = [-100, 7]\n const %ax : i64[2] = [0, -1]\n const %sp : i64[2] = [-3, 2]\n"
      " %y : f64[4,3] = Slice(%x, %st, %en, %ax, %sp)\n output %y"},
+    // Slices that tile a value along one axis, torch.roll's (a negative start, an end past the dim)
+    // and three chunks, and one slice that overlaps them: the tiles' gradients are one Concat
+    // (autodiff's concatTiles), the overlapping one's a SliceGrad added to it.
+    {"param %x : f64[2,6,3]\n const %a : i64[1] = [1]\n const %neg2 : i64[1] = [-2]\n const %big : i64[1] = [9223372036854775807]\n"
+     " const %i0 : i64[1] = [0]\n %p : f64[2,2,3] = Slice(%x, %neg2, %big, %a)\n %q : f64[2,4,3] = Slice(%x, %i0, %neg2, %a)\n"
+     " %y : f64[2,6,3] = Concat(%p, %q) {axis = 1}\n const %i1 : i64[1] = [1]\n const %i5 : i64[1] = [5]\n"
+     " %o : f64[2,4,3] = Slice(%x, %i1, %i5, %a)\n param %w : f64[3,5]\n const %b : i64[1] = [-1]\n const %i2 : i64[1] = [2]\n"
+     " %c : f64[3,3] = Slice(%w, %i2, %i5, %b)\n %d : f64[3,2] = Slice(%w, %i0, %i2, %b)\n"
+     " output %y\n output %o\n output %c\n output %d"},
     {"param %x : f64[5,4]\n const %i : i64[2,2] = [0, -1, 3, 0]\n %y : f64[2,2,4] = Gather(%x, %i)\n %z : f64[5,2,2] = Gather(%x, %i) {axis = 1}\n output %y\n output %z"},
     {"param %x : f64[3,1]\n const %s : i64[3] = [2, 3, 4]\n %y : f64[2,3,4] = Expand(%x, %s)\n output %y"},
     {"param %x : f64[2,3]\n const %r : i64[2] = [2, 3]\n %y : f64[4,9] = Tile(%x, %r)\n output %y"},
@@ -232,6 +242,31 @@ TEST(Gradients, EveryDifferentiableOpMatchesFiniteDifferences) {
   }
   for (const OpDef& d : allOps())
     if (d.domain.empty() && d.differentiable) EXPECT_TRUE(covered.count(std::string(d.name))) << "no gradient case for " << d.name;
+}
+
+// Slices that tile a value along one axis (torch.roll's two) take one Concat for their gradients
+// instead of a SliceGrad each (each zero-filling the whole value) and the Adds between them; slices
+// with a gap between them, or along different axes, keep their SliceGrads. (The values are
+// checked against finite differences in EveryDifferentiableOpMatchesFiniteDifferences.)
+TEST(Gradients, SlicesThatTileAValueTakeOneConcat) {
+  auto g = build({"param %x : f64[2,6,3]\n const %a : i64[1] = [1]\n const %neg2 : i64[1] = [-2]\n const %big : i64[1] = [9223372036854775807]\n"
+                  " const %i0 : i64[1] = [0]\n %p : f64[2,2,3] = Slice(%x, %neg2, %big, %a)\n %q : f64[2,4,3] = Slice(%x, %i0, %neg2, %a)\n"
+                  " %y : f64[2,6,3] = Concat(%p, %q) {axis = 1}\n param %w : f64[4,5]\n const %b : i64[1] = [-1]\n const %i2 : i64[1] = [2]\n"
+                  " const %i3 : i64[1] = [3]\n const %i5 : i64[1] = [5]\n const %z : i64[1] = [0]\n %c : f64[4,2] = Slice(%w, %i0, %i2, %b)\n"
+                  " %d : f64[4,2] = Slice(%w, %i3, %i5, %b)\n %e : f64[2,5] = Slice(%w, %i0, %i2, %z)\n %f : f64[2,5] = Slice(%w, %i2, %big, %z)\n"
+                  " %h : f64[4,3] = Slice(%w, %i2, %big, %b)\n output %y\n output %c\n output %d\n output %e\n output %f\n output %h"});
+  PassManager pm;
+  pm.add(createAutodiffPass());
+  pm.run(*g);
+  std::map<std::string, int> ops;
+  for (const auto& n : g->nodes()) ++ops[n->op()];
+  const Value* dx = g->lookup("x_grad");
+  ASSERT_NE(dx, nullptr);
+  // x: its two slices tile axis 1, their gradients one Concat. w: [0:2] and [2:] along axis 0 tile
+  // it (a Concat); [0:2], [3:5] and [2:] along axis 1 overlap: three SliceGrads.
+  EXPECT_EQ(dx->producer()->op(), "Concat");
+  EXPECT_EQ(ops["SliceGrad"], 3);
+  EXPECT_EQ(ops["Concat"], 3);  // the forward's, x's and w's axis-0 tiles
 }
 
 // Ties at the extreme, where finite differences have no answer: the gradients PyTorch's derivatives
