@@ -630,7 +630,9 @@ std::optional<std::vector<int64_t>> commonRefinement(const std::vector<std::vect
 }
 
 // Masks added in other views of the scores (the sandwich's, the product's) beside `mask` (the
-// Softmax's view's sum), summed where each is small. Expanded into the Softmax's view, Swin's
+// Softmax's view's sum, if any), summed where each is small. A mask alone in another view ([B, 1,
+// T, T] added on the scores [B H, T, T] viewed as [B, H, T, T]: XGLM's, older OPT's) is read in
+// that view, not expanded over the heads. Expanded into the Softmax's view, Swin's
 // shifted-window mask [1, nW, 1, N, N] plus its relative-position bias [1, H, N, N] is a tensor of
 // every score, [B nW, H, N, N] in f32 (112 MiB at Swin-T's first stage, batch 64), read and
 // written again by the backward. In the views' common refinement [B, nW, H] no mask needs
@@ -645,7 +647,7 @@ std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, co
   if (mask) framed.emplace_back(mask, ss);
   if (m.innerMask) framed.emplace_back(m.innerMask, m.reshapeUp->input(0)->type().shape);
   if (m.sandwichMask) framed.emplace_back(m.sandwichMask, m.sandwichTo->result(0)->type().shape);
-  if (framed.size() < 2 || (!m.innerMask && !m.sandwichMask)) return std::nullopt;
+  if (!m.innerMask && !m.sandwichMask) return std::nullopt;
   std::vector<std::vector<int64_t>> leads;
   for (const auto& [mk, frame] : framed) leads.emplace_back(frame.begin(), frame.end() - 2);
   const auto refined = commonRefinement(leads);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -609,6 +610,66 @@ TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
     }
   EXPECT_EQ(count(*g, "Attention"), 1);
   EXPECT_EQ(count(*g, "Expand"), 0);
+}
+
+// XGLM's attention form: the scores [B H, T, T] viewed as [B, H, T, T], the mask [B, 1, T, T]
+// added, viewed back before the softmax. It fuses in the view [B, H] (Q viewed there, the mask read
+// as it is, not expanded over the heads), and the loss and gradients are the unfused graph's. With
+// XGLM's clamp max(., lowest) between (and older OPT's) it stays unfused: on a query row masked
+// everywhere the clamp's ties give the scores half their gradient, or none where the mask is -inf
+// (torch.maximum's rule), which the fused op's rows of a finite fill do not reproduce.
+TEST(FusedAttentionPass, MaskAloneInAFourDimViewIsReadThere) {
+  for (const bool clamp : {false, true}) {
+    SCOPED_TRACE(clamp ? "clamped" : "plain");
+    const std::string text = std::string(R"(graph "a" opset 17 {
+  input %x : f32[4,4,8]
+  input %m : f32[2,1,4,4]
+  param %wq : f32[8]
+  param %wk : f32[8]
+  param %wv : f32[8]
+  const %c : f32[] = [0.35355339]
+  const %lowest : f32[] = [-3.4028234663852886e38]
+  const %s4 : i64[4] = [2, 2, 4, 4]
+  const %s3 : i64[3] = [4, 4, 4]
+  %q0 : f32[4,4,8] = Mul(%x, %wq) @q
+  %q : f32[4,4,8] = Mul(%q0, %c) @qscale
+  %k : f32[4,4,8] = Mul(%x, %wk) @k
+  %kt : f32[4,8,4] = Transpose(%k) {perm = [0, 2, 1]} @kt
+  %v : f32[4,4,8] = Mul(%x, %wv) @v
+  %sc : f32[4,4,4] = MatMul(%q, %kt) @attn/qk
+  %s4v : f32[2,2,4,4] = Reshape(%sc, %s4) @attn/view4
+  %sm : f32[2,2,4,4] = Add(%s4v, %m) @attn/mask
+)") + (clamp ? "  %cl : f32[2,2,4,4] = Max(%sm, %lowest) @attn/clamp\n  %s3v : f32[4,4,4] = Reshape(%cl, %s3) @attn/view3\n"
+                                              : "  %s3v : f32[4,4,4] = Reshape(%sm, %s3) @attn/view3\n") + R"(
+  %p : f32[4,4,4] = Softmax(%s3v) {axis = -1} @attn/softmax
+  %o : f32[4,4,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[4,4,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+    auto g = parseGraph(text, "a");
+    if (clamp) {
+      createFuseAttentionPass(findTarget("cpu"))->run(*g);
+      EXPECT_EQ(count(*g, "Attention"), 0);
+      EXPECT_EQ(count(*g, "Softmax"), 1);
+      continue;
+    }
+    // Batch 0 causal by -inf, batch 1 by the lowest value.
+    Tensor m(TensorType{DType::f32, {2, 1, 4, 4}});
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+          m.setDouble((b * 4 + i) * 4 + j, j <= i ? 0.0 : b == 0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<float>::lowest());
+    expectFusedLikePlain(text, {4, 4, 8}, {{"m", m}});
+    ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+    for (const auto& n : g->nodes())
+      if (n->op() == "Attention") {
+        EXPECT_EQ(n->input(0)->type().str(), "f32[2,2,4,8]");  // Q in the view [B, H]
+        EXPECT_EQ(n->input(3)->type().str(), "f32[2,1,4,4]");  // the mask as it is
+      }
+    EXPECT_EQ(count(*g, "Attention"), 1);
+    EXPECT_EQ(count(*g, "Expand"), 0);
+  }
 }
 
 // Transformers' attention as both PyTorch exporters write it: a mask that broadcasts over heads
