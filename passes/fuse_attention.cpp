@@ -34,6 +34,7 @@
 // inside; the mask stays FP32). Head dims the target's fused attention does not take are left
 // unfused (compiler/target.h: CUDA's kernels hold a whole head row in one tile).
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -648,6 +649,7 @@ std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, co
   if (m.innerMask) framed.emplace_back(m.innerMask, m.reshapeUp->input(0)->type().shape);
   if (m.sandwichMask) framed.emplace_back(m.sandwichMask, m.sandwichTo->result(0)->type().shape);
   if (!m.innerMask && !m.sandwichMask) return std::nullopt;
+  if (const char* e = std::getenv("AMPC_EXP_NO_REFINED"); e && e[0] == '1') return std::nullopt;
   std::vector<std::vector<int64_t>> leads;
   for (const auto& [mk, frame] : framed) leads.emplace_back(frame.begin(), frame.end() - 2);
   const auto refined = commonRefinement(leads);

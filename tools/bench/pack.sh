@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs built programs for the GPU machine into one xz tarball under .gpuz/ (git-ignored), small
-# enough to travel beside the tracked tree (the device's 64e6-byte limit: about 16 MB of carry).
+# enough to travel beside the tracked tree (the device's 64 MiB: about 18 MB of carry).
 #   tools/bench/pack.sh NAME PROGRAM...      e.g. pack.sh gpuA build/tests/gpu_tests build/tools/amprun
 # Stages with ../shared/gpu/stage.sh into .gpu (its env.sh puts bin/ and lib/ on the paths), strips
 # the binaries and libraries, and writes .gpuz/NAME.tar.xz holding .gpu. On the GPU machine:
@@ -18,5 +18,6 @@ tar -cf - .gpu | xz -9e -T2 > ".gpuz/$name.tar.xz.tmp"
 mv ".gpuz/$name.tar.xz.tmp" ".gpuz/$name.tar.xz"
 tracked=$(git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 packed=$(stat -c %s ".gpuz/$name.tar.xz")
-echo "pack: .gpuz/$name.tar.xz $packed bytes; tracked tree $tracked bytes; together $((tracked + packed)) of 64000000"
-[ $((tracked + packed)) -lt 64000000 ] || { echo "pack: too large for one call" >&2; exit 1; }
+limit=$((64 * 1024 * 1024 - 1024 * 1024))  # the device's 64 MiB for what travels, less 1 MiB for untracked files
+echo "pack: .gpuz/$name.tar.xz $packed bytes; tracked tree $tracked bytes; together $((tracked + packed)) of $limit"
+[ $((tracked + packed)) -lt $limit ] || { echo "pack: too large for one call" >&2; exit 1; }
