@@ -243,9 +243,9 @@ __device__ __forceinline__ void addMaskGrad(const AttentionArgs& a, float* parts
 // batch-heads that read it (n = (o maskMod + slice) maskDiv + r) and, for a row [.., 1, Tk], of every
 // query. A block takes 32 elements (threadIdx.x, along Tk) and 32 lanes of their sharers
 // (threadIdx.y, sharer k, k + 32, ...), then adds the 32 lanes in order: a fixed order, so the sum is
-// the same from run to run. One thread an element summing every sharer (Swin-T's first stage:
-// 4096 windows share each element of a [1, 3, 49, 49] bias, 7203 elements, 29 blocks) took 3.4 ms
-// on an H100 (2026-12-07); this reads the parts at the memory's speed.
+// the same from run to run. Stop 61's kernel, one thread an element summing every sharer, took 3.4
+// ms at Swin-T's first stage (4096 windows share each element of a [1, 3, 49, 49] bias: 7203
+// elements, 29 blocks; H100, 2026-12-07); this one reads the parts with every SM busy.
 __global__ void __launch_bounds__(1024) maskGradSumKernel(const float* parts, AttentionArgs a) {
   __shared__ float lanes[32][33];
   const int64_t rows = a.maskRows ? a.Tq : 1, total = a.maskMod * rows * a.Tk;
@@ -269,18 +269,12 @@ __global__ void __launch_bounds__(1024) maskGradSumKernel(const float* parts, At
   }
 }
 // Whether a trained mask's gradient is stored per score and summed after (maskGradSumKernel) rather
-// than added by atomics: with `deterministic` (a fixed order), and where eight or more scores add
-// to each mask element (a bias shared over the batch, as Swin's and T5's relative-position bias):
-// their atomics on one address serialise (Swin-T's first stage, 4096 windows sharing each element
-// of a [1, 3, 49, 49] bias: 1.47 ms for one block's attention backward on an H100, 2026-12-06).
-// Not past 1 GiB of parts.
-bool maskGradInParts(const AttentionArgs& a) {
-  if (!a.dMask) return false;
-  if (a.deterministic) return true;
-  if (const char* e = std::getenv("AMPC_EXP_MASK_ATOMICS"); e && e[0] == '1') return false;
-  const int64_t sharers = a.N / std::max<int64_t>(a.maskMod, 1) * (a.maskRows ? 1 : a.Tq);
-  return sharers >= 8 && static_cast<double>(a.N) * static_cast<double>(a.Tq) * static_cast<double>(a.Tk) * 4.0 <= 1073741824.0;
-}
+// than added by atomics: with `deterministic` (a fixed order). Not by default where many scores
+// share each element (a bias shared over the batch): stop 61 took parts there too, reading Swin-T's
+// 1.47 ms attention backward as the atomics' contention, but it was the first stage's size (4096
+// windows x 3 heads): by atomics, 4096 adds on each element of its [1, 3, 49, 49] bias, 1.28 ms;
+// its shifted block, a mask of every score and no sharing, 1.47 ms (H100, 2026-12-06 and -07).
+bool maskGradInParts(const AttentionArgs& a) { return a.dMask && a.deterministic; }
 // The row's log-sum-exp from its running max and sum; zero_empty_rows: +inf where every score was
 // -inf, so that every exp(s - LSE) is 0 (O = 0 here, no gradient in the backward).
 __device__ __forceinline__ float rowLse(const AttentionArgs& a, float m, float l) {

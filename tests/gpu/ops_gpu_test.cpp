@@ -589,8 +589,8 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"per_batch_mask_empty_row_tk130", {2, 2}, 70, 130, 32, 32, "per_batch", 0.2},
       {"mma_padding_mask", {2, 2}, 77, 77, 32, 32, "padding", 0.0},
       // A bias per head shared by 16 images (Swin's window attention, T5's relative positions):
-      // its gradient sums 16 scores an element, stored per score and summed after (maskGradInParts)
-      // even without `deterministic`.
+      // its gradient sums 16 scores an element, by atomics, and with `deterministic` stored per
+      // score and summed after (maskGradInParts), 16 sharers over a block's 32 lanes.
       {"mma_bias_shared_over_batch", {16, 3}, 49, 49, 32, 32, "per_head", 0.0},
       // Head dims above 64 (f16/bf16 only: the 128-wide head tile of the mma.sync kernels; 96 and
       // 80 zero-padded to it): causal with dropout, a random mask with partial tiles, transformers'
@@ -685,7 +685,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       bin.emplace("o", fw[0]);
       bin.emplace("lse", fw[1]);
       expectSameOnGpu(*gb, bin, c.name + " backward with the mask's gradient at " + T, 1.0, eo);
-      // --deterministic: each score's gradient stored, then summed per mask element in order.
+      // --deterministic: each score's gradient stored, then summed per mask element in a fixed order.
       expectSameOnGpu(*gb, bin, c.name + " deterministic backward with the mask's gradient at " + T, 1.0, eo, true);
     }
 }
