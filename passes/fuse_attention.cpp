@@ -638,10 +638,11 @@ std::optional<std::vector<int64_t>> commonRefinement(const std::vector<std::vect
 // every score, [B nW, H, N, N] in f32 (112 MiB at Swin-T's first stage, batch 64), read and
 // written again by the backward. In the views' common refinement [B, nW, H] no mask needs
 // expanding (each dim of a view is 1 or whole in each mask), and their sum is [1, nW, H, N, N]; the
-// attention then runs in a view with two leading dims that the sum broadcasts to ([B, nW H]: one
-// bias per window and head, read by every image), Q, KT and V viewed there. Returns the sum in
-// that view and its leading dims, or none where no such view exists (each mask then goes to the
-// Softmax's view as before).
+// attention then stays in the Softmax's view and reads that sum as a periodic mask [1, nW H, N, N]
+// (compiler/ops/geometry.h: slice n % (nW H), one per window and head, read by every image), or
+// runs in a view with two leading dims that the sum broadcasts to, Q, KT and V viewed there.
+// Returns the sum and the attention's leading dims, or none where no such view exists (each mask
+// then goes to the Softmax's view as before).
 std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, const Match& m, Value* mask, SumCache& sums) {
   const auto& ss = m.softmax->result(0)->type().shape;
   std::vector<std::pair<Value*, std::vector<int64_t>>> framed;  // each mask and the full shape of the view it is added in
@@ -672,20 +673,9 @@ std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, co
     if (!all) return std::nullopt;
     shapes.push_back(*seen);
   }
-  // The attention's view: the Softmax's, else two leading dims split from the refinement, where the
-  // sum is seen without expanding and the fused op reads it (attentionMaskMap).
-  const std::vector<int64_t> outerLead(ss.begin(), ss.end() - 2);
-  std::vector<std::vector<int64_t>> candidates{outerLead};
-  for (size_t k = 1; k < refined->size(); ++k) {
-    int64_t a = 1, b = 1;
-    for (size_t i = 0; i < refined->size(); ++i) (i < k ? a : b) *= (*refined)[i];
-    candidates.push_back({a, b});
-  }
-  for (const auto& lead : candidates) {
-    std::vector<int64_t> expand;
-    const auto seen = maskInFrameShape(*all, rf, full(lead), expand);
-    if (!seen || !expand.empty() || !maskShapeOk(*seen, full(lead))) continue;
-    Value*& sum = sums.refined[{std::vector<const Value*>{framed[0].first, m.innerMask, m.sandwichMask}, full(lead)}];
+  // The sum, built once per set of masks and view, viewed with the leading dims `maskLead`.
+  auto build = [&](const std::vector<int64_t>& attnLead, const std::vector<int64_t>& maskLead) {
+    Value*& sum = sums.refined[{std::vector<const Value*>{framed[0].first, m.innerMask, m.sandwichMask}, full(attnLead)}];
     if (!sum) {
       const std::string base = dirOf(m.softmax->name());
       Value* acc = nullptr;
@@ -699,9 +689,49 @@ std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, co
         }
         acc = v;
       }
-      sum = withLeading(g, acc, std::vector<int64_t>(seen->begin(), seen->end() - 2), m.out, base + "masks_view");
+      sum = withLeading(g, acc, maskLead, m.out, base + "masks_view");
     }
-    return std::make_pair(sum, lead);
+    return std::make_pair(sum, attnLead);
+  };
+  // The attention's view, where the sum is seen without expanding and the fused op reads it
+  // (attentionMaskMap): the Softmax's, broadcast as ONNX does; else the Softmax's with the sum as a
+  // periodic mask (one run of the refinement's dims, the Softmax's whole dims after it: the
+  // operands keep their view, and the CUDA target reads and writes them in place); else two leading
+  // dims split from the refinement.
+  const std::vector<int64_t> outerLead(ss.begin(), ss.end() - 2);
+  {
+    std::vector<int64_t> expand;
+    const auto seen = maskInFrameShape(*all, rf, ss, expand);
+    if (seen && expand.empty() && maskShapeOk(*seen, ss)) return build(outerLead, std::vector<int64_t>(seen->begin(), seen->end() - 2));
+  }
+  {
+    const size_t R = refined->size();
+    size_t first = R, last = 0;
+    for (size_t k = 0; k < R; ++k)
+      if ((*all)[k] != 1) first = std::min(first, k), last = k + 1;
+    int64_t period = 1, div = 1, tail = 1;
+    bool run = first < last;
+    for (size_t k = first; k < last && run; ++k) run = (*all)[k] == (*refined)[k], period *= (*refined)[k];
+    for (size_t k = last; k < R; ++k) div *= (*refined)[k];
+    size_t t = 0;  // the Softmax's last t leading dims make `div`
+    while (run && tail < div && t < outerLead.size()) tail *= outerLead[outerLead.size() - 1 - t++];
+    if (run && tail == div && t < outerLead.size()) {
+      std::vector<int64_t> maskLead(outerLead.size() - 1 - t, 1);  // [1.., P, 1..], as many dims as the scores' lead
+      maskLead.push_back(period);
+      maskLead.insert(maskLead.end(), t, 1);
+      AttentionMaskMap map;
+      std::vector<int64_t> shape = maskLead;
+      shape.insert(shape.end(), all->end() - 2, all->end());
+      if (attentionMaskMap(outerLead, tq, tk, shape, map) && map.div == div && map.mod == period) return build(outerLead, maskLead);
+    }
+  }
+  for (size_t k = 1; k < refined->size(); ++k) {
+    int64_t a = 1, b = 1;
+    for (size_t i = 0; i < refined->size(); ++i) (i < k ? a : b) *= (*refined)[i];
+    const std::vector<int64_t> lead{a, b};
+    std::vector<int64_t> expand;
+    const auto seen = maskInFrameShape(*all, rf, full(lead), expand);
+    if (seen && expand.empty() && maskShapeOk(*seen, full(lead))) return build(lead, std::vector<int64_t>(seen->begin(), seen->end() - 2));
   }
   return std::nullopt;
 }

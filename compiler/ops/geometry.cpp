@@ -209,17 +209,27 @@ bool attentionMaskMap(const std::vector<int64_t>& lead, int64_t tq, int64_t tk, 
   std::vector<int64_t> ml(L, 1);  // the mask's leading dims, right-aligned
   std::copy(mask.begin(), mask.end() - 2, ml.end() - static_cast<std::ptrdiff_t>(mask.size() - 2));
   size_t first = L, last = 0;  // the run of dims the mask does not broadcast over
+  std::string broadcast;       // why it does not broadcast, if it does not
   for (size_t k = 0; k < L; ++k) {
-    if (ml[k] != 1 && ml[k] != lead[k]) return no("leading dim " + std::to_string(k) + " is neither 1 nor " + std::to_string(lead[k]));
+    if (ml[k] != 1 && ml[k] != lead[k] && broadcast.empty()) broadcast = "leading dim " + std::to_string(k) + " is neither 1 nor " + std::to_string(lead[k]);
     if (ml[k] != 1) first = std::min(first, k), last = k + 1;
   }
   map = AttentionMaskMap{};
   map.rows = mq == tq;
-  for (size_t k = first; k < last; ++k) {
-    if (ml[k] != lead[k]) return no("the dims it does not broadcast over are not one run");
+  for (size_t k = first; k < last && broadcast.empty(); ++k) {
+    if (ml[k] != lead[k]) broadcast = "the dims it does not broadcast over are not one run";
     map.mod *= lead[k];
   }
   for (size_t k = last; k < L && first < last; ++k) map.div *= lead[k];
+  if (broadcast.empty()) return true;
+  // The periodic form: one dim P != 1 (at `first`), the t = L - last dims after it 1.
+  if (last != first + 1) return no(broadcast);
+  int64_t n = 1;
+  for (int64_t x : lead) n *= x;
+  map.mod = ml[first];
+  if (map.div <= 0 || n % map.div != 0 || (n / map.div) % map.mod != 0)
+    return no(broadcast + ", and " + std::to_string(map.mod) + " slices do not repeat over the scores' " + std::to_string(n) + " in steps of " +
+              std::to_string(map.div));
   return true;
 }
 

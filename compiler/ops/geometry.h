@@ -58,6 +58,11 @@ SliceSpec sliceSpecOf(const std::vector<int64_t>& shape, const std::vector<int64
 // (right-aligned, missing ones 1) are 1 or the scores' own, those that are not 1 one contiguous run
 // (a mask per batch [B, 1, ..], per head [1, H, ..], per both, or shared). Scores slice n (over the
 // flattened leading dims) reads mask slice (n / div) % mod, of rows x Tk elements (rows: Tq, or 1).
+// Else a periodic mask: leading dims [1.., P, 1..] (one dim P, after leading 1s, before t trailing
+// 1s) where the scores' last t leading dims multiply to div and P divides the rest: mod = P, slice
+// (n / div) % P. It is what a broadcast over a finer view of the scores leaves (Swin's window mask
+// plus its bias: [1, nW H] over [B nW, H], one slice per window and head, read by every image;
+// fuse-attention writes it, passes/fuse_attention.cpp refinedMasks).
 struct AttentionMaskMap {
   int64_t div = 1, mod = 1;
   bool rows = true;  // false: one row of Tk for every query

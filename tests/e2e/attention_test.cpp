@@ -567,8 +567,8 @@ TEST(FusedAttentionPass, ScoresViewedWithHeadsAroundTheSoftmaxFuse) {
 // [1, nW, 1, N, N] (finite, -100) added on the scores viewed as [B, nW, H, N, N] and viewed back
 // before the softmax. It fuses, and the loss and gradients (the bias's among them) are the unfused
 // graph's. The two masks are summed in the views' common refinement [B, nW, H] as [1, nW, H, N, N]
-// (refinedMasks), not over every score, and the attention runs in the view [B, nW H] that sum
-// broadcasts to: nothing is expanded over the batch.
+// (refinedMasks), not over every score, and read as the periodic mask [1, nW H, N, N] by the
+// attention in the Softmax's view: nothing is expanded over the batch.
 TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
   std::string mask;
   for (int w = 0; w < 2; ++w)
@@ -605,8 +605,8 @@ TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
   ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
   for (const auto& n : g->nodes())
     if (n->op() == "Attention") {
-      EXPECT_EQ(n->input(0)->type().str(), "f32[2,4,4,8]");  // Q in the view [B, nW H]
-      EXPECT_EQ(n->input(3)->type().str(), "f32[1,4,4,4]");  // bias [1, 1, H, ..] + window mask [1, nW, 1, ..]
+      EXPECT_EQ(n->input(0)->type().str(), "f32[4,2,4,8]");  // Q in the Softmax's view [B nW, H]
+      EXPECT_EQ(n->input(3)->type().str(), "f32[1,4,4,4]");  // bias [1, 1, H, ..] + window mask [1, nW, 1, ..], periodic
     }
   EXPECT_EQ(count(*g, "Attention"), 1);
   EXPECT_EQ(count(*g, "Expand"), 0);

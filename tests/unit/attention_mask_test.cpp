@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/text.h"
+#include "compiler/ops/geometry.h"
 #include "passes/attention_mask.h"
 
 using namespace ampc;
@@ -182,4 +183,34 @@ TEST(AttentionMask, HugeIntegersAreNotKnown) {
   EXPECT_TRUE(containsCausalMask(small->lookup("m"), 6, 6));
   auto huge = parseGraph(std::regex_replace(text, std::regex("OFFSET"), "1152921504606846976"), "huge");
   EXPECT_FALSE(containsCausalMask(huge->lookup("m"), 6, 6));
+}
+
+// compiler/ops/geometry.h attentionMaskMap: how scores slice n (over the flattened leading dims)
+// reads a mask: ONNX's broadcasting first (a run of the scores' own dims), else the periodic form
+// fuse-attention writes for masks summed in a finer view (Swin's [1, nW H] over [B nW, H]).
+TEST(AttentionMaskMap, BroadcastThenPeriodic) {
+  AttentionMaskMap m;
+  std::string why;
+  auto at = [&](std::vector<int64_t> lead, std::vector<int64_t> mask) {
+    why.clear();
+    return attentionMaskMap(lead, 7, 7, mask, m, &why);
+  };
+  ASSERT_TRUE(at({4, 3}, {1, 3, 7, 7}));  // per head
+  EXPECT_EQ(m.div, 1);
+  EXPECT_EQ(m.mod, 3);
+  ASSERT_TRUE(at({4, 3}, {4, 1, 1, 7}));  // per batch, one row
+  EXPECT_EQ(m.div, 3);
+  EXPECT_EQ(m.mod, 4);
+  EXPECT_FALSE(m.rows);
+  ASSERT_TRUE(at({4096, 3}, {1, 192, 7, 7}));  // one slice per window and head, 64 windows an image
+  EXPECT_EQ(m.div, 1);
+  EXPECT_EQ(m.mod, 192);
+  ASSERT_TRUE(at({128, 3}, {8, 1, 7, 7}));  // a window mask alone: per window, over the heads
+  EXPECT_EQ(m.div, 3);
+  EXPECT_EQ(m.mod, 8);
+  EXPECT_FALSE(at({4, 3}, {1, 5, 7, 7}));  // 12 slices do not repeat 5
+  EXPECT_NE(why.find("do not repeat"), std::string::npos) << why;
+  EXPECT_FALSE(at({4, 2, 3}, {2, 1, 3, 7, 7}));  // not one run: neither form
+  EXPECT_FALSE(at({4, 3}, {1, 3, 5, 7}));         // Tq is neither 7 nor 1
+  EXPECT_FALSE(at({4, 3}, {2, 4, 3, 7, 7}));      // more dims than the scores
 }
