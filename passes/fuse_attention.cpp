@@ -134,6 +134,10 @@ struct Match {
   bool broadcastKv = false;
   // A tensor scale [.., 1, 1] on the scores: Q is multiplied by it at rewrite.
   Value* qFactor = nullptr;
+  // Fused only where cuDNN's SDPA runs it (head dims past the kernels'): its masks are brought to
+  // the Softmax's view as before refinedMasks (cuDNN reads a mask per batch, head, both or shared,
+  // no periodic one; the other views are not run on a GPU there).
+  bool cudnnOnly = false;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -527,6 +531,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   shape.softcap = m.softcap > 0.0;
   if (target.fusesAttention(shape)) return true;
   shape.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
+  m.cudnnOnly = true;
   return target.fusesAttention(shape) && maskForCudnn(m);
 }
 
@@ -649,7 +654,7 @@ std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, co
   if (mask) framed.emplace_back(mask, ss);
   if (m.innerMask) framed.emplace_back(m.innerMask, m.reshapeUp->input(0)->type().shape);
   if (m.sandwichMask) framed.emplace_back(m.sandwichMask, m.sandwichTo->result(0)->type().shape);
-  if (!m.innerMask && !m.sandwichMask) return std::nullopt;
+  if ((!m.innerMask && !m.sandwichMask) || m.cudnnOnly) return std::nullopt;
   if (const char* e = std::getenv("AMPC_EXP_NO_REFINED"); e && e[0] == '1') return std::nullopt;
   std::vector<std::vector<int64_t>> leads;
   for (const auto& [mk, frame] : framed) leads.emplace_back(frame.begin(), frame.end() - 2);
