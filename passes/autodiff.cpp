@@ -283,7 +283,7 @@ class AutodiffPass : public Pass {
   static void concatTiles(Graph& g, const Value* v, std::vector<Value*>& parts) {
     struct Tile {
       size_t part;
-      int64_t axis, begin, end;
+      int64_t begin, end;
     };
     const auto& shape = v->type().shape;
     std::map<std::pair<int64_t, DType>, std::vector<Tile>> byAxis;
@@ -312,7 +312,7 @@ class AutodiffPass : public Pass {
         axis = static_cast<int64_t>(d);
       }
       if (!ok || axis < 0) continue;
-      byAxis[{axis, parts[i]->type().dtype}].push_back({i, axis, sp.start[axis], sp.start[axis] + sp.out[axis]});
+      byAxis[{axis, parts[i]->type().dtype}].push_back({i, sp.start[axis], sp.start[axis] + sp.out[axis]});
     }
     std::vector<bool> drop(parts.size(), false);
     std::vector<Value*> concats;

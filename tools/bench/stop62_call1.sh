@@ -3,13 +3,7 @@
 # shared-bias gradient through per-score parts (maskGradInParts, never run on a GPU before) and its
 # case mma_bias_shared_over_batch; then attn_bench at issue 22's GPT-2 and Llama shapes beside
 # PyTorch's SDPA in the same call.
-set -uo pipefail
-bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$bench/../.." && pwd)
-source "$root/.gpu/env.sh"
-cd "$root"
-R=/tmp/r; rm -rf $R; mkdir -p $R
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $R/gpu.txt 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
 timeout ${TEST_LIMIT:-300} gpu_tests --gtest_filter='GpuAttention.*' > $R/gpu_tests_attention.txt 2>&1; echo "gpu_tests rc=$?" >> $R/gpu_tests_attention.txt
 G="--bh 96 --seq 1024 --dim 64 --layout gpt2"
 L="--bh 128 --seq 2048 --dim 128 --layout gqa --heads 32 --kv-heads 8"

@@ -5,15 +5,9 @@
 # against the CPU; then Swin-T timed from the plan of HEAD and with the masks summed in the
 # Softmax's view (AMPC_EXP_NO_REFINED=1 at compile time), each with its profile; torch.compile last
 # if time is left (TORCH_BY seconds into the call).
-set -uo pipefail
-bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$bench/../.." && pwd)
-source "$root/.gpu/env.sh"
-cd "$root"
-R=/tmp/r; rm -rf $R; mkdir -p $R
+source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
 W=/tmp/ampc-full
 m=timm:swin_tiny_patch4_window7_224@64
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $R/gpu.txt 2>&1
 (CUDA_VISIBLE_DEVICES= timeout 200 python3 "$bench/zoo_full.py" --out $R/export --models "$m" --export-only --work $W > $R/export.txt 2>&1) &
 exp=$!
 timeout 150 gpu_tests --gtest_filter='GpuAttention.ForwardAndBackwardMatchTheCpu:GpuAttention.OperandsInPlaceMatchTheCpu:*Deterministic*' > $R/gpu_tests.txt 2>&1; echo "gpu_tests rc=$?" >> $R/gpu_tests.txt

@@ -1,0 +1,10 @@
+# Sourced by a GPU call's script (tools/bench/stopNN_callK.sh) on the GPU machine: strict mode,
+# $bench and $root, the staged programs on PATH (.gpu/env.sh), the repository root as the working
+# folder, a fresh results folder $R, and the card's name and clocks in $R/gpu.txt.
+set -uo pipefail
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$bench/../.." && pwd)
+source "$root/.gpu/env.sh"
+cd "$root"
+R=/tmp/r; rm -rf "$R"; mkdir -p "$R"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$R/gpu.txt" 2>&1
