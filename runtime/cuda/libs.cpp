@@ -112,7 +112,7 @@ cublasStatus_t Gemm::run(const void* A, const void* B, const void* bias, void* D
   return cublasLtMatmul(h_, desc_, &d_.alpha, B, x_, A, y_, &d_.beta, D, out_, D, out_, &algo_, workspace, ws_, st);
 }
 
-Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, bool backwardFilter) : h_(h) {
+Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, bool backwardFilter) : h_(h), d_(d) {
   const int nd = d.nsp + 2;
   std::vector<int> xs{static_cast<int>(d.N), static_cast<int>(d.C)}, ys{static_cast<int>(d.N), static_cast<int>(d.M)};
   std::vector<int> ws{static_cast<int>(d.M), static_cast<int>(d.C / d.groups)};
@@ -144,27 +144,188 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   if (forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, kAlgos, &n, perf), "conv forward algorithm");
-    fwd_ = firstWorking(perf, n, "forward", d.deterministic);
-    size_t b = 0;
-    check(cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, conv_, y_, fwd_, &b), "conv forward workspace");
-    ws_ = std::max(ws_, b);
+    if (!use(ConvDir::forward, firstWorking(perf, n, "forward", d.deterministic))) throw Error("cuDNN's conv forward workspace query failed");
   }
   if (backwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, kAlgos, &n, perf), "conv backward-data algorithm");
-    bwdData_ = firstWorking(perf, n, "backward-data", d.deterministic);
-    size_t b = 0;
-    check(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, conv_, x_, bwdData_, &b), "conv backward-data workspace");
-    ws_ = std::max(ws_, b);
+    if (!use(ConvDir::backwardData, firstWorking(perf, n, "backward-data", d.deterministic)))
+      throw Error("cuDNN's conv backward-data workspace query failed");
   }
   if (backwardFilter) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
     check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, kAlgos, &n, perf), "conv backward-filter algorithm");
-    bwdFilter_ = firstWorking(perf, n, "backward-filter", d.deterministic);
-    size_t b = 0;
-    check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, conv_, w_, bwdFilter_, &b), "conv backward-filter workspace");
-    ws_ = std::max(ws_, b);
+    if (!use(ConvDir::backwardFilter, firstWorking(perf, n, "backward-filter", d.deterministic)))
+      throw Error("cuDNN's conv backward-filter workspace query failed");
   }
+}
+
+const char* convDirName(ConvDir d) {
+  switch (d) {
+    case ConvDir::forward: return "forward";
+    case ConvDir::backwardData: return "backward-data";
+    default: return "backward-filter";
+  }
+}
+
+std::string Conv::key(ConvDir dir) const {
+  const ConvDesc& d = d_;
+  auto dims = [&](const int64_t* v) {
+    std::string s;
+    for (int i = 0; i < d.nsp; ++i) s += (i ? "x" : "") + std::to_string(v[i]);
+    return s;
+  };
+  auto ints = [&](const int* v) {
+    std::string s;
+    for (int i = 0; i < d.nsp; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s;
+  };
+  std::string t = d.t == DT::f16 ? "f16" : d.t == DT::bf16 ? "bf16" : d.allowTf32 ? "f32 tf32" : "f32";
+  return std::string(convDirName(dir)) + " " + t + (d.nhwc ? " NHWC" : " NCHW") + " N" + std::to_string(d.N) + " C" + std::to_string(d.C) +
+         " " + dims(d.in) + " M" + std::to_string(d.M) + " k" + dims(d.k) + " g" + std::to_string(d.groups) + " pad " + ints(d.pad) +
+         " stride " + ints(d.stride) + " dil " + ints(d.dil);
+}
+
+int Conv::algo(ConvDir dir) const {
+  switch (dir) {
+    case ConvDir::forward: return static_cast<int>(fwd_);
+    case ConvDir::backwardData: return static_cast<int>(bwdData_);
+    default: return static_cast<int>(bwdFilter_);
+  }
+}
+
+bool Conv::use(ConvDir dir, int algo) {
+  if (algo < 0) return false;
+  size_t b = 0;
+  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+  // Whether cuDNN offers `algo` here (and marks it deterministic where that is asked): its
+  // heuristics list every algorithm with a status.
+  constexpr int kAlgos = 16;
+  int n = 0;
+  bool offered = false;
+  auto offers = [&](const auto* perf) {
+    for (int i = 0; i < n; ++i)
+      if (static_cast<int>(perf[i].algo) == algo)
+        offered = perf[i].status == CUDNN_STATUS_SUCCESS && (!d_.deterministic || perf[i].determinism == CUDNN_DETERMINISTIC);
+  };
+  switch (dir) {
+    case ConvDir::forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
+      if (cudnnGetConvolutionForwardAlgorithm_v7(h_, x_, w_, conv_, y_, kAlgos, &n, perf) != CUDNN_STATUS_SUCCESS) return false;
+      offers(perf);
+      const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+      if (offered) s = cudnnGetConvolutionForwardWorkspaceSize(h_, x_, w_, conv_, y_, a, &b);
+      if (offered && s == CUDNN_STATUS_SUCCESS) fwd_ = a;
+      break;
+    }
+    case ConvDir::backwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
+      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h_, w_, y_, conv_, x_, kAlgos, &n, perf) != CUDNN_STATUS_SUCCESS) return false;
+      offers(perf);
+      const auto a = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
+      if (offered) s = cudnnGetConvolutionBackwardDataWorkspaceSize(h_, w_, y_, conv_, x_, a, &b);
+      if (offered && s == CUDNN_STATUS_SUCCESS) bwdData_ = a;
+      break;
+    }
+    default: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
+      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h_, x_, y_, conv_, w_, kAlgos, &n, perf) != CUDNN_STATUS_SUCCESS) return false;
+      offers(perf);
+      const auto a = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
+      if (offered) s = cudnnGetConvolutionBackwardFilterWorkspaceSize(h_, x_, y_, conv_, w_, a, &b);
+      if (offered && s == CUDNN_STATUS_SUCCESS) bwdFilter_ = a;
+      break;
+    }
+  }
+  if (!offered || s != CUDNN_STATUS_SUCCESS) return false;
+  ws_[static_cast<int>(dir)] = b;
+  return true;
+}
+
+ConvFindBuffers::~ConvFindBuffers() {
+  for (void* p : p_)
+    if (p) cudaFree(p);
+}
+
+void* ConvFindBuffers::get(int slot, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 256);
+  if (n_[slot] >= bytes) return p_[slot];
+  if (p_[slot]) cudaFree(p_[slot]);
+  p_[slot] = nullptr;
+  n_[slot] = 0;
+  if (cudaMalloc(&p_[slot], bytes) != cudaSuccess) {
+    cudaGetLastError();
+    p_[slot] = nullptr;
+    return nullptr;
+  }
+  if (cudaMemset(p_[slot], 0, bytes) != cudaSuccess) return nullptr;
+  n_[slot] = bytes;
+  return p_[slot];
+}
+
+int Conv::measure(ConvDir dir, ConvFindBuffers& buf, size_t wsLimit) const {
+  const ConvDesc& d = d_;
+  const size_t eb = static_cast<size_t>(dtSize(d.t));
+  int64_t sx = d.N * d.C, sy = d.N * d.M, sw = d.M * (d.C / d.groups);
+  for (int i = 0; i < d.nsp; ++i) {
+    sx *= d.in[i];
+    sy *= d.out[i];
+    sw *= d.k[i];
+  }
+  void *x = buf.get(0, static_cast<size_t>(sx) * eb), *w = buf.get(1, static_cast<size_t>(sw) * eb), *y = buf.get(2, static_cast<size_t>(sy) * eb);
+  // The workspace: up to wsLimit, less where the device has not that much free.
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+  size_t wsBytes = std::min(wsLimit, free / 2);
+  void* ws = nullptr;
+  while (wsBytes >= (size_t{1} << 20) && !(ws = buf.get(3, wsBytes))) wsBytes /= 2;
+  if (!x || !w || !y || !ws) return -1;
+  constexpr int kAlgos = 16;
+  int n = 0;
+  const int heuristic = algo(dir);
+  // The measured algorithms, fastest first (cuDNN sorts them): those that ran within the
+  // workspace, and with `deterministic` only the deterministic ones.
+  auto pick = [&](const auto* perf) {
+    int best = -1;
+    float fastest = 0.0f;
+    size_t leastWs = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto& r = perf[i];
+      if (r.status != CUDNN_STATUS_SUCCESS || r.time < 0 || r.memory > wsBytes || (d.deterministic && r.determinism != CUDNN_DETERMINISTIC))
+        continue;
+      if (best >= 0 && r.time > fastest * 1.03f) break;
+      if (static_cast<int>(r.algo) == heuristic) return heuristic;
+      if (best < 0) fastest = r.time;
+      if (best < 0 || r.memory < leastWs) {
+        best = static_cast<int>(r.algo);
+        leastWs = r.memory;
+      }
+    }
+    return best;
+  };
+  cudnnStatus_t s;
+  switch (dir) {
+    case ConvDir::forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
+      s = cudnnFindConvolutionForwardAlgorithmEx(h_, x_, x, w_, w, conv_, y_, y, kAlgos, &n, perf, ws, wsBytes);
+      if (s == CUDNN_STATUS_SUCCESS) return pick(perf);
+      break;
+    }
+    case ConvDir::backwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
+      s = cudnnFindConvolutionBackwardDataAlgorithmEx(h_, w_, w, y_, y, conv_, x_, x, kAlgos, &n, perf, ws, wsBytes);
+      if (s == CUDNN_STATUS_SUCCESS) return pick(perf);
+      break;
+    }
+    default: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
+      s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, x_, x, y_, y, conv_, w_, w, kAlgos, &n, perf, ws, wsBytes);
+      if (s == CUDNN_STATUS_SUCCESS) return pick(perf);
+      break;
+    }
+  }
+  cudaGetLastError();
+  return -1;
 }
 
 Conv::~Conv() {

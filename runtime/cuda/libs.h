@@ -2,6 +2,7 @@
 // choices are made once, when a plan loads (one object per node), and each step only launches.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -65,27 +66,59 @@ struct ConvDesc {
   bool nhwc = false;  // x, y (and their gradients) NHWC, the filter KRSC (2 spatial dims)
   bool deterministic = false;  // only algorithms cuDNN marks CUDNN_DETERMINISTIC
 };
+// A convolution's three directions, each with its own cuDNN algorithm.
+enum class ConvDir { forward, backwardData, backwardFilter };
+const char* convDirName(ConvDir d);
+// Device scratch for timing a convolution's algorithms (Conv::measure): operands and workspace,
+// grown as needed and freed with the object. Bytes that cannot be had make measure() give up.
+class ConvFindBuffers {
+ public:
+  ConvFindBuffers() = default;
+  ~ConvFindBuffers();
+  ConvFindBuffers(const ConvFindBuffers&) = delete;
+  ConvFindBuffers& operator=(const ConvFindBuffers&) = delete;
+  // Slot 0-2 (x, w, y), 3 the workspace: at least `bytes`, zeroed when new; nullptr when the device
+  // has not that much free.
+  void* get(int slot, size_t bytes);
+
+ private:
+  void* p_[4] = {};
+  size_t n_[4] = {};
+};
 class Conv {
  public:
-  // `forward` / `backward*` choose only the algorithms that will be used.
+  // `forward` / `backward*` choose only the algorithms that will be used: cuDNN's heuristics' first
+  // (use() and measure() may change them).
   Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, bool backwardFilter);
   ~Conv();
   Conv(const Conv&) = delete;
   Conv& operator=(const Conv&) = delete;
-  size_t workspaceBytes() const { return ws_; }
+  size_t workspaceBytes() const { return std::max({ws_[0], ws_[1], ws_[2]}); }
+  // The shape, type, layout and direction, as stored choices name them (plan.proto, Tuning.convolution).
+  std::string key(ConvDir dir) const;
+  int algo(ConvDir dir) const;
+  // Runs `algo` for `dir`: false (nothing changed) where cuDNN has no such algorithm for this
+  // convolution, or with `deterministic`, one it does not mark deterministic.
+  bool use(ConvDir dir, int algo);
+  // Times every algorithm for `dir` on zeroed scratch operands (cudnnFind*AlgorithmEx, one host
+  // synchronisation), at most `wsLimit` bytes of workspace each, and returns the one to run: among
+  // those within 3% of the fastest, the heuristics' own where it is one, else the one with the least
+  // workspace; -1 where nothing could be measured (scratch not to be had). Changes nothing.
+  int measure(ConvDir dir, ConvFindBuffers& buf, size_t wsLimit) const;
   cudnnStatus_t forward(const void* x, const void* w, void* y, void* ws, size_t wsBytes) const;
   cudnnStatus_t backwardData(const void* dy, const void* w, void* dx, void* ws, size_t wsBytes) const;
   cudnnStatus_t backwardFilter(const void* x, const void* dy, void* dw, void* ws, size_t wsBytes) const;
 
  private:
   cudnnHandle_t h_;
+  ConvDesc d_;
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
   cudnnConvolutionFwdAlgo_t fwd_{};
   cudnnConvolutionBwdDataAlgo_t bwdData_{};
   cudnnConvolutionBwdFilterAlgo_t bwdFilter_{};
-  size_t ws_ = 0;
+  size_t ws_[3] = {};  // per direction (ConvDir)
 };
 
 }  // namespace ampc::cuda

@@ -80,6 +80,55 @@ std::vector<std::pair<std::string, std::string>> Program::attentionPicks() const
   return r;
 }
 
+std::map<std::string, std::string> Program::convChoices() const {
+  std::map<std::string, std::string> r;
+  for (const auto& [k, v] : convPick_)
+    if (v.measured || v.stored) r.emplace(k, std::to_string(v.algo));
+  return r;
+}
+
+std::pair<int, int> Program::convCounts() const {
+  std::pair<int, int> r{0, 0};
+  for (const auto& [k, v] : convPick_) {
+    r.first += v.measured;
+    r.second += v.stored;
+  }
+  return r;
+}
+
+// Largest workspace a measured convolution algorithm may take (the shared scratch holds the
+// largest of every node's): past it the algorithm is not timed.
+constexpr size_t kConvWorkspaceLimit = size_t{256} << 20;
+
+void Program::chooseConvAlgos(Conv& c, bool forward, bool backwardData, bool backwardFilter) {
+  if (opts_.deterministic) return;  // the heuristics' first deterministic algorithm (libs.cpp)
+  const std::pair<ConvDir, bool> dirs[] = {{ConvDir::forward, forward}, {ConvDir::backwardData, backwardData}, {ConvDir::backwardFilter, backwardFilter}};
+  for (const auto& [dir, wanted] : dirs) {
+    if (!wanted) continue;
+    const std::string key = c.key(dir);
+    if (auto it = convPick_.find(key); it != convPick_.end()) {  // an earlier node of this shape
+      if (it->second.algo >= 0) c.use(dir, it->second.algo);
+      continue;
+    }
+    ConvPick pick;
+    if (auto s = opts_.convChoices.find(key); s != opts_.convChoices.end()) {
+      int a = -1;
+      try {
+        a = std::stoi(s->second);
+      } catch (const std::exception&) {
+      }
+      if (c.use(dir, a)) pick = {a, false, true};  // else (not offered by this cuDNN): as if not stored
+    }
+    if (!pick.stored && opts_.convAlgos == ProgramOptions::ConvAlgos::measured) {
+      if (!convFind_) convFind_ = std::make_unique<ConvFindBuffers>();
+      const int a = c.measure(dir, *convFind_, kConvWorkspaceLimit);
+      if (a >= 0 && c.use(dir, a)) pick = {a, true, false};
+    }
+    if (pick.algo < 0) pick.algo = c.algo(dir);
+    convPick_.emplace(key, pick);
+  }
+}
+
 std::map<std::string, std::string> Program::attentionChoices() const {
   std::map<std::string, std::string> r;
   for (const auto& [k, v] : attentionPick_)
@@ -739,6 +788,7 @@ void Program::Lowering::conv(bool grad) {
   if (d.nhwc) d.C = (d.C + 7) / 8 * 8;
   const bool padded = d.C != C0;
   auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
+  p.chooseConvAlgos(*c, !grad, needDx, needDw);
   p.keep_.push_back(c);
   const size_t wsBytes = c->workspaceBytes(), eb = static_cast<size_t>(dtSize(t));
   size_t total = alignUp(wsBytes);
@@ -2476,9 +2526,11 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     identity_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + "), cuDNN " + std::to_string(cudnnGetVersion());
   }
   // Stored choices hold only for the machine (and cuDNN) that measured them.
-  if (!opts_.attentionChoices.empty() && opts_.tunedOn != identity_) {
-    tuningNote_ = "the plan's attention choices were measured on " + opts_.tunedOn + ", not on this " + identity_ + ": measured again";
+  if ((!opts_.attentionChoices.empty() || !opts_.convChoices.empty()) && opts_.tunedOn != identity_) {
+    tuningNote_ = "the plan's choices were measured on " + opts_.tunedOn + ", not on this " + identity_ + ": " +
+                  (opts_.convAlgos == ProgramOptions::ConvAlgos::measured ? "measured again" : "attention measured again, convolutions by heuristics");
     opts_.attentionChoices.clear();
+    opts_.convChoices.clear();
   }
 
   // Memory: params, constants and inputs in their own buffers; node results in one arena, planned
@@ -2599,6 +2651,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     const size_t bytes = sizeof(unsigned long long) * 3 * finiteRecords_;
     launches_.insert(launches_.begin(), Step{"zero the finite scans", "check", [=](cudaStream_t st) { return cudaMemsetAsync(rec, 0, bytes, st); }});
   }
+  convFind_.reset();  // the measuring's scratch, before the shared scratch is had
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());
