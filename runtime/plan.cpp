@@ -330,7 +330,7 @@ LoadedPlan readPlan(const std::string& path) {
   r.source = p.source();
   r.tuning.device = p.tuning().device();
   r.tuning.attention.insert(p.tuning().attention().begin(), p.tuning().attention().end());
-  r.tuning.convolution.insert(p.tuning().convolution().begin(), p.tuning().convolution().end());
+  r.tuning.algorithms.insert(p.tuning().algorithms().begin(), p.tuning().algorithms().end());
   std::ostringstream d;
   d << "plan " << path << ": format " << p.format_version() << ", from " << p.source() << "\n"
     << "config: precision " << c.precision() << ", optimizer " << c.optimizer() << ", lr " << c.lr() << " (" << c.schedule()
@@ -351,10 +351,10 @@ LoadedPlan readPlan(const std::string& path) {
     if (t.role() == plan::ACTIVATION) d << " @" << t.offset();
     d << "\n";
   }
-  if (!r.tuning.attention.empty() || !r.tuning.convolution.empty()) {
+  if (!r.tuning.attention.empty() || !r.tuning.algorithms.empty()) {
     d << "tuning (amprun --tune) on " << r.tuning.device << ":\n";
     for (const auto& [shape, choice] : r.tuning.attention) d << "  fused attention " << shape << ": " << choice << "\n";
-    for (const auto& [shape, choice] : r.tuning.convolution) d << "  convolution " << shape << ": algorithm " << choice << "\n";
+    for (const auto& [key, choice] : r.tuning.algorithms) d << "  " << key << ": algorithm " << choice << "\n";
   }
   d << "steps: " << p.steps_size() << "\n";
   for (int i = 0; i < p.steps_size(); ++i)
@@ -369,7 +369,7 @@ void storeTuning(const std::string& path, const Tuning& t) {
   pt->Clear();
   pt->set_device(t.device);
   for (const auto& [shape, choice] : t.attention) (*pt->mutable_attention())[shape] = choice;
-  for (const auto& [shape, choice] : t.convolution) (*pt->mutable_convolution())[shape] = choice;
+  for (const auto& [key, choice] : t.algorithms) (*pt->mutable_algorithms())[key] = choice;
   writeAtomically(path, sealed(p, path));
 }
 

@@ -18,11 +18,11 @@ namespace ampc {
 
 // Implementation choices measured on one device and stored in the plan (`amprun --tune`,
 // plan.proto's Tuning): per fused attention shape, "kernels" or "cuDNN engine <n>"; per
-// convolution shape and direction, cuDNN's algorithm.
+// convolution shape and direction, cuDNN's algorithm; per GEMM, the rank of cuBLASLt's candidate.
 struct Tuning {
   std::string device;  // where they were measured (runtime/cuda/program.h, Program::tuningIdentity)
   std::map<std::string, std::string> attention;
-  std::map<std::string, std::string> convolution;
+  std::map<std::string, std::string> algorithms;  // "conv ..." / "gemm ..." (ProgramOptions::algoChoices)
 };
 
 struct SessionOptions {
@@ -38,10 +38,10 @@ struct SessionOptions {
   // SDPA where cuDNN takes the node, measured in the first step), kernels or cudnn
   // (runtime/cuda/program.h, ProgramOptions::attention).
   std::string attention = "auto";
-  // cuda: convolutions' cuDNN algorithms: auto (each shape's measured when the plan loads, unless
-  // the plan stores one for this machine) or heuristics (cuDNN's first, nothing timed)
-  // (runtime/cuda/program.h, ProgramOptions::convAlgos).
-  std::string convAlgos = "auto";
+  // cuda: convolutions' cuDNN and GEMMs' cuBLASLt algorithms: auto (each shape's measured when the
+  // plan loads, unless the plan stores one for this machine) or heuristics (the libraries' first,
+  // nothing timed) (runtime/cuda/program.h, ProgramOptions::algos).
+  std::string algos = "auto";
   // cuda, attention auto: the choices the plan stores, followed where `tuning.device` is this
   // machine's; shapes without one are measured in the first step.
   Tuning tuning;
@@ -55,7 +55,7 @@ struct SessionReport {
   bool device = false;  // a device's numbers (cuda): planned and measured memory, syncs, graphs
   int64_t arenaBytes = 0, plannedBytes = 0, peakBytes = 0, syncsInSteps = 0, replays = 0, launches = 0;
   std::vector<std::string> attention;  // cuda: "<attention shape>: <implementation>" where cuDNN takes the node
-  int convMeasured = 0, convStored = 0;  // cuda: convolution shapes and directions timed at load / followed from the plan
+  int algosMeasured = 0, algosStored = 0;  // cuda: GEMM and convolution keys timed at load / followed from the plan
   // cuda: the choices in force after the steps (measured or stored), for `amprun --tune` to store
   Tuning tuning;
   std::string tuningNote;  // why the plan's stored choices were not followed, or ""

@@ -1,5 +1,6 @@
 #include "runtime/cuda/libs.h"
 
+#include <cstdio>
 #include <vector>
 
 #include "compiler/ir/ir.h"
@@ -82,19 +83,86 @@ Gemm::Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes) : h_(h)
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = workspaceBytes;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace");
-  cublasLtMatmulHeuristicResult_t res{};
+  constexpr int kCandidates = 8;  // Gemm::measure times these
+  cublasLtMatmulHeuristicResult_t res[kCandidates]{};
   int found = 0;
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, 1, &res, &found);
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, kCandidates, res, &found);
   if (d_.biasGrad != BG::none && (s != CUBLAS_STATUS_SUCCESS || found == 0)) {  // no fused bias gradient here: the caller sums it
     d_.biasGrad = BG::none;
     setEpilogue(CUBLASLT_EPILOGUE_DEFAULT);
-    s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, 1, &res, &found);
+    s = cublasLtMatmulAlgoGetHeuristic(h, desc_, x_, y_, out_, out_, pref, kCandidates, res, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+  if (s == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS) algos_.push_back(res[i].algo);
+  if (algos_.empty())
     throw Error("cuBLASLt has no algorithm for this GEMM (M=" + std::to_string(d.M) + " N=" + std::to_string(d.N) + " K=" + std::to_string(d.K) +
                 " batch=" + std::to_string(d.batch) + ")");
-  algo_ = res.algo;
+  algo_ = algos_[0];
+}
+
+std::string Gemm::key() const {
+  const GemmDesc& d = d_;
+  auto num = [](float v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.9g", static_cast<double>(v));
+    return std::string(b);
+  };
+  std::string k = std::string(d.t == DT::f16 ? "f16" : d.t == DT::bf16 ? "bf16" : d.allowTf32 ? "f32 tf32" : "f32") + " M" + std::to_string(d.M) +
+                  " N" + std::to_string(d.N) + " K" + std::to_string(d.K) + (d.transA ? " A^T" : "") + (d.transB ? " B^T" : "");
+  if (d.batch > 1)
+    k += " batch " + std::to_string(d.batch) + " strides " + std::to_string(d.strideA) + "," + std::to_string(d.strideB) + "," + std::to_string(d.strideD);
+  if (d.alpha != 1.0f) k += " alpha " + num(d.alpha);
+  if (d.beta != 0.0f) k += " beta " + num(d.beta);
+  if (d.bias) k += " bias";
+  if (d.biasGrad != GemmDesc::BiasGrad::none) k += d.biasGrad == GemmDesc::BiasGrad::ofA ? " bias-grad A" : " bias-grad B";
+  return k;
+}
+
+bool Gemm::use(int rank) {
+  if (rank < 0 || rank >= candidates()) return false;
+  rank_ = rank;
+  algo_ = algos_[static_cast<size_t>(rank)];
+  return true;
+}
+
+int Gemm::measure(TuneBuffers& buf, cudaStream_t st) const {
+  const GemmDesc& d = d_;
+  const size_t eb = static_cast<size_t>(dtSize(d.t));
+  const int64_t nb = std::max<int64_t>(d.batch, 1);
+  const size_t a = static_cast<size_t>((d.strideA ? nb : 1) * d.M * d.K), b = static_cast<size_t>((d.strideB ? nb : 1) * d.K * d.N),
+               out = static_cast<size_t>((d.strideD ? nb : 1) * d.M * d.N);
+  void *A = buf.get(0, a * eb), *B = buf.get(1, b * eb), *D = buf.get(2, out * eb), *ws = buf.get(3, ws_);
+  void* bias = d.bias || d.biasGrad != GemmDesc::BiasGrad::none ? buf.get(4, static_cast<size_t>(std::max(d.M, d.N)) * eb) : nullptr;
+  if (!A || !B || !D || !ws || ((d.bias || d.biasGrad != GemmDesc::BiasGrad::none) && !bias)) return -1;
+  if (d.bias || d.biasGrad != GemmDesc::BiasGrad::none)
+    if (cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) return -1;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+    if (e0) cudaEventDestroy(e0);
+    cudaGetLastError();
+    return -1;
+  }
+  constexpr int kReps = 5;
+  std::vector<float> ms(algos_.size(), -1.0f);
+  for (size_t i = 0; i < algos_.size(); ++i) {
+    auto once = [&] { return cublasLtMatmul(h_, desc_, &d.alpha, B, x_, A, y_, &d.beta, D, out_, D, out_, &algos_[i], ws, ws_, st); };
+    if (once() != CUBLAS_STATUS_SUCCESS || once() != CUBLAS_STATUS_SUCCESS) continue;
+    bool ok = cudaEventRecord(e0, st) == cudaSuccess;
+    for (int r = 0; r < kReps && ok; ++r) ok = once() == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
+    float t = 0;
+    if (ok && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess) ms[i] = t / kReps;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGetLastError();
+  if (ms[0] < 0) return -1;
+  int best = 0;
+  for (size_t i = 1; i < ms.size(); ++i)
+    if (ms[i] >= 0 && ms[i] < ms[static_cast<size_t>(best)]) best = static_cast<int>(i);
+  return ms[static_cast<size_t>(best)] < 0.97f * ms[0] ? best : 0;
 }
 
 Gemm::~Gemm() {
@@ -242,12 +310,12 @@ bool Conv::use(ConvDir dir, int algo) {
   return true;
 }
 
-ConvFindBuffers::~ConvFindBuffers() {
+TuneBuffers::~TuneBuffers() {
   for (void* p : p_)
     if (p) cudaFree(p);
 }
 
-void* ConvFindBuffers::get(int slot, size_t bytes) {
+void* TuneBuffers::get(int slot, size_t bytes) {
   bytes = std::max<size_t>(bytes, 256);
   if (n_[slot] >= bytes) return p_[slot];
   if (p_[slot]) cudaFree(p_[slot]);
@@ -263,7 +331,7 @@ void* ConvFindBuffers::get(int slot, size_t bytes) {
   return p_[slot];
 }
 
-int Conv::measure(ConvDir dir, ConvFindBuffers& buf, size_t wsLimit) const {
+int Conv::measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const {
   const ConvDesc& d = d_;
   const size_t eb = static_cast<size_t>(dtSize(d.t));
   int64_t sx = d.N * d.C, sy = d.N * d.M, sw = d.M * (d.C / d.groups);

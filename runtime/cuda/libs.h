@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -36,6 +37,23 @@ struct GemmDesc {
   BiasGrad biasGrad = BiasGrad::none;
   bool allowTf32 = false;
 };
+// Device scratch for timing a GEMM's or a convolution's algorithms (Gemm::measure, Conv::measure):
+// operands and workspace, grown as needed and freed with the object. Bytes that cannot be had make
+// measure() give up.
+class TuneBuffers {
+ public:
+  TuneBuffers() = default;
+  ~TuneBuffers();
+  TuneBuffers(const TuneBuffers&) = delete;
+  TuneBuffers& operator=(const TuneBuffers&) = delete;
+  // Slot 0-2 the operands, 3 the workspace, 4 a bias: at least `bytes`, zeroed when new; nullptr
+  // when the device has not that much free.
+  void* get(int slot, size_t bytes);
+
+ private:
+  void* p_[5] = {};
+  size_t n_[5] = {};
+};
 class Gemm {
  public:
   Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes);
@@ -45,6 +63,19 @@ class Gemm {
   // `bias`: the bias read (bias) or the bias gradient written (biasGrad).
   cublasStatus_t run(const void* A, const void* B, const void* bias, void* D, void* workspace, cudaStream_t st) const;
   bool biasGrad() const { return d_.biasGrad != GemmDesc::BiasGrad::none; }
+  // The shape, type, transposes, strides, scalars and epilogue, as stored choices name them
+  // (plan.proto, Tuning.gemm).
+  std::string key() const;
+  // cuBLASLt's heuristic candidates (up to 8, best first): the one that runs, by its rank.
+  int candidates() const { return static_cast<int>(algos_.size()); }
+  int rank() const { return rank_; }
+  // Runs candidate `rank`: false (nothing changed) where there is no such candidate.
+  bool use(int rank);
+  // Times every candidate on zeroed scratch operands on `st` (a warm-up run, then five timed back
+  // to back; host synchronisations) and returns the rank to run: the fastest where it beats the
+  // heuristics' first by more than 3%, else 0; -1 where nothing could be measured (scratch not to
+  // be had, or the first candidate failed). Changes nothing.
+  int measure(TuneBuffers& buf, cudaStream_t st) const;
 
  private:
   cublasLtHandle_t h_;
@@ -52,6 +83,8 @@ class Gemm {
   size_t ws_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t x_ = nullptr, y_ = nullptr, out_ = nullptr;
+  std::vector<cublasLtMatmulAlgo_t> algos_;
+  int rank_ = 0;
   cublasLtMatmulAlgo_t algo_{};
 };
 
@@ -69,22 +102,6 @@ struct ConvDesc {
 // A convolution's three directions, each with its own cuDNN algorithm.
 enum class ConvDir { forward, backwardData, backwardFilter };
 const char* convDirName(ConvDir d);
-// Device scratch for timing a convolution's algorithms (Conv::measure): operands and workspace,
-// grown as needed and freed with the object. Bytes that cannot be had make measure() give up.
-class ConvFindBuffers {
- public:
-  ConvFindBuffers() = default;
-  ~ConvFindBuffers();
-  ConvFindBuffers(const ConvFindBuffers&) = delete;
-  ConvFindBuffers& operator=(const ConvFindBuffers&) = delete;
-  // Slot 0-2 (x, w, y), 3 the workspace: at least `bytes`, zeroed when new; nullptr when the device
-  // has not that much free.
-  void* get(int slot, size_t bytes);
-
- private:
-  void* p_[4] = {};
-  size_t n_[4] = {};
-};
 class Conv {
  public:
   // `forward` / `backward*` choose only the algorithms that will be used: cuDNN's heuristics' first
@@ -104,7 +121,7 @@ class Conv {
   // synchronisation), at most `wsLimit` bytes of workspace each, and returns the one to run: among
   // those within 3% of the fastest, the heuristics' own where it is one, else the one with the least
   // workspace; -1 where nothing could be measured (scratch not to be had). Changes nothing.
-  int measure(ConvDir dir, ConvFindBuffers& buf, size_t wsLimit) const;
+  int measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const;
   cudnnStatus_t forward(const void* x, const void* w, void* y, void* ws, size_t wsBytes) const;
   cudnnStatus_t backwardData(const void* dy, const void* w, void* dx, void* ws, size_t wsBytes) const;
   cudnnStatus_t backwardFilter(const void* x, const void* dy, void* dw, void* ws, size_t wsBytes) const;

@@ -80,16 +80,16 @@ std::vector<std::pair<std::string, std::string>> Program::attentionPicks() const
   return r;
 }
 
-std::map<std::string, std::string> Program::convChoices() const {
+std::map<std::string, std::string> Program::algoChoices() const {
   std::map<std::string, std::string> r;
-  for (const auto& [k, v] : convPick_)
+  for (const auto& [k, v] : algoPick_)
     if (v.measured || v.stored) r.emplace(k, std::to_string(v.algo));
   return r;
 }
 
-std::pair<int, int> Program::convCounts() const {
+std::pair<int, int> Program::algoCounts() const {
   std::pair<int, int> r{0, 0};
-  for (const auto& [k, v] : convPick_) {
+  for (const auto& [k, v] : algoPick_) {
     r.first += v.measured;
     r.second += v.stored;
   }
@@ -100,33 +100,56 @@ std::pair<int, int> Program::convCounts() const {
 // largest of every node's): past it the algorithm is not timed.
 constexpr size_t kConvWorkspaceLimit = size_t{256} << 20;
 
+int Program::storedAlgo(const std::string& key) const {
+  auto s = opts_.algoChoices.find(key);
+  if (s == opts_.algoChoices.end()) return -1;
+  try {
+    return std::stoi(s->second);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 void Program::chooseConvAlgos(Conv& c, bool forward, bool backwardData, bool backwardFilter) {
   if (opts_.deterministic) return;  // the heuristics' first deterministic algorithm (libs.cpp)
   const std::pair<ConvDir, bool> dirs[] = {{ConvDir::forward, forward}, {ConvDir::backwardData, backwardData}, {ConvDir::backwardFilter, backwardFilter}};
   for (const auto& [dir, wanted] : dirs) {
     if (!wanted) continue;
-    const std::string key = c.key(dir);
-    if (auto it = convPick_.find(key); it != convPick_.end()) {  // an earlier node of this shape
+    const std::string key = "conv " + c.key(dir);
+    if (auto it = algoPick_.find(key); it != algoPick_.end()) {  // an earlier node of this shape
       if (it->second.algo >= 0) c.use(dir, it->second.algo);
       continue;
     }
-    ConvPick pick;
-    if (auto s = opts_.convChoices.find(key); s != opts_.convChoices.end()) {
-      int a = -1;
-      try {
-        a = std::stoi(s->second);
-      } catch (const std::exception&) {
-      }
-      if (c.use(dir, a)) pick = {a, false, true};  // else (not offered by this cuDNN): as if not stored
-    }
-    if (!pick.stored && opts_.convAlgos == ProgramOptions::ConvAlgos::measured) {
-      if (!convFind_) convFind_ = std::make_unique<ConvFindBuffers>();
-      const int a = c.measure(dir, *convFind_, kConvWorkspaceLimit);
+    AlgoPick pick;
+    if (const int a = storedAlgo(key); a >= 0 && c.use(dir, a)) pick = {a, false, true};  // else (not offered by this cuDNN): as if not stored
+    if (!pick.stored && opts_.algos == ProgramOptions::Algos::measured) {
+      if (!tuneBuffers_) tuneBuffers_ = std::make_unique<TuneBuffers>();
+      const int a = c.measure(dir, *tuneBuffers_, kConvWorkspaceLimit);
       if (a >= 0 && c.use(dir, a)) pick = {a, true, false};
     }
     if (pick.algo < 0) pick.algo = c.algo(dir);
-    convPick_.emplace(key, pick);
+    algoPick_.emplace(key, pick);
   }
+}
+
+void Program::chooseGemmAlgo(Gemm& g) {
+  // With `deterministic`, the heuristics' first, as before any measuring: a measured candidate may
+  // split the contraction in ways whose order is not the first's.
+  if (opts_.deterministic || g.candidates() < 2) return;
+  const std::string key = "gemm " + g.key();
+  if (auto it = algoPick_.find(key); it != algoPick_.end()) {  // an earlier node of this key
+    g.use(it->second.algo);
+    return;
+  }
+  AlgoPick pick;
+  if (const int a = storedAlgo(key); a >= 0 && g.use(a)) pick = {a, false, true};
+  if (!pick.stored && opts_.algos == ProgramOptions::Algos::measured) {
+    if (!tuneBuffers_) tuneBuffers_ = std::make_unique<TuneBuffers>();
+    const int a = g.measure(*tuneBuffers_, stream_);
+    if (a >= 0 && g.use(a)) pick = {a, true, false};
+  }
+  if (pick.algo < 0) pick.algo = g.rank();
+  algoPick_.emplace(key, pick);
 }
 
 std::map<std::string, std::string> Program::attentionChoices() const {
@@ -662,6 +685,7 @@ void Program::Lowering::gemm(bool isMatMul) {
   const bool sumsA = sums && n.getInt("bias_grad", 0) == 0;  // dY^T X (else X^T dY)
   if (sums) pd.biasGrad = sumsA ? GemmDesc::BiasGrad::ofA : GemmDesc::BiasGrad::ofB;
   auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), pd, kGemmWorkspace);
+  p.chooseGemmAlgo(*g);
   p.keep_.push_back(g);
   if (sums) bias = P(out(1));
   const Scratch ws = scratch(scratchBytes);
@@ -2523,14 +2547,15 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
-    identity_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + "), cuDNN " + std::to_string(cudnnGetVersion());
+    identity_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + "), cuDNN " + std::to_string(cudnnGetVersion()) +
+                ", cuBLASLt " + std::to_string(cublasLtGetVersion());
   }
   // Stored choices hold only for the machine (and cuDNN) that measured them.
-  if ((!opts_.attentionChoices.empty() || !opts_.convChoices.empty()) && opts_.tunedOn != identity_) {
+  if ((!opts_.attentionChoices.empty() || !opts_.algoChoices.empty()) && opts_.tunedOn != identity_) {
     tuningNote_ = "the plan's choices were measured on " + opts_.tunedOn + ", not on this " + identity_ + ": " +
-                  (opts_.convAlgos == ProgramOptions::ConvAlgos::measured ? "measured again" : "attention measured again, convolutions by heuristics");
+                  (opts_.algos == ProgramOptions::Algos::measured ? "measured again" : "attention measured again, GEMMs and convolutions by heuristics");
     opts_.attentionChoices.clear();
-    opts_.convChoices.clear();
+    opts_.algoChoices.clear();
   }
 
   // Memory: params, constants and inputs in their own buffers; node results in one arena, planned
@@ -2651,7 +2676,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     const size_t bytes = sizeof(unsigned long long) * 3 * finiteRecords_;
     launches_.insert(launches_.begin(), Step{"zero the finite scans", "check", [=](cudaStream_t st) { return cudaMemsetAsync(rec, 0, bytes, st); }});
   }
-  convFind_.reset();  // the measuring's scratch, before the shared scratch is had
+  tuneBuffers_.reset();  // the measuring's scratch, before the shared scratch is had
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);
   stats_.launches = static_cast<int64_t>(launches_.size());

@@ -36,7 +36,8 @@ void setStreamWaiter(std::function<void(cudaStream_t, const char*)> w);
 
 class NcclGroup;
 class Conv;
-class ConvFindBuffers;
+class Gemm;
+class TuneBuffers;
 
 // True when a CUDA device is present and usable.
 bool gpuPresent();
@@ -86,15 +87,17 @@ struct ProgramOptions {
   // machine's tuningIdentity() and the choice is offered; other shapes are measured.
   std::map<std::string, std::string> attentionChoices;
   std::string tunedOn;
-  // Convolutions' cuDNN algorithms, per shape and direction (runtime/cuda/libs.h, Conv::key):
-  // measured: timed when the plan loads (cudnnFind*AlgorithmEx on scratch operands, each shape once;
-  // among algorithms within 3% of the fastest, cuDNN's heuristic pick, else the least workspace, at
-  // most kConvWorkspaceLimit), or followed from `convChoices` (amprun --tune) where `tunedOn` is this
-  // machine; heuristics: cuDNN's first pick, nothing timed. With `deterministic`, the heuristics'
-  // first deterministic algorithm always.
-  enum class ConvAlgos { heuristics, measured };
-  ConvAlgos convAlgos = ConvAlgos::heuristics;
-  std::map<std::string, std::string> convChoices;
+  // Convolutions' cuDNN algorithms and GEMMs' cuBLASLt algorithms, per key ("conv " Conv::key, a
+  // shape and direction; "gemm " Gemm::key; runtime/cuda/libs.h): measured: timed when the plan
+  // loads, each key once, on scratch operands (convolutions by cudnnFind*AlgorithmEx: among those
+  // within 3% of the fastest, cuDNN's heuristic pick, else the least workspace, at most
+  // kConvWorkspaceLimit; GEMMs: cuBLASLt's eight heuristic candidates, the fastest where it beats the
+  // first by 3%), or followed from `algoChoices` (amprun --tune) where `tunedOn` is this machine;
+  // heuristics: the libraries' first pick, nothing timed. With `deterministic`, always the
+  // heuristics' first (convolutions: the first deterministic one).
+  enum class Algos { heuristics, measured };
+  Algos algos = Algos::heuristics;
+  std::map<std::string, std::string> algoChoices;
 };
 
 DT deviceType(DType t, const std::string& where);
@@ -137,10 +140,10 @@ class Program {
   // The shapes with a choice between implementations and the one in force (measured or stored):
   // what amprun --tune stores (ProgramOptions::attentionChoices).
   std::map<std::string, std::string> attentionChoices() const;
-  // Convolution shapes and directions with a measured or stored algorithm (what amprun --tune
-  // stores: ProgramOptions::convChoices), and how many of each.
-  std::map<std::string, std::string> convChoices() const;
-  std::pair<int, int> convCounts() const;
+  // The convolution and GEMM keys with a measured or stored algorithm (what amprun --tune stores:
+  // ProgramOptions::algoChoices), and how many were measured here and followed from the plan.
+  std::map<std::string, std::string> algoChoices() const;
+  std::pair<int, int> algoCounts() const;
   // The machine the choices hold for: the device's name and compute capability, and cuDNN's version.
   const std::string& tuningIdentity() const { return identity_; }
   // Why the plan's stored choices were not followed (measured on another machine), or "".
@@ -195,15 +198,19 @@ class Program {
     bool stored = false;  // the plan's choice, not measured here
   };
   std::map<std::string, AttentionPick> attentionPick_;
-  // Per convolution key (Conv::key): the algorithm chosen for the first node of that shape, and
-  // whether it was measured here or stored in the plan (neither: the heuristics', not reported).
-  struct ConvPick {
+  // Per algorithm key (ProgramOptions::algos): the algorithm chosen for the first node of that key
+  // (cuDNN's number, or the rank among cuBLASLt's candidates), and whether it was measured here or
+  // stored in the plan (neither: the heuristics', not reported).
+  struct AlgoPick {
     int algo = -1;
     bool measured = false, stored = false;
   };
-  std::map<std::string, ConvPick> convPick_;
-  std::unique_ptr<ConvFindBuffers> convFind_;  // while the plan lowers: scratch for measuring
+  std::map<std::string, AlgoPick> algoPick_;
+  std::unique_ptr<TuneBuffers> tuneBuffers_;  // while the plan lowers: scratch for measuring
   void chooseConvAlgos(Conv& c, bool forward, bool backwardData, bool backwardFilter);
+  void chooseGemmAlgo(Gemm& g);
+  // A key's stored choice (its number), where the plan has one for this machine; else -1.
+  int storedAlgo(const std::string& key) const;
   std::string identity_, tuningNote_;
   // UnscaleCheck nodes folded into their optimizer (folds::fusedGradChain) with a clip: the sum of
   // squares the clip's norm comes from.

@@ -34,9 +34,9 @@ class CudaSession : public TrainSession {
     else if (o.attention == "cudnn") po.attention = ProgramOptions::Attention::cudnn;
     else if (o.attention != "auto") throw Error("attention must be auto, kernels or cudnn, not '" + o.attention + "'");
     po.attentionChoices = o.tuning.attention;
-    po.convChoices = o.tuning.convolution;
-    if (o.convAlgos == "heuristics") po.convAlgos = ProgramOptions::ConvAlgos::heuristics;
-    else if (o.convAlgos != "auto") throw Error("conv-algos must be auto or heuristics, not '" + o.convAlgos + "'");
+    po.algoChoices = o.tuning.algorithms;
+    if (o.algos == "auto") po.algos = ProgramOptions::Algos::measured;
+    else if (o.algos != "heuristics") throw Error("algos must be auto or heuristics, not '" + o.algos + "'");
     po.tunedOn = o.tuning.device;
     // A plan from an ampc without the code generator: its groups run as their ops, folded as the
     // lowering would fold them.
@@ -81,9 +81,9 @@ class CudaSession : public TrainSession {
     r.tuningNote = prog.tuningNote();
     r.tuning.device = prog.tuningIdentity();
     r.tuning.attention = prog.attentionChoices();
-    r.tuning.convolution = prog.convChoices();
-    r.convMeasured = prog.convCounts().first;
-    r.convStored = prog.convCounts().second;
+    r.tuning.algorithms = prog.algoChoices();
+    r.algosMeasured = prog.algoCounts().first;
+    r.algosStored = prog.algoCounts().second;
     return r;
   }
   // Device time per op (summed over its nodes) and the costliest nodes of one more step.

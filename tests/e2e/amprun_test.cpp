@@ -768,7 +768,7 @@ TEST(Amprun, TruncatedOrAlteredPlanIsRefused) {
 // amprun --tune stores the fused attention's choices in the plan (runtime/plan.h, storeTuning): the
 // plan is rewritten whole with a new checksum, its weights untouched, and it trains as before; a
 // damaged plan is refused and left as it was; --tune itself needs CUDA and --attention auto. The
-// convolutions' algorithms are stored beside the attention's choices.
+// GEMMs' and convolutions' algorithms are stored beside the attention's choices.
 TEST(Amprun, TuningIsStoredInThePlan) {
   TempDir d;
   const std::string p = makePlan(d, "bf16");
@@ -778,31 +778,32 @@ TEST(Amprun, TuningIsStoredInThePlan) {
   Tuning t;
   t.device = "Some GPU (sm_90), cuDNN 91400";
   t.attention = {{"8x12/12x1024x1024 D64/64 causal forward", "cuDNN engine 2"}, {"8x12/12x1024x1024 D64/64 causal backward", "kernels"}};
-  t.convolution = {{"backward-filter bf16 NHWC N64 C32 56x56 M64 k3x3 g1 pad 1,1 stride 1,1 dil 1,1", "1"}};
+  t.algorithms = {{"conv backward-filter bf16 NHWC N64 C32 56x56 M64 k3x3 g1 pad 1,1 stride 1,1 dil 1,1", "1"}, {"gemm bf16 M8192 N768 K3072 B^T", "3"}};
   storeTuning(p, t);
   const LoadedPlan lp = readPlan(p);
   EXPECT_EQ(lp.tuning.device, t.device);
   EXPECT_EQ(lp.tuning.attention, t.attention);
-  EXPECT_EQ(lp.tuning.convolution, t.convolution);
+  EXPECT_EQ(lp.tuning.algorithms, t.algorithms);
   EXPECT_EQ(readBytes(p + ".safetensors"), w);
   auto dump = run(kAmprun + " " + p + " --dump");
   ASSERT_EQ(dump.code, 0) << dump.out;
   EXPECT_NE(dump.out.find("tuning (amprun --tune) on Some GPU (sm_90), cuDNN 91400:\n  fused attention 8x12/12x1024x1024 D64/64 causal backward: kernels"),
             std::string::npos)
       << dump.out;
-  EXPECT_NE(dump.out.find("  convolution backward-filter bf16 NHWC N64 C32 56x56 M64 k3x3 g1 pad 1,1 stride 1,1 dil 1,1: algorithm 1\n"),
+  EXPECT_NE(dump.out.find("  conv backward-filter bf16 NHWC N64 C32 56x56 M64 k3x3 g1 pad 1,1 stride 1,1 dil 1,1: algorithm 1\n"),
             std::string::npos)
       << dump.out;
+  EXPECT_NE(dump.out.find("  gemm bf16 M8192 N768 K3072 B^T: algorithm 3\n"), std::string::npos) << dump.out;
   auto r = run(train + d.file("after.jsonl"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(metricsWithoutTime(d.file("after.jsonl")), metricsWithoutTime(d.file("before.jsonl")));
   EXPECT_EQ(metricsWithoutTime(d.file("after.jsonl")).size(), 3u);
   // Stored again: the old choices are replaced, not merged.
   t.attention = {{"2x4/4x64x64 D32/32 forward", "kernels"}};
-  t.convolution.clear();
+  t.algorithms.clear();
   storeTuning(p, t);
   EXPECT_EQ(readPlan(p).tuning.attention, t.attention);
-  EXPECT_TRUE(readPlan(p).tuning.convolution.empty());
+  EXPECT_TRUE(readPlan(p).tuning.algorithms.empty());
   // A plan cut short is refused by storeTuning as by readPlan, and keeps its bytes.
   const std::string bytes = readBytes(p);
   writeBytes(d.file("cut.ampplan"), bytes.substr(0, bytes.size() - 5));
@@ -816,7 +817,7 @@ TEST(Amprun, TuningIsStoredInThePlan) {
   EXPECT_FALSE(fs::exists(d.file("cut.ampplan.tmp")));
   r = run(kAmprun + " " + p + " --synthetic --int-range target=0:9 --steps 1 --tune");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("--tune times the fused attention's implementations and the convolutions' algorithms: it needs --device cuda"),
+  EXPECT_NE(r.out.find("--tune times the fused attention's implementations and the GEMMs' and convolutions' algorithms: it needs --device cuda"),
             std::string::npos)
       << r.out;
 }

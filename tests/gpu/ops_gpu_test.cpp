@@ -1367,11 +1367,12 @@ TEST(GpuProgram, ChannelsLastMaxPoolAndGradientMatchTheCpu) {
     }
 }
 
-// Convolution algorithms measured when the plan loads (ProgramOptions::convAlgos measured: each
-// shape and direction timed once, however many nodes share it), stored choices followed without
-// timing on the machine that measured them, and measured again where they came from another
-// machine or name an algorithm this cuDNN does not offer. Every run matches the CPU.
-TEST(GpuProgram, ConvolutionAlgorithmsMeasuredStoredAndFollowed) {
+// Convolution and GEMM algorithms measured when the plan loads (ProgramOptions::algos measured: each
+// key, a convolution's shape and direction or a GEMM's shape, timed once however many nodes share
+// it), stored choices followed without timing on the machine that measured them, and measured again
+// where they came from another machine or name an algorithm these libraries do not offer. Every run
+// matches the CPU.
+TEST(GpuProgram, AlgorithmsMeasuredStoredAndFollowed) {
   AMPC_NEED_GPU();
   auto g = parseGraph(R"(graph "convs" opset 17 {
   domain "ampc" 1
@@ -1381,6 +1382,11 @@ TEST(GpuProgram, ConvolutionAlgorithmsMeasuredStoredAndFollowed) {
   input %w2 : bf16[64,32,3,3]
   input %wg : bf16[64,8,3,3]
   input %dy : bf16[8,64,28,28]
+  input %a : bf16[256,384]
+  input %b : bf16[384,512]
+  input %a2 : bf16[256,384]
+  %z : bf16[256,512] = MatMul(%a, %b)
+  %z2 : bf16[256,512] = MatMul(%a2, %b)
   %y : bf16[8,64,28,28] = Conv(%x, %w) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}
   %y2 : bf16[8,64,28,28] = Conv(%x2, %w2) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]}
   %yg : bf16[8,64,14,14] = Conv(%x, %wg) {group = 4, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]}
@@ -1390,11 +1396,13 @@ TEST(GpuProgram, ConvolutionAlgorithmsMeasuredStoredAndFollowed) {
   output %yg
   output %dx
   output %dw
+  output %z
+  output %z2
 }
 )",
-                      "convolution algorithms");
+                      "algorithms");
   std::map<std::string, Tensor> in;
-  for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type(), v->name()[0] == 'w' ? 0.2 : 1.0));
+  for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type(), v->name()[0] == 'w' || v->name()[0] == 'b' ? 0.2 : 1.0));
   auto cpu = createCpuBackend();
   const auto want = evaluate(*g, in, *cpu);
   recordFolds(*g);
@@ -1413,45 +1421,47 @@ TEST(GpuProgram, ConvolutionAlgorithmsMeasuredStoredAndFollowed) {
       EXPECT_LE(relL2(prog.download(g->outputs()[i]), want[i], nan), tolerance(DType::bf16)) << what << ": output " << g->outputs()[i]->name();
       EXPECT_FALSE(nan) << what << ": output " << g->outputs()[i]->name();
     }
-    return Ran{prog.convChoices(), prog.convCounts(), prog.tuningIdentity(), prog.tuningNote()};
+    return Ran{prog.algoChoices(), prog.algoCounts(), prog.tuningIdentity(), prog.tuningNote()};
   };
   cuda::ProgramOptions po;
   const Ran heuristic = runWith(po, "heuristics");
   EXPECT_TRUE(heuristic.choices.empty());
   EXPECT_EQ(heuristic.counts, std::make_pair(0, 0));
-  // Four keys: the plain shape's forward (two nodes), backward-data and backward-filter, and the
-  // grouped forward.
-  po.convAlgos = cuda::ProgramOptions::ConvAlgos::measured;
+  // Five keys: the plain convolution's forward (two nodes), backward-data and backward-filter, the
+  // grouped forward, and the GEMM (two nodes).
+  po.algos = cuda::ProgramOptions::Algos::measured;
   const Ran measured = runWith(po, "measured");
-  ASSERT_EQ(measured.choices.size(), 4u);
-  EXPECT_EQ(measured.counts, std::make_pair(4, 0));
-  int directions[3] = {};
+  ASSERT_EQ(measured.choices.size(), 5u);
+  EXPECT_EQ(measured.counts, std::make_pair(5, 0));
+  int directions[3] = {}, gemms = 0;
   for (const auto& [key, algo] : measured.choices) {
-    for (int d = 0; d < 3; ++d) directions[d] += key.rfind(cuda::convDirName(static_cast<cuda::ConvDir>(d)), 0) == 0;
+    for (int d = 0; d < 3; ++d) directions[d] += key.rfind(std::string("conv ") + cuda::convDirName(static_cast<cuda::ConvDir>(d)) + " ", 0) == 0;
+    gemms += key.rfind("gemm bf16 M256 N512 K384", 0) == 0;
     EXPECT_NE(key.find("bf16"), std::string::npos) << key;
     EXPECT_GE(std::stoi(algo), 0) << key;
   }
   EXPECT_EQ(directions[0], 2);
   EXPECT_EQ(directions[1], 1);
   EXPECT_EQ(directions[2], 1);
+  EXPECT_EQ(gemms, 1);
   // Stored on this machine: followed, nothing timed.
-  po.convChoices = measured.choices;
+  po.algoChoices = measured.choices;
   po.tunedOn = measured.identity;
   const Ran stored = runWith(po, "stored");
-  EXPECT_EQ(stored.counts, std::make_pair(0, 4));
+  EXPECT_EQ(stored.counts, std::make_pair(0, 5));
   EXPECT_EQ(stored.choices, measured.choices);
   EXPECT_TRUE(stored.note.empty()) << stored.note;
   // An algorithm this cuDNN does not offer: measured again.
-  for (auto& [key, algo] : po.convChoices) algo = "999";
+  for (auto& [key, algo] : po.algoChoices) algo = "999";
   const Ran gone = runWith(po, "choice not offered");
-  EXPECT_EQ(gone.counts, std::make_pair(4, 0));
+  EXPECT_EQ(gone.counts, std::make_pair(5, 0));
   // Stored on another machine: measured again, and said why.
-  po.convChoices = measured.choices;
+  po.algoChoices = measured.choices;
   po.tunedOn = "another GPU (sm_80), cuDNN 90100";
   const Ran other = runWith(po, "stored elsewhere");
-  EXPECT_EQ(other.counts, std::make_pair(4, 0));
+  EXPECT_EQ(other.counts, std::make_pair(5, 0));
   EXPECT_NE(other.note.find("measured on another GPU (sm_80), cuDNN 90100"), std::string::npos) << other.note;
-  // With `deterministic`, neither measured nor stored ones: the heuristics' deterministic first.
+  // With `deterministic`, neither measured nor stored ones: the heuristics' (deterministic) first.
   po.tunedOn = measured.identity;
   po.deterministic = true;
   const Ran det = runWith(po, "deterministic");

@@ -3,7 +3,7 @@
 //   amprun PLAN --data DIR --steps N [--metrics run.jsonl] [--checkpoint DIR --checkpoint-every K]
 //               [--resume DIR|FILE] [--save final.safetensors] [--eval-data DIR]
 //               [--device cpu|cuda[:N]] [--bench] [--fixed-batch] [--no-cuda-graph] [--profile N] [--tune]
-//               [--attention auto|kernels|cudnn] [--conv-algos auto|heuristics]
+//               [--attention auto|kernels|cudnn] [--algos auto|heuristics]
 //   amprun PLAN --dump
 //   amprun --nproc N PLAN ...    data parallel: N processes on this host (or the torchrun
 //                                environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
@@ -119,9 +119,9 @@ void printBench(const std::string& device, const SessionReport& r, double wallMs
                r.syncsInSteps, steps > 0 ? static_cast<double>(r.syncsInSteps) / static_cast<double>(steps) : 0.0, logEvery, r.replays,
                r.launches);
   for (const auto& a : r.attention) fmt::print("  fused attention {}\n", a);
-  if (r.convMeasured + r.convStored > 0)
-    fmt::print("  convolution algorithms: {} shape{} and direction{} timed at load, {} stored in the plan\n", r.convMeasured,
-               r.convMeasured == 1 ? "" : "s", r.convMeasured == 1 ? "" : "s", r.convStored);
+  if (r.algosMeasured + r.algosStored > 0)
+    fmt::print("  GEMM and convolution algorithms: {} key{} timed at load, {} stored in the plan\n", r.algosMeasured,
+               r.algosMeasured == 1 ? "" : "s", r.algosStored);
   if (!r.tuningNote.empty()) fmt::print("  tuning: {}\n", r.tuningNote);
 }
 
@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
        explainOverflow = false, checkData = false, deterministic = false, tune = false;
   std::vector<std::string> intRanges;
-  std::string attention = "auto", convAlgos = "auto";
+  std::string attention = "auto", algos = "auto";
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda when a GPU is present)");
@@ -249,14 +249,15 @@ int main(int argc, char** argv) {
                  "the first step, where cuDNN takes the node: no dropout, no trained mask), kernels, or cudnn (head dims past 128 "
                  "run through cuDNN in every mode)")
       ->check(CLI::IsMember({"auto", "kernels", "cudnn"}));
-  app.add_option("--conv-algos", convAlgos,
-                 "cuda: the convolutions' cuDNN algorithms: auto (each shape and direction timed when the plan loads, unless the plan "
-                 "stores a choice made on this GPU and cuDNN; the fastest within 256 MiB of workspace) or heuristics (cuDNN's first "
-                 "pick, nothing timed). --deterministic takes the heuristics' first deterministic algorithm")
+  app.add_option("--algos", algos,
+                 "cuda: the GEMMs' cuBLASLt and the convolutions' cuDNN algorithms: auto (each shape timed when the plan loads, unless the "
+                 "plan stores a choice made on this GPU and these libraries: cuBLASLt's eight heuristic candidates; every cuDNN algorithm "
+                 "within 256 MiB of workspace) or heuristics (the libraries' first pick, nothing timed). --deterministic takes the "
+                 "heuristics' first (deterministic) algorithm")
       ->check(CLI::IsMember({"auto", "heuristics"}));
   app.add_flag("--tune", tune,
-               "cuda, --attention auto and --conv-algos auto: measure every fused attention shape's implementation (in the first step) "
-               "and every convolution's algorithms (at load) afresh and store the choices in the plan (rewritten atomically), so that "
+               "cuda, --attention auto and --algos auto: measure every fused attention shape's implementation (in the first step) "
+               "and every GEMM's and convolution's algorithm (at load) afresh and store the choices in the plan (rewritten atomically), so that "
                "later runs on this GPU and cuDNN follow them without timing");
   app.add_flag("--deterministic", deterministic,
                "cuda: the same bits every run with the same seed: deterministic cuDNN algorithms, attention and scatter-add gradients "
@@ -334,9 +335,9 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
-  if (tune && (!useCuda || attention != "auto" || convAlgos != "auto" || deterministic)) {
-    std::cerr << "amprun: --tune times the fused attention's implementations and the convolutions' algorithms: it needs --device cuda, "
-                 "--attention auto and --conv-algos auto, without --deterministic\n";
+  if (tune && (!useCuda || attention != "auto" || algos != "auto" || deterministic)) {
+    std::cerr << "amprun: --tune times the fused attention's implementations and the GEMMs' and convolutions' algorithms: it needs --device "
+                 "cuda, --attention auto and --algos auto, without --deterministic\n";
     return 2;
   }
   // A CUDA group: each rank on GPU LOCAL_RANK (torchrun's convention) unless --device names one.
@@ -507,7 +508,7 @@ int main(int argc, char** argv) {
     so.checkPlan = checkPlan;
     so.deterministic = deterministic;
     so.attention = attention;
-    so.convAlgos = convAlgos;
+    so.algos = algos;
     if (!tune) so.tuning = plan.tuning;  // --tune measures afresh
     so.watch = watch ? &*watch : nullptr;
     auto session = openTrainSession(g, so);
@@ -618,9 +619,9 @@ int main(int argc, char** argv) {
     if (bench && lead) printBench(device, report, wallMs, stepMs, steps - done, logEvery);
     if (tune && lead) {
       storeTuning(planPath, report.tuning);
-      fmt::print("amprun: stored {} fused attention choice{} and {} convolution algorithm{} in {} (measured on {})\n",
-                 report.tuning.attention.size(), report.tuning.attention.size() == 1 ? "" : "s", report.tuning.convolution.size(),
-                 report.tuning.convolution.size() == 1 ? "" : "s", planPath, report.tuning.device);
+      fmt::print("amprun: stored {} fused attention choice{} and {} GEMM and convolution algorithm{} in {} (measured on {})\n",
+                 report.tuning.attention.size(), report.tuning.attention.size() == 1 ? "" : "s", report.tuning.algorithms.size(),
+                 report.tuning.algorithms.size() == 1 ? "" : "s", planPath, report.tuning.device);
     }
   } catch (const Error& e) {
     if (undoMetrics) undoMetrics();

@@ -3,8 +3,8 @@
 # 1. gpu_tests: GpuAttention's cases on stop 62's maskGradSumKernel (32 lanes of sharers a block,
 #    --deterministic only; not yet run on a GPU) and the convolution algorithms' new test.
 # 2. Swin-T from stop 62's refined masks (HEAD) against AMPC_EXP_NO_REFINED=1, each with a profile.
-# 3. Convolutional nets with the convolutions' cuDNN algorithms by heuristics (as before this stop)
-#    and measured at load (amprun's new default, --conv-algos auto), each plan compiled once.
+# 3. Convolutional nets with the GEMMs' and convolutions' algorithms by heuristics (as before this stop)
+#    and measured at load (amprun's new default, --algos auto), then --tune and the stored choices.
 # 4. zoo_full beside torch.compile (AMP bf16) in the same call, for as many models as time allows.
 source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
 W=/tmp/ampc-full
@@ -14,7 +14,7 @@ IFS=, read -ra list <<< "$convs,$swin"
 for m in "${list[@]}"; do
   (CUDA_VISIBLE_DEVICES= timeout 200 python3 "$bench/zoo_full.py" --out $R/export --models "$m" --export-only --work $W > "$R/export_${m//[:@]/_}.txt" 2>&1) &
 done
-timeout 170 gpu_tests --gtest_filter='GpuAttention.ForwardAndBackwardMatchTheCpu:GpuAttention.OperandsInPlaceMatchTheCpu:*Deterministic*:*ConvolutionAlgorithms*' > $R/gpu_tests.txt 2>&1
+timeout 170 gpu_tests --gtest_filter='GpuAttention.ForwardAndBackwardMatchTheCpu:GpuAttention.OperandsInPlaceMatchTheCpu:*Deterministic*:*AlgorithmsMeasured*' > $R/gpu_tests.txt 2>&1
 echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
 grep -E "^\[  (PASSED|FAILED)|OK \]|FAILED  \]|rc=" $R/gpu_tests.txt
 wait
@@ -24,7 +24,7 @@ bench() {  # PLAN NAME [amprun flags...]
   local t0=$SECONDS
   timeout 120 amprun "$plan" --device cuda --synthetic --steps 20 --bench "$@" > $R/run_$name.txt 2>&1
   echo "== $name (rc=$?, $((SECONDS - t0)) s with load)"
-  grep -E "step time|peak device|convolution algorithms" $R/run_$name.txt
+  grep -E "step time|peak device|algorithms" $R/run_$name.txt
 }
 IFS=, read -ra clist <<< "$convs"
 for m in "${clist[@]}"; do
@@ -32,7 +32,7 @@ for m in "${clist[@]}"; do
   onnx=$(onnxOf "$n"); echo "onnx $n: $onnx" >> $R/export.txt
   [ -n "$onnx" ] || { echo "$n: no export"; continue; }
   ampc "$onnx" --precision bf16 --optimizer sgd --lr 0.01 -o $R/$n.ampplan > $R/compile_$n.txt 2>&1 || { echo "$n: compile failed"; tail -3 $R/compile_$n.txt; continue; }
-  bench $R/$n.ampplan ${n}_heuristics --conv-algos heuristics --profile 12
+  bench $R/$n.ampplan ${n}_heuristics --algos heuristics --profile 12
   bench $R/$n.ampplan ${n}_measured --profile 12
   bench $R/$n.ampplan ${n}_tune --tune
   bench $R/$n.ampplan ${n}_stored
