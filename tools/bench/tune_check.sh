@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # amprun --tune on a plan, then the same plan again: the first run measures each fused attention
-# shape's implementation and stores the choices in the plan; the second follows them ("stored in the
-# plan" in --bench's list) without timing. Integer inputs get 0:999 (token ids of any vocabulary
+# shape's implementation and each GEMM's and convolution's algorithm and stores the choices in the
+# plan; the second follows them ("stored in the plan" in --bench's lists) without timing. Integer inputs get 0:999 (token ids of any vocabulary
 # past 1000).
 #   tools/bench/tune_check.sh PLAN [STEPS]
 set -euo pipefail
