@@ -29,7 +29,9 @@ bench() {  # PLAN NAME [amprun flags...]
 }
 g=/tmp/ampc-bench/gpt2.onnx
 if [ -f $g ]; then
+  t0=$SECONDS
   ampc $g --precision bf16 --optimizer adamw --lr 3e-4 --weight-decay 0.01 --freeze causal_mask -o $R/gpt2.ampplan > $R/compile_gpt2.txt 2>&1
+  echo "gpt2: ampc rc=$? in $((SECONDS - t0)) s"
   d="--int-range input_ids=0:50256 --int-range labels=0:50256"
   bench $R/gpt2.ampplan gpt2_heuristics $d --algos heuristics
   bench $R/gpt2.ampplan gpt2_measured $d --profile 12
