@@ -7,6 +7,9 @@
 # 3. Swin-T from stop 62's refined masks against AMPC_EXP_NO_REFINED=1.
 # 4. torch.compile (AMP bf16) in the same call, RegNetY first, while time is left.
 source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
+# What has been written so far comes back even where the call is cut at its limit.
+(while sleep 40; do tar -cJf "$OUT/partial.tar.xz.tmp" -C $R . 2>/dev/null && mv "$OUT/partial.tar.xz.tmp" "$OUT/partial.tar.xz"; done) &
+saver=$!
 W=/tmp/ampc-full
 convs=${CONVS:-timm:regnety_016@64,timm:convnext_tiny@64,timm:resnet50@64}
 swin=timm:swin_tiny_patch4_window7_224@64
@@ -61,10 +64,11 @@ for v in head norefined; do
   grep -E "AttentionGrad|Transpose|Concat" $R/run_swin_$v.txt | head -6
   rm -f $R/swin_$v.ampplan*
 done
-deadline=${DEADLINE:-550}
+deadline=${DEADLINE:-540}
 for m in "${list[@]}"; do
   left=$((deadline - SECONDS)); [ $left -lt 70 ] && { echo "$m: no time left for torch.compile" | tee -a $R/skipped.txt; continue; }
   timeout $((left < 150 ? left : 150)) python3 "$bench/zoo_full.py" --out $R/zoo --models "$m" --work $W --torch-compile --no-eager --steps 20 > "$R/zoo_${m//[:@]/_}.txt" 2>&1
   grep -h '^{"model"' "$R/zoo_${m//[:@]/_}.txt" | cut -c1-400
 done
-tar -cJf "$OUT/call3.tar.xz" -C $R .
+kill $saver 2>/dev/null; wait $saver 2>/dev/null
+tar -cJf "$OUT/call3.tar.xz" -C $R . && rm -f "$OUT"/partial.tar.xz*
