@@ -14,15 +14,18 @@ W=/tmp/ampc-full
 convs=${CONVS:-timm:regnety_016@64,timm:convnext_tiny@64,timm:resnet50@64}
 swin=timm:swin_tiny_patch4_window7_224@64
 IFS=, read -ra list <<< "$convs,$swin"
+exports=()
 for m in "${list[@]}"; do
   (CUDA_VISIBLE_DEVICES= timeout 200 python3 "$bench/zoo_full.py" --out $R/export --models "$m" --export-only --work $W > "$R/export_${m//[:@]/_}.txt" 2>&1) &
+  exports+=($!)
 done
 mkdir -p /tmp/ampc-bench
 (CUDA_VISIBLE_DEVICES= timeout 200 python3 "$bench/export_models.py" /tmp/ampc-bench gpt2 > $R/export_gpt2.txt 2>&1) &
+exports+=($!)
 timeout 170 gpu_tests --gtest_filter='GpuAttention.ForwardAndBackwardMatchTheCpu:GpuAttention.OperandsInPlaceMatchTheCpu:*Deterministic*:*AlgorithmsMeasured*' > $R/gpu_tests.txt 2>&1
 echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
 grep -E "^\[  (PASSED|FAILED)|OK \]|FAILED  \]|rc=" $R/gpu_tests.txt
-wait
+wait "${exports[@]}"
 bench() {  # PLAN NAME [amprun flags...]
   local plan=$1 name=$2; shift 2
   local t0=$SECONDS
