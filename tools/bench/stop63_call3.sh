@@ -73,5 +73,5 @@ for m in "${list[@]}"; do
   timeout $((left < 150 ? left : 150)) python3 "$bench/zoo_full.py" --out $R/zoo --models "$m" --work $W --torch-compile --no-eager --steps 20 > "$R/zoo_${m//[:@]/_}.txt" 2>&1
   grep -h '^{"model"' "$R/zoo_${m//[:@]/_}.txt" | cut -c1-400
 done
-kill $saver 2>/dev/null; wait $saver 2>/dev/null
+pkill -P $saver 2>/dev/null; kill $saver 2>/dev/null
 tar -cJf "$OUT/call3.tar.xz" -C $R . && rm -f "$OUT"/partial.tar.xz*
