@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
 (while sleep 40; do tar -cJf "$OUT/partial.tar.xz.tmp" -C $R . 2>/dev/null && mv "$OUT/partial.tar.xz.tmp" "$OUT/partial.tar.xz"; done) &
 saver=$!
 W=/tmp/ampc-full
-convs=${CONVS:-timm:regnety_016@64,timm:convnext_tiny@64,timm:resnet50@64}
+convs=${CONVS:-timm:regnety_016@64,timm:convnext_tiny@64}
 swin=timm:swin_tiny_patch4_window7_224@64
 IFS=, read -ra list <<< "$convs,$swin"
 exports=()
@@ -42,7 +42,6 @@ if [ -f $g ]; then
   bench $R/gpt2.ampplan gpt2_heuristics $d --algos heuristics
   bench $R/gpt2.ampplan gpt2_measured $d --profile 12
   bench $R/gpt2.ampplan gpt2_tune $d --tune
-  bench $R/gpt2.ampplan gpt2_stored $d
   amprun $R/gpt2.ampplan --dump | sed -n '/^tuning/,/^steps:/p' | head -60 > $R/gpt2_tuning.txt
   rm -f $R/gpt2.ampplan*
 else
