@@ -267,14 +267,14 @@ bool Conv::use(ConvDir dir, int algo) {
   size_t b = 0;
   cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
   // Whether cuDNN offers `algo` here (and marks it deterministic where that is asked): its
-  // heuristics list every algorithm with a status.
+  // heuristics list every algorithm with a status (some twice, once per math type).
   constexpr int kAlgos = 16;
   int n = 0;
   bool offered = false;
   auto offers = [&](const auto* perf) {
     for (int i = 0; i < n; ++i)
       if (static_cast<int>(perf[i].algo) == algo)
-        offered = perf[i].status == CUDNN_STATUS_SUCCESS && (!d_.deterministic || perf[i].determinism == CUDNN_DETERMINISTIC);
+        offered = offered || (perf[i].status == CUDNN_STATUS_SUCCESS && (!d_.deterministic || perf[i].determinism == CUDNN_DETERMINISTIC));
   };
   switch (dir) {
     case ConvDir::forward: {
