@@ -40,8 +40,9 @@ struct SessionOptions {
   std::string attention = "auto";
   // cuda: convolutions' cuDNN and GEMMs' cuBLASLt algorithms: auto (each shape's measured when the
   // plan loads, unless the plan stores one for this machine) or heuristics (the libraries' first,
-  // nothing timed) (runtime/cuda/program.h, ProgramOptions::algos).
-  std::string algos = "auto";
+  // nothing timed) (runtime/cuda/program.h, ProgramOptions::algos). Heuristics by default until
+  // the measuring has run on a GPU (stop 63 got none).
+  std::string algos = "heuristics";
   // cuda, attention auto: the choices the plan stores, followed where `tuning.device` is this
   // machine's; shapes without one are measured in the first step.
   Tuning tuning;

@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
   bool dump = false, shuffle = false, synthetic = false, bench = false, fixedBatch = false, noCudaGraph = false, allowTf32 = false, checkPlan = false,
        explainOverflow = false, checkData = false, deterministic = false, tune = false;
   std::vector<std::string> intRanges;
-  std::string attention = "auto", algos = "auto";
+  std::string attention = "auto", algos = "heuristics";
   app.add_option("plan", planPath, "the .ampplan file ampc wrote")->required();
   app.add_flag("--dump", dump, "print the plan readably and exit");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda when a GPU is present)");
@@ -249,14 +249,14 @@ int main(int argc, char** argv) {
                  "the first step, where cuDNN takes the node: no dropout, no trained mask), kernels, or cudnn (head dims past 128 "
                  "run through cuDNN in every mode)")
       ->check(CLI::IsMember({"auto", "kernels", "cudnn"}));
-  app.add_option("--algos", algos,
-                 "cuda: the GEMMs' cuBLASLt and the convolutions' cuDNN algorithms: auto (each shape timed when the plan loads, unless the "
-                 "plan stores a choice made on this GPU and these libraries: cuBLASLt's eight heuristic candidates; every cuDNN algorithm "
-                 "within 256 MiB of workspace) or heuristics (the libraries' first pick, nothing timed). --deterministic takes the "
-                 "heuristics' first (deterministic) algorithm")
+  CLI::Option* algosOpt = app.add_option("--algos", algos,
+                 "cuda: the GEMMs' cuBLASLt and the convolutions' cuDNN algorithms: heuristics (the default: the libraries' first "
+                 "pick, nothing timed) or auto (each shape timed when the plan loads, unless the plan stores a choice made on this GPU "
+                 "and these libraries: cuBLASLt's eight heuristic candidates; every cuDNN algorithm within 256 MiB of workspace). "
+                 "--deterministic takes the heuristics' first (deterministic) algorithm")
       ->check(CLI::IsMember({"auto", "heuristics"}));
   app.add_flag("--tune", tune,
-               "cuda, --attention auto and --algos auto: measure every fused attention shape's implementation (in the first step) "
+               "cuda, --attention auto: measure every fused attention shape's implementation (in the first step) "
                "and every GEMM's and convolution's algorithm (at load) afresh and store the choices in the plan (rewritten atomically), so that "
                "later runs on this GPU and cuDNN follow them without timing");
   app.add_flag("--deterministic", deterministic,
@@ -335,9 +335,9 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
-  if (tune && (!useCuda || attention != "auto" || algos != "auto" || deterministic)) {
+  if (tune && (!useCuda || attention != "auto" || (algosOpt->count() > 0 && algos == "heuristics") || deterministic)) {
     std::cerr << "amprun: --tune times the fused attention's implementations and the GEMMs' and convolutions' algorithms: it needs --device "
-                 "cuda, --attention auto and --algos auto, without --deterministic\n";
+                 "cuda and --attention auto, without --algos heuristics or --deterministic\n";
     return 2;
   }
   // A CUDA group: each rank on GPU LOCAL_RANK (torchrun's convention) unless --device names one.
@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
     so.checkPlan = checkPlan;
     so.deterministic = deterministic;
     so.attention = attention;
-    so.algos = algos;
+    so.algos = tune ? "auto" : algos;  // --tune measures
     if (!tune) so.tuning = plan.tuning;  // --tune measures afresh
     so.watch = watch ? &*watch : nullptr;
     auto session = openTrainSession(g, so);

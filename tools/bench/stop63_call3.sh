@@ -2,8 +2,8 @@
 # Stop 63: calls 1 and 2 in one (GPU starts were scarce), most needed first (pack gpuC).
 # 1. gpu_tests: GpuAttention's cases on stop 62's maskGradSumKernel (not yet run on a GPU) and the
 #    measured GEMM and convolution algorithms' test.
-# 2. GPT-2 124M bf16 and convolutional nets: --algos heuristics (as before this stop) against the
-#    measured algorithms (the new default), then --tune and the stored choices (GPT-2, RegNetY).
+# 2. GPT-2 124M bf16 and convolutional nets: --algos heuristics (the default, as before this stop)
+#    against --algos auto (measured at load), then --tune and the stored choices (GPT-2, RegNetY).
 # 3. Swin-T from stop 62's refined masks against AMPC_EXP_NO_REFINED=1.
 # 4. torch.compile (AMP bf16) in the same call, RegNetY first, while time is left.
 source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
@@ -40,7 +40,7 @@ if [ -f $g ]; then
   echo "gpt2: ampc rc=$? in $((SECONDS - t0)) s"
   d="--int-range input_ids=0:50256 --int-range labels=0:50256"
   bench $R/gpt2.ampplan gpt2_heuristics $d --algos heuristics
-  bench $R/gpt2.ampplan gpt2_measured $d --profile 12
+  bench $R/gpt2.ampplan gpt2_measured $d --algos auto --profile 12
   bench $R/gpt2.ampplan gpt2_tune $d --tune
   amprun $R/gpt2.ampplan --dump | sed -n '/^tuning/,/^steps:/p' | head -60 > $R/gpt2_tuning.txt
   rm -f $R/gpt2.ampplan*
@@ -55,7 +55,7 @@ for m in "${clist[@]}"; do
   [ -n "$onnx" ] || { echo "$n: no export"; continue; }
   ampc "$onnx" --precision bf16 --optimizer sgd --lr 0.01 -o $R/$n.ampplan > $R/compile_$n.txt 2>&1 || { echo "$n: compile failed"; tail -3 $R/compile_$n.txt; continue; }
   bench $R/$n.ampplan ${n}_heuristics --algos heuristics --profile 12
-  bench $R/$n.ampplan ${n}_measured --profile 12
+  bench $R/$n.ampplan ${n}_measured --algos auto --profile 12
   if [ $n = regnety_016 ]; then bench $R/$n.ampplan ${n}_tune --tune; bench $R/$n.ampplan ${n}_stored; fi
   rm -f $R/$n.ampplan*
 done
