@@ -102,8 +102,9 @@ Gemm::Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes) : h_(h)
   algo_ = algos_[0];
 }
 
-std::string Gemm::key() const {
-  const GemmDesc& d = d_;
+std::string Gemm::key() const { return gemmKey(d_); }
+
+std::string gemmKey(const GemmDesc& d) {
   auto num = [](float v) {
     char b[32];
     std::snprintf(b, sizeof b, "%.9g", static_cast<double>(v));
@@ -236,8 +237,9 @@ const char* convDirName(ConvDir d) {
   }
 }
 
-std::string Conv::key(ConvDir dir) const {
-  const ConvDesc& d = d_;
+std::string Conv::key(ConvDir dir) const { return convKey(d_, dir); }
+
+std::string convKey(const ConvDesc& d, ConvDir dir) {
   auto dims = [&](const int64_t* v) {
     std::string s;
     for (int i = 0; i < d.nsp; ++i) s += (i ? "x" : "") + std::to_string(v[i]);

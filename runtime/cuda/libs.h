@@ -54,6 +54,9 @@ class TuneBuffers {
   void* p_[5] = {};
   size_t n_[5] = {};
 };
+// The key a GEMM's stored algorithm goes by (Gemm::key): every field of the descriptor that the
+// candidates depend on, so that two GEMMs share a key only where they share candidates.
+std::string gemmKey(const GemmDesc& d);
 class Gemm {
  public:
   Gemm(cublasLtHandle_t h, const GemmDesc& d, size_t workspaceBytes);
@@ -102,6 +105,9 @@ struct ConvDesc {
 // A convolution's three directions, each with its own cuDNN algorithm.
 enum class ConvDir { forward, backwardData, backwardFilter };
 const char* convDirName(ConvDir d);
+// The key a convolution's stored algorithm goes by (Conv::key), per direction: every field of the
+// descriptor.
+std::string convKey(const ConvDesc& d, ConvDir dir);
 class Conv {
  public:
   // `forward` / `backward*` choose only the algorithms that will be used: cuDNN's heuristics' first

@@ -2,9 +2,11 @@
 // fresh random data, at f32, f16 and bf16 (tolerances: gpu_util.h). One single-op graph per case;
 // $T is replaced by the dtype under test. Skips without a GPU.
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <random>
 #include <regex>
+#include <set>
 
 #include "compiler/target.h"
 #include "kernels/cuda/ops.h"
@@ -1365,6 +1367,73 @@ TEST(GpuProgram, ChannelsLastMaxPoolAndGradientMatchTheCpu) {
       for (const Value* v : g->inputs()) in.emplace(v->name(), randomTensor(v->type(), v->name() == "x" ? 1.0 : 0.2));
       expectSameOnGpu(*g, in, std::string("channels-last max pool at ") + t + ", " + attrs, 1.0);
     }
+}
+
+// The keys stored algorithm choices go by (runtime/cuda/libs.h, convKey, gemmKey) tell apart every
+// field the choice depends on: a key that dropped one would give a shape another shape's algorithm.
+// Runs without a GPU (no cuDNN or cuBLASLt call).
+TEST(AlgorithmKeys, NameEveryFieldTheChoiceDependsOn) {
+  cuda::ConvDesc c;
+  c.t = cuda::DT::bf16;
+  c.nsp = 2;
+  c.N = 8, c.C = 32, c.M = 64, c.groups = 1;
+  c.in[0] = 28, c.in[1] = 28, c.k[0] = 3, c.k[1] = 3, c.out[0] = 28, c.out[1] = 28;
+  c.pad[0] = 1, c.pad[1] = 1;
+  const std::string base = cuda::convKey(c, cuda::ConvDir::forward);
+  EXPECT_EQ(base, cuda::convKey(c, cuda::ConvDir::forward));
+  std::set<std::string> keys{base};
+  auto differs = [&](const std::string& k, const std::string& what) { EXPECT_TRUE(keys.insert(k).second) << what << ": " << k; };
+  differs(cuda::convKey(c, cuda::ConvDir::backwardData), "direction");
+  differs(cuda::convKey(c, cuda::ConvDir::backwardFilter), "direction");
+  const std::vector<std::pair<std::string, std::function<void(cuda::ConvDesc&)>>> convEdits = {
+      {"type", [](cuda::ConvDesc& d) { d.t = cuda::DT::f16; }},
+      {"f32", [](cuda::ConvDesc& d) { d.t = cuda::DT::f32; }},
+      {"tf32", [](cuda::ConvDesc& d) { d.t = cuda::DT::f32, d.allowTf32 = true; }},
+      {"layout", [](cuda::ConvDesc& d) { d.nhwc = true; }},
+      {"batch", [](cuda::ConvDesc& d) { d.N = 16; }},
+      {"channels", [](cuda::ConvDesc& d) { d.C = 40; }},
+      {"height", [](cuda::ConvDesc& d) { d.in[0] = 27; }},
+      {"width", [](cuda::ConvDesc& d) { d.in[1] = 27; }},
+      {"filters", [](cuda::ConvDesc& d) { d.M = 48; }},
+      {"kernel", [](cuda::ConvDesc& d) { d.k[1] = 1; }},
+      {"groups", [](cuda::ConvDesc& d) { d.groups = 4; }},
+      {"pad", [](cuda::ConvDesc& d) { d.pad[0] = 0; }},
+      {"stride", [](cuda::ConvDesc& d) { d.stride[1] = 2; }},
+      {"dilation", [](cuda::ConvDesc& d) { d.dil[0] = 2; }},
+      {"3-d", [](cuda::ConvDesc& d) { d.nsp = 3; }},
+  };
+  for (const auto& [what, edit] : convEdits) {
+    cuda::ConvDesc d = c;
+    edit(d);
+    differs(cuda::convKey(d, cuda::ConvDir::forward), what);
+  }
+  cuda::GemmDesc g;
+  g.t = cuda::DT::bf16;
+  g.M = 256, g.N = 512, g.K = 384;
+  keys = {cuda::gemmKey(g)};
+  EXPECT_EQ(cuda::gemmKey(g), cuda::gemmKey(g));
+  const std::vector<std::pair<std::string, std::function<void(cuda::GemmDesc&)>>> gemmEdits = {
+      {"type", [](cuda::GemmDesc& d) { d.t = cuda::DT::f16; }},
+      {"f32", [](cuda::GemmDesc& d) { d.t = cuda::DT::f32; }},
+      {"tf32", [](cuda::GemmDesc& d) { d.t = cuda::DT::f32, d.allowTf32 = true; }},
+      {"M", [](cuda::GemmDesc& d) { d.M = 255; }},
+      {"N", [](cuda::GemmDesc& d) { d.N = 511; }},
+      {"K", [](cuda::GemmDesc& d) { d.K = 383; }},
+      {"transA", [](cuda::GemmDesc& d) { d.transA = true; }},
+      {"transB", [](cuda::GemmDesc& d) { d.transB = true; }},
+      {"batch", [](cuda::GemmDesc& d) { d.batch = 4, d.strideA = d.M * d.K, d.strideB = d.K * d.N, d.strideD = d.M * d.N; }},
+      {"a shared B", [](cuda::GemmDesc& d) { d.batch = 4, d.strideA = d.M * d.K, d.strideB = 0, d.strideD = d.M * d.N; }},
+      {"alpha", [](cuda::GemmDesc& d) { d.alpha = 0.5f; }},
+      {"beta", [](cuda::GemmDesc& d) { d.beta = 1.0f; }},
+      {"bias", [](cuda::GemmDesc& d) { d.bias = true; }},
+      {"bias gradient of A", [](cuda::GemmDesc& d) { d.biasGrad = cuda::GemmDesc::BiasGrad::ofA; }},
+      {"bias gradient of B", [](cuda::GemmDesc& d) { d.biasGrad = cuda::GemmDesc::BiasGrad::ofB; }},
+  };
+  for (const auto& [what, edit] : gemmEdits) {
+    cuda::GemmDesc d = g;
+    edit(d);
+    differs(cuda::gemmKey(d), what);
+  }
 }
 
 // Convolution and GEMM algorithms measured when the plan loads (ProgramOptions::algos measured: each
