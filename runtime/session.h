@@ -60,6 +60,8 @@ struct SessionReport {
   // cuda: the choices in force after the steps (measured or stored), for `amprun --tune` to store
   Tuning tuning;
   std::string tuningNote;  // why the plan's stored choices were not followed, or ""
+  // cuda: where opening the session went, in seconds, in the order to print (Program::LoadTimes)
+  std::vector<std::pair<std::string, double>> loadSeconds;
 };
 
 class TrainSession {

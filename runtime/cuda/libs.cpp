@@ -1,5 +1,6 @@
 #include "runtime/cuda/libs.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -41,6 +42,19 @@ auto firstWorking(const Perf* perf, int n, const char* what, bool deterministic)
   for (int i = 0; i < n; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) return perf[i].algo;
   throw Error(std::string("cuDNN has no ") + (deterministic ? "deterministic " : "") + what + " algorithm for this convolution");
+}
+
+// The mean time in ms of five runs of `once` (true where it ran) back to back on `st`, after two
+// warm-up runs (the first may load or build its kernels); -1 where a run or an event failed.
+template <typename F>
+float timeRuns(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, F once) {
+  constexpr int kReps = 5;
+  if (!once() || !once()) return -1.0f;
+  bool ok = cudaEventRecord(e0, st) == cudaSuccess;
+  for (int r = 0; r < kReps && ok; ++r) ok = once();
+  ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
+  float t = 0;
+  return ok && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess ? t / kReps : -1.0f;
 }
 
 cublasLtMatrixLayout_t layout(DT t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
@@ -145,17 +159,11 @@ int Gemm::measure(TuneBuffers& buf, cudaStream_t st) const {
     cudaGetLastError();
     return -1;
   }
-  constexpr int kReps = 5;
   std::vector<float> ms(algos_.size(), -1.0f);
-  for (size_t i = 0; i < algos_.size(); ++i) {
-    auto once = [&] { return cublasLtMatmul(h_, desc_, &d.alpha, B, x_, A, y_, &d.beta, D, out_, D, out_, &algos_[i], ws, ws_, st); };
-    if (once() != CUBLAS_STATUS_SUCCESS || once() != CUBLAS_STATUS_SUCCESS) continue;
-    bool ok = cudaEventRecord(e0, st) == cudaSuccess;
-    for (int r = 0; r < kReps && ok; ++r) ok = once() == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
-    float t = 0;
-    if (ok && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess) ms[i] = t / kReps;
-  }
+  for (size_t i = 0; i < algos_.size(); ++i)
+    ms[i] = timeRuns(st, e0, e1, [&] {
+      return cublasLtMatmul(h_, desc_, &d.alpha, B, x_, A, y_, &d.beta, D, out_, D, out_, &algos_[i], ws, ws_, st) == CUBLAS_STATUS_SUCCESS;
+    });
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaGetLastError();
@@ -264,50 +272,76 @@ int Conv::algo(ConvDir dir) const {
   }
 }
 
-bool Conv::use(ConvDir dir, int algo) {
-  if (algo < 0) return false;
-  size_t b = 0;
-  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
-  // Whether cuDNN offers `algo` here (and marks it deterministic where that is asked): its
-  // heuristics list every algorithm with a status (some twice, once per math type).
+std::vector<int> Conv::offered(ConvDir dir) const {
   constexpr int kAlgos = 16;
   int n = 0;
-  bool offered = false;
-  auto offers = [&](const auto* perf) {
-    for (int i = 0; i < n; ++i)
-      if (static_cast<int>(perf[i].algo) == algo)
-        offered = offered || (perf[i].status == CUDNN_STATUS_SUCCESS && (!d_.deterministic || perf[i].determinism == CUDNN_DETERMINISTIC));
+  std::vector<int> r;
+  auto collect = [&](const auto* perf) {
+    for (int i = 0; i < n; ++i) {
+      const int a = static_cast<int>(perf[i].algo);
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && (!d_.deterministic || perf[i].determinism == CUDNN_DETERMINISTIC) &&
+          std::find(r.begin(), r.end(), a) == r.end())
+        r.push_back(a);
+    }
   };
   switch (dir) {
     case ConvDir::forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
-      if (cudnnGetConvolutionForwardAlgorithm_v7(h_, x_, w_, conv_, y_, kAlgos, &n, perf) != CUDNN_STATUS_SUCCESS) return false;
-      offers(perf);
-      const auto a = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
-      if (offered) s = cudnnGetConvolutionForwardWorkspaceSize(h_, x_, w_, conv_, y_, a, &b);
-      if (offered && s == CUDNN_STATUS_SUCCESS) fwd_ = a;
+      if (cudnnGetConvolutionForwardAlgorithm_v7(h_, x_, w_, conv_, y_, kAlgos, &n, perf) == CUDNN_STATUS_SUCCESS) collect(perf);
       break;
     }
     case ConvDir::backwardData: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
-      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h_, w_, y_, conv_, x_, kAlgos, &n, perf) != CUDNN_STATUS_SUCCESS) return false;
-      offers(perf);
-      const auto a = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
-      if (offered) s = cudnnGetConvolutionBackwardDataWorkspaceSize(h_, w_, y_, conv_, x_, a, &b);
-      if (offered && s == CUDNN_STATUS_SUCCESS) bwdData_ = a;
+      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h_, w_, y_, conv_, x_, kAlgos, &n, perf) == CUDNN_STATUS_SUCCESS) collect(perf);
       break;
     }
     default: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
-      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h_, x_, y_, conv_, w_, kAlgos, &n, perf) != CUDNN_STATUS_SUCCESS) return false;
-      offers(perf);
-      const auto a = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
-      if (offered) s = cudnnGetConvolutionBackwardFilterWorkspaceSize(h_, x_, y_, conv_, w_, a, &b);
-      if (offered && s == CUDNN_STATUS_SUCCESS) bwdFilter_ = a;
+      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h_, x_, y_, conv_, w_, kAlgos, &n, perf) == CUDNN_STATUS_SUCCESS) collect(perf);
       break;
     }
   }
-  if (!offered || s != CUDNN_STATUS_SUCCESS) return false;
+  return r;
+}
+
+bool Conv::workspace(ConvDir dir, int algo, size_t* bytes) const {
+  switch (dir) {
+    case ConvDir::forward:
+      return cudnnGetConvolutionForwardWorkspaceSize(h_, x_, w_, conv_, y_, static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes) ==
+             CUDNN_STATUS_SUCCESS;
+    case ConvDir::backwardData:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h_, w_, y_, conv_, x_, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes) ==
+             CUDNN_STATUS_SUCCESS;
+    default:
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h_, x_, y_, conv_, w_, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes) ==
+             CUDNN_STATUS_SUCCESS;
+  }
+}
+
+cudnnStatus_t Conv::run(ConvDir dir, int algo, void* x, void* w, void* y, void* ws, size_t wsBytes) const {
+  const float one = 1.0f, zero = 0.0f;
+  switch (dir) {
+    case ConvDir::forward:
+      return cudnnConvolutionForward(h_, &one, x_, x, w_, w, conv_, static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, wsBytes, &zero, y_, y);
+    case ConvDir::backwardData:  // y: dY in, x: dX out
+      return cudnnConvolutionBackwardData(h_, &one, w_, w, y_, y, conv_, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, wsBytes, &zero,
+                                          x_, x);
+    default:  // x and y (dY) in, w: dW out
+      return cudnnConvolutionBackwardFilter(h_, &one, x_, x, y_, y, conv_, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, wsBytes,
+                                            &zero, w_, w);
+  }
+}
+
+bool Conv::use(ConvDir dir, int algo) {
+  if (algo < 0) return false;
+  const std::vector<int> offers = offered(dir);
+  size_t b = 0;
+  if (std::find(offers.begin(), offers.end(), algo) == offers.end() || !workspace(dir, algo, &b)) return false;
+  switch (dir) {
+    case ConvDir::forward: fwd_ = static_cast<cudnnConvolutionFwdAlgo_t>(algo); break;
+    case ConvDir::backwardData: bwdData_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo); break;
+    default: bwdFilter_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo); break;
+  }
   ws_[static_cast<int>(dir)] = b;
   return true;
 }
@@ -328,7 +362,9 @@ void* TuneBuffers::get(int slot, size_t bytes) {
     p_[slot] = nullptr;
     return nullptr;
   }
-  if (cudaMemset(p_[slot], 0, bytes) != cudaSuccess) return nullptr;
+  // Operands hold small finite numbers in every type (bytes 0x22: f16 0.0129, bf16 and f32 about
+  // 2e-18), not zeros, which some products run faster on than on real data.
+  if (cudaMemset(p_[slot], slot == 3 ? 0 : 0x22, bytes) != cudaSuccess) return nullptr;
   n_[slot] = bytes;
   return p_[slot];
 }
@@ -343,59 +379,45 @@ int Conv::measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const {
     sw *= d.k[i];
   }
   void *x = buf.get(0, static_cast<size_t>(sx) * eb), *w = buf.get(1, static_cast<size_t>(sw) * eb), *y = buf.get(2, static_cast<size_t>(sy) * eb);
-  // The workspace: up to wsLimit, less where the device has not that much free.
-  size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
-  size_t wsBytes = std::min(wsLimit, free / 2);
-  void* ws = nullptr;
-  while (wsBytes >= (size_t{1} << 20) && !(ws = buf.get(3, wsBytes))) wsBytes /= 2;
-  if (!x || !w || !y || !ws) return -1;
-  constexpr int kAlgos = 16;
-  int n = 0;
-  const int heuristic = algo(dir);
-  // The measured algorithms, fastest first (cuDNN sorts them): those that ran within the
-  // workspace, and with `deterministic` only the deterministic ones.
-  auto pick = [&](const auto* perf) {
-    int best = -1;
-    float fastest = 0.0f;
-    size_t leastWs = 0;
-    for (int i = 0; i < n; ++i) {
-      const auto& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.time < 0 || r.memory > wsBytes || (d.deterministic && r.determinism != CUDNN_DETERMINISTIC))
-        continue;
-      if (best >= 0 && r.time > fastest * 1.03f) break;
-      if (static_cast<int>(r.algo) == heuristic) return heuristic;
-      if (best < 0) fastest = r.time;
-      if (best < 0 || r.memory < leastWs) {
-        best = static_cast<int>(r.algo);
-        leastWs = r.memory;
-      }
-    }
-    return best;
-  };
-  cudnnStatus_t s;
-  switch (dir) {
-    case ConvDir::forward: {
-      cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
-      s = cudnnFindConvolutionForwardAlgorithmEx(h_, x_, x, w_, w, conv_, y_, y, kAlgos, &n, perf, ws, wsBytes);
-      if (s == CUDNN_STATUS_SUCCESS) return pick(perf);
-      break;
-    }
-    case ConvDir::backwardData: {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
-      s = cudnnFindConvolutionBackwardDataAlgorithmEx(h_, w_, w, y_, y, conv_, x_, x, kAlgos, &n, perf, ws, wsBytes);
-      if (s == CUDNN_STATUS_SUCCESS) return pick(perf);
-      break;
-    }
-    default: {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
-      s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, x_, x, y_, y, conv_, w_, w, kAlgos, &n, perf, ws, wsBytes);
-      if (s == CUDNN_STATUS_SUCCESS) return pick(perf);
-      break;
+  if (!x || !w || !y) return -1;
+  // The candidates: the heuristics' pick (the algorithm in force) first, then the others cuDNN
+  // offers, best first, that fit in wsLimit; kMaxCandidates at most.
+  constexpr size_t kMaxCandidates = 6;
+  std::vector<int> cands{algo(dir)};
+  std::vector<size_t> need{ws_[static_cast<int>(dir)]};
+  for (int a : offered(dir)) {
+    size_t b = 0;
+    if (cands.size() < kMaxCandidates && a != cands[0] && workspace(dir, a, &b) && b <= wsLimit) {
+      cands.push_back(a);
+      need.push_back(b);
     }
   }
+  size_t wsBytes = *std::max_element(need.begin(), need.end());
+  void* ws = buf.get(3, wsBytes);
+  if (!ws) {  // less free than the largest asks: the candidates that fit the first's workspace
+    wsBytes = need[0];
+    if (!(ws = buf.get(3, wsBytes))) return -1;
+  }
+  cudaStream_t st = nullptr;
+  if (cudnnGetStream(h_, &st) != CUDNN_STATUS_SUCCESS) return -1;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+    if (e0) cudaEventDestroy(e0);
+    cudaGetLastError();
+    return -1;
+  }
+  // Each candidate as the step will run it (this descriptor, this call).
+  std::vector<float> ms(cands.size(), -1.0f);
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (need[i] <= wsBytes) ms[i] = timeRuns(st, e0, e1, [&] { return run(dir, cands[i], x, w, y, ws, need[i]) == CUDNN_STATUS_SUCCESS; });
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   cudaGetLastError();
-  return -1;
+  if (ms[0] < 0) return -1;
+  size_t best = 0;
+  for (size_t i = 1; i < ms.size(); ++i)
+    if (ms[i] >= 0 && ms[i] < ms[best]) best = i;
+  return cands[ms[best] < 0.97f * ms[0] ? best : 0];
 }
 
 Conv::~Conv() {
@@ -406,16 +428,13 @@ Conv::~Conv() {
 }
 
 cudnnStatus_t Conv::forward(const void* x, const void* w, void* y, void* ws, size_t wsBytes) const {
-  const float one = 1.0f, zero = 0.0f;
-  return cudnnConvolutionForward(h_, &one, x_, x, w_, w, conv_, fwd_, ws, wsBytes, &zero, y_, y);
+  return run(ConvDir::forward, fwd_, const_cast<void*>(x), const_cast<void*>(w), y, ws, wsBytes);
 }
 cudnnStatus_t Conv::backwardData(const void* dy, const void* w, void* dx, void* ws, size_t wsBytes) const {
-  const float one = 1.0f, zero = 0.0f;
-  return cudnnConvolutionBackwardData(h_, &one, w_, w, y_, dy, conv_, bwdData_, ws, wsBytes, &zero, x_, dx);
+  return run(ConvDir::backwardData, bwdData_, dx, const_cast<void*>(w), const_cast<void*>(dy), ws, wsBytes);
 }
 cudnnStatus_t Conv::backwardFilter(const void* x, const void* dy, void* dw, void* ws, size_t wsBytes) const {
-  const float one = 1.0f, zero = 0.0f;
-  return cudnnConvolutionBackwardFilter(h_, &one, x_, x, y_, dy, conv_, bwdFilter_, ws, wsBytes, &zero, w_, dw);
+  return run(ConvDir::backwardFilter, bwdFilter_, const_cast<void*>(x), dw, const_cast<void*>(dy), ws, wsBytes);
 }
 
 }  // namespace ampc::cuda

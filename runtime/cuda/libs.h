@@ -46,7 +46,8 @@ class TuneBuffers {
   ~TuneBuffers();
   TuneBuffers(const TuneBuffers&) = delete;
   TuneBuffers& operator=(const TuneBuffers&) = delete;
-  // Slot 0-2 the operands, 3 the workspace, 4 a bias: at least `bytes`, zeroed when new; nullptr
+  // Slot 0-2 the operands, 3 the workspace, 4 a bias: at least `bytes`, filled when new (operands
+  // with small finite numbers, the workspace with zeros); nullptr
   // when the device has not that much free.
   void* get(int slot, size_t bytes);
 
@@ -123,10 +124,13 @@ class Conv {
   // Runs `algo` for `dir`: false (nothing changed) where cuDNN has no such algorithm for this
   // convolution, or with `deterministic`, one it does not mark deterministic.
   bool use(ConvDir dir, int algo);
-  // Times every algorithm for `dir` on zeroed scratch operands (cudnnFind*AlgorithmEx, one host
-  // synchronisation), at most `wsLimit` bytes of workspace each, and returns the one to run: among
-  // those within 3% of the fastest, the heuristics' own where it is one, else the one with the least
-  // workspace; -1 where nothing could be measured (scratch not to be had). Changes nothing.
+  // Times the algorithm in force (the heuristics' pick) and up to five more that cuDNN's heuristics
+  // offer for `dir` within `wsLimit` bytes of workspace, each through the call the step makes, on
+  // scratch operands on the handle's stream (two warm-up runs, then five timed back to back; a host
+  // synchronisation each), and returns the one to run: the fastest where it beats the one in force
+  // by more than 3%, else that one; -1 where nothing could be measured (scratch not to be had, or the
+  // one in force failed). Changes nothing. (cuDNN's own cudnnFind*AlgorithmEx chose algorithms that
+  // ran a RegNetY step at half the speed: stop 64, tools/bench/NOTES.md.)
   int measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const;
   cudnnStatus_t forward(const void* x, const void* w, void* y, void* ws, size_t wsBytes) const;
   cudnnStatus_t backwardData(const void* dy, const void* w, void* dx, void* ws, size_t wsBytes) const;
@@ -142,6 +146,15 @@ class Conv {
   cudnnConvolutionBwdDataAlgo_t bwdData_{};
   cudnnConvolutionBwdFilterAlgo_t bwdFilter_{};
   size_t ws_[3] = {};  // per direction (ConvDir)
+  // The algorithms cuDNN's heuristics list for `dir` with a success status (each once: some are
+  // listed once per math type), best first; with `deterministic` only those marked deterministic.
+  std::vector<int> offered(ConvDir dir) const;
+  // `algo`'s workspace for `dir` in *bytes: false where cuDNN cannot say.
+  bool workspace(ConvDir dir, int algo, size_t* bytes) const;
+  // One run of `algo` in direction `dir`: forward reads x and w and writes y; backward-data reads y
+  // (dY) and w and writes x (dX); backward-filter reads x and y (dY) and writes w (dW). (The public
+  // calls take their read operands const.)
+  cudnnStatus_t run(ConvDir dir, int algo, void* x, void* w, void* y, void* ws, size_t wsBytes) const;
 };
 
 }  // namespace ampc::cuda

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -100,6 +101,14 @@ std::pair<int, int> Program::algoCounts() const {
 // largest of every node's): past it the algorithm is not timed.
 constexpr size_t kConvWorkspaceLimit = size_t{256} << 20;
 
+namespace {
+// Seconds since `t0` (LoadTimes).
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
 int Program::storedAlgo(const std::string& key) const {
   auto s = opts_.algoChoices.find(key);
   if (s == opts_.algoChoices.end()) return -1;
@@ -124,7 +133,9 @@ void Program::chooseConvAlgos(Conv& c, bool forward, bool backwardData, bool bac
     if (const int a = storedAlgo(key); a >= 0 && c.use(dir, a)) pick = {a, false, true};  // else (not offered by this cuDNN): as if not stored
     if (!pick.stored && opts_.algos == ProgramOptions::Algos::measured) {
       if (!tuneBuffers_) tuneBuffers_ = std::make_unique<TuneBuffers>();
+      const auto t0 = std::chrono::steady_clock::now();
       const int a = c.measure(dir, *tuneBuffers_, kConvWorkspaceLimit);
+      load_.measuring += since(t0);
       if (a >= 0 && c.use(dir, a)) pick = {a, true, false};
     }
     if (pick.algo < 0) pick.algo = c.algo(dir);
@@ -145,7 +156,9 @@ void Program::chooseGemmAlgo(Gemm& g) {
   if (const int a = storedAlgo(key); a >= 0 && g.use(a)) pick = {a, false, true};
   if (!pick.stored && opts_.algos == ProgramOptions::Algos::measured) {
     if (!tuneBuffers_) tuneBuffers_ = std::make_unique<TuneBuffers>();
+    const auto t0 = std::chrono::steady_clock::now();
     const int a = g.measure(*tuneBuffers_, stream_);
+    load_.measuring += since(t0);
     if (a >= 0 && g.use(a)) pick = {a, true, false};
   }
   if (pick.algo < 0) pick.algo = g.rank();
@@ -684,8 +697,10 @@ void Program::Lowering::gemm(bool isMatMul) {
   if (sums && (padded || !d.transA || d.transB)) fail("a bias gradient's epilogue needs transA = 1, transB = 0 and no padded copies");
   const bool sumsA = sums && n.getInt("bias_grad", 0) == 0;  // dY^T X (else X^T dY)
   if (sums) pd.biasGrad = sumsA ? GemmDesc::BiasGrad::ofA : GemmDesc::BiasGrad::ofB;
+  const auto t0 = std::chrono::steady_clock::now();
   auto g = std::make_shared<Gemm>(static_cast<cublasLtHandle_t>(p.cublas_), pd, kGemmWorkspace);
   p.chooseGemmAlgo(*g);
+  p.load_.gemms += since(t0);
   p.keep_.push_back(g);
   if (sums) bias = P(out(1));
   const Scratch ws = scratch(scratchBytes);
@@ -811,8 +826,10 @@ void Program::Lowering::conv(bool grad) {
   const int64_t C0 = d.C;
   if (d.nhwc) d.C = (d.C + 7) / 8 * 8;
   const bool padded = d.C != C0;
+  const auto t0 = std::chrono::steady_clock::now();
   auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
   p.chooseConvAlgos(*c, !grad, needDx, needDw);
+  p.load_.convolutions += since(t0);
   p.keep_.push_back(c);
   const size_t wsBytes = c->workspaceBytes(), eb = static_cast<size_t>(dtSize(t));
   size_t total = alignUp(wsBytes);
@@ -2560,6 +2577,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
 
   // Memory: params, constants and inputs in their own buffers; node results in one arena, planned
   // over where each node's work runs and without the values the folds never write (runtime/folds.h).
+  auto t0 = std::chrono::steady_clock::now();
   nhwc_ = placeChannelsLast(g);
   folds::Schedule sched;
   // The loss's scores and their gradient with 16-byte row pitches (pitch_).
@@ -2579,6 +2597,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
                 std::to_string(free) + " are free on cuda:" + std::to_string(o.device));
   stats_.arenaBytes = plan_.arenaBytes;
   stats_.paramBytes = persistent;
+  load_.memoryPlan = since(t0);
+  t0 = std::chrono::steady_clock::now();
   arena_ = static_cast<char*>(allocPersistent(static_cast<size_t>(std::max<int64_t>(plan_.arenaBytes, 1))));
   for (const auto* list : {&g.inputs(), &g.params(), &g.consts()})
     for (const Value* v : *list) {
@@ -2597,6 +2617,8 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
   for (const auto& [v, state] : sched.aliases) where_[v] = where_.at(state);  // optimizer updates in place
   step_ = static_cast<uint64_t*>(allocPersistent(sizeof(uint64_t)));
   check(cudaMemset(step_, 0, sizeof(uint64_t)), "step counter");
+  load_.uploads = since(t0);
+  t0 = std::chrono::steady_clock::now();
 
   // Lowering, node by node; an optimizer group lowers at its first node.
   std::vector<const Node*> nodes;
@@ -2676,6 +2698,7 @@ Program::Program(const Graph& g, const ProgramOptions& o) : g_(g), opts_(o) {
     const size_t bytes = sizeof(unsigned long long) * 3 * finiteRecords_;
     launches_.insert(launches_.begin(), Step{"zero the finite scans", "check", [=](cudaStream_t st) { return cudaMemsetAsync(rec, 0, bytes, st); }});
   }
+  load_.lowering = since(t0);
   tuneBuffers_.reset();  // the measuring's scratch, before the shared scratch is had
   scratch_ = scratchBytes_ ? allocPersistent(scratchBytes_) : nullptr;
   stats_.workspaceBytes = static_cast<int64_t>(scratchBytes_);

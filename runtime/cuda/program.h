@@ -144,6 +144,13 @@ class Program {
   // ProgramOptions::algoChoices), and how many were measured here and followed from the plan.
   std::map<std::string, std::string> algoChoices() const;
   std::pair<int, int> algoCounts() const;
+  // Where loading the plan's program went, in seconds: the memory plan, the uploads of params and
+  // constants, the lowering; of the lowering, cuDNN's convolutions and cuBLASLt's GEMMs (their
+  // descriptors and algorithm choice, measuring included), and the measuring alone.
+  struct LoadTimes {
+    double memoryPlan = 0, uploads = 0, lowering = 0, convolutions = 0, gemms = 0, measuring = 0;
+  };
+  const LoadTimes& loadTimes() const { return load_; }
   // The machine the choices hold for: the device's name and compute capability, and cuDNN's version.
   const std::string& tuningIdentity() const { return identity_; }
   // Why the plan's stored choices were not followed (measured on another machine), or "".
@@ -206,6 +213,7 @@ class Program {
     bool measured = false, stored = false;
   };
   std::map<std::string, AlgoPick> algoPick_;
+  LoadTimes load_;
   std::unique_ptr<TuneBuffers> tuneBuffers_;  // while the plan lowers: scratch for measuring
   void chooseConvAlgos(Conv& c, bool forward, bool backwardData, bool backwardFilter);
   void chooseGemmAlgo(Gemm& g);

@@ -84,6 +84,9 @@ class CudaSession : public TrainSession {
     r.tuning.algorithms = prog.algoChoices();
     r.algosMeasured = prog.algoCounts().first;
     r.algosStored = prog.algoCounts().second;
+    const Program::LoadTimes& lt = prog.loadTimes();
+    r.loadSeconds = {{"memory plan", lt.memoryPlan}, {"uploads", lt.uploads},           {"lowering", lt.lowering},
+                     {"convolutions", lt.convolutions}, {"GEMMs", lt.gemms}, {"algorithm timing", lt.measuring}};
     return r;
   }
   // Device time per op (summed over its nodes) and the costliest nodes of one more step.

@@ -99,7 +99,7 @@ std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double
 
 // The --bench report: step time (median after the warm-up), memory, host synchronisations.
 void printBench(const std::string& device, const SessionReport& r, double wallMs, const std::vector<double>& stepMs, int64_t steps,
-                int64_t logEvery) {
+                int64_t logEvery, double readS, double openS) {
   const size_t warm = std::min<size_t>(stepMs.size() / 5, 5);
   std::vector<double> t(stepMs.begin() + static_cast<std::ptrdiff_t>(warm), stepMs.end());
   std::sort(t.begin(), t.end());
@@ -123,6 +123,10 @@ void printBench(const std::string& device, const SessionReport& r, double wallMs
     fmt::print("  GEMM and convolution algorithms: {} key{} timed at load, {} stored in the plan\n", r.algosMeasured,
                r.algosMeasured == 1 ? "" : "s", r.algosStored);
   if (!r.tuningNote.empty()) fmt::print("  tuning: {}\n", r.tuningNote);
+  fmt::print("  load: plan read in {:.2f} s, session opened in {:.2f} s", readS, openS);
+  for (size_t i = 0; i < r.loadSeconds.size(); ++i)
+    fmt::print("{}{} {:.2f} s", i == 0 ? " (" : ", ", r.loadSeconds[i].first, r.loadSeconds[i].second);
+  fmt::print("{}\n", r.loadSeconds.empty() ? "" : "; convolutions, GEMMs and their timing are part of the lowering)");
 }
 
 // --nproc N: runs this command line as N processes of one group on this host (RANK, WORLD_SIZE,
@@ -354,7 +358,9 @@ int main(int argc, char** argv) {
   // holds the lines up to its checkpoint again (so the next --resume continues it).
   std::function<void()> undoMetrics;
   try {
+    const auto tRead = std::chrono::steady_clock::now();
     LoadedPlan plan = readPlan(planPath);
+    const double readS = std::chrono::duration<double>(std::chrono::steady_clock::now() - tRead).count();
     if (dump) {
       std::cout << plan.dump;
       return 0;
@@ -511,7 +517,9 @@ int main(int argc, char** argv) {
     so.algos = tune ? "auto" : algos;  // --tune measures
     if (!tune) so.tuning = plan.tuning;  // --tune measures afresh
     so.watch = watch ? &*watch : nullptr;
+    const auto tOpen = std::chrono::steady_clock::now();
     auto session = openTrainSession(g, so);
+    const double openS = std::chrono::duration<double>(std::chrono::steady_clock::now() - tOpen).count();
     if (group && lead)
       std::cout << "amprun: a group of " << world << (world == 1 ? " process" : " processes") << "; gradients averaged through "
                 << (useCuda ? "NCCL (CUDA)" : "Gloo (CPU)") << "\n";
@@ -616,7 +624,7 @@ int main(int argc, char** argv) {
     }
     if (!evalDir.empty() && lead) evaluateOn(evalDir, *plan.eval, g, *evalBackend, evalEvery > 0 ? fmt::format(" after step {}", steps) : "");
     const SessionReport report = session->report();
-    if (bench && lead) printBench(device, report, wallMs, stepMs, steps - done, logEvery);
+    if (bench && lead) printBench(device, report, wallMs, stepMs, steps - done, logEvery, readS, openS);
     if (tune && lead) {
       storeTuning(planPath, report.tuning);
       fmt::print("amprun: stored {} fused attention choice{} and {} GEMM and convolution algorithm{} in {} (measured on {})\n",
