@@ -35,15 +35,6 @@ cudnnDataType_t dnnType(DT t) {
   }
 }
 
-// The heuristics' best algorithm that runs here (and, when `deterministic`, gives the same bits
-// every run).
-template <typename Perf>
-auto firstWorking(const Perf* perf, int n, const char* what, bool deterministic) {
-  for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) return perf[i].algo;
-  throw Error(std::string("cuDNN has no ") + (deterministic ? "deterministic " : "") + what + " algorithm for this convolution");
-}
-
 // The mean time in ms of five runs of `once` (true where it ran) back to back on `st`, after two
 // warm-up runs (the first may load or build its kernels); -1 where a run or an event failed.
 template <typename F>
@@ -189,7 +180,7 @@ cublasStatus_t Gemm::run(const void* A, const void* B, const void* bias, void* D
   return cublasLtMatmul(h_, desc_, &d_.alpha, B, x_, A, y_, &d_.beta, D, out_, D, out_, &algo_, workspace, ws_, st);
 }
 
-Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, bool backwardFilter) : h_(h), d_(d) {
+Conv::Conv(cudnnHandle_t h, const ConvDesc& d) : h_(h), d_(d) {
   const int nd = d.nsp + 2;
   std::vector<int> xs{static_cast<int>(d.N), static_cast<int>(d.C)}, ys{static_cast<int>(d.N), static_cast<int>(d.M)};
   std::vector<int> ws{static_cast<int>(d.M), static_cast<int>(d.C / d.groups)};
@@ -216,25 +207,24 @@ Conv::Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, 
   check(cudnnSetConvolutionGroupCount(conv_, static_cast<int>(d.groups)), "conv groups");
   const cudnnMathType_t math = d.t != DT::f32 ? CUDNN_TENSOR_OP_MATH : d.allowTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   check(cudnnSetConvolutionMathType(conv_, math), "conv math type");
-  constexpr int kAlgos = 16;  // more than cuDNN has of each kind
-  int n = 0;
-  if (forward) {
-    cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
-    check(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, conv_, y_, kAlgos, &n, perf), "conv forward algorithm");
-    if (!use(ConvDir::forward, firstWorking(perf, n, "forward", d.deterministic))) throw Error("cuDNN's conv forward workspace query failed");
+}
+
+void Conv::chooseHeuristic(ConvDir dir) {
+  const std::vector<int> offers = offered(dir);
+  if (offers.empty())
+    throw Error(std::string("cuDNN has no ") + (d_.deterministic ? "deterministic " : "") + convDirName(dir) + " algorithm for this convolution");
+  size_t b = 0;
+  if (!workspace(dir, offers[0], &b)) throw Error(std::string("cuDNN's conv ") + convDirName(dir) + " workspace query failed");
+  adopt(dir, offers[0], b);
+}
+
+void Conv::adopt(ConvDir dir, int algo, size_t wsBytes) {
+  switch (dir) {
+    case ConvDir::forward: fwd_ = static_cast<cudnnConvolutionFwdAlgo_t>(algo); break;
+    case ConvDir::backwardData: bwdData_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo); break;
+    default: bwdFilter_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo); break;
   }
-  if (backwardData) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
-    check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, conv_, x_, kAlgos, &n, perf), "conv backward-data algorithm");
-    if (!use(ConvDir::backwardData, firstWorking(perf, n, "backward-data", d.deterministic)))
-      throw Error("cuDNN's conv backward-data workspace query failed");
-  }
-  if (backwardFilter) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
-    check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, conv_, w_, kAlgos, &n, perf), "conv backward-filter algorithm");
-    if (!use(ConvDir::backwardFilter, firstWorking(perf, n, "backward-filter", d.deterministic)))
-      throw Error("cuDNN's conv backward-filter workspace query failed");
-  }
+  ws_[static_cast<int>(dir)] = wsBytes;
 }
 
 const char* convDirName(ConvDir d) {
@@ -337,12 +327,7 @@ bool Conv::use(ConvDir dir, int algo) {
   const std::vector<int> offers = offered(dir);
   size_t b = 0;
   if (std::find(offers.begin(), offers.end(), algo) == offers.end() || !workspace(dir, algo, &b)) return false;
-  switch (dir) {
-    case ConvDir::forward: fwd_ = static_cast<cudnnConvolutionFwdAlgo_t>(algo); break;
-    case ConvDir::backwardData: bwdData_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo); break;
-    default: bwdFilter_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo); break;
-  }
-  ws_[static_cast<int>(dir)] = b;
+  adopt(dir, algo, b);
   return true;
 }
 

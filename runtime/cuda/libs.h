@@ -111,13 +111,21 @@ const char* convDirName(ConvDir d);
 std::string convKey(const ConvDesc& d, ConvDir dir);
 class Conv {
  public:
-  // `forward` / `backward*` choose only the algorithms that will be used: cuDNN's heuristics' first
-  // (use() and measure() may change them).
-  Conv(cudnnHandle_t h, const ConvDesc& d, bool forward, bool backwardData, bool backwardFilter);
+  // The descriptors only: each direction that will run takes its algorithm from chooseHeuristic(),
+  // use() or adopt() before it runs.
+  Conv(cudnnHandle_t h, const ConvDesc& d);
   ~Conv();
   Conv(const Conv&) = delete;
   Conv& operator=(const Conv&) = delete;
   size_t workspaceBytes() const { return std::max({ws_[0], ws_[1], ws_[2]}); }
+  size_t workspaceBytes(ConvDir dir) const { return ws_[static_cast<int>(dir)]; }
+  // cuDNN's heuristics' first algorithm for `dir` (with `deterministic`, the first deterministic
+  // one). Error where there is none. (cuDNN 9's heuristics take up to a second a query for grouped
+  // convolutions: Program asks once per key.)
+  void chooseHeuristic(ConvDir dir);
+  // Runs `algo` with `wsBytes` of workspace for `dir`, unchecked: a choice that use() or
+  // chooseHeuristic() made for a convolution of the same key.
+  void adopt(ConvDir dir, int algo, size_t wsBytes);
   // The shape, type, layout and direction, as stored choices name them (plan.proto, Tuning.convolution).
   std::string key(ConvDir dir) const;
   int algo(ConvDir dir) const;

@@ -120,25 +120,29 @@ int Program::storedAlgo(const std::string& key) const {
 }
 
 void Program::chooseConvAlgos(Conv& c, bool forward, bool backwardData, bool backwardFilter) {
-  if (opts_.deterministic) return;  // the heuristics' first deterministic algorithm (libs.cpp)
   const std::pair<ConvDir, bool> dirs[] = {{ConvDir::forward, forward}, {ConvDir::backwardData, backwardData}, {ConvDir::backwardFilter, backwardFilter}};
   for (const auto& [dir, wanted] : dirs) {
     if (!wanted) continue;
     const std::string key = "conv " + c.key(dir);
-    if (auto it = algoPick_.find(key); it != algoPick_.end()) {  // an earlier node of this shape
-      if (it->second.algo >= 0) c.use(dir, it->second.algo);
+    if (auto it = algoPick_.find(key); it != algoPick_.end()) {  // an earlier node of this shape: its choice, no queries
+      c.adopt(dir, it->second.algo, it->second.workspace);
       continue;
     }
+    c.chooseHeuristic(dir);
     AlgoPick pick;
-    if (const int a = storedAlgo(key); a >= 0 && c.use(dir, a)) pick = {a, false, true};  // else (not offered by this cuDNN): as if not stored
-    if (!pick.stored && opts_.algos == ProgramOptions::Algos::measured) {
-      if (!tuneBuffers_) tuneBuffers_ = std::make_unique<TuneBuffers>();
-      const auto t0 = std::chrono::steady_clock::now();
-      const int a = c.measure(dir, *tuneBuffers_, kConvWorkspaceLimit);
-      load_.measuring += since(t0);
-      if (a >= 0 && c.use(dir, a)) pick = {a, true, false};
+    // With `deterministic`, the heuristics' first deterministic algorithm, nothing stored or timed.
+    if (!opts_.deterministic) {
+      if (const int a = storedAlgo(key); a >= 0 && c.use(dir, a)) pick = {a, false, true};  // else (not offered by this cuDNN): as if not stored
+      if (!pick.stored && opts_.algos == ProgramOptions::Algos::measured) {
+        if (!tuneBuffers_) tuneBuffers_ = std::make_unique<TuneBuffers>();
+        const auto t0 = std::chrono::steady_clock::now();
+        const int a = c.measure(dir, *tuneBuffers_, kConvWorkspaceLimit);
+        load_.measuring += since(t0);
+        if (a >= 0 && c.use(dir, a)) pick = {a, true, false};
+      }
     }
-    if (pick.algo < 0) pick.algo = c.algo(dir);
+    pick.algo = c.algo(dir);
+    pick.workspace = c.workspaceBytes(dir);
     algoPick_.emplace(key, pick);
   }
 }
@@ -827,7 +831,7 @@ void Program::Lowering::conv(bool grad) {
   if (d.nhwc) d.C = (d.C + 7) / 8 * 8;
   const bool padded = d.C != C0;
   const auto t0 = std::chrono::steady_clock::now();
-  auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d, !grad, needDx, needDw);
+  auto c = std::make_shared<Conv>(static_cast<cudnnHandle_t>(p.cudnn_), d);
   p.chooseConvAlgos(*c, !grad, needDx, needDw);
   p.load_.convolutions += since(t0);
   p.keep_.push_back(c);

@@ -211,6 +211,7 @@ class Program {
   struct AlgoPick {
     int algo = -1;
     bool measured = false, stored = false;
+    size_t workspace = 0;  // a convolution's, for the later nodes of its key (Conv::adopt)
   };
   std::map<std::string, AlgoPick> algoPick_;
   LoadTimes load_;

@@ -253,16 +253,17 @@ int main(int argc, char** argv) {
                  "the first step, where cuDNN takes the node: no dropout, no trained mask), kernels, or cudnn (head dims past 128 "
                  "run through cuDNN in every mode)")
       ->check(CLI::IsMember({"auto", "kernels", "cudnn"}));
-  CLI::Option* algosOpt = app.add_option("--algos", algos,
+  app.add_option("--algos", algos,
                  "cuda: the GEMMs' cuBLASLt and the convolutions' cuDNN algorithms: heuristics (the default: the libraries' first "
                  "pick, nothing timed) or auto (each shape timed when the plan loads, unless the plan stores a choice made on this GPU "
-                 "and these libraries: cuBLASLt's eight heuristic candidates; every cuDNN algorithm within 256 MiB of workspace). "
-                 "--deterministic takes the heuristics' first (deterministic) algorithm")
+                 "and these libraries: cuBLASLt's eight heuristic candidates; cuDNN's heuristics' first six within 256 MiB of "
+                 "workspace; the fastest where it beats the first pick by 3%). auto can be slower for a whole step: RegNetY-016 ran "
+                 "30% slower with it (README). --deterministic takes the heuristics' first (deterministic) algorithm")
       ->check(CLI::IsMember({"auto", "heuristics"}));
   app.add_flag("--tune", tune,
-               "cuda, --attention auto: measure every fused attention shape's implementation (in the first step) "
-               "and every GEMM's and convolution's algorithm (at load) afresh and store the choices in the plan (rewritten atomically), so that "
-               "later runs on this GPU and cuDNN follow them without timing");
+               "cuda, --attention auto: measure every fused attention shape's implementation (in the first step), "
+               "with --algos auto also every GEMM's and convolution's algorithm (at load), afresh and store the choices in the plan "
+               "(rewritten atomically), so that later runs on this GPU, cuDNN and cuBLASLt follow them without timing");
   app.add_flag("--deterministic", deterministic,
                "cuda: the same bits every run with the same seed: deterministic cuDNN algorithms, attention and scatter-add gradients "
                "summed in a fixed order instead of with atomics (the CPU backend always is)");
@@ -339,9 +340,9 @@ int main(int argc, char** argv) {
     std::cerr << "amprun: --profile times device launches: it needs --device cuda\n";
     return 2;
   }
-  if (tune && (!useCuda || attention != "auto" || (algosOpt->count() > 0 && algos == "heuristics") || deterministic)) {
-    std::cerr << "amprun: --tune times the fused attention's implementations and the GEMMs' and convolutions' algorithms: it needs --device "
-                 "cuda and --attention auto, without --algos heuristics or --deterministic\n";
+  if (tune && (!useCuda || attention != "auto" || deterministic)) {
+    std::cerr << "amprun: --tune times the fused attention's implementations (and with --algos auto the GEMMs' and convolutions' "
+                 "algorithms): it needs --device cuda and --attention auto, without --deterministic\n";
     return 2;
   }
   // A CUDA group: each rank on GPU LOCAL_RANK (torchrun's convention) unless --device names one.
@@ -514,7 +515,7 @@ int main(int argc, char** argv) {
     so.checkPlan = checkPlan;
     so.deterministic = deterministic;
     so.attention = attention;
-    so.algos = tune ? "auto" : algos;  // --tune measures
+    so.algos = algos;
     if (!tune) so.tuning = plan.tuning;  // --tune measures afresh
     so.watch = watch ? &*watch : nullptr;
     const auto tOpen = std::chrono::steady_clock::now();
