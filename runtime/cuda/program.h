@@ -89,10 +89,9 @@ struct ProgramOptions {
   std::string tunedOn;
   // Convolutions' cuDNN algorithms and GEMMs' cuBLASLt algorithms, per key ("conv " Conv::key, a
   // shape and direction; "gemm " Gemm::key; runtime/cuda/libs.h): measured: timed when the plan
-  // loads, each key once, on scratch operands (convolutions by cudnnFind*AlgorithmEx: among those
-  // within 3% of the fastest, cuDNN's heuristic pick, else the least workspace, at most
-  // kConvWorkspaceLimit; GEMMs: cuBLASLt's eight heuristic candidates, the fastest where it beats the
-  // first by 3%), or followed from `algoChoices` (amprun --tune) where `tunedOn` is this machine;
+  // loads, each key once, on scratch operands (Conv::measure: cuDNN's heuristics' first six within
+  // kConvWorkspaceLimit; Gemm::measure: cuBLASLt's eight heuristic candidates; the fastest where it
+  // beats the first pick by 3%), or followed from `algoChoices` (amprun --tune) where `tunedOn` is this machine;
   // heuristics: the libraries' first pick, nothing timed. With `deterministic`, always the
   // heuristics' first (convolutions: the first deterministic one).
   enum class Algos { heuristics, measured };
