@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "compiler/ir/ir.h"
@@ -35,17 +36,22 @@ cudnnDataType_t dnnType(DT t) {
   }
 }
 
-// The mean time in ms of five runs of `once` (true where it ran) back to back on `st`, after two
-// warm-up runs (the first may load or build its kernels); -1 where a run or an event failed.
+// The median time in ms of five runs of `once` (true where it ran) on `st`, each alone between two
+// events after TuneBuffers::coldL2, following two warm-up runs (the first may load or build its
+// kernels); -1 where a run or an event failed.
 template <typename F>
-float timeRuns(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, F once) {
+float timeRuns(TuneBuffers& buf, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, F once) {
   constexpr int kReps = 5;
   if (!once() || !once()) return -1.0f;
-  bool ok = cudaEventRecord(e0, st) == cudaSuccess;
-  for (int r = 0; r < kReps && ok; ++r) ok = once();
-  ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
-  float t = 0;
-  return ok && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess ? t / kReps : -1.0f;
+  float t[kReps];
+  for (int r = 0; r < kReps; ++r) {
+    buf.coldL2(st);
+    if (cudaEventRecord(e0, st) != cudaSuccess || !once() || cudaEventRecord(e1, st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+        cudaEventElapsedTime(&t[r], e0, e1) != cudaSuccess)
+      return -1.0f;
+  }
+  std::sort(t, t + kReps);
+  return t[kReps / 2];
 }
 
 cublasLtMatrixLayout_t layout(DT t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
@@ -152,7 +158,7 @@ int Gemm::measure(TuneBuffers& buf, cudaStream_t st) const {
   }
   std::vector<float> ms(algos_.size(), -1.0f);
   for (size_t i = 0; i < algos_.size(); ++i)
-    ms[i] = timeRuns(st, e0, e1, [&] {
+    ms[i] = timeRuns(buf, st, e0, e1, [&] {
       return cublasLtMatmul(h_, desc_, &d.alpha, B, x_, A, y_, &d.beta, D, out_, D, out_, &algos_[i], ws, ws_, st) == CUBLAS_STATUS_SUCCESS;
     });
   cudaEventDestroy(e0);
@@ -334,6 +340,24 @@ bool Conv::use(ConvDir dir, int algo) {
 TuneBuffers::~TuneBuffers() {
   for (void* p : p_)
     if (p) cudaFree(p);
+  if (flush_) cudaFree(flush_);
+}
+
+void TuneBuffers::coldL2(cudaStream_t st) {
+  if (!flushTried_) {
+    flushTried_ = true;
+    const char* hot = std::getenv("AMPC_EXP_HOT_L2");
+    int dev = 0, l2 = 0;
+    if (!(hot && std::string(hot) == "1") && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0) {
+      flushBytes_ = 2 * static_cast<size_t>(l2);
+      if (cudaMalloc(&flush_, flushBytes_) != cudaSuccess) {
+        cudaGetLastError();
+        flush_ = nullptr;
+      }
+    }
+  }
+  if (flush_ && cudaMemsetAsync(flush_, 0, flushBytes_, st) != cudaSuccess) cudaGetLastError();
 }
 
 void* TuneBuffers::get(int slot, size_t bytes) {
@@ -394,7 +418,7 @@ int Conv::measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const {
   // Each candidate as the step will run it (this descriptor, this call).
   std::vector<float> ms(cands.size(), -1.0f);
   for (size_t i = 0; i < cands.size(); ++i)
-    if (need[i] <= wsBytes) ms[i] = timeRuns(st, e0, e1, [&] { return run(dir, cands[i], x, w, y, ws, need[i]) == CUDNN_STATUS_SUCCESS; });
+    if (need[i] <= wsBytes) ms[i] = timeRuns(buf, st, e0, e1, [&] { return run(dir, cands[i], x, w, y, ws, need[i]) == CUDNN_STATUS_SUCCESS; });
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaGetLastError();

@@ -50,10 +50,19 @@ class TuneBuffers {
   // with small finite numbers, the workspace with zeros); nullptr
   // when the device has not that much free.
   void* get(int slot, size_t bytes);
+  // Before a timed run: writes a buffer twice the L2 cache's size on `st`, so that the run reads
+  // its operands from memory, as the step does, not from what the previous run left in L2 (a
+  // memory-bound algorithm that re-reads its input looks cheap when the input stays hot). Nothing
+  // where the buffer cannot be had, or with AMPC_EXP_HOT_L2=1 (the timings before stop 64's
+  // change, for an A/B).
+  void coldL2(cudaStream_t st);
 
  private:
   void* p_[5] = {};
   size_t n_[5] = {};
+  void* flush_ = nullptr;
+  size_t flushBytes_ = 0;
+  bool flushTried_ = false;
 };
 // The key a GEMM's stored algorithm goes by (Gemm::key): every field of the descriptor that the
 // candidates depend on, so that two GEMMs share a key only where they share candidates.
@@ -75,8 +84,8 @@ class Gemm {
   int rank() const { return rank_; }
   // Runs candidate `rank`: false (nothing changed) where there is no such candidate.
   bool use(int rank);
-  // Times every candidate on zeroed scratch operands on `st` (a warm-up run, then five timed back
-  // to back; host synchronisations) and returns the rank to run: the fastest where it beats the
+  // Times every candidate on scratch operands on `st` (two warm-up runs, then the median of five,
+  // each alone after TuneBuffers::coldL2; host synchronisations) and returns the rank to run: the fastest where it beats the
   // heuristics' first by more than 3%, else 0; -1 where nothing could be measured (scratch not to
   // be had, or the first candidate failed). Changes nothing.
   int measure(TuneBuffers& buf, cudaStream_t st) const;
@@ -134,11 +143,12 @@ class Conv {
   bool use(ConvDir dir, int algo);
   // Times the algorithm in force (the heuristics' pick) and up to five more that cuDNN's heuristics
   // offer for `dir` within `wsLimit` bytes of workspace, each through the call the step makes, on
-  // scratch operands on the handle's stream (two warm-up runs, then five timed back to back; a host
-  // synchronisation each), and returns the one to run: the fastest where it beats the one in force
-  // by more than 3%, else that one; -1 where nothing could be measured (scratch not to be had, or the
-  // one in force failed). Changes nothing. (cuDNN's own cudnnFind*AlgorithmEx chose algorithms that
-  // ran a RegNetY step at half the speed: stop 64, tools/bench/NOTES.md.)
+  // scratch operands on the handle's stream (as Gemm::measure: two warm-up runs, then the median of
+  // five, each alone after TuneBuffers::coldL2), and returns the one to run: the fastest where it
+  // beats the one in force by more than 3%, else that one; -1 where nothing could be measured
+  // (scratch not to be had, or the one in force failed). Changes nothing. (cuDNN's own
+  // cudnnFind*AlgorithmEx chose algorithms that ran a RegNetY step at half the speed, and this
+  // timing with hot L2, back to back, 30% slower: stop 64, tools/bench/NOTES.md.)
   int measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const;
   cudnnStatus_t forward(const void* x, const void* w, void* y, void* ws, size_t wsBytes) const;
   cudnnStatus_t backwardData(const void* dy, const void* w, void* dx, void* ws, size_t wsBytes) const;
