@@ -34,8 +34,9 @@ onnxOf() { find $W -name '*.onnx' | grep -i "$1" | head -1; }
 for n in regnety_016 convnext_tiny; do
   onnx=$(onnxOf $n)
   [ -n "$onnx" ] && ampc "$onnx" --precision bf16 --optimizer sgd --lr 0.01 -o $R/$n.ampplan > $R/compile_$n.txt 2>&1 || { echo "$n: no export or compile failed"; continue; }
-  bench $R/$n.ampplan ${n}_heuristics
-  bench $R/$n.ampplan ${n}_auto --algos auto
+  # --profile: which nodes a choice changes (eager, per node); the step time above it is the graph's.
+  bench $R/$n.ampplan ${n}_heuristics --profile 16
+  bench $R/$n.ampplan ${n}_auto --algos auto --profile 16
   if [ $n = regnety_016 ]; then
     AMPC_EXP_HOT_L2=1 bench $R/$n.ampplan ${n}_auto_hot --algos auto
     bench $R/$n.ampplan ${n}_deterministic --deterministic
