@@ -1,6 +1,7 @@
 #include "runtime/cuda/libs.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -268,7 +269,14 @@ int Conv::algo(ConvDir dir) const {
   }
 }
 
+namespace {
+std::atomic<int64_t> gHeuristicQueries{0};
+}  // namespace
+
+int64_t Conv::heuristicQueries() { return gHeuristicQueries.load(); }
+
 std::vector<int> Conv::offered(ConvDir dir) const {
+  gHeuristicQueries.fetch_add(1);
   constexpr int kAlgos = 16;
   int n = 0;
   std::vector<int> r;

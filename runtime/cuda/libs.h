@@ -135,6 +135,9 @@ class Conv {
   // Runs `algo` with `wsBytes` of workspace for `dir`, unchecked: a choice that use() or
   // chooseHeuristic() made for a convolution of the same key.
   void adopt(ConvDir dir, int algo, size_t wsBytes);
+  // How many times any Conv has asked cuDNN's heuristics (offered()) in this process: the load
+  // asks once per key, not per node (the test of that).
+  static int64_t heuristicQueries();
   // The shape, type, layout and direction, as stored choices name them (plan.proto, Tuning.convolution).
   std::string key(ConvDir dir) const;
   int algo(ConvDir dir) const;

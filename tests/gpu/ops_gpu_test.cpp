@@ -1493,9 +1493,14 @@ TEST(GpuProgram, AlgorithmsMeasuredStoredAndFollowed) {
     return Ran{prog.algoChoices(), prog.algoCounts(), prog.tuningIdentity(), prog.tuningNote()};
   };
   cuda::ProgramOptions po;
+  const int64_t asked = cuda::Conv::heuristicQueries();
   const Ran heuristic = runWith(po, "heuristics");
   EXPECT_TRUE(heuristic.choices.empty());
   EXPECT_EQ(heuristic.counts, std::make_pair(0, 0));
+  // cuDNN's heuristics asked once per convolution key (the plain forward's two nodes share one):
+  // four, not one per node and direction (six; cuDNN 9 takes up to a second a query for grouped
+  // convolutions: RegNetY's load spent 86 s in them).
+  EXPECT_EQ(cuda::Conv::heuristicQueries() - asked, 4);
   // Five keys: the plain convolution's forward (two nodes), backward-data and backward-filter, the
   // grouped forward, and the GEMM (two nodes).
   po.algos = cuda::ProgramOptions::Algos::measured;
