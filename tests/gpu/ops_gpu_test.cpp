@@ -1498,8 +1498,8 @@ TEST(GpuProgram, AlgorithmsMeasuredStoredAndFollowed) {
   EXPECT_TRUE(heuristic.choices.empty());
   EXPECT_EQ(heuristic.counts, std::make_pair(0, 0));
   // cuDNN's heuristics asked once per convolution key (the plain forward's two nodes share one):
-  // four, not one per node and direction (six; cuDNN 9 takes up to a second a query for grouped
-  // convolutions: RegNetY's load spent 86 s in them).
+  // four, not one or two per node and direction (five of those here; before stop 64 two each, ten).
+  // cuDNN 9 takes up to a second a query for grouped convolutions: RegNetY's load spent 86 s in them.
   EXPECT_EQ(cuda::Conv::heuristicQueries() - asked, 4);
   // Five keys: the plain convolution's forward (two nodes), backward-data and backward-filter, the
   // grouped forward, and the GEMM (two nodes).
