@@ -55,6 +55,29 @@ float timeRuns(TuneBuffers& buf, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1
   return t[kReps / 2];
 }
 
+// Times candidates 0 .. n - 1 (`once(i)`: one run of candidate i, true where it ran) with timeRuns
+// and returns the one to run: the fastest where it beats candidate 0 by more than 3%, else 0; -1
+// where candidate 0 could not be timed.
+template <typename F>
+int fastestCandidate(TuneBuffers& buf, cudaStream_t st, size_t n, F once) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+    if (e0) cudaEventDestroy(e0);
+    cudaGetLastError();
+    return -1;
+  }
+  std::vector<float> ms(n, -1.0f);
+  for (size_t i = 0; i < n; ++i) ms[i] = timeRuns(buf, st, e0, e1, [&] { return once(i); });
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGetLastError();
+  if (n == 0 || ms[0] < 0) return -1;
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (ms[i] >= 0 && ms[i] < ms[best]) best = i;
+  return ms[best] < 0.97f * ms[0] ? static_cast<int>(best) : 0;
+}
+
 cublasLtMatrixLayout_t layout(DT t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
   check(cublasLtMatrixLayoutCreate(&l, cudaType(t), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld), "cublasLtMatrixLayoutCreate");
@@ -151,25 +174,9 @@ int Gemm::measure(TuneBuffers& buf, cudaStream_t st) const {
   if (!A || !B || !D || !ws || ((d.bias || d.biasGrad != GemmDesc::BiasGrad::none) && !bias)) return -1;
   if (d.bias || d.biasGrad != GemmDesc::BiasGrad::none)
     if (cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) return -1;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
-    if (e0) cudaEventDestroy(e0);
-    cudaGetLastError();
-    return -1;
-  }
-  std::vector<float> ms(algos_.size(), -1.0f);
-  for (size_t i = 0; i < algos_.size(); ++i)
-    ms[i] = timeRuns(buf, st, e0, e1, [&] {
-      return cublasLtMatmul(h_, desc_, &d.alpha, B, x_, A, y_, &d.beta, D, out_, D, out_, &algos_[i], ws, ws_, st) == CUBLAS_STATUS_SUCCESS;
-    });
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGetLastError();
-  if (ms[0] < 0) return -1;
-  int best = 0;
-  for (size_t i = 1; i < ms.size(); ++i)
-    if (ms[i] >= 0 && ms[i] < ms[static_cast<size_t>(best)]) best = static_cast<int>(i);
-  return ms[static_cast<size_t>(best)] < 0.97f * ms[0] ? best : 0;
+  return fastestCandidate(buf, st, algos_.size(), [&](size_t i) {
+    return cublasLtMatmul(h_, desc_, &d.alpha, B, x_, A, y_, &d.beta, D, out_, D, out_, &algos_[i], ws, ws_, st) == CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 Gemm::~Gemm() {
@@ -417,24 +424,11 @@ int Conv::measure(ConvDir dir, TuneBuffers& buf, size_t wsLimit) const {
   }
   cudaStream_t st = nullptr;
   if (cudnnGetStream(h_, &st) != CUDNN_STATUS_SUCCESS) return -1;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
-    if (e0) cudaEventDestroy(e0);
-    cudaGetLastError();
-    return -1;
-  }
   // Each candidate as the step will run it (this descriptor, this call).
-  std::vector<float> ms(cands.size(), -1.0f);
-  for (size_t i = 0; i < cands.size(); ++i)
-    if (need[i] <= wsBytes) ms[i] = timeRuns(buf, st, e0, e1, [&] { return run(dir, cands[i], x, w, y, ws, need[i]) == CUDNN_STATUS_SUCCESS; });
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGetLastError();
-  if (ms[0] < 0) return -1;
-  size_t best = 0;
-  for (size_t i = 1; i < ms.size(); ++i)
-    if (ms[i] >= 0 && ms[i] < ms[best]) best = i;
-  return cands[ms[best] < 0.97f * ms[0] ? best : 0];
+  const int best = fastestCandidate(buf, st, cands.size(), [&](size_t i) {
+    return need[i] <= wsBytes && run(dir, cands[i], x, w, y, ws, need[i]) == CUDNN_STATUS_SUCCESS;
+  });
+  return best < 0 ? -1 : cands[static_cast<size_t>(best)];
 }
 
 Conv::~Conv() {
