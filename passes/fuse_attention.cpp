@@ -8,8 +8,10 @@
 //                                  soft-capping, cap * tanh(S / cap); the fused op's softcap)
 //   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
 //                                  causal mask; fill a scalar constant at most -1e30 or -inf)
-//   S = S + mask                  (optional, any number, also under the Where; a trainable one, a bias,
+//   S = S + mask  or  S - mask    (optional, any number, also under the Where; a trainable one, a bias,
 //                                  gets its gradient)
+//   S = Max(S, c)                 (optional, c a scalar constant at most -1e30, over the masks: XGLM's
+//                                  clamp at the lowest float; the fused op's score_floor)
 //   S = Cast(S) to S's own dtype, or Identity(S)  (any number: softmax(S, dtype=torch.float32))
 //   P = Softmax(S, axis = -1)
 //   P = Where(IsNaN(P), 0, P)     (optional: rows with every score -inf give 0, zero_empty_rows)
@@ -126,6 +128,10 @@ struct Match {
   // mask; MPT: ALiBi under the Where): summed with `mask` at rewrite.
   std::vector<Node*> moreAdds;
   std::vector<Value*> moreMasks;
+  // No-op Casts and Identities between the masks' Adds: erased with the chain.
+  std::vector<Node*> passThrough;
+  // Masks subtracted, S - M (Funnel, XLNet: scores - 1e30 (1 - mask)): each taken as + Neg(M) at rewrite.
+  std::set<const Value*> negated;
   // A scale above the added masks, (S + M) / c (CodeGen, GPT-J): the masks are scaled too at rewrite.
   Node* outerScale = nullptr;
   double maskFactor = 1.0;
@@ -138,6 +144,11 @@ struct Match {
   // the Softmax's view as before refinedMasks (cuDNN reads a mask per batch, head, both or shared,
   // no periodic one; the other views are not run on a GPU there).
   bool cudnnOnly = false;
+  // max(S', c) over the masked scores, c a constant at most -1e30 (XGLM's and OPT's clamp at the
+  // lowest float): the fused op's score_floor (and floor_ties_shared where the Max shares ties).
+  Node* floorNode = nullptr;
+  double floor = 0.0;
+  bool floorTiesShared = false;
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
@@ -254,6 +265,25 @@ Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, 
   return nullptr;
 }
 
+// Max(X, c) or Max(c, X) on the scores s, c a scalar constant at most -1e30: X, and the floor
+// recorded in m (where `record`); null where s is no such Max.
+Value* matchFloor(const Graph& g, Value* s, Match& m, bool record) {
+  const Node* mx = producerOf(s, "Max");
+  if (!mx || mx->numInputs() != 2 || !singleUse(g, s) || m.floorNode) return nullptr;
+  for (int i = 0; i < 2; ++i) {
+    const double c = scalarConst(mx->input(i));
+    Value* x = mx->input(1 - i);
+    if (std::isnan(c) || !(c <= -1e30) || x->type() != s->type()) continue;
+    if (record) {
+      m.floorNode = const_cast<Node*>(mx);
+      m.floor = c;
+      m.floorTiesShared = mx->getInt(kTiesShared, 0) != 0;
+    }
+    return x;
+  }
+  return nullptr;
+}
+
 // cap * Tanh(S') (either side of the Mul), cap > 0 a scalar constant, S' = S * f or S / d (or S):
 // records the soft-capping in m, folds cap f into the scale (cap tanh(scale' S / cap) with scale'
 // = cap f), and returns S.
@@ -298,10 +328,15 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     m.up.push_back(const_cast<Node*>(c));
     s = c->input(0);
   }
+  // The masked scores clamped at a floor: max(S + M, lowest) (XGLM's, older OPT's), also in the
+  // view of the sandwich below.
+  if (Value* x = matchFloor(g, s, m, true)) s = x;
   // A mask added in another view of the scores, viewed back before the Softmax (torchvision's Swin:
   // the shifted-window mask [1, nW, 1, N, N] on the scores viewed as [B, nW, H, N, N]).
   if (const Node* back = s->producer(); leadingReshape(back) && singleUse(g, s)) {
     Value* x = back->input(0);
+    Value* unfloored = matchFloor(g, x, m, false);
+    if (unfloored) x = unfloored;
     const Node* add = producerOf(x, "Add");
     for (int i = 0; add && singleUse(g, x) && i < 2; ++i) {
       Value* to = add->input(1 - i);
@@ -314,6 +349,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
       const auto seen = maskInFrameShape(mk->type().shape, x->type().shape, ss, expand);
       const auto both = broadcastShapes(mk->type().shape, x->type().shape);
       if (!both || *both != x->type().shape || !seen || !maskShapeOk(*seen, ss)) continue;
+      if (unfloored) matchFloor(g, back->input(0), m, true);
       m.sandwichBack = const_cast<Node*>(back);
       m.sandwichAdd = const_cast<Node*>(add);
       m.sandwichTo = const_cast<Node*>(fwd);
@@ -322,11 +358,11 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
       break;
     }
   }
-  // (S + M) * f: the scale taken here where an Add is under it; M becomes M * f at rewrite.
+  // (S + M) * f (or (S - M) * f): the scale taken here where an Add is under it; M becomes M * f at rewrite.
   {
     double f = 1.0;
     Value* x = nullptr;
-    if (scaleOf(g, s, f, x) && producerOf(x, "Add") && !m.sandwichAdd) {
+    if (scaleOf(g, s, f, x) && (producerOf(x, "Add") || producerOf(x, "Sub")) && !m.sandwichAdd) {
       m.outerScale = s->producer();
       m.maskFactor = f;
       m.scale_ *= f;
@@ -339,10 +375,27 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // causal mask, then + its padding mask). T5's TorchScript export adds Where(mask, bias, fill) to
   // the product, whose Where side the last rule alone would take for the scores.
   auto takeAdd = [&](bool first) {
-    const Node* add = producerOf(s, "Add");
+    // No-op Casts and Identities between the Adds (Funnel: (S + P + T).float() - M), skipped where
+    // an Add or Sub lies under them.
+    {
+      Value* t = s;
+      std::vector<Node*> skipped;
+      for (const Node* c = t->producer(); c && c->domain().empty() && singleUse(g, t) &&
+                                          ((c->op() == "Cast" && c->input(0)->type().dtype == t->type().dtype) || (c->op() == "Identity" && !noGradOperands(*c)));
+           c = t->producer()) {
+        skipped.push_back(const_cast<Node*>(c));
+        t = c->input(0);
+      }
+      if (!skipped.empty() && (producerOf(t, "Add") || producerOf(t, "Sub"))) {
+        m.passThrough.insert(m.passThrough.end(), skipped.begin(), skipped.end());
+        s = t;
+      }
+    }
+    const Node* sub = producerOf(s, "Sub");
+    const Node* add = sub ? sub : producerOf(s, "Add");
     if (!add || !singleUse(g, s)) return false;
     for (int pass = 0; pass < 3; ++pass)
-      for (int i = 0; i < 2; ++i) {
+      for (int i = sub ? 1 : 0; i < 2; ++i) {  // S - M: the mask is the Sub's second operand
         Value* other = add->input(1 - i);
         Value* mk = add->input(i);
         if (other->type().shape != ss || !maskShapeOk(mk->type().shape, ss) || !isFloat(mk->type().dtype)) continue;
@@ -350,6 +403,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
                         : pass == 1 ? leadsToProduct(other) && !leadsToProduct(mk)
                                     : first && (scoresProducer(other) || (producerOf(other, "Where") && mk->type().dtype == DType::f32));
         if (!ok) continue;
+        if (sub) m.negated.insert(mk);
         if (!m.add) {
           m.add = const_cast<Node*>(add);
           m.mask = mk;
@@ -471,12 +525,27 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (!singleUse(g, p)) return false;
   Node* user = p->uses()[0].user;
   // Identity nodes on the way (torch.export's clone of the probabilities): passed through, unless
-  // one stops the gradient (a detach(): the fused op's backward would not).
+  // one stops the gradient (a detach(): the fused op's backward would not). So is a view there and
+  // back to the same shape (XGLM's attn_weights.view(B, H, T, T).view(B H, T, T)).
   auto skipIdentities = [&]() {
-    while (user->domain().empty() && user->op() == "Identity" && !noGradOperands(*user) && singleUse(g, user->result(0))) {
-      m.down.push_back(user);
-      p = user->result(0);
-      user = p->uses()[0].user;
+    for (;;) {
+      if (user->domain().empty() && user->op() == "Identity" && !noGradOperands(*user) && singleUse(g, user->result(0))) {
+        m.down.push_back(user);
+        p = user->result(0);
+        user = p->uses()[0].user;
+        continue;
+      }
+      if (leadingReshape(user) && singleUse(g, user->result(0))) {
+        Node* back = user->result(0)->uses()[0].user;
+        if (leadingReshape(back) && back->result(0)->type() == p->type() && singleUse(g, back->result(0))) {
+          m.down.push_back(user);
+          m.down.push_back(back);
+          p = back->result(0);
+          user = p->uses()[0].user;
+          continue;
+        }
+      }
+      return;
     }
   };
   skipIdentities();
@@ -550,7 +619,20 @@ struct SumCache {
   std::map<std::pair<const Value*, std::vector<int64_t>>, Value*> views;  // by the mask and the view it was added in
   std::map<std::pair<const Value*, const Value*>, Value*> sums;
   std::map<std::pair<std::vector<const Value*>, std::vector<int64_t>>, Value*> refined;  // refinedMasks' sums, by the masks and the view
+  std::map<const Value*, Value*> negated;  // signedMask's -M, by M
 };
+
+// A subtracted mask M (Match::negated) as the added -M, made once for every layer that subtracts it.
+void signedMask(Graph& g, const Match& m, Value*& mk, SumCache& sums) {
+  if (!mk || !m.negated.count(mk)) return;
+  Value*& neg = sums.negated[mk];
+  if (!neg) {
+    Node* n = g.createNode("Neg", "", {mk}, {{g.uniqueName(mk->name() + ".negated"), mk->type()}}, m.out);
+    n->setName(dirOf(m.softmax->name()) + "mask_negated");
+    neg = n->result(0);
+  }
+  mk = neg;
+}
 
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
 Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
@@ -741,7 +823,10 @@ std::optional<std::pair<Value*, std::vector<int64_t>>> refinedMasks(Graph& g, co
   return std::nullopt;
 }
 
-void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
+void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
+  Match m = matched;
+  signedMask(g, m, m.mask, sums);
+  for (Value*& mk : m.moreMasks) signedMask(g, m, mk, sums);
   Value* old = m.out->result(0);
   const std::string oldName = old->name();
   std::vector<Value*> ins{m.q, m.kt, m.v};
@@ -826,6 +911,11 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   a->setName(dirOf(m.softmax->name()) + "Attention");
   a->setAttr("scale", static_cast<float>(m.scale_));
   if (m.softcap > 0.0) a->setAttr("softcap", static_cast<float>(m.softcap));
+  // The floor changes rows masked everywhere alone: with no mask none is, and max(S, floor) is S.
+  if (m.floorNode && a->numInputs() > 3 && a->input(3)) {
+    a->setAttr("score_floor", static_cast<float>(m.floor));
+    if (m.floorTiesShared) a->setAttr("floor_ties_shared", int64_t{1});
+  }
   if (m.nanWhere) a->setAttr("zero_empty_rows", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
@@ -847,9 +937,10 @@ void rewrite(Graph& g, const Match& m, MaskCache& cache, SumCache& sums) {
   for (Node* n : m.up) g.eraseNode(n);
   // The chain up from the product, readers before what they read (the extra Adds sit above or
   // below the Where): each erased once nothing reads it.
-  std::vector<Node*> chain{m.outerScale, m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
+  std::vector<Node*> chain{m.floorNode, m.outerScale, m.sandwichBack, m.sandwichAdd, m.sandwichTo, m.add, m.where, m.reshapeUp, m.innerAdd, m.capMul, m.tanh, m.capScale, m.scale,
                            m.scores, m.qScale, m.kScale};
   chain.insert(chain.end(), m.moreAdds.begin(), m.moreAdds.end());
+  chain.insert(chain.end(), m.passThrough.begin(), m.passThrough.end());
   std::erase(chain, nullptr);
   for (bool erased = true; erased && !chain.empty();) {
     erased = false;

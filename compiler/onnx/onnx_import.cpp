@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <regex>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -269,7 +270,8 @@ class Importer {
     for (const auto& t : gp.initializer()) {
       if (t.name().empty()) fail("an initializer has no name");
       if (g->lookup(t.name())) fail("initializer '" + t.name() + "' is defined twice");
-      g->addParam(t.name(), initializer(t));
+      if (liftedConstant(t.name())) g->addConst(t.name(), initializer(t));
+      else g->addParam(t.name(), initializer(t));
     }
     for (const auto& [name, row] : opts_.embeddingPadding) g->embeddingPadding[name] = row;
     checkPadding();
@@ -292,6 +294,7 @@ class Importer {
     for (int i : topoOrder()) addNode(nodes_[i]);
     applyNodeAttributes(*g);
     markIndexSelectingReductions(*g);
+    markSharedTies(*g);
     markStraightThrough(*g);
     checkScattersWriteOnce(*g);
     notePaddingLikeRows();
@@ -999,6 +1002,21 @@ class Importer {
   // element, where amax's is shared among ties (compiler/ops/grad_rules.cpp, gradReduceMaxMin). An
   // amax over the same input, axis and keepdims in the same graph is taken for one too. Run before
   // dead-code removal.
+  // Max and Min over a tensor the forward created (a lifted constant, through Identity or Cast: its
+  // clone or .to()): torch.maximum's ties, not a clamp's (kTiesShared).
+  void markSharedTies(Graph& g) const {
+    auto lifted = [&](const Value* v) {
+      while (v && v->producer() && v->producer()->domain().empty() && (v->producer()->op() == "Identity" || v->producer()->op() == "Cast"))
+        v = v->producer()->input(0);
+      return v && v->kind() == ValueKind::Const && liftedConstant(v->name());
+    };
+    for (const auto& up : g.nodes()) {
+      Node& n = *up;
+      if (!n.domain().empty() || (n.op() != "Max" && n.op() != "Min") || n.numInputs() < 2) continue;
+      for (const Value* in : n.inputs())
+        if (lifted(in)) n.setAttr(kTiesShared, int64_t{1});
+    }
+  }
   static void markIndexSelectingReductions(Graph& g) {
     auto singleAxis = [](const Node& n, int64_t rank) -> std::optional<int64_t> {
       std::vector<int64_t> axes = n.getInts("axes");
@@ -3961,6 +3979,20 @@ class Importer {
       }
     };
     for (const auto& n : m_.graph().node()) add(n, 0);
+  }
+
+  // A tensor the module's forward creates (torch.tensor(torch.finfo(dtype).min), a Python tensor
+  // attribute), which torch.export lifts into the program as a constant input and the dynamo exporter
+  // then writes as an initializer named after it: `lifted_tensor_N` (torch.fx: `_tensor_constantN`)
+  // as the last component of the module path. Neither a parameter nor a buffer, so never trained
+  // (unless the model's ampc.trainable list names it): a constant, which folds, and which the
+  // matchers read as one (transformers' mask fill, GPT-Neo's, lifted this way, is a scalar).
+  bool liftedConstant(const std::string& name) const {
+    if (g_->declaredTrainable &&
+        std::find(g_->declaredTrainable->begin(), g_->declaredTrainable->end(), name) != g_->declaredTrainable->end())
+      return false;
+    static const std::regex lifted(R"((.*\.)?(lifted_tensor_|_tensor_constant)[0-9]+)");
+    return std::regex_match(name, lifted);
   }
 
   void readMetadata() {

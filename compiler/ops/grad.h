@@ -16,6 +16,13 @@ inline constexpr const char* kGradDomain = "ampc";
 // On a ReduceMax / ReduceMin node (set by the importer): its gradient goes to the first extreme
 // element, as PyTorch's max(dim) and adaptive max pooling give it, not shared among ties.
 inline constexpr const char* kGradToFirst = "ampc_grad_to_first";
+// On a Max / Min node (set by the importer): tied operands share the gradient evenly, as
+// torch.maximum's derivative gives it, even where one is a constant; without it a constant operand
+// is read as a clamp's bound (the other takes all of it at a tie). The importer sets it where an
+// operand is a tensor the forward created (torch.max(x, torch.tensor(c)): XGLM's and OPT's clamp of
+// the masked scores), which torch.export lifts (onnx_import.cpp, liftedConstant); a clamp's Python
+// number is no such tensor.
+inline constexpr const char* kTiesShared = "ampc_ties_shared";
 // On any node (set by the importer): a bit mask of operands that get no gradient through it, beside
 // its op's own (OpDef::noGradOperands). A straight-through estimator is x + (f(x) - x) with the
 // second operand's bit set: f's value forward, x's gradient back (fake quantization).

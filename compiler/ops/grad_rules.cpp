@@ -213,11 +213,13 @@ void gradClip(GB& b) {
 // Max / Min: the inputs equal to the result take the gradient. Where an input is a constant (a
 // clamp's bound: the exporters write clamp_min(x, t) and clamp(x, lo, hi) as Max / Min) the other
 // takes all of it at a tie, as clamp's derivative gives x; where every input is computed
-// (torch.maximum, minimum) the tied inputs share it evenly, as PyTorch's derivative does.
+// (torch.maximum, minimum), or the node says so (kTiesShared: a constant that was a tensor of the
+// forward), the tied inputs share it evenly, as PyTorch's derivative does.
 void gradMaxMin(GB& b) {
   const size_t n = b.node.numInputs();
   bool split = n > 1;
   for (size_t i = 0; i < n; ++i) split = split && !b.x(i)->constData();
+  split = split || (n > 1 && b.node.getInt(kTiesShared, 0) != 0);
   Value* zero = b.scalar(0, dt(b.dy(0)));
   std::vector<Value*> hits(n);
   for (size_t i = 0; i < n; ++i)

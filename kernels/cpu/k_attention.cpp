@@ -19,6 +19,14 @@ struct AttnDims {
   int64_t N = 1, Tq = 0, Tk = 0, D = 0, Dv = 0;
   AttentionMaskMap mask;  // which mask slice each batch-head reads (compiler/ops/geometry.h)
   bool zeroEmpty = false;  // zero_empty_rows: rows with every score -inf get probabilities 0
+  double floor = -INFINITY;  // score_floor: scores are max(s, floor) (-inf: none)
+  double tie = 1.0;          // the gradient's factor on a score equal to the floor (floor_ties_shared: 1/2)
+  // The factor on the gradient of a score s (before the floor): 1 above the floor, `tie` at it, 0 below.
+  template <typename C>
+  C floorGrad(C s) const {
+    if (floor == -INFINITY || s > static_cast<C>(floor)) return C(1);
+    return s == static_cast<C>(floor) ? static_cast<C>(tie) : C(0);
+  }
   // Offset of mask element (i, j) for batch-head n (a row's entries are consecutive in j).
   int64_t maskAt(int64_t n, int64_t i, int64_t j) const {
     const int64_t slice = (n / mask.div) % mask.mod;
@@ -38,6 +46,9 @@ AttnDims attnDims(const KernelCtx& c, const Tensor& q, const Tensor& kt, const T
   if (mask && !attentionMaskMap(std::vector<int64_t>(qs.begin(), qs.end() - 2), d.Tq, d.Tk, mask->type.shape, d.mask, &why))
     c.fail("the mask does not broadcast to the scores: " + why);
   d.zeroEmpty = c.node.getInt("zero_empty_rows", 0) != 0;
+  d.floor = c.node.getFloat("score_floor", -INFINITY);
+  if (!(d.floor <= -1e30)) c.fail("score_floor must be at most -1e30 (or -inf: none), got " + std::to_string(d.floor));
+  d.tie = c.node.getInt("floor_ties_shared", 0) ? 0.5 : 1.0;
   return d;
 }
 
@@ -74,11 +85,11 @@ struct Dropout {
 };
 
 // Scores of row i of batch-head n: s_j = scale * q_i . k_j + mask_ij, or with softcap c > 0
-// s_j = c tanh(scale * q_i . k_j / c) + mask_ij (and th_j = that tanh, where th is given); returns
-// the log-sum-exp.
+// s_j = c tanh(scale * q_i . k_j / c) + mask_ij (and th_j = that tanh, where th is given), then
+// max(s_j, score_floor) (raw_j: s_j before it, where raw is given); returns the log-sum-exp.
 template <typename C>
 C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt, const std::vector<C>* mask, C scale, C softcap,
-            int64_t n, int64_t i, std::vector<C>& s, std::vector<C>* th = nullptr) {
+            int64_t n, int64_t i, std::vector<C>& s, std::vector<C>* th = nullptr, std::vector<C>* raw = nullptr) {
   const C* qi = q.data() + (n * d.Tq + i) * d.D;
   const C* k = kt.data() + n * d.D * d.Tk;
   const C* mi = mask ? mask->data() + d.maskAt(n, i, 0) : nullptr;  // the row's mask entries
@@ -93,6 +104,8 @@ C scoresRow(const AttnDims& d, const std::vector<C>& q, const std::vector<C>& kt
       x = softcap * t;
     }
     s[j] = x + (mi ? mi[j] : C(0));
+    if (raw) (*raw)[j] = s[j];
+    s[j] = std::max(s[j], static_cast<C>(d.floor));
     m = std::max(m, s[j]);
   }
   // zero_empty_rows: no key to attend to, LSE +inf makes every exp(s - LSE) 0 (here and in the
@@ -168,14 +181,14 @@ struct AttentionGradK {
     std::vector<C> dS(maskGrad ? static_cast<size_t>(d.N * d.Tq * d.Tk) : 0, C(0));  // per score, unscaled
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < d.N; ++n) {
-      std::vector<C> s(static_cast<size_t>(d.Tk)), th(softcap > C(0) ? static_cast<size_t>(d.Tk) : 0);
+      std::vector<C> s(static_cast<size_t>(d.Tk)), th(softcap > C(0) ? static_cast<size_t>(d.Tk) : 0), raw(static_cast<size_t>(d.Tk));
       const C* k = kt.data() + n * d.D * d.Tk;
       const C* vn = v.data() + n * d.Tk * d.Dv;
       C* dk = dkt.data() + n * d.D * d.Tk;
       C* dvn = dv.data() + n * d.Tk * d.Dv;
       for (int64_t i = 0; i < d.Tq; ++i) {
         const int64_t row = n * d.Tq + i;
-        scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, softcap, n, i, s, &th);
+        scoresRow(d, q, kt, maskT ? &mask : nullptr, scale, softcap, n, i, s, &th, &raw);
         const C L = lse[row], norm = fillRowNorm(s, L);
         const C* doi = dO.data() + row * d.Dv;
         const C* oi = o.data() + row * d.Dv;
@@ -190,7 +203,7 @@ struct AttentionGradK {
           const C pd = roundTo(t, p * f);
           C dpd = 0;  // dL/d(dropped P)
           for (int64_t x = 0; x < d.Dv; ++x) dpd += doi[x] * vn[j * d.Dv + x];
-          const C ds = p * (dpd * f - Di);
+          const C ds = p * (dpd * f - Di) * d.floorGrad(raw[j]);  // (through the floor: its clamp's derivative)
           if (maskGrad) dS[static_cast<size_t>(row * d.Tk + j)] = ds;
           // through the soft-capping: d(c tanh(x / c)) / dx = 1 - tanh^2
           const C g = roundTo(t, scale * ds * (softcap > C(0) ? C(1) - th[j] * th[j] : C(1)));

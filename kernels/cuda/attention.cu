@@ -1777,16 +1777,21 @@ __device__ void fillRowScores(const AttentionArgs& a, const float* q, const T* K
   __syncthreads();
 }
 
-// Row i's scores into s[Tk] (fillRowScores), their max m and sum l = sum_j exp(s_j - m), every
-// thread getting both.
+// Score s (scale q . k + mask) under the floor (AttentionArgs::floor: max(s, floor)), and the
+// factor its gradient takes through it: 1 above the floor, floorTie at it, 0 below.
+__device__ __forceinline__ float floored(const AttentionArgs& a, float s) { return fmaxf(s, a.floor); }
+__device__ __forceinline__ float floorGrad(const AttentionArgs& a, float s) { return s > a.floor ? 1.0f : s == a.floor ? a.floorTie : 0.0f; }
+
+// Row i's scores into s[Tk] (fillRowScores; before the floor), the max m and sum
+// l = sum_j exp(floored(s_j) - m), every thread getting both.
 template <typename T>
 __device__ void fillRowStats(const AttentionArgs& a, const float* q, const T* Kn, int64_t mb, int64_t i, float* s, float* red, float& m, float& l) {
   fillRowScores(a, q, Kn, mb, i, s);
   m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) m = fmaxf(m, s[j]);
+  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) m = fmaxf(m, floored(a, s[j]));
   m = blockReduce(m, true, red);
   l = 0.0f;
-  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) l += expf(s[j] - m);
+  for (int64_t j = threadIdx.x; j < a.Tk; j += kFillThreads) l += expf(floored(a, s[j]) - m);
   l = blockReduce(l, false, red);
 }
 
@@ -1843,7 +1848,7 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsForwardKernel(const T* Q
     fillRowStats(a, q, Kn, mb, i, s, red, m, l);
     const bool empty = a.zeroEmpty && m == -INFINITY;
     for (int64_t j = tid; j < a.Tk; j += kFillThreads)
-      s[j] = empty ? 0.0f : toF(fromF<T>(expf(s[j] - m) / l * dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j))));
+      s[j] = empty ? 0.0f : toF(fromF<T>(expf(floored(a, s[j]) - m) / l * dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j))));
     __syncthreads();
     T* out = O + sliceAt(a.o, n) + i * a.o.sRow;
     weightedRowSum(
@@ -1909,8 +1914,8 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
           for (int64_t x = lane; x < a.Dv; x += 32) dp += g[x] * toF(Vn[j * a.v.sRow + x]);
           dp = lanesSum<32>(dp);
           if (lane == 0) {
-            const float p = expf(s[j] - m) / l, f = dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j));
-            const float ds = p * (dp * f - D);
+            const float p = expf(floored(a, s[j]) - m) / l, f = dropFactor(a, step, static_cast<uint64_t>(row * a.Tk + j));
+            const float ds = p * (dp * f - D) * floorGrad(a, s[j]);
             if (a.dMask && ds != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i, j), ds);
             s[j] = toF(fromF<T>(p * f));
             gs[j] = toF(fromF<T>(a.scale * ds));

@@ -5,6 +5,7 @@
 // f32 and rounded once (round to nearest even) to the storage type.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -231,6 +232,11 @@ struct AttentionArgs {
   int64_t maskDiv = 1, maskMod = 1;
   bool maskRows = true;
   bool zeroEmpty = false;  // zero_empty_rows: a row with every score -inf gets O = 0 and LSE +inf
+  // score_floor: the scores are max(s, floor), floor <= -1e30 (-inf: none). It changes rows whose
+  // every score is at or below it alone, which the fill-row fix-ups recompute (their LSE is below
+  // kAttentionFillLse, or -inf): the main kernels leave it to them. floorTie: the gradient's factor
+  // on a score equal to the floor (1, or 1/2 with floor_ties_shared); below it, 0.
+  float floor = -INFINITY, floorTie = 1.0f;
   float scale = 1.0f, ratio = 0.0f;  // ratio 0: no dropout
   uint64_t seed = 0;
   const uint64_t* step = nullptr;    // device step counter (Dropout's)

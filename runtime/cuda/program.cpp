@@ -285,6 +285,10 @@ struct Program::Lowering {
       a.maskRows = map.rows;
     }
     a.zeroEmpty = n.getInt("zero_empty_rows", 0) != 0;
+    a.floor = n.getFloat("score_floor", -INFINITY);
+    a.floorTie = n.getInt("floor_ties_shared", 0) ? 0.5f : 1.0f;
+    if (!(a.floor <= -1e30f)) fail("score_floor must be at most -1e30 (or -inf: none)");
+    if (a.floor > -INFINITY && !mask) fail("score_floor needs a mask (without one no row is masked everywhere)");
     a.scale = n.getFloat("scale", 1.0f);
     if (n.getFloat("softcap", 0.0f) != 0.0f)  // (the cuda target does not fuse it: compiler/target.cpp)
       fail("soft-capped scores (softcap) are not in the CUDA attention kernels; compile the plan with ampc --no-fuse, or for --target cpu");

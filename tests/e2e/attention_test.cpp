@@ -237,6 +237,42 @@ TEST(FusedAttentionPass, TrainableBiasGetsItsGradient) {
   }
 }
 
+// A mask subtracted rather than added, behind a no-op Cast (Funnel's and XLNet's
+// (S + P + T).float() - 1e30 (1 - mask)), with a trained term added before the Cast: it fuses with
+// the Neg of the subtracted mask as (part of) the fused op's mask, nothing of the chain is left, and
+// the loss and every gradient (the trained term's among them) are the unfused graph's. Batch 1's
+// last two keys are masked.
+TEST(FusedAttentionPass, SubtractedMaskBehindANoOpCastFuses) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %pad : f32[2,1,1,5]
+  param %pos : f32[1,2,5,5]
+  const %s : f32[] = [0.35]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
+  %sp : f32[2,2,5,5] = Add(%ss, %pos) @attn/pos
+  %sf : f32[2,2,5,5] = Cast(%sp) {to = 1} @attn/float
+  %sm : f32[2,2,5,5] = Sub(%sf, %pad) @attn/mask
+  %p : f32[2,2,5,5] = Softmax(%sm) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  Tensor pad(TensorType{DType::f32, {2, 1, 1, 5}});
+  for (int64_t e = 0; e < 10; ++e) pad.setDouble(e, e >= 8 ? 1e30 : 0.0);
+  expectFusedLikePlain(text, {2, 5, 16}, {{"pad", pad}});
+  auto g = parseGraph(text, "a");
+  ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+  EXPECT_EQ(count(*g, "Neg"), 1);
+  EXPECT_EQ(count(*g, "Sub"), 0);
+  EXPECT_EQ(count(*g, "Cast"), 0);
+  // The same mask subtracted with no trained term, S - M alone: also fused.
+  std::string plain = text;
+  plain.replace(plain.find("  %sp : f32"), plain.find("  %sm : f32") - plain.find("  %sp : f32"), "");
+  plain.replace(plain.find("Sub(%sf"), 7, "Sub(%ss");
+  plain.replace(plain.find("  param %pos"), plain.find("  const %s :") - plain.find("  param %pos"), "");
+  expectFusedLikePlain(plain, {2, 5, 16}, {{"pad", pad}});
+}
+
 // Soft-capped scores, cap * tanh(S / cap) (Gemma 2's eager attention, and ampc's import of ONNX's
 // Attention with softcap): with the scale before the cap (Div) or folded into it (Mul by scale /
 // cap), no scale at all, and a trainable bias after the cap (its gradient). For the cpu target the
@@ -613,14 +649,18 @@ TEST(FusedAttentionPass, ShiftedWindowMaskInAFiveDimViewFuses) {
 }
 
 // XGLM's attention form: the scores [B H, T, T] viewed as [B, H, T, T], the mask [B, 1, T, T]
-// added, viewed back before the softmax. It fuses in the view [B, H] (Q viewed there, the mask read
+// added, viewed back before the softmax (and the probabilities viewed as [B, H, T, T] and back after
+// it: XGLM keeps that view for output_attentions). It fuses in the view [B, H] (Q viewed there, the mask read
 // as it is, not expanded over the heads), and the loss and gradients are the unfused graph's. With
-// XGLM's clamp max(., lowest) between (and older OPT's) it stays unfused: on a query row masked
-// everywhere the clamp's ties give the scores half their gradient, or none where the mask is -inf
-// (torch.maximum's rule), which the fused op's rows of a finite fill do not reproduce.
+// XGLM's clamp max(., lowest) between (and older OPT's) it fuses too, as the fused op's score_floor:
+// query rows masked everywhere (by -inf, by the lowest float, by both) are uniform, and at the
+// clamp's ties the scores get all of the gradient where the bound is a constant (clamp's rule) or
+// half where the Max shares ties (torch.maximum's, kTiesShared: the importer marks a bound that was a
+// tensor of the forward), none below it (-inf entries), as the unfused graph's Max gives them.
 TEST(FusedAttentionPass, MaskAloneInAFourDimViewIsReadThere) {
-  for (const bool clamp : {false, true}) {
-    SCOPED_TRACE(clamp ? "clamped" : "plain");
+  for (const char* clamp : {"", "clamp", "shared"}) {
+    SCOPED_TRACE(*clamp ? clamp : "plain");
+    const std::string c = clamp;
     const std::string text = std::string(R"(graph "a" opset 17 {
   input %x : f32[4,4,8]
   input %m : f32[2,1,4,4]
@@ -639,36 +679,43 @@ TEST(FusedAttentionPass, MaskAloneInAFourDimViewIsReadThere) {
   %sc : f32[4,4,4] = MatMul(%q, %kt) @attn/qk
   %s4v : f32[2,2,4,4] = Reshape(%sc, %s4) @attn/view4
   %sm : f32[2,2,4,4] = Add(%s4v, %m) @attn/mask
-)") + (clamp ? "  %cl : f32[2,2,4,4] = Max(%sm, %lowest) @attn/clamp\n  %s3v : f32[4,4,4] = Reshape(%cl, %s3) @attn/view3\n"
-                                              : "  %s3v : f32[4,4,4] = Reshape(%sm, %s3) @attn/view3\n") + R"(
+)") + (c == "clamp"    ? "  %cl : f32[2,2,4,4] = Max(%sm, %lowest) @attn/clamp\n  %s3v : f32[4,4,4] = Reshape(%cl, %s3) @attn/view3\n"
+           : c == "shared" ? "  %cl : f32[2,2,4,4] = Max(%sm, %lowest) {ampc_ties_shared = 1} @attn/clamp\n  %s3v : f32[4,4,4] = Reshape(%cl, %s3) @attn/view3\n"
+                           : "  %s3v : f32[4,4,4] = Reshape(%sm, %s3) @attn/view3\n") + R"(
   %p : f32[4,4,4] = Softmax(%s3v) {axis = -1} @attn/softmax
-  %o : f32[4,4,8] = MatMul(%p, %v) @attn/pv
+  %p4 : f32[2,2,4,4] = Reshape(%p, %s4) @attn/weights_view4
+  %p3 : f32[4,4,4] = Reshape(%p4, %s3) @attn/weights_view3
+  %o : f32[4,4,8] = MatMul(%p3, %v) @attn/pv
   %sq : f32[4,4,8] = Mul(%o, %o) @sq
   %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
   output %loss
 })";
-    auto g = parseGraph(text, "a");
-    if (clamp) {
-      createFuseAttentionPass(findTarget("cpu"))->run(*g);
-      EXPECT_EQ(count(*g, "Attention"), 0);
-      EXPECT_EQ(count(*g, "Softmax"), 1);
-      continue;
-    }
-    // Batch 0 causal by -inf, batch 1 by the lowest value.
+    // Batch 0 causal by -inf, batch 1 by the lowest value. Clamped, also rows masked everywhere:
+    // batch 0's query 1 by -inf, batch 1's query 2 by the lowest value, its query 3 by both.
+    const double lowest = std::numeric_limits<float>::lowest(), inf = std::numeric_limits<double>::infinity();
     Tensor m(TensorType{DType::f32, {2, 1, 4, 4}});
     for (int b = 0; b < 2; ++b)
       for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j)
-          m.setDouble((b * 4 + i) * 4 + j, j <= i ? 0.0 : b == 0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<float>::lowest());
+        for (int j = 0; j < 4; ++j) {
+          double v = j <= i ? 0.0 : b == 0 ? -inf : lowest;
+          if (*clamp && b == 0 && i == 1) v = -inf;
+          if (*clamp && b == 1 && i == 2) v = lowest;
+          if (*clamp && b == 1 && i == 3) v = j % 2 ? lowest : -inf;
+          m.setDouble((b * 4 + i) * 4 + j, v);
+        }
     expectFusedLikePlain(text, {4, 4, 8}, {{"m", m}});
+    auto g = parseGraph(text, "a");
     ASSERT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
     for (const auto& n : g->nodes())
       if (n->op() == "Attention") {
         EXPECT_EQ(n->input(0)->type().str(), "f32[2,2,4,8]");  // Q in the view [B, H]
         EXPECT_EQ(n->input(3)->type().str(), "f32[2,1,4,4]");  // the mask as it is
+        EXPECT_EQ(n->getFloat("score_floor", -INFINITY), *clamp ? std::numeric_limits<float>::lowest() : -INFINITY);
+        EXPECT_EQ(n->getInt("floor_ties_shared", 0), c == "shared" ? 1 : 0);
       }
     EXPECT_EQ(count(*g, "Attention"), 1);
     EXPECT_EQ(count(*g, "Expand"), 0);
+    EXPECT_EQ(count(*g, "Max"), 0);
   }
 }
 

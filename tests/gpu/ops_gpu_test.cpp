@@ -552,7 +552,7 @@ struct AttnCase {
   std::string name;
   std::vector<int64_t> lead;
   int64_t tq, tk, d, dv;
-  std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk]), "zeros", "per_batch"
+  std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk]), "zeros", "per_batch", "floored"
                      // ([B,1,Tq,Tk], -inf entries, row 5 of batch 1 empty), "padding" ([B,1,1,Tk]),
                      // "per_head" ([1,H,Tq,Tk], N(0,1): a bias)
   double ratio;
@@ -591,6 +591,11 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_per_batch_mask_empty_row", {2, 3}, 100, 136, 64, 64, "per_batch", 0.1},
       {"per_batch_mask_empty_row_tk130", {2, 2}, 70, 130, 32, 32, "per_batch", 0.2},
       {"mma_padding_mask", {2, 2}, 77, 77, 32, 32, "padding", 0.0},
+      // XGLM's clamp max(S + M, lowest) as the fused op's score_floor with torch.maximum's ties: rows
+      // masked everywhere by the lowest float, by -inf, and by both are uniform, and their scores get
+      // half the gradient at the floor and none below it (the fill-row fix-ups, after the kernels).
+      {"mma_floored_rows", {2, 3}, 100, 136, 64, 64, "floored", 0.1},
+      {"floored_rows_tk130", {2, 2}, 70, 130, 32, 32, "floored", 0.2},
       // A bias per head shared by 16 images (Swin's window attention, T5's relative positions):
       // its gradient sums 16 scores an element, by atomics, and with `deterministic` stored per
       // score and summed after (maskGradInParts), 16 sharers over a block's 32 lanes.
@@ -631,13 +636,16 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       };
       std::vector<int64_t> lse = c.lead;
       lse.push_back(c.tq);
-      const bool transformers = c.mask == "per_batch" || c.mask == "padding";
+      const bool transformers = c.mask == "per_batch" || c.mask == "padding" || c.mask == "floored";
       const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk})
                                     : transformers ? dims({c.lead[0], 1, c.mask == "padding" ? 1 : c.tq, c.tk})
                                     : c.mask == "per_head" ? dims({1, c.lead[1], c.tq, c.tk})
                                                    : sh(c.tq, c.tk);
       const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654" +
-                                (transformers ? ", zero_empty_rows = 1" : "") + "}";
+                                (c.mask == "floored"  ? ", score_floor = -3.4028234663852886e38, floor_ties_shared = 1"
+                                 : transformers ? ", zero_empty_rows = 1"
+                                                : "") +
+                                "}";
       const std::string m = c.mask.empty() ? "" : ", %m";
       std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n";
       text += "  input %q : " + T + sh(c.tq, c.d) + "\n  input %kt : " + T + sh(c.d, c.tk) + "\n  input %v : " + T + sh(c.tk, c.dv) +
@@ -660,6 +668,14 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
           const int64_t j = e % c.tk, i = (e / c.tk) % c.tq;
           if (c.mask == "padding") mk.setDouble(e, e >= c.tk && j >= c.tk - 7 ? -INFINITY : 0.0);  // batch 1's last 7 keys
           else if (c.mask == "per_batch") mk.setDouble(e, (e >= c.tq * c.tk && i == 5) || mk.getDouble(e) < -0.5 ? -INFINITY : mk.getDouble(e));
+          else if (c.mask == "floored") {  // batch 0's row 7 by -inf, batch 1's row 5 by the lowest float, its row 9 by both
+            const bool b1 = e >= c.tq * c.tk;
+            double x = mk.getDouble(e) < -0.5 ? neg : mk.getDouble(e);
+            if (!b1 && i == 7) x = -INFINITY;
+            if (b1 && i == 5) x = neg;
+            if (b1 && i == 9) x = j % 2 ? neg : -INFINITY;
+            mk.setDouble(e, x);
+          }
           else if (c.mask == "zeros") mk.setDouble(e, 0.0);
           else if (c.mask == "per_head") continue;  // the bias as drawn
           else if (c.mask == "causal") mk.setDouble(e, j > i || i == 77 ? neg : 0.0);  // row 77: masked everywhere

@@ -1056,6 +1056,59 @@ int64_t prod(const std::vector<int64_t>& s) {
   for (auto d : s) p *= d;
   return p;
 }
+}  // namespace
+
+// A tensor the forward creates (torch.tensor(torch.finfo(dtype).min), GPT-Neo's mask fill), which
+// torch.export lifts and the dynamo exporter writes as an initializer `<module path>.lifted_tensor_N`:
+// imported as a constant, never a parameter, so the Where mask over it fuses (before, the fill was
+// a trainable initializer and the attention stayed unfused) and the fused graph gives the same
+// values. One the model's ampc.trainable list names stays a parameter.
+TEST(OnnxImport, LiftedTensorConstantsAreConstants) {
+  TempDir d;
+  auto m = newModel(18);
+  auto* g = m.mutable_graph();
+  for (const char* n : {"q", "k", "v"}) addFloatInit(g, n, {2, 3, 5, 4}, ramp(120, n[0] == 'q' ? 1.0f : n[0] == 'k' ? 0.8f : 1.3f));
+  addFloatInit(g, "h.0.attn.lifted_tensor_3", {}, {-3.4028234663852886e38f});
+  addFloatInit(g, "_tensor_constant0", {}, {0.25f});
+  std::vector<double> causal;
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) causal.push_back(j <= i);
+  addInit(g, "causal", {1, 1, 5, 5}, onnx::TensorProto::BOOL, causal);
+  stringAttr(addNode(g, "Einsum", {"q", "k"}, {"s"}, "qk"), "equation", "bhqd,bhkd->bhqk");
+  addNode(g, "Mul", {"s", "_tensor_constant0"}, {"ss"}, "scale");
+  addNode(g, "Identity", {"h.0.attn.lifted_tensor_3"}, {"fill"}, "clone");
+  addNode(g, "Where", {"causal", "ss", "fill"}, {"masked"}, "where");
+  intAttr(addNode(g, "Softmax", {"masked"}, {"p"}, "softmax"), "axis", -1);
+  stringAttr(addNode(g, "Einsum", {"p", "v"}, {"o"}, "pv"), "equation", "bhqk,bhkd->bhqd");
+  addOutput(g, "o");
+  writeModel(d.file("lifted.onnx"), m);
+  auto fused = importOnnxFile(d.file("lifted.onnx")), plain = importOnnxFile(d.file("lifted.onnx"));
+  auto params = [](const Graph& g) {
+    std::set<std::string> s;
+    for (const Value* p : g.params()) s.insert(p->name());
+    return s;
+  };
+  EXPECT_EQ(params(*plain), (std::set<std::string>{"q", "k", "v", "causal"}));  // the lifted ones are constants (folded at import)
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
+  int attention = 0, softmax = 0;
+  for (const auto& n : fused->nodes()) attention += n->op() == "Attention", softmax += n->op() == "Softmax";
+  EXPECT_EQ(attention, 1);
+  EXPECT_EQ(softmax, 0);
+  const Tensor a = evalOne(*fused, {}), b = evalOne(*plain, {});
+  ASSERT_EQ(a.type.str(), "f32[2,3,5,4]");
+  for (int64_t e = 0; e < a.numel(); ++e) EXPECT_NEAR(a.getDouble(e), b.getDouble(e), 1e-5) << e;
+  // Query 0 sees key 0 only (the fill masked the rest): its output is V's row 0.
+  const Tensor& v = *plain->lookup("v")->data();
+  for (int64_t c = 0; c < 4; ++c) EXPECT_NEAR(a.getDouble(c), v.getDouble(c), 1e-6);
+  auto* meta = m.add_metadata_props();
+  meta->set_key("ampc.trainable");
+  meta->set_value("[\"q\", \"_tensor_constant0\"]");
+  writeModel(d.file("listed.onnx"), m);
+  auto listed = importOnnxFile(d.file("listed.onnx"));
+  EXPECT_EQ(params(*listed), (std::set<std::string>{"q", "k", "v", "causal", "_tensor_constant0"}));
+}
+
+namespace {
 // Imports the single-node opset-23 model and evaluates output 0 against want(i).
 void checkNode(onnx::ModelProto& m, const std::function<double(int64_t)>& want, const std::vector<int64_t>& shape) {
   TempDir d;
