@@ -92,19 +92,26 @@ def main():
             fails += 1
             continue
         loss = float(np.load(os.path.join(g, "loss.npy")))
-        worst, wn, missing = 0.0, "", []
+        worst, wn, missing, checked = 0.0, "", [], 0
+        largest = max(np.linalg.norm(w) for w in theirs.values())
         for n, want in theirs.items():
             f = os.path.join(g, n + "_grad.npy")
             if not os.path.exists(f):
                 missing.append(n)
                 continue
+            # A gradient that is 0 but for rounding (the key projection's bias: softmax does not see a
+            # shift of a row's scores) has no relative error: as the library sweep, those under 1e-3
+            # of the largest are not compared.
+            if np.linalg.norm(want) < 1e-3 * largest:
+                continue
+            checked += 1
             e = rel(np.load(f).astype(np.float64), want.astype(np.float64))
             if e > worst:
                 worst, wn = e, n
-        ok = abs(loss - loss32.item()) <= 1e-5 * abs(loss32.item()) and worst <= 1e-4 and not missing
+        ok = abs(loss - loss32.item()) <= 1e-5 * abs(loss32.item()) and worst <= 1e-4 and not missing and checked > 0
         fails += not ok
         print(json.dumps({"check": "grad" + "".join(flag), "ok": ok, "loss": loss, "torch_loss": loss32.item(), "worst_grad": wn,
-                          "worst_rel": worst, "missing": missing[:5], "listed": len(listed), "params": len(params)}))
+                          "worst_rel": worst, "missing": missing[:5], "checked": checked, "listed": len(listed), "params": len(params)}))
     if not torch.cuda.is_available():
         return fails
     # 3 fp32 SGD steps on the GPU against PyTorch's f32 steps on the CPU.

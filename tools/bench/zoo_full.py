@@ -136,6 +136,26 @@ def bloom_small():
                                         attention_dropout=0.0, use_cache=False))
 
 
+def gpt_neo_125m():
+    """GPT-Neo 125M's shape (12 layers, 768 wide, 12 heads; global and 256-key local attention
+    alternating, unscaled scores, the mask's fill a tensor the forward creates: the dynamo export
+    lifts it, stop 65)."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+    return GPTNeoForCausalLM(GPTNeoConfig(vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12,
+                                          attention_types=[[["global", "local"], 6]], window_size=256, max_position_embeddings=2048,
+                                          embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0, use_cache=False))
+
+
+def xglm_small():
+    """An XGLM (12 layers, 768 wide, 12 heads, vocabulary 32000): its masked scores clamped at the
+    lowest float (the fused op's score_floor, stop 65); the dynamo exporter fails on it, so the
+    helper writes it with the TorchScript exporter."""
+    from transformers import XGLMConfig, XGLMForCausalLM
+    return XGLMForCausalLM(XGLMConfig(vocab_size=32000, d_model=768, num_layers=12, attention_heads=12, ffn_dim=3072,
+                                      max_position_embeddings=2048, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                                      use_cache=False))
+
+
 def deberta_v3_small():
     """deberta-v3-small's shape (6 layers, 768 wide, 12 heads, relative positions: c2p and p2c terms
     added to bmm scores on [B H, T, D], viewed as [B, H, T, T] for the padding mask). Added in stop 49
@@ -182,6 +202,8 @@ MODELS = {
     "bloom_small": lm(bloom_small, 4, 512, 32000),
     "deberta_v3_small_padded": lm_padded(deberta_v3_small, 8, 128, 32000),
     "mixtral_moe": lm(mixtral_moe, 4, 512, 32000),
+    "gpt_neo_125m": lm(gpt_neo_125m, 8, 1024, 50257),
+    "xglm_small_padded": lm_padded(xglm_small, 8, 512, 32000),
 }
 
 
