@@ -1116,11 +1116,19 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // The forward on Hopper's warpgroup products (wgmma.cuh): the mma.sync kernel's one-pass loop, its
 // grid, tiles, softmax, dropout and keep bits, with the two products per key tile issued by the
 // whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
-// ldmatrix. Q stays in registers (A); K and V tiles are stored swizzled (loadTileAsync<R, C, true>),
-// K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d] (N-major). Three stages of K and
-// V at 32 KB: two blocks per SM. Launched at the 128-wide head tile only (forwardMma).
+// ldmatrix. Q is the score product's A operand in registers; K and V tiles are stored swizzled
+// (loadTileAsync<R, C, true>), K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d]
+// (N-major). Three stages of K and V (32 KB at head tile 128: two blocks per SM). At head tile 64 Q
+// also keeps its own 9 KB and its fragments are read again from there every key tile: ptxas
+// (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
+// gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
+// of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
+// third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
+// AMPC_ATTENTION_WGMMA64=1 (forwardMma).
 template <typename T, int DK>
-size_t fwdSmemWg() { return 3 * 2 * DK * kTile * sizeof(T) + 1024; }  // + 1024: the panels start on 1024 bytes
+size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
+  return 3 * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
+}
 
 template <typename T, bool KR, int DK>
 __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
@@ -1128,7 +1136,8 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   constexpr int tile = DK * kTile;  // elements of a K or a V tile
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
-  T* const Qs = Ks + 2 * 2 * tile;  // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch
+  // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
+  T* const Qs = Ks + (DK == 64 ? 3 : 2) * 2 * tile;
   __shared__ uint8_t flagsS[kFlagsSmem];
   const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
@@ -1161,9 +1170,14 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   cpAsyncWait<2>();
   __syncthreads();
   uint32_t qf[DK / 16][4];
+  auto loadQf = [&] {
 #pragma unroll
-  for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, kPD<DK>, warp * 16, ks * 16));
-  __syncthreads();  // Q's bytes take the third stage next
+    for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, kPD<DK>, warp * 16, ks * 16));
+  };
+  if constexpr (DK != 64) {
+    loadQf();
+    __syncthreads();  // Q's bytes take the third stage next
+  }
   float o[DK / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t rowI[2] = {i0 + warp * 16 + (lane >> 2), i0 + warp * 16 + (lane >> 2) + 8};
@@ -1175,6 +1189,7 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
     __syncthreads();
     const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile), vAddr = kAddr + tile * sizeof(T);
+    if constexpr (DK == 64) loadQf();  // every key tile (the comment above the kernel says why)
     float s[8][4];
     wg::fence();
 #pragma unroll
@@ -1560,12 +1575,15 @@ cudaError_t forwardMmaLaunch(const void* Q, const void* KT, const void* V, void*
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
 #if AMPC_WGMMA
-  // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it ran no faster on the
-  // H200 and failed the GPU tests wherever a row had more than one key tile (not yet understood:
-  // tools/bench/NOTES.md), so head dims up to 64 keep the mma.sync forward.
+  // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it is opt-in
+  // (AMPC_ATTENTION_WGMMA64=1: attn_bench, gpu_tests): until stop 65 it failed wherever a row had more
+  // than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel); not yet measured
+  // against the mma.sync forward, which head dims up to 64 keep by default.
   // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128 too (comparisons: attn_bench, gpu_tests).
-  if constexpr (DK == 128) {
-    if (const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC"); !(e && e[0] == '1')) {
+  if constexpr (DK == 128 || DK == 64) {
+    const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
+    const char* w64 = std::getenv("AMPC_ATTENTION_WGMMA64");
+    if (DK == 128 ? !(e && e[0] == '1') : (w64 && w64[0] == '1')) {
       static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
       static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
       if (wattr != cudaSuccess || wrattr != cudaSuccess) return wattr != cudaSuccess ? wattr : wrattr;
