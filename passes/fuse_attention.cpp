@@ -145,13 +145,30 @@ struct Match {
   // no periodic one; the other views are not run on a GPU there).
   bool cudnnOnly = false;
   // max(S', c) over the masked scores, c a constant at most -1e30 (XGLM's and OPT's clamp at the
-  // lowest float): the fused op's score_floor (and floor_ties_shared where the Max shares ties).
+  // lowest float): the fused op's score_floor (floor_tie 1/2 where the Max shares ties, else 1).
   Node* floorNode = nullptr;
   double floor = 0.0;
   bool floorTiesShared = false;
+  bool whereFloor = false;  // the Where's finite fill as score_floor (floor_tie 0), its entries -inf
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
 };
+// Whether a Where condition c (Where(c, S, fill), or with fillFirst Where(c, fill, S)) may mask a
+// row everywhere: computed (not known here), or a constant with such a row ([.., Tq or 1, Tk]).
+bool whereMayMaskARow(const Value& c, bool fillFirst) {
+  const Tensor* t = c.constData();
+  if (!t) return true;
+  const auto& sh = t->type.shape;
+  const int64_t tk = sh.empty() ? 1 : sh.back();
+  if (tk == 0) return false;
+  for (int64_t r = 0; r * tk < t->numel(); ++r) {
+    bool all = true;
+    for (int64_t j = 0; j < tk && all; ++j) all = (t->getDouble(r * tk + j) != 0.0) == fillFirst;
+    if (all) return true;
+  }
+  return false;
+}
+
 // Whether the match's mask is one cuDNN's fused SDPA reads (AttentionShape::maskForCudnn): none, or
 // an added mask or a Where's condition computed from no parameter.
 bool maskForCudnn(const Match& m) {
@@ -596,6 +613,16 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     if (mk && maskType.value_or(mk->type().dtype) != mk->type().dtype) return false;
     else if (mk) maskType = mk->type().dtype;
   if (m.where && maskType.value_or(DType::f32) != DType::f32) return false;
+  // A Where with a finite fill and no mask added: a row it masks everywhere is uniform, and Where
+  // gives the scores no gradient there; the additive form (s + fill is fill) gives the values but
+  // the scores' gradient too. So its masked entries become -inf under score_floor = fill with
+  // floor_tie 0: the floor makes the row uniform, and each entry, below the floor, gets none. Only
+  // where the condition may mask a row everywhere (not the constant causal one: nothing changes
+  // there). With masks added too (transformers' eager attention: Where then + a padding mask) the
+  // additive form stays, and such a row's scores get the gradient (tools/bench/NOTES.md, stop 65).
+  if (m.where && std::isfinite(m.fill) && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode &&
+      whereMayMaskARow(*m.where->input(0), m.fillFirst))
+    m.whereFloor = true;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   shape.softcap = m.softcap > 0.0;
   if (target.fusesAttention(shape)) return true;
@@ -637,9 +664,9 @@ void signedMask(Graph& g, const Match& m, Value*& mk, SumCache& sums) {
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
 Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
   Value* c = m.where->input(0);
-  Value*& cached = cache[{c, m.fill, m.fillFirst}];
+  const double keep = 0.0, fill = m.whereFloor ? -INFINITY : m.fill;  // (whereFloor: the fill is the op's floor)
+  Value*& cached = cache[{c, fill, m.fillFirst}];
   const std::string base = dirOf(m.where->name()) + "where_mask";
-  const double keep = 0.0, fill = m.fill;
   if (!cached) {
     if (const Tensor* ct = c->constData()) {  // a constant condition (a causal buffer): a constant mask
       Tensor t(TensorType{DType::f32, c->type().shape});
@@ -914,7 +941,10 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
   // The floor changes rows masked everywhere alone: with no mask none is, and max(S, floor) is S.
   if (m.floorNode && a->numInputs() > 3 && a->input(3)) {
     a->setAttr("score_floor", static_cast<float>(m.floor));
-    if (m.floorTiesShared) a->setAttr("floor_ties_shared", int64_t{1});
+    a->setAttr("floor_tie", m.floorTiesShared ? 0.5f : 1.0f);
+  } else if (m.whereFloor && a->numInputs() > 3 && a->input(3)) {
+    a->setAttr("score_floor", static_cast<float>(m.fill));
+    a->setAttr("floor_tie", 0.0f);
   }
   if (m.nanWhere) a->setAttr("zero_empty_rows", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {

@@ -297,7 +297,7 @@ double convFlops(const Node& n) {
 
 // Fused attention (passes/fuse_attention.cpp), "ampc" domain:
 //   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, softcap, dropout_ratio, dropout_key,
-//             zero_empty_rows, score_floor, floor_ties_shared}
+//             zero_empty_rows, score_floor, floor_tie}
 //     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
 //   O = Dropout(Softmax(S + mask)) V with S = scale * Q KT, or with softcap c > 0 (Gemma 2's logit
 //   soft-capping) S = c tanh(scale * Q KT / c); LSE = the rows' log-sum-exp (what the backward reads).
@@ -309,14 +309,16 @@ double convFlops(const Node& n) {
 // gradient), as the exporters' IsNaN/Where after the softmax makes them; 0 (the default): NaN
 // there, as Softmax gives.
 // score_floor = f (at most -1e30; -inf, the default: none): the masked scores are max(S + mask, f)
-// before the softmax (XGLM's and OPT's clamp at the lowest float), so that a row masked everywhere
-// is uniform. A score below f gets no gradient; one equal to f all of it, or with
-// floor_ties_shared = 1 half (torch.maximum's ties), as the clamp the floor stands for gives.
+// before the softmax (XGLM's and OPT's clamp at the lowest float; a Where's finite fill), so that a
+// row masked everywhere is uniform. A score below f gets no gradient; one equal to f the share
+// floor_tie of it (1, the default: a clamp's; 1/2: torch.maximum's ties; 0: a Where's fill).
 void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
   const float softcap = c.node().getFloat("softcap", 0.0f);
   c.check(softcap >= 0.0f && std::isfinite(softcap), "softcap must be 0 (none) or positive, got " + std::to_string(softcap));
   const float floor = c.node().getFloat("score_floor", -INFINITY);
   c.check(floor <= -1e30f && !std::isnan(floor), "score_floor must be at most -1e30 (or -inf: none), got " + std::to_string(floor));
+  const float tie = c.node().getFloat("floor_tie", 1.0f);
+  c.check(tie >= 0.0f && tie <= 1.0f, "floor_tie must be in [0, 1], got " + std::to_string(tie));
   requireFloat(c, q);
   requireSameDType(c, q, kt);
   requireSameDType(c, q, v);

@@ -20,7 +20,7 @@ struct AttnDims {
   AttentionMaskMap mask;  // which mask slice each batch-head reads (compiler/ops/geometry.h)
   bool zeroEmpty = false;  // zero_empty_rows: rows with every score -inf get probabilities 0
   double floor = -INFINITY;  // score_floor: scores are max(s, floor) (-inf: none)
-  double tie = 1.0;          // the gradient's factor on a score equal to the floor (floor_ties_shared: 1/2)
+  double tie = 1.0;          // the gradient's factor on a score equal to the floor (floor_tie)
   // The factor on the gradient of a score s (before the floor): 1 above the floor, `tie` at it, 0 below.
   template <typename C>
   C floorGrad(C s) const {
@@ -48,7 +48,8 @@ AttnDims attnDims(const KernelCtx& c, const Tensor& q, const Tensor& kt, const T
   d.zeroEmpty = c.node.getInt("zero_empty_rows", 0) != 0;
   d.floor = c.node.getFloat("score_floor", -INFINITY);
   if (!(d.floor <= -1e30)) c.fail("score_floor must be at most -1e30 (or -inf: none), got " + std::to_string(d.floor));
-  d.tie = c.node.getInt("floor_ties_shared", 0) ? 0.5 : 1.0;
+  d.tie = c.node.getFloat("floor_tie", 1.0f);
+  if (!(d.tie >= 0.0 && d.tie <= 1.0)) c.fail("floor_tie must be in [0, 1], got " + std::to_string(d.tie));
   return d;
 }
 

@@ -235,7 +235,7 @@ struct AttentionArgs {
   // score_floor: the scores are max(s, floor), floor <= -1e30 (-inf: none). It changes rows whose
   // every score is at or below it alone, which the fill-row fix-ups recompute (their LSE is below
   // kAttentionFillLse, or -inf): the main kernels leave it to them. floorTie: the gradient's factor
-  // on a score equal to the floor (1, or 1/2 with floor_ties_shared); below it, 0.
+  // on a score equal to the floor (the node's floor_tie: 1, 1/2 or 0); below it, 0.
   float floor = -INFINITY, floorTie = 1.0f;
   float scale = 1.0f, ratio = 0.0f;  // ratio 0: no dropout
   uint64_t seed = 0;

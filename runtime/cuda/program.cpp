@@ -286,7 +286,8 @@ struct Program::Lowering {
     }
     a.zeroEmpty = n.getInt("zero_empty_rows", 0) != 0;
     a.floor = n.getFloat("score_floor", -INFINITY);
-    a.floorTie = n.getInt("floor_ties_shared", 0) ? 0.5f : 1.0f;
+    a.floorTie = n.getFloat("floor_tie", 1.0f);
+    if (!(a.floorTie >= 0.0f && a.floorTie <= 1.0f)) fail("floor_tie must be in [0, 1]");
     if (!(a.floor <= -1e30f)) fail("score_floor must be at most -1e30 (or -inf: none)");
     if (a.floor > -INFINITY && !mask) fail("score_floor needs a mask (without one no row is masked everywhere)");
     a.scale = n.getFloat("scale", 1.0f);

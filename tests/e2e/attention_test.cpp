@@ -711,7 +711,7 @@ TEST(FusedAttentionPass, MaskAloneInAFourDimViewIsReadThere) {
         EXPECT_EQ(n->input(0)->type().str(), "f32[2,2,4,8]");  // Q in the view [B, H]
         EXPECT_EQ(n->input(3)->type().str(), "f32[2,1,4,4]");  // the mask as it is
         EXPECT_EQ(n->getFloat("score_floor", -INFINITY), *clamp ? std::numeric_limits<float>::lowest() : -INFINITY);
-        EXPECT_EQ(n->getInt("floor_ties_shared", 0), c == "shared" ? 1 : 0);
+        EXPECT_EQ(n->getFloat("floor_tie", 1.0f), c == "shared" ? 0.5f : 1.0f);
       }
     EXPECT_EQ(count(*g, "Attention"), 1);
     EXPECT_EQ(count(*g, "Expand"), 0);
@@ -1165,4 +1165,43 @@ TEST(FuseSilu, OneRoundingAtBf16) {
     rounded += static_cast<float>(y.getDouble(i)) != exact;
   }
   EXPECT_GT(rounded, 0) << "the output was not rounded to bf16: autocast did not paint the Silu";
+}
+
+// Rows masked everywhere by a Where's finite fill alone (masked_fill(~mask, finfo.min) with a padding
+// condition: batch 1's first two queries see nothing): the unfused graph makes them uniform and
+// gives the scores no gradient there (Where's), which the additive form (s + fill is fill) did not:
+// dQ and dK were off by a quarter (stop 65). The fused op now takes the fill as score_floor with
+// floor_tie 0 and the masked entries as -inf, and the loss (which reads every row) and every
+// gradient are the unfused graph's. A constant causal condition masks no row everywhere: its
+// attention keeps the additive form, with no floor.
+TEST(FusedAttentionPass, RowsMaskedEverywhereByAWhereGiveTheScoresNoGradient) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %c : bool[2,1,5,5]
+  const %s : f32[] = [0.35355339]
+  const %fill : f32[] = [-3.4028234663852886e38]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
+  %sw : f32[2,2,5,5] = Where(%c, %ss, %fill) @attn/where
+  %p : f32[2,2,5,5] = Softmax(%sw) {axis = -1} @attn/softmax
+  %o : f32[2,2,5,8] = MatMul(%p, %v) @attn/pv
+  %sq : f32[2,2,5,8] = Mul(%o, %o) @sq
+  %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
+  output %loss
+})";
+  Tensor c(TensorType{DType::boolean, {2, 1, 5, 5}});
+  for (int64_t e = 0; e < 50; ++e) {
+    const int64_t j = e % 5, i = (e / 5) % 5, b = e / 25;
+    c.setDouble(e, (j <= i && !(b == 1 && i < 2)) ? 1.0 : 0.0);
+  }
+  expectFusedLikePlain(text, {2, 5, 16}, {{"c", c}});
+  auto floorOf = [](const std::string& t) {
+    auto g = parseGraph(t, "a");
+    EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
+    for (const auto& n : g->nodes())
+      if (n->op() == "Attention") return std::make_pair(n->getFloat("score_floor", -INFINITY), n->getFloat("floor_tie", 1.0f));
+    return std::make_pair(0.0f, -1.0f);
+  };
+  EXPECT_EQ(floorOf(text), std::make_pair(std::numeric_limits<float>::lowest(), 0.0f));
+  std::string causal = text;
+  causal.replace(causal.find("  input %c : bool[2,1,5,5]"), 26, "  const %c : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]");
+  EXPECT_EQ(floorOf(causal), std::make_pair(-INFINITY, 1.0f));
 }

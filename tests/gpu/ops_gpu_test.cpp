@@ -647,7 +647,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
                                     : c.mask == "per_head" ? dims({1, c.lead[1], c.tq, c.tk})
                                                    : sh(c.tq, c.tk);
       const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654" +
-                                (c.mask == "floored"  ? ", score_floor = -3.4028234663852886e38, floor_ties_shared = 1"
+                                (c.mask == "floored"  ? ", score_floor = -3.4028234663852886e38, floor_tie = 0.5"
                                  : transformers ? ", zero_empty_rows = 1"
                                                 : "") +
                                 "}";
