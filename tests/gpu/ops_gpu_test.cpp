@@ -596,6 +596,9 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       // half the gradient at the floor and none below it (the fill-row fix-ups, after the kernels).
       {"mma_floored_rows", {2, 3}, 100, 136, 64, 64, "floored", 0.1},
       {"floored_rows_tk130", {2, 2}, 70, 130, 32, 32, "floored", 0.2},
+      // A Where's finite fill alone as score_floor with floor_tie 0 (its masked entries -inf, the
+      // fill's ties give no gradient): the same mask, the other tie factor. Not yet run on a GPU.
+      {"mma_floored_rows_tie0", {2, 3}, 100, 136, 64, 64, "floored0", 0.1},
       // A bias per head shared by 16 images (Swin's window attention, T5's relative positions):
       // its gradient sums 16 scores an element, by atomics, and with `deterministic` stored per
       // score and summed after (maskGradInParts), 16 sharers over a block's 32 lanes.
@@ -641,13 +644,14 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       };
       std::vector<int64_t> lse = c.lead;
       lse.push_back(c.tq);
-      const bool transformers = c.mask == "per_batch" || c.mask == "padding" || c.mask == "floored";
+      const bool floored = c.mask == "floored" || c.mask == "floored0";
+      const bool transformers = c.mask == "per_batch" || c.mask == "padding" || floored;
       const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk})
                                     : transformers ? dims({c.lead[0], 1, c.mask == "padding" ? 1 : c.tq, c.tk})
                                     : c.mask == "per_head" ? dims({1, c.lead[1], c.tq, c.tk})
                                                    : sh(c.tq, c.tk);
       const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654" +
-                                (c.mask == "floored"  ? ", score_floor = -3.4028234663852886e38, floor_tie = 0.5"
+                                (floored ? ", score_floor = -3.4028234663852886e38, floor_tie = " + std::string(c.mask == "floored" ? "0.5" : "0.0")
                                  : transformers ? ", zero_empty_rows = 1"
                                                 : "") +
                                 "}";
@@ -673,7 +677,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
           const int64_t j = e % c.tk, i = (e / c.tk) % c.tq;
           if (c.mask == "padding") mk.setDouble(e, e >= c.tk && j >= c.tk - 7 ? -INFINITY : 0.0);  // batch 1's last 7 keys
           else if (c.mask == "per_batch") mk.setDouble(e, (e >= c.tq * c.tk && i == 5) || mk.getDouble(e) < -0.5 ? -INFINITY : mk.getDouble(e));
-          else if (c.mask == "floored") {  // batch 0's row 7 by -inf, batch 1's row 5 by the lowest float, its row 9 by both
+          else if (floored) {  // batch 0's row 7 by -inf, batch 1's row 5 by the lowest float, its row 9 by both
             const bool b1 = e >= c.tq * c.tk;
             double x = mk.getDouble(e) < -0.5 ? neg : mk.getDouble(e);
             if (!b1 && i == 7) x = -INFINITY;
