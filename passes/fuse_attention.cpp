@@ -7,7 +7,8 @@
 //   S = cap * Tanh(S * f)         (optional, scalar constants cap > 0 and f, or Tanh(S / d): Gemma 2's
 //                                  soft-capping, cap * tanh(S / cap); the fused op's softcap)
 //   S = Where(c, S, fill)  or  Where(c, fill, S)   (optional: masked_fill, transformers' eager
-//                                  causal mask; fill a scalar constant at most -1e30 or -inf)
+//                                  causal mask; fill a scalar constant at most -1e30 or -inf, or
+//                                  at most -1e6 with no mask added: see below)
 //   S = S + mask  or  S - mask    (optional, any number, also under the Where; a trainable one, a bias,
 //                                  gets its gradient)
 //   S = Max(S, c)                 (optional, c a scalar constant at most -1e30, over the masks: XGLM's
@@ -30,7 +31,11 @@
 // mask of an Add above it if there is one. That is exact: in f32 a score s with |s| below 2^-24
 // |fill| (any sane score, at |fill| >= 1e30) gives s + fill == fill, and s + -inf == -inf, so the
 // masked scores take the same value as under Where (a row masked everywhere included). A fill
-// above -1e30 (-1e4, say) would make s + fill differ from fill; such a Where is left unfused.
+// above -1e30 would make s + fill differ from fill: such a Where (the Annotated Transformer's
+// masked_fill(mask == 0, -1e9)) fuses only with no mask added, as -inf entries under the fused op's
+// score_floor = fill (floor_tie 0: no gradient at the fill, as Where gives), which gives the masked
+// scores exactly the fill; and only where the fill is at most -1e6, so that a row the floor changes
+// has a log-sum-exp the fill-row fix-ups take (kernels/cuda/limits.h). A fill of -1e4 stays unfused.
 //
 // Runs before autocast: the fused op is on the allow list (low-precision Q, K, V; FP32 softmax
 // inside; the mask stays FP32). Head dims the target's fused attention does not take are left
@@ -264,7 +269,7 @@ bool leadsToProduct(const Value* v, int depth = 8) {
   return false;
 }
 // Where(c, S, fill) or Where(c, fill, S) on the scores s (shape ss), with a constant scalar fill at
-// most -1e30: records it in m and returns S.
+// most -1e6 (above -1e30: only alone, as score_floor; matchAt checks): records it in m and returns S.
 Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, Match& m) {
   const Node* w = producerOf(s, "Where");
   if (!w || w->numInputs() != 3 || !singleUse(g, s) || w->input(0)->type().dtype != DType::boolean ||
@@ -273,7 +278,7 @@ Value* matchWhereMask(const Graph& g, Value* s, const std::vector<int64_t>& ss, 
   for (const int i : {1, 2}) {
     const double fill = scalarConst(w->input(i));
     Value* other = w->input(3 - i);
-    if (std::isnan(fill) || !(fill <= -1e30) || other->type() != s->type() || !(scoresProducer(other) || leadsToProduct(other))) continue;
+    if (std::isnan(fill) || !(fill <= -1e6) || other->type() != s->type() || !(scoresProducer(other) || leadsToProduct(other))) continue;
     m.where = const_cast<Node*>(w);
     m.fill = fill;
     m.fillFirst = i == 1;
@@ -620,9 +625,9 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // where the condition may mask a row everywhere (not the constant causal one: nothing changes
   // there). With masks added too (transformers' eager attention: Where then + a padding mask) the
   // additive form stays, and such a row's scores get the gradient (tools/bench/NOTES.md, stop 65).
-  if (m.where && std::isfinite(m.fill) && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode &&
-      whereMayMaskARow(*m.where->input(0), m.fillFirst))
-    m.whereFloor = true;
+  const bool aloneWhere = m.where && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode && !m.outerScale;
+  if (m.where && m.fill > -1e30 && !aloneWhere) return false;  // s + fill is not fill: the floor form only
+  if (aloneWhere && std::isfinite(m.fill) && (m.fill > -1e30 || whereMayMaskARow(*m.where->input(0), m.fillFirst))) m.whereFloor = true;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   shape.softcap = m.softcap > 0.0;
   if (target.fusesAttention(shape)) return true;

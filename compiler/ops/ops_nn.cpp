@@ -308,7 +308,7 @@ double convFlops(const Node& n) {
 // zero_empty_rows = 1: a row whose every score is -inf gets probabilities 0 (O = 0, LSE = +inf, no
 // gradient), as the exporters' IsNaN/Where after the softmax makes them; 0 (the default): NaN
 // there, as Softmax gives.
-// score_floor = f (at most -1e30; -inf, the default: none): the masked scores are max(S + mask, f)
+// score_floor = f (at most -1e6; -inf, the default: none): the masked scores are max(S + mask, f)
 // before the softmax (XGLM's and OPT's clamp at the lowest float; a Where's finite fill), so that a
 // row masked everywhere is uniform. A score below f gets no gradient; one equal to f the share
 // floor_tie of it (1, the default: a clamp's; 1/2: torch.maximum's ties; 0: a Where's fill).
@@ -316,7 +316,7 @@ void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size
   const float softcap = c.node().getFloat("softcap", 0.0f);
   c.check(softcap >= 0.0f && std::isfinite(softcap), "softcap must be 0 (none) or positive, got " + std::to_string(softcap));
   const float floor = c.node().getFloat("score_floor", -INFINITY);
-  c.check(floor <= -1e30f && !std::isnan(floor), "score_floor must be at most -1e30 (or -inf: none), got " + std::to_string(floor));
+  c.check(floor <= -1e6f && !std::isnan(floor), "score_floor must be at most -1e6 (or -inf: none), got " + std::to_string(floor));
   const float tie = c.node().getFloat("floor_tie", 1.0f);
   c.check(tie >= 0.0f && tie <= 1.0f, "floor_tie must be in [0, 1], got " + std::to_string(tie));
   requireFloat(c, q);

@@ -47,7 +47,7 @@ AttnDims attnDims(const KernelCtx& c, const Tensor& q, const Tensor& kt, const T
     c.fail("the mask does not broadcast to the scores: " + why);
   d.zeroEmpty = c.node.getInt("zero_empty_rows", 0) != 0;
   d.floor = c.node.getFloat("score_floor", -INFINITY);
-  if (!(d.floor <= -1e30)) c.fail("score_floor must be at most -1e30 (or -inf: none), got " + std::to_string(d.floor));
+  if (!(d.floor <= -1e6)) c.fail("score_floor must be at most -1e6 (or -inf: none), got " + std::to_string(d.floor));
   d.tie = c.node.getFloat("floor_tie", 1.0f);
   if (!(d.tie >= 0.0 && d.tie <= 1.0)) c.fail("floor_tie must be in [0, 1], got " + std::to_string(d.tie));
   return d;

@@ -232,7 +232,7 @@ struct AttentionArgs {
   int64_t maskDiv = 1, maskMod = 1;
   bool maskRows = true;
   bool zeroEmpty = false;  // zero_empty_rows: a row with every score -inf gets O = 0 and LSE +inf
-  // score_floor: the scores are max(s, floor), floor <= -1e30 (-inf: none). It changes rows whose
+  // score_floor: the scores are max(s, floor), floor <= -1e6 (-inf: none). It changes rows whose
   // every score is at or below it alone, which the fill-row fix-ups recompute (their LSE is below
   // kAttentionFillLse, or -inf): the main kernels leave it to them. floorTie: the gradient's factor
   // on a score equal to the floor (the node's floor_tie: 1, 1/2 or 0); below it, 0.

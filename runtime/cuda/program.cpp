@@ -288,7 +288,7 @@ struct Program::Lowering {
     a.floor = n.getFloat("score_floor", -INFINITY);
     a.floorTie = n.getFloat("floor_tie", 1.0f);
     if (!(a.floorTie >= 0.0f && a.floorTie <= 1.0f)) fail("floor_tie must be in [0, 1]");
-    if (!(a.floor <= -1e30f)) fail("score_floor must be at most -1e30 (or -inf: none)");
+    if (!(a.floor <= -1e6f)) fail("score_floor must be at most -1e6 (or -inf: none): rows it changes must fall to the fill-row fix-ups");
     if (a.floor > -INFINITY && !mask) fail("score_floor needs a mask (without one no row is masked everywhere)");
     a.scale = n.getFloat("scale", 1.0f);
     if (n.getFloat("softcap", 0.0f) != 0.0f)  // (the cuda target does not fuse it: compiler/target.cpp)

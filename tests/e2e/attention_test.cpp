@@ -1173,11 +1173,16 @@ TEST(FuseSilu, OneRoundingAtBf16) {
 // dQ and dK were off by a quarter (stop 65). The fused op now takes the fill as score_floor with
 // floor_tie 0 and the masked entries as -inf, and the loss (which reads every row) and every
 // gradient are the unfused graph's. A constant causal condition masks no row everywhere: its
-// attention keeps the additive form, with no floor.
+// attention keeps the additive form, with no floor. A fill of -1e9 (the Annotated Transformer's
+// masked_fill(mask == 0, -1e9), where s + fill is not fill) fuses only this way, also under the
+// causal condition, and stays unfused under an added mask.
 TEST(FusedAttentionPass, RowsMaskedEverywhereByAWhereGiveTheScoresNoGradient) {
-  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %c : bool[2,1,5,5]
+  for (const std::string fill : {"-3.4028234663852886e38", "-1e9"}) {
+    SCOPED_TRACE("fill " + fill);
+    const bool lowest = fill != "-1e9";
+    const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %c : bool[2,1,5,5]
   const %s : f32[] = [0.35355339]
-  const %fill : f32[] = [-3.4028234663852886e38]
+  const %fill : f32[] = [)" + fill + R"(]
   %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
   %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
   %sw : f32[2,2,5,5] = Where(%c, %ss, %fill) @attn/where
@@ -1187,21 +1192,33 @@ TEST(FusedAttentionPass, RowsMaskedEverywhereByAWhereGiveTheScoresNoGradient) {
   %loss : f32[] = ReduceMean(%sq) {keepdims = 0} @loss
   output %loss
 })";
-  Tensor c(TensorType{DType::boolean, {2, 1, 5, 5}});
-  for (int64_t e = 0; e < 50; ++e) {
-    const int64_t j = e % 5, i = (e / 5) % 5, b = e / 25;
-    c.setDouble(e, (j <= i && !(b == 1 && i < 2)) ? 1.0 : 0.0);
+    Tensor c(TensorType{DType::boolean, {2, 1, 5, 5}});
+    for (int64_t e = 0; e < 50; ++e) {
+      const int64_t j = e % 5, i = (e / 5) % 5, b = e / 25;
+      c.setDouble(e, (j <= i && !(b == 1 && i < 2)) ? 1.0 : 0.0);
+    }
+    expectFusedLikePlain(text, {2, 5, 16}, {{"c", c}});
+    auto floorOf = [](const std::string& t) {
+      auto g = parseGraph(t, "a");
+      createFuseAttentionPass(findTarget("cpu"))->run(*g);
+      for (const auto& n : g->nodes())
+        if (n->op() == "Attention") return std::make_pair(n->getFloat("score_floor", -INFINITY), n->getFloat("floor_tie", 1.0f));
+      return std::make_pair(0.0f, -1.0f);  // not fused
+    };
+    const float f = lowest ? std::numeric_limits<float>::lowest() : -1e9f;
+    EXPECT_EQ(floorOf(text), std::make_pair(f, 0.0f));
+    // A constant causal condition masks no row everywhere: with the lowest float its attention keeps
+    // the additive form; -1e9 (s + fill is not fill) takes the floor form all the same.
+    std::string causal = text;
+    causal.replace(causal.find("  input %c : bool[2,1,5,5]"), 26,
+                   "  const %c : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]");
+    EXPECT_EQ(floorOf(causal), lowest ? std::make_pair(-INFINITY, 1.0f) : std::make_pair(f, 0.0f));
+    if (!lowest) expectFusedLikePlain(causal, {2, 5, 16});
+    // -1e9 under an added mask stays unfused: s + fill is not fill, and no floor stands for both.
+    std::string added = text;
+    added.replace(added.find("  const %s :"), 0, "  input %pad : f32[2,1,1,5]\n");
+    added.replace(added.find("Softmax(%sw)"), 12, "Softmax(%sa)");
+    added.replace(added.find("  %p : f32"), 0, "  %sa : f32[2,2,5,5] = Add(%sw, %pad) @attn/pad\n");
+    EXPECT_EQ(floorOf(added), lowest ? std::make_pair(-INFINITY, 1.0f) : std::make_pair(0.0f, -1.0f));
   }
-  expectFusedLikePlain(text, {2, 5, 16}, {{"c", c}});
-  auto floorOf = [](const std::string& t) {
-    auto g = parseGraph(t, "a");
-    EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*g));
-    for (const auto& n : g->nodes())
-      if (n->op() == "Attention") return std::make_pair(n->getFloat("score_floor", -INFINITY), n->getFloat("floor_tie", 1.0f));
-    return std::make_pair(0.0f, -1.0f);
-  };
-  EXPECT_EQ(floorOf(text), std::make_pair(std::numeric_limits<float>::lowest(), 0.0f));
-  std::string causal = text;
-  causal.replace(causal.find("  input %c : bool[2,1,5,5]"), 26, "  const %c : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]");
-  EXPECT_EQ(floorOf(causal), std::make_pair(-INFINITY, 1.0f));
 }
