@@ -597,8 +597,11 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_floored_rows", {2, 3}, 100, 136, 64, 64, "floored", 0.1},
       {"floored_rows_tk130", {2, 2}, 70, 130, 32, 32, "floored", 0.2},
       // A Where's finite fill alone as score_floor with floor_tie 0 (its masked entries -inf, the
-      // fill's ties give no gradient): the same mask, the other tie factor. Not yet run on a GPU.
+      // fill's ties give no gradient): the same mask, the other tie factor.
       {"mma_floored_rows_tie0", {2, 3}, 100, 136, 64, 64, "floored0", 0.1},
+      // The form a Where with fill -1e9 and a padding condition fuses to: its masked entries -inf,
+      // score_floor -1e9, floor_tie 0 (rows masked everywhere by -inf: uniform at the floor).
+      {"mma_where_floor_1e9", {2, 2}, 100, 136, 64, 64, "wherefloor", 0.1},
       // A bias per head shared by 16 images (Swin's window attention, T5's relative positions):
       // its gradient sums 16 scores an element, by atomics, and with `deterministic` stored per
       // score and summed after (maskGradInParts), 16 sharers over a block's 32 lanes.
@@ -644,14 +647,15 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       };
       std::vector<int64_t> lse = c.lead;
       lse.push_back(c.tq);
-      const bool floored = c.mask == "floored" || c.mask == "floored0";
+      const bool floored = c.mask == "floored" || c.mask == "floored0" || c.mask == "wherefloor";
       const bool transformers = c.mask == "per_batch" || c.mask == "padding" || floored;
       const std::string maskShape = c.mask == "causal" || c.mask == "zeros" ? dims({1, 1, c.tq, c.tk})
                                     : transformers ? dims({c.lead[0], 1, c.mask == "padding" ? 1 : c.tq, c.tk})
                                     : c.mask == "per_head" ? dims({1, c.lead[1], c.tq, c.tk})
                                                    : sh(c.tq, c.tk);
       const std::string attrs = " {scale = 0.3, dropout_ratio = " + std::to_string(c.ratio) + ", dropout_key = 987654" +
-                                (floored ? ", score_floor = -3.4028234663852886e38, floor_tie = " + std::string(c.mask == "floored" ? "0.5" : "0.0")
+                                (floored ? std::string(c.mask == "wherefloor" ? ", score_floor = -1e9" : ", score_floor = -3.4028234663852886e38") +
+                                               ", floor_tie = " + (c.mask == "floored" ? "0.5" : "0.0")
                                  : transformers ? ", zero_empty_rows = 1"
                                                 : "") +
                                 "}";
@@ -677,7 +681,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
           const int64_t j = e % c.tk, i = (e / c.tk) % c.tq;
           if (c.mask == "padding") mk.setDouble(e, e >= c.tk && j >= c.tk - 7 ? -INFINITY : 0.0);  // batch 1's last 7 keys
           else if (c.mask == "per_batch") mk.setDouble(e, (e >= c.tq * c.tk && i == 5) || mk.getDouble(e) < -0.5 ? -INFINITY : mk.getDouble(e));
-          else if (floored) {  // batch 0's row 7 by -inf, batch 1's row 5 by the lowest float, its row 9 by both
+          else if (c.mask == "wherefloor") {  // -inf where masked (~30%, and rows 7 and 5 of batches 0 and 1), else 0
+            const bool b1 = e >= c.tq * c.tk;
+            mk.setDouble(e, mk.getDouble(e) < -0.5 || (!b1 && i == 7) || (b1 && i == 5) ? -INFINITY : 0.0);
+          } else if (floored) {  // batch 0's row 7 by -inf, batch 1's row 5 by the lowest float, its row 9 by both
             const bool b1 = e >= c.tq * c.tk;
             double x = mk.getDouble(e) < -0.5 ? neg : mk.getDouble(e);
             if (!b1 && i == 7) x = -INFINITY;
