@@ -1003,19 +1003,34 @@ class Importer {
   // amax over the same input, axis and keepdims in the same graph is taken for one too. Run before
   // dead-code removal.
   // Max and Min over a tensor the forward created (a lifted constant, through Identity or Cast: its
-  // clone or .to()): torch.maximum's ties, not a clamp's (kTiesShared).
+  // clone or .to()): torch.maximum's ties, not a clamp's (kTiesShared). Read from the model's nodes,
+  // since the import has folded such a clone into a constant of another name by now.
   void markSharedTies(Graph& g) const {
-    auto lifted = [&](const Value* v) {
-      while (v && v->producer() && v->producer()->domain().empty() && (v->producer()->op() == "Identity" || v->producer()->op() == "Cast"))
-        v = v->producer()->input(0);
-      return v && v->kind() == ValueKind::Const && liftedConstant(v->name());
+    std::map<std::string, const onnx::NodeProto*> producers;
+    for (const auto& np : nodes_)
+      for (const auto& o : np.output()) producers[o] = &np;
+    std::set<std::string> inits;
+    for (const auto& t : m_.graph().initializer()) inits.insert(t.name());
+    auto lifted = [&](std::string name) {
+      for (auto it = producers.find(name); it != producers.end() && (it->second->domain().empty() || it->second->domain() == "ai.onnx") &&
+                                           (it->second->op_type() == "Identity" || it->second->op_type() == "Cast") &&
+                                           it->second->input_size() > 0;
+           it = producers.find(name))
+        name = it->second->input(0);
+      return inits.count(name) && liftedConstant(name);
     };
-    for (const auto& up : g.nodes()) {
-      Node& n = *up;
-      if (!n.domain().empty() || (n.op() != "Max" && n.op() != "Min") || n.numInputs() < 2) continue;
-      for (const Value* in : n.inputs())
-        if (lifted(in)) n.setAttr(kTiesShared, int64_t{1});
+    std::set<std::string> marked;  // the Max / Min nodes' first results
+    for (const auto& np : nodes_) {
+      if (!(np.domain().empty() || np.domain() == "ai.onnx") || (np.op_type() != "Max" && np.op_type() != "Min") || np.input_size() < 2 ||
+          np.output_size() < 1)
+        continue;
+      for (const auto& in : np.input())
+        if (!in.empty() && lifted(in)) marked.insert(np.output(0));
     }
+    if (marked.empty()) return;
+    for (const auto& up : g.nodes())
+      if (up->domain().empty() && (up->op() == "Max" || up->op() == "Min") && up->numResults() && marked.count(up->result(0)->name()))
+        up->setAttr(kTiesShared, int64_t{1});
   }
   static void markIndexSelectingReductions(Graph& g) {
     auto singleAxis = [](const Node& n, int64_t rank) -> std::optional<int64_t> {

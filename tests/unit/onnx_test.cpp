@@ -1106,6 +1106,31 @@ TEST(OnnxImport, LiftedTensorConstantsAreConstants) {
   writeModel(d.file("listed.onnx"), m);
   auto listed = importOnnxFile(d.file("listed.onnx"));
   EXPECT_EQ(params(*listed), (std::set<std::string>{"q", "k", "v", "causal", "_tensor_constant0"}));
+  // torch.max(x, torch.tensor(c)) shares a tie's gradient (torch.maximum's rule): a Max over a
+  // lifted constant (through its clone) is marked so (ampc_ties_shared); a Max over a plain constant
+  // is a clamp's bound, not marked.
+  auto mm = newModel(18);
+  auto* mg = mm.mutable_graph();
+  addTensorInput(mg, "x", onnx::TensorProto::FLOAT, {3});
+  addFloatInit(mg, "m.lifted_tensor_0", {}, {0.5f});
+  auto* cn = addNode(mg, "Constant", {}, {"c"}, "bound");
+  auto* cv = cn->add_attribute();
+  cv->set_name("value");
+  cv->set_type(onnx::AttributeProto::TENSOR);
+  cv->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  cv->mutable_t()->add_float_data(0.5f);
+  addNode(mg, "Identity", {"m.lifted_tensor_0"}, {"t"}, "clone");
+  addNode(mg, "Max", {"x", "t"}, {"a"}, "maximum");
+  addNode(mg, "Max", {"x", "c"}, {"b"}, "clamp");
+  addNode(mg, "Add", {"a", "b"}, {"y"}, "sum");
+  addOutput(mg, "y");
+  writeModel(d.file("max.onnx"), mm);
+  auto maxes = importOnnxFile(d.file("max.onnx"));
+  int shared = 0, clamps = 0;
+  for (const auto& n : maxes->nodes())
+    if (n->op() == "Max") (n->getInt(kTiesShared, 0) ? shared : clamps) += 1;
+  EXPECT_EQ(shared, 1);
+  EXPECT_EQ(clamps, 1);
 }
 
 namespace {
