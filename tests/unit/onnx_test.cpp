@@ -997,6 +997,20 @@ TEST(OnnxImport, EinsumMatchesItsDefinition) {
   }
 }
 
+// fuse-attention on `fused` (for the cpu target) makes one Attention and leaves no Softmax, and its
+// one output is `plain`'s (the same model as imported), within 1e-5: that output.
+static Tensor fusedLikePlain(Graph& fused, Graph& plain) {
+  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(fused));
+  int attention = 0, softmax = 0;
+  for (const auto& n : fused.nodes()) attention += n->op() == "Attention", softmax += n->op() == "Softmax";
+  EXPECT_EQ(attention, 1);
+  EXPECT_EQ(softmax, 0);
+  const Tensor a = evalOne(fused, {}), b = evalOne(plain, {});
+  EXPECT_EQ(a.type.str(), b.type.str());
+  for (int64_t e = 0; e < a.numel() && e < b.numel(); ++e) EXPECT_NEAR(a.getDouble(e), b.getDouble(e), 1e-5) << e;
+  return a;
+}
+
 // Attention written with torch.einsum ("bhqd,bhkd->bhqk", then "bhqk,bhkd->bhqd", as XLNet, Funnel
 // and hand-written models do): the lowering keeps the batch letters as dims and names its last node,
 // so the products are the plain MatMuls fuse-attention takes, and the fused graph gives the same
@@ -1019,14 +1033,8 @@ TEST(OnnxImport, EinsumAttentionFuses) {
   addOutput(g, "o");
   writeModel(d.file("einsum_attention.onnx"), m);
   auto fused = importOnnxFile(d.file("einsum_attention.onnx")), plain = importOnnxFile(d.file("einsum_attention.onnx"));
-  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
-  int attention = 0, softmax = 0;
-  for (const auto& n : fused->nodes()) attention += n->op() == "Attention", softmax += n->op() == "Softmax";
-  EXPECT_EQ(attention, 1);
-  EXPECT_EQ(softmax, 0);
-  const Tensor a = evalOne(*fused, {}), b = evalOne(*plain, {});
+  const Tensor a = fusedLikePlain(*fused, *plain);
   ASSERT_EQ(a.type.str(), "f32[2,3,5,4]");
-  for (int64_t e = 0; e < a.numel(); ++e) EXPECT_NEAR(a.getDouble(e), b.getDouble(e), 1e-5) << e;
 }
 
 // Opset 23's RotaryEmbedding and Attention, lowered at import, against their definitions written
@@ -1089,14 +1097,8 @@ TEST(OnnxImport, LiftedTensorConstantsAreConstants) {
     return s;
   };
   EXPECT_EQ(params(*plain), (std::set<std::string>{"q", "k", "v", "causal"}));  // the lifted ones are constants (folded at import)
-  EXPECT_TRUE(createFuseAttentionPass(findTarget("cpu"))->run(*fused));
-  int attention = 0, softmax = 0;
-  for (const auto& n : fused->nodes()) attention += n->op() == "Attention", softmax += n->op() == "Softmax";
-  EXPECT_EQ(attention, 1);
-  EXPECT_EQ(softmax, 0);
-  const Tensor a = evalOne(*fused, {}), b = evalOne(*plain, {});
+  const Tensor a = fusedLikePlain(*fused, *plain);
   ASSERT_EQ(a.type.str(), "f32[2,3,5,4]");
-  for (int64_t e = 0; e < a.numel(); ++e) EXPECT_NEAR(a.getDouble(e), b.getDouble(e), 1e-5) << e;
   // Query 0 sees key 0 only (the fill masked the rest): its output is V's row 0.
   const Tensor& v = *plain->lookup("v")->data();
   for (int64_t c = 0; c < 4; ++c) EXPECT_NEAR(a.getDouble(c), v.getDouble(c), 1e-6);
