@@ -803,18 +803,20 @@ __device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
 }
 
 // One key tile of the one-pass forward on a warp's MT m-tiles of 16 x 64 scores in m16n8 C layout
-// (rows g and g + 8 of each 16, lane (g, tq)): scale and mask (flag: each m-tile's TileFlags entry;
-// 1, a dead tile, gives every score -inf), the online softmax (m, l; O rescaled), then dropout,
-// its keep bits into *keep[mt] (null: not recorded). The m-tiles' rows are rowI, the tile's first
-// key j0. Each phase runs over every m-tile before the next, so that their chains (shuffles, MUFU,
-// Philox rounds) interleave. Dropped probabilities become 0; the kept ones are not scaled by
-// 1 / (1 - ratio) here: storeRows scales O once (the CPU reference rounds p / (1 - ratio) to the
-// storage type; this rounds p, within the same rounding).
-template <int DK, int MT>
-__device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT][DK / 8][4], float (&m)[MT][2], float (&l)[MT][2],
-                                             const AttentionArgs& a, const PhiloxKeys& pk, int64_t n, int64_t mb,
-                                             const int64_t (&rowI)[MT][2], int64_t j0, const uint8_t (&flag)[MT], int tq, uint64_t step,
-                                             uint32_t* const (&keep)[MT]) {
+// (rows g and g + 8 of each 16, lane (g, tq)), in three parts (softmaxTiles runs them in order; the
+// pipelined wgmma forward draws the dropout bits first and rescales O later):
+//   softmaxScores: scale and mask (flag: each m-tile's TileFlags entry; 1, a dead tile, gives every
+//     score -inf), the online softmax (m, l, and alpha, each row's factor on O);
+//   rescaleRows: O times alpha;
+//   dropoutBits: dropout's keep bits, also into *keep[mt] (null: not recorded).
+// The m-tiles' rows are rowI, the tile's first key j0. Each phase runs over every m-tile before the
+// next, so that their chains (shuffles, MUFU, Philox rounds) interleave. Dropped probabilities become
+// 0; the kept ones are not scaled by 1 / (1 - ratio) here: storeRows scales O once (the CPU reference
+// rounds p / (1 - ratio) to the storage type; this rounds p, within the same rounding).
+template <int MT>
+__device__ __forceinline__ void softmaxScores(float (&s)[MT][8][4], float (&m)[MT][2], float (&l)[MT][2], float (&alpha)[MT][2],
+                                              const AttentionArgs& a, int64_t mb, const int64_t (&rowI)[MT][2], int64_t j0,
+                                              const uint8_t (&flag)[MT], int tq) {
   const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
   // Every score of the warp's rows lives and is s scale (no mask, no causal edge, a whole key tile,
   // every row in): the max over the raw products, then p = 2^(s scale log2(e) - m log2(e)), one
@@ -877,7 +879,7 @@ __device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT
     for (int r = 0; r < 2; ++r) {
       float (&sm)[8][4] = s[mt];
       const float mn = fmaxf(m[mt][r], plain ? mx[mt][r] * a.scale : mx[mt][r]), base = mn == -INFINITY ? 0.0f : mn;
-      const float alpha = __expf(m[mt][r] - base);  // 0 while the row had no score
+      alpha[mt][r] = __expf(m[mt][r] - base);  // 0 while the row had no score
       float sum = 0.0f;
       if (plain) {
         const float sl2 = a.scale * kLog2e, bl2 = base * kLog2e;
@@ -899,41 +901,78 @@ __device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT
             sm[nt][2 * r + c] = p;
           }
       }
-      l[mt][r] = l[mt][r] * alpha + sum;
+      l[mt][r] = l[mt][r] * alpha[mt][r] + sum;
       m[mt][r] = mn;
-#pragma unroll
-      for (int nt = 0; nt < DK / 8; ++nt) o[mt][nt][2 * r] *= alpha, o[mt][nt][2 * r + 1] *= alpha;
     }
-  if (a.ratio > 0.0f) {
-    // Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
-    // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
-    // transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
-    // m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
-    const uint32_t thr = dropoutThreshold(a.ratio);
+}
+// O's rows rescaled by the factors softmaxScores gave.
+template <int DK, int MT>
+__device__ __forceinline__ void rescaleRows(float (&o)[MT][DK / 8][4], const float (&alpha)[MT][2]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[mt][r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
+    for (int nt = 0; nt < DK / 8; ++nt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t w[4];
-          streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
-          quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
+      for (int e = 0; e < 4; ++e) o[mt][nt][e] *= alpha[mt][e >> 1];
+}
+// Dropout's keep bits of a warp's MT m-tiles of one key tile (bit nt * 4 + r * 2 + c: element (nt, r,
+// c) is kept), also stored into *keep[mt] where not null. They depend on no score, so a kernel can
+// draw them while its score product runs.
+// Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
+// the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
+// transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
+// m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
+// Apply: also zero the dropped probabilities of s (one select an element, from the comparison).
+template <int MT, bool Apply>
+__device__ __forceinline__ void dropoutBits(uint32_t (&kb)[MT], float (&s)[MT][8][4], const AttentionArgs& a, const PhiloxKeys& pk,
+                                            int64_t n, const int64_t (&rowI)[MT][2], int64_t j0, int tq, uint64_t step,
+                                            uint32_t* const (&keep)[MT]) {
+  const uint32_t thr = dropoutThreshold(a.ratio);
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int nt = 4 * h + k;
-            const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
-            if (!k0) s[mt][nt][2 * r] = 0.0f;
-            if (!k1) s[mt][nt][2 * r + 1] = 0.0f;
-            if (k0) kb |= 1u << (nt * 4 + r * 2);
-            if (k1) kb |= 1u << (nt * 4 + r * 2 + 1);
-          }
+  for (int mt = 0; mt < MT; ++mt) {
+    kb[mt] = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[mt][r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t w[4];
+        streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
+        quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int nt = 4 * h + k;
+          const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
+          if (Apply && !k0) s[mt][nt][2 * r] = 0.0f;
+          if (Apply && !k1) s[mt][nt][2 * r + 1] = 0.0f;
+          if (k0) kb[mt] |= 1u << (nt * 4 + r * 2);
+          if (k1) kb[mt] |= 1u << (nt * 4 + r * 2 + 1);
         }
       }
-      if (keep[mt]) *keep[mt] = kb;
     }
+    if (keep[mt]) *keep[mt] = kb[mt];
+  }
+}
+// Dropped probabilities become 0 (keep bits as dropoutBits lays them out; drawn earlier).
+__device__ __forceinline__ void applyKeepBits(float (&s)[8][4], uint32_t kb) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!((kb >> (nt * 4 + e)) & 1u)) s[nt][e] = 0.0f;
+}
+// The whole key tile: scores, O's rescale, dropout.
+template <int DK, int MT>
+__device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT][DK / 8][4], float (&m)[MT][2], float (&l)[MT][2],
+                                             const AttentionArgs& a, const PhiloxKeys& pk, int64_t n, int64_t mb,
+                                             const int64_t (&rowI)[MT][2], int64_t j0, const uint8_t (&flag)[MT], int tq, uint64_t step,
+                                             uint32_t* const (&keep)[MT]) {
+  float alpha[MT][2];
+  softmaxScores<MT>(s, m, l, alpha, a, mb, rowI, j0, flag, tq);
+  rescaleRows<DK, MT>(o, alpha);
+  if (a.ratio > 0.0f) {
+    uint32_t kb[MT];
+    dropoutBits<MT, true>(kb, s, a, pk, n, rowI, j0, tq, step, keep);
   }
 }
 // One m-tile (the mma.sync forward at head tile 128, the wgmma forward).
@@ -1125,6 +1164,57 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
 // third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
 // AMPC_ATTENTION_WGMMA64=1 (forwardMma).
+// The wgmma forwards' keys: the block's live key tiles (those its flags do not mark dead) and their
+// K and V loads into stage `buf` of the swizzled stages at Ks (K as rows [j][d] where KR, K-major, or
+// KT [d][j], N-major; V [j][d], N-major).
+template <typename T, bool KR, int DK>
+struct WgKeys {
+  static constexpr int tile = DK * kTile;  // elements of a K or a V tile
+  const T* Kn;
+  const T* Vn;
+  T* Ks;
+  TileFlags tf;
+  int nk;
+  __device__ int live(int kt) const {
+    while (kt < nk && tf[kt] == 1) ++kt;
+    return kt;
+  }
+  __device__ void load(const AttentionArgs& a, int kt, int buf) const {
+    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    T* const Kb = Ks + buf * 2 * tile;
+    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
+    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
+    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+  }
+};
+
+// What every thread of a wgmma forward's block knows of its place: query tile qt (the last ones
+// first: under a causal mask they have the most key tiles), slice n, its mask slice, the step, and
+// the keys (the block's flags staged in flagsS; the constructor ends with a __syncthreads).
+template <typename T, bool KR, int DK>
+struct WgFwdBlock {
+  int qt, warp, lane, tq;
+  int64_t n, i0, mb;
+  uint64_t step;
+  WgKeys<T, KR, DK> keys;
+  __device__ WgFwdBlock(const AttentionArgs& a, const uint8_t* flags, const T* KT, const T* V, T* Ks, uint8_t* flagsS)
+      : qt(static_cast<int>(gridDim.y - 1 - blockIdx.y)), warp(static_cast<int>(threadIdx.x >> 5)), lane(static_cast<int>(threadIdx.x & 31)),
+        tq(lane & 3), n(blockIdx.x), i0(static_cast<int64_t>(qt) * kTile), mb(maskSlice(a, n)), step(a.step ? *a.step : 0),
+        keys{KT + sliceAt(a.k, n), V + sliceAt(a.v, n), Ks, stageFlags(flags, a, n, true, qt, flagsS), static_cast<int>((a.Tk + kTile - 1) / kTile)} {
+    __syncthreads();
+  }
+};
+
+// Issues S = Q K^T (64 x 64 keys; no fence, no commit) from Q's fragments and the K tile at kAddr.
+template <typename T, bool KR, int DK>
+__device__ __forceinline__ void wgScores(float (&s)[8][4], const uint32_t (&qf)[DK / 16][4], uint32_t kAddr) {
+#pragma unroll
+  for (int ks = 0; ks < DK / 16; ++ks) {
+    if constexpr (KR) wg::mma64<T, 0>(s, qf[ks], wg::desc(kAddr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks);
+    else wg::mma64<T, 1>(s, qf[ks], wg::desc(kAddr + ks * 2048, 16, 1024), ks);
+  }
+}
+
 template <typename T, int DK>
 size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
   return 3 * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
@@ -1139,26 +1229,13 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
   T* const Qs = Ks + (DK == 64 ? 3 : 2) * 2 * tile;
   __shared__ uint8_t flagsS[kFlagsSmem];
-  const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
-  const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
-  const int64_t mb = maskSlice(a, n);
-  const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  const uint64_t step = a.step ? *a.step : 0;
-  const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
-  __syncthreads();
-  auto live = [&](int kt) {
-    while (kt < nk && tf[kt] == 1) ++kt;
-    return kt;
-  };
-  const T* Kn = KT + sliceAt(a.k, n);
-  const T* Vn = V + sliceAt(a.v, n);
-  auto loadKV = [&](int kt, int buf) {
-    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    T* const Kb = Ks + buf * 2 * tile;
-    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
-    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
-    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
-  };
+  const WgFwdBlock<T, KR, DK> b(a, flags, KT, V, Ks, flagsS);  // the mma.sync kernel's grid
+  const int qt = b.qt, warp = b.warp, lane = b.lane, tq = b.tq, nk = b.keys.nk;
+  const int64_t n = b.n, i0 = b.i0, mb = b.mb;
+  const uint64_t step = b.step;
+  const TileFlags& tf = b.keys.tf;
+  auto live = [&](int kt) { return b.keys.live(kt); };
+  auto loadKV = [&](int kt, int buf) { b.keys.load(a, kt, buf); };
   loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
@@ -1192,11 +1269,7 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     if constexpr (DK == 64) loadQf();  // every key tile (the comment above the kernel says why)
     float s[8][4];
     wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < DK / 16; ++ks) {
-      if constexpr (KR) wg::mma64<T, 0>(s, qf[ks], wg::desc(kAddr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks);
-      else wg::mma64<T, 1>(s, qf[ks], wg::desc(kAddr + ks * 2048, 16, 1024), ks);
-    }
+    wgScores<T, KR, DK>(s, qf, kAddr);
     wg::commit();
     wg::wait0();
     wg::pin(s);
@@ -1224,6 +1297,107 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     k1 = k2;
   }
   storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, tq);
+}
+
+// The head-64 wgmma forward, pipelined within the warpgroup (FlashAttention-3's intra-warpgroup
+// overlap): key tile i's score product S_i = Q K_i^T and tile i - 1's O += P_{i-1} V_{i-1} are issued
+// together, then the dropout bits of tile i are drawn (they read no score) while both run, the
+// softmax of S_i waits for S_i only and runs while P_{i-1} V_{i-1} is still on the tensor cores, and
+// O's rescale by tile i's factors waits for that product. So the Philox rounds and the exponentials
+// overlap the products instead of alternating with them. K and V stream in kWgPipeStages cp.async
+// stages, two key tiles ahead (tile i's stage, tile i - 1's V being read, tile i + 1 landing, tile
+// i + 2 issued into the stage of tile i - 2). Q keeps its own shared memory and its fragments are
+// read again every key tile (attnFwdWgKernel says why). Three blocks of one warpgroup a SM.
+// AMPC_ATTENTION_WGMMA64=2 (forwardMma).
+constexpr int kWgPipeStages = 4;
+template <typename T>
+size_t fwdSmemWgPipe() {  // + 1024: the panels start on 1024 bytes
+  return kWgPipeStages * 2 * 64 * kTile * sizeof(T) + 1024 + kTile * kPD<64> * sizeof(T);
+}
+template <typename T, bool KR>
+__global__ void __launch_bounds__(kThreads, 3) attnFwdWgPipeKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+                                                                   const uint8_t* flags, AttentionArgs a, PhiloxKeys pk) {
+  constexpr int DK = 64, tile = DK * kTile, ST = kWgPipeStages;  // tile: elements of a K or a V tile
+  extern __shared__ __align__(128) unsigned char smemRaw[];
+  T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
+  T* const Qs = Ks + ST * 2 * tile;  // pitch kPD
+  __shared__ uint8_t flagsS[kFlagsSmem];
+  const WgFwdBlock<T, KR, DK> b(a, flags, KT, V, Ks, flagsS);
+  const int nk = b.keys.nk;
+  const int64_t n = b.n;
+  auto live = [&](int kt) { return b.keys.live(kt); };
+  // Live key tiles in order: cur (index i, stage i % ST), then n1, n2.
+  int cur = live(0);
+  int n1 = cur < nk ? live(cur + 1) : nk;
+  int n2 = n1 < nk ? live(n1 + 1) : nk;
+  loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + b.i0 * a.q.sRow, a.q.sRow, a.Tq - b.i0, a.D);
+  if (cur < nk) b.keys.load(a, cur, 0);
+  cpAsyncCommit();  // Q and tile 0
+  if (n1 < nk) b.keys.load(a, n1, 1);
+  cpAsyncCommit();
+  float o[DK / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int64_t rowI[2] = {b.i0 + b.warp * 16 + (b.lane >> 2), b.i0 + b.warp * 16 + (b.lane >> 2) + 8};
+  uint32_t pa[4][4];  // the previous tile's probabilities, the A operand of its P V
+  int prevBuf = -1;
+  for (int i = 0; cur < nk; ++i) {
+    const int buf = i % ST;
+    cpAsyncWait<1>();  // tile i (and Q); tile i + 1 may still land
+    wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
+    __syncthreads();   // and every warp has waited for tile i - 2's P V (last iteration): its stage is free
+    if (n2 < nk) b.keys.load(a, n2, (i + 2) % ST);
+    cpAsyncCommit();
+    const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile);
+    uint32_t qf[DK / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, kPD<DK>, b.warp * 16, ks * 16));
+    float s[8][4];
+    wg::fence();
+    wgScores<T, KR, DK>(s, qf, kAddr);
+    wg::commit();
+    if (prevBuf >= 0) {
+      const uint32_t vAddr = smemAddr(Ks + prevBuf * 2 * tile + tile);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma64<T, 1>(o, pa[kk], wg::desc(vAddr + kk * 2048, kTile * 128, 1024), 1);
+    }
+    wg::commit();
+    const int64_t j0 = static_cast<int64_t>(cur) * kTile;
+    uint32_t kb[1] = {0};
+    if (a.ratio > 0.0f) {
+      uint32_t* const kp[1] = {a.keep ? a.keep + keepTile(a, n, b.qt, cur) + b.warp * 32 + b.lane : nullptr};
+      dropoutBits<1, false>(kb, reinterpret_cast<float(&)[1][8][4]>(s), a, pk, n, reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0,
+                            b.tq, b.step, kp);
+    }
+    wg::wait1();  // S_i; P_{i-1} V_{i-1} may still run
+    wg::pin(s);
+    wg::pinA(qf);
+    float alpha[1][2];
+    const uint8_t f[1] = {b.keys.tf[cur]};
+    softmaxScores<1>(reinterpret_cast<float(&)[1][8][4]>(s), reinterpret_cast<float(&)[1][2]>(m), reinterpret_cast<float(&)[1][2]>(l),
+                     alpha, a, b.mb, reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0, f, b.tq);
+    if (a.ratio > 0.0f) applyKeepBits(s, kb[0]);
+    wg::wait0();  // P_{i-1} V_{i-1}
+    wg::pin(o);
+    wg::pinA(pa);  // read by that product until the wait
+    rescaleRows<DK, 1>(reinterpret_cast<float(&)[1][DK / 8][4]>(o), alpha);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) cToA<T>(pa[kk], s, kk);
+    prevBuf = buf;
+    cur = n1;
+    n1 = n2;
+    n2 = n2 < nk ? live(n2 + 1) : nk;
+  }
+  if (prevBuf >= 0) {  // the last tile's P V
+    const uint32_t vAddr = smemAddr(Ks + prevBuf * 2 * tile + tile);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::mma64<T, 1>(o, pa[kk], wg::desc(vAddr + kk * 2048, kTile * 128, 1024), 1);
+    wg::commit();
+    wg::wait0();
+    wg::pin(o);
+    wg::pinA(pa);
+  }
+  storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, b.tq);
 }
 #endif
 
@@ -1584,6 +1758,15 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
   if constexpr (DK == 128 || DK == 64) {
     const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
     const char* w64 = std::getenv("AMPC_ATTENTION_WGMMA64");
+    if (DK == 64 && w64 && w64[0] == '2') {
+      static const cudaError_t pattr = smemAttributes(attnFwdWgPipeKernel<T, false>, fwdSmemWgPipe<T>());
+      static const cudaError_t prattr = smemAttributes(attnFwdWgPipeKernel<T, true>, fwdSmemWgPipe<T>());
+      if (pattr != cudaSuccess || prattr != cudaSuccess) return pattr != cudaSuccess ? pattr : prattr;
+      const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
+      (a.kRows ? attnFwdWgPipeKernel<T, true> : attnFwdWgPipeKernel<T, false>)<<<grid, kThreads, fwdSmemWgPipe<T>(), st>>>(
+          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
+      return cudaGetLastError();
+    }
     if (DK == 128 ? !(e && e[0] == '1') : (w64 && w64[0] == '1')) {
       static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
       static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
