@@ -695,8 +695,10 @@ __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_grou
 // or rows that do not (KT [d][j] with Tk not a multiple of 8, as ViT's 197 tokens), load element by
 // element (plain stores, seen by the block after the __syncthreads that follows the cp.async wait).
 // SW: into the wgmma layout instead (wgmma.cuh: panels of 64 columns, 128-byte swizzle; p unused).
+// tid: this thread's index among the kThreads that load the tile (a warpgroup's, where several share
+// a block).
 template <int R, int C, bool SW = false, typename T>
-__device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols) {
+__device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols, int tid = static_cast<int>(threadIdx.x)) {
   static_assert(C % (SW ? 64 : 8) == 0, "rows load in chunks of 8 elements, swizzled tiles in panels of 64");
   const bool aligned = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0;
   // 16-byte rows and a whole number of chunks a row (every tile of an aligned operand): each thread
@@ -707,7 +709,7 @@ __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows,
   constexpr int rowChunks = C / 8, rowStep = kThreads / rowChunks, perThread = R * rowChunks / kThreads;
   if constexpr (kThreads % rowChunks == 0 && (R * rowChunks) % kThreads == 0 && rowStep % 8 == 0) {
     if (aligned && cols % 8 == 0) {
-      const int r0 = threadIdx.x / rowChunks, k = (threadIdx.x % rowChunks) * 8;
+      const int r0 = tid / rowChunks, k = (tid % rowChunks) * 8;
       T* dst = SW ? s + (k / 64) * (R * 64) + r0 * 64 + ((((k % 64) >> 3) ^ (r0 & 7)) << 3) : s + r0 * p + k;
       const int dstStep = SW ? rowStep * 64 : rowStep * p;
       const T* src = g + r0 * ld + k;
@@ -721,7 +723,7 @@ __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows,
       return;
     }
   }
-  for (int c = threadIdx.x; c < R * (C / 8); c += kThreads) {
+  for (int c = tid; c < R * (C / 8); c += kThreads) {
     const int r = c / (C / 8), k = (c % (C / 8)) * 8;
     T* dst = SW ? s + (k / 64) * (R * 64) + r * 64 + ((((k % 64) >> 3) ^ (r & 7)) << 3) : s + r * p + k;
     if (r < rows && k < cols) {
@@ -751,14 +753,15 @@ struct TileFlags {
 };
 // Row (key tiles of query tile qt) or column (query tiles of key tile kt) of n's flags; call with
 // every thread of the block, before a __syncthreads.
-__device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, int64_t n, bool row, int fixed, uint8_t* smem) {
+__device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, int64_t n, bool row, int fixed, uint8_t* smem,
+                                int tid = static_cast<int>(threadIdx.x), int threads = static_cast<int>(blockDim.x)) {
   if (!a.mask) return {nullptr, 0, nullptr};
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const uint8_t* base = flags + maskSlice(a, n) * nq * nk + (row ? static_cast<int64_t>(fixed) * nk : fixed);
   const int count = row ? nk : nq;
   const int64_t stride = row ? 1 : nk;
   if (count > kFlagsSmem) return {base, stride, nullptr};
-  for (int k = threadIdx.x; k < count; k += blockDim.x) smem[k] = base[k * stride];
+  for (int k = tid; k < count; k += threads) smem[k] = base[k * stride];
   return {base, stride, smem};
 }
 
@@ -1164,44 +1167,68 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
 // third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
 // AMPC_ATTENTION_WGMMA64=1 (forwardMma).
-// The wgmma forwards' keys: the block's live key tiles (those its flags do not mark dead) and their
-// K and V loads into stage `buf` of the swizzled stages at Ks (K as rows [j][d] where KR, K-major, or
-// KT [d][j], N-major; V [j][d], N-major).
-template <typename T, bool KR, int DK>
+// The wgmma forwards' keys: the block's live key tiles (those the flags of none of its WG warpgroups'
+// query tiles mark live are skipped) and their K and V loads into stage `buf` of the swizzled stages
+// at Ks (K as rows [j][d] where KR, K-major, or KT [d][j], N-major; V [j][d], N-major): one
+// warpgroup loads both, or of two, the first K and the second V (wg: the caller's warpgroup, wt its
+// thread index in it).
+template <typename T, bool KR, int DK, int WG>
 struct WgKeys {
   static constexpr int tile = DK * kTile;  // elements of a K or a V tile
   const T* Kn;
   const T* Vn;
   T* Ks;
-  TileFlags tf;
+  TileFlags tf[WG];
   int nk;
+  __device__ bool dead(int kt) const {
+    bool d = true;
+#pragma unroll
+    for (int w = 0; w < WG; ++w) d = d && tf[w][kt] == 1;
+    return d;
+  }
   __device__ int live(int kt) const {
-    while (kt < nk && tf[kt] == 1) ++kt;
+    while (kt < nk && dead(kt)) ++kt;
     return kt;
   }
-  __device__ void load(const AttentionArgs& a, int kt, int buf) const {
+  __device__ void load(const AttentionArgs& a, int kt, int buf, int wg, int wt) const {
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
     T* const Kb = Ks + buf * 2 * tile;
-    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
-    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
-    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+    if (wg == 0) {
+      if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D, wt);
+      else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0, wt);
+    }
+    if (wg == WG - 1) loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv, wt);
   }
 };
 
-// What every thread of a wgmma forward's block knows of its place: query tile qt (the last ones
-// first: under a causal mask they have the most key tiles), slice n, its mask slice, the step, and
-// the keys (the block's flags staged in flagsS; the constructor ends with a __syncthreads).
-template <typename T, bool KR, int DK>
+// What every thread of a wgmma forward's block knows of its place: its warpgroup wg (of WG) and
+// thread wt in it, the warpgroup's query tile qt (blocks of the last tiles first: under a causal mask
+// they have the most key tiles; qt >= nq: a warpgroup past the rows, whose flags are the last row's
+// and which records no keep bits), slice n, its mask slice, the step, and the keys (the flags staged
+// in flagsS, a row per warpgroup; the constructor ends with a __syncthreads).
+template <typename T, bool KR, int DK, int WG = 1>
 struct WgFwdBlock {
-  int qt, warp, lane, tq;
+  int wg, wt, qt, warp, lane, tq;
+  bool rows;  // qt < nq
   int64_t n, i0, mb;
   uint64_t step;
-  WgKeys<T, KR, DK> keys;
-  __device__ WgFwdBlock(const AttentionArgs& a, const uint8_t* flags, const T* KT, const T* V, T* Ks, uint8_t* flagsS)
-      : qt(static_cast<int>(gridDim.y - 1 - blockIdx.y)), warp(static_cast<int>(threadIdx.x >> 5)), lane(static_cast<int>(threadIdx.x & 31)),
-        tq(lane & 3), n(blockIdx.x), i0(static_cast<int64_t>(qt) * kTile), mb(maskSlice(a, n)), step(a.step ? *a.step : 0),
-        keys{KT + sliceAt(a.k, n), V + sliceAt(a.v, n), Ks, stageFlags(flags, a, n, true, qt, flagsS), static_cast<int>((a.Tk + kTile - 1) / kTile)} {
+  WgKeys<T, KR, DK, WG> keys;
+  __device__ WgFwdBlock(const AttentionArgs& a, const uint8_t* flags, const T* KT, const T* V, T* Ks, uint8_t (&flagsS)[WG][kFlagsSmem])
+      : wg(static_cast<int>(threadIdx.x >> 7)), wt(static_cast<int>(threadIdx.x & 127)),
+        qt(static_cast<int>(gridDim.y - 1 - blockIdx.y) * WG + wg), warp(wt >> 5), lane(wt & 31), tq(lane & 3),
+        rows(qt < static_cast<int>((a.Tq + kTile - 1) / kTile)), n(blockIdx.x), i0(static_cast<int64_t>(qt) * kTile), mb(maskSlice(a, n)),
+        step(a.step ? *a.step : 0), keys{KT + sliceAt(a.k, n), V + sliceAt(a.v, n), Ks, {}, static_cast<int>((a.Tk + kTile - 1) / kTile)} {
+    const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), base = static_cast<int>(gridDim.y - 1 - blockIdx.y) * WG;
+#pragma unroll
+    for (int w = 0; w < WG; ++w) keys.tf[w] = stageFlags(flags, a, n, true, min(base + w, nq - 1), flagsS[w]);
     __syncthreads();
+  }
+  __device__ uint8_t flag(int kt) const {  // this warpgroup's (no dynamic index into tf: it would go to local memory)
+    uint8_t f = keys.tf[0][kt];
+#pragma unroll
+    for (int w = 1; w < WG; ++w)
+      if (wg == w) f = keys.tf[w][kt];
+    return f;
   }
 };
 
@@ -1228,14 +1255,14 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
   // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
   T* const Qs = Ks + (DK == 64 ? 3 : 2) * 2 * tile;
-  __shared__ uint8_t flagsS[kFlagsSmem];
+  __shared__ uint8_t flagsS[1][kFlagsSmem];
   const WgFwdBlock<T, KR, DK> b(a, flags, KT, V, Ks, flagsS);  // the mma.sync kernel's grid
   const int qt = b.qt, warp = b.warp, lane = b.lane, tq = b.tq, nk = b.keys.nk;
   const int64_t n = b.n, i0 = b.i0, mb = b.mb;
   const uint64_t step = b.step;
-  const TileFlags& tf = b.keys.tf;
+  const TileFlags& tf = b.keys.tf[0];
   auto live = [&](int kt) { return b.keys.live(kt); };
-  auto loadKV = [&](int kt, int buf) { b.keys.load(a, kt, buf); };
+  auto loadKV = [&](int kt, int buf) { b.keys.load(a, kt, buf, 0, b.wt); };
   loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
@@ -1307,22 +1334,25 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
 // overlap the products instead of alternating with them. K and V stream in kWgPipeStages cp.async
 // stages, two key tiles ahead (tile i's stage, tile i - 1's V being read, tile i + 1 landing, tile
 // i + 2 issued into the stage of tile i - 2). Q keeps its own shared memory and its fragments are
-// read again every key tile (attnFwdWgKernel says why). Three blocks of one warpgroup a SM.
-// AMPC_ATTENTION_WGMMA64=2 (forwardMma).
+// read again every key tile (attnFwdWgKernel says why). WG warpgroups a block, each with its own
+// query tile of 64 rows, share the K and V tiles (WG 2: half the loads per product); a key tile dead
+// for one of them only (a causal diagonal) is computed by both, the dead one masked to -inf.
+// Grid (N, query tiles / WG). AMPC_ATTENTION_WGMMA64=2 (WG 1) or 3 (WG 2) (forwardMma).
 constexpr int kWgPipeStages = 4;
-template <typename T>
+template <typename T, int WG>
 size_t fwdSmemWgPipe() {  // + 1024: the panels start on 1024 bytes
-  return kWgPipeStages * 2 * 64 * kTile * sizeof(T) + 1024 + kTile * kPD<64> * sizeof(T);
+  return kWgPipeStages * 2 * 64 * kTile * sizeof(T) + 1024 + WG * kTile * kPD<64> * sizeof(T);
 }
-template <typename T, bool KR>
-__global__ void __launch_bounds__(kThreads, 3) attnFwdWgPipeKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                                   const uint8_t* flags, AttentionArgs a, PhiloxKeys pk) {
+template <typename T, bool KR, int WG>
+__global__ void __launch_bounds__(kThreads * WG, WG == 1 ? 3 : 1) attnFwdWgPipeKernel(const T* Q, const T* KT, const T* V, T* O,
+                                                                                     float* lse, const uint8_t* flags, AttentionArgs a,
+                                                                                     PhiloxKeys pk) {
   constexpr int DK = 64, tile = DK * kTile, ST = kWgPipeStages;  // tile: elements of a K or a V tile
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
-  T* const Qs = Ks + ST * 2 * tile;  // pitch kPD
-  __shared__ uint8_t flagsS[kFlagsSmem];
-  const WgFwdBlock<T, KR, DK> b(a, flags, KT, V, Ks, flagsS);
+  __shared__ uint8_t flagsS[WG][kFlagsSmem];
+  const WgFwdBlock<T, KR, DK, WG> b(a, flags, KT, V, Ks, flagsS);
+  T* const Qs = Ks + ST * 2 * tile + b.wg * kTile * kPD<DK>;  // this warpgroup's, pitch kPD
   const int nk = b.keys.nk;
   const int64_t n = b.n;
   auto live = [&](int kt) { return b.keys.live(kt); };
@@ -1330,10 +1360,10 @@ __global__ void __launch_bounds__(kThreads, 3) attnFwdWgPipeKernel(const T* Q, c
   int cur = live(0);
   int n1 = cur < nk ? live(cur + 1) : nk;
   int n2 = n1 < nk ? live(n1 + 1) : nk;
-  loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + b.i0 * a.q.sRow, a.q.sRow, a.Tq - b.i0, a.D);
-  if (cur < nk) b.keys.load(a, cur, 0);
+  loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + b.i0 * a.q.sRow, a.q.sRow, a.Tq - b.i0, a.D, b.wt);
+  if (cur < nk) b.keys.load(a, cur, 0, b.wg, b.wt);
   cpAsyncCommit();  // Q and tile 0
-  if (n1 < nk) b.keys.load(a, n1, 1);
+  if (n1 < nk) b.keys.load(a, n1, 1, b.wg, b.wt);
   cpAsyncCommit();
   float o[DK / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -1345,7 +1375,7 @@ __global__ void __launch_bounds__(kThreads, 3) attnFwdWgPipeKernel(const T* Q, c
     cpAsyncWait<1>();  // tile i (and Q); tile i + 1 may still land
     wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
     __syncthreads();   // and every warp has waited for tile i - 2's P V (last iteration): its stage is free
-    if (n2 < nk) b.keys.load(a, n2, (i + 2) % ST);
+    if (n2 < nk) b.keys.load(a, n2, (i + 2) % ST, b.wg, b.wt);
     cpAsyncCommit();
     const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile);
     uint32_t qf[DK / 16][4];
@@ -1364,7 +1394,7 @@ __global__ void __launch_bounds__(kThreads, 3) attnFwdWgPipeKernel(const T* Q, c
     const int64_t j0 = static_cast<int64_t>(cur) * kTile;
     uint32_t kb[1] = {0};
     if (a.ratio > 0.0f) {
-      uint32_t* const kp[1] = {a.keep ? a.keep + keepTile(a, n, b.qt, cur) + b.warp * 32 + b.lane : nullptr};
+      uint32_t* const kp[1] = {a.keep && b.rows ? a.keep + keepTile(a, n, b.qt, cur) + b.warp * 32 + b.lane : nullptr};
       dropoutBits<1, false>(kb, reinterpret_cast<float(&)[1][8][4]>(s), a, pk, n, reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0,
                             b.tq, b.step, kp);
     }
@@ -1372,7 +1402,7 @@ __global__ void __launch_bounds__(kThreads, 3) attnFwdWgPipeKernel(const T* Q, c
     wg::pin(s);
     wg::pinA(qf);
     float alpha[1][2];
-    const uint8_t f[1] = {b.keys.tf[cur]};
+    const uint8_t f[1] = {b.flag(cur)};
     softmaxScores<1>(reinterpret_cast<float(&)[1][8][4]>(s), reinterpret_cast<float(&)[1][2]>(m), reinterpret_cast<float(&)[1][2]>(l),
                      alpha, a, b.mb, reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0, f, b.tq);
     if (a.ratio > 0.0f) applyKeepBits(s, kb[0]);
@@ -1745,6 +1775,19 @@ cudaError_t forwardMmaLaunch(const void* Q, const void* KT, const void* V, void*
       static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
   return cudaGetLastError();
 }
+#if AMPC_WGMMA
+// The pipelined wgmma forward at head tile 64, WG warpgroups a block.
+template <typename T, int WG>
+cudaError_t forwardWgPipe(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
+  static const cudaError_t mattr = smemAttributes(attnFwdWgPipeKernel<T, false, WG>, fwdSmemWgPipe<T, WG>());
+  static const cudaError_t rattr = smemAttributes(attnFwdWgPipeKernel<T, true, WG>, fwdSmemWgPipe<T, WG>());
+  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
+  const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, WG * kTile)));
+  (a.kRows ? attnFwdWgPipeKernel<T, true, WG> : attnFwdWgPipeKernel<T, false, WG>)<<<grid, kThreads * WG, fwdSmemWgPipe<T, WG>(), st>>>(
+      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
+  return cudaGetLastError();
+}
+#endif
 // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
@@ -1758,15 +1801,8 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
   if constexpr (DK == 128 || DK == 64) {
     const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
     const char* w64 = std::getenv("AMPC_ATTENTION_WGMMA64");
-    if (DK == 64 && w64 && w64[0] == '2') {
-      static const cudaError_t pattr = smemAttributes(attnFwdWgPipeKernel<T, false>, fwdSmemWgPipe<T>());
-      static const cudaError_t prattr = smemAttributes(attnFwdWgPipeKernel<T, true>, fwdSmemWgPipe<T>());
-      if (pattr != cudaSuccess || prattr != cudaSuccess) return pattr != cudaSuccess ? pattr : prattr;
-      const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
-      (a.kRows ? attnFwdWgPipeKernel<T, true> : attnFwdWgPipeKernel<T, false>)<<<grid, kThreads, fwdSmemWgPipe<T>(), st>>>(
-          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
-      return cudaGetLastError();
-    }
+    if (DK == 64 && w64 && (w64[0] == '2' || w64[0] == '3')) return w64[0] == '2' ? forwardWgPipe<T, 1>(Q, KT, V, O, lse, a, st)
+                                                                             : forwardWgPipe<T, 2>(Q, KT, V, O, lse, a, st);
     if (DK == 128 ? !(e && e[0] == '1') : (w64 && w64[0] == '1')) {
       static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
       static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
