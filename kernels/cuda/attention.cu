@@ -3,8 +3,8 @@
 //
 // Tiles of 64 queries x 64 keys, four warps per block. f16/bf16 with head dims multiples of 8 up to
 // 128 (and, with dropout, Tk a multiple of 8) run the mma.sync kernels further down (one-pass
-// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward at head
-// dims 65-128 issues its products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
+// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward issues its
+// products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
 // (zero-padded), the products run on tensor cores through WMMA 16x16x16 (f16/bf16 in, f32
 // accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block per lane
 // (WarpMma<float>), as follows.
@@ -806,12 +806,14 @@ __device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
 }
 
 // One key tile of the one-pass forward on a warp's MT m-tiles of 16 x 64 scores in m16n8 C layout
-// (rows g and g + 8 of each 16, lane (g, tq)), in three parts (softmaxTiles runs them in order; the
-// pipelined wgmma forward draws the dropout bits first and rescales O later):
+// (rows g and g + 8 of each 16, lane (g, tq)), in three parts that softmaxTiles runs in order (a
+// kernel may also draw the dropout bits first, while its score product runs, and rescale O later, as
+// stop 66's pipelined forward did):
 //   softmaxScores: scale and mask (flag: each m-tile's TileFlags entry; 1, a dead tile, gives every
 //     score -inf), the online softmax (m, l, and alpha, each row's factor on O);
 //   rescaleRows: O times alpha;
-//   dropoutBits: dropout's keep bits, also into *keep[mt] (null: not recorded).
+//   dropoutBits: dropout's keep bits, also into *keep[mt] (null: not recorded), the dropped
+//     probabilities zeroed.
 // The m-tiles' rows are rowI, the tile's first key j0. Each phase runs over every m-tile before the
 // next, so that their chains (shuffles, MUFU, Philox rounds) interleave. Dropped probabilities become
 // 0; the kept ones are not scaled by 1 / (1 - ratio) here: storeRows scales O once (the CPU reference
@@ -925,8 +927,8 @@ __device__ __forceinline__ void rescaleRows(float (&o)[MT][DK / 8][4], const flo
 // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
 // transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
 // m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
-// Apply: also zero the dropped probabilities of s (one select an element, from the comparison).
-template <int MT, bool Apply>
+// The dropped probabilities of s become 0 (one select an element, from the comparison).
+template <int MT>
 __device__ __forceinline__ void dropoutBits(uint32_t (&kb)[MT], float (&s)[MT][8][4], const AttentionArgs& a, const PhiloxKeys& pk,
                                             int64_t n, const int64_t (&rowI)[MT][2], int64_t j0, int tq, uint64_t step,
                                             uint32_t* const (&keep)[MT]) {
@@ -946,8 +948,8 @@ __device__ __forceinline__ void dropoutBits(uint32_t (&kb)[MT], float (&s)[MT][8
         for (int k = 0; k < 4; ++k) {
           const int nt = 4 * h + k;
           const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
-          if (Apply && !k0) s[mt][nt][2 * r] = 0.0f;
-          if (Apply && !k1) s[mt][nt][2 * r + 1] = 0.0f;
+          if (!k0) s[mt][nt][2 * r] = 0.0f;
+          if (!k1) s[mt][nt][2 * r + 1] = 0.0f;
           if (k0) kb[mt] |= 1u << (nt * 4 + r * 2);
           if (k1) kb[mt] |= 1u << (nt * 4 + r * 2 + 1);
         }
@@ -955,14 +957,6 @@ __device__ __forceinline__ void dropoutBits(uint32_t (&kb)[MT], float (&s)[MT][8
     }
     if (keep[mt]) *keep[mt] = kb[mt];
   }
-}
-// Dropped probabilities become 0 (keep bits as dropoutBits lays them out; drawn earlier).
-__device__ __forceinline__ void applyKeepBits(float (&s)[8][4], uint32_t kb) {
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (!((kb >> (nt * 4 + e)) & 1u)) s[nt][e] = 0.0f;
 }
 // The whole key tile: scores, O's rescale, dropout.
 template <int DK, int MT>
@@ -975,7 +969,7 @@ __device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT
   rescaleRows<DK, MT>(o, alpha);
   if (a.ratio > 0.0f) {
     uint32_t kb[MT];
-    dropoutBits<MT, true>(kb, s, a, pk, n, rowI, j0, tq, step, keep);
+    dropoutBits<MT>(kb, s, a, pk, n, rowI, j0, tq, step, keep);
   }
 }
 // One m-tile (the mma.sync forward at head tile 128, the wgmma forward).
@@ -1165,10 +1159,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
 // gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
-// third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
-// AMPC_ATTENTION_WGMMA64=1 (forwardMma).
-// The wgmma forwards' keys: the block's live key tiles (those the flags of none of its WG warpgroups'
-// query tiles mark live are skipped) and their K and V loads into stage `buf` of the swizzled stages
+// third stage, loaded once). The default forward at both head tiles (forwardMma).
+// The wgmma forward's keys: the block's live key tiles (those the flags of none of its WG warpgroups'
+// query tiles mark live are skipped; WG 2 was a pipelined forward's, tried and taken out in stop 66:
+// tools/bench/NOTES.md) and their K and V loads into stage `buf` of the swizzled stages
 // at Ks (K as rows [j][d] where KR, K-major, or KT [d][j], N-major; V [j][d], N-major): one
 // warpgroup loads both, or of two, the first K and the second V (wg: the caller's warpgroup, wt its
 // thread index in it).
@@ -1324,110 +1318,6 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     k1 = k2;
   }
   storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, tq);
-}
-
-// The head-64 wgmma forward, pipelined within the warpgroup (FlashAttention-3's intra-warpgroup
-// overlap): key tile i's score product S_i = Q K_i^T and tile i - 1's O += P_{i-1} V_{i-1} are issued
-// together, then the dropout bits of tile i are drawn (they read no score) while both run, the
-// softmax of S_i waits for S_i only and runs while P_{i-1} V_{i-1} is still on the tensor cores, and
-// O's rescale by tile i's factors waits for that product. So the Philox rounds and the exponentials
-// overlap the products instead of alternating with them. K and V stream in kWgPipeStages cp.async
-// stages, two key tiles ahead (tile i's stage, tile i - 1's V being read, tile i + 1 landing, tile
-// i + 2 issued into the stage of tile i - 2). Q keeps its own shared memory and its fragments are
-// read again every key tile (attnFwdWgKernel says why). WG warpgroups a block, each with its own
-// query tile of 64 rows, share the K and V tiles (WG 2: half the loads per product); a key tile dead
-// for one of them only (a causal diagonal) is computed by both, the dead one masked to -inf.
-// Grid (N, query tiles / WG). AMPC_ATTENTION_WGMMA64=2 (WG 1) or 3 (WG 2) (forwardMma).
-constexpr int kWgPipeStages = 4;
-template <typename T, int WG>
-size_t fwdSmemWgPipe() {  // + 1024: the panels start on 1024 bytes
-  return kWgPipeStages * 2 * 64 * kTile * sizeof(T) + 1024 + WG * kTile * kPD<64> * sizeof(T);
-}
-template <typename T, bool KR, int WG>
-__global__ void __launch_bounds__(kThreads * WG, WG == 1 ? 3 : 1) attnFwdWgPipeKernel(const T* Q, const T* KT, const T* V, T* O,
-                                                                                     float* lse, const uint8_t* flags, AttentionArgs a,
-                                                                                     PhiloxKeys pk) {
-  constexpr int DK = 64, tile = DK * kTile, ST = kWgPipeStages;  // tile: elements of a K or a V tile
-  extern __shared__ __align__(128) unsigned char smemRaw[];
-  T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
-  __shared__ uint8_t flagsS[WG][kFlagsSmem];
-  const WgFwdBlock<T, KR, DK, WG> b(a, flags, KT, V, Ks, flagsS);
-  T* const Qs = Ks + ST * 2 * tile + b.wg * kTile * kPD<DK>;  // this warpgroup's, pitch kPD
-  const int nk = b.keys.nk;
-  const int64_t n = b.n;
-  auto live = [&](int kt) { return b.keys.live(kt); };
-  // Live key tiles in order: cur (index i, stage i % ST), then n1, n2.
-  int cur = live(0);
-  int n1 = cur < nk ? live(cur + 1) : nk;
-  int n2 = n1 < nk ? live(n1 + 1) : nk;
-  loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + b.i0 * a.q.sRow, a.q.sRow, a.Tq - b.i0, a.D, b.wt);
-  if (cur < nk) b.keys.load(a, cur, 0, b.wg, b.wt);
-  cpAsyncCommit();  // Q and tile 0
-  if (n1 < nk) b.keys.load(a, n1, 1, b.wg, b.wt);
-  cpAsyncCommit();
-  float o[DK / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int64_t rowI[2] = {b.i0 + b.warp * 16 + (b.lane >> 2), b.i0 + b.warp * 16 + (b.lane >> 2) + 8};
-  uint32_t pa[4][4];  // the previous tile's probabilities, the A operand of its P V
-  int prevBuf = -1;
-  for (int i = 0; cur < nk; ++i) {
-    const int buf = i % ST;
-    cpAsyncWait<1>();  // tile i (and Q); tile i + 1 may still land
-    wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
-    __syncthreads();   // and every warp has waited for tile i - 2's P V (last iteration): its stage is free
-    if (n2 < nk) b.keys.load(a, n2, (i + 2) % ST, b.wg, b.wt);
-    cpAsyncCommit();
-    const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile);
-    uint32_t qf[DK / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < DK / 16; ++ks) ldsm4(qf[ks], aRowMajor(Qs, kPD<DK>, b.warp * 16, ks * 16));
-    float s[8][4];
-    wg::fence();
-    wgScores<T, KR, DK>(s, qf, kAddr);
-    wg::commit();
-    if (prevBuf >= 0) {
-      const uint32_t vAddr = smemAddr(Ks + prevBuf * 2 * tile + tile);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma64<T, 1>(o, pa[kk], wg::desc(vAddr + kk * 2048, kTile * 128, 1024), 1);
-    }
-    wg::commit();
-    const int64_t j0 = static_cast<int64_t>(cur) * kTile;
-    uint32_t kb[1] = {0};
-    if (a.ratio > 0.0f) {
-      uint32_t* const kp[1] = {a.keep && b.rows ? a.keep + keepTile(a, n, b.qt, cur) + b.warp * 32 + b.lane : nullptr};
-      dropoutBits<1, false>(kb, reinterpret_cast<float(&)[1][8][4]>(s), a, pk, n, reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0,
-                            b.tq, b.step, kp);
-    }
-    wg::wait1();  // S_i; P_{i-1} V_{i-1} may still run
-    wg::pin(s);
-    wg::pinA(qf);
-    float alpha[1][2];
-    const uint8_t f[1] = {b.flag(cur)};
-    softmaxScores<1>(reinterpret_cast<float(&)[1][8][4]>(s), reinterpret_cast<float(&)[1][2]>(m), reinterpret_cast<float(&)[1][2]>(l),
-                     alpha, a, b.mb, reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0, f, b.tq);
-    if (a.ratio > 0.0f) applyKeepBits(s, kb[0]);
-    wg::wait0();  // P_{i-1} V_{i-1}
-    wg::pin(o);
-    wg::pinA(pa);  // read by that product until the wait
-    rescaleRows<DK, 1>(reinterpret_cast<float(&)[1][DK / 8][4]>(o), alpha);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) cToA<T>(pa[kk], s, kk);
-    prevBuf = buf;
-    cur = n1;
-    n1 = n2;
-    n2 = n2 < nk ? live(n2 + 1) : nk;
-  }
-  if (prevBuf >= 0) {  // the last tile's P V
-    const uint32_t vAddr = smemAddr(Ks + prevBuf * 2 * tile + tile);
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::mma64<T, 1>(o, pa[kk], wg::desc(vAddr + kk * 2048, kTile * 128, 1024), 1);
-    wg::commit();
-    wg::wait0();
-    wg::pin(o);
-    wg::pinA(pa);
-  }
-  storeRows<T, DK>(o, m, l, a, O, lse, n, rowI, b.tq);
 }
 #endif
 
@@ -1775,35 +1665,20 @@ cudaError_t forwardMmaLaunch(const void* Q, const void* KT, const void* V, void*
       static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
   return cudaGetLastError();
 }
-#if AMPC_WGMMA
-// The pipelined wgmma forward at head tile 64, WG warpgroups a block.
-template <typename T, int WG>
-cudaError_t forwardWgPipe(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
-  static const cudaError_t mattr = smemAttributes(attnFwdWgPipeKernel<T, false, WG>, fwdSmemWgPipe<T, WG>());
-  static const cudaError_t rattr = smemAttributes(attnFwdWgPipeKernel<T, true, WG>, fwdSmemWgPipe<T, WG>());
-  if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
-  const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, WG * kTile)));
-  (a.kRows ? attnFwdWgPipeKernel<T, true, WG> : attnFwdWgPipeKernel<T, false, WG>)<<<grid, kThreads * WG, fwdSmemWgPipe<T, WG>(), st>>>(
-      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
-  return cudaGetLastError();
-}
-#endif
 // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
 #if AMPC_WGMMA
-  // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it is opt-in
-  // (AMPC_ATTENTION_WGMMA64=1: attn_bench, gpu_tests): until stop 65 it failed wherever a row had more
-  // than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel). Fixed, it ran the
-  // GPT-2 shape's forward 6-14% faster than mma.sync on an H100 (tools/bench/NOTES.md); head dims up to
-  // 64 keep mma.sync by default until the whole GPU suite and the GPT-2 step have run with it.
-  // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128 too (comparisons: attn_bench, gpu_tests).
+  // The wgmma forward at both head tiles (head dims up to 128). At 64 it was opt-in until stop 66: until
+  // stop 65 it failed wherever a row had more than one key tile (ptxas reused Q's fragments' registers:
+  // see attnFwdWgKernel); fixed, it passed every GpuAttention case and ran the GPT-2 shape's forward
+  // 6-14% faster than mma.sync on an H100 (tools/bench/NOTES.md, stops 65-66).
+  // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128; AMPC_ATTENTION_WGMMA64=0: at 64
+  // (comparisons: attn_bench, gpu_tests).
   if constexpr (DK == 128 || DK == 64) {
     const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
     const char* w64 = std::getenv("AMPC_ATTENTION_WGMMA64");
-    if (DK == 64 && w64 && (w64[0] == '2' || w64[0] == '3')) return w64[0] == '2' ? forwardWgPipe<T, 1>(Q, KT, V, O, lse, a, st)
-                                                                             : forwardWgPipe<T, 2>(Q, KT, V, O, lse, a, st);
-    if (DK == 128 ? !(e && e[0] == '1') : (w64 && w64[0] == '1')) {
+    if (DK == 128 ? !(e && e[0] == '1') : !(w64 && w64[0] == '0')) {
       static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
       static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
       if (wattr != cudaSuccess || wrattr != cudaSuccess) return wattr != cudaSuccess ? wattr : wrattr;
