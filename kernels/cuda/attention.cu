@@ -3,8 +3,8 @@
 //
 // Tiles of 64 queries x 64 keys, four warps per block. f16/bf16 with head dims multiples of 8 up to
 // 128 (and, with dropout, Tk a multiple of 8) run the mma.sync kernels further down (one-pass
-// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward issues its
-// products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
+// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward at head
+// dims 65-128 issues its products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
 // (zero-padded), the products run on tensor cores through WMMA 16x16x16 (f16/bf16 in, f32
 // accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block per lane
 // (WarpMma<float>), as follows.
@@ -1159,7 +1159,8 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
 // gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
-// third stage, loaded once). The default forward at both head tiles (forwardMma).
+// third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
+// AMPC_ATTENTION_WGMMA64=1 (forwardMma).
 // The wgmma forward's keys: the block's live key tiles (those the flags of none of its WG warpgroups'
 // query tiles mark live are skipped; WG 2 was a pipelined forward's, tried and taken out in stop 66:
 // tools/bench/NOTES.md) and their K and V loads into stage `buf` of the swizzled stages
@@ -1669,16 +1670,17 @@ cudaError_t forwardMmaLaunch(const void* Q, const void* KT, const void* V, void*
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
 #if AMPC_WGMMA
-  // The wgmma forward at both head tiles (head dims up to 128). At 64 it was opt-in until stop 66: until
-  // stop 65 it failed wherever a row had more than one key tile (ptxas reused Q's fragments' registers:
-  // see attnFwdWgKernel); fixed, it passed every GpuAttention case and ran the GPT-2 shape's forward
-  // 6-14% faster than mma.sync on an H100 (tools/bench/NOTES.md, stops 65-66).
-  // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128; AMPC_ATTENTION_WGMMA64=0: at 64
-  // (comparisons: attn_bench, gpu_tests).
+  // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it is opt-in
+  // (AMPC_ATTENTION_WGMMA64=1: attn_bench, gpu_tests): until stop 65 it failed wherever a row had more
+  // than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel). Fixed, it passes
+  // every GpuAttention case and ran the GPT-2 shape's forward 6-14% faster than mma.sync on an H100
+  // (tools/bench/NOTES.md, stops 65-66); head dims up to 64 keep mma.sync by default until the whole
+  // GPU suite and the GPT-2 step have run with it (stop 66 had no device time left for them).
+  // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128 too (comparisons: attn_bench, gpu_tests).
   if constexpr (DK == 128 || DK == 64) {
     const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
     const char* w64 = std::getenv("AMPC_ATTENTION_WGMMA64");
-    if (DK == 128 ? !(e && e[0] == '1') : !(w64 && w64[0] == '0')) {
+    if (DK == 128 ? !(e && e[0] == '1') : (w64 && w64[0] == '1')) {
       static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
       static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
       if (wattr != cudaSuccess || wrattr != cudaSuccess) return wattr != cudaSuccess ? wattr : wrattr;

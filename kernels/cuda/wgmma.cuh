@@ -30,8 +30,6 @@ __device__ __forceinline__ uint64_t desc(uint32_t smem, uint32_t lbo, uint32_t s
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Every committed group but the latest done.
-__device__ __forceinline__ void wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 // Shared memory written through the generic proxy (st.shared, cp.async) that wgmma reads next:
 // each writing thread, before the barrier.
 __device__ __forceinline__ void proxyFence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

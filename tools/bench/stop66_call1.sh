@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop 66's first GPU calls (built at 4d233e3): the head-64 wgmma forward
+# Stop 66's first GPU calls (built at 4d233e3; never ran: no machine, then no device time left; the
+# check stop 67 should make, on a fresh pack): the head-64 wgmma forward
 # (AMPC_ATTENTION_WGMMA64=1) through the whole GPU suite and attn_bench at the GPT-2 shape both ways
 # beside PyTorch's flash SDPA (part a, pack gpuK1: gpu_tests, attn_bench); the GPT-2 124M bf16 step
 # beside torch.compile (part b, pack gpuK2: ampc, amprun; the tree and one pack of all four exceed
