@@ -695,10 +695,8 @@ __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_grou
 // or rows that do not (KT [d][j] with Tk not a multiple of 8, as ViT's 197 tokens), load element by
 // element (plain stores, seen by the block after the __syncthreads that follows the cp.async wait).
 // SW: into the wgmma layout instead (wgmma.cuh: panels of 64 columns, 128-byte swizzle; p unused).
-// tid: this thread's index among the kThreads that load the tile (a warpgroup's, where several share
-// a block).
 template <int R, int C, bool SW = false, typename T>
-__device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols, int tid = static_cast<int>(threadIdx.x)) {
+__device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows, int64_t cols) {
   static_assert(C % (SW ? 64 : 8) == 0, "rows load in chunks of 8 elements, swizzled tiles in panels of 64");
   const bool aligned = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0;
   // 16-byte rows and a whole number of chunks a row (every tile of an aligned operand): each thread
@@ -709,7 +707,7 @@ __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows,
   constexpr int rowChunks = C / 8, rowStep = kThreads / rowChunks, perThread = R * rowChunks / kThreads;
   if constexpr (kThreads % rowChunks == 0 && (R * rowChunks) % kThreads == 0 && rowStep % 8 == 0) {
     if (aligned && cols % 8 == 0) {
-      const int r0 = tid / rowChunks, k = (tid % rowChunks) * 8;
+      const int r0 = threadIdx.x / rowChunks, k = (threadIdx.x % rowChunks) * 8;
       T* dst = SW ? s + (k / 64) * (R * 64) + r0 * 64 + ((((k % 64) >> 3) ^ (r0 & 7)) << 3) : s + r0 * p + k;
       const int dstStep = SW ? rowStep * 64 : rowStep * p;
       const T* src = g + r0 * ld + k;
@@ -723,7 +721,7 @@ __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows,
       return;
     }
   }
-  for (int c = tid; c < R * (C / 8); c += kThreads) {
+  for (int c = threadIdx.x; c < R * (C / 8); c += kThreads) {
     const int r = c / (C / 8), k = (c % (C / 8)) * 8;
     T* dst = SW ? s + (k / 64) * (R * 64) + r * 64 + ((((k % 64) >> 3) ^ (r & 7)) << 3) : s + r * p + k;
     if (r < rows && k < cols) {
@@ -753,15 +751,14 @@ struct TileFlags {
 };
 // Row (key tiles of query tile qt) or column (query tiles of key tile kt) of n's flags; call with
 // every thread of the block, before a __syncthreads.
-__device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, int64_t n, bool row, int fixed, uint8_t* smem,
-                                int tid = static_cast<int>(threadIdx.x), int threads = static_cast<int>(blockDim.x)) {
+__device__ TileFlags stageFlags(const uint8_t* flags, const AttentionArgs& a, int64_t n, bool row, int fixed, uint8_t* smem) {
   if (!a.mask) return {nullptr, 0, nullptr};
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const uint8_t* base = flags + maskSlice(a, n) * nq * nk + (row ? static_cast<int64_t>(fixed) * nk : fixed);
   const int count = row ? nk : nq;
   const int64_t stride = row ? 1 : nk;
   if (count > kFlagsSmem) return {base, stride, nullptr};
-  for (int k = tid; k < count; k += threads) smem[k] = base[k * stride];
+  for (int k = threadIdx.x; k < count; k += blockDim.x) smem[k] = base[k * stride];
   return {base, stride, smem};
 }
 
@@ -1149,81 +1146,44 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 }
 
 #if AMPC_WGMMA
-// The forward on Hopper's warpgroup products (wgmma.cuh): the mma.sync kernel's one-pass loop, its
-// grid, tiles, softmax, dropout and keep bits, with the two products per key tile issued by the
-// whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
-// ldmatrix. Q is the score product's A operand in registers; K and V tiles are stored swizzled
-// (loadTileAsync<R, C, true>), K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d]
-// (N-major). Three stages of K and V (32 KB at head tile 128: two blocks per SM). At head tile 64 Q
-// also keeps its own 9 KB and its fragments are read again from there every key tile: ptxas
-// (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
-// gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
-// of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
-// third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
-// AMPC_ATTENTION_WGMMA64=1 (forwardMma).
-// The wgmma forward's keys: the block's live key tiles (those the flags of none of its WG warpgroups'
-// query tiles mark live are skipped; WG 2 was a pipelined forward's, tried and taken out in stop 66:
-// tools/bench/NOTES.md) and their K and V loads into stage `buf` of the swizzled stages
-// at Ks (K as rows [j][d] where KR, K-major, or KT [d][j], N-major; V [j][d], N-major): one
-// warpgroup loads both, or of two, the first K and the second V (wg: the caller's warpgroup, wt its
-// thread index in it).
-template <typename T, bool KR, int DK, int WG>
+// The wgmma forward's keys: the block's live key tiles (those its flags do not mark dead) and their
+// K and V loads into stage `buf` of the swizzled stages at Ks (K as rows [j][d] where KR, K-major, or
+// KT [d][j], N-major; V [j][d], N-major).
+template <typename T, bool KR, int DK>
 struct WgKeys {
   static constexpr int tile = DK * kTile;  // elements of a K or a V tile
   const T* Kn;
   const T* Vn;
   T* Ks;
-  TileFlags tf[WG];
+  TileFlags tf;
   int nk;
-  __device__ bool dead(int kt) const {
-    bool d = true;
-#pragma unroll
-    for (int w = 0; w < WG; ++w) d = d && tf[w][kt] == 1;
-    return d;
-  }
   __device__ int live(int kt) const {
-    while (kt < nk && dead(kt)) ++kt;
+    while (kt < nk && tf[kt] == 1) ++kt;
     return kt;
   }
-  __device__ void load(const AttentionArgs& a, int kt, int buf, int wg, int wt) const {
+  __device__ void load(const AttentionArgs& a, int kt, int buf) const {
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
     T* const Kb = Ks + buf * 2 * tile;
-    if (wg == 0) {
-      if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D, wt);
-      else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0, wt);
-    }
-    if (wg == WG - 1) loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv, wt);
+    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
+    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
+    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   }
 };
 
-// What every thread of a wgmma forward's block knows of its place: its warpgroup wg (of WG) and
-// thread wt in it, the warpgroup's query tile qt (blocks of the last tiles first: under a causal mask
-// they have the most key tiles; qt >= nq: a warpgroup past the rows, whose flags are the last row's
-// and which records no keep bits), slice n, its mask slice, the step, and the keys (the flags staged
-// in flagsS, a row per warpgroup; the constructor ends with a __syncthreads).
-template <typename T, bool KR, int DK, int WG = 1>
+// What every thread of a wgmma forward's block knows of its place: query tile qt (the last ones
+// first: under a causal mask they have the most key tiles), slice n, its mask slice, the step, and
+// the keys (the block's flags staged in flagsS; the constructor ends with a __syncthreads).
+template <typename T, bool KR, int DK>
 struct WgFwdBlock {
-  int wg, wt, qt, warp, lane, tq;
-  bool rows;  // qt < nq
+  int qt, warp, lane, tq;
   int64_t n, i0, mb;
   uint64_t step;
-  WgKeys<T, KR, DK, WG> keys;
-  __device__ WgFwdBlock(const AttentionArgs& a, const uint8_t* flags, const T* KT, const T* V, T* Ks, uint8_t (&flagsS)[WG][kFlagsSmem])
-      : wg(static_cast<int>(threadIdx.x >> 7)), wt(static_cast<int>(threadIdx.x & 127)),
-        qt(static_cast<int>(gridDim.y - 1 - blockIdx.y) * WG + wg), warp(wt >> 5), lane(wt & 31), tq(lane & 3),
-        rows(qt < static_cast<int>((a.Tq + kTile - 1) / kTile)), n(blockIdx.x), i0(static_cast<int64_t>(qt) * kTile), mb(maskSlice(a, n)),
-        step(a.step ? *a.step : 0), keys{KT + sliceAt(a.k, n), V + sliceAt(a.v, n), Ks, {}, static_cast<int>((a.Tk + kTile - 1) / kTile)} {
-    const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), base = static_cast<int>(gridDim.y - 1 - blockIdx.y) * WG;
-#pragma unroll
-    for (int w = 0; w < WG; ++w) keys.tf[w] = stageFlags(flags, a, n, true, min(base + w, nq - 1), flagsS[w]);
+  WgKeys<T, KR, DK> keys;
+  __device__ WgFwdBlock(const AttentionArgs& a, const uint8_t* flags, const T* KT, const T* V, T* Ks, uint8_t* flagsS)
+      : qt(static_cast<int>(gridDim.y - 1 - blockIdx.y)), warp(static_cast<int>(threadIdx.x >> 5)), lane(static_cast<int>(threadIdx.x & 31)),
+        tq(lane & 3), n(blockIdx.x), i0(static_cast<int64_t>(qt) * kTile), mb(maskSlice(a, n)), step(a.step ? *a.step : 0),
+        keys{KT + sliceAt(a.k, n), V + sliceAt(a.v, n), Ks, stageFlags(flags, a, n, true, qt, flagsS), static_cast<int>((a.Tk + kTile - 1) / kTile)} {
     __syncthreads();
-  }
-  __device__ uint8_t flag(int kt) const {  // this warpgroup's (no dynamic index into tf: it would go to local memory)
-    uint8_t f = keys.tf[0][kt];
-#pragma unroll
-    for (int w = 1; w < WG; ++w)
-      if (wg == w) f = keys.tf[w][kt];
-    return f;
   }
 };
 
@@ -1237,6 +1197,18 @@ __device__ __forceinline__ void wgScores(float (&s)[8][4], const uint32_t (&qf)[
   }
 }
 
+// The forward on Hopper's warpgroup products (wgmma.cuh): the mma.sync kernel's one-pass loop, its
+// grid, tiles, softmax, dropout and keep bits, with the two products per key tile issued by the
+// whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
+// ldmatrix. Q is the score product's A operand in registers; K and V tiles are stored swizzled
+// (loadTileAsync<R, C, true>), K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d]
+// (N-major). Three stages of K and V (32 KB at head tile 128: two blocks per SM). At head tile 64 Q
+// also keeps its own 9 KB and its fragments are read again from there every key tile: ptxas
+// (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
+// gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
+// of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
+// third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
+// AMPC_ATTENTION_WGMMA64=1 (forwardMma).
 template <typename T, int DK>
 size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
   return 3 * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
@@ -1250,14 +1222,14 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
   // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
   T* const Qs = Ks + (DK == 64 ? 3 : 2) * 2 * tile;
-  __shared__ uint8_t flagsS[1][kFlagsSmem];
+  __shared__ uint8_t flagsS[kFlagsSmem];
   const WgFwdBlock<T, KR, DK> b(a, flags, KT, V, Ks, flagsS);  // the mma.sync kernel's grid
   const int qt = b.qt, warp = b.warp, lane = b.lane, tq = b.tq, nk = b.keys.nk;
   const int64_t n = b.n, i0 = b.i0, mb = b.mb;
   const uint64_t step = b.step;
-  const TileFlags& tf = b.keys.tf[0];
+  const TileFlags& tf = b.keys.tf;
   auto live = [&](int kt) { return b.keys.live(kt); };
-  auto loadKV = [&](int kt, int buf) { b.keys.load(a, kt, buf, 0, b.wt); };
+  auto loadKV = [&](int kt, int buf) { b.keys.load(a, kt, buf); };
   loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
