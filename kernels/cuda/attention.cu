@@ -1146,57 +1146,6 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 }
 
 #if AMPC_WGMMA
-// The wgmma forward's keys: the block's live key tiles (those its flags do not mark dead) and their
-// K and V loads into stage `buf` of the swizzled stages at Ks (K as rows [j][d] where KR, K-major, or
-// KT [d][j], N-major; V [j][d], N-major).
-template <typename T, bool KR, int DK>
-struct WgKeys {
-  static constexpr int tile = DK * kTile;  // elements of a K or a V tile
-  const T* Kn;
-  const T* Vn;
-  T* Ks;
-  TileFlags tf;
-  int nk;
-  __device__ int live(int kt) const {
-    while (kt < nk && tf[kt] == 1) ++kt;
-    return kt;
-  }
-  __device__ void load(const AttentionArgs& a, int kt, int buf) const {
-    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    T* const Kb = Ks + buf * 2 * tile;
-    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
-    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
-    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
-  }
-};
-
-// What every thread of a wgmma forward's block knows of its place: query tile qt (the last ones
-// first: under a causal mask they have the most key tiles), slice n, its mask slice, the step, and
-// the keys (the block's flags staged in flagsS; the constructor ends with a __syncthreads).
-template <typename T, bool KR, int DK>
-struct WgFwdBlock {
-  int qt, warp, lane, tq;
-  int64_t n, i0, mb;
-  uint64_t step;
-  WgKeys<T, KR, DK> keys;
-  __device__ WgFwdBlock(const AttentionArgs& a, const uint8_t* flags, const T* KT, const T* V, T* Ks, uint8_t* flagsS)
-      : qt(static_cast<int>(gridDim.y - 1 - blockIdx.y)), warp(static_cast<int>(threadIdx.x >> 5)), lane(static_cast<int>(threadIdx.x & 31)),
-        tq(lane & 3), n(blockIdx.x), i0(static_cast<int64_t>(qt) * kTile), mb(maskSlice(a, n)), step(a.step ? *a.step : 0),
-        keys{KT + sliceAt(a.k, n), V + sliceAt(a.v, n), Ks, stageFlags(flags, a, n, true, qt, flagsS), static_cast<int>((a.Tk + kTile - 1) / kTile)} {
-    __syncthreads();
-  }
-};
-
-// Issues S = Q K^T (64 x 64 keys; no fence, no commit) from Q's fragments and the K tile at kAddr.
-template <typename T, bool KR, int DK>
-__device__ __forceinline__ void wgScores(float (&s)[8][4], const uint32_t (&qf)[DK / 16][4], uint32_t kAddr) {
-#pragma unroll
-  for (int ks = 0; ks < DK / 16; ++ks) {
-    if constexpr (KR) wg::mma64<T, 0>(s, qf[ks], wg::desc(kAddr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks);
-    else wg::mma64<T, 1>(s, qf[ks], wg::desc(kAddr + ks * 2048, 16, 1024), ks);
-  }
-}
-
 // The forward on Hopper's warpgroup products (wgmma.cuh): the mma.sync kernel's one-pass loop, its
 // grid, tiles, softmax, dropout and keep bits, with the two products per key tile issued by the
 // whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
@@ -1223,13 +1172,26 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
   T* const Qs = Ks + (DK == 64 ? 3 : 2) * 2 * tile;
   __shared__ uint8_t flagsS[kFlagsSmem];
-  const WgFwdBlock<T, KR, DK> b(a, flags, KT, V, Ks, flagsS);  // the mma.sync kernel's grid
-  const int qt = b.qt, warp = b.warp, lane = b.lane, tq = b.tq, nk = b.keys.nk;
-  const int64_t n = b.n, i0 = b.i0, mb = b.mb;
-  const uint64_t step = b.step;
-  const TileFlags& tf = b.keys.tf;
-  auto live = [&](int kt) { return b.keys.live(kt); };
-  auto loadKV = [&](int kt, int buf) { b.keys.load(a, kt, buf); };
+  const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
+  const int64_t mb = maskSlice(a, n);
+  const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
+  const uint64_t step = a.step ? *a.step : 0;
+  const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
+  __syncthreads();
+  auto live = [&](int kt) {
+    while (kt < nk && tf[kt] == 1) ++kt;
+    return kt;
+  };
+  const T* Kn = KT + sliceAt(a.k, n);
+  const T* Vn = V + sliceAt(a.v, n);
+  auto loadKV = [&](int kt, int buf) {
+    const int64_t j0 = static_cast<int64_t>(kt) * kTile;
+    T* const Kb = Ks + buf * 2 * tile;
+    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
+    else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
+    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+  };
   loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
   int kt = live(0);
@@ -1263,7 +1225,11 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     if constexpr (DK == 64) loadQf();  // every key tile (the comment above the kernel says why)
     float s[8][4];
     wg::fence();
-    wgScores<T, KR, DK>(s, qf, kAddr);
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) {
+      if constexpr (KR) wg::mma64<T, 0>(s, qf[ks], wg::desc(kAddr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks);
+      else wg::mma64<T, 1>(s, qf[ks], wg::desc(kAddr + ks * 2048, 16, 1024), ks);
+    }
     wg::commit();
     wg::wait0();
     wg::pin(s);
