@@ -803,22 +803,18 @@ __device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
 }
 
 // One key tile of the one-pass forward on a warp's MT m-tiles of 16 x 64 scores in m16n8 C layout
-// (rows g and g + 8 of each 16, lane (g, tq)), in three parts that softmaxTiles runs in order (a
-// kernel may also draw the dropout bits first, while its score product runs, and rescale O later, as
-// stop 66's pipelined forward did):
-//   softmaxScores: scale and mask (flag: each m-tile's TileFlags entry; 1, a dead tile, gives every
-//     score -inf), the online softmax (m, l, and alpha, each row's factor on O);
-//   rescaleRows: O times alpha;
-//   dropoutBits: dropout's keep bits, also into *keep[mt] (null: not recorded), the dropped
-//     probabilities zeroed.
-// The m-tiles' rows are rowI, the tile's first key j0. Each phase runs over every m-tile before the
-// next, so that their chains (shuffles, MUFU, Philox rounds) interleave. Dropped probabilities become
-// 0; the kept ones are not scaled by 1 / (1 - ratio) here: storeRows scales O once (the CPU reference
-// rounds p / (1 - ratio) to the storage type; this rounds p, within the same rounding).
-template <int MT>
-__device__ __forceinline__ void softmaxScores(float (&s)[MT][8][4], float (&m)[MT][2], float (&l)[MT][2], float (&alpha)[MT][2],
-                                              const AttentionArgs& a, int64_t mb, const int64_t (&rowI)[MT][2], int64_t j0,
-                                              const uint8_t (&flag)[MT], int tq) {
+// (rows g and g + 8 of each 16, lane (g, tq)): scale and mask (flag: each m-tile's TileFlags entry;
+// 1, a dead tile, gives every score -inf), the online softmax (m, l; O rescaled), then dropout,
+// its keep bits into *keep[mt] (null: not recorded). The m-tiles' rows are rowI, the tile's first
+// key j0. Each phase runs over every m-tile before the next, so that their chains (shuffles, MUFU,
+// Philox rounds) interleave. Dropped probabilities become 0; the kept ones are not scaled by
+// 1 / (1 - ratio) here: storeRows scales O once (the CPU reference rounds p / (1 - ratio) to the
+// storage type; this rounds p, within the same rounding).
+template <int DK, int MT>
+__device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT][DK / 8][4], float (&m)[MT][2], float (&l)[MT][2],
+                                             const AttentionArgs& a, const PhiloxKeys& pk, int64_t n, int64_t mb,
+                                             const int64_t (&rowI)[MT][2], int64_t j0, const uint8_t (&flag)[MT], int tq, uint64_t step,
+                                             uint32_t* const (&keep)[MT]) {
   const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
   // Every score of the warp's rows lives and is s scale (no mask, no causal edge, a whole key tile,
   // every row in): the max over the raw products, then p = 2^(s scale log2(e) - m log2(e)), one
@@ -881,7 +877,7 @@ __device__ __forceinline__ void softmaxScores(float (&s)[MT][8][4], float (&m)[M
     for (int r = 0; r < 2; ++r) {
       float (&sm)[8][4] = s[mt];
       const float mn = fmaxf(m[mt][r], plain ? mx[mt][r] * a.scale : mx[mt][r]), base = mn == -INFINITY ? 0.0f : mn;
-      alpha[mt][r] = __expf(m[mt][r] - base);  // 0 while the row had no score
+      const float alpha = __expf(m[mt][r] - base);  // 0 while the row had no score
       float sum = 0.0f;
       if (plain) {
         const float sl2 = a.scale * kLog2e, bl2 = base * kLog2e;
@@ -903,70 +899,41 @@ __device__ __forceinline__ void softmaxScores(float (&s)[MT][8][4], float (&m)[M
             sm[nt][2 * r + c] = p;
           }
       }
-      l[mt][r] = l[mt][r] * alpha[mt][r] + sum;
+      l[mt][r] = l[mt][r] * alpha + sum;
       m[mt][r] = mn;
+#pragma unroll
+      for (int nt = 0; nt < DK / 8; ++nt) o[mt][nt][2 * r] *= alpha, o[mt][nt][2 * r + 1] *= alpha;
     }
-}
-// O's rows rescaled by the factors softmaxScores gave.
-template <int DK, int MT>
-__device__ __forceinline__ void rescaleRows(float (&o)[MT][DK / 8][4], const float (&alpha)[MT][2]) {
+  if (a.ratio > 0.0f) {
+    // Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
+    // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
+    // transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
+    // m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
+    const uint32_t thr = dropoutThreshold(a.ratio);
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
+      uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
 #pragma unroll
-    for (int nt = 0; nt < DK / 8; ++nt)
+      for (int r = 0; r < 2; ++r) {
+        const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[mt][r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][nt][e] *= alpha[mt][e >> 1];
-}
-// Dropout's keep bits of a warp's MT m-tiles of one key tile (bit nt * 4 + r * 2 + c: element (nt, r,
-// c) is kept), also stored into *keep[mt] where not null. They depend on no score, so a kernel can
-// draw them while its score product runs.
-// Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
-// the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
-// transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
-// m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
-// The dropped probabilities of s become 0 (one select an element, from the comparison).
-template <int MT>
-__device__ __forceinline__ void dropoutBits(uint32_t (&kb)[MT], float (&s)[MT][8][4], const AttentionArgs& a, const PhiloxKeys& pk,
-                                            int64_t n, const int64_t (&rowI)[MT][2], int64_t j0, int tq, uint64_t step,
-                                            uint32_t* const (&keep)[MT]) {
-  const uint32_t thr = dropoutThreshold(a.ratio);
+        for (int h = 0; h < 2; ++h) {
+          uint32_t w[4];
+          streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
+          quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    kb[mt] = 0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[mt][r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t w[4];
-        streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
-        quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int nt = 4 * h + k;
-          const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
-          if (!k0) s[mt][nt][2 * r] = 0.0f;
-          if (!k1) s[mt][nt][2 * r + 1] = 0.0f;
-          if (k0) kb[mt] |= 1u << (nt * 4 + r * 2);
-          if (k1) kb[mt] |= 1u << (nt * 4 + r * 2 + 1);
+          for (int k = 0; k < 4; ++k) {
+            const int nt = 4 * h + k;
+            const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
+            if (!k0) s[mt][nt][2 * r] = 0.0f;
+            if (!k1) s[mt][nt][2 * r + 1] = 0.0f;
+            if (k0) kb |= 1u << (nt * 4 + r * 2);
+            if (k1) kb |= 1u << (nt * 4 + r * 2 + 1);
+          }
         }
       }
+      if (keep[mt]) *keep[mt] = kb;
     }
-    if (keep[mt]) *keep[mt] = kb[mt];
-  }
-}
-// The whole key tile: scores, O's rescale, dropout.
-template <int DK, int MT>
-__device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT][DK / 8][4], float (&m)[MT][2], float (&l)[MT][2],
-                                             const AttentionArgs& a, const PhiloxKeys& pk, int64_t n, int64_t mb,
-                                             const int64_t (&rowI)[MT][2], int64_t j0, const uint8_t (&flag)[MT], int tq, uint64_t step,
-                                             uint32_t* const (&keep)[MT]) {
-  float alpha[MT][2];
-  softmaxScores<MT>(s, m, l, alpha, a, mb, rowI, j0, flag, tq);
-  rescaleRows<DK, MT>(o, alpha);
-  if (a.ratio > 0.0f) {
-    uint32_t kb[MT];
-    dropoutBits<MT>(kb, s, a, pk, n, rowI, j0, tq, step, keep);
   }
 }
 // One m-tile (the mma.sync forward at head tile 128, the wgmma forward).
@@ -1610,10 +1577,9 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
 #if AMPC_WGMMA
   // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it is opt-in
   // (AMPC_ATTENTION_WGMMA64=1: attn_bench, gpu_tests): until stop 65 it failed wherever a row had more
-  // than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel). Fixed, it passes
-  // every GpuAttention case and ran the GPT-2 shape's forward 6-14% faster than mma.sync on an H100
-  // (tools/bench/NOTES.md, stops 65-66); head dims up to 64 keep mma.sync by default until the whole
-  // GPU suite and the GPT-2 step have run with it (stop 66 had no device time left for them).
+  // than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel). Fixed, it ran the
+  // GPT-2 shape's forward 6-14% faster than mma.sync on an H100 (tools/bench/NOTES.md); head dims up to
+  // 64 keep mma.sync by default until the whole GPU suite and the GPT-2 step have run with it.
   // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128 too (comparisons: attn_bench, gpu_tests).
   if constexpr (DK == 128 || DK == 64) {
     const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
