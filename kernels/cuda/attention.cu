@@ -3,8 +3,8 @@
 //
 // Tiles of 64 queries x 64 keys, four warps per block. f16/bf16 with head dims multiples of 8 up to
 // 128 (and, with dropout, Tk a multiple of 8) run the mma.sync kernels further down (one-pass
-// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward at head
-// dims 65-128 issues its products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
+// forward, scores in registers: attentionTensorCores; where built for sm_90a, the forward issues
+// its products as wgmma instead: attnFwdWgKernel). Otherwise, for head dims up to 64
 // (zero-padded), the products run on tensor cores through WMMA 16x16x16 (f16/bf16 in, f32
 // accumulate) with the tiles in shared memory, or for f32 as FMAs on a 4 x 8 register block per lane
 // (WarpMma<float>), as follows.
@@ -20,13 +20,16 @@
 // Both: key tiles where every mask entry is <= -1e30 are skipped (their probabilities are exactly
 // 0 in f32), unless some row of the query tile has no key above -1e30 (then nothing is skipped, so
 // such rows get the same softmax as the reference). Dropout draws the Dropout op's Philox stream at the
-// scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's; on the mma.sync path the
-// forward also records its keep decisions (AttentionArgs::keep, one bit a score) and the backward
-// of the same step reads them instead of drawing again. A row whose every score is a mask's finite
-// fill has a log-sum-exp that lost log(l): the fix-ups at the end of this file (attentionFillRows*)
-// recompute such rows after either implementation, the kernels' or cuDNN's.
+// scores' flat index ((n * Tq + i) * Tk + j), so masks equal the CPU's; on the mma.sync path a
+// kernel of their own draws the keep decisions ahead of the forward (AttentionArgs::keep, one bit a
+// score), which the forward and the backward of the same step read instead of drawing. A row
+// whose every score is a mask's finite fill has a log-sum-exp that lost log(l): the fix-ups at the
+// end of this file (attentionFillRows*) recompute such rows after either implementation, the
+// kernels' or cuDNN's.
 #include <mma.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <type_traits>
 
@@ -738,6 +741,42 @@ __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows,
   }
 }
 
+// loadTileAsync<kTile, C, true> of one operand's row tiles (rows of C elements, pitch ld) for every
+// key tile of a loop, with the per-thread part fixed once: each thread's source offset, swizzled
+// destination and column test. A whole tile of an aligned operand then costs each thread its
+// cp.asyncs and a 64-bit add each (ncu, stop 67: the general loader's index work was about a sixth of
+// the wgmma forward's instructions); a partial or unaligned one takes loadTileAsync.
+template <typename T, int C>
+struct RowTiles {
+  static constexpr int rowChunks = C / 8, rowStep = kThreads / rowChunks, perThread = kTile * rowChunks / kThreads;
+  static_assert(kThreads % rowChunks == 0 && (kTile * rowChunks) % kThreads == 0 && rowStep % 8 == 0 && C % 64 == 0, "");
+  int64_t ld, off, step;
+  int dst;
+  bool live, fast;
+  __device__ RowTiles(const T* g, int64_t ld_, int64_t cols) : ld(ld_) {
+    const int r0 = threadIdx.x / rowChunks, k = (threadIdx.x % rowChunks) * 8;
+    off = r0 * ld + k;
+    step = rowStep * ld;
+    dst = (k / 64) * (kTile * 64) + r0 * 64 + ((((k % 64) >> 3) ^ (r0 & 7)) << 3);
+    live = k < cols;
+    fast = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0 && cols % 8 == 0;
+  }
+  // rows j0 .. j0 + 63 of g (rows in all, cols as given to the constructor) into s
+  __device__ void load(T* s, const T* g, int64_t j0, int64_t rows, int64_t cols) const {
+    if (!fast || j0 + kTile > rows) {
+      loadTileAsync<kTile, C, true>(s, 0, g + j0 * ld, ld, rows - j0, cols);
+      return;
+    }
+    const T* src = g + j0 * ld + off;
+#pragma unroll
+    for (int i = 0; i < perThread; ++i, src += step) {
+      T* d = s + dst + i * rowStep * 64;
+      if (live) cpAsync16(d, src);
+      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+  }
+};
+
 // Tile flags (maskTileKernel, maskFlagsKernel): 1 dead (skipped), 2 no mask entry other than 0 (the mask is not
 // read), 3 causal (not read: -inf above the diagonal), 0 read it.
 // This block's flags (a row over key tiles, or a column over query tiles) staged in shared memory,
@@ -785,36 +824,66 @@ size_t bwdSmemMma() {
          st * 128 * sizeof(uint32_t);
 }
 
-// Within each quad of lanes (tq = lane % 4): lane L's w[k] becomes lane k's w[L] before the call, a
-// 4 x 4 transpose in two exchanges (lane bit b against word bit b).
-__device__ __forceinline__ void quadTranspose(uint32_t (&w)[4], int tq) {
+// The tensor-core forwards' dropout decisions, drawn ahead of them into a.keep (keepTile's layout:
+// word fw * 32 + g * 4 + tq of a 64 x 64 tile, bit nt * 4 + r * 2 + c, for query row fw * 16 + g + 8 r
+// and key nt * 8 + 2 tq + c), then read by the forward (one word a lane a tile) and by the backward.
+// Drawn inside the forward, the Philox rounds ran at its three warps a scheduler and took a third of
+// its time (ncu, stop 66); here they run at full occupancy. One block of 128 threads a live tile
+// (the tiles the forward computes: flag not 1); grid (key tiles, query tiles, N in steps of
+// gridDim.z). Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k
+// (low half) and 8q + 2k + 1 (high half): thread (fw, g, tq) draws n-tiles tq and tq + 4 of both its
+// rows, and word k of each goes to lane (g, k)'s keep word, nibble nt, ORed together in shared
+// memory (Tk % 8 == 0).
+__global__ void __launch_bounds__(kThreads) attnKeepDrawKernel(AttentionArgs a, PhiloxKeys pk) {
+  __shared__ uint32_t words[kThreads];
+  const int kt = static_cast<int>(blockIdx.x), qt = static_cast<int>(blockIdx.y), nk = static_cast<int>(gridDim.x),
+            nq = static_cast<int>(gridDim.y);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t i0 = static_cast<int64_t>(qt) * kTile + warp * 16 + g, j0 = static_cast<int64_t>(kt) * kTile;
+  const uint64_t step = a.step ? *a.step : 0;
+  // kept: a 16-bit draw at least the threshold, compared in the high half (a threshold of 65536, a
+  // ratio within 2^-16 of 1, keeps none)
+  const uint32_t thr = dropoutThreshold(a.ratio), thrHi = thr << 16;
+  const bool none = thr > 0xffffu;
+  for (int64_t n = blockIdx.z; n < a.N; n += gridDim.z) {
+    if (a.mask && a.flags[(maskSlice(a, n) * nq + qt) * nk + kt] == 1) continue;  // a dead tile: the forward skips it
+    words[threadIdx.x] = 0;
+    __syncthreads();
+    uint32_t part[4] = {0, 0, 0, 0};  // lane (g, k)'s word: bits of n-tiles tq and tq + 4, before the shift by 4 tq
 #pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const bool up = (tq >> b) & 1;  // this lane keeps the words whose bit b is set, and sends the others
+    for (int r = 0; r < 2 && !none; ++r) {
+      const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + i0 + 8 * r) * a.Tk + j0) >> 3;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if ((k >> b) & 1) continue;  // k: the word of the pair (k, k | 1 << b) whose bit b is clear
-      const int k1 = k | 1 << b;
-      const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? w[k] : w[k1], 1 << b);
-      if (up) w[k] = got;
-      else w[k1] = got;
+      for (int h = 0; h < 2; ++h) {
+        uint32_t w[4];
+        streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (w[k] << 16 >= thrHi) part[k] |= 1u << (16 * h + r * 2);  // n-tile 4 h + tq: nibble 4 h + tq
+          if (w[k] >= thrHi) part[k] |= 2u << (16 * h + r * 2);
+        }
+      }
     }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) atomicOr(&words[warp * 32 + g * 4 + k], part[k] << (4 * tq));
+    __syncthreads();
+    a.keep[keepTile(a, n, qt, kt) + threadIdx.x] = words[threadIdx.x];
+    __syncthreads();  // words is cleared for the next n
   }
 }
 
 // One key tile of the one-pass forward on a warp's MT m-tiles of 16 x 64 scores in m16n8 C layout
 // (rows g and g + 8 of each 16, lane (g, tq)): scale and mask (flag: each m-tile's TileFlags entry;
-// 1, a dead tile, gives every score -inf), the online softmax (m, l; O rescaled), then dropout,
-// its keep bits into *keep[mt] (null: not recorded). The m-tiles' rows are rowI, the tile's first
-// key j0. Each phase runs over every m-tile before the next, so that their chains (shuffles, MUFU,
-// Philox rounds) interleave. Dropped probabilities become 0; the kept ones are not scaled by
-// 1 / (1 - ratio) here: storeRows scales O once (the CPU reference rounds p / (1 - ratio) to the
-// storage type; this rounds p, within the same rounding).
+// 1, a dead tile, gives every score -inf), the online softmax (m, l; O rescaled), then dropout by
+// the keep words kw[mt] (drawn ahead by attnKeepDrawKernel and read before the tile's
+// products). The m-tiles' rows are rowI, the tile's first key j0. Each phase runs over every m-tile
+// before the next, so that their chains (shuffles, MUFU) interleave. Dropped probabilities become 0;
+// the kept ones are not scaled by 1 / (1 - ratio) here: storeRows scales O once (the CPU reference
+// rounds p / (1 - ratio) to the storage type; this rounds p, within the same rounding).
 template <int DK, int MT>
 __device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT][DK / 8][4], float (&m)[MT][2], float (&l)[MT][2],
-                                             const AttentionArgs& a, const PhiloxKeys& pk, int64_t n, int64_t mb,
-                                             const int64_t (&rowI)[MT][2], int64_t j0, const uint8_t (&flag)[MT], int tq, uint64_t step,
-                                             uint32_t* const (&keep)[MT]) {
+                                             const AttentionArgs& a, int64_t mb, const int64_t (&rowI)[MT][2], int64_t j0,
+                                             const uint8_t (&flag)[MT], int tq, const uint32_t (&kw)[MT]) {
   const int jRem = static_cast<int>(a.Tk - j0 < kTile ? a.Tk - j0 : kTile);  // keys of this tile (32-bit checks)
   // Every score of the warp's rows lives and is s scale (no mask, no causal edge, a whole key tile,
   // every row in): the max over the raw products, then p = 2^(s scale log2(e) - m log2(e)), one
@@ -905,47 +974,23 @@ __device__ __forceinline__ void softmaxTiles(float (&s)[MT][8][4], float (&o)[MT
       for (int nt = 0; nt < DK / 8; ++nt) o[mt][nt][2 * r] *= alpha, o[mt][nt][2 * r + 1] *= alpha;
     }
   if (a.ratio > 0.0f) {
-    // Keys 8q .. 8q + 7 of a row are one Philox block, whose word k holds keys 8q + 2k and 8q + 2k + 1:
-    // the pair of the quad's lane k. Lane tq draws n-tiles tq and tq + 4 of both rows, then the quad
-    // transposes each set of four blocks, so that every lane holds its own word of all sixteen. A dead
-    // m-tile draws too (its probabilities are 0 whatever it draws): no branch between the m-tiles.
-    const uint32_t thr = dropoutThreshold(a.ratio);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      uint32_t kb = 0;  // bit nt * 4 + r * 2 + c: element (nt, r, c) is kept
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint64_t blk0 = static_cast<uint64_t>((n * a.Tq + rowI[mt][r]) * a.Tk + j0) >> 3;  // Tk % 8 == 0
+      for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t w[4];
-          streamBlockKeyed(pk, step, a.key, blk0 + 4 * h + tq, w);
-          quadTranspose(w, tq);  // w[k]: word tq of n-tile 4 h + k
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int nt = 4 * h + k;
-            const bool k0 = keptLow(w[k], thr), k1 = keptHigh(w[k], thr);
-            if (!k0) s[mt][nt][2 * r] = 0.0f;
-            if (!k1) s[mt][nt][2 * r + 1] = 0.0f;
-            if (k0) kb |= 1u << (nt * 4 + r * 2);
-            if (k1) kb |= 1u << (nt * 4 + r * 2 + 1);
-          }
-        }
-      }
-      if (keep[mt]) *keep[mt] = kb;
-    }
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = kw[mt] & 1u << (nt * 4 + e) ? s[mt][nt][e] : 0.0f;  // bit nt * 4 + r * 2 + c
   }
 }
 // One m-tile (the mma.sync forward at head tile 128, the wgmma forward).
 template <int DK>
 __device__ __forceinline__ void softmaxTile(float (&s)[8][4], float (&o)[DK / 8][4], float (&m)[2], float (&l)[2], const AttentionArgs& a,
-                                            const PhiloxKeys& pk, int64_t n, int64_t mb, const int64_t (&rowI)[2], int64_t j0,
-                                            uint8_t flag, int tq, uint64_t step, uint32_t* keep) {
+                                            int64_t mb, const int64_t (&rowI)[2], int64_t j0, uint8_t flag, int tq, uint32_t kw) {
   const uint8_t f[1] = {flag};
-  uint32_t* const kp[1] = {keep};
+  const uint32_t k[1] = {kw};
   softmaxTiles<DK, 1>(reinterpret_cast<float(&)[1][8][4]>(s), reinterpret_cast<float(&)[1][DK / 8][4]>(o),
-                      reinterpret_cast<float(&)[1][2]>(m), reinterpret_cast<float(&)[1][2]>(l), a, pk, n, mb,
-                      reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0, f, tq, step, kp);
+                      reinterpret_cast<float(&)[1][2]>(m), reinterpret_cast<float(&)[1][2]>(l), a, mb,
+                      reinterpret_cast<const int64_t(&)[1][2]>(rowI), j0, f, tq, k);
 }
 
 // The forward's end: each row's log-sum-exp, and O = acc / l.
@@ -988,8 +1033,7 @@ size_t fwdSmemMma() {  // K and V in three stages; Q over K's third stage at one
 }
 template <typename T, bool KR, int DK, int MT>
 __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwdMmaKernel(const T* Q, const T* KT, const T* V, T* O,
-                                                                                      float* lse, const uint8_t* flags, AttentionArgs a,
-                                                                                      PhiloxKeys pk) {
+                                                                                      float* lse, const uint8_t* flags, AttentionArgs a) {
   constexpr int pD = kPD<DK>, pK = KR ? pD : kP, kb = kKBuf<DK>, rb = kRowBuf<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);               // 3 x [d][j] (or [j][d])
@@ -1003,7 +1047,6 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
   const int nq = static_cast<int>((a.Tq + kTile - 1) / kTile), nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
   const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qb) * MT * kTile;
   const int64_t mb = maskSlice(a, n);
-  const uint64_t step = a.step ? *a.step : 0;
   int qt[MT];
   TileFlags tf[MT];
 #pragma unroll
@@ -1065,6 +1108,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
     __syncthreads();
     const T* Kb = Ks + buf * kb;
     const T* Vb = Vs + buf * rb;
+    uint32_t kw[MT];  // the tile's keep words (dropout), read before the products that hide their latency
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      kw[mt] = a.ratio > 0.0f && flag(mt, kt) != 1 ? a.keep[keepTile(a, n, qt[mt], kt) + warp * 32 + lane] : 0u;
     float s[MT][8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks)
@@ -1081,13 +1128,9 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
       }
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
     uint8_t f[MT];
-    uint32_t* kp[MT];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      f[mt] = flag(mt, kt);
-      kp[mt] = a.keep && f[mt] != 1 ? a.keep + keepTile(a, n, qt[mt], kt) + warp * 32 + lane : nullptr;
-    }
-    softmaxTiles<DK, MT>(s, o, m, l, a, pk, n, mb, rowI, j0, f, tq, step, kp);
+    for (int mt = 0; mt < MT; ++mt) f[mt] = flag(mt, kt);
+    softmaxTiles<DK, MT>(s, o, m, l, a, mb, rowI, j0, f, tq, kw);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t pa[MT][4];
@@ -1123,8 +1166,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
 // gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
-// third stage, loaded once). Launched at the 128-wide head tile by default; at 64 where
-// AMPC_ATTENTION_WGMMA64=1 (forwardMma).
+// third stage, loaded once). The default forward at both head tiles (forwardMma).
 template <typename T, int DK>
 size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
   return 3 * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
@@ -1132,7 +1174,7 @@ size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
 
 template <typename T, bool KR, int DK>
 __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                               const uint8_t* flags, AttentionArgs a, PhiloxKeys pk) {
+                                                               const uint8_t* flags, AttentionArgs a) {
   constexpr int tile = DK * kTile;  // elements of a K or a V tile
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
@@ -1143,21 +1185,26 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
   const int64_t mb = maskSlice(a, n);
   const int nk = static_cast<int>((a.Tk + kTile - 1) / kTile);
-  const uint64_t step = a.step ? *a.step : 0;
   const TileFlags tf = stageFlags(flags, a, n, true, qt, flagsS);
   __syncthreads();
+  // The live key tiles end before `end` (every tile from the last live one on is dead: a causal
+  // row's), so that finding the next one does not walk the dead tail each iteration.
+  int end = nk;
+  if (tf.g)
+    while (end > 0 && tf[end - 1] == 1) --end;
   auto live = [&](int kt) {
-    while (kt < nk && tf[kt] == 1) ++kt;
-    return kt;
+    while (kt < end && tf[kt] == 1) ++kt;
+    return kt < end ? kt : nk;
   };
   const T* Kn = KT + sliceAt(a.k, n);
   const T* Vn = V + sliceAt(a.v, n);
+  const RowTiles<T, DK> kRows(Kn, a.k.sRow, a.D), vRows(Vn, a.v.sRow, a.Dv);
   auto loadKV = [&](int kt, int buf) {
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
     T* const Kb = Ks + buf * 2 * tile;
-    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
+    if constexpr (KR) kRows.load(Kb, Kn, j0, a.Tk, a.D);
     else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
-    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+    vRows.load(Kb + tile, Vn, j0, a.Tk, a.Dv);
   };
   loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
@@ -1189,6 +1236,7 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
     __syncthreads();
     const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile), vAddr = kAddr + tile * sizeof(T);
+    const uint32_t kw = a.ratio > 0.0f ? a.keep[keepTile(a, n, qt, kt) + warp * 32 + lane] : 0u;  // dropout's keep word
     if constexpr (DK == 64) loadQf();  // every key tile (the comment above the kernel says why)
     float s[8][4];
     wg::fence();
@@ -1202,8 +1250,7 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
     wg::pin(s);
     wg::pinA(qf);
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
-    softmaxTile<DK>(s, o, m, l, a, pk, n, mb, rowI, j0, tf[kt], tq, step,
-                    a.keep ? a.keep + keepTile(a, n, qt, kt) + warp * 32 + lane : nullptr);
+    softmaxTile<DK>(s, o, m, l, a, mb, rowI, j0, tf[kt], tq, kw);
     uint32_t pa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) cToA<T>(pa[kk], s, kk);
@@ -1568,29 +1615,33 @@ cudaError_t forwardMmaLaunch(const void* Q, const void* KT, const void* V, void*
   if (mattr != cudaSuccess || rattr != cudaSuccess) return mattr != cudaSuccess ? mattr : rattr;
   const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, MT * kTile)));
   (a.kRows ? attnFwdMmaKernel<T, true, DK, MT> : attnFwdMmaKernel<T, false, DK, MT>)<<<grid, kThreads, fwdSmemMma<T, DK, MT>(), st>>>(
-      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
+      static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
   return cudaGetLastError();
 }
 // K as rows [j][d] (operands in place) or as KT [d][j]: one kernel each, no branch inside.
 template <typename T, int DK>
 cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, float* lse, const AttentionArgs& a, cudaStream_t st) {
 #if AMPC_WGMMA
-  // The wgmma forward at the 128-wide head tile (head dims 65-128). At 64 it is opt-in
-  // (AMPC_ATTENTION_WGMMA64=1: attn_bench, gpu_tests): until stop 65 it failed wherever a row had more
-  // than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel). Fixed, it ran the
-  // GPT-2 shape's forward 6-14% faster than mma.sync on an H100 (tools/bench/NOTES.md); head dims up to
-  // 64 keep mma.sync by default until the whole GPU suite and the GPT-2 step have run with it.
-  // AMPC_ATTENTION_MMA_SYNC=1: the mma.sync forward at 128 too (comparisons: attn_bench, gpu_tests).
+  // The wgmma forward at both head tiles. At 64 it runs the GPT-2 shape's forward 10-13% faster than
+  // mma.sync on an H100 (tools/bench/NOTES.md, stop 67); until stop 65 it failed wherever a row had
+  // more than one key tile (ptxas reused Q's fragments' registers: see attnFwdWgKernel), and it became
+  // the default at 64 in stop 67. For comparisons (attn_bench, gpu_tests): AMPC_ATTENTION_MMA_SYNC=1,
+  // the mma.sync forward at both; AMPC_ATTENTION_WGMMA64=0, mma.sync at 64 only;
+  // AMPC_ATTENTION_FWD_MT2=1, mma.sync with two m-tiles a warp at 64 (below).
   if constexpr (DK == 128 || DK == 64) {
-    const char* e = std::getenv("AMPC_ATTENTION_MMA_SYNC");
+    auto on = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v && v[0] == '1';
+    };
     const char* w64 = std::getenv("AMPC_ATTENTION_WGMMA64");
-    if (DK == 128 ? !(e && e[0] == '1') : (w64 && w64[0] == '1')) {
+    const bool wg = !on("AMPC_ATTENTION_MMA_SYNC") && (DK == 128 || (!(w64 && w64[0] == '0') && !on("AMPC_ATTENTION_FWD_MT2")));
+    if (wg) {
       static const cudaError_t wattr = smemAttributes(attnFwdWgKernel<T, false, DK>, fwdSmemWg<T, DK>());
       static const cudaError_t wrattr = smemAttributes(attnFwdWgKernel<T, true, DK>, fwdSmemWg<T, DK>());
       if (wattr != cudaSuccess || wrattr != cudaSuccess) return wattr != cudaSuccess ? wattr : wrattr;
       const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tq, kTile)));
       (a.kRows ? attnFwdWgKernel<T, true, DK> : attnFwdWgKernel<T, false, DK>)<<<grid, kThreads, fwdSmemWg<T, DK>(), st>>>(
-          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a, philoxKeys(a.seed));
+          static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), static_cast<T*>(O), lse, a.flags, a);
       return cudaGetLastError();
     }
   }
@@ -1652,7 +1703,16 @@ cudaError_t forwardT(const void* Q, const void* KT, const void* V, void* O, floa
   const uint8_t* flags = a.flags;
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tq, kTile)), static_cast<unsigned>(a.N));
   if constexpr (!std::is_same_v<T, float>) {
-    if (mmaPath(a)) return headTile(a) == 64 ? forwardMma<T, 64>(Q, KT, V, O, lse, a, st) : forwardMma<T, 128>(Q, KT, V, O, lse, a, st);
+    if (mmaPath(a)) {
+      if (a.ratio > 0.0f) {  // the dropout decisions first, into the keep bits the forward reads
+        if (!a.keep) return cudaErrorInvalidValue;
+        const int64_t nq = cdiv(a.Tq, kTile), nk = cdiv(a.Tk, kTile);
+        if (nq > 65535 || nk > INT32_MAX) return cudaErrorInvalidValue;
+        const dim3 grid(static_cast<unsigned>(nk), static_cast<unsigned>(nq), static_cast<unsigned>(std::min<int64_t>(a.N, 65535)));
+        attnKeepDrawKernel<<<grid, kThreads, 0, st>>>(a, philoxKeys(a.seed));
+      }
+      return headTile(a) == 64 ? forwardMma<T, 64>(Q, KT, V, O, lse, a, st) : forwardMma<T, 128>(Q, KT, V, O, lse, a, st);
+    }
   }
   attnFwdKernel<T><<<grid, kThreads, fwdSmem<T>(), st>>>(static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V),
                                                         static_cast<T*>(O), lse, flags, a);

@@ -242,7 +242,7 @@ struct AttentionArgs {
   const uint64_t* step = nullptr;    // device step counter (Dropout's)
   uint32_t key = 0;                  // the Dropout node's key
   const uint8_t* flags = nullptr;    // with a mask: its tile flags (attentionMaskTiles)
-  uint32_t* keep = nullptr;          // with dropout: the scores' keep bits, written by the forward and
+  uint32_t* keep = nullptr;          // with dropout: the scores' keep bits, drawn by attentionForward and
                                      // read by the backward of the same step (attentionKeepBytes)
   // The backward's dQ without atomics: each key tile stores its dS K into a slice of its own, and
   // the slices are summed in key-tile order (scratch: one f32 dQ per key tile).
@@ -261,9 +261,10 @@ bool attentionTensorCores(const AttentionArgs& a);
 // value and step and shared by every node that reads that mask: attentionFlagBytes(a) bytes.
 size_t attentionFlagBytes(const AttentionArgs& a);
 cudaError_t attentionMaskTiles(const AttentionArgs& a, uint8_t* flags, cudaStream_t st);
-// Bytes of the keep bits (AttentionArgs::keep) the forward can record for its backward, so that the
-// backward need not draw the dropout stream again; 0 where the kernels for `a` take none (no
-// dropout, or off the f16/bf16 tensor-core path).
+// Bytes of the keep bits (AttentionArgs::keep): with dropout on the f16/bf16 tensor-core path the
+// forward needs them (attentionForward draws the decisions into them first, then the forward reads
+// them), and the backward of the same step reads them instead of drawing the stream again (without
+// them it draws); 0 where the kernels for `a` take none (no dropout, or off that path).
 size_t attentionKeepBytes(const AttentionArgs& a);
 // Blocks of the tensor-core backward that `a` launches resident per SM on the current device (0 off
 // that path, -1 on a CUDA error): its registers and shared memory are sized for two (GpuAttention

@@ -2158,10 +2158,9 @@ void Program::Lowering::ampcAttention() {
     void* O = at(out(0), "o", a.o);
     float* lse = static_cast<float*>(P(out(1)));
     checkInPlace();
-    // With dropout and a backward in this program: record the keep bits for it.
-    const bool hasGrad = std::any_of(out(1)->uses().begin(), out(1)->uses().end(),
-                                     [](const Use& u) { return u.user->op() == "AttentionGrad" && u.operand == 5; });
-    if (const size_t kb = attentionKeepBytes(a); kb && hasGrad) {
+    // With dropout on the tensor-core kernels: the keep bits, drawn ahead of the forward by a kernel
+    // of their own and read by it and by the backward of the same step.
+    if (const size_t kb = attentionKeepBytes(a); kb && kernels) {
       a.keep = static_cast<uint32_t*>(p.allocPersistent(kb));
       p.keepBits_[out(1)] = a;
     }

@@ -617,10 +617,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       // everywhere by the finite fill, recomputed with its scores in global scratch.
       {"mma_fill_row_long_keys", {1, 1}, 80, 24640, 64, 64, "causal", 0.1},
   };
-  // Where the wgmma forward is built (AMPC_WGMMA) it runs by default at head dims 65-128; the
-  // second pass, at bf16, runs the other forward of each head tile: mma.sync at 128
-  // (AMPC_ATTENTION_MMA_SYNC=1) and two m-tiles a warp at 64 (AMPC_ATTENTION_FWD_MT2=1); the third,
-  // at f16 and bf16, the wgmma forward at 64 (AMPC_ATTENTION_WGMMA64=1, opt-in).
+  // Where the wgmma forward is built (AMPC_WGMMA) it runs by default at both head tiles; the second
+  // pass, at bf16, runs the mma.sync forwards (AMPC_ATTENTION_MMA_SYNC=1) with two m-tiles a warp at
+  // 64 (AMPC_ATTENTION_FWD_MT2=1); the third, at f16 and bf16, the mma.sync forward at 64 with one
+  // (AMPC_ATTENTION_WGMMA64=0).
   struct Unset {
     ~Unset() {
       unsetenv("AMPC_ATTENTION_MMA_SYNC");
@@ -635,10 +635,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       if (T == "f32" && (c.d > 64 || c.dv > 64)) continue;  // f32 runs the FMA kernels, head dims up to 64
       if ((pass == 1 && T != "bf16") || (pass == 2 && T == "f32")) continue;
       if (pass == 1) setenv("AMPC_ATTENTION_MMA_SYNC", "1", 1), setenv("AMPC_ATTENTION_FWD_MT2", "1", 1);
-      if (pass == 2) unsetenv("AMPC_ATTENTION_MMA_SYNC"), unsetenv("AMPC_ATTENTION_FWD_MT2"), setenv("AMPC_ATTENTION_WGMMA64", "1", 1);
+      if (pass == 2) unsetenv("AMPC_ATTENTION_MMA_SYNC"), unsetenv("AMPC_ATTENTION_FWD_MT2"), setenv("AMPC_ATTENTION_WGMMA64", "0", 1);
       SCOPED_TRACE(pass == 1 ? "mma.sync forward at head tile 128, two m-tiles a warp at 64"
-                   : pass == 2 ? "wgmma forward at head tile 64"
-                               : "default forward");
+                   : pass == 2 ? "mma.sync forward at head tile 64, one m-tile a warp"
+                               : "default forward (wgmma)");
       auto sh = [&](int64_t a, int64_t b) {
         auto v = c.lead;
         v.push_back(a);
