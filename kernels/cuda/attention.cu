@@ -741,42 +741,6 @@ __device__ void loadTileAsync(T* s, int p, const T* g, int64_t ld, int64_t rows,
   }
 }
 
-// loadTileAsync<kTile, C, true> of one operand's row tiles (rows of C elements, pitch ld) for every
-// key tile of a loop, with the per-thread part fixed once: each thread's source offset, swizzled
-// destination and column test. A whole tile of an aligned operand then costs each thread its
-// cp.asyncs and a 64-bit add each (ncu, stop 67: the general loader's index work was about a sixth of
-// the wgmma forward's instructions); a partial or unaligned one takes loadTileAsync.
-template <typename T, int C>
-struct RowTiles {
-  static constexpr int rowChunks = C / 8, rowStep = kThreads / rowChunks, perThread = kTile * rowChunks / kThreads;
-  static_assert(kThreads % rowChunks == 0 && (kTile * rowChunks) % kThreads == 0 && rowStep % 8 == 0 && C % 64 == 0, "");
-  int64_t ld, off, step;
-  int dst;
-  bool live, fast;
-  __device__ RowTiles(const T* g, int64_t ld_, int64_t cols) : ld(ld_) {
-    const int r0 = threadIdx.x / rowChunks, k = (threadIdx.x % rowChunks) * 8;
-    off = r0 * ld + k;
-    step = rowStep * ld;
-    dst = (k / 64) * (kTile * 64) + r0 * 64 + ((((k % 64) >> 3) ^ (r0 & 7)) << 3);
-    live = k < cols;
-    fast = ((reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(ld) * sizeof(T)) & 15) == 0 && cols % 8 == 0;
-  }
-  // rows j0 .. j0 + 63 of g (rows in all, cols as given to the constructor) into s
-  __device__ void load(T* s, const T* g, int64_t j0, int64_t rows, int64_t cols) const {
-    if (!fast || j0 + kTile > rows) {
-      loadTileAsync<kTile, C, true>(s, 0, g + j0 * ld, ld, rows - j0, cols);
-      return;
-    }
-    const T* src = g + j0 * ld + off;
-#pragma unroll
-    for (int i = 0; i < perThread; ++i, src += step) {
-      T* d = s + dst + i * rowStep * 64;
-      if (live) cpAsync16(d, src);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-    }
-  }
-};
-
 // Tile flags (maskTileKernel, maskFlagsKernel): 1 dead (skipped), 2 no mask entry other than 0 (the mask is not
 // read), 3 causal (not read: -inf above the diagonal), 0 read it.
 // This block's flags (a row over key tiles, or a column over query tiles) staged in shared memory,
@@ -1198,13 +1162,12 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   };
   const T* Kn = KT + sliceAt(a.k, n);
   const T* Vn = V + sliceAt(a.v, n);
-  const RowTiles<T, DK> kRows(Kn, a.k.sRow, a.D), vRows(Vn, a.v.sRow, a.Dv);
   auto loadKV = [&](int kt, int buf) {
     const int64_t j0 = static_cast<int64_t>(kt) * kTile;
     T* const Kb = Ks + buf * 2 * tile;
-    if constexpr (KR) kRows.load(Kb, Kn, j0, a.Tk, a.D);
+    if constexpr (KR) loadTileAsync<kTile, DK, true>(Kb, 0, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);
     else loadTileAsync<DK, kTile, true>(Kb, 0, Kn + j0, a.k.sRow, a.D, a.Tk - j0);
-    vRows.load(Kb + tile, Vn, j0, a.Tk, a.Dv);
+    loadTileAsync<kTile, DK, true>(Kb + tile, 0, Vn + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   };
   loadTileAsync<kTile, DK>(Qs, kPD<DK>, Q + sliceAt(a.q, n) + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
   cpAsyncCommit();
