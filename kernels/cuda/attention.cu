@@ -1125,25 +1125,29 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
 // ldmatrix. Q is the score product's A operand in registers; K and V tiles are stored swizzled
 // (loadTileAsync<R, C, true>), K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d]
-// (N-major). Three stages of K and V (32 KB at head tile 128: two blocks per SM). At head tile 64 Q
+// (N-major). Stages of K and V (kWgStages): three at head tile 128 (32 KB each, two blocks a SM);
+// two at 64 (42 KB in all with Q's, at most 128 registers: four blocks a SM, 7-8% faster than three
+// stages at three blocks on the GPT-2 shape's causal forward, H200, stop 68). At head tile 64 Q
 // also keeps its own 9 KB and its fragments are read again from there every key tile: ptxas
 // (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
 // gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
 // third stage, loaded once). The default forward at both head tiles (forwardMma).
+template <int DK>
+inline constexpr int kWgStages = DK == 64 ? 2 : 3;
 template <typename T, int DK>
 size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
-  return 3 * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
+  return kWgStages<DK> * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
 }
 
 template <typename T, bool KR, int DK>
-__global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
-                                                               const uint8_t* flags, AttentionArgs a) {
-  constexpr int tile = DK * kTile;  // elements of a K or a V tile
+__global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+                                                                              const uint8_t* flags, AttentionArgs a) {
+  constexpr int tile = DK * kTile, ST = kWgStages<DK>;  // elements of a K or a V tile; stages
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
   // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
-  T* const Qs = Ks + (DK == 64 ? 3 : 2) * 2 * tile;
+  T* const Qs = Ks + (DK == 64 ? ST : 2) * 2 * tile;
   __shared__ uint8_t flagsS[kFlagsSmem];
   const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
@@ -1175,9 +1179,9 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   int k1 = kt < nk ? live(kt + 1) : nk;
   if (kt < nk) loadKV(kt, 0);
   cpAsyncCommit();
-  if (k1 < nk) loadKV(k1, 1);
+  if (ST == 3 && k1 < nk) loadKV(k1, 1);
   cpAsyncCommit();
-  cpAsyncWait<2>();
+  cpAsyncWait<2>();  // Q (with two stages the third group is empty)
   __syncthreads();
   uint32_t qf[DK / 16][4];
   auto loadQf = [&] {
@@ -1191,11 +1195,12 @@ __global__ void __launch_bounds__(kThreads, 2) attnFwdWgKernel(const T* Q, const
   float o[DK / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int64_t rowI[2] = {i0 + warp * 16 + (lane >> 2), i0 + warp * 16 + (lane >> 2) + 8};
-  for (int buf = 0; kt < nk; buf = buf == 2 ? 0 : buf + 1) {
+  for (int buf = 0; kt < nk; buf = buf == ST - 1 ? 0 : buf + 1) {
     const int k2 = k1 < nk ? live(k1 + 1) : nk;
-    if (k2 < nk) loadKV(k2, buf == 0 ? 2 : buf - 1);  // the stage computed last iteration
+    const int ahead = ST == 3 ? k2 : k1;  // the tile loaded now, into the stage computed last iteration
+    if (ahead < nk) loadKV(ahead, buf == 0 ? ST - 1 : buf - 1);
     cpAsyncCommit();
-    cpAsyncWait<2>();
+    cpAsyncWait<ST - 1>();  // tile kt (the groups after it: the ST - 1 tiles ahead)
     wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
     __syncthreads();
     const uint32_t kAddr = smemAddr(Ks + buf * 2 * tile), vAddr = kAddr + tile * sizeof(T);
