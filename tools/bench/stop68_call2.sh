@@ -7,14 +7,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/call_env.sh"
 R=$OUT
 cp /tmp/r/gpu.txt $R/ 2>/dev/null
-for rep in 1 2; do
-  echo "# rep $rep" >> $R/attn_bench.txt
-  timeout 30 attn_bench --bh 96 --seq 1024 --dim 64 --layout gpt2 --attention kernels --mask causal >> $R/attn_bench.txt 2>&1
-done
+AMPC_BIN=$(command -v ampc) timeout 200 gpu_tests > $R/gpu_tests.txt 2>&1
+echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
+grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran|rc=" $R/gpu_tests.txt | head -30; grep -E "Failure" -A6 $R/gpu_tests.txt | head -20
+timeout 30 attn_bench --bh 96 --seq 1024 --dim 64 --layout gpt2 --attention kernels --mask causal >> $R/attn_bench.txt 2>&1
 echo "# Llama shape" >> $R/attn_bench.txt
 timeout 60 attn_bench --bh 128 --seq 2048 --dim 128 --layout gqa --heads 32 --kv-heads 8 --attention kernels --mask causal >> $R/attn_bench.txt 2>&1
 grep -E "#|bf16" $R/attn_bench.txt
-timeout 50 python3 "$bench/sdpa_ref.py" > $R/sdpa_ref.txt 2>&1; grep -E "causal" $R/sdpa_ref.txt | tail -4
-AMPC_BIN=$(command -v ampc) timeout 300 gpu_tests > $R/gpu_tests.txt 2>&1
-echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
-grep -E "^\[  (PASSED|FAILED)|FAILED  \]|SKIPPED  \]|tests ran|rc=" $R/gpu_tests.txt | head -30; grep -E "Failure" -A6 $R/gpu_tests.txt | head -20
