@@ -14,15 +14,3 @@ timeout 30 attn_bench --bh 96 --seq 1024 --dim 64 --layout gpt2 --attention kern
 echo "# Llama shape" >> $R/attn_bench.txt
 timeout 60 attn_bench --bh 128 --seq 2048 --dim 128 --layout gqa --heads 32 --kv-heads 8 --attention kernels --mask causal >> $R/attn_bench.txt 2>&1
 grep -E "#|bf16" $R/attn_bench.txt
-# Nsight Compute (where device time is left): the draw kernel and the head-64 wgmma forward with
-# dropout, their SASS with execution counts kept (ncu --import F.ncu-rep --page source --csv
-# --print-source sass) and their occupancy and stall reasons.
-args="--bh 96 --seq 1024 --dim 64 --layout gpt2 --attention kernels --mask causal --reps 2 --dropout 0.1"
-for k in attnKeepDraw attnFwdWg; do
-  timeout 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-    --section InstructionStats --section SourceCounters --kernel-name "regex:$k" --launch-skip 1 --launch-count 1 \
-    -o $R/ncu_$k attn_bench $args > $R/ncu_$k.txt 2>&1
-  echo "ncu $k rc=$?"
-  timeout 30 ncu --import $R/ncu_$k.ncu-rep --print-summary none > $R/ncu_${k}_details.txt 2>&1
-  grep -E "Duration|Executed Instructions  |Achieved Occupancy|Issue Slots Busy|Registers Per" $R/ncu_${k}_details.txt | head -8
-done
