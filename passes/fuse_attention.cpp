@@ -624,7 +624,9 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // floor_tie 0: the floor makes the row uniform, and each entry, below the floor, gets none. Only
   // where the condition may mask a row everywhere (not the constant causal one: nothing changes
   // there). With masks added too (transformers' eager attention: Where then + a padding mask) the
-  // additive form stays, and such a row's scores get the gradient (tools/bench/NOTES.md, stop 65).
+  // additive form stays: rewrite marks a constant causal condition where_causal, so such a row's
+  // scores above the diagonal get no gradient; under any other condition they get it
+  // (tools/bench/NOTES.md, stops 65 and 68).
   const bool aloneWhere = m.where && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode && !m.outerScale;
   if (m.where && m.fill > -1e30 && !aloneWhere) return false;  // s + fill is not fill: the floor form only
   if (aloneWhere && std::isfinite(m.fill) && (m.fill > -1e30 || whereMayMaskARow(*m.where->input(0), m.fillFirst))) m.whereFloor = true;
@@ -667,7 +669,7 @@ void signedMask(Graph& g, const Match& m, Value*& mk, SumCache& sums) {
 }
 
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
-Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
+Value* additiveMask(Graph& g, const Match& m, MaskCache& cache, Value** whereOnly = nullptr) {
   Value* c = m.where->input(0);
   const double keep = 0.0, fill = m.whereFloor ? -INFINITY : m.fill;  // (whereFloor: the fill is the op's floor)
   Value*& cached = cache[{c, fill, m.fillFirst}];
@@ -687,6 +689,7 @@ Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
     }
   }
   Value* wm = cached;
+  if (whereOnly) *whereOnly = wm;
   if (!m.mask) return wm;
   Node* add = g.createNode("Add", "", {m.mask, wm},
                            {{g.uniqueName(base + ".sum"), TensorType{DType::f32, *broadcastShapes(wm->type().shape, m.mask->type().shape)}}}, m.out);
@@ -881,7 +884,8 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
       e->setName(base);
       ins[i] = e->result(0);
     }
-  Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
+  Value* whereForm = nullptr;  // the Where's additive form alone
+  Value* mask = m.where ? additiveMask(g, m, cache, &whereForm) : m.mask;
   for (size_t k = 0; k < m.moreMasks.size(); ++k) {
     Value* more = m.moreMasks[k];
     Value*& sum = sums.sums[{mask, more}];
@@ -952,6 +956,17 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
     a->setAttr("floor_tie", 0.0f);
   }
   if (m.nanWhere) a->setAttr("zero_empty_rows", static_cast<int64_t>(1));
+  // A Where with a finite fill under added masks (transformers' eager attention in GPT-2's form:
+  // Where(causal, S, finfo.min) + padding): in a row masked everywhere the entries the Where masks
+  // and those the padding masks both hold the fill, and only the latter give their scores a
+  // gradient. One summed mask cannot tell them apart; where the Where's condition is the constant
+  // causal one, where_causal tells the fill-row fix-ups which entries were the Where's (above the
+  // diagonal). Any other condition keeps the additive form's gradient there (tools/bench/NOTES.md,
+  // stop 65).
+  const bool added = m.mask || !m.moreMasks.empty() || m.innerMask || m.sandwichMask;
+  if (whereForm && added && std::isfinite(m.fill) && !m.whereFloor &&
+      isCausalMask(whereForm, ss[ss.size() - 2], ss.back()))
+    a->setAttr("where_causal", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
     a->setAttr("dropout_key", static_cast<int64_t>(cpu::dropoutNodeKey(*m.dropout)));

@@ -297,7 +297,7 @@ double convFlops(const Node& n) {
 
 // Fused attention (passes/fuse_attention.cpp), "ampc" domain:
 //   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, softcap, dropout_ratio, dropout_key,
-//             zero_empty_rows, score_floor, floor_tie}
+//             zero_empty_rows, score_floor, floor_tie, where_causal}
 //     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
 //   O = Dropout(Softmax(S + mask)) V with S = scale * Q KT, or with softcap c > 0 (Gemma 2's logit
 //   soft-capping) S = c tanh(scale * Q KT / c); LSE = the rows' log-sum-exp (what the backward reads).
@@ -312,6 +312,10 @@ double convFlops(const Node& n) {
 // before the softmax (XGLM's and OPT's clamp at the lowest float; a Where's finite fill), so that a
 // row masked everywhere is uniform. A score below f gets no gradient; one equal to f the share
 // floor_tie of it (1, the default: a clamp's; 1/2: torch.maximum's ties; 0: a Where's fill).
+// where_causal = 1: the scores above the diagonal (key j > query i) were masked by a Where (a
+// constant causal condition with a finite fill, summed into the mask with others): they get no
+// gradient (the mask's own gradient, where it is trained, still takes them). It matters only in
+// rows masked everywhere, where such entries hold the fill and take probability (elsewhere it is 0).
 void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
   const float softcap = c.node().getFloat("softcap", 0.0f);
   c.check(softcap >= 0.0f && std::isfinite(softcap), "softcap must be 0 (none) or positive, got " + std::to_string(softcap));
@@ -319,6 +323,8 @@ void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size
   c.check(floor <= -1e6f && !std::isnan(floor), "score_floor must be at most -1e6 (or -inf: none), got " + std::to_string(floor));
   const float tie = c.node().getFloat("floor_tie", 1.0f);
   c.check(tie >= 0.0f && tie <= 1.0f, "floor_tie must be in [0, 1], got " + std::to_string(tie));
+  const int64_t whereCausal = c.node().getInt("where_causal", 0);
+  c.check(whereCausal == 0 || whereCausal == 1, "where_causal must be 0 or 1, got " + std::to_string(whereCausal));
   requireFloat(c, q);
   requireSameDType(c, q, kt);
   requireSameDType(c, q, v);

@@ -21,6 +21,7 @@ struct AttnDims {
   bool zeroEmpty = false;  // zero_empty_rows: rows with every score -inf get probabilities 0
   double floor = -INFINITY;  // score_floor: scores are max(s, floor) (-inf: none)
   double tie = 1.0;          // the gradient's factor on a score equal to the floor (floor_tie)
+  bool whereCausal = false;  // where_causal: scores above the diagonal get no gradient (a Where's)
   // The factor on the gradient of a score s (before the floor): 1 above the floor, `tie` at it, 0 below.
   template <typename C>
   C floorGrad(C s) const {
@@ -50,6 +51,9 @@ AttnDims attnDims(const KernelCtx& c, const Tensor& q, const Tensor& kt, const T
   if (!(d.floor <= -1e6)) c.fail("score_floor must be at most -1e6 (or -inf: none), got " + std::to_string(d.floor));
   d.tie = c.node.getFloat("floor_tie", 1.0f);
   if (!(d.tie >= 0.0 && d.tie <= 1.0)) c.fail("floor_tie must be in [0, 1], got " + std::to_string(d.tie));
+  const int64_t wc = c.node.getInt("where_causal", 0);
+  if (wc != 0 && wc != 1) c.fail("where_causal must be 0 or 1, got " + std::to_string(wc));
+  d.whereCausal = wc == 1;
   return d;
 }
 
@@ -206,8 +210,10 @@ struct AttentionGradK {
           for (int64_t x = 0; x < d.Dv; ++x) dpd += doi[x] * vn[j * d.Dv + x];
           const C ds = p * (dpd * f - Di) * d.floorGrad(raw[j]);  // (through the floor: its clamp's derivative)
           if (maskGrad) dS[static_cast<size_t>(row * d.Tk + j)] = ds;
-          // through the soft-capping: d(c tanh(x / c)) / dx = 1 - tanh^2
-          const C g = roundTo(t, scale * ds * (softcap > C(0) ? C(1) - th[j] * th[j] : C(1)));
+          // through the soft-capping: d(c tanh(x / c)) / dx = 1 - tanh^2; none above the diagonal
+          // under where_causal (the mask's gradient above takes ds all the same)
+          const C dsq = d.whereCausal && j > i ? C(0) : ds;
+          const C g = roundTo(t, scale * dsq * (softcap > C(0) ? C(1) - th[j] * th[j] : C(1)));
           for (int64_t x = 0; x < d.Dv; ++x) dvn[j * d.Dv + x] += pd * doi[x];
           for (int64_t x = 0; x < d.D; ++x) {
             dqi[x] += g * k[x * d.Tk + j];

@@ -237,6 +237,9 @@ struct AttentionArgs {
   // kAttentionFillLse, or -inf): the main kernels leave it to them. floorTie: the gradient's factor
   // on a score equal to the floor (the node's floor_tie: 1, 1/2 or 0); below it, 0.
   float floor = -INFINITY, floorTie = 1.0f;
+  // where_causal: the fill-row fix-ups give the scores above the diagonal (key j > query i) no
+  // gradient in dQ and dK (a Where's, summed into the mask); the mask's gradient still takes them.
+  bool whereCausal = false;
   float scale = 1.0f, ratio = 0.0f;  // ratio 0: no dropout
   uint64_t seed = 0;
   const uint64_t* step = nullptr;    // device step counter (Dropout's)

@@ -290,6 +290,10 @@ struct Program::Lowering {
     if (!(a.floorTie >= 0.0f && a.floorTie <= 1.0f)) fail("floor_tie must be in [0, 1]");
     if (!(a.floor <= -1e6f)) fail("score_floor must be at most -1e6 (or -inf: none): rows it changes must fall to the fill-row fix-ups");
     if (a.floor > -INFINITY && !mask) fail("score_floor needs a mask (without one no row is masked everywhere)");
+    const int64_t whereCausal = n.getInt("where_causal", 0);
+    if (whereCausal != 0 && whereCausal != 1) fail("where_causal must be 0 or 1");
+    if (whereCausal && !mask) fail("where_causal needs a mask (without one no row is masked everywhere)");
+    a.whereCausal = whereCausal == 1;
     a.scale = n.getFloat("scale", 1.0f);
     if (n.getFloat("softcap", 0.0f) != 0.0f)  // (the cuda target does not fuse it: compiler/target.cpp)
       fail("soft-capped scores (softcap) are not in the CUDA attention kernels; compile the plan with ampc --no-fuse, or for --target cpu");

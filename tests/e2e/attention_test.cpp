@@ -1109,6 +1109,36 @@ TEST(FusedAttentionPass, NoScoreTensorsRemain) {
   EXPECT_EQ(count(*g, "AttentionGrad"), 2);
 }
 
+// transformers' eager attention in GPT-2's form, Where(causal, S, finfo.min) + a padding mask, with
+// batch 1 left-padded by three keys: its first three queries see only padding, and their rows hold
+// three kinds of masked entries. Keys j <= i are padding (s + pad, which is the fill, with a
+// gradient); keys above the diagonal masked by the Where alone (the fill, no gradient to s); both
+// (-inf). In f32 the first two give the same value, so the row is uniform over them. The loss reads
+// every row. The fused op sums the Where's additive form and the padding into one mask, which
+// cannot tell the first two kinds apart. where_causal = 1 (the Where's condition is the constant
+// causal one) lets the fill-row fix-ups give the scores above the diagonal no gradient. dQ and dK
+// are the unfused graph's again (before: the scores above the diagonal took the gradient).
+TEST(FusedAttentionPass, CausalWhereUnderAPaddingMaskGivesRowsMaskedEverywhereTheirGradient) {
+  const std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %pad : f32[2,1,1,5]
+  const %c : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]
+  const %s : f32[] = [0.35355339]
+  const %fill : f32[] = [-3.4028234663852886e38]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
+  %sw : f32[2,2,5,5] = Where(%c, %ss, %fill) @attn/where
+  %sa : f32[2,2,5,5] = Add(%sw, %pad) @attn/pad
+)" + softmaxToLoss("%sa");
+  Tensor pad(TensorType{DType::f32, {2, 1, 1, 5}});
+  for (int64_t e = 0; e < 10; ++e) pad.setDouble(e, e >= 5 && e < 8 ? static_cast<double>(std::numeric_limits<float>::lowest()) : 0.0);
+  expectFusedLikePlain(text, {2, 5, 16}, {{"pad", pad}});
+  auto g = parseGraph(text, "a");
+  createFuseAttentionPass(findTarget("cpu"))->run(*g);
+  int64_t marked = -1;
+  for (const auto& n : g->nodes())
+    if (n->op() == "Attention") marked = n->getInt("where_causal", 0);
+  EXPECT_EQ(marked, 1);
+}
+
 // fuse-gelu's SiLU: x * Sigmoid(x), in either operand order, becomes one ampc.Silu; a Sigmoid with
 // another use stays. The fused graph computes the same values (f64, fresh random data), and at
 // bf16 each output is the f32 SiLU of the bf16 input rounded once (PyTorch's silu), where the

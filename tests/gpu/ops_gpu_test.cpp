@@ -554,7 +554,8 @@ struct AttnCase {
   int64_t tq, tk, d, dv;
   std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk]), "zeros", "per_batch", "floored"
                      // ([B,1,Tq,Tk], -inf entries, row 5 of batch 1 empty), "padding" ([B,1,1,Tk]),
-                     // "per_head" ([1,H,Tq,Tk], N(0,1): a bias)
+                     // "per_head" ([1,H,Tq,Tk], N(0,1): a bias), "where_causal" (per batch-head: the
+                     // causal fill plus batch 1's first three keys', with where_causal = 1)
   double ratio;
 };
 std::string dims(const std::vector<int64_t>& v) {
@@ -613,6 +614,10 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       {"mma_d96_dv80_random_mask", {1, 3}, 100, 136, 96, 80, "random", 0.0},
       {"mma_d128_dv64_per_batch", {2, 2}, 77, 130, 128, 64, "per_batch", 0.0},
       {"mma_d128_odd_keys", {1, 2}, 70, 61, 128, 128, "", 0.0},
+      // GPT-2's eager form, Where(causal, S, finfo.min) + a padding mask summed into one, with
+      // where_causal: batch 1's first three keys padded, so its first three queries are masked
+      // everywhere, and the fix-ups give their scores above the diagonal (a Where's) no gradient.
+      {"mma_where_causal_padded", {2, 2}, 100, 100, 64, 64, "where_causal", 0.1},
       // More keys than the fill-row fix-ups keep in shared memory (24576): row 77, masked
       // everywhere by the finite fill, recomputed with its scores in global scratch.
       {"mma_fill_row_long_keys", {1, 1}, 80, 24640, 64, 64, "causal", 0.1},
@@ -657,6 +662,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
                                 (floored ? std::string(c.mask == "wherefloor" ? ", score_floor = -1e9" : ", score_floor = -3.4028234663852886e38") +
                                                ", floor_tie = " + (c.mask == "floored" ? "0.5" : "0.0")
                                  : transformers ? ", zero_empty_rows = 1"
+                                 : c.mask == "where_causal" ? ", where_causal = 1"
                                                 : "") +
                                 "}";
       const std::string m = c.mask.empty() ? "" : ", %m";
@@ -695,6 +701,11 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
           else if (c.mask == "zeros") mk.setDouble(e, 0.0);
           else if (c.mask == "per_head") continue;  // the bias as drawn
           else if (c.mask == "causal") mk.setDouble(e, j > i || i == 77 ? neg : 0.0);  // row 77: masked everywhere
+          else if (c.mask == "where_causal") {  // the causal fill plus batch 1's padding of keys 0-2 (both: -inf)
+            const bool b1 = e / (c.tq * c.tk) / c.lead[1] == 1;
+            const bool above = j > i, pad = b1 && j < 3;
+            mk.setDouble(e, above && pad ? -INFINITY : above || pad ? neg : 0.0);
+          }
           else if (mk.getDouble(e) < -0.5) mk.setDouble(e, neg);                  // ~30% masked, the rest N(0,1)
         }
         in.emplace("m", std::move(mk));
