@@ -5,6 +5,7 @@
 # query tile), attn_bench_v3s2 (+ wg64_two_stages_four_blocks.patch) and gpu_tests with both
 # patches, packed as gpuR. On the GPU machine (carry .gpuz/gpuR.tar.xz):
 #   rm -rf .gpu; tar -xJf .gpuz/gpuR.tar.xz && bash tools/bench/stop68_call1.sh run
+# (A record: its build no longer applies, the two-stage patch being in the tree since c1c876f.)
 set -uo pipefail
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bench/../.." && pwd)

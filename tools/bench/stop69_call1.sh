@@ -30,15 +30,9 @@ if [ "${1:-}" = run ]; then
   exit 0
 fi
 cd "$root"
+source "$bench/lib.sh"
 git diff --quiet kernels/cuda/attention.cu || { echo "attention.cu has local changes" >&2; exit 1; }
-restore() { git checkout -q kernels/cuda/attention.cu; }
-trap restore EXIT
-ninja -C build tools/attn_bench >/dev/null || exit 1
-mkdir -p build/variants
-cp build/tools/attn_bench build/variants/attn_bench
-git apply "$P/wg128_two_stages_three_blocks.patch" && ninja -C build tools/attn_bench tests/gpu_tests >/dev/null || exit 1
-cp build/tools/attn_bench build/variants/attn_bench_w128
-cp build/tests/gpu_tests build/variants/gpu_tests
-restore
-ninja -C build tools/attn_bench tests/gpu_tests >/dev/null  # the tree's build again
+build_variant "" "" tools/attn_bench || exit 1
+build_variant _w128 "$P/wg128_two_stages_three_blocks.patch" tools/attn_bench tests/gpu_tests || exit 1
+mv build/variants/gpu_tests_w128 build/variants/gpu_tests  # the suite runs under its own name
 tools/bench/pack.sh gpuT build/variants/gpu_tests build/variants/attn_bench build/variants/attn_bench_w128
