@@ -276,32 +276,47 @@ class PartialEval {
   int64_t budget_;
 };
 
-}  // namespace
-
-CausalMask classifyCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
-  const auto& s = mask->type().shape;
-  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return CausalMask::none;
+// Walks every element of every plane of `v` [.., Tq, Tk] known ahead of the step (read through the
+// value's kept broadcasts): visit(i, j, known, x) returns false to stop. False where `v` is not
+// [.., Tq, Tk], is not evaluated within the budget, or visit stopped.
+template <typename Visit>
+bool walkPlanes(const Value* v, int64_t Tq, int64_t Tk, int64_t maxElements, Visit visit) {
+  const auto& s = v->type().shape;
+  if (s.size() < 2 || s[s.size() - 2] != Tq || s[s.size() - 1] != Tk) return false;
   PartialEval pe(maxElements);
-  const Partial* p = pe.eval(mask);
-  if (!p || p->none) return CausalMask::none;
-  // every element of every plane, read through the value's kept broadcasts
+  const Partial* p = pe.eval(v);
+  if (!p || p->none) return false;
   std::vector<int64_t> ps = p->value.type.shape;  // (an Expand's operand may have a lower rank)
   if (ps.size() < s.size()) ps.insert(ps.begin(), s.size() - ps.size(), 1);
   int64_t planes = 1;
   for (size_t d = 0; d + 2 < ps.size(); ++d) planes *= ps[d];
   std::vector<int64_t> full(ps.begin(), ps.end());
   full[full.size() - 2] = Tq, full[full.size() - 1] = Tk;
-  bool exact = true;  // (kept below the diagonal too)
   for (int64_t plane = 0; plane < planes; ++plane)
     for (int64_t i = 0; i < Tq; ++i)
       for (int64_t j = 0; j < Tk; ++j) {
         const int64_t at = broadcastAt((plane * Tq + i) * Tk + j, full, ps);
-        const bool known = p->all || p->known.getDouble(at) != 0.0;
-        const double x = p->value.getDouble(at);
-        if (j > i && !(known && x <= -1e30)) return CausalMask::none;
-        if (j <= i) exact = exact && known && x == 0.0;
+        if (!visit(i, j, p->all || p->known.getDouble(at) != 0.0, p->value.getDouble(at))) return false;
       }
+  return true;
+}
+
+}  // namespace
+
+CausalMask classifyCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements) {
+  bool exact = true;  // (kept below the diagonal too)
+  const bool causal = walkPlanes(mask, Tq, Tk, maxElements, [&](int64_t i, int64_t j, bool known, double x) {
+    if (j > i) return known && x <= -1e30;
+    exact = exact && known && x == 0.0;
+    return true;
+  });
+  if (!causal) return CausalMask::none;
   return exact ? CausalMask::exact : CausalMask::contains;
+}
+
+bool isCausalCondition(const Value* c, bool fillFirst, int64_t Tq, int64_t Tk, int64_t maxElements) {
+  return walkPlanes(c, Tq, Tk, maxElements,
+                    [&](int64_t i, int64_t j, bool known, double x) { return known && ((x != 0.0) == fillFirst) == (j > i); });
 }
 
 bool dependsOnParams(const Value* v) {

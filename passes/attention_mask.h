@@ -30,6 +30,10 @@ inline bool isCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxE
 inline bool containsCausalMask(const Value* mask, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26) {
   return classifyCausalMask(mask, Tq, Tk, maxElements) != CausalMask::none;
 }
+// Whether a Where's condition c [.., Tq, Tk], which picks the fill where (c != 0) == fillFirst,
+// picks it exactly above the diagonal (key j > query i) in every plane, known ahead of the step as
+// classifyCausalMask knows a mask.
+bool isCausalCondition(const Value* c, bool fillFirst, int64_t Tq, int64_t Tk, int64_t maxElements = int64_t{1} << 26);
 
 // Whether `v` is computed from a parameter that may be trained (a float initializer; bool and integer
 // ones are constants, Value::constData), so that a mask made from it may need a gradient, through any

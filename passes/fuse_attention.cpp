@@ -157,6 +157,7 @@ struct Match {
   bool whereFloor = false;  // the Where's finite fill as score_floor (floor_tie 0), its entries -inf
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
+  bool maskedOverWhere = false;  // with `where`: masks added over it (to its fill), not under
 };
 // Whether a Where condition c (Where(c, S, fill), or with fillFirst Where(c, fill, S)) may mask a
 // row everywhere: computed (not known here), or a constant with such a row ([.., Tq or 1, Tk]).
@@ -444,6 +445,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // Where(c, S, fill): alone, or under the Add of an f32 mask (transformers' eager attention); and
   // masks added under it (MPT: Where(c, fill, S + ALiBi)), exact as the Where's additive form is.
   if (Value* inner = matchWhereMask(g, s, ss, m)) {
+    m.maskedOverWhere = m.add || m.sandwichAdd;
     s = inner;
     while (takeAdd(false)) {
     }
@@ -623,12 +625,21 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // the scores' gradient too. So its masked entries become -inf under score_floor = fill with
   // floor_tie 0: the floor makes the row uniform, and each entry, below the floor, gets none. Only
   // where the condition may mask a row everywhere (not the constant causal one: nothing changes
-  // there). With masks added too (transformers' eager attention: Where then + a padding mask) the
-  // additive form stays: rewrite marks a constant causal condition where_causal, so such a row's
-  // scores above the diagonal get no gradient; under any other condition they get it
-  // (tools/bench/NOTES.md, stops 65 and 68).
+  // there). With masks added over it (to its fill: transformers' eager attention, Where then + a
+  // padding mask) the additive form stays, and in a row the two mask everywhere together the entries
+  // the Where masked must get no gradient, those the added mask masked theirs: one summed mask
+  // cannot tell them apart. Where the condition is the causal one (known ahead of the step) rewrite
+  // marks it where_causal and the fix-ups tell them apart by the diagonal; any other condition (a
+  // window, one computed from the inputs) is left unfused. Masks added under it (MPT's ALiBi,
+  // DeBERTa's relative positions) keep the additive form too: a row the Where masks everywhere
+  // there (a sample whose every key is padding) still gives the scores a gradient
+  // (tools/bench/NOTES.md, stops 65, 68 and 69).
   const bool aloneWhere = m.where && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode && !m.outerScale;
   if (m.where && m.fill > -1e30 && !aloneWhere) return false;  // s + fill is not fill: the floor form only
+  if (m.where && std::isfinite(m.fill) && m.maskedOverWhere) {
+    const auto& ss = m.softmax->input(0)->type().shape;
+    if (!isCausalCondition(m.where->input(0), m.fillFirst, ss[ss.size() - 2], ss.back())) return false;
+  }
   if (aloneWhere && std::isfinite(m.fill) && (m.fill > -1e30 || whereMayMaskARow(*m.where->input(0), m.fillFirst))) m.whereFloor = true;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   shape.softcap = m.softcap > 0.0;
@@ -959,13 +970,9 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
   // A Where with a finite fill under added masks (transformers' eager attention in GPT-2's form:
   // Where(causal, S, finfo.min) + padding): in a row masked everywhere the entries the Where masks
   // and those the padding masks both hold the fill, and only the latter give their scores a
-  // gradient. One summed mask cannot tell them apart; where the Where's condition is the constant
-  // causal one, where_causal tells the fill-row fix-ups which entries were the Where's (above the
-  // diagonal). Any other condition keeps the additive form's gradient there (tools/bench/NOTES.md,
-  // stop 65).
-  const bool added = m.mask || !m.moreMasks.empty() || m.innerMask || m.sandwichMask;
-  if (whereForm && added && std::isfinite(m.fill) && !m.whereFloor &&
-      isCausalMask(whereForm, ss[ss.size() - 2], ss.back()))
+  // gradient. One summed mask cannot tell them apart; match took such a Where only with the causal
+  // condition, and where_causal tells the fill-row fix-ups its entries (above the diagonal).
+  if (whereForm && m.maskedOverWhere && std::isfinite(m.fill))
     a->setAttr("where_causal", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));

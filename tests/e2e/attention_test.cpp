@@ -847,9 +847,11 @@ std::string softmaxToLoss(const std::string& s) {
 
 // Where masks as exporters write them: nanoGPT's masked_fill(mask, -inf) (Where(c, fill, S), here
 // with a constant causal condition), transformers' eager attention (Where(c, S, finfo.min) under
-// the Add of a padding mask, the condition an input) and a condition input with -inf. Each fuses
-// into one Attention with an additive mask, and the loss and gradients are the unfused graph's
-// (fresh random data, f32). A fill of -1e4 is left unfused: s + fill is not fill there.
+// the Add of a padding mask, the condition the constant causal one) and a condition input with
+// -inf. Each fuses into one Attention with an additive mask, and the loss and gradients are the
+// unfused graph's (fresh random data, f32). A fill of -1e4 is left unfused: s + fill is not fill
+// there; so is a window (GPT-Neo's local layers) under the padding: in a row the two mask
+// everywhere the summed mask cannot tell their entries' gradients apart.
 // `text` parsed twice: once with fuse-attention run, which must fuse its one attention (one
 // Attention node, no Softmax left), and once as written.
 std::pair<std::unique_ptr<Graph>, std::unique_ptr<Graph>> fusedAndPlain(const std::string& text, const std::string& name) {
@@ -899,26 +901,29 @@ TEST(FusedAttentionPass, WhereMasksFuse) {
   };
   const std::vector<W> cases = {
       {"masked_fill_const_causal", "Where(%c, %fill, %ss)", "", true, true},
-      {"eager_where_then_padding", "Where(%c, %ss, %fill)", "add", false, true},
+      {"eager_where_then_padding", "Where(%c, %ss, %fill)", "add", true, true},
+      {"window_where_then_padding_stays", "Where(%c, %ss, %fill)", "add", true, false},
       {"where_input_cond", "Where(%c, %ss, %fill)", "", false, true},
       {"small_fill_stays", "Where(%c, %ss, %fill)", "", false, false},
   };
   for (const W& w : cases) {
-    const double fill = w.name == "small_fill_stays" ? -1e4 : w.name == "eager_where_then_padding" ? -3.4028234663852886e38 : -INFINITY;
+    const bool add = w.extra == "add";
+    const double fill = w.name == "small_fill_stays" ? -1e4 : add ? -3.4028234663852886e38 : -INFINITY;
     std::ostringstream fs;
     fs.precision(17);
     fs << fill;
     std::string cond;
     if (w.constCond) {
       cond = "  const %c : bool[5,5] = [";
+      const bool masksWhereTrue = w.where.find("%fill, %ss") != std::string::npos;  // masked_fill: true is masked
+      const int window = w.name.rfind("window", 0) == 0 ? 2 : 5;  // keys i-window < j <= i kept
       for (int i = 0; i < 5; ++i)
-        for (int j = 0; j < 5; ++j) cond += std::string(i || j ? ", " : "") + (j > i ? "1" : "0");  // masked_fill: true is masked
+        for (int j = 0; j < 5; ++j) cond += std::string(i || j ? ", " : "") + ((j <= i && j > i - window) != masksWhereTrue ? "1" : "0");
       cond += "]\n";
     } else {
       cond = "  input %c : bool[2,1,5,5]\n";
     }
     const std::string fillText = std::isinf(fill) ? "-inf" : fs.str();
-    const bool add = w.extra == "add";
     std::string text = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + cond + (add ? "  input %m : f32[2,1,1,5]\n" : "") +
                        "  const %sc0 : f32[] = [0.35355339]\n  const %fill : f32[] = [" + fillText + "]\n" +
                        "  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk\n  %ss : f32[2,2,5,5] = Mul(%sc, %sc0) @attn/scale\n" +
@@ -1139,6 +1144,45 @@ TEST(FusedAttentionPass, CausalWhereUnderAPaddingMaskGivesRowsMaskedEverywhereTh
   EXPECT_EQ(marked, 1);
 }
 
+// The same Where(c, S, finfo.min) + padding under conditions other than the causal one: a window of
+// two keys (a constant: GPT-Neo's local layers) and one the step is given. In a row the two mask
+// everywhere the fused op could not tell the Where's entries (no gradient) from the padding's, so
+// fuse-attention leaves both unfused. A causal condition computed in the graph (Not of the upper
+// triangle) is known ahead of the step, fused and marked where_causal, with the unfused gradients.
+TEST(FusedAttentionPass, WhereUnderAddedMaskFusesOnlyUnderTheCausalCondition) {
+  const std::string head = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %pad : f32[2,1,1,5]
+  input %given : bool[1,1,5,5]
+  const %window : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
+  const %upper : bool[1,1,5,5] = [0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+  %causal : bool[1,1,5,5] = Not(%upper)
+  const %s : f32[] = [0.35355339]
+  const %fill : f32[] = [-3.4028234663852886e38]
+  %sc : f32[2,2,5,5] = MatMul(%q, %kt) @attn/qk
+  %ss : f32[2,2,5,5] = Mul(%sc, %s) @attn/scale
+)";
+  auto text = [&](const std::string& c) {
+    return head + "  %sw : f32[2,2,5,5] = Where(" + c + ", %ss, %fill) @attn/where\n  %sa : f32[2,2,5,5] = Add(%sw, %pad) @attn/pad\n" +
+           softmaxToLoss("%sa");
+  };
+  for (const char* c : {"%window", "%given"}) {
+    auto g = parseGraph(text(c), "a");
+    createFuseAttentionPass(findTarget("cpu"))->run(*g);
+    EXPECT_EQ(count(*g, "Attention"), 0) << c;
+    EXPECT_EQ(count(*g, "Softmax"), 1) << c;
+  }
+  Tensor pad(TensorType{DType::f32, {2, 1, 1, 5}});
+  for (int64_t e = 0; e < 10; ++e) pad.setDouble(e, e >= 5 && e < 8 ? static_cast<double>(std::numeric_limits<float>::lowest()) : 0.0);
+  Tensor given(TensorType{DType::boolean, {1, 1, 5, 5}});
+  for (int64_t e = 0; e < 25; ++e) given.setDouble(e, e % 5 <= e / 5);
+  expectFusedLikePlain(text("%causal"), {2, 5, 16}, {{"pad", pad}, {"given", given}});
+  auto g = parseGraph(text("%causal"), "a");
+  createFuseAttentionPass(findTarget("cpu"))->run(*g);
+  int64_t marked = -1;
+  for (const auto& n : g->nodes())
+    if (n->op() == "Attention") marked = n->getInt("where_causal", 0);
+  EXPECT_EQ(marked, 1);
+}
+
 // fuse-gelu's SiLU: x * Sigmoid(x), in either operand order, becomes one ampc.Silu; a Sigmoid with
 // another use stays. The fused graph computes the same values (f64, fresh random data), and at
 // bf16 each output is the f32 SiLU of the bf16 input rounded once (PyTorch's silu), where the
@@ -1239,11 +1283,13 @@ TEST(FusedAttentionPass, RowsMaskedEverywhereByAWhereGiveTheScoresNoGradient) {
                    "  const %c : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]");
     EXPECT_EQ(floorOf(causal), lowest ? std::make_pair(-INFINITY, 1.0f) : std::make_pair(f, 0.0f));
     if (!lowest) expectFusedLikePlain(causal, {2, 5, 16});
-    // -1e9 under an added mask stays unfused: s + fill is not fill, and no floor stands for both.
+    // Under an added mask it stays unfused: with -1e9 s + fill is not fill, and no floor stands for
+    // both; with the lowest float a row the two mask everywhere would take the padding's gradient
+    // where the condition (not known to be causal) masked it.
     std::string added = text;
     added.replace(added.find("  const %s :"), 0, "  input %pad : f32[2,1,1,5]\n");
     added.replace(added.find("Softmax(%sw)"), 12, "Softmax(%sa)");
     added.replace(added.find("  %p : f32"), 0, "  %sa : f32[2,2,5,5] = Add(%sw, %pad) @attn/pad\n");
-    EXPECT_EQ(floorOf(added), lowest ? std::make_pair(-INFINITY, 1.0f) : std::make_pair(0.0f, -1.0f));
+    EXPECT_EQ(floorOf(added), std::make_pair(0.0f, -1.0f));
   }
 }
