@@ -1125,29 +1125,30 @@ __global__ void __launch_bounds__(kThreads, MT == 1 && DK == 64 ? 3 : 2) attnFwd
 // whole block (one warpgroup) from shared memory instead of 4 x 16 rows of mma.sync fed by
 // ldmatrix. Q is the score product's A operand in registers; K and V tiles are stored swizzled
 // (loadTileAsync<R, C, true>), K as rows [j][d] (KR, K-major) or KT [d][j] (N-major), V [j][d]
-// (N-major). Stages of K and V (kWgStages): three at head tile 128 (32 KB each, two blocks a SM);
-// two at 64 (42 KB in all with Q's, at most 128 registers: four blocks a SM, 7-8% faster than three
-// stages at three blocks on the GPT-2 shape's causal forward, H200, stop 68). At head tile 64 Q
+// (N-major). Two stages of K and V (kWgStages): at head tile 64 42 KB in all with Q's, at most 128
+// registers: four blocks a SM, 7-8% faster than three stages at three blocks on the GPT-2 shape's
+// causal forward (H200, stop 68); at 128 64 KB, at most 168 registers: three blocks a SM, 14% faster
+// than three stages at two on the Llama shape's (H100, stop 69: 0.561 -> 0.483 ms). At head tile 64 Q
 // also keeps its own 9 KB and its fragments are read again from there every key tile: ptxas
 // (CUDA 13.0) took the fragments, loop-invariant A operands, as dead after the first score product and
 // gave their registers to the probabilities, so every key tile after the first read P as Q (the SASS
 // of stop 65: HGMMA's A registers rewritten right after the wait). At 128 it keeps them (Q shares the
-// third stage, loaded once). The default forward at both head tiles (forwardMma).
+// last stage, loaded once). The default forward at both head tiles (forwardMma).
 template <int DK>
-inline constexpr int kWgStages = DK == 64 ? 2 : 3;
+inline constexpr int kWgStages = 2;
 template <typename T, int DK>
 size_t fwdSmemWg() {  // + 1024: the panels start on 1024 bytes
   return kWgStages<DK> * 2 * DK * kTile * sizeof(T) + 1024 + (DK == 64 ? kTile * kPD<DK> * sizeof(T) : 0);
 }
 
 template <typename T, bool KR, int DK>
-__global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
+__global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 3) attnFwdWgKernel(const T* Q, const T* KT, const T* V, T* O, float* lse,
                                                                               const uint8_t* flags, AttentionArgs a) {
   constexpr int tile = DK * kTile, ST = kWgStages<DK>;  // elements of a K or a V tile; stages
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T* const Ks = reinterpret_cast<T*>(smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u));  // stage b: K, then V
-  // Q, pitch kPD: stage 2's bytes, free until the loop's first prefetch (head tile 128); its own (64)
-  T* const Qs = Ks + (DK == 64 ? ST : 2) * 2 * tile;
+  // Q, pitch kPD: the last stage's bytes, free until the loop's first prefetch (head tile 128); its own (64)
+  T* const Qs = Ks + (DK == 64 ? ST : ST - 1) * 2 * tile;
   __shared__ uint8_t flagsS[kFlagsSmem];
   const int qt = static_cast<int>(gridDim.y - 1 - blockIdx.y), warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const int64_t n = blockIdx.x, i0 = static_cast<int64_t>(qt) * kTile;  // the mma.sync kernel's grid
@@ -1190,7 +1191,7 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 2) attnFwdWgKernel(co
   };
   if constexpr (DK != 64) {
     loadQf();
-    __syncthreads();  // Q's bytes take the third stage next
+    __syncthreads();  // Q's bytes take the last stage next
   }
   float o[DK / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
