@@ -781,6 +781,7 @@ template <int DK>
 inline constexpr int kBwdStages = DK == 128 ? 2 : 3;
 template <int DK>
 inline constexpr bool kBwdDsOverDo = DK == 128;
+inline constexpr int kBwdStagesWg = 2;  // the wgmma backward's (head tile 64, attnBwdMmaKernel<.., WG>)
 template <typename T, int DK>
 size_t bwdSmemMma() {
   constexpr int st = kBwdStages<DK>;
@@ -1247,19 +1248,31 @@ __global__ void __launch_bounds__(kThreads, DK == 64 ? 4 : 3) attnFwdWgKernel(co
 // into it. A template flag rather than a branch: the per-score gradient store, inlined at each of
 // the 64 element sites, bloated the common kernel and cost it about a quarter of its speed (GPT-2
 // shape backward 0.55 -> 0.66 ms when it came in as a runtime branch).
-template <typename T, bool KR, int DK, bool MG>
-__global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
-                                                            const float* rowD, T* dKT, T* dV, float* dQacc, float* dMaskParts,
-                                                            const uint8_t* flags, AttentionArgs a) {
-  constexpr int pD = kPD<DK>, pK = KR ? pD : kP, rb = kRowBuf<DK>, ST = kBwdStages<DK>;
-  constexpr bool dsOverDo = kBwdDsOverDo<DK>;
+// WG (head tile 64, built with AMPC_WGMMA): the five products as Hopper's warpgroup products
+// (wgmma.cuh) instead of mma.sync fed by ldmatrix, the elementwise work between them unchanged (a
+// wgmma accumulator's registers are eight m16n8 tiles of mma.sync's, so S^T and dP^T land where the
+// mma.sync kernel has them). Every tile in shared memory is stored swizzled (loadTileAsync<.., true>):
+// S^T = K Q^T and dP^T = V dO^T read both operands from there (K and V as A, K-major, or KT's [d][j]
+// M-major), dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO and Q N-major,
+// and dQ = dS K reads dS^T from shared memory (M-major) with K. Two stages (kBwdStagesWg): 60 KB;
+// 244-252 registers (ptxas; at three blocks a SM, 168, it spilled 436 bytes): two blocks a SM.
+// GPT-2 shape's causal backward 0.295 -> 0.270 ms without dropout, 0.309 -> 0.281 with (H100, stop
+// 69; three stages measured the same). The default at head tile 64 (bwdWg).
+template <typename T, bool KR, int DK, bool MG, bool WG = false>
+__global__ void __launch_bounds__(kThreads, WG ? 2 : 1) attnBwdMmaKernel(const T* dO, const T* Q, const T* KT, const T* V, const float* lse,
+                                                                       const float* rowD, T* dKT, T* dV, float* dQacc, float* dMaskParts,
+                                                                       const uint8_t* flags, AttentionArgs a) {
+  static_assert(!WG || DK == 64, "the wgmma backward is built at head tile 64");
+  constexpr int pD = kPD<DK>, pK = KR ? pD : kP, rb = WG ? DK * kTile : kRowBuf<DK>, ST = WG ? kBwdStagesWg : kBwdStages<DK>;
+  constexpr bool dsOverDo = !WG && kBwdDsOverDo<DK>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);  // [d][j] (or [j][d])
-  T* Vs = Ks + kKBuf<DK>;               // [j][d]
+  // (WG: every tile starts on 1024 bytes, as the swizzled panels must)
+  T* Ks = reinterpret_cast<T*>(WG ? smem + ((1024u - (smemAddr(smem) & 1023u)) & 1023u) : smem);  // [d][j] (or [j][d])
+  T* Vs = Ks + (WG ? rb : kKBuf<DK>);   // [j][d]
   T* Qs = Vs + rb;                      // ST x [i][d]
   T* dOs = Qs + ST * rb;                // ST x [i][d]
   T* dSown = dOs + ST * rb;             // [j][i]: dS^T, scale included (or over the dO tile just used)
-  float* rowL = reinterpret_cast<float*>(dSown + (dsOverDo ? 0 : kTile * kP));  // ST x [i]
+  float* rowL = reinterpret_cast<float*>(dSown + (dsOverDo ? 0 : WG ? rb : kTile * kP));  // ST x [i]
   float* rowDs = rowL + ST * kTile;                                              // ST x [i]
   uint32_t* keepS = reinterpret_cast<uint32_t*>(rowDs + ST * kTile);             // ST x 128 words (a.keep)
   __shared__ uint8_t flagsS[kFlagsSmem];
@@ -1280,8 +1293,8 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
   const T* dOn = dO + sliceAt(a.dO, n);
   auto loadQ = [&](int qt, int buf) {
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
-    loadTileAsync<kTile, DK>(Qs + buf * rb, pD, Qn + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
-    loadTileAsync<kTile, DK>(dOs + buf * rb, pD, dOn + i0 * a.dO.sRow, a.dO.sRow, a.Tq - i0, a.Dv);
+    loadTileAsync<kTile, DK, WG>(Qs + buf * rb, pD, Qn + i0 * a.q.sRow, a.q.sRow, a.Tq - i0, a.D);
+    loadTileAsync<kTile, DK, WG>(dOs + buf * rb, pD, dOn + i0 * a.dO.sRow, a.dO.sRow, a.Tq - i0, a.Dv);
     if (a.keep && a.ratio > 0.0f && threadIdx.x < 32)  // the forward's keep bits of tile (qt, kt)
       cpAsync16(keepS + buf * 128 + threadIdx.x * 4, a.keep + keepTile(a, n, qt, kt) + threadIdx.x * 4);
     const int64_t row0 = n * a.Tq + i0;
@@ -1299,9 +1312,9 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     }
   };
   const T* Kn = KT + sliceAt(a.k, n);
-  if constexpr (KR) loadTileAsync<kTile, DK>(Ks, pK, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
-  else loadTileAsync<DK, kTile>(Ks, pK, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                        // [d][j]
-  loadTileAsync<kTile, DK>(Vs, pD, V + sliceAt(a.v, n) + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
+  if constexpr (KR) loadTileAsync<kTile, DK, WG>(Ks, pK, Kn + j0 * a.k.sRow, a.k.sRow, a.Tk - j0, a.D);  // [j][d]
+  else loadTileAsync<DK, kTile, WG>(Ks, pK, Kn + j0, a.k.sRow, a.D, a.Tk - j0);                        // [d][j]
+  loadTileAsync<kTile, DK, WG>(Vs, pD, V + sliceAt(a.v, n) + j0 * a.v.sRow, a.v.sRow, a.Tk - j0, a.Dv);
   cpAsyncCommit();
   // Three stages, as the forward: query tiles qt and q1 in flight, q2 issued while qt is computed
   // (two: qt in flight, q1 issued while qt is computed).
@@ -1322,7 +1335,7 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     if constexpr (KR) ldsm4(kf[ks], aRowMajor(Ks, pK, warp * 16, ks * 16));
     else ldsm4t(kf[ks], aColMajor(Ks, pK, warp * 16, ks * 16));
   };
-  if constexpr (DK == 64) {
+  if constexpr (DK == 64 && !WG) {
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) loadKf(ks);
   }
@@ -1336,27 +1349,52 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
     if (ahead < nq) loadQ(ahead, buf == 0 ? ST - 1 : buf - 1);  // the buffer computed last iteration
     cpAsyncCommit();
     cpAsyncWait<ST - 1>();
+#if AMPC_WGMMA
+    if constexpr (WG) wg::proxyFence();  // the tiles were written through the generic proxy; wgmma reads them
+#endif
     __syncthreads();
     const T* Qb = Qs + buf * rb;
     const T* dOb = dOs + buf * rb;
     const float* Lb = rowL + buf * kTile;
     const float* Db = rowDs + buf * kTile;
     const int64_t i0 = static_cast<int64_t>(qt) * kTile;
-    float s[8][4] = {}, dp[8][4] = {};  // S^T and dP^T: 16 keys x 64 queries
+    float s[8][4], dp[8][4];  // S^T and dP^T: 16 keys x 64 queries
+#if AMPC_WGMMA
+    [[maybe_unused]] const uint32_t kAddr = smemAddr(Ks), qAddr = smemAddr(Qb), oAddr = smemAddr(dOb);
+    if constexpr (WG) {  // K (KT: M-major) and V as A, Q and dO as B, all K-major but KT
+      const uint32_t vAddr = smemAddr(Vs);
+      wg::fence();
 #pragma unroll
-    for (int ks = 0; ks < DK / 16; ++ks) {
-      if constexpr (DK != 64) loadKf(ks);
-      uint32_t vf[4];
-      ldsm4(vf, aRowMajor(Vs, pD, warp * 16, ks * 16));
+      for (int ks = 0; ks < 4; ++ks)
+        wg::mma64ss<T, KR ? 0 : 1, 0>(s, wg::desc(kAddr + (KR ? ks * 32 : ks * 2048), 16, 1024), wg::desc(qAddr + ks * 32, 16, 1024), ks);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        ldsm4(b, bNK(Qb, pD, ks * 16, np * 16));
-        mma16816<T>(s[2 * np], kf[ks], b[0], b[1]);
-        mma16816<T>(s[2 * np + 1], kf[ks], b[2], b[3]);
-        ldsm4(b, bNK(dOb, pD, ks * 16, np * 16));
-        mma16816<T>(dp[2 * np], vf, b[0], b[1]);
-        mma16816<T>(dp[2 * np + 1], vf, b[2], b[3]);
+      for (int ks = 0; ks < 4; ++ks) wg::mma64ss<T, 0, 0>(dp, wg::desc(vAddr + ks * 32, 16, 1024), wg::desc(oAddr + ks * 32, 16, 1024), ks);
+      wg::commit();
+      wg::wait0();
+      wg::pin(s);
+      wg::pin(dp);
+    }
+#endif
+    if constexpr (!WG) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < DK / 16; ++ks) {
+        if constexpr (DK != 64) loadKf(ks);
+        uint32_t vf[4];
+        ldsm4(vf, aRowMajor(Vs, pD, warp * 16, ks * 16));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          ldsm4(b, bNK(Qb, pD, ks * 16, np * 16));
+          mma16816<T>(s[2 * np], kf[ks], b[0], b[1]);
+          mma16816<T>(s[2 * np + 1], kf[ks], b[2], b[3]);
+          ldsm4(b, bNK(dOb, pD, ks * 16, np * 16));
+          mma16816<T>(dp[2 * np], vf, b[0], b[1]);
+          mma16816<T>(dp[2 * np + 1], vf, b[2], b[3]);
+        }
       }
     }
     const uint8_t flag = tf[qt];
@@ -1466,47 +1504,95 @@ __global__ void __launch_bounds__(kThreads) attnBwdMmaKernel(const T* dO, const 
         }
     }
     // dV += P^T dO, dK += dS^T Q (k: the 64 queries); dS^T to smem for dQ.
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[4], sa[4];
-      cToA<T>(pa, s, kk);
-      cToA<T>(sa, dp, kk);
-#pragma unroll
-      for (int np = 0; np < DK / 16; ++np) {
-        uint32_t b[4];
-        ldsm4t(b, bKN(dOb, pD, kk * 16, np * 16));
-        mma16816<T>(dv[2 * np], pa, b[0], b[1]);
-        mma16816<T>(dv[2 * np + 1], pa, b[2], b[3]);
-        ldsm4t(b, bKN(Qb, pD, kk * 16, np * 16));
-        mma16816<T>(dk[2 * np], sa, b[0], b[1]);
-        mma16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
-      }
-    }
     T* const dSs = dsOverDo ? dOs + buf * rb : dSown;
-    if constexpr (dsOverDo) __syncthreads();  // every warp is done with this dO tile
+#if AMPC_WGMMA
+    uint32_t pa[4][4], sa[4][4];  // (WG) P^T and dS^T as A fragments, read until the wait
+    if constexpr (WG) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int col = nt * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g) * kP + col) = pack2<T>(dp[nt][0], dp[nt][1]);
-      *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8) * kP + col) = pack2<T>(dp[nt][2], dp[nt][3]);
+      for (int kk = 0; kk < 4; ++kk) {
+        cToA<T>(pa[kk], s, kk);
+        cToA<T>(sa[kk], dp, kk);
+      }
+      wg::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma64<T, 1>(dv, pa[kk], wg::desc(oAddr + kk * 2048, kTile * 128, 1024), 1);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma64<T, 1>(dk, sa[kk], wg::desc(qAddr + kk * 2048, kTile * 128, 1024), 1);
+      wg::commit();
+      // dS^T [j][i] swizzled while they run: row j's 16-byte chunk c at c ^ (j % 8), and j % 8 is g
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8 * r) * 64 + ((nt ^ g) << 3) + 2 * tq) = pack2<T>(dp[nt][2 * r], dp[nt][2 * r + 1]);
+      wg::proxyFence();
+    }
+#endif
+    if constexpr (!WG) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t pf[4], sf[4];
+        cToA<T>(pf, s, kk);
+        cToA<T>(sf, dp, kk);
+#pragma unroll
+        for (int np = 0; np < DK / 16; ++np) {
+          uint32_t b[4];
+          ldsm4t(b, bKN(dOb, pD, kk * 16, np * 16));
+          mma16816<T>(dv[2 * np], pf, b[0], b[1]);
+          mma16816<T>(dv[2 * np + 1], pf, b[2], b[3]);
+          ldsm4t(b, bKN(Qb, pD, kk * 16, np * 16));
+          mma16816<T>(dk[2 * np], sf, b[0], b[1]);
+          mma16816<T>(dk[2 * np + 1], sf, b[2], b[3]);
+        }
+      }
+      if constexpr (dsOverDo) __syncthreads();  // every warp is done with this dO tile
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int col = nt * 8 + 2 * tq;
+        *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g) * kP + col) = pack2<T>(dp[nt][0], dp[nt][1]);
+        *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8) * kP + col) = pack2<T>(dp[nt][2], dp[nt][3]);
+      }
     }
     __syncthreads();
     // dQ (this warp's 16 queries x DK d) = dS K, 64 columns of d at a time: A = dS from dS^T [j][i],
     // B = K from [d][j] (or [j][d]).
 #pragma unroll
     for (int dc = 0; dc < DK / 64; ++dc) {
-      float dq[8][4] = {};
+      float dq[8][4];
+#if AMPC_WGMMA
+      if constexpr (WG) {  // A: dS^T M-major; B: K [j][d] N-major, or KT [d][j] K-major
+        const uint32_t sAddr = smemAddr(dSs);
+        wg::fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t sa[4];
-        ldsm4t(sa, aColMajor(dSs, kP, warp * 16, kk * 16));
+        for (int kk = 0; kk < 4; ++kk)
+          wg::mma64ss<T, 1, KR ? 1 : 0>(dq, wg::desc(sAddr + kk * 2048, 16, 1024),
+                                        KR ? wg::desc(kAddr + kk * 2048, kTile * 128, 1024) : wg::desc(kAddr + kk * 32, 16, 1024), kk);
+        wg::commit();
+        wg::wait0();  // (dV's and dK's products too)
+        wg::pin(dq);
+        wg::pin(dv);
+        wg::pin(dk);
+        wg::pinA(pa);
+        wg::pinA(sa);
+      }
+#endif
+      if constexpr (!WG) {
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t b[4];
-          if constexpr (KR) ldsm4t(b, bKN(Ks, pK, kk * 16, dc * 64 + np * 16));
-          else ldsm4(b, bNK(Ks, pK, kk * 16, dc * 64 + np * 16));
-          mma16816<T>(dq[2 * np], sa, b[0], b[1]);
-          mma16816<T>(dq[2 * np + 1], sa, b[2], b[3]);
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[nt][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t sf[4];
+          ldsm4t(sf, aColMajor(dSs, kP, warp * 16, kk * 16));
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            uint32_t b[4];
+            if constexpr (KR) ldsm4t(b, bKN(Ks, pK, kk * 16, dc * 64 + np * 16));
+            else ldsm4(b, bNK(Ks, pK, kk * 16, dc * 64 + np * 16));
+            mma16816<T>(dq[2 * np], sf, b[0], b[1]);
+            mma16816<T>(dq[2 * np + 1], sf, b[2], b[3]);
+          }
         }
       }
       if (!a.deterministic && iRem == kTile && a.D == DK) {  // the whole tile: no bounds, one base address
@@ -1623,42 +1709,73 @@ cudaError_t forwardMma(const void* Q, const void* KT, const void* V, void* O, fl
   }
   return forwardMmaLaunch<T, DK, 1>(Q, KT, V, O, lse, a, st);
 }
-// The backward's four instances at head tile DK (K as rows, trained mask), their shared-memory
-// attributes set once.
+// The wgmma backward's shared memory: K, V, the stages of Q and dO, dS^T (8 KB each at head tile
+// 64), the rows' L and D and the keep bits, and 1024 bytes to align the tiles.
+template <typename T, int DK>
+size_t bwdSmemWg() {
+  constexpr int st = kBwdStagesWg;
+  return 1024 + (3 + 2 * st) * DK * kTile * sizeof(T) + 2 * st * kTile * sizeof(float) + st * 128 * sizeof(uint32_t);
+}
+// Whether the backward at head tile DK runs the wgmma kernel: at 64 where it is built, unless
+// AMPC_ATTENTION_BWD_MMA_SYNC=1 (to compare: attn_bench, gpu_tests).
+template <int DK>
+bool bwdWg() {
+#if AMPC_WGMMA
+  static const bool off = [] {
+    const char* e = std::getenv("AMPC_ATTENTION_BWD_MMA_SYNC");
+    return e && e[0] == '1';
+  }();
+  return DK == 64 && !off;
+#else
+  return false;
+#endif
+}
+// The backward's four instances at head tile DK (K as rows, trained mask), mma.sync or wgmma (WG),
+// their shared-memory attributes set once.
 template <typename T, int DK>
 struct BwdMma {
   using Kernel = decltype(&attnBwdMmaKernel<T, false, DK, false>);
   Kernel kernels[4];
+  size_t smem;
   cudaError_t attr;
   Kernel pick(const AttentionArgs& a) const { return kernels[(a.dMask ? 2 : 0) + (a.kRows ? 1 : 0)]; }
 };
-template <typename T, int DK>
-const BwdMma<T, DK>& bwdMma() {
+template <typename T, int DK, bool WG>
+const BwdMma<T, DK>& bwdMmaSet() {
   static const BwdMma<T, DK> set = [] {
-    BwdMma<T, DK> s{{attnBwdMmaKernel<T, false, DK, false>, attnBwdMmaKernel<T, true, DK, false>, attnBwdMmaKernel<T, false, DK, true>,
-                     attnBwdMmaKernel<T, true, DK, true>},
-                    cudaSuccess};
+    BwdMma<T, DK> s{{attnBwdMmaKernel<T, false, DK, false, WG>, attnBwdMmaKernel<T, true, DK, false, WG>,
+                         attnBwdMmaKernel<T, false, DK, true, WG>, attnBwdMmaKernel<T, true, DK, true, WG>},
+                        WG ? bwdSmemWg<T, DK>() : bwdSmemMma<T, DK>(),
+                        cudaSuccess};
     for (auto k : s.kernels)
-      if ((s.attr = smemAttributes(k, bwdSmemMma<T, DK>())) != cudaSuccess) break;
+      if ((s.attr = smemAttributes(k, s.smem)) != cudaSuccess) break;
     return s;
   }();
   return set;
 }
 template <typename T, int DK>
+const BwdMma<T, DK>& bwdMma() {
+#if AMPC_WGMMA
+  if constexpr (DK == 64)
+    if (bwdWg<DK>()) return bwdMmaSet<T, DK, true>();
+#endif
+  return bwdMmaSet<T, DK, false>();
+}
+template <typename T, int DK>
 int bwdBlocksPerSm(const AttentionArgs& a) {
-  const BwdMma<T, DK>& set = bwdMma<T, DK>();
+  const auto& set = bwdMma<T, DK>();
   int blocks = 0;
-  if (set.attr != cudaSuccess || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, set.pick(a), kThreads, bwdSmemMma<T, DK>()) != cudaSuccess)
+  if (set.attr != cudaSuccess || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, set.pick(a), kThreads, set.smem) != cudaSuccess)
     return -1;
   return blocks;
 }
 template <typename T, int DK>
 cudaError_t backwardMma(const void* dO, const void* Q, const void* KT, const void* V, const float* lse, const float* rowD, void* dKT,
                         void* dV, float* dQacc, float* dMaskParts, const AttentionArgs& a, cudaStream_t st) {
-  const BwdMma<T, DK>& set = bwdMma<T, DK>();
+  const auto& set = bwdMma<T, DK>();
   if (set.attr != cudaSuccess) return set.attr;
   const dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>(cdiv(a.Tk, kTile)));
-  set.pick(a)<<<grid, kThreads, bwdSmemMma<T, DK>(), st>>>(
+  set.pick(a)<<<grid, kThreads, set.smem, st>>>(
       static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT), static_cast<const T*>(V), lse, rowD,
       static_cast<T*>(dKT), static_cast<T*>(dV), dQacc, dMaskParts, a.flags, a);
   return cudaGetLastError();

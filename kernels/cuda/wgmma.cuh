@@ -1,6 +1,7 @@
 // Hopper's warpgroup matrix products (wgmma.mma_async, sm_90a only: built where AMPC_WGMMA is
 // defined, see kernels/CMakeLists.txt). A warpgroup (4 consecutive warps, 128 threads) computes
-// C (64 x N, f32) += A (64 x 16, f16/bf16, in registers) B (16 x N, in shared memory).
+// C (64 x N, f32) += A (64 x 16, f16/bf16, in registers or shared memory) B (16 x N, in shared
+// memory).
 //
 // Register layouts (PTX ISA, "Register Fragments"): warp w of the warpgroup holds rows 16 w .. 16 w
 // + 15; lane (g, t) = (lane / 4, lane % 4) holds C[16 w + g + 8 r][8 i + 2 t + c] in c[i][2 r + c],
@@ -97,7 +98,29 @@ __device__ __forceinline__ void mma128(float (&c)[16][4], const uint32_t (&a)[4]
   if constexpr (std::is_same_v<T, __half>) AMPC_WGMMA_M64N128("f16");
   else AMPC_WGMMA_M64N128("bf16");
 }
+
+// The 64 x 64 product with A from shared memory too (descriptor a): TransA, A stored M-major ([k][m],
+// as a trans-1 B is stored [k][n]; the same descriptor form), else K-major ([m][k]).
+#define AMPC_WGMMA_M64N64_SS(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n" \
+      : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), "+f"(c[1][2]), \
+        "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), "+f"(c[3][1]), \
+        "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]), "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), \
+        "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]), "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), \
+        "+f"(c[7][0]), "+f"(c[7][1]), "+f"(c[7][2]), "+f"(c[7][3]) \
+      : "l"(a), "l"(b), "r"(acc), "n"(TransA), "n"(TransB))
+template <typename T, int TransA, int TransB>
+__device__ __forceinline__ void mma64ss(float (&c)[8][4], uint64_t a, uint64_t b, int acc) {  // C 64 x 64
+  if constexpr (std::is_same_v<T, __half>) AMPC_WGMMA_M64N64_SS("f16");
+  else AMPC_WGMMA_M64N64_SS("bf16");
+}
+
 #undef AMPC_WGMMA_M64N64
 #undef AMPC_WGMMA_M64N128
+#undef AMPC_WGMMA_M64N64_SS
 
 }  // namespace ampc::cuda::wg
