@@ -158,6 +158,8 @@ struct Match {
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
   bool maskedOverWhere = false;  // with `where`: masks added over it (to its fill), not under
+  // Its condition, not the causal one, as the fused op's where_masked operand (match, below).
+  bool whereMaskedOperand = false;
 };
 // Whether a Where condition c (Where(c, S, fill), or with fillFirst Where(c, fill, S)) may mask a
 // row everywhere: computed (not known here), or a constant with such a row ([.., Tq or 1, Tk]).
@@ -629,8 +631,11 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // padding mask) the additive form stays, and in a row the two mask everywhere together the entries
   // the Where masked must get no gradient, those the added mask masked theirs: one summed mask
   // cannot tell them apart. Where the condition is the causal one (known ahead of the step) rewrite
-  // marks it where_causal and the fix-ups tell them apart by the diagonal; any other condition (a
-  // window, one computed from the inputs) is left unfused. Masks added under it (MPT's ALiBi,
+  // marks it where_causal and the fix-ups tell them apart by the diagonal. Any other condition (a
+  // window, one computed from the inputs) becomes the fused op's where_masked operand, which the
+  // fix-ups read (on the CPU and in fillRowsBackwardKernel), where the target takes it (the CUDA
+  // target not until its kernels' side has run on a GPU: compiler/target.cpp) and the masks are all
+  // in the Softmax's frame; else it stays unfused. Masks added under it (MPT's ALiBi,
   // DeBERTa's relative positions) keep the additive form too: a row the Where masks everywhere
   // there (a sample whose every key is padding) still gives the scores a gradient
   // (tools/bench/NOTES.md, stops 65, 68 and 69).
@@ -638,11 +643,16 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (m.where && m.fill > -1e30 && !aloneWhere) return false;  // s + fill is not fill: the floor form only
   if (m.where && std::isfinite(m.fill) && m.maskedOverWhere) {
     const auto& ss = m.softmax->input(0)->type().shape;
-    if (!isCausalCondition(m.where->input(0), m.fillFirst, ss[ss.size() - 2], ss.back())) return false;
+    if (!isCausalCondition(m.where->input(0), m.fillFirst, ss[ss.size() - 2], ss.back())) {
+      // in the Softmax's frame only (the operand has the summed mask's shape)
+      if (m.reshapeUp || m.sandwichMask || m.innerMask || m.outerScale) return false;
+      m.whereMaskedOperand = true;
+    }
   }
   if (aloneWhere && std::isfinite(m.fill) && (m.fill > -1e30 || whereMayMaskARow(*m.where->input(0), m.fillFirst))) m.whereFloor = true;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   shape.softcap = m.softcap > 0.0;
+  shape.whereMasked = m.whereMaskedOperand;
   if (target.fusesAttention(shape)) return true;
   shape.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
   m.cudnnOnly = true;
@@ -665,6 +675,7 @@ struct SumCache {
   std::map<std::pair<const Value*, const Value*>, Value*> sums;
   std::map<std::pair<std::vector<const Value*>, std::vector<int64_t>>, Value*> refined;  // refinedMasks' sums, by the masks and the view
   std::map<const Value*, Value*> negated;  // signedMask's -M, by M
+  std::map<std::tuple<const Value*, bool, std::vector<int64_t>>, Value*> whereMasked;  // by condition, polarity and shape
 };
 
 // A subtracted mask M (Match::negated) as the added -M, made once for every layer that subtracts it.
@@ -706,6 +717,28 @@ Value* additiveMask(Graph& g, const Match& m, MaskCache& cache, Value** whereOnl
                            {{g.uniqueName(base + ".sum"), TensorType{DType::f32, *broadcastShapes(wm->type().shape, m.mask->type().shape)}}}, m.out);
   add->setName(base + "_sum");
   return add->result(0);
+}
+
+// The entries the Where masked (true where it picked the fill), of the summed mask's shape `to`: the
+// fused op's where_masked operand, made once for every layer that masks with the same condition.
+Value* whereMaskedOperand(Graph& g, const Match& m, const std::vector<int64_t>& to, SumCache& sums) {
+  Value* c = m.where->input(0);
+  Value*& made = sums.whereMasked[{c, m.fillFirst, to}];
+  if (made) return made;
+  const std::string base = dirOf(m.where->name()) + "where_masked";
+  Value* v = c;
+  if (!m.fillFirst) {  // Where(c, S, fill): masked where c is false
+    Node* n = g.createNode("Not", "", {c}, {{g.uniqueName(base + ".not"), c->type()}}, m.out);
+    n->setName(base + "_not");
+    v = n->result(0);
+  }
+  if (v->type().shape != to) {
+    Value* k = g.addConst(g.uniqueName(base + ".shape"), Tensor::fromInts(DType::i64, {static_cast<int64_t>(to.size())}, to));
+    Node* e = g.createNode("Expand", "", {v, k}, {{g.uniqueName(base), TensorType{DType::boolean, to}}}, m.out);
+    e->setName(base);
+    v = e->result(0);
+  }
+  return made = v;
 }
 
 // v viewed with the leading dims `lead` (its last two kept), by a Reshape before `at`.
@@ -947,6 +980,7 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
   if (lead != outerLead || m.reshapeUp)  // Q, KT and V viewed in the attention's frame
     for (size_t i = 0; i < 3; ++i) ins[i] = withLeading(g, ins[i], lead, m.out, dirOf(m.softmax->name()) + "attention_view" + std::to_string(i));
   if (mask) ins.push_back(mask);
+  if (m.whereMaskedOperand) ins.push_back(whereMaskedOperand(g, m, mask->type().shape, sums));
   std::vector<int64_t> outShape = lead;
   outShape.push_back(ss[ss.size() - 2]);
   outShape.push_back(m.v->type().shape.back());
@@ -970,9 +1004,10 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
   // A Where with a finite fill under added masks (transformers' eager attention in GPT-2's form:
   // Where(causal, S, finfo.min) + padding): in a row masked everywhere the entries the Where masks
   // and those the padding masks both hold the fill, and only the latter give their scores a
-  // gradient. One summed mask cannot tell them apart; match took such a Where only with the causal
-  // condition, and where_causal tells the fill-row fix-ups its entries (above the diagonal).
-  if (whereForm && m.maskedOverWhere && std::isfinite(m.fill))
+  // gradient. One summed mask cannot tell them apart: under the causal condition where_causal tells
+  // the fill-row fix-ups the Where's entries (above the diagonal), under any other the where_masked
+  // operand does.
+  if (whereForm && m.maskedOverWhere && std::isfinite(m.fill) && !m.whereMaskedOperand)
     a->setAttr("where_causal", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));

@@ -265,6 +265,7 @@ void gradAttention(GB& b) {
   if (!b.dy(0)) return;
   std::vector<Value*> ins{b.dy(0), b.x(0), b.x(1), b.x(2), b.y(0), b.y(1)};
   if (b.x(3)) ins.push_back(b.x(3));
+  if (b.x(4)) ins.push_back(b.x(4));  // where_masked (after the mask, which it needs)
   const bool maskGrad = b.x(3) && b.needs(3);
   auto r = b.opN("AttentionGrad", ins, b.node.attrs(), kGradDomain, maskGrad ? 4 : 3);
   for (size_t i = 0; i < r.size(); ++i)

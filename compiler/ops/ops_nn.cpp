@@ -296,7 +296,7 @@ double convFlops(const Node& n) {
 }
 
 // Fused attention (passes/fuse_attention.cpp), "ampc" domain:
-//   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?) {scale, softcap, dropout_ratio, dropout_key,
+//   Attention(Q [.., Tq, D], KT [.., D, Tk], V [.., Tk, Dv], mask?, where_masked?) {scale, softcap, dropout_ratio, dropout_key,
 //             zero_empty_rows, score_floor, floor_tie, where_causal}
 //     -> O [.., Tq, Dv] (Q's dtype), LSE f32 [.., Tq]
 //   O = Dropout(Softmax(S + mask)) V with S = scale * Q KT, or with softcap c > 0 (Gemma 2's logit
@@ -316,7 +316,15 @@ double convFlops(const Node& n) {
 // constant causal condition with a finite fill, summed into the mask with others): they get no
 // gradient (the mask's own gradient, where it is trained, still takes them). It matters only in
 // rows masked everywhere, where such entries hold the fill and take probability (elsewhere it is 0).
-void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask) {
+// where_masked (bool, the mask's shape; with the mask): the same for any Where's condition: its
+// nonzero entries were masked by a Where, and get no gradient in rows masked everywhere.
+void checkWhereMasked(InferContext& c, size_t mask, size_t whereMasked) {
+  if (whereMasked >= c.numInputs() || !c.hasInput(whereMasked)) return;
+  c.check(mask < c.numInputs() && c.hasInput(mask), "where_masked needs the mask (without one no row is masked everywhere)");
+  c.check(c.in(whereMasked).dtype == DType::boolean && c.in(whereMasked).shape == c.in(mask).shape,
+          "where_masked must be bool with the mask's shape " + c.in(mask).str() + ", got " + c.in(whereMasked).str());
+}
+void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size_t mask, size_t whereMasked) {
   const float softcap = c.node().getFloat("softcap", 0.0f);
   c.check(softcap >= 0.0f && std::isfinite(softcap), "softcap must be 0 (none) or positive, got " + std::to_string(softcap));
   const float floor = c.node().getFloat("score_floor", -INFINITY);
@@ -343,17 +351,18 @@ void checkAttentionOperands(InferContext& c, size_t q, size_t kt, size_t v, size
     c.check(ok, "the mask must broadcast to the scores [.., Tq, Tk] as compiler/ops/geometry.h's attentionMaskMap says, got " +
                     c.in(mask).str() + ": " + why);
   }
+  checkWhereMasked(c, mask, whereMasked);
 }
 void inferAttention(InferContext& c) {
-  checkAttentionOperands(c, 0, 1, 2, 3);
+  checkAttentionOperands(c, 0, 1, 2, 3, 4);
   auto o = c.in(0).shape;
   o.back() = c.in(2).shape.back();
   c.setOut(0, TensorType{c.in(0).dtype, o});
   c.setOut(1, TensorType{DType::f32, std::vector<int64_t>(c.in(0).shape.begin(), c.in(0).shape.end() - 1)});
 }
-// AttentionGrad(dO, Q, KT, V, O, LSE, mask?) -> dQ, dKT, dV, dMask? (the mask's type and shape)
+// AttentionGrad(dO, Q, KT, V, O, LSE, mask?, where_masked?) -> dQ, dKT, dV, dMask? (the mask's type and shape)
 void inferAttentionGrad(InferContext& c) {
-  checkAttentionOperands(c, 1, 2, 3, 6);
+  checkAttentionOperands(c, 1, 2, 3, 6, 7);
   c.check(c.in(0).shape == c.in(4).shape && c.in(0).dtype == c.in(1).dtype, "dO and O must have O's type, got " + c.in(0).str());
   c.check(c.in(5).dtype == DType::f32, "LSE must be f32, got " + c.in(5).str());
   for (size_t i = 0; i < 3; ++i) c.setOut(i, c.in(1 + i));
@@ -362,7 +371,7 @@ void inferAttentionGrad(InferContext& c) {
     c.setOut(3, c.in(6));
   }
 }
-// cuda::Attention(Q, KT, V, mask?) and cuda::AttentionGrad(dO, Q, KT, V, O, LSE, mask?)
+// cuda::Attention(Q, KT, V, mask?, where_masked?) and cuda::AttentionGrad(dO, Q, KT, V, O, LSE, mask?, where_masked?)
 // (passes/attention_in_place.cpp): ampc's attention ops over rank-4 operands [B, H, .., ..] that
 // may lie in the bytes of other values (compiler/ops/geometry.h, AttentionLayout). Each operand with
 // a layout must hold every element the layout touches; one without is the logical tensor itself. A
@@ -433,6 +442,7 @@ void inferTargetAttention(InferContext& c) {
   const DType t = c.in(0).dtype;
   for (size_t i = 0; i < 3; ++i) checkLaidOperand(c, d, i, attentionOperandSlot(false, i), t);
   checkTargetMask(c, d, 3);
+  checkWhereMasked(c, 3, 4);
   const bool laid = c.node().hasAttr("o_layout");
   const TensorType o = laid ? attentionTokenMajor(t, d, "o") : attentionLogical(t, d, "o");
   if (laid) checkLaidResult(c, d, "o", o);
@@ -447,6 +457,7 @@ void inferTargetAttentionGrad(InferContext& c) {
   for (size_t i = 0; i < 5; ++i) checkLaidOperand(c, d, i, attentionOperandSlot(true, i), t);
   c.check(c.in(5) == TensorType{DType::f32, {d.B, d.H, d.Tq}}, "LSE must be f32[B, H, Tq], got " + c.in(5).str());
   checkTargetMask(c, d, 6);
+  checkWhereMasked(c, 6, 7);
   size_t next = 3;
   if (c.node().getInt("packed_grads", 0) != 0) {
     for (const char* s : {"dq", "dk", "dv"}) c.check(c.node().hasAttr(std::string(s) + "_layout"), "packed_grads = 1 needs dq_layout, dk_layout and dv_layout");
@@ -535,17 +546,18 @@ void registerNNOps(std::vector<OpDef>& t) {
   t.back().noGradOperands = 0b100;
   // Fused attention: low precision in, FP32 softmax inside; the mask stays FP32 (and a trainable
   // one gets its gradient as AttentionGrad's fourth result).
-  t.push_back(OpDef{"Attention", kGradDomain, 1, 1, 3, 4, 2, 2, A, true, inferAttention});
+  t.push_back(OpDef{"Attention", kGradDomain, 1, 1, 3, 5, 2, 2, A, true, inferAttention});
   t.back().flops = attentionFlops;
   t.back().fp32Operands = 0b1000;
+  t.back().noGradOperands = 0b10000;  // where_masked
   t.back().random = true;  // dropout inside
-  t.push_back(OpDef{"AttentionGrad", kGradDomain, 1, 1, 6, 7, 3, 4, I, false, inferAttentionGrad});
+  t.push_back(OpDef{"AttentionGrad", kGradDomain, 1, 1, 6, 8, 3, 4, I, false, inferAttentionGrad});
   t.back().random = true;
   // The CUDA target's attention over operands in place (passes/attention_in_place.cpp).
-  t.push_back(OpDef{"Attention", kCudaDomain, 1, 1, 3, 4, 2, 2, I, false, inferTargetAttention});
+  t.push_back(OpDef{"Attention", kCudaDomain, 1, 1, 3, 5, 2, 2, I, false, inferTargetAttention});
   t.back().flops = targetAttentionFlops;
   t.back().random = true;
-  t.push_back(OpDef{"AttentionGrad", kCudaDomain, 1, 1, 6, 7, 1, 4, I, false, inferTargetAttentionGrad});
+  t.push_back(OpDef{"AttentionGrad", kCudaDomain, 1, 1, 6, 8, 1, 4, I, false, inferTargetAttentionGrad});
   t.back().random = true;
 }
 

@@ -173,6 +173,9 @@ struct AttentionGradK {
   static void run(KernelCtx& c) {
     const Tensor* maskT = c.has(6) ? &c.in(6) : nullptr;
     const AttnDims d = attnDims(c, c.in(1), c.in(2), c.in(3), maskT);
+    // where_masked (the mask's shape): entries a Where masked, with no gradient (as where_causal's)
+    const Tensor* whereT = c.has(7) ? &c.in(7) : nullptr;
+    if (whereT && (!maskT || whereT->type.shape != maskT->type.shape)) c.fail("where_masked must have the mask's shape");
     const DType t = c.in(1).type.dtype;
     const C scale = static_cast<C>(c.node.getFloat("scale", 1.0f)), softcap = static_cast<C>(c.node.getFloat("softcap", 0.0f));
     const Dropout drop(c);
@@ -211,8 +214,8 @@ struct AttentionGradK {
           const C ds = p * (dpd * f - Di) * d.floorGrad(raw[j]);  // (through the floor: its clamp's derivative)
           if (maskGrad) dS[static_cast<size_t>(row * d.Tk + j)] = ds;
           // through the soft-capping: d(c tanh(x / c)) / dx = 1 - tanh^2; none above the diagonal
-          // under where_causal (the mask's gradient above takes ds all the same)
-          const C dsq = d.whereCausal && j > i ? C(0) : ds;
+          // under where_causal, nor where where_masked holds (the mask's gradient takes ds all the same)
+          const C dsq = (d.whereCausal && j > i) || (whereT && whereT->getInt(d.maskAt(n, i, j)) != 0) ? C(0) : ds;
           const C g = roundTo(t, scale * dsq * (softcap > C(0) ? C(1) - th[j] * th[j] : C(1)));
           for (int64_t x = 0; x < d.Dv; ++x) dvn[j * d.Dv + x] += pd * doi[x];
           for (int64_t x = 0; x < d.D; ++x) {

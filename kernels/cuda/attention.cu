@@ -2083,7 +2083,9 @@ __global__ void __launch_bounds__(kFillThreads) fillRowsBackwardKernel(const T* 
             const float ds = p * (dp * f - D) * floorGrad(a, s[j]);
             if (a.dMask && ds != 0.0f) atomicAdd(a.dMask + maskOffset(a, mb, i, j), ds);
             s[j] = toF(fromF<T>(p * f));
-            gs[j] = a.whereCausal && j > i ? 0.0f : toF(fromF<T>(a.scale * ds));  // where_causal: a Where's entry, no gradient
+            // where_causal, where_masked: a Where's entry, no gradient
+            const bool where = (a.whereCausal && j > i) || (a.whereMasked && a.whereMasked[maskOffset(a, mb, i, j)]);
+            gs[j] = where ? 0.0f : toF(fromF<T>(a.scale * ds));
           }
         }
         __syncthreads();

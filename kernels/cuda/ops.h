@@ -240,6 +240,9 @@ struct AttentionArgs {
   // where_causal: the fill-row fix-ups give the scores above the diagonal (key j > query i) no
   // gradient in dQ and dK (a Where's, summed into the mask); the mask's gradient still takes them.
   bool whereCausal = false;
+  // where_masked (the backward's operand 7, bool, the mask's shape and map): the same for any Where's
+  // entries, nonzero where it masked them.
+  const uint8_t* whereMasked = nullptr;
   float scale = 1.0f, ratio = 0.0f;  // ratio 0: no dropout
   uint64_t seed = 0;
   const uint64_t* step = nullptr;    // device step counter (Dropout's)

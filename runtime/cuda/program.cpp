@@ -294,6 +294,10 @@ struct Program::Lowering {
     if (whereCausal != 0 && whereCausal != 1) fail("where_causal must be 0 or 1");
     if (whereCausal && !mask) fail("where_causal needs a mask (without one no row is masked everywhere)");
     a.whereCausal = whereCausal == 1;
+    if (const size_t w = n.op() == "AttentionGrad" ? 7 : 4; has(w)) {  // where_masked: read by the backward's fill-row fix-ups
+      if (!mask || dt(in(w)) != DT::boolean || shape(in(w)) != mask->type().shape) fail("where_masked must be bool with the mask's shape");
+      a.whereMasked = static_cast<const uint8_t*>(P(in(w)));
+    }
     a.scale = n.getFloat("scale", 1.0f);
     if (n.getFloat("softcap", 0.0f) != 0.0f)  // (the cuda target does not fuse it: compiler/target.cpp)
       fail("soft-capped scores (softcap) are not in the CUDA attention kernels; compile the plan with ampc --no-fuse, or for --target cpu");

@@ -850,8 +850,8 @@ std::string softmaxToLoss(const std::string& s) {
 // the Add of a padding mask, the condition the constant causal one) and a condition input with
 // -inf. Each fuses into one Attention with an additive mask, and the loss and gradients are the
 // unfused graph's (fresh random data, f32). A fill of -1e4 is left unfused: s + fill is not fill
-// there; so is a window (GPT-Neo's local layers) under the padding: in a row the two mask
-// everywhere the summed mask cannot tell their entries' gradients apart.
+// there. A window (GPT-Neo's local layers) under the padding fuses with its condition as the
+// where_masked operand (WhereUnderAddedMaskMarksTheWhereEntries tests rows masked everywhere).
 // `text` parsed twice: once with fuse-attention run, which must fuse its one attention (one
 // Attention node, no Softmax left), and once as written.
 std::pair<std::unique_ptr<Graph>, std::unique_ptr<Graph>> fusedAndPlain(const std::string& text, const std::string& name) {
@@ -902,7 +902,7 @@ TEST(FusedAttentionPass, WhereMasksFuse) {
   const std::vector<W> cases = {
       {"masked_fill_const_causal", "Where(%c, %fill, %ss)", "", true, true},
       {"eager_where_then_padding", "Where(%c, %ss, %fill)", "add", true, true},
-      {"window_where_then_padding_stays", "Where(%c, %ss, %fill)", "add", true, false},
+      {"window_where_then_padding", "Where(%c, %ss, %fill)", "add", true, true},
       {"where_input_cond", "Where(%c, %ss, %fill)", "", false, true},
       {"small_fill_stays", "Where(%c, %ss, %fill)", "", false, false},
   };
@@ -1145,11 +1145,15 @@ TEST(FusedAttentionPass, CausalWhereUnderAPaddingMaskGivesRowsMaskedEverywhereTh
 }
 
 // The same Where(c, S, finfo.min) + padding under conditions other than the causal one: a window of
-// two keys (a constant: GPT-Neo's local layers) and one the step is given. In a row the two mask
-// everywhere the fused op could not tell the Where's entries (no gradient) from the padding's, so
-// fuse-attention leaves both unfused. A causal condition computed in the graph (Not of the upper
-// triangle) is known ahead of the step, fused and marked where_causal, with the unfused gradients.
-TEST(FusedAttentionPass, WhereUnderAddedMaskFusesOnlyUnderTheCausalCondition) {
+// two keys (a constant: GPT-Neo's local layers) and one the step is given (here the causal pattern,
+// not known ahead). Batch 1's first three keys are padding, so its rows 0-2 are masked everywhere
+// under the window (and 0-2 under the causal pattern), by the two together. There the Where's
+// entries must get no gradient and the padding's theirs: the fused op takes the condition as its
+// where_masked operand, and every gradient is the unfused graph's. The CUDA target leaves both
+// unfused until its kernels' side (GpuAttention's mma_where_window_padded) has run on a GPU. A
+// causal condition computed in the graph (Not of the upper triangle) is known ahead of the step:
+// fused and marked where_causal, no operand, on both targets.
+TEST(FusedAttentionPass, WhereUnderAddedMaskMarksTheWhereEntries) {
   const std::string head = "graph \"a\" opset 17 {\n" + attentionInputs(5, 2, 8) + R"(  input %pad : f32[2,1,1,5]
   input %given : bool[1,1,5,5]
   const %window : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
@@ -1164,23 +1168,29 @@ TEST(FusedAttentionPass, WhereUnderAddedMaskFusesOnlyUnderTheCausalCondition) {
     return head + "  %sw : f32[2,2,5,5] = Where(" + c + ", %ss, %fill) @attn/where\n  %sa : f32[2,2,5,5] = Add(%sw, %pad) @attn/pad\n" +
            softmaxToLoss("%sa");
   };
-  for (const char* c : {"%window", "%given"}) {
-    auto g = parseGraph(text(c), "a");
-    createFuseAttentionPass(findTarget("cpu"))->run(*g);
-    EXPECT_EQ(count(*g, "Attention"), 0) << c;
-    EXPECT_EQ(count(*g, "Softmax"), 1) << c;
-  }
   Tensor pad(TensorType{DType::f32, {2, 1, 1, 5}});
   for (int64_t e = 0; e < 10; ++e) pad.setDouble(e, e >= 5 && e < 8 ? static_cast<double>(std::numeric_limits<float>::lowest()) : 0.0);
   Tensor given(TensorType{DType::boolean, {1, 1, 5, 5}});
   for (int64_t e = 0; e < 25; ++e) given.setDouble(e, e % 5 <= e / 5);
-  expectFusedLikePlain(text("%causal"), {2, 5, 16}, {{"pad", pad}, {"given", given}});
-  auto g = parseGraph(text("%causal"), "a");
-  createFuseAttentionPass(findTarget("cpu"))->run(*g);
-  int64_t marked = -1;
-  for (const auto& n : g->nodes())
-    if (n->op() == "Attention") marked = n->getInt("where_causal", 0);
-  EXPECT_EQ(marked, 1);
+  auto attention = [](const Graph& g) -> const Node* {
+    for (const auto& n : g.nodes())
+      if (n->op() == "Attention") return n.get();
+    return nullptr;
+  };
+  for (const char* c : {"%window", "%given", "%causal"}) {
+    SCOPED_TRACE(c);
+    expectFusedLikePlain(text(c), {2, 5, 16}, {{"pad", pad}, {"given", given}});
+    auto g = parseGraph(text(c), "a");
+    createFuseAttentionPass(findTarget("cpu"))->run(*g);
+    const Node* a = attention(*g);
+    ASSERT_TRUE(a);
+    const bool causal = std::string(c) == "%causal";
+    EXPECT_EQ(a->numInputs(), causal ? 4u : 5u);
+    EXPECT_EQ(a->getInt("where_causal", 0), causal ? 1 : 0);
+    auto onCuda = parseGraph(text(c), "a");
+    createFuseAttentionPass(findTarget("cuda"))->run(*onCuda);
+    EXPECT_EQ(attention(*onCuda) != nullptr, causal);
+  }
 }
 
 // fuse-gelu's SiLU: x * Sigmoid(x), in either operand order, becomes one ampc.Silu; a Sigmoid with
@@ -1283,13 +1293,14 @@ TEST(FusedAttentionPass, RowsMaskedEverywhereByAWhereGiveTheScoresNoGradient) {
                    "  const %c : bool[1,1,5,5] = [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]");
     EXPECT_EQ(floorOf(causal), lowest ? std::make_pair(-INFINITY, 1.0f) : std::make_pair(f, 0.0f));
     if (!lowest) expectFusedLikePlain(causal, {2, 5, 16});
-    // Under an added mask it stays unfused: with -1e9 s + fill is not fill, and no floor stands for
-    // both; with the lowest float a row the two mask everywhere would take the padding's gradient
-    // where the condition (not known to be causal) masked it.
+    // Under an added mask: with -1e9 it stays unfused (s + fill is not fill, and no floor stands for
+    // both); with the lowest float the condition (not known to be causal) becomes the where_masked
+    // operand, and batch 1's rows 0 and 1, masked everywhere by the Where, get no gradient.
     std::string added = text;
     added.replace(added.find("  const %s :"), 0, "  input %pad : f32[2,1,1,5]\n");
     added.replace(added.find("Softmax(%sw)"), 12, "Softmax(%sa)");
     added.replace(added.find("  %p : f32"), 0, "  %sa : f32[2,2,5,5] = Add(%sw, %pad) @attn/pad\n");
-    EXPECT_EQ(floorOf(added), std::make_pair(0.0f, -1.0f));
+    EXPECT_EQ(floorOf(added), lowest ? std::make_pair(-INFINITY, 1.0f) : std::make_pair(0.0f, -1.0f));
+    if (lowest) expectFusedLikePlain(added, {2, 5, 16}, {{"c", c}, {"pad", Tensor(TensorType{DType::f32, {2, 1, 1, 5}})}});
   }
 }

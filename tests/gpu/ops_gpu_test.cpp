@@ -555,7 +555,8 @@ struct AttnCase {
   std::string mask;  // "", "random" (per batch-head), "causal" (shared [1,1,Tq,Tk]), "zeros", "per_batch", "floored"
                      // ([B,1,Tq,Tk], -inf entries, row 5 of batch 1 empty), "padding" ([B,1,1,Tk]),
                      // "per_head" ([1,H,Tq,Tk], N(0,1): a bias), "where_causal" (per batch-head: the
-                     // causal fill plus batch 1's first three keys', with where_causal = 1)
+                     // causal fill plus batch 1's first three keys', with where_causal = 1), "where_window"
+                     // (the same with a window of two keys, and the window's entries as where_masked)
   double ratio;
 };
 std::string dims(const std::vector<int64_t>& v) {
@@ -618,6 +619,9 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       // where_causal: batch 1's first three keys padded, so its first three queries are masked
       // everywhere, and the fix-ups give their scores above the diagonal (a Where's) no gradient.
       {"mma_where_causal_padded", {2, 2}, 100, 100, 64, 64, "where_causal", 0.1},
+      // where_masked: a window of two keys under the same padding, so batch 1's rows 0-2 are masked
+      // everywhere by the two; the fix-ups read the window's entries from the operand
+      {"mma_where_window_padded", {2, 2}, 100, 100, 64, 64, "where_window", 0.1},
       // More keys than the fill-row fix-ups keep in shared memory (24576): row 77, masked
       // everywhere by the finite fill, recomputed with its scores in global scratch.
       {"mma_fill_row_long_keys", {1, 1}, 80, 24640, 64, 64, "causal", 0.1},
@@ -665,18 +669,31 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
                                  : c.mask == "where_causal" ? ", where_causal = 1"
                                                 : "") +
                                 "}";
-      const std::string m = c.mask.empty() ? "" : ", %m";
+      const std::string m = c.mask.empty() ? "" : c.mask == "where_window" ? ", %m, %w" : ", %m";
       std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n";
       text += "  input %q : " + T + sh(c.tq, c.d) + "\n  input %kt : " + T + sh(c.d, c.tk) + "\n  input %v : " + T + sh(c.tk, c.dv) +
               "\n  input %do : " + T + sh(c.tq, c.dv) + "\n";
       if (!c.mask.empty()) text += "  input %m : f32" + maskShape + "\n";
+      if (c.mask == "where_window") text += "  input %w : bool" + maskShape + "\n";
       text += "  %o : " + T + sh(c.tq, c.dv) + ", %lse : f32" + dims(lse) + " = ampc::Attention(%q, %kt, %v" + m + ")" + attrs + "\n";
       const std::string grads = "  %dq : " + T + sh(c.tq, c.d) + ", %dkt : " + T + sh(c.d, c.tk) + ", %dv : " + T + sh(c.tk, c.dv);
       text += grads + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs + "\n";
       text += "  output %o\n  output %lse\n  output %dq\n  output %dkt\n  output %dv\n}\n";
       auto g = parseGraph(text, c.name);
       std::map<std::string, Tensor> in;
+      // where_window: the window's masked entries (key j > query i, or j <= i - 2), batch 1's keys 0-2 padded
+      auto windowed = [&](int64_t e) {
+        const int64_t j = e % c.tk, i = (e / c.tk) % c.tq;
+        return j > i || j <= i - 2;
+      };
+      auto padded = [&](int64_t e) { return e / (c.tq * c.tk) / c.lead[1] == 1 && e % c.tk < 3; };
       for (const Value* v : g->inputs()) {
+        if (v->name() == "w") {
+          Tensor w(v->type());
+          for (int64_t e = 0; e < w.numel(); ++e) w.setDouble(e, windowed(e) ? 1.0 : 0.0);
+          in.emplace("w", std::move(w));
+          continue;
+        }
         if (v->name() != "m") {
           in.emplace(v->name(), randomTensor(v->type()));
           continue;
@@ -705,6 +722,9 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
             const bool b1 = e / (c.tq * c.tk) / c.lead[1] == 1;
             const bool above = j > i, pad = b1 && j < 3;
             mk.setDouble(e, above && pad ? -INFINITY : above || pad ? neg : 0.0);
+          } else if (c.mask == "where_window") {
+            const bool win = windowed(e), pad = padded(e);
+            mk.setDouble(e, win && pad ? -INFINITY : win || pad ? neg : 0.0);
           }
           else if (mk.getDouble(e) < -0.5) mk.setDouble(e, neg);                  // ~30% masked, the rest N(0,1)
         }
@@ -722,7 +742,7 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
       std::string bw = "graph \"b\" opset 17 {\n  domain \"ampc\" 1\n";
       for (const Value* v : g->inputs()) bw += "  input %" + v->name() + " : " + v->type().str() + "\n";
       bw += "  input %o : " + T + sh(c.tq, c.dv) + "\n  input %lse : f32" + dims(lse) + "\n";
-      bw += grads + ", %dm : f32" + maskShape + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse, %m)" + attrs + "\n";
+      bw += grads + ", %dm : f32" + maskShape + " = ampc::AttentionGrad(%do, %q, %kt, %v, %o, %lse" + m + ")" + attrs + "\n";
       bw += "  output %dq\n  output %dkt\n  output %dv\n  output %dm\n}\n";
       auto gb = parseGraph(bw, c.name + " backward");
       auto cpu = createCpuBackend();
@@ -739,7 +759,8 @@ TEST(GpuAttention, ForwardAndBackwardMatchTheCpu) {
 // Attention operands in place (passes/attention_in_place.cpp), as GPT-2 exports them: Q, K and V split from one
 // projection [B, T, 3C] and transposed to heads, O transposed back, dO transposed in, and the three
 // gradients transposed back and concatenated. Then the same with Q, K, V from separate inputs and
-// the gradients not concatenated. Against the CPU (which runs every node), causal mask, dropout on,
+// the gradients not concatenated. Against the CPU (which runs every node), causal mask (row 77 masked
+// everywhere, the entries above the diagonal marked where_masked: no gradient there), dropout on,
 // partial tiles (T = 136), and T = 99 without dropout (KT's rows, read in place as K rows, are
 // then of any length), at head dims 16 and 128; and the views are gone from the graph.
 TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
@@ -750,6 +771,7 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
       for (const bool split : {true, false}) {
       const std::string T = t, bthd = T + "[2,136,3,16]", bhtd = T + "[2,3,136,16]", bhdt = T + "[2,3,16,136]";
       std::string text = "graph \"a\" opset 17 {\n  domain \"ampc\" 1\n  input %dy : " + T + "[2,136,48]\n  input %m : f32[1,1,136,136]\n";
+      text += "  input %w : bool[1,1,136,136]\n";
       text += "  const %s4 : i64[4] = [2, 136, 3, 16]\n  const %s3 : i64[3] = [2, 136, 48]\n";
       if (split) {
         text += "  input %x : " + T + "[2,136,144]\n  const %sp : i64[3] = [48, 48, 48]\n";
@@ -761,10 +783,10 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
       text += "  %Q : " + bhtd + " = Transpose(%qr) {perm = [0, 2, 1, 3]}\n  %KT : " + bhdt + " = Transpose(%kr) {perm = [0, 2, 3, 1]}\n";
       text += "  %V : " + bhtd + " = Transpose(%vr) {perm = [0, 2, 1, 3]}\n";
       const std::string attrs = std::string(" {scale = 0.25, dropout_ratio = ") + (tt == 136 ? "0.1" : "0.0") + ", dropout_key = 4242}";
-      text += "  %O : " + bhtd + ", %lse : f32[2,3,136] = ampc::Attention(%Q, %KT, %V, %m)" + attrs + "\n";
+      text += "  %O : " + bhtd + ", %lse : f32[2,3,136] = ampc::Attention(%Q, %KT, %V, %m, %w)" + attrs + "\n";
       text += "  %Ot : " + bthd + " = Transpose(%O) {perm = [0, 2, 1, 3]}\n  %Or : " + T + "[2,136,48] = Reshape(%Ot, %s3)\n";
       text += "  %dyr : " + bthd + " = Reshape(%dy, %s4)\n  %dO : " + bhtd + " = Transpose(%dyr) {perm = [0, 2, 1, 3]}\n";
-      text += "  %dQ : " + bhtd + ", %dKT : " + bhdt + ", %dV : " + bhtd + " = ampc::AttentionGrad(%dO, %Q, %KT, %V, %O, %lse, %m)" + attrs + "\n";
+      text += "  %dQ : " + bhtd + ", %dKT : " + bhdt + ", %dV : " + bhtd + " = ampc::AttentionGrad(%dO, %Q, %KT, %V, %O, %lse, %m, %w)" + attrs + "\n";
       text += "  %dQt : " + bthd + " = Transpose(%dQ) {perm = [0, 2, 1, 3]}\n  %dKt : " + bthd + " = Transpose(%dKT) {perm = [0, 3, 1, 2]}\n";
       text += "  %dVt : " + bthd + " = Transpose(%dV) {perm = [0, 2, 1, 3]}\n";
       if (split) {
@@ -783,8 +805,10 @@ TEST(GpuAttention, OperandsInPlaceMatchTheCpu) {
       std::map<std::string, Tensor> in;
       for (const Value* v : g->inputs()) {
         Tensor x = randomTensor(v->type());
-        if (v->name() == "m")
-          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, e % tt > e / tt ? -3.4028234663852886e38 : 0.0);
+        if (v->name() == "m")  // causal, and row 77 masked everywhere
+          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, e % tt > e / tt || e / tt == 77 ? -3.4028234663852886e38 : 0.0);
+        if (v->name() == "w")  // where_masked: the entries above the diagonal (row 77's get no gradient)
+          for (int64_t e = 0; e < x.numel(); ++e) x.setDouble(e, e % tt > e / tt ? 1.0 : 0.0);
         in.emplace(v->name(), std::move(x));
       }
       ExecOptions eo;
