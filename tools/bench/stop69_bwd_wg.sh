@@ -11,9 +11,7 @@ root=$(cd "$bench/../.." && pwd)
 if [ "${1:-}" = run ]; then
   source "$bench/call_env.sh"
   cp $R/gpu.txt $OUT/; R=$OUT
-  timeout 150 gpu_tests --gtest_filter='GpuAttention.ForwardAndBackward*:GpuAttention.OperandsInPlace*:GpuAttention.GroupedKeys*:GpuAttention.Backward*:GpuDropout.*' > $R/gpu_tests.txt 2>&1
-  echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
-  grep -E "^\[  (PASSED|FAILED)|FAILED  \]|OK \]|rc=" $R/gpu_tests.txt | head -20; grep -E "Failure" -A8 $R/gpu_tests.txt | head -40
+  run_gpu_tests 150 'GpuAttention.ForwardAndBackward*:GpuAttention.OperandsInPlace*:GpuAttention.GroupedKeys*:GpuAttention.Backward*:GpuDropout.*'
   for k in 1 2; do
     for v in wg mma_sync st3; do
       echo "# $v" >> $R/attn_bench.txt

@@ -7,7 +7,4 @@ set -uo pipefail
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$bench/call_env.sh"
 cp $R/gpu.txt $OUT/; R=$OUT
-timeout 280 gpu_tests --gtest_filter="${1:--GpuFused.*}" > $R/gpu_tests.txt 2>&1
-echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
-grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran|rc=" $R/gpu_tests.txt | head -30; grep -E "Failure" -B2 -A8 $R/gpu_tests.txt | head -60
-tail -3 $R/gpu_tests.txt
+run_gpu_tests 280 "${1:--GpuFused.*}"

@@ -15,9 +15,7 @@ root=$(cd "$bench/../.." && pwd)
 if [ "${1:-}" = run ]; then
   source "$bench/call_env.sh"
   cp $R/gpu.txt $OUT/; R=$OUT
-  timeout 150 gpu_tests --gtest_filter='GpuAttention.*:-GpuAttention.Cudnn*' > $R/gpu_tests.txt 2>&1
-  echo "gpu_tests rc=$?" >> $R/gpu_tests.txt
-  grep -E "^\[  (PASSED|FAILED)|FAILED  \]|OK \]|rc=" $R/gpu_tests.txt | head -20; grep -E "Failure" -B2 -A8 $R/gpu_tests.txt | head -40
+  run_gpu_tests 150 'GpuAttention.*:-GpuAttention.Cudnn*'
   for k in 1 2; do
     for e in 0 1; do
       b=attn_bench_wg128
