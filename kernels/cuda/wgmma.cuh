@@ -55,37 +55,28 @@ __device__ __forceinline__ void pinA(uint32_t (&a)[N][4]) {
 
 // The products, A from registers (a) and B from shared memory (descriptor b), f16 or bf16 in and f32
 // accumulated; acc 0: C = A B (the accumulators are not read), else C += A B. TransB: B stored N-major.
+// The accumulators' operands: c[i][e] for rows 8 n .. 8 n + 7 of c (AMPC_WGMMA_C8), and their
+// names %0 .. %31 (AMPC_WGMMA_R32) and %32 .. %63.
+#define AMPC_WGMMA_C1(i) "+f"(c[i][0]), "+f"(c[i][1]), "+f"(c[i][2]), "+f"(c[i][3])
+#define AMPC_WGMMA_C8(n) \
+  AMPC_WGMMA_C1(8 * n), AMPC_WGMMA_C1(8 * n + 1), AMPC_WGMMA_C1(8 * n + 2), AMPC_WGMMA_C1(8 * n + 3), AMPC_WGMMA_C1(8 * n + 4), \
+      AMPC_WGMMA_C1(8 * n + 5), AMPC_WGMMA_C1(8 * n + 6), AMPC_WGMMA_C1(8 * n + 7)
+#define AMPC_WGMMA_R32 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define AMPC_WGMMA_M64N64(TY) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n" \
-      : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), "+f"(c[1][2]), \
-        "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), "+f"(c[3][1]), \
-        "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]), "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), \
-        "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]), "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), \
-        "+f"(c[7][0]), "+f"(c[7][1]), "+f"(c[7][2]), "+f"(c[7][3]) \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" AMPC_WGMMA_R32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n" \
+      : AMPC_WGMMA_C8(0) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TransB))
 
 #define AMPC_WGMMA_M64N128(TY) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
-      "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
-      "%59, %60, %61, %62, %63" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" AMPC_WGMMA_R32 ", " \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, " \
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
       "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n" \
-      : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), "+f"(c[1][2]), \
-        "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), "+f"(c[3][1]), \
-        "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]), "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), \
-        "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]), "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), \
-        "+f"(c[7][0]), "+f"(c[7][1]), "+f"(c[7][2]), "+f"(c[7][3]), "+f"(c[8][0]), "+f"(c[8][1]), "+f"(c[8][2]), \
-        "+f"(c[8][3]), "+f"(c[9][0]), "+f"(c[9][1]), "+f"(c[9][2]), "+f"(c[9][3]), "+f"(c[10][0]), \
-        "+f"(c[10][1]), "+f"(c[10][2]), "+f"(c[10][3]), "+f"(c[11][0]), "+f"(c[11][1]), "+f"(c[11][2]), \
-        "+f"(c[11][3]), "+f"(c[12][0]), "+f"(c[12][1]), "+f"(c[12][2]), "+f"(c[12][3]), "+f"(c[13][0]), \
-        "+f"(c[13][1]), "+f"(c[13][2]), "+f"(c[13][3]), "+f"(c[14][0]), "+f"(c[14][1]), "+f"(c[14][2]), \
-        "+f"(c[14][3]), "+f"(c[15][0]), "+f"(c[15][1]), "+f"(c[15][2]), "+f"(c[15][3]) \
+      : AMPC_WGMMA_C8(0), AMPC_WGMMA_C8(1) \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TransB))
 
 template <typename T, int TransB>
@@ -103,15 +94,8 @@ __device__ __forceinline__ void mma128(float (&c)[16][4], const uint32_t (&a)[4]
 // as a trans-1 B is stored [k][n]; the same descriptor form), else K-major ([m][k]).
 #define AMPC_WGMMA_M64N64_SS(TY) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-      "}, %32, %33, p, 1, 1, %35, %36;\n}\n" \
-      : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), "+f"(c[1][2]), \
-        "+f"(c[1][3]), "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), "+f"(c[3][1]), \
-        "+f"(c[3][2]), "+f"(c[3][3]), "+f"(c[4][0]), "+f"(c[4][1]), "+f"(c[4][2]), "+f"(c[4][3]), "+f"(c[5][0]), \
-        "+f"(c[5][1]), "+f"(c[5][2]), "+f"(c[5][3]), "+f"(c[6][0]), "+f"(c[6][1]), "+f"(c[6][2]), "+f"(c[6][3]), \
-        "+f"(c[7][0]), "+f"(c[7][1]), "+f"(c[7][2]), "+f"(c[7][3]) \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" AMPC_WGMMA_R32 "}, %32, %33, p, 1, 1, %35, %36;\n}\n" \
+      : AMPC_WGMMA_C8(0) \
       : "l"(a), "l"(b), "r"(acc), "n"(TransA), "n"(TransB))
 template <typename T, int TransA, int TransB>
 __device__ __forceinline__ void mma64ss(float (&c)[8][4], uint64_t a, uint64_t b, int acc) {  // C 64 x 64
@@ -122,5 +106,8 @@ __device__ __forceinline__ void mma64ss(float (&c)[8][4], uint64_t a, uint64_t b
 #undef AMPC_WGMMA_M64N64
 #undef AMPC_WGMMA_M64N128
 #undef AMPC_WGMMA_M64N64_SS
+#undef AMPC_WGMMA_R32
+#undef AMPC_WGMMA_C8
+#undef AMPC_WGMMA_C1
 
 }  // namespace ampc::cuda::wg
