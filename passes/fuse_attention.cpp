@@ -691,7 +691,7 @@ void signedMask(Graph& g, const Match& m, Value*& mk, SumCache& sums) {
 }
 
 // The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
-Value* additiveMask(Graph& g, const Match& m, MaskCache& cache, Value** whereOnly = nullptr) {
+Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
   Value* c = m.where->input(0);
   const double keep = 0.0, fill = m.whereFloor ? -INFINITY : m.fill;  // (whereFloor: the fill is the op's floor)
   Value*& cached = cache[{c, fill, m.fillFirst}];
@@ -711,7 +711,6 @@ Value* additiveMask(Graph& g, const Match& m, MaskCache& cache, Value** whereOnl
     }
   }
   Value* wm = cached;
-  if (whereOnly) *whereOnly = wm;
   if (!m.mask) return wm;
   Node* add = g.createNode("Add", "", {m.mask, wm},
                            {{g.uniqueName(base + ".sum"), TensorType{DType::f32, *broadcastShapes(wm->type().shape, m.mask->type().shape)}}}, m.out);
@@ -928,8 +927,7 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
       e->setName(base);
       ins[i] = e->result(0);
     }
-  Value* whereForm = nullptr;  // the Where's additive form alone
-  Value* mask = m.where ? additiveMask(g, m, cache, &whereForm) : m.mask;
+  Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
   for (size_t k = 0; k < m.moreMasks.size(); ++k) {
     Value* more = m.moreMasks[k];
     Value*& sum = sums.sums[{mask, more}];
@@ -1007,7 +1005,7 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
   // gradient. One summed mask cannot tell them apart: under the causal condition where_causal tells
   // the fill-row fix-ups the Where's entries (above the diagonal), under any other the where_masked
   // operand does.
-  if (whereForm && m.maskedOverWhere && std::isfinite(m.fill) && !m.whereMaskedOperand)
+  if (m.where && m.maskedOverWhere && std::isfinite(m.fill) && !m.whereMaskedOperand)
     a->setAttr("where_causal", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
