@@ -12,10 +12,11 @@
 set -uo pipefail
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bench/../.." && pwd)
-if [ "${1:-}" = run ]; then
+if [ "${1:-}" = run ] || [ "${1:-}" = bench ]; then
+  # "bench": the bench alone, into the caller's $OUT (stop70_call1.sh runs the tests first).
   source "$bench/call_env.sh"
   cp $R/gpu.txt $OUT/; R=$OUT
-  run_gpu_tests 150 'GpuAttention.*:-GpuAttention.Cudnn*'
+  [ "$1" = run ] && run_gpu_tests 150 'GpuAttention.*:-GpuAttention.Cudnn*'
   for k in 1 2; do
     for e in 0 1; do
       b=attn_bench_wg128
