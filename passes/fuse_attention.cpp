@@ -158,8 +158,14 @@ struct Match {
   double fill = 0.0;       // with `where`: the value of its masked entries
   bool fillFirst = false;  // Where(c, fill, S) (masked_fill), else Where(c, S, fill)
   bool maskedOverWhere = false;  // with `where`: masks added over it (to its fill), not under
+  // With `where`: how many of the Softmax frame's masks (`mask`, then `moreMasks`) were added over
+  // it; the rest were added under it, to the scores it picks (MPT's ALiBi).
+  size_t masksOverWhere = 0;
   // Its condition, not the causal one, as the fused op's where_masked operand (match, below).
   bool whereMaskedOperand = false;
+  // With `where` and masks added over or under it: rows may hold the fill throughout, where only
+  // the Where's entries get no gradient (where_causal or where_masked tells the fix-ups which).
+  bool whereFillRows = false;
 };
 // Whether a Where condition c (Where(c, S, fill), or with fillFirst Where(c, fill, S)) may mask a
 // row everywhere: computed (not known here), or a constant with such a row ([.., Tq or 1, Tk]).
@@ -448,6 +454,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // masks added under it (MPT: Where(c, fill, S + ALiBi)), exact as the Where's additive form is.
   if (Value* inner = matchWhereMask(g, s, ss, m)) {
     m.maskedOverWhere = m.add || m.sandwichAdd;
+    m.masksOverWhere = (m.mask ? 1 : 0) + m.moreMasks.size();
     s = inner;
     while (takeAdd(false)) {
     }
@@ -630,18 +637,23 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // there). With masks added over it (to its fill: transformers' eager attention, Where then + a
   // padding mask) the additive form stays, and in a row the two mask everywhere together the entries
   // the Where masked must get no gradient, those the added mask masked theirs: one summed mask
-  // cannot tell them apart. Where the condition is the causal one (known ahead of the step) rewrite
-  // marks it where_causal and the fix-ups tell them apart by the diagonal. Any other condition (a
-  // window, one computed from the inputs) becomes the fused op's where_masked operand, which the
-  // fix-ups read (on the CPU and in fillRowsBackwardKernel), where the target takes it (the CUDA
-  // target not until its kernels' side has run on a GPU: compiler/target.cpp) and the masks are all
-  // in the Softmax's frame; else it stays unfused. Masks added under it (MPT's ALiBi,
-  // DeBERTa's relative positions) keep the additive form too: a row the Where masks everywhere
-  // there (a sample whose every key is padding) still gives the scores a gradient
-  // (tools/bench/NOTES.md, stops 65, 68 and 69).
+  // cannot tell them apart. The same with masks added under it in the Softmax's frame (MPT's ALiBi,
+  // a padding mask under a causal Where: a row whose every allowed key is padding holds the fill
+  // throughout, and only the allowed entries give their scores a gradient); rewrite takes such
+  // masks into the Where, s + Where(c, M, fill), which is the Where's value exactly (s + fill is fill).
+  // Where the condition is the causal one (known ahead of the step) rewrite marks it where_causal
+  // and the fix-ups tell them apart by the diagonal. Any other condition (a window, one computed
+  // from the inputs) becomes the fused op's where_masked operand, which the fix-ups read (on the CPU
+  // and in fillRowsBackwardKernel), where the target takes it (the CUDA target not until its
+  // kernels' side has run on a GPU: compiler/target.cpp) and the masks are all in the Softmax's
+  // frame; else it stays unfused. Masks under the Where in another frame (BLOOM's ALiBi below its
+  // view of the scores) keep the additive form: a row the Where masks everywhere there still gives
+  // the scores a gradient (tools/bench/NOTES.md, stops 65, 68, 69 and 70).
   const bool aloneWhere = m.where && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode && !m.outerScale;
   if (m.where && m.fill > -1e30 && !aloneWhere) return false;  // s + fill is not fill: the floor form only
-  if (m.where && std::isfinite(m.fill) && m.maskedOverWhere) {
+  const bool maskedUnderWhere = m.where && (m.mask ? 1u : 0u) + m.moreMasks.size() > m.masksOverWhere;
+  m.whereFillRows = m.where && std::isfinite(m.fill) && (m.maskedOverWhere || maskedUnderWhere);
+  if (m.whereFillRows) {
     const auto& ss = m.softmax->input(0)->type().shape;
     if (!isCausalCondition(m.where->input(0), m.fillFirst, ss[ss.size() - 2], ss.back())) {
       // in the Softmax's frame only (the operand has the summed mask's shape)
@@ -676,7 +688,29 @@ struct SumCache {
   std::map<std::pair<std::vector<const Value*>, std::vector<int64_t>>, Value*> refined;  // refinedMasks' sums, by the masks and the view
   std::map<const Value*, Value*> negated;  // signedMask's -M, by M
   std::map<std::tuple<const Value*, bool, std::vector<int64_t>>, Value*> whereMasked;  // by condition, polarity and shape
+  std::map<std::tuple<const Value*, const Value*, double, bool>, Value*> wheres;  // maskUnderWhere's, by condition, masks, fill, polarity
 };
+
+// The masks added under the Where (their sum M) taken into it: Where(c, M, fill) (or Where(c, fill,
+// M)), f32, so that S + it is the Where's value of S + M exactly (S + fill is fill at a fill of at
+// most -1e30), its gradient reaching M only where the Where picked it.
+Value* maskUnderWhere(Graph& g, const Match& m, Value* under, SumCache& sums) {
+  Value* c = m.where->input(0);
+  Value*& made = sums.wheres[{c, under, m.fill, m.fillFirst}];
+  if (made) return made;
+  const std::string base = dirOf(m.where->name()) + "where_over_masks";
+  if (under->type().dtype != DType::f32) {
+    Node* n = g.createNode("Cast", "", {under}, {{g.uniqueName(base + ".f32"), TensorType{DType::f32, under->type().shape}}}, m.out);
+    n->setAttr("to", static_cast<int64_t>(1));
+    n->setName(base + "_f32");
+    under = n->result(0);
+  }
+  Value* f = g.addConst(g.uniqueName(base + ".fill"), Tensor::fromDoubles(DType::f32, {}, {m.fill}));
+  Node* n = g.createNode("Where", "", {c, m.fillFirst ? f : under, m.fillFirst ? under : f},
+                         {{g.uniqueName(base), TensorType{DType::f32, *broadcastShapes(c->type().shape, under->type().shape)}}}, m.out);
+  n->setName(base);
+  return made = n->result(0);
+}
 
 // A subtracted mask M (Match::negated) as the added -M, made once for every layer that subtracts it.
 void signedMask(Graph& g, const Match& m, Value*& mk, SumCache& sums) {
@@ -690,7 +724,7 @@ void signedMask(Graph& g, const Match& m, Value*& mk, SumCache& sums) {
   mk = neg;
 }
 
-// The additive form of the Where mask (c's shape, f32), plus the Add's mask if there is one.
+// The additive form of the Where mask (c's shape, f32).
 Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
   Value* c = m.where->input(0);
   const double keep = 0.0, fill = m.whereFloor ? -INFINITY : m.fill;  // (whereFloor: the fill is the op's floor)
@@ -710,12 +744,7 @@ Value* additiveMask(Graph& g, const Match& m, MaskCache& cache) {
       cached = n->result(0);
     }
   }
-  Value* wm = cached;
-  if (!m.mask) return wm;
-  Node* add = g.createNode("Add", "", {m.mask, wm},
-                           {{g.uniqueName(base + ".sum"), TensorType{DType::f32, *broadcastShapes(wm->type().shape, m.mask->type().shape)}}}, m.out);
-  add->setName(base + "_sum");
-  return add->result(0);
+  return cached;
 }
 
 // The entries the Where masked (true where it picked the fill), of the summed mask's shape `to`: the
@@ -927,19 +956,34 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
       e->setName(base);
       ins[i] = e->result(0);
     }
-  Value* mask = m.where ? additiveMask(g, m, cache) : m.mask;
-  for (size_t k = 0; k < m.moreMasks.size(); ++k) {
-    Value* more = m.moreMasks[k];
-    Value*& sum = sums.sums[{mask, more}];
+  // The Softmax frame's masks in the order they were matched (from the Softmax up), each with its Add.
+  std::vector<Value*> masks;
+  std::vector<const Node*> adds;
+  if (m.mask) masks.push_back(m.mask), adds.push_back(m.add);
+  masks.insert(masks.end(), m.moreMasks.begin(), m.moreMasks.end());
+  adds.insert(adds.end(), m.moreAdds.begin(), m.moreAdds.end());
+  auto sumOf = [&](Value* a, Value* b, const Node* at) {
+    Value*& sum = sums.sums[{a, b}];
     if (!sum) {
-      Node* n = g.createNode("Add", "", {mask, more},
-                             {{g.uniqueName(oldName + ".masks"), TensorType{mask->type().dtype, *broadcastShapes(mask->type().shape, more->type().shape)}}},
-                             m.out);
-      n->setName(dirOf(m.moreAdds[k]->name()) + "masks_sum");
+      Node* n = g.createNode("Add", "", {a, b},
+                             {{g.uniqueName(oldName + ".masks"), TensorType{a->type().dtype, *broadcastShapes(a->type().shape, b->type().shape)}}}, m.out);
+      n->setName(dirOf(at->name()) + "masks_sum");
       sum = n->result(0);
     }
-    mask = sum;
+    return sum;
+  };
+  Value* mask = nullptr;
+  const size_t over = m.where ? m.masksOverWhere : masks.size();
+  if (m.where) {
+    if (masks.size() > over) {  // masks under the Where: into it
+      Value* under = masks[over];
+      for (size_t k = over + 1; k < masks.size(); ++k) under = sumOf(under, masks[k], adds[k]);
+      mask = maskUnderWhere(g, m, under, sums);
+    } else {
+      mask = additiveMask(g, m, cache);
+    }
   }
+  for (size_t k = 0; k < over; ++k) mask = mask ? sumOf(mask, masks[k], adds[k]) : masks[k];
   if (mask && m.outerScale) {  // (S + M) f = S f + M f
     Value* f = g.addConst(g.uniqueName(oldName + ".mask_factor"), Tensor::fromDoubles(mask->type().dtype, {}, {m.maskFactor}));
     Node* n = g.createNode("Mul", "", {mask, f}, {{g.uniqueName(oldName + ".mask_scaled"), mask->type()}}, m.out);
@@ -1005,8 +1049,7 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
   // gradient. One summed mask cannot tell them apart: under the causal condition where_causal tells
   // the fill-row fix-ups the Where's entries (above the diagonal), under any other the where_masked
   // operand does.
-  if (m.where && m.maskedOverWhere && std::isfinite(m.fill) && !m.whereMaskedOperand)
-    a->setAttr("where_causal", static_cast<int64_t>(1));
+  if (m.whereFillRows && !m.whereMaskedOperand) a->setAttr("where_causal", static_cast<int64_t>(1));
   if (m.ratio > 0.0) {
     a->setAttr("dropout_ratio", static_cast<float>(m.ratio));
     a->setAttr("dropout_key", static_cast<int64_t>(cpu::dropoutNodeKey(*m.dropout)));
