@@ -12,11 +12,10 @@ namespace {
 
 bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.maskForCudnn); }
 // Soft-capped scores: not in the CUDA kernels yet (the CPU reference has them). A where_masked
-// operand: read by fillRowsBackwardKernel, but not yet run on a GPU (GpuAttention's
-// mma_where_window_padded and OperandsInPlace hold it: tools/bench/NOTES.md, stop 69); until then
-// such attention stays unfused here.
+// operand is read by fillRowsBackwardKernel, after our kernels and cuDNN's alike (GpuAttention's
+// mma_where_window_padded and OperandsInPlace check it against the CPU).
 bool cudaAttention(const AttentionShape& s) {
-  return !s.softcap && !s.whereMasked && (cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s));
+  return !s.softcap && (cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s));
 }
 // The mma.sync kernels take strided operands, and cuDNN (which wants K as rows).
 bool cudaAttentionInPlace(const AttentionShape& s) {

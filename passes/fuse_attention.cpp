@@ -644,9 +644,8 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   // Where the condition is the causal one (known ahead of the step) rewrite marks it where_causal
   // and the fix-ups tell them apart by the diagonal. Any other condition (a window, one computed
   // from the inputs) becomes the fused op's where_masked operand, which the fix-ups read (on the CPU
-  // and in fillRowsBackwardKernel), where the target takes it (the CUDA target not until its
-  // kernels' side has run on a GPU: compiler/target.cpp) and the masks are all in the Softmax's
-  // frame; else it stays unfused. Masks under the Where in another frame (BLOOM's ALiBi below its
+  // and in fillRowsBackwardKernel), where the masks are all in the Softmax's frame; else it stays
+  // unfused. Masks under the Where in another frame (BLOOM's ALiBi below its
   // view of the scores) keep the additive form: a row the Where masks everywhere there still gives
   // the scores a gradient (tools/bench/NOTES.md, stops 65, 68, 69 and 70).
   const bool aloneWhere = m.where && !m.add && m.moreMasks.empty() && !m.innerMask && !m.sandwichMask && !m.floorNode && !m.outerScale;
