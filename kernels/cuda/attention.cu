@@ -467,6 +467,70 @@ __global__ void rowDotKernel(const T* dO, const T* O, float* rowD, AttentionArgs
   if ((threadIdx.x & 31) == 0) rowD[row] = s;
 }
 
+// The same two for f16/bf16 rows of 16-byte aligned runs of 8 (rowsVec): eight lanes a row, each
+// 16 bytes (8 elements) a step of 64, and the indices in 32 bits (N Tq < 2^31). The warp-a-row
+// kernels above read 2 bytes a lane and divide in 64 bits: at the GPT-2 shape they took 38 and 29
+// us of the backward's 0.28 ms (ncu, H100, stop 70), for 25 and 38 MB.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);  // (below: two values rounded, lo in the low half)
+__device__ __forceinline__ int64_t sliceAt32(const AttnLayout& l, uint32_t n) {
+  const uint32_t heads = static_cast<uint32_t>(l.heads), h = n % heads;
+  return static_cast<int64_t>(n / heads) * l.sB + (l.group == 1 ? h : h / static_cast<uint32_t>(l.group)) * l.sH;
+}
+template <typename T>
+__global__ void __launch_bounds__(256) rowDotVecKernel(const T* dO, const T* O, float* rowD, AttentionArgs a) {
+  const uint32_t row = blockIdx.x * 32u + threadIdx.x / 8, rows = static_cast<uint32_t>(a.N * a.Tq), tq = static_cast<uint32_t>(a.Tq);
+  float s = 0.0f;
+  if (row < rows) {
+    const uint32_t n = row / tq, i = row - n * tq;
+    const T* g = dO + sliceAt32(a.dO, n) + i * a.dO.sRow;
+    const T* o = O + sliceAt32(a.o, n) + i * a.o.sRow;
+    for (int d = (threadIdx.x & 7) * 8; d < a.Dv; d += 64) {
+      const uint4 gv = *reinterpret_cast<const uint4*>(g + d), ov = *reinterpret_cast<const uint4*>(o + d);
+      const T* gp = reinterpret_cast<const T*>(&gv);
+      const T* op = reinterpret_cast<const T*>(&ov);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s += toF(gp[k]) * toF(op[k]);
+    }
+  }
+  for (int k = 4; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+  if ((threadIdx.x & 7) == 0 && row < rows) rowD[row] = s;
+}
+template <typename T>
+__global__ void __launch_bounds__(256) fromF32VecKernel(const float* x, T* y, AttentionArgs a, int parts) {
+  const uint32_t row = blockIdx.x * 32u + threadIdx.x / 8, rows = static_cast<uint32_t>(a.N * a.Tq), tq = static_cast<uint32_t>(a.Tq);
+  if (row >= rows) return;
+  const uint32_t n = row / tq, i = row - n * tq;
+  const int64_t slice = a.N * a.Tq * a.D;
+  T* dst = y + sliceAt32(a.dq, n) + i * a.dq.sRow;
+  for (int d = (threadIdx.x & 7) * 8; d < a.D; d += 64) {
+    const float* src = x + static_cast<int64_t>(row) * a.D + d;
+    float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+    for (int p = 1; p < parts; ++p) {
+      const float4 l2 = *reinterpret_cast<const float4*>(src + p * slice), h2 = *reinterpret_cast<const float4*>(src + p * slice + 4);
+      lo = make_float4(lo.x + l2.x, lo.y + l2.y, lo.z + l2.z, lo.w + l2.w);
+      hi = make_float4(hi.x + h2.x, hi.y + h2.y, hi.z + h2.z, hi.w + h2.w);
+    }
+    uint4 out;
+    out.x = pack2<T>(lo.x, lo.y);
+    out.y = pack2<T>(lo.z, lo.w);
+    out.z = pack2<T>(hi.x, hi.y);
+    out.w = pack2<T>(hi.z, hi.w);
+    *reinterpret_cast<uint4*>(dst + d) = out;
+  }
+}
+// Whether rows of `cols` elements (a multiple of 8) at p in layout l all start on 16 bytes, and N Tq
+// fits the vector kernels' 32-bit indices; AMPC_ATTENTION_ROWS_SCALAR=1 runs the warp-a-row kernels
+// (to compare).
+bool rowsVec(const AttentionArgs& a, const AttnLayout& l, const void* p, int64_t cols) {
+  static const bool scalar = [] {
+    const char* e = std::getenv("AMPC_ATTENTION_ROWS_SCALAR");
+    return e && e[0] == '1';
+  }();
+  return !scalar && reinterpret_cast<uintptr_t>(p) % 16 == 0 && cols % 8 == 0 && l.sRow % 8 == 0 && l.sB % 8 == 0 && l.sH % 8 == 0 &&
+         a.N * a.Tq <= INT32_MAX && l.heads <= INT32_MAX && l.group <= INT32_MAX;
+}
+
 // dQ (layout a.dq) from the f32 accumulator [N, Tq, D], or the sum of `parts` of them in order (the
 // deterministic backward's key-tile slices): a warp per row (one division each).
 template <typename T>
@@ -1828,7 +1892,11 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
     if (cudaError_t e = cudaMemsetAsync(a.dMask, 0, sizeof(float) * maskElems, st); e != cudaSuccess) return e;
   }
   const int64_t rows = a.N * a.Tq;
-  rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, a);
+  constexpr bool half = !std::is_same_v<T, float>;
+  const bool vecD = half && rowsVec(a, a.dO, dO, a.Dv) && rowsVec(a, a.o, O, a.Dv), vecQ = half && rowsVec(a, a.dq, dQ, a.D);
+  if constexpr (half)
+    if (vecD) rowDotVecKernel<T><<<static_cast<unsigned>(cdiv(rows, 32)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, a);
+  if (!vecD) rowDotKernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(static_cast<const T*>(dO), static_cast<const T*>(O), rowD, a);
   const dim3 grid(static_cast<unsigned>(cdiv(a.Tk, kTile)), static_cast<unsigned>(a.N));
   bool mma = false;
   if constexpr (!std::is_same_v<T, float>) {
@@ -1843,7 +1911,9 @@ cudaError_t backwardT(const void* dO, const void* Q, const void* KT, const void*
     attnBwdKernel<T><<<grid, kThreads, bwdSmem<T>(), st>>>(static_cast<const T*>(dO), static_cast<const T*>(Q), static_cast<const T*>(KT),
                                                         static_cast<const T*>(V), lse, rowD, static_cast<T*>(dKT), static_cast<T*>(dV),
                                                         dQacc, dMaskParts, flags, a);
-  fromF32Kernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a, parts);
+  if constexpr (half)  // (dQacc: 256-byte aligned, rows of D floats)
+    if (vecQ) fromF32VecKernel<T><<<static_cast<unsigned>(cdiv(rows, 32)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a, parts);
+  if (!vecQ) fromF32Kernel<T><<<static_cast<unsigned>(cdiv(rows, 8)), 256, 0, st>>>(dQacc, static_cast<T*>(dQ), a, parts);
   if (dMaskParts) maskGradSumKernel<<<static_cast<unsigned>(cdiv(a.maskMod * (a.maskRows ? a.Tq : 1) * a.Tk, 32)), dim3(32, 32), 0, st>>>(dMaskParts, a);
   return cudaGetLastError();
 }
