@@ -468,7 +468,8 @@ __global__ void rowDotKernel(const T* dO, const T* O, float* rowD, AttentionArgs
 }
 
 // The same two for f16/bf16 rows of 16-byte aligned runs of 8 (rowsVec): eight lanes a row, each
-// 16 bytes (8 elements) a step of 64, and the indices in 32 bits (N Tq < 2^31). The warp-a-row
+// 16 bytes (8 elements) a step of 64, and the indices in 32 bits (N Tq < 2^31); opt-in for now
+// (rowsVec). The warp-a-row
 // kernels above read 2 bytes a lane and divide in 64 bits: at the GPT-2 shape they took 38 and 29
 // us of the backward's 0.28 ms (ncu, H100, stop 70), for 25 and 38 MB.
 template <typename T>
@@ -520,14 +521,14 @@ __global__ void __launch_bounds__(256) fromF32VecKernel(const float* x, T* y, At
   }
 }
 // Whether rows of `cols` elements (a multiple of 8) at p in layout l all start on 16 bytes, and N Tq
-// fits the vector kernels' 32-bit indices; AMPC_ATTENTION_ROWS_SCALAR=1 runs the warp-a-row kernels
-// (to compare).
+// fits the vector kernels' 32-bit indices. Opt-in (AMPC_ATTENTION_ROWS_VEC=1) until they have run
+// on a GPU: stop 70 built them and had no device time left (tools/bench/stop70_call4.sh).
 bool rowsVec(const AttentionArgs& a, const AttnLayout& l, const void* p, int64_t cols) {
-  static const bool scalar = [] {
-    const char* e = std::getenv("AMPC_ATTENTION_ROWS_SCALAR");
+  static const bool on = [] {
+    const char* e = std::getenv("AMPC_ATTENTION_ROWS_VEC");
     return e && e[0] == '1';
   }();
-  return !scalar && reinterpret_cast<uintptr_t>(p) % 16 == 0 && cols % 8 == 0 && l.sRow % 8 == 0 && l.sB % 8 == 0 && l.sH % 8 == 0 &&
+  return on && reinterpret_cast<uintptr_t>(p) % 16 == 0 && cols % 8 == 0 && l.sRow % 8 == 0 && l.sB % 8 == 0 && l.sH % 8 == 0 &&
          a.N * a.Tq <= INT32_MAX && l.heads <= INT32_MAX && l.group <= INT32_MAX;
 }
 
