@@ -522,7 +522,7 @@ __global__ void __launch_bounds__(256) fromF32VecKernel(const float* x, T* y, At
 }
 // Whether rows of `cols` elements (a multiple of 8) at p in layout l all start on 16 bytes, and N Tq
 // fits the vector kernels' 32-bit indices. Opt-in (AMPC_ATTENTION_ROWS_VEC=1) until they have run
-// on a GPU: stop 70 built them and had no device time left (tools/bench/stop70_call4.sh).
+// on a GPU: stop 70 built them and had no device time left (tools/bench/stop71_call1.sh).
 bool rowsVec(const AttentionArgs& a, const AttnLayout& l, const void* p, int64_t cols) {
   static const bool on = [] {
     const char* e = std::getenv("AMPC_ATTENTION_ROWS_VEC");
