@@ -451,7 +451,7 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
     while (takeAdd(false)) {
     }
   // Where(c, S, fill): alone, or under the Add of an f32 mask (transformers' eager attention); and
-  // masks added under it (MPT: Where(c, fill, S + ALiBi)), exact as the Where's additive form is.
+  // masks added under it (MPT: Where(c, fill, S + ALiBi)), which rewrite takes into the Where.
   if (Value* inner = matchWhereMask(g, s, ss, m)) {
     m.maskedOverWhere = m.add || m.sandwichAdd;
     m.masksOverWhere = (m.mask ? 1 : 0) + m.moreMasks.size();
@@ -1042,10 +1042,10 @@ void rewrite(Graph& g, const Match& matched, MaskCache& cache, SumCache& sums) {
     a->setAttr("floor_tie", 0.0f);
   }
   if (m.nanWhere) a->setAttr("zero_empty_rows", static_cast<int64_t>(1));
-  // A Where with a finite fill under added masks (transformers' eager attention in GPT-2's form:
-  // Where(causal, S, finfo.min) + padding): in a row masked everywhere the entries the Where masks
-  // and those the padding masks both hold the fill, and only the latter give their scores a
-  // gradient. One summed mask cannot tell them apart: under the causal condition where_causal tells
+  // A Where with a finite fill and masks added over it (transformers' eager attention in GPT-2's
+  // form: Where(causal, S, finfo.min) + padding) or under it (MPT's order): in a row masked
+  // everywhere the entries the Where masks and those the masks mask all hold the fill, and only the
+  // latter give their scores a gradient. One summed mask cannot tell them apart: under the causal condition where_causal tells
   // the fill-row fix-ups the Where's entries (above the diagonal), under any other the where_masked
   // operand does.
   if (m.whereFillRows && !m.whereMaskedOperand) a->setAttr("where_causal", static_cast<int64_t>(1));

@@ -467,11 +467,10 @@ __global__ void rowDotKernel(const T* dO, const T* O, float* rowD, AttentionArgs
   if ((threadIdx.x & 31) == 0) rowD[row] = s;
 }
 
-// The same two for f16/bf16 rows of 16-byte aligned runs of 8 (rowsVec): eight lanes a row, each
-// 16 bytes (8 elements) a step of 64, and the indices in 32 bits (N Tq < 2^31); opt-in for now
-// (rowsVec). The warp-a-row
-// kernels above read 2 bytes a lane and divide in 64 bits: at the GPT-2 shape they took 38 and 29
-// us of the backward's 0.28 ms (ncu, H100, stop 70), for 25 and 38 MB.
+// The same two for f16/bf16 rows of 16-byte aligned runs of 8 (rowsVec, opt-in for now): eight
+// lanes a row, each 16 bytes (8 elements) a step of 64, and the indices in 32 bits (N Tq < 2^31).
+// The warp-a-row kernels above read 2 bytes a lane and divide in 64 bits: at the GPT-2 shape they
+// took 38 and 29 us of the backward's 0.28 ms (ncu, H100, stop 70), for 25 and 38 MB.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);  // (below: two values rounded, lo in the low half)
 __device__ __forceinline__ int64_t sliceAt32(const AttnLayout& l, uint32_t n) {
