@@ -11,9 +11,7 @@ namespace ampc {
 namespace {
 
 bool cudnnOnlyAttention(const AttentionShape& s) { return cuda::attentionCudnnOnly(s.lowFloat, s.headDim, s.vHeadDim, s.dropout, s.maskForCudnn); }
-// Soft-capped scores: not in the CUDA kernels yet (the CPU reference has them). A where_masked
-// operand is read by fillRowsBackwardKernel, after our kernels and cuDNN's alike (GpuAttention's
-// mma_where_window_padded and OperandsInPlace check it against the CPU).
+// Soft-capped scores: not in the CUDA kernels yet (the CPU reference has them).
 bool cudaAttention(const AttentionShape& s) {
   return !s.softcap && (cuda::attentionFits(s.lowFloat, s.headDim, s.vHeadDim, s.keys, s.dropout) || cudnnOnlyAttention(s));
 }

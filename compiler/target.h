@@ -21,9 +21,6 @@ struct AttentionShape {
   // gradient). The passes work it out only where the target refuses the shape without it.
   bool maskForCudnn = false;
   bool softcap = false;  // the scores soft-capped, c tanh(s / c) (Gemma 2)
-  // The entries a Where masked as an operand of their own (Attention's where_masked, a Where under
-  // masks added over it whose condition is not the causal one): the fill-row fix-ups read it.
-  bool whereMasked = false;
 };
 
 // The domain of the CUDA target's lowered nodes (cuda::Gemm, cuda::MultiCast, cuda::BatchNormalization,

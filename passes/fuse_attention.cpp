@@ -663,7 +663,6 @@ bool matchAt(const Graph& g, Node* sm, Match& m, const Target& target, DType com
   if (aloneWhere && std::isfinite(m.fill) && (m.fill > -1e30 || whereMayMaskARow(*m.where->input(0), m.fillFirst))) m.whereFloor = true;
   AttentionShape shape{isLowFloat(m.q->type().dtype) || isLowFloat(compute), qs.back(), vs.back(), ks.back(), m.ratio > 0.0};
   shape.softcap = m.softcap > 0.0;
-  shape.whereMasked = m.whereMaskedOperand;
   if (target.fusesAttention(shape)) return true;
   shape.maskForCudnn = true;  // would the target take it with a mask cuDNN reads?
   m.cudnnOnly = true;
